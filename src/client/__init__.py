@@ -1,0 +1,1 @@
+"""Slurm-compatible commands and the corral operator command (standard library only)."""

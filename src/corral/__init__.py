@@ -1,0 +1,6 @@
+"""corral's shared kernel: wire contract, config, identity, formats, test harness.
+
+Kept import-light: the short-lived commands import parts of it on every call.
+"""
+
+__version__ = "0.1.0"

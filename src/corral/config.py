@@ -1,0 +1,383 @@
+"""The cluster configuration: one TOML file read by ctld, every noded and the commands.
+
+Every key is checked; an unknown or ill-typed key is a ConfigError that names it
+(``partitions[1].max_time: ...``) so a typo never silently changes behaviour.
+docs/config.md is the reference for each key.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral import hostlist
+from corral.errors import ConfigError, CorralError
+from corral.slurmfmt import UNLIMITED, parse_duration
+
+DEFAULT_CONFIG_PATH = "/etc/corral/corral.toml"
+CONFIG_ENV = "CORRAL_CONF"
+DEFAULT_GRPC_PORT = 6917  # Slurm's slurmctld is 6817: both can share a host
+DEFAULT_NODED_PORT = 6918
+DEFAULT_HTTP_PORT = 6919
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    host: str = "127.0.0.1"  # address the daemons and commands dial
+    listen: str = ""  # address ctld binds; empty: same as host
+    grpc_port: int = DEFAULT_GRPC_PORT
+    http_port: int = DEFAULT_HTTP_PORT
+    state_dir: str = "/var/lib/corral"
+    store_url: str = ""  # empty: sqlite:///<state_dir>/corral.db
+    sqlite_synchronous: str = "FULL"  # FULL survives power loss; NORMAL only process crash
+    operators: tuple[str, ...] = ("root",)
+    kill_wait_s: float = 30.0
+    min_job_age_s: float = 300.0  # finished jobs stay visible to squeue this long
+    sched_interval_s: float = 5.0  # periodic pass besides event-driven wake-ups
+    log_json: bool = False
+
+    @property
+    def bind_host(self) -> str:
+        return self.listen or self.host
+
+    @property
+    def effective_store_url(self) -> str:
+        return self.store_url or f"sqlite:///{self.state_dir}/corral.db"
+
+
+@dataclass(frozen=True)
+class HeartbeatConfig:
+    interval_s: float = 10.0
+    timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class NodedConfig:
+    listen: str = "0.0.0.0"
+    port: int = DEFAULT_NODED_PORT
+    spool_dir: str = "/var/spool/corral"
+    log_json: bool = False
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    backend: str = "none"  # "none", "fake" (later: "nvml", "auto")
+    count: int = 0
+    model: str = "NVIDIA H100 80GB HBM3"
+    memory_mb: int = 81559
+    type: str = ""  # GRES type name; empty: derived from the model ("h100")
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    names: tuple[str, ...]
+    cpus: int = 0  # 0: discover with psutil
+    memory_mb: int = 0  # 0: discover with psutil
+    gpus: GpuConfig = field(default_factory=GpuConfig)
+    address: str = ""  # address noded advertises; empty: its hostname
+
+
+@dataclass(frozen=True)
+class PartitionConfig:
+    name: str
+    nodes: tuple[str, ...]
+    default: bool = False
+    state: str = "UP"
+    max_time_s: int = UNLIMITED
+    default_time_s: int = UNLIMITED  # UNLIMITED here means "use max_time"
+    max_nodes: int = 0
+    priority_tier: int = 1
+    allow_accounts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    cluster_name: str = "corral"
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
+    noded: NodedConfig = field(default_factory=NodedConfig)
+    nodes: tuple[NodeConfig, ...] = ()
+    partitions: tuple[PartitionConfig, ...] = ()
+    source: str = ""
+
+    def node(self, name: str) -> NodeConfig:
+        for entry in self.nodes:
+            if name in entry.names:
+                return entry
+        raise ConfigError(f"{self.source}: node {name!r} is not in any [[nodes]] entry")
+
+    @property
+    def node_names(self) -> list[str]:
+        return [n for entry in self.nodes for n in entry.names]
+
+    @property
+    def default_partition(self) -> PartitionConfig | None:
+        for p in self.partitions:
+            if p.default:
+                return p
+        return self.partitions[0] if self.partitions else None
+
+
+# ---------------------------------------------------------------- parsing
+
+
+class _Section:
+    """Typed access to one TOML table that remembers which keys were read."""
+
+    def __init__(self, data: Any, where: str) -> None:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a table, got {type(data).__name__}")
+        self.data: dict[str, Any] = data
+        self.where = where
+        self.used: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.where}.{name}" if self.where else name
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        self.used.add(name)
+        if name not in self.data:
+            return default
+        value = self.data[name]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, bool) and kind is not bool:
+            raise ConfigError(f"{self.key(name)}: expected {_kind_name(kind)}, got a boolean")
+        if not isinstance(value, kind):
+            raise ConfigError(
+                f"{self.key(name)}: expected {_kind_name(kind)}, got {type(value).__name__}"
+            )
+        return value
+
+    def positive(self, name: str, default: float, *, allow_zero: bool = True) -> Any:
+        value = self.get(name, (int, float) if isinstance(default, float) else int, default)
+        if value < 0 or (value == 0 and not allow_zero):
+            raise ConfigError(f"{self.key(name)}: must be {'>= 0' if allow_zero else '> 0'}")
+        return value
+
+    def port(self, name: str, default: int) -> int:
+        value: int = self.get(name, int, default)
+        if not 0 <= value <= 65535:
+            raise ConfigError(f"{self.key(name)}: {value} is not a TCP port")
+        return value
+
+    def duration(self, name: str, default: int) -> int:
+        self.used.add(name)
+        if name not in self.data:
+            return default
+        value = self.data[name]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if not isinstance(value, str):
+            raise ConfigError(f"{self.key(name)}: expected a Slurm time string like '1-00:00:00'")
+        try:
+            return parse_duration(value)
+        except CorralError as exc:
+            raise ConfigError(f"{self.key(name)}: {exc}") from None
+
+    def strings(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = self.get(name, (list, str), list(default))
+        if isinstance(value, str):
+            value = [value]
+        if not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{self.key(name)}: expected a list of strings")
+        return tuple(value)
+
+    def hostlist(self, name: str, *, required: bool) -> tuple[str, ...]:
+        self.used.add(name)
+        if name not in self.data:
+            if required:
+                raise ConfigError(f"{self.key(name)}: missing (a hostlist such as 'node[01-04]')")
+            return ()
+        value = self.data[name]
+        if isinstance(value, list):
+            value = ",".join(str(v) for v in value)
+        if not isinstance(value, str):
+            raise ConfigError(f"{self.key(name)}: expected a hostlist string")
+        try:
+            names = hostlist.expand(value)
+        except CorralError as exc:
+            raise ConfigError(f"{self.key(name)}: {exc}") from None
+        if not names:
+            raise ConfigError(f"{self.key(name)}: empty hostlist")
+        return tuple(names)
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            raise ConfigError(f"{self.key(unknown[0])}: unknown key")
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "a boolean",
+             list: "a list", dict: "a table"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _controller(sec: _Section) -> ControllerConfig:
+    d = ControllerConfig()
+    synchronous = sec.get("sqlite_synchronous", str, d.sqlite_synchronous).upper()
+    if synchronous not in ("FULL", "NORMAL", "EXTRA"):
+        raise ConfigError(f"{sec.key('sqlite_synchronous')}: must be FULL, NORMAL or EXTRA")
+    cfg = ControllerConfig(
+        host=sec.get("host", str, d.host),
+        listen=sec.get("listen", str, d.listen),
+        grpc_port=sec.port("grpc_port", d.grpc_port),
+        http_port=sec.port("http_port", d.http_port),
+        state_dir=sec.get("state_dir", str, d.state_dir),
+        store_url=sec.get("store_url", str, d.store_url),
+        sqlite_synchronous=synchronous,
+        operators=sec.strings("operators", d.operators),
+        kill_wait_s=sec.positive("kill_wait_s", d.kill_wait_s),
+        min_job_age_s=sec.positive("min_job_age_s", d.min_job_age_s),
+        sched_interval_s=sec.positive("sched_interval_s", d.sched_interval_s, allow_zero=False),
+        log_json=sec.get("log_json", bool, d.log_json),
+    )
+    sec.done()
+    return cfg
+
+
+def _heartbeat(sec: _Section) -> HeartbeatConfig:
+    d = HeartbeatConfig()
+    cfg = HeartbeatConfig(
+        interval_s=sec.positive("interval_s", d.interval_s, allow_zero=False),
+        timeout_s=sec.positive("timeout_s", d.timeout_s, allow_zero=False),
+    )
+    sec.done()
+    if cfg.timeout_s <= cfg.interval_s:
+        raise ConfigError(f"{sec.key('timeout_s')}: must be larger than heartbeat.interval_s")
+    return cfg
+
+
+def _noded(sec: _Section) -> NodedConfig:
+    d = NodedConfig()
+    cfg = NodedConfig(
+        listen=sec.get("listen", str, d.listen),
+        port=sec.port("port", d.port),
+        spool_dir=sec.get("spool_dir", str, d.spool_dir),
+        log_json=sec.get("log_json", bool, d.log_json),
+    )
+    sec.done()
+    return cfg
+
+
+def _gpus(sec: _Section) -> GpuConfig:
+    d = GpuConfig()
+    backend = sec.get("backend", str, "fake" if "count" in sec.data else d.backend)
+    if backend not in ("none", "fake"):
+        raise ConfigError(
+            f"{sec.key('backend')}: {backend!r} is not a GPU backend (none, fake; nvml comes "
+            "with the NVML work)"
+        )
+    cfg = GpuConfig(
+        backend=backend,
+        count=sec.positive("count", d.count),
+        model=sec.get("model", str, d.model),
+        memory_mb=sec.positive("memory_mb", d.memory_mb),
+        type=sec.get("type", str, d.type),
+    )
+    sec.done()
+    if cfg.count > 64:
+        raise ConfigError(f"{sec.key('count')}: {cfg.count} GPUs on one node is not plausible")
+    return cfg
+
+
+def _node(sec: _Section) -> NodeConfig:
+    gpus = _gpus(_Section(sec.get("gpus", dict, {}), sec.key("gpus")))
+    cfg = NodeConfig(
+        names=sec.hostlist("names", required=True),
+        cpus=sec.positive("cpus", 0),
+        memory_mb=sec.positive("memory_mb", 0),
+        gpus=gpus,
+        address=sec.get("address", str, ""),
+    )
+    sec.done()
+    return cfg
+
+
+def _partition(sec: _Section, known_nodes: set[str]) -> PartitionConfig:
+    name = sec.get("name", str, "")
+    if not name or not name.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError(f"{sec.key('name')}: a partition needs a name of letters, digits, - or _")
+    state = sec.get("state", str, "UP").upper()
+    if state not in ("UP", "DOWN", "DRAIN", "INACTIVE"):
+        raise ConfigError(f"{sec.key('state')}: must be UP, DOWN, DRAIN or INACTIVE")
+    nodes = sec.hostlist("nodes", required=True)
+    unknown = [n for n in nodes if n not in known_nodes]
+    if unknown:
+        raise ConfigError(f"{sec.key('nodes')}: {unknown[0]!r} is not in any [[nodes]] entry")
+    cfg = PartitionConfig(
+        name=name,
+        nodes=nodes,
+        default=sec.get("default", bool, False),
+        state=state,
+        max_time_s=sec.duration("max_time", UNLIMITED),
+        default_time_s=sec.duration("default_time", UNLIMITED),
+        max_nodes=sec.positive("max_nodes", 0),
+        priority_tier=sec.positive("priority_tier", 1),
+        allow_accounts=sec.strings("allow_accounts", ()),
+    )
+    sec.done()
+    return cfg
+
+
+def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfig:
+    """Validate a parsed TOML document into a ClusterConfig."""
+    top = _Section(data, "")
+    cluster_name = top.get("cluster_name", str, "corral")
+    controller = _controller(_Section(top.get("controller", dict, {}), "controller"))
+    heartbeat = _heartbeat(_Section(top.get("heartbeat", dict, {}), "heartbeat"))
+    noded = _noded(_Section(top.get("noded", dict, {}), "noded"))
+    raw_nodes = top.get("nodes", list, [])
+    nodes = tuple(_node(_Section(n, f"nodes[{i}]")) for i, n in enumerate(raw_nodes))
+    seen: set[str] = set()
+    for i, entry in enumerate(nodes):
+        for n in entry.names:
+            if n in seen:
+                raise ConfigError(f"nodes[{i}].names: node {n!r} is listed twice")
+            seen.add(n)
+    raw_parts = top.get("partitions", list, [])
+    partitions = tuple(
+        _partition(_Section(p, f"partitions[{i}]"), seen) for i, p in enumerate(raw_parts)
+    )
+    top.done()
+    names = [p.name for p in partitions]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ConfigError(f"partitions[{i}].name: partition {name!r} is defined twice")
+    if sum(p.default for p in partitions) > 1:
+        raise ConfigError("partitions: more than one partition has default = true")
+    return ClusterConfig(
+        cluster_name=cluster_name,
+        controller=controller,
+        heartbeat=heartbeat,
+        noded=noded,
+        nodes=nodes,
+        partitions=partitions,
+        source=source,
+    )
+
+
+def config_path(explicit: str | None = None) -> str:
+    return explicit or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
+
+
+def load_config(path: str | None = None) -> ClusterConfig:
+    """Read and validate the cluster config (explicit path, $CORRAL_CONF, or /etc)."""
+    where = config_path(path)
+    try:
+        raw = pathlib.Path(where).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read the cluster config: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: not valid TOML: {exc}") from None
+    try:
+        return parse_config(data, where)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None

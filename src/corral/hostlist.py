@@ -1,0 +1,130 @@
+"""Slurm hostlist expressions: ``node[01-04,07]``, ``gpu[1-2]-ib[0-1]``, comma lists.
+
+``expand`` turns an expression into names in order; ``compress`` turns names back into
+the shortest expression that keeps their order, as Slurm prints them.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import product
+
+from corral.errors import InvalidRequest
+
+MAX_HOSTS = 1_000_000  # an expression larger than this is a mistake or an attack
+
+
+def _split_top(expr: str) -> list[str]:
+    """Split on commas that are not inside brackets."""
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for i, ch in enumerate(expr):
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise InvalidRequest(f"invalid hostlist {expr!r}: nested brackets")
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise InvalidRequest(f"invalid hostlist {expr!r}: unbalanced ']'")
+        elif ch == "," and depth == 0:
+            parts.append(expr[start:i])
+            start = i + 1
+    if depth != 0:
+        raise InvalidRequest(f"invalid hostlist {expr!r}: unbalanced '['")
+    parts.append(expr[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _expand_range(body: str, expr: str) -> list[str]:
+    out: list[str] = []
+    for item in body.split(","):
+        item = item.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", item)
+        if not m:
+            raise InvalidRequest(f"invalid hostlist {expr!r}: bad range {item!r}")
+        lo_s, hi_s = m.group(1), m.group(2) or m.group(1)
+        lo, hi = int(lo_s), int(hi_s)
+        if hi < lo:
+            raise InvalidRequest(f"invalid hostlist {expr!r}: range {item!r} runs backwards")
+        if hi - lo + len(out) > MAX_HOSTS:
+            raise InvalidRequest(f"invalid hostlist {expr!r}: more than {MAX_HOSTS} hosts")
+        width = len(lo_s) if lo_s.startswith("0") or len(lo_s) == len(hi_s) else 0
+        out.extend(str(n).zfill(width) for n in range(lo, hi + 1))
+    return out
+
+
+def expand(expr: str) -> list[str]:
+    """All host names of ``expr``, in order, duplicates kept out."""
+    names: list[str] = []
+    seen: set[str] = set()
+    for part in _split_top(expr):
+        pieces = re.split(r"(\[[^\]]*\])", part)
+        choices: list[list[str]] = []
+        for piece in pieces:
+            if piece.startswith("["):
+                choices.append(_expand_range(piece[1:-1], expr))
+            elif piece:
+                if "[" in piece or "]" in piece:
+                    raise InvalidRequest(f"invalid hostlist {expr!r}")
+                choices.append([piece])
+        for combo in product(*choices):
+            name = "".join(combo)
+            if name not in seen:
+                seen.add(name)
+                names.append(name)
+            if len(names) > MAX_HOSTS:
+                raise InvalidRequest(f"invalid hostlist {expr!r}: more than {MAX_HOSTS} hosts")
+    return names
+
+
+_NUMERIC_TAIL = re.compile(r"^(.*?)(\d+)$")
+
+
+def compress(names: list[str]) -> str:
+    """The compact expression for ``names`` (order kept, runs merged): a[1-3,5],b."""
+    groups: list[tuple[str, int, list[int]]] = []  # (prefix, width, numbers)
+    plain: list[tuple[int, str]] = []
+    order: list[tuple[str, object]] = []
+    for name in names:
+        m = _NUMERIC_TAIL.match(name)
+        if not m:
+            order.append(("plain", name))
+            plain.append((len(order), name))
+            continue
+        prefix, digits = m.group(1), m.group(2)
+        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
+        for key in groups:
+            if key[0] == prefix and key[1] == width:
+                key[2].append(int(digits))
+                break
+        else:
+            group = (prefix, width, [int(digits)])
+            groups.append(group)
+            order.append(("group", group))
+    out: list[str] = []
+    for kind, item in order:
+        if kind == "plain":
+            out.append(str(item))
+            continue
+        prefix, width, numbers = item  # type: ignore[misc]
+        if len(numbers) == 1:
+            out.append(f"{prefix}{str(numbers[0]).zfill(width)}")
+            continue
+        out.append(f"{prefix}[{_ranges(sorted(set(numbers)), width)}]")
+    return ",".join(out)
+
+
+def _ranges(numbers: list[int], width: int) -> str:
+    spans: list[str] = []
+    start = prev = numbers[0]
+    for n in [*numbers[1:], None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        lo, hi = str(start).zfill(width), str(prev).zfill(width)
+        spans.append(lo if start == prev else f"{lo}-{hi}")
+        if n is not None:
+            start = prev = n
+    return ",".join(spans)

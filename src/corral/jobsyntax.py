@@ -1,0 +1,80 @@
+"""Syntax of --dependency and --array, shared by sbatch (early errors) and ctld (truth).
+
+The scheduler issue enforces them; here they are parsed, checked and normalized.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from corral.errors import InvalidOption
+
+DEPENDENCY_TYPES = ("after", "afterany", "afterok", "afternotok", "aftercorr", "afterburstbuffer",
+                    "singleton")
+MAX_ARRAY_TASKS = 1_000_001  # Slurm's default MaxArraySize is 1001; a hard sanity cap here
+
+
+@dataclass(frozen=True)
+class Dependency:
+    kind: str
+    job_ids: tuple[str, ...]  # "123", "123_4" or "123+5" (after with a delay in minutes)
+
+
+def parse_dependency(text: str) -> tuple[tuple[Dependency, ...], bool]:
+    """Parse ``afterok:1:2,afterany:3`` (all must hold) or ``a?b`` (any may hold).
+
+    Returns the dependencies and whether they are joined with ``?`` (OR)."""
+    s = text.strip()
+    if not s:
+        raise InvalidOption("Job dependency problem: empty --dependency")
+    any_of = "?" in s
+    if any_of and "," in s:
+        raise InvalidOption("Job dependency problem: ',' and '?' cannot be mixed")
+    deps: list[Dependency] = []
+    for part in re.split(r"[,?]", s):
+        kind, _, rest = part.partition(":")
+        kind = kind.strip().lower()
+        if kind not in DEPENDENCY_TYPES:
+            raise InvalidOption(f"Job dependency problem: unknown dependency type {kind!r}")
+        if kind == "singleton":
+            if rest:
+                raise InvalidOption("Job dependency problem: singleton takes no job ids")
+            deps.append(Dependency(kind, ()))
+            continue
+        ids = tuple(x for x in rest.split(":") if x)
+        if not ids:
+            raise InvalidOption(f"Job dependency problem: {kind} needs job ids")
+        for job_id in ids:
+            if not re.fullmatch(r"\d+(_\d+)?(\+\d+)?", job_id):
+                raise InvalidOption(f"Job dependency problem: {job_id!r} is not a job id")
+        deps.append(Dependency(kind, ids))
+    return tuple(deps), any_of
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    task_ids: tuple[int, ...]
+    max_running: int  # the %N throttle; 0: none
+
+
+def parse_array(text: str) -> ArraySpec:
+    """Parse ``0-15``, ``1,3,5``, ``0-15:4``, each with an optional ``%N`` throttle."""
+    s = text.strip()
+    body, _, throttle = s.partition("%")
+    if throttle and not throttle.isdigit():
+        raise InvalidOption(f"Invalid job array specification: {text!r}")
+    ids: set[int] = set()
+    for item in body.split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", item.strip())
+        if not m:
+            raise InvalidOption(f"Invalid job array specification: {text!r}")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        step = int(m.group(3)) if m.group(3) else 1
+        if hi < lo or step < 1 or hi >= MAX_ARRAY_TASKS:
+            raise InvalidOption(f"Invalid job array specification: {text!r}")
+        ids.update(range(lo, hi + 1, step))
+        if len(ids) > MAX_ARRAY_TASKS:
+            raise InvalidOption(f"Invalid job array specification: {text!r} (too many tasks)")
+    return ArraySpec(tuple(sorted(ids)), int(throttle) if throttle else 0)

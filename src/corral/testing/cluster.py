@@ -1,0 +1,307 @@
+"""LocalCluster: real ctld and noded processes under one state directory.
+
+The one harness behind ``corral up``, the integration tests and bench/. Each node is
+a separate noded process with fake GPUs on its own loopback address (127.0.0.2,
+127.0.0.3, ...); the controller's ports are picked free. Everything a cluster owns
+(config, store, logs, pid files, spool, job output) lives under ``state_dir``, so
+clusters in parallel never meet, and ``stop`` (or ``corral down``) ends exactly the
+processes that this state dir's pid files name.
+
+Only the standard library is used here: the harness starts the daemons as
+subprocesses (``python -m ctld``), it never imports them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from corral.rest import Client
+
+DEFAULT_GPU_MODEL = "NVIDIA H100 80GB HBM3"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LocalCluster:
+    state_dir: Path
+    nodes: int = 2
+    gpus_per_node: int = 8
+    cpus_per_node: int = 16
+    memory_mb_per_node: int = 64 * 1024
+    gpu_model: str = DEFAULT_GPU_MODEL
+    cluster_name: str = "corral"
+    heartbeat_interval_s: float = 2.0
+    heartbeat_timeout_s: float = 10.0
+    kill_wait_s: float = 5.0
+    python: str = sys.executable
+    extra_config: str = ""
+    grpc_port: int = 0
+    http_port: int = 0
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir).resolve()
+
+    # ------------------------------------------------------------ layout
+
+    @property
+    def config_path(self) -> Path:
+        return self.state_dir / "corral.toml"
+
+    @property
+    def env_path(self) -> Path:
+        return self.state_dir / "env.sh"
+
+    @property
+    def node_names(self) -> list[str]:
+        width = max(2, len(str(self.nodes)))
+        return [f"node{i + 1:0{width}d}" for i in range(self.nodes)]
+
+    def node_address(self, index: int) -> str:
+        return f"127.0.0.{2 + index}"
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    def env(self) -> dict[str, str]:
+        """Environment for commands that talk to this cluster."""
+        env = dict(os.environ)
+        env["CORRAL_CONF"] = str(self.config_path)
+        env["CORRAL_CTLD_HTTP"] = self.http_address
+        bindir = str(Path(self.python).parent)
+        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+        return env
+
+    def client(self) -> Client:
+        host, _, port = self.http_address.rpartition(":")
+        return Client((host, int(port)))
+
+    def write_config(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        for sub in ("log", "run", "spool"):
+            (self.state_dir / sub).mkdir(exist_ok=True)
+        if not self.grpc_port:
+            self.grpc_port = free_port()
+        if not self.http_port:
+            self.http_port = free_port()
+        nodes_expr = f"node[{self.node_names[0][4:]}-{self.node_names[-1][4:]}]"
+        gpus = ""
+        if self.gpus_per_node:
+            gpus = (f'gpus = {{ backend = "fake", count = {self.gpus_per_node}, '
+                    f'model = "{self.gpu_model}" }}\n')
+        text = f"""# Written by corral's LocalCluster; a local test cluster on loopback.
+cluster_name = "{self.cluster_name}"
+
+[controller]
+host = "127.0.0.1"
+grpc_port = {self.grpc_port}
+http_port = {self.http_port}
+state_dir = "{self.state_dir}"
+kill_wait_s = {self.kill_wait_s}
+sched_interval_s = 2.0
+
+[heartbeat]
+interval_s = {self.heartbeat_interval_s}
+timeout_s = {self.heartbeat_timeout_s}
+
+[noded]
+port = 0
+spool_dir = "{self.state_dir / 'spool'}"
+
+[[nodes]]
+names = "{nodes_expr}"
+cpus = {self.cpus_per_node}
+memory_mb = {self.memory_mb_per_node}
+{gpus}
+[[partitions]]
+name = "debug"
+nodes = "{nodes_expr}"
+default = true
+max_time = "1-00:00:00"
+{self.extra_config}"""
+        self.config_path.write_text(text)
+
+    def write_env_sh(self) -> None:
+        bindir = Path(self.python).parent
+        self.env_path.write_text(
+            f"# source this to point the corral commands at the cluster in {self.state_dir}\n"
+            f"export CORRAL_CONF={self.config_path}\n"
+            f"export CORRAL_CTLD_HTTP={self.http_address}\n"
+            f'export PATH="{bindir}:$PATH"\n'
+        )
+
+    # ------------------------------------------------------------ processes
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.state_dir / "log" / f"{name}.log", "ab")  # noqa: SIM115 - child owns it
+        env = dict(os.environ)
+        env["CORRAL_CONF"] = str(self.config_path)
+        env["PYTHONUNBUFFERED"] = "1"
+        proc = subprocess.Popen(
+            [self.python, *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            env=env, start_new_session=True, cwd=self.state_dir,
+        )
+        log.close()
+        (self.state_dir / "run" / f"{name}.pid").write_text(f"{proc.pid}\n")
+        self.procs[name] = proc
+        return proc
+
+    def start_ctld(self, timeout: float = 30.0) -> None:
+        ready = self.state_dir / "run" / "ctld.ready"
+        ready.unlink(missing_ok=True)
+        self._spawn("ctld", ["-m", "ctld", "-f", str(self.config_path),
+                             "--ready-file", str(ready)])
+        self._wait_file(ready, "ctld", timeout)
+
+    def start_node(self, index: int, timeout: float = 30.0) -> None:
+        name = self.node_names[index]
+        ready = self.state_dir / "run" / f"{name}.ready"
+        ready.unlink(missing_ok=True)
+        self._spawn(name, ["-m", "noded", "-f", str(self.config_path), "--name", name,
+                           "--listen", self.node_address(index), "--port", "0",
+                           "--ready-file", str(ready)])
+        self._wait_file(ready, name, timeout)
+
+    def _wait_file(self, path: Path, name: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        proc = self.procs[name]
+        while not path.exists():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode} while starting; "
+                                   f"log:\n{self.log_tail(name)}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} not ready after {timeout}s; log:\n"
+                                   f"{self.log_tail(name)}")
+            time.sleep(0.02)
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        path = self.state_dir / "log" / f"{name}.log"
+        try:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def start(self, timeout: float = 60.0) -> LocalCluster:
+        """Start ctld and every node; return once every node is registered and idle."""
+        self.write_config()
+        self.write_env_sh()
+        try:
+            self.start_ctld()
+            for i in range(self.nodes):
+                self.start_node(i)
+            self.wait_nodes_up(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_nodes_up(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = self.client().call("GetNodes", {}).get("nodes", [])
+            up = [n for n in nodes if n.get("state") in ("NODE_STATE_IDLE", "NODE_STATE_MIXED",
+                                                         "NODE_STATE_ALLOCATED")]
+            if len(up) == self.nodes:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nodes not up after {timeout}s: {json.dumps(nodes)[:500]}")
+            time.sleep(0.05)
+
+    def stop_process(self, name: str, timeout: float = 15.0) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+            (self.state_dir / "run" / f"{name}.pid").unlink(missing_ok=True)
+            return
+        stop_by_pidfile(self.state_dir, name, timeout)
+
+    def kill_process(self, name: str) -> None:
+        """SIGKILL, as a crash would: nothing gets to clean up."""
+        proc = self.procs.pop(name)
+        proc.kill()
+        proc.wait(10)
+        (self.state_dir / "run" / f"{name}.pid").unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        """Stop nodes first (their jobs end), then ctld."""
+        for name in [n for n in list(self.procs) if n != "ctld"]:
+            self.stop_process(name)
+        if "ctld" in self.procs:
+            self.stop_process("ctld")
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+# ---------------------------------------------------------------- by pid file (corral down)
+
+
+def _is_ours(pid: int, state_dir: Path) -> bool:
+    """The pid still belongs to a daemon of this state dir (pids get reused)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(str(state_dir).encode() in part for part in cmdline)
+
+
+def stop_by_pidfile(state_dir: Path, name: str, timeout: float = 15.0) -> bool:
+    pid_file = state_dir / "run" / f"{name}.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return False
+    if _is_ours(pid, state_dir):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _is_ours(pid, state_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _is_ours(pid, state_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    pid_file.unlink(missing_ok=True)
+    return True
+
+
+def daemon_names(state_dir: Path) -> Iterator[str]:
+    run = state_dir / "run"
+    if run.is_dir():
+        for pid_file in sorted(run.glob("*.pid")):
+            yield pid_file.stem
+
+
+def stop_state_dir(state_dir: Path) -> list[str]:
+    """Stop every daemon this state dir started (nodes first); return their names."""
+    state_dir = state_dir.resolve()
+    names = list(daemon_names(state_dir))
+    stopped = [n for n in names if n != "ctld" and stop_by_pidfile(state_dir, n)]
+    if "ctld" in names and stop_by_pidfile(state_dir, "ctld"):
+        stopped.append("ctld")
+    return stopped

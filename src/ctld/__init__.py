@@ -1,0 +1,1 @@
+"""ctld: the corral controller daemon (queue, state machine, store, scheduler, RPC)."""

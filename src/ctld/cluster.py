@@ -1,0 +1,575 @@
+"""The controller's state and every operation on it.
+
+The in-memory state is authoritative while ctld runs, and every change is committed
+to the store before it is acknowledged or acted on (write-ahead): a submit answers
+after its row is durable, a job is dispatched after its RUNNING row is durable.
+Job states change only through ``jobstate.transition``. All methods run on the one
+asyncio loop, so there is no locking; the only concurrency is the store's writer
+thread, which commits in queue order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal as signal_mod
+from dataclasses import replace
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+import structlog
+
+from corral import hostlist
+from corral.config import ClusterConfig
+from corral.errors import (
+    CorralError,
+    InvalidJobId,
+    InvalidNodeName,
+    InvalidRequest,
+    JobStateConflict,
+)
+from corral.identity import Identity
+from corral.wire import corral_pb2 as pb
+from ctld import jobstate as js
+from ctld.auth import Policy
+from ctld.nodes import NodeRecord
+from ctld.sched import NodeView, PartitionView, Plan, Snapshot, job_shape, schedule
+from ctld.store import Op, Store, insert_job, update_job
+from ctld.validate import NodeCapacity, request_from_spec, validate_spec
+
+log = structlog.get_logger("ctld")
+
+Clock = Callable[[], float]
+
+
+class Dispatcher(Protocol):
+    """How ctld reaches nodes (ctld/dispatch.py over gRPC; tests may record instead)."""
+
+    async def launch(self, node: NodeRecord, request: pb.LaunchJobRequest) -> None: ...
+
+    async def signal(self, node: NodeRecord, request: pb.SignalJobRequest) -> bool: ...
+
+
+class Cluster:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        store: Store,
+        dispatcher: Dispatcher,
+        *,
+        clock: Clock,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.dispatcher = dispatcher
+        self.clock = clock
+        self.policy = Policy(config.controller.operators)
+        self.jobs: dict[int, pb.Job] = {}
+        self.nodes: dict[str, NodeRecord] = {}
+        for entry in config.nodes:
+            for name in entry.names:
+                parts = [p.name for p in config.partitions if name in p.nodes]
+                self.nodes[name] = NodeRecord(name=name, config=entry, partitions=parts)
+        self.next_job_id = 1
+        self.version = 0  # bumped on every change a scheduling pass depends on
+        self.passes = 0
+        self.start_time = clock()
+        self._saved_events: dict[int, int] = {}
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def load(self) -> None:
+        """Rebuild the state from the store (the truth) after a start or restart."""
+        now = self.clock()
+        self.next_job_id = self.store.next_job_id()
+        loaded = self.store.load_jobs(
+            active_states=js.ACTIVE, finished_after=now - self.config.controller.min_job_age_s
+        )
+        for job in loaded:
+            self.jobs[job.job_id] = job
+            self._saved_events[job.job_id] = len(job.events)
+            if job.state in js.ON_NODE:
+                for alloc in job.allocations:
+                    node = self.nodes.get(alloc.node)
+                    if node is not None:
+                        node.allocate(job.job_id, alloc.cpus, alloc.mem_mb,
+                                      list(alloc.gpu_indices))
+        log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
+        self.wake()
+
+    def wake(self) -> None:
+        """Ask for a scheduling pass; many wake-ups before it runs coalesce into one."""
+        self.version += 1
+        self._wake.set()
+
+    def _spawn(self, coro: object) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def run_scheduler(self) -> None:
+        interval = self.config.controller.sched_interval_s
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=interval)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.schedule_pass()
+            except Exception:  # a failed pass must not stop scheduling
+                log.exception("scheduling pass failed")
+
+    async def run_heartbeat_monitor(self) -> None:
+        hb = self.config.heartbeat
+        while True:
+            await asyncio.sleep(min(hb.interval_s, hb.timeout_s / 4))
+            now = self.clock()
+            for node in self.nodes.values():
+                if node.responding and now - node.last_heartbeat > hb.timeout_s:
+                    node.responding = False
+                    node.reason, node.reason_time = "Not responding", now
+                    log.warning("node not responding", node=node.name,
+                                silent_s=round(now - node.last_heartbeat, 1))
+                    self.wake()
+
+    def purge_finished(self) -> None:
+        """Forget finished jobs older than min_job_age (they stay in the store for sacct)."""
+        horizon = self.clock() - self.config.controller.min_job_age_s
+        for job_id in [j.job_id for j in self.jobs.values()
+                       if j.state in js.FINISHED and j.end_time < horizon]:
+            del self.jobs[job_id]
+            self._saved_events.pop(job_id, None)
+
+    # ------------------------------------------------------------ persistence
+
+    def _save(self, job: pb.Job, *, new: bool = False) -> Op:
+        start = self._saved_events.get(job.job_id, 0)
+        op = insert_job(job) if new else update_job(job, job.events[start:])
+        self._saved_events[job.job_id] = len(job.events)
+        return op
+
+    # ------------------------------------------------------------ client operations
+
+    def _capacity(self) -> dict[str, NodeCapacity]:
+        return {
+            n.name: NodeCapacity(n.name, n.resources.cpus, n.resources.memory_mb,
+                                 len(n.resources.gpus), n.gpu_type)
+            for n in self.nodes.values()
+        }
+
+    async def submit(self, who: Identity, spec: pb.JobSpec) -> pb.Job:
+        accepted = validate_spec(spec, self.config, self._capacity())
+        now = self.clock()
+        job_id = self.next_job_id
+        self.next_job_id += 1
+        job = pb.Job(
+            job_id=job_id,
+            spec=spec,
+            user=who.user,
+            uid=who.uid,
+            gid=who.gid,
+            partition=accepted.partitions[0],
+            account=spec.account,
+            time_limit_s=accepted.time_limit_s,
+            submit_time=now,
+            eligible_time=max(now, spec.begin_time),
+            cluster=self.config.cluster_name,
+        )
+        job.spec.partitions[:] = accepted.partitions
+        self._fill_request_totals(job)
+        cause = f"rpc:SubmitJob user={who.user}"
+        js.transition(job, "submitted", cause=cause, now=now)
+        if spec.hold:
+            job.hold = pb.HOLD_USER
+            job.reason = "JobHeldUser"
+            js.transition(job, "held", cause=cause, now=now, detail="sbatch --hold")
+        await self.store.commit(self._save(job, new=True))
+        self.jobs[job_id] = job
+        log.info("job submitted", job_id=job_id, user=who.user, partition=job.partition)
+        self.wake()
+        return job
+
+    @staticmethod
+    def _fill_request_totals(job: pb.Job) -> None:
+        """What squeue shows for a pending job: requested nodes, CPUs, memory, GPUs."""
+        shape = job_shape(request_from_spec(job.spec))
+        job.num_nodes = shape.nodes
+        job.num_tasks = max(job.spec.ntasks, shape.nodes * shape.tasks_per_node)
+        job.num_cpus = shape.nodes * shape.cpus_per_node
+        job.mem_mb = shape.nodes * shape.mem_per_node_mb
+        job.num_gpus = shape.nodes * shape.gpus_per_node
+
+    def select(self, flt: pb.JobFilter) -> list[pb.Job]:
+        """The in-memory jobs matching ``flt`` (all given conditions must hold)."""
+        if flt.job_ids:
+            missing = [i for i in flt.job_ids if i not in self.jobs]
+            if missing and len(missing) == len(flt.job_ids):
+                raise InvalidJobId()
+            jobs = [self.jobs[i] for i in flt.job_ids if i in self.jobs]
+        else:
+            jobs = list(self.jobs.values())
+        users, states = set(flt.users), set(flt.states)
+        names, parts, accts = set(flt.names), set(flt.partitions), set(flt.accounts)
+        return [
+            j for j in jobs
+            if (not users or j.user in users)
+            and (not states or j.state in states)
+            and (not names or j.spec.name in names)
+            and (not parts or j.partition in parts)
+            and (not accts or j.account in accts)
+        ]
+
+    def job(self, job_id: int) -> pb.Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise InvalidJobId()
+        return job
+
+    async def cancel(self, who: Identity, req: pb.CancelJobsRequest) -> list[pb.CancelOutcome]:
+        flt = req.filter
+        if not (flt.job_ids or flt.users or flt.names or flt.states or flt.partitions
+                or flt.accounts):
+            raise InvalidRequest("No job identification provided")
+        outcomes: list[pb.CancelOutcome] = []
+        ops: list[Op] = []
+        signals: list[tuple[NodeRecord, pb.SignalJobRequest]] = []
+        now = self.clock()
+        cause = f"rpc:CancelJobs user={who.user}"
+        known = set(self.jobs)
+        targets = self.select(flt)
+        if flt.job_ids:
+            for missing in [i for i in flt.job_ids if i not in known]:
+                outcomes.append(pb.CancelOutcome(job_id=missing, ok=False, error="InvalidJobId",
+                                                 message=InvalidJobId().message))
+        for job in targets:
+            try:
+                self.policy.check_job(who, job, "signal" if req.signal else "cancel")
+                if req.signal:
+                    signals.append(self._signal_job(job, req.signal, req.batch_only, cause, now))
+                else:
+                    sig = self._cancel_job(job, cause, now)
+                    if sig is not None:
+                        signals.append(sig)
+                ops.append(self._save(job))
+                outcomes.append(pb.CancelOutcome(job_id=job.job_id, ok=True))
+            except CorralError as exc:
+                outcomes.append(pb.CancelOutcome(job_id=job.job_id, ok=False,
+                                                 error=type(exc).__name__, message=exc.message))
+        if ops:
+            await self.store.commit(*ops)
+            self.wake()
+        for node, sig_req in signals:
+            self._spawn(self._send_signal(node, sig_req))
+        return outcomes
+
+    def _cancel_job(self, job: pb.Job, cause: str,
+                    now: float) -> tuple[NodeRecord, pb.SignalJobRequest] | None:
+        if job.state == js.PENDING:
+            js.transition(job, "cancelled", cause=cause, now=now)
+            job.end_time = now
+            job.reason = "None"
+            return None
+        if job.state == js.RUNNING:
+            js.transition(job, "cancel_requested", cause=cause, now=now)
+            return self._batch_node(job), pb.SignalJobRequest(
+                job_id=job.job_id, signal=int(signal_mod.SIGTERM), terminate=True,
+                kill_wait_s=self.config.controller.kill_wait_s)
+        raise JobStateConflict()
+
+    def _signal_job(self, job: pb.Job, sig: int, batch_only: bool, cause: str,
+                    now: float) -> tuple[NodeRecord, pb.SignalJobRequest]:
+        if not 0 < sig < 65:
+            raise InvalidRequest(f"Invalid signal {sig}")
+        if job.state == js.PENDING:
+            raise JobStateConflict("Job is pending execution")
+        if job.state not in js.ON_NODE:
+            raise JobStateConflict()
+        js.transition(job, "signalled", cause=cause, now=now, detail=f"signal {sig}")
+        return self._batch_node(job), pb.SignalJobRequest(job_id=job.job_id, signal=sig,
+                                                          batch_only=batch_only)
+
+    def _batch_node(self, job: pb.Job) -> NodeRecord:
+        node = self.nodes.get(job.batch_host)
+        if node is None:
+            raise JobStateConflict(f"job {job.job_id} has no batch host")
+        return node
+
+    async def _send_signal(self, node: NodeRecord, req: pb.SignalJobRequest) -> None:
+        try:
+            await self.dispatcher.signal(node, req)
+        except CorralError as exc:
+            log.warning("signal not delivered", job_id=req.job_id, node=node.name, error=str(exc))
+
+    async def update_hold(self, who: Identity, req: pb.UpdateJobRequest) -> list[pb.CancelOutcome]:
+        outcomes: list[pb.CancelOutcome] = []
+        ops: list[Op] = []
+        now = self.clock()
+        cause = f"rpc:UpdateJob user={who.user}"
+        for job_id in req.job_ids:
+            try:
+                job = self.job(job_id)
+                self.policy.check_job(who, job, "update")
+                self._apply_hold(who, job, req.action, cause, now)
+                ops.append(self._save(job))
+                outcomes.append(pb.CancelOutcome(job_id=job_id, ok=True))
+            except CorralError as exc:
+                outcomes.append(pb.CancelOutcome(job_id=job_id, ok=False,
+                                                 error=type(exc).__name__, message=exc.message))
+        if ops:
+            await self.store.commit(*ops)
+            self.wake()
+        return outcomes
+
+    def _apply_hold(self, who: Identity, job: pb.Job, action: int, cause: str, now: float) -> None:
+        if job.state != js.PENDING:
+            raise JobStateConflict("Job is no longer pending execution")
+        if action in (pb.JOB_UPDATE_HOLD, pb.JOB_UPDATE_USER_HOLD):
+            admin = action == pb.JOB_UPDATE_HOLD and self.policy.is_operator(who)
+            job.hold = pb.HOLD_ADMIN if admin else pb.HOLD_USER
+            job.reason = "JobHeldAdmin" if admin else "JobHeldUser"
+            job.priority = 0
+            js.transition(job, "held", cause=cause, now=now)
+        elif action == pb.JOB_UPDATE_RELEASE:
+            if job.hold == pb.HOLD_ADMIN:
+                self.policy.check_operator(who, "releasing an admin hold")
+            job.hold = pb.HOLD_NONE
+            job.reason = ""
+            js.transition(job, "released", cause=cause, now=now)
+        else:
+            raise InvalidRequest("unknown job update action")
+
+    # ------------------------------------------------------------ node operations
+
+    def _node(self, name: str) -> NodeRecord:
+        node = self.nodes.get(name)
+        if node is None:
+            raise InvalidNodeName(f"Invalid node name specified: {name}")
+        return node
+
+    def register_node(self, req: pb.RegisterNodeRequest) -> NodeRecord:
+        node = self._node(req.name)
+        now = self.clock()
+        if not req.address or len(req.address) > 256:
+            raise InvalidRequest("a node must register the address of its agent")
+        node.address = req.address
+        node.resources = req.resources
+        node.boot_time, node.version, node.os = req.boot_time, req.version, req.os
+        node.registered = node.responding = True
+        node.last_heartbeat = now
+        if node.reason == "Not responding":
+            node.reason, node.reason_time = "", 0.0
+        log.info("node registered", node=node.name, address=node.address,
+                 cpus=node.resources.cpus, gpus=len(node.resources.gpus),
+                 running=len(req.running_job_ids))
+        self.wake()
+        return node
+
+    def heartbeat(self, req: pb.HeartbeatRequest) -> bool:
+        """Record a heartbeat; False means ctld wants the node to register again."""
+        node = self._node(req.name)
+        if not node.registered:
+            return False
+        node.last_heartbeat = self.clock()
+        if not node.responding:
+            node.responding = True
+            if node.reason == "Not responding":
+                node.reason, node.reason_time = "", 0.0
+            log.info("node responding again", node=node.name)
+            self.wake()
+        return True
+
+    async def report_status(self, req: pb.ReportJobStatusRequest) -> None:
+        """Apply what a node reports about its jobs; repeats of a report change nothing."""
+        node = self._node(req.node)
+        ops: list[Op] = []
+        for upd in req.updates:
+            job = self.jobs.get(upd.job_id)
+            if job is None or job.state not in js.ON_NODE or job.batch_host != node.name:
+                continue  # already finished (a retried report) or not this node's job
+            cause = f"node:{node.name} report"
+            if upd.kind == pb.JobStatusUpdate.KIND_EXITED:
+                self._finish(job, upd, cause)
+            elif upd.kind == pb.JobStatusUpdate.KIND_LAUNCH_FAILED:
+                js.transition(job, "launch_failed", cause=cause, now=self.clock(),
+                              detail=upd.detail[:1024])
+                job.end_time = upd.time or self.clock()
+                job.exit_code = 1
+                job.reason = "launch failed"
+                self._release(job)
+            else:
+                continue
+            ops.append(self._save(job))
+        if ops:
+            await self.store.commit(*ops)
+            self.wake()
+
+    def _finish(self, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> None:
+        if job.state == js.COMPLETING or upd.signalled_by_request:
+            final = js.CANCELLED
+        elif upd.exit_signal:
+            final = js.FAILED
+        elif upd.exit_code == 0:
+            final = js.COMPLETED
+        else:
+            final = js.FAILED
+        job.exit_code = max(0, min(upd.exit_code, 255))
+        job.exit_signal = max(0, min(upd.exit_signal, 64))
+        job.end_time = max(upd.time, job.start_time) if upd.time else self.clock()
+        job.reason = "NonZeroExitCode" if final == js.FAILED and upd.exit_code else "None"
+        js.transition(job, "exited", cause=cause, now=self.clock(), to=final,
+                      detail=f"exit {job.exit_code}:{job.exit_signal}")
+        self._release(job)
+        log.info("job ended", job_id=job.job_id, node=job.batch_host,
+                 state=js.state_name(final), exit_code=job.exit_code, signal=job.exit_signal)
+
+    def _release(self, job: pb.Job) -> None:
+        for alloc in job.allocations:
+            node = self.nodes.get(alloc.node)
+            if node is not None:
+                node.release(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
+
+    # ------------------------------------------------------------ scheduling
+
+    def snapshot(self) -> Snapshot:
+        nodes = tuple(
+            NodeView(
+                name=n.name,
+                cpus_total=n.resources.cpus,
+                mem_total_mb=n.resources.memory_mb,
+                gpus_total=len(n.resources.gpus),
+                cpus_free=max(0, n.resources.cpus - n.alloc_cpus),
+                mem_free_mb=max(0, n.resources.memory_mb - n.alloc_mem_mb),
+                gpus_free=tuple(i for i in n.gpu_indices if i not in n.alloc_gpus),
+                gpu_type=n.gpu_type,
+                schedulable=n.schedulable,
+                idle=not n.job_ids,
+            )
+            for n in self.nodes.values()
+        )
+        parts = tuple(
+            PartitionView(p.name, p.nodes, p.state, p.max_nodes, p.max_time_s)
+            for p in self.config.partitions
+        )
+        now = self.clock()
+        pending = []
+        for job in sorted((j for j in self.jobs.values() if j.state == js.PENDING),
+                          key=lambda j: (j.submit_time, j.job_id)):
+            blocked = ""
+            if job.hold == pb.HOLD_USER:
+                blocked = "JobHeldUser"
+            elif job.hold == pb.HOLD_ADMIN:
+                blocked = "JobHeldAdmin"
+            elif job.eligible_time > now:
+                blocked = "BeginTime"
+            req = request_from_spec(job.spec, job.job_id, job.spec.partitions, job.time_limit_s)
+            pending.append(replace(req, blocked_reason=blocked) if blocked else req)
+        return Snapshot(version=self.version, now=now, nodes=nodes, partitions=parts,
+                        pending=tuple(pending))
+
+    async def schedule_pass(self) -> None:
+        self.passes += 1
+        snap = self.snapshot()
+        plan = schedule(snap)
+        await self.apply_plan(plan, pass_no=self.passes)
+
+    async def apply_plan(self, plan: Plan, *, pass_no: int) -> None:
+        if plan.snapshot_version != self.version:
+            log.info("stale plan dropped", plan_version=plan.snapshot_version,
+                     version=self.version)
+            self.wake()
+            return
+        now = self.clock()
+        for job_id, reason in plan.reasons.items():
+            job = self.jobs.get(job_id)
+            if job is not None and job.state == js.PENDING:
+                job.reason = reason
+        ops: list[Op] = []
+        launches: list[pb.Job] = []
+        for start in plan.starts:
+            job = self.jobs.get(start.job_id)
+            if job is None or job.state != js.PENDING:
+                continue
+            for p in start.placements:
+                self.nodes[p.node].allocate(job.job_id, p.cpus, p.mem_mb, list(p.gpu_indices))
+            del job.allocations[:]
+            for p in start.placements:
+                job.allocations.add(node=p.node, cpus=p.cpus, mem_mb=p.mem_mb,
+                                    gpu_indices=list(p.gpu_indices))
+            job.partition = start.partition
+            job.nodelist = hostlist.compress([p.node for p in start.placements])
+            job.batch_host = start.placements[0].node
+            job.num_nodes = len(start.placements)
+            job.num_cpus = sum(p.cpus for p in start.placements)
+            job.mem_mb = sum(p.mem_mb for p in start.placements)
+            job.num_gpus = sum(len(p.gpu_indices) for p in start.placements)
+            job.start_time = now
+            job.reason = "None"
+            js.transition(job, "started", cause=f"sched:pass={pass_no}", now=now,
+                          detail=f"nodes={job.nodelist}")
+            ops.append(self._save(job))
+            launches.append(job)
+        if not ops:
+            return
+        self.version += 1
+        await self.store.commit(*ops)  # RUNNING is durable before any node hears of it
+        for job in launches:
+            self._spawn(self._launch(job))
+
+    async def _launch(self, job: pb.Job) -> None:
+        node = self.nodes[job.batch_host]
+        request = pb.LaunchJobRequest(job=job, cluster=self.config.cluster_name)
+        try:
+            await self.dispatcher.launch(node, request)
+            log.info("job launched", job_id=job.job_id, node=node.name)
+        except CorralError as exc:
+            if job.state != js.RUNNING:
+                return
+            now = self.clock()
+            log.warning("launch failed, requeued", job_id=job.job_id, node=node.name,
+                        error=str(exc))
+            node.responding = False
+            node.reason, node.reason_time = "Not responding", now
+            self._release(job)
+            del job.allocations[:]
+            job.nodelist = job.batch_host = ""
+            job.start_time = 0
+            job.restart_count += 1
+            js.transition(job, "requeued", cause=f"dispatch:{node.name} unreachable", now=now,
+                          detail=str(exc)[:512])
+            self._fill_request_totals(job)
+            job.reason = "Resources"
+            await self.store.commit(self._save(job))
+            self.wake()
+
+    # ------------------------------------------------------------ queries
+
+    def node_list(self, names: Iterable[str]) -> list[pb.Node]:
+        wanted = list(names)
+        if wanted:
+            expanded = [n for expr in wanted for n in hostlist.expand(expr)]
+            return [self._node(n).to_wire() for n in expanded]
+        return [n.to_wire() for n in self.nodes.values()]
+
+    def partition_list(self, names: Iterable[str]) -> list[pb.Partition]:
+        wanted = set(names)
+        out = []
+        default = self.config.default_partition
+        for p in self.config.partitions:
+            if wanted and p.name not in wanted:
+                continue
+            members = [self.nodes[n] for n in p.nodes]
+            out.append(pb.Partition(
+                name=p.name, nodes=hostlist.compress(list(p.nodes)),
+                is_default=default is not None and default.name == p.name,
+                state=p.state, max_time_s=p.max_time_s, default_time_s=p.default_time_s,
+                max_nodes=p.max_nodes, total_nodes=len(members),
+                total_cpus=sum(n.resources.cpus for n in members),
+                total_gpus=sum(len(n.resources.gpus) for n in members),
+                priority_tier=p.priority_tier, allow_accounts=p.allow_accounts,
+            ))
+        if wanted and not out:
+            raise InvalidRequest(f"Partition {sorted(wanted)[0]} not found")
+        return out
+

@@ -1,0 +1,71 @@
+"""ctld's HTTP/JSON gateway: the Controller service for clients that avoid gRPC.
+
+``POST /corral.v1.Controller/<Method>`` with the request message in proto3's JSON
+mapping returns the response message the same way; errors return a JSON object
+``{"error": <CorralError class>, "code": <gRPC status>, "message": ...}`` with an
+HTTP status to match. The short-lived commands use it (a Python command that
+imports grpc cannot start in under ~200 ms); the proto stays the one schema.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+from aiohttp import web
+from google.protobuf import json_format
+
+from corral.errors import CorralError, InvalidRequest
+from ctld.rpc import ControllerApi
+
+log = structlog.get_logger("ctld.gateway")
+MAX_BODY = 8 * 1024 * 1024  # a 4 MiB script plus its environment, with room
+
+_HTTP_STATUS = {
+    "INVALID_ARGUMENT": 400,
+    "NOT_FOUND": 404,
+    "PERMISSION_DENIED": 403,
+    "UNAUTHENTICATED": 401,
+    "FAILED_PRECONDITION": 409,
+    "UNAVAILABLE": 503,
+    "INTERNAL": 500,
+    "UNKNOWN": 500,
+}
+
+
+def _error(exc: CorralError) -> web.Response:
+    body = {"error": type(exc).__name__, "code": exc.grpc_code, "message": exc.message}
+    return web.json_response(body, status=_HTTP_STATUS.get(exc.grpc_code, 500))
+
+
+def make_app(api: ControllerApi) -> web.Application:
+    async def handle(request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        entry = api.methods.get(method)
+        if entry is None:
+            return _error(InvalidRequest(f"unknown method {method!r}"))
+        req_type, _ = entry
+        try:
+            raw = await request.read()
+            message = req_type()
+            if raw.strip():
+                json_format.Parse(raw, message, ignore_unknown_fields=False,
+                                  max_recursion_depth=32)
+        except (json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+            return _error(InvalidRequest(f"malformed {req_type.__name__}: {exc}"))
+        metadata = {k.lower(): v for k, v in request.headers.items()}
+        try:
+            reply = await api.call(method, message, metadata)
+        except CorralError as exc:
+            return _error(exc)
+        except Exception:
+            log.exception("gateway handler failed", method=method)
+            return _error(CorralError("internal error in ctld (see its log)"))
+        payload: dict[str, Any] = json_format.MessageToDict(reply)
+        return web.Response(body=json.dumps(payload, separators=(",", ":")),
+                            content_type="application/json")
+
+    app = web.Application(client_max_size=MAX_BODY)
+    app.router.add_post("/corral.v1.Controller/{method}", handle)
+    return app

@@ -1,0 +1,106 @@
+"""ctld's view of one node: what it has, what is allocated on it, whether it is usable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from corral.config import NodeConfig
+from corral.gres import gpu_type_from_model
+from corral.wire import corral_pb2 as pb
+
+NS = pb.NodeState
+
+
+@dataclass
+class NodeRecord:
+    name: str
+    config: NodeConfig
+    partitions: list[str]
+    resources: pb.NodeResources = field(default_factory=pb.NodeResources)
+    address: str = ""
+    registered: bool = False
+    responding: bool = False
+    drain: bool = False
+    reason: str = ""
+    reason_time: float = 0.0
+    last_heartbeat: float = 0.0
+    boot_time: float = 0.0
+    version: str = ""
+    os: str = ""
+    alloc_cpus: int = 0
+    alloc_mem_mb: int = 0
+    alloc_gpus: set[int] = field(default_factory=set)
+    job_ids: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if not self.resources.cpus and self.config.cpus:
+            # configured size stands in until the node registers its real one
+            self.resources.cpus = self.config.cpus
+            self.resources.memory_mb = self.config.memory_mb
+            for i in range(self.config.gpus.count):
+                self.resources.gpus.add(index=i, model=self.config.gpus.model,
+                                        memory_mb=self.config.gpus.memory_mb)
+
+    @property
+    def gpu_type(self) -> str:
+        if self.config.gpus.type:
+            return self.config.gpus.type
+        return gpu_type_from_model(self.resources.gpus[0].model) if self.resources.gpus else ""
+
+    @property
+    def gpu_indices(self) -> list[int]:
+        return sorted(g.index for g in self.resources.gpus)
+
+    @property
+    def schedulable(self) -> bool:
+        return self.registered and self.responding and not self.drain
+
+    @property
+    def state(self) -> int:
+        busy = bool(self.job_ids)
+        if self.drain:
+            return NS.NODE_STATE_DRAINING if busy else NS.NODE_STATE_DRAIN
+        if not self.registered:
+            return NS.NODE_STATE_UNKNOWN
+        if not self.responding:
+            return NS.NODE_STATE_DOWN
+        if not busy:
+            return NS.NODE_STATE_IDLE
+        full = self.alloc_cpus >= self.resources.cpus or (
+            bool(self.resources.gpus) and len(self.alloc_gpus) >= len(self.resources.gpus)
+        )
+        return NS.NODE_STATE_ALLOCATED if full else NS.NODE_STATE_MIXED
+
+    def allocate(self, job_id: int, cpus: int, mem_mb: int, gpus: list[int]) -> None:
+        self.alloc_cpus += cpus
+        self.alloc_mem_mb += mem_mb
+        self.alloc_gpus.update(gpus)
+        self.job_ids.add(job_id)
+
+    def release(self, job_id: int, cpus: int, mem_mb: int, gpus: list[int]) -> None:
+        if job_id not in self.job_ids:
+            return
+        self.job_ids.discard(job_id)
+        self.alloc_cpus = max(0, self.alloc_cpus - cpus)
+        self.alloc_mem_mb = max(0, self.alloc_mem_mb - mem_mb)
+        self.alloc_gpus.difference_update(gpus)
+
+    def to_wire(self) -> pb.Node:
+        return pb.Node(
+            name=self.name,
+            address=self.address,
+            state=self.state,  # type: ignore[arg-type]
+            reason=self.reason,
+            resources=self.resources,
+            alloc_cpus=self.alloc_cpus,
+            alloc_mem_mb=self.alloc_mem_mb,
+            alloc_gpus=len(self.alloc_gpus),
+            partitions=self.partitions,
+            last_heartbeat=self.last_heartbeat,
+            boot_time=self.boot_time,
+            version=self.version,
+            os=self.os,
+            reason_time=self.reason_time,
+            job_ids=sorted(self.job_ids),
+            gpu_type=self.gpu_type,
+        )

@@ -1,0 +1,184 @@
+"""RPC handlers: thin adapters from requests to Cluster operations.
+
+``ControllerApi`` holds the Controller methods, independent of transport: the gRPC
+servicer and the HTTP/JSON gateway both call it with a parsed request and the
+caller's metadata, so the two transports cannot drift apart. Errors leave as
+CorralError; each transport maps them with the class's own ``grpc_code``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import grpc
+import structlog
+from google.protobuf.message import Message
+
+from corral import __version__
+from corral.errors import CorralError, InvalidRequest
+from corral.identity import Identity
+from corral.wire import corral_pb2 as pb
+from corral.wire import corral_pb2_grpc as pbg
+from ctld.auth import Authenticator
+from ctld.cluster import Cluster
+
+log = structlog.get_logger("ctld.rpc")
+ERROR_KEY = "x-corral-error"  # trailing metadata: the CorralError class name
+
+Handler = Callable[[Any, Identity], Awaitable[Message]]
+
+
+class ControllerApi:
+    """The Controller service, as plain async methods (request, identity) -> response."""
+
+    def __init__(self, cluster: Cluster, auth: Authenticator) -> None:
+        self.cluster = cluster
+        self.auth = auth
+        self.methods: dict[str, tuple[type[Message], Handler]] = {
+            "SubmitJob": (pb.SubmitJobRequest, self.submit_job),
+            "CancelJobs": (pb.CancelJobsRequest, self.cancel_jobs),
+            "GetJobs": (pb.GetJobsRequest, self.get_jobs),
+            "QueryAccounting": (pb.QueryAccountingRequest, self.query_accounting),
+            "GetNodes": (pb.GetNodesRequest, self.get_nodes),
+            "GetPartitions": (pb.GetPartitionsRequest, self.get_partitions),
+            "UpdateJob": (pb.UpdateJobRequest, self.update_job),
+            "GetClusterInfo": (pb.GetClusterInfoRequest, self.get_cluster_info),
+        }
+
+    async def call(self, method: str, request: Message, metadata: Mapping[str, str]) -> Message:
+        who = self.auth.identify(metadata)
+        _, handler = self.methods[method]
+        return await handler(request, who)
+
+    async def submit_job(self, req: pb.SubmitJobRequest, who: Identity) -> pb.SubmitJobResponse:
+        if not req.HasField("spec"):
+            raise InvalidRequest("SubmitJob needs a job spec")
+        job = await self.cluster.submit(who, req.spec)
+        return pb.SubmitJobResponse(job_id=job.job_id, cluster=job.cluster)
+
+    async def cancel_jobs(self, req: pb.CancelJobsRequest, who: Identity) -> pb.CancelJobsResponse:
+        return pb.CancelJobsResponse(outcomes=await self.cluster.cancel(who, req))
+
+    async def get_jobs(self, req: pb.GetJobsRequest, who: Identity) -> pb.GetJobsResponse:
+        resp = pb.GetJobsResponse(now=self.cluster.clock())
+        for job in sorted(self.cluster.select(req.filter), key=lambda j: j.job_id):
+            out = resp.jobs.add()
+            out.CopyFrom(job)
+            if not req.with_events:
+                del out.events[:]
+            if not req.with_spec:
+                out.spec.ClearField("script")
+                out.spec.ClearField("environment")
+        return resp
+
+    async def query_accounting(
+        self, req: pb.QueryAccountingRequest, who: Identity
+    ) -> pb.QueryAccountingResponse:
+        flt = req.filter
+        jobs = await asyncio.to_thread(
+            self.cluster.store.query_jobs,
+            job_ids=list(flt.job_ids), users=list(flt.users),
+            states=[int(s) for s in flt.states], start_after=req.start_after,
+            end_before=req.end_before, limit=req.limit,
+        )
+        resp = pb.QueryAccountingResponse(now=self.cluster.clock())
+        for job in jobs:
+            job.spec.ClearField("script")
+            job.spec.ClearField("environment")
+            resp.jobs.append(job)
+        return resp
+
+    async def get_nodes(self, req: pb.GetNodesRequest, who: Identity) -> pb.GetNodesResponse:
+        return pb.GetNodesResponse(nodes=self.cluster.node_list(req.names),
+                                   now=self.cluster.clock())
+
+    async def get_partitions(
+        self, req: pb.GetPartitionsRequest, who: Identity
+    ) -> pb.GetPartitionsResponse:
+        return pb.GetPartitionsResponse(partitions=self.cluster.partition_list(req.names))
+
+    async def update_job(self, req: pb.UpdateJobRequest, who: Identity) -> pb.UpdateJobResponse:
+        return pb.UpdateJobResponse(outcomes=await self.cluster.update_hold(who, req))
+
+    async def get_cluster_info(
+        self, req: pb.GetClusterInfoRequest, who: Identity
+    ) -> pb.GetClusterInfoResponse:
+        return pb.GetClusterInfoResponse(
+            cluster=self.cluster.config.cluster_name, version=__version__,
+            start_time=self.cluster.start_time, next_job_id=self.cluster.next_job_id,
+        )
+
+
+def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: CorralError) -> None:
+    context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
+    await context.abort(getattr(grpc.StatusCode, exc.grpc_code), exc.message)
+
+
+def _grpc_method(name: str) -> Callable[..., Awaitable[Message]]:
+    async def method(self: ControllerServicer, request: Message,
+                     context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+        try:
+            return await self.api.call(name, request, _metadata(context))
+        except CorralError as exc:
+            await _abort(context, exc)
+            raise  # unreachable: abort raises
+
+    method.__name__ = name
+    return method
+
+
+class ControllerServicer(pbg.ControllerServicer):
+    def __init__(self, api: ControllerApi) -> None:
+        self.api = api
+
+
+for _name in ("SubmitJob", "CancelJobs", "GetJobs", "QueryAccounting", "GetNodes",
+              "GetPartitions", "UpdateJob", "GetClusterInfo"):
+    setattr(ControllerServicer, _name, _grpc_method(_name))
+
+
+class NodeControllerServicer(pbg.NodeControllerServicer):
+    """noded -> ctld. Node authentication (munge/mTLS) slots in through ``auth`` later."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    async def RegisterNode(  # noqa: N802 - gRPC method name
+        self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.RegisterNodeResponse:
+        try:
+            self.cluster.register_node(request)
+        except CorralError as exc:
+            await _abort(context, exc)
+        return pb.RegisterNodeResponse(
+            cluster=self.cluster.config.cluster_name,
+            heartbeat_interval_s=self.cluster.config.heartbeat.interval_s,
+        )
+
+    async def Heartbeat(  # noqa: N802
+        self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.HeartbeatResponse:
+        try:
+            known = self.cluster.heartbeat(request)
+        except CorralError as exc:
+            await _abort(context, exc)
+            raise
+        return pb.HeartbeatResponse(reregister=not known)
+
+    async def ReportJobStatus(  # noqa: N802
+        self, request: pb.ReportJobStatusRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ReportJobStatusResponse:
+        try:
+            await self.cluster.report_status(request)
+        except CorralError as exc:
+            await _abort(context, exc)
+        return pb.ReportJobStatusResponse()
+
+
+__all__ = ["ERROR_KEY", "ControllerApi", "ControllerServicer", "NodeControllerServicer"]

@@ -1,0 +1,81 @@
+"""ctld's process: store, state, scheduler, gRPC server and HTTP gateway, in one loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+
+import structlog
+from aiohttp import web
+from grpc import aio
+
+from corral.config import ClusterConfig
+from corral.wire import corral_pb2_grpc as pbg
+from ctld.auth import ClaimedIdentity
+from ctld.cluster import Cluster
+from ctld.dispatch import GrpcDispatcher
+from ctld.gateway import make_app
+from ctld.rpc import ControllerApi, ControllerServicer, NodeControllerServicer
+from ctld.store import Store
+
+log = structlog.get_logger("ctld")
+PURGE_INTERVAL_S = 30.0
+
+
+async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
+    ctl = config.controller
+    os.makedirs(ctl.state_dir, exist_ok=True)
+    store = Store(ctl.effective_store_url, sqlite_synchronous=ctl.sqlite_synchronous)
+    store.open()
+    dispatcher = GrpcDispatcher()
+    cluster = Cluster(config, store, dispatcher, clock=time.time)
+    cluster.load()
+    api = ControllerApi(cluster, ClaimedIdentity())
+
+    server = aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)])
+    pbg.add_ControllerServicer_to_server(ControllerServicer(api), server)
+    pbg.add_NodeControllerServicer_to_server(NodeControllerServicer(cluster), server)
+    grpc_port = server.add_insecure_port(f"{ctl.bind_host}:{ctl.grpc_port}")
+    if grpc_port == 0:
+        raise SystemExit(f"ctld: cannot listen on {ctl.bind_host}:{ctl.grpc_port}")
+    await server.start()
+
+    runner = web.AppRunner(make_app(api), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, ctl.bind_host, ctl.http_port, reuse_address=True)
+    await site.start()
+    log.info("ctld listening", grpc=f"{ctl.bind_host}:{grpc_port}",
+             http=f"{ctl.bind_host}:{ctl.http_port}", store=store.url,
+             cluster=config.cluster_name, nodes=len(cluster.nodes))
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    async def purge() -> None:
+        while True:
+            await asyncio.sleep(PURGE_INTERVAL_S)
+            cluster.purge_finished()
+
+    tasks = [asyncio.create_task(t) for t in
+             (cluster.run_scheduler(), cluster.run_heartbeat_monitor(), purge())]
+    if ready_file:
+        with open(ready_file + ".tmp", "w") as fh:
+            fh.write(f"{os.getpid()} {grpc_port} {ctl.http_port}\n")
+        os.replace(ready_file + ".tmp", ready_file)
+    await stop.wait()
+    log.info("ctld stopping")
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await t
+    await runner.cleanup()
+    await server.stop(grace=2)
+    await dispatcher.close()
+    store.close()  # drains the writer: every queued commit is made durable or failed
+    log.info("ctld stopped")

@@ -1,0 +1,176 @@
+"""Submit-time checks of a JobSpec: everything ctld must refuse before it stores a job.
+
+Each refusal is an InvalidRequest subclass with Slurm's message, so sbatch prints
+what Slurm would and no job is created. The spec arrives from the network: every
+field is bounded here, whatever the client claims to have checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from corral import hostlist
+from corral.config import ClusterConfig, PartitionConfig
+from corral.errors import (
+    CorralError,
+    InvalidAccount,
+    InvalidOption,
+    InvalidPartition,
+    InvalidRequest,
+    NodeConfigUnavailable,
+)
+from corral.jobsyntax import parse_array, parse_dependency
+from corral.slurmfmt import UNLIMITED
+from corral.wire import corral_pb2 as pb
+from ctld.sched import JobRequest, job_shape
+from ctld.sched.shape import Shape, fits_empty
+
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # Slurm's default max_script_size
+MAX_ENV_BYTES = 1024 * 1024
+MAX_NAME = 256
+MAX_PATH = 4096
+MAX_COUNT = 1 << 20
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    name: str
+    cpus: int  # 0: not known yet (never registered, not configured)
+    mem_mb: int
+    gpus: int
+    gpu_type: str
+
+
+@dataclass(frozen=True)
+class Accepted:
+    partitions: tuple[str, ...]
+    time_limit_s: int
+
+
+def _check_text(value: str, what: str, limit: int) -> None:
+    if len(value) > limit:
+        raise InvalidOption(f"{what} is longer than {limit} characters")
+    if "\x00" in value:
+        raise InvalidOption(f"{what} contains a NUL byte")
+
+
+def request_from_spec(spec: pb.JobSpec, job_id: int = 0, partitions: Iterable[str] = (),
+                      time_limit_s: int = UNLIMITED) -> JobRequest:
+    return JobRequest(
+        job_id=job_id,
+        partitions=tuple(partitions),
+        nodes_min=spec.nodes_min,
+        nodes_max=spec.nodes_max,
+        ntasks=spec.ntasks or 1,
+        ntasks_per_node=spec.ntasks_per_node,
+        cpus_per_task=spec.cpus_per_task or 1,
+        mem_per_node_mb=spec.mem_per_node_mb,
+        mem_per_cpu_mb=spec.mem_per_cpu_mb,
+        gpus_per_node=spec.gpus_per_node,
+        gpus_total=spec.gpus,
+        gpu_type=spec.gpu_type,
+        exclusive=spec.exclusive,
+        nodelist=tuple(hostlist.expand(spec.nodelist)) if spec.nodelist else (),
+        exclude=tuple(hostlist.expand(spec.exclude)) if spec.exclude else (),
+        time_limit_s=time_limit_s,
+    )
+
+
+def validate_spec(
+    spec: pb.JobSpec, config: ClusterConfig, capacity: dict[str, NodeCapacity]
+) -> Accepted:
+    """Check ``spec`` against the cluster; return the defaults ctld fills in."""
+    script = spec.script
+    if not script.startswith("#!"):
+        raise InvalidOption(
+            "This does not look like a batch script. The first line must start with #! "
+            "followed by the path to an interpreter."
+        )
+    if len(script.encode()) > MAX_SCRIPT_BYTES:
+        raise InvalidOption(f"Batch script is larger than {MAX_SCRIPT_BYTES} bytes")
+    if "\x00" in script:
+        raise InvalidOption("Batch script contains a NUL character")
+    _check_text(spec.name, "job name", MAX_NAME)
+    for what, value in (("working directory", spec.work_dir), ("--output", spec.stdout_pattern),
+                        ("--error", spec.stderr_pattern), ("--input", spec.stdin_path)):
+        _check_text(value, what, MAX_PATH)
+    if not spec.work_dir.startswith("/"):
+        raise InvalidOption("the working directory must be an absolute path")
+    env_bytes = sum(len(k) + len(v) for k, v in spec.environment.items())
+    if env_bytes > MAX_ENV_BYTES:
+        raise InvalidOption(f"the job environment is larger than {MAX_ENV_BYTES} bytes")
+    for key in spec.environment:
+        if not key or "=" in key or "\x00" in key or "\x00" in spec.environment[key]:
+            raise InvalidOption(f"invalid environment variable name {key[:40]!r}")
+    _check_text(spec.comment, "comment", 4096)
+    _check_text(spec.submit_line, "submit line", 65536)
+    _check_text(spec.account, "account", 64)
+    for what, value in (("-N", spec.nodes_min), ("-N", spec.nodes_max), ("-n", spec.ntasks),
+                        ("--ntasks-per-node", spec.ntasks_per_node),
+                        ("-c", spec.cpus_per_task), ("--gpus", spec.gpus),
+                        ("--gpus-per-node", spec.gpus_per_node)):
+        if value > MAX_COUNT:
+            raise InvalidOption(f"{what} {value} is out of range")
+    if spec.nodes_max and spec.nodes_max < spec.nodes_min:
+        raise InvalidRequest("Node count specification invalid")
+    if spec.mem_per_node_mb and spec.mem_per_cpu_mb:
+        raise InvalidOption("--mem and --mem-per-cpu are mutually exclusive")
+    if spec.time_limit_s < UNLIMITED:
+        raise InvalidOption("Requested time limit is invalid (missing or exceeds some limit)")
+    if spec.dependency:
+        parse_dependency(spec.dependency)
+    if spec.array:
+        parse_array(spec.array)
+    try:
+        req = request_from_spec(spec)
+    except CorralError as exc:
+        raise InvalidOption(f"invalid node list: {exc}") from None
+
+    by_name = {p.name: p for p in config.partitions}
+    names = list(spec.partitions)
+    if not names:
+        default = config.default_partition
+        if default is None:
+            raise InvalidPartition("No partition specified or system default partition")
+        names = [default.name]
+    parts: list[PartitionConfig] = []
+    for name in names:
+        if name not in by_name:
+            raise InvalidPartition(f"Invalid partition name specified: {name}")
+        parts.append(by_name[name])
+    if spec.account:
+        allowed = [p for p in parts if not p.allow_accounts or spec.account in p.allow_accounts]
+        if not allowed:
+            raise InvalidAccount()
+        parts = allowed
+    for name in (*req.nodelist, *req.exclude):
+        if name not in capacity:
+            raise InvalidRequest(f"Invalid node name specified: {name}")
+
+    shape = job_shape(req)
+    if not any(_partition_can_ever_run(p, req, shape, capacity) for p in parts):
+        raise NodeConfigUnavailable()
+    first = parts[0]
+    limit = spec.time_limit_s
+    if limit == 0:
+        limit = first.default_time_s if first.default_time_s != UNLIMITED else first.max_time_s
+    return Accepted(partitions=tuple(p.name for p in parts), time_limit_s=limit)
+
+
+def _partition_can_ever_run(part: PartitionConfig, req: JobRequest, shape: Shape,
+                            capacity: dict[str, NodeCapacity]) -> bool:
+    nodes = [capacity[n] for n in part.nodes if n in capacity and n not in req.exclude]
+    if req.nodelist:
+        if any(n not in part.nodes for n in req.nodelist):
+            return False
+        nodes = [n for n in nodes if n.name in req.nodelist]
+    if part.max_nodes and shape.nodes > part.max_nodes:
+        return True  # Slurm keeps it pending with PartitionNodeLimit
+    fitting = [
+        n for n in nodes
+        if n.cpus == 0  # capacity unknown until it registers: give it the benefit of the doubt
+        or (fits_empty(shape, n.cpus, n.mem_mb, n.gpus)
+            and (not req.gpu_type or not shape.gpus_per_node or req.gpu_type == n.gpu_type))
+    ]
+    return len(fitting) >= shape.nodes

@@ -1,0 +1,1 @@
+"""noded: the corral node agent (discovery, registration, launching, reporting)."""

@@ -1,0 +1,130 @@
+"""noded's two faces: the NodeAgent service ctld calls, and the link to ctld.
+
+The link registers, heartbeats, and delivers job status updates from an outbox
+that survives ctld being away: updates are sent in batches and dropped only once
+ctld has acknowledged them (ctld makes them durable before it answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+import time
+from typing import Any
+
+import grpc
+import structlog
+from grpc import aio
+
+from corral import __version__
+from corral.errors import CorralError
+from corral.wire import corral_pb2 as pb
+from corral.wire import corral_pb2_grpc as pbg
+from noded.launcher import Launcher
+
+log = structlog.get_logger("noded")
+RPC_TIMEOUT_S = 10.0
+MAX_BACKOFF_S = 5.0
+
+
+class NodeAgentServicer(pbg.NodeAgentServicer):
+    def __init__(self, launcher: Launcher) -> None:
+        self.launcher = launcher
+
+    async def LaunchJob(  # noqa: N802 - gRPC method name
+        self, request: pb.LaunchJobRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.LaunchJobResponse:
+        await self.launcher.launch(request.job, request.cluster)
+        return pb.LaunchJobResponse()
+
+    async def SignalJob(  # noqa: N802
+        self, request: pb.SignalJobRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.SignalJobResponse:
+        try:
+            found = self.launcher.signal(request)
+        except CorralError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return pb.SignalJobResponse(found=found)
+
+
+class ControllerLink:
+    def __init__(self, ctld_address: str, name: str, address: str,
+                 resources: pb.NodeResources, launcher: Launcher,
+                 heartbeat_interval_s: float) -> None:
+        self.name = name
+        self.address = address
+        self.resources = resources
+        self.launcher = launcher
+        self.interval = heartbeat_interval_s
+        self.boot_time = time.time()
+        self.channel = aio.insecure_channel(ctld_address)
+        self.stub = pbg.NodeControllerStub(self.channel)
+        self.outbox: list[pb.JobStatusUpdate] = []
+        self._outbox_ready = asyncio.Event()
+        self.registered = asyncio.Event()
+
+    def report(self, update: pb.JobStatusUpdate) -> None:
+        self.outbox.append(update)
+        self._outbox_ready.set()
+
+    async def register(self) -> None:
+        req = pb.RegisterNodeRequest(
+            name=self.name, address=self.address, resources=self.resources,
+            boot_time=self.boot_time, version=__version__,
+            os=f"{platform.system()} {platform.release()}",
+            running_job_ids=self.launcher.running_job_ids(),
+        )
+        reply = await self.stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
+        if reply.heartbeat_interval_s > 0:
+            self.interval = reply.heartbeat_interval_s
+        self.registered.set()
+        log.info("registered with ctld", node=self.name, cluster=reply.cluster)
+
+    async def run_heartbeats(self) -> None:
+        backoff = 0.2
+        while True:
+            try:
+                if not self.registered.is_set():
+                    await self.register()
+                reply = await self.stub.Heartbeat(
+                    pb.HeartbeatRequest(name=self.name,
+                                        running_job_ids=self.launcher.running_job_ids()),
+                    timeout=RPC_TIMEOUT_S)
+                if reply.reregister:
+                    self.registered.clear()
+                    continue
+                backoff = 0.2
+                await asyncio.sleep(self.interval)
+            except grpc.RpcError as exc:
+                if self.registered.is_set():
+                    log.warning("ctld unreachable", node=self.name, error=_details(exc))
+                self.registered.clear()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    async def run_outbox(self) -> None:
+        backoff = 0.2
+        while True:
+            await self._outbox_ready.wait()
+            batch = list(self.outbox)
+            try:
+                await self.stub.ReportJobStatus(
+                    pb.ReportJobStatusRequest(node=self.name, updates=batch),
+                    timeout=RPC_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                log.warning("status report not delivered, will retry", node=self.name,
+                            updates=len(batch), error=_details(exc))
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            backoff = 0.2
+            del self.outbox[: len(batch)]
+            if not self.outbox:
+                self._outbox_ready.clear()
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
+def _details(exc: grpc.RpcError) -> str:
+    return exc.details() if isinstance(exc, grpc.Call) else str(exc)  # type: ignore[no-any-return]

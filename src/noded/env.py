@@ -1,0 +1,90 @@
+"""The environment of a batch job: the submitter's (after --export) plus Slurm's variables.
+
+Each variable is what Slurm's slurmd sets for the batch step; docs/environment.md
+lists them. Values for multi-node jobs use Slurm's compressed forms ("4(x2)").
+"""
+
+from __future__ import annotations
+
+from corral.wire import corral_pb2 as pb
+
+
+def compress_counts(counts: list[int]) -> str:
+    """Slurm's run-length form: [4, 4, 2] -> '4(x2),2'."""
+    out: list[str] = []
+    i = 0
+    while i < len(counts):
+        j = i
+        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
+            j += 1
+        run = j - i + 1
+        out.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
+        i = j + 1
+    return ",".join(out)
+
+
+def tasks_per_node(job: pb.Job) -> list[int]:
+    nodes = max(len(job.allocations), 1)
+    if job.spec.ntasks_per_node:
+        return [job.spec.ntasks_per_node] * nodes
+    ntasks = max(job.num_tasks, job.spec.ntasks, nodes)
+    base, extra = divmod(ntasks, nodes)
+    return [base + (1 if i < extra else 0) for i in range(nodes)]
+
+
+def batch_environment(job: pb.Job, node_name: str, cluster: str) -> dict[str, str]:
+    spec = job.spec
+    env = dict(spec.environment)
+    alloc = next((a for a in job.allocations if a.node == node_name), None)
+    gpus = ",".join(str(i) for i in alloc.gpu_indices) if alloc else ""
+    tpn = tasks_per_node(job)
+    ntasks = sum(tpn)
+    slurm: dict[str, str] = {
+        "SLURM_JOB_ID": str(job.job_id),
+        "SLURM_JOBID": str(job.job_id),
+        "SLURM_JOB_NAME": spec.name,
+        "SLURM_JOB_USER": job.user,
+        "SLURM_JOB_UID": str(job.uid),
+        "SLURM_JOB_GID": str(job.gid),
+        "SLURM_SUBMIT_DIR": spec.work_dir,
+        "SLURM_SUBMIT_HOST": spec.submit_host,
+        "SLURM_JOB_NODELIST": job.nodelist,
+        "SLURM_NODELIST": job.nodelist,
+        "SLURM_JOB_NUM_NODES": str(len(job.allocations)),
+        "SLURM_NNODES": str(len(job.allocations)),
+        "SLURM_NTASKS": str(ntasks),
+        "SLURM_NPROCS": str(ntasks),
+        "SLURM_TASKS_PER_NODE": compress_counts(tpn),
+        "SLURM_JOB_CPUS_PER_NODE": compress_counts([a.cpus for a in job.allocations]),
+        "SLURM_CPUS_ON_NODE": str(alloc.cpus if alloc else 0),
+        "SLURM_JOB_PARTITION": job.partition,
+        "SLURM_CLUSTER_NAME": cluster,
+        "SLURMD_NODENAME": node_name,
+        "SLURM_NODEID": "0",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_GTIDS": "0",
+        "SLURM_JOB_START_TIME": str(int(job.start_time)),
+        "SLURM_PRIO_PROCESS": "0",
+        "SLURM_EXPORT_ENV": spec.export or "ALL",
+        "ENVIRONMENT": "BATCH",
+    }
+    if job.time_limit_s > 0:
+        slurm["SLURM_JOB_END_TIME"] = str(int(job.start_time + job.time_limit_s))
+    if job.account:
+        slurm["SLURM_JOB_ACCOUNT"] = job.account
+    if spec.cpus_per_task:
+        slurm["SLURM_CPUS_PER_TASK"] = str(spec.cpus_per_task)
+    if spec.ntasks_per_node:
+        slurm["SLURM_NTASKS_PER_NODE"] = str(spec.ntasks_per_node)
+    if spec.mem_per_node_mb:
+        slurm["SLURM_MEM_PER_NODE"] = str(spec.mem_per_node_mb)
+    if spec.mem_per_cpu_mb:
+        slurm["SLURM_MEM_PER_CPU"] = str(spec.mem_per_cpu_mb)
+    if alloc is not None and alloc.gpu_indices:
+        slurm["SLURM_JOB_GPUS"] = gpus
+        slurm["SLURM_GPUS_ON_NODE"] = str(len(alloc.gpu_indices))
+        slurm["CUDA_VISIBLE_DEVICES"] = gpus
+        slurm["GPU_DEVICE_ORDINAL"] = gpus
+    env.update(slurm)
+    return env

@@ -1,0 +1,76 @@
+"""noded's process: discover, serve NodeAgent, register and heartbeat, report."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+
+import structlog
+from grpc import aio
+
+from corral.config import ClusterConfig
+from corral.wire import corral_pb2_grpc as pbg
+from noded.agent import ControllerLink, NodeAgentServicer
+from noded.launcher import Launcher
+from noded.resources import discover
+
+log = structlog.get_logger("noded")
+
+
+async def serve(config: ClusterConfig, name: str, *, address: str = "", listen: str = "",
+                port: int | None = None, spool_dir: str = "", ready_file: str = "") -> None:
+    node_cfg = config.node(name)
+    bind_host = listen or config.noded.listen
+    bind_port = config.noded.port if port is None else port
+    spool = spool_dir or os.path.join(config.noded.spool_dir, name)
+    resources = discover(node_cfg, name)
+
+    link_ref: list[ControllerLink] = []
+    launcher = Launcher(name, spool, lambda update: link_ref[0].report(update))
+    server = aio.server()
+    pbg.add_NodeAgentServicer_to_server(NodeAgentServicer(launcher), server)
+    bound = server.add_insecure_port(f"{bind_host}:{bind_port}")
+    if bound == 0:
+        raise SystemExit(f"noded: cannot listen on {bind_host}:{bind_port}")
+    await server.start()
+    advertised_host = address or node_cfg.address or (
+        bind_host if bind_host not in ("0.0.0.0", "::") else socket.getfqdn())
+    advertised = f"{advertised_host}:{bound}"
+    ctl = config.controller
+    link = ControllerLink(f"{ctl.host}:{ctl.grpc_port}", name, advertised, resources, launcher,
+                          config.heartbeat.interval_s)
+    link_ref.append(link)
+    log.info("noded listening", node=name, address=advertised, spool=spool)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(link.run_heartbeats()), asyncio.create_task(link.run_outbox())]
+    if ready_file:
+        await link.registered.wait()
+        with open(ready_file + ".tmp", "w") as fh:
+            fh.write(f"{os.getpid()} {advertised}\n")
+        os.replace(ready_file + ".tmp", ready_file)
+    await stop.wait()
+    log.info("noded stopping", node=name, running=len(launcher.jobs))
+    await launcher.shutdown(kill_wait_s=min(ctl.kill_wait_s, 10.0))
+    # give the outbox a moment to tell ctld how the jobs ended
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_drained(link), timeout=3.0)
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await t
+    await server.stop(grace=1)
+    await link.close()
+    log.info("noded stopped", node=name)
+
+
+async def _drained(link: ControllerLink) -> None:
+    while link.outbox:
+        await asyncio.sleep(0.05)
