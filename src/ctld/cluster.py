@@ -201,11 +201,13 @@ class Cluster:
         job.mem_mb = shape.nodes * shape.mem_per_node_mb
         job.num_gpus = shape.nodes * shape.gpus_per_node
 
-    def select(self, flt: pb.JobFilter) -> list[pb.Job]:
-        """The in-memory jobs matching ``flt`` (all given conditions must hold)."""
+    def select(self, flt: pb.JobFilter, *, strict: bool = True) -> list[pb.Job]:
+        """The in-memory jobs matching ``flt`` (all given conditions must hold).
+
+        ``strict``: ids were given and none is known -> InvalidJobId, as squeue -j says."""
         if flt.job_ids:
             missing = [i for i in flt.job_ids if i not in self.jobs]
-            if missing and len(missing) == len(flt.job_ids):
+            if strict and missing and len(missing) == len(flt.job_ids):
                 raise InvalidJobId()
             jobs = [self.jobs[i] for i in flt.job_ids if i in self.jobs]
         else:
@@ -238,7 +240,7 @@ class Cluster:
         now = self.clock()
         cause = f"rpc:CancelJobs user={who.user}"
         known = set(self.jobs)
-        targets = self.select(flt)
+        targets = self.select(flt, strict=False)
         if flt.job_ids:
             for missing in [i for i in flt.job_ids if i not in known]:
                 outcomes.append(pb.CancelOutcome(job_id=missing, ok=False, error="InvalidJobId",

@@ -120,11 +120,12 @@ class Launcher:
         in_path = expand(spec.stdin_path) if spec.stdin_path else os.devnull
         fds: list[int] = []
         try:
-            out_fd = self._open_output(out_path, uid, gid, pw is not None)
+            append = spec.open_mode == "append"
+            out_fd = self._open_output(out_path, uid, gid, pw is not None, append)
             fds.append(out_fd)
             err_fd = out_fd
             if err_path != out_path:
-                err_fd = self._open_output(err_path, uid, gid, pw is not None)
+                err_fd = self._open_output(err_path, uid, gid, pw is not None, append)
                 fds.append(err_fd)
             try:
                 in_fd = os.open(in_path, os.O_RDONLY)
@@ -138,7 +139,7 @@ class Launcher:
             env = batch_environment(job, self.node_name, cluster)
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    script_path, stdin=in_fd, stdout=out_fd, stderr=err_fd, cwd=cwd, env=env,
+                    script_path, *spec.argv, stdin=in_fd, stdout=out_fd, stderr=err_fd, cwd=cwd, env=env,
                     start_new_session=True,
                     user=uid if pw else None, group=gid if pw else None,
                     extra_groups=groups if pw else None,
@@ -153,9 +154,10 @@ class Launcher:
         return RunningJob(job.job_id, proc, proc.pid, time.time())
 
     @staticmethod
-    def _open_output(path: str, uid: int, gid: int, chown: bool) -> int:
+    def _open_output(path: str, uid: int, gid: int, chown: bool, append: bool) -> int:
+        mode = os.O_APPEND if append else os.O_TRUNC
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
             raise LaunchError(f"cannot open output file {path}: {exc.strerror}") from None
         if chown:

@@ -207,6 +207,15 @@ class JobSpec(_message.Message):
     REQUEUE_FIELD_NUMBER: _builtins.int
     SUBMIT_LINE_FIELD_NUMBER: _builtins.int
     SUBMIT_HOST_FIELD_NUMBER: _builtins.int
+    ARGV_FIELD_NUMBER: _builtins.int
+    SIGNAL_FIELD_NUMBER: _builtins.int
+    OPEN_MODE_FIELD_NUMBER: _builtins.int
+    QOS_FIELD_NUMBER: _builtins.int
+    CONSTRAINT_FIELD_NUMBER: _builtins.int
+    WCKEY_FIELD_NUMBER: _builtins.int
+    MAIL_TYPE_FIELD_NUMBER: _builtins.int
+    MAIL_USER_FIELD_NUMBER: _builtins.int
+    NO_KILL_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     script: _builtins.str
     """full batch script text, starts with #!"""
@@ -259,6 +268,16 @@ class JobSpec(_message.Message):
     submit_line: _builtins.str
     """the command line, for sacct SubmitLine"""
     submit_host: _builtins.str
+    signal: _builtins.str
+    """--signal=[{R|B}:]SIG[@secs], stored for noded"""
+    open_mode: _builtins.str
+    """--open-mode: truncate (default) or append"""
+    qos: _builtins.str
+    constraint: _builtins.str
+    wckey: _builtins.str
+    mail_type: _builtins.str
+    mail_user: _builtins.str
+    no_kill: _builtins.bool
     @_builtins.property
     def environment(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """environment to start the job with (after --export)"""
@@ -266,6 +285,10 @@ class JobSpec(_message.Message):
     @_builtins.property
     def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """-p a,b; empty: the default partition"""
+
+    @_builtins.property
+    def argv(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """arguments after the script name"""
 
     def __init__(
         self,
@@ -303,10 +326,19 @@ class JobSpec(_message.Message):
         requeue: _builtins.bool = ...,
         submit_line: _builtins.str = ...,
         submit_host: _builtins.str = ...,
+        argv: _abc.Iterable[_builtins.str] | None = ...,
+        signal: _builtins.str = ...,
+        open_mode: _builtins.str = ...,
+        qos: _builtins.str = ...,
+        constraint: _builtins.str = ...,
+        wckey: _builtins.str = ...,
+        mail_type: _builtins.str = ...,
+        mail_user: _builtins.str = ...,
+        no_kill: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "array", b"array", "begin_time", b"begin_time", "comment", b"comment", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "hold", b"hold", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "partitions", b"partitions", "requeue", b"requeue", "script", b"script", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "work_dir", b"work_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "qos", b"qos", "requeue", b"requeue", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,47 @@
+# corral's entry points; CI and people run the same targets.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+BIN    := $(VENV)/bin
+STATE  ?= $(CURDIR)/.state/demo
+
+.PHONY: venv proto proto-check lint typecheck test test-fast demo down bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+proto: venv  ## regenerate src/corral/wire from proto/
+	$(PY) scripts/genproto.py
+
+proto-check: venv
+	$(PY) scripts/genproto.py --check
+
+lint: venv
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff format --check src tests bench scripts
+
+typecheck: venv
+	$(BIN)/mypy
+
+test: venv proto-check lint typecheck  ## everything CI runs
+	$(BIN)/pytest -q -p no:cacheprovider
+
+test-fast: venv
+	$(BIN)/pytest -q tests/unit
+
+demo: venv  ## a local 2-node cluster running a real sample job
+	$(BIN)/python scripts/demo.py --state-dir $(STATE)
+
+down:
+	$(BIN)/corral down --state-dir $(STATE)
+
+bench: venv
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .state .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,87 @@
+"""What every command shares: the controller client, errors, and proto-JSON accessors.
+
+Commands import only the standard library and the light parts of ``corral`` (rest,
+errors, slurmfmt, hostlist): they start in a few tens of milliseconds. Responses
+are proto3 JSON: camelCase keys, default values omitted, 64-bit integers as
+strings, enums by name. ``num``/``text`` read them with the right default.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from corral.errors import CorralError
+from corral.rest import Client
+
+Json = dict[str, Any]
+
+# Slurm's short state codes (squeue %t)
+JOB_STATE_CODES = {
+    "PENDING": "PD", "RUNNING": "R", "COMPLETING": "CG", "COMPLETED": "CD", "FAILED": "F",
+    "CANCELLED": "CA", "TIMEOUT": "TO", "NODE_FAIL": "NF", "PREEMPTED": "PR",
+    "OUT_OF_MEMORY": "OOM", "REQUEUED": "RQ", "SUSPENDED": "S",
+}
+JOB_STATE_BY_CODE = {v: k for k, v in JOB_STATE_CODES.items()}
+
+
+def num(obj: Json, key: str, default: int = 0) -> int:
+    value = obj.get(key, default)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def real(obj: Json, key: str, default: float = 0.0) -> float:
+    value = obj.get(key, default)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def text(obj: Json, key: str, default: str = "") -> str:
+    value = obj.get(key, default)
+    return value if isinstance(value, str) else default
+
+
+def job_state(job: Json) -> str:
+    """'PENDING', 'RUNNING', ... from the proto enum name."""
+    return text(job, "state", "JOB_STATE_PENDING").removeprefix("JOB_STATE_")
+
+
+def node_state(node: Json) -> str:
+    return text(node, "state", "NODE_STATE_UNKNOWN").removeprefix("NODE_STATE_")
+
+
+def parse_job_state(name: str) -> str:
+    """A user's state name or code ('pd', 'running') as the proto enum name."""
+    upper = name.strip().upper()
+    full = JOB_STATE_BY_CODE.get(upper, upper)
+    if full not in JOB_STATE_CODES:
+        raise CorralError(f"Invalid job state specified: {name}")
+    return f"JOB_STATE_{full}"
+
+
+def die(prog: str, message: str, code: int = 1) -> NoReturn:
+    sys.stderr.write(f"{prog}: error: {message}\n")
+    sys.exit(code)
+
+
+def run(prog: str, body: Callable[[], int]) -> NoReturn:
+    """Run a command body; a CorralError becomes Slurm's ``prog: error: ...`` and its code."""
+    try:
+        code = body()
+    except CorralError as exc:
+        die(prog, exc.message, exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:  # `squeue | head`
+        sys.exit(0)
+    sys.exit(code)
+
+
+def client() -> Client:
+    return Client()

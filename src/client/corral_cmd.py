@@ -1,0 +1,99 @@
+"""corral: the operator's command (local clusters, the daemons in the foreground).
+
+    corral up [--nodes N] [--gpus-per-node G] [--state-dir DIR]   start a local cluster
+    corral down [--state-dir DIR]                                 stop exactly that cluster
+    corral ctld [ctld options]                                    run the controller
+    corral noded [noded options]                                  run a node agent
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from client.common import run
+from corral import __version__
+from corral.errors import CorralError, InvalidOption
+
+PROG = "corral"
+DEFAULT_STATE_DIR = os.path.join(os.path.expanduser("~"), ".corral", "local")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InvalidOption(message)
+
+
+def _exec_daemon(module: str, argv: list[str]) -> int:
+    # the daemons are separate programs: exec keeps the pid (for systemd) and keeps the
+    # client from importing them (the dependency rule)
+    os.execv(sys.executable, [sys.executable, "-m", module, *argv])
+
+
+def _up(args: argparse.Namespace) -> int:
+    from corral.testing.cluster import LocalCluster, daemon_names
+
+    state_dir = Path(args.state_dir).resolve()
+    if any(True for _ in daemon_names(state_dir)):
+        raise CorralError(f"a cluster already runs from {state_dir} (corral down --state-dir "
+                          f"{state_dir} first)")
+    if args.nodes < 1 or args.nodes > 250:
+        raise InvalidOption("--nodes must be between 1 and 250 (one loopback address each)")
+    cluster = LocalCluster(state_dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                           cpus_per_node=args.cpus_per_node,
+                           memory_mb_per_node=args.mem_per_node_mb,
+                           cluster_name=args.cluster_name)
+    cluster.start()
+    for proc in cluster.procs.values():
+        proc.returncode = 0  # detach: the daemons outlive this command by design
+    print(f"corral: cluster {args.cluster_name!r} is up in {state_dir}: ctld on "
+          f"{cluster.http_address} (HTTP) and 127.0.0.1:{cluster.grpc_port} (gRPC), "
+          f"{args.nodes} node(s) with {args.gpus_per_node} fake GPU(s) each")
+    print(f"To use it:  source {cluster.env_path}")
+    print(f"To stop it: corral down --state-dir {state_dir}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from corral.testing.cluster import stop_state_dir
+
+    state_dir = Path(args.state_dir).resolve()
+    stopped = stop_state_dir(state_dir)
+    if not stopped:
+        print(f"corral: nothing was running from {state_dir}")
+    else:
+        print(f"corral: stopped {', '.join(stopped)}")
+    return 0
+
+
+def main_args(argv: list[str]) -> int:
+    if argv and argv[0] in ("ctld", "noded"):
+        return _exec_daemon(argv[0], argv[1:])
+    p = _Parser(prog=PROG, description="corral operator command")
+    p.add_argument("--version", action="version", version=f"corral {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start a local cluster (ctld + N noded, SQLite)")
+    up.add_argument("--nodes", type=int, default=2)
+    up.add_argument("--gpus-per-node", type=int, default=8)
+    up.add_argument("--cpus-per-node", type=int, default=16)
+    up.add_argument("--mem-per-node-mb", type=int, default=64 * 1024)
+    up.add_argument("--cluster-name", default="corral")
+    up.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+    down = sub.add_parser("down", help="stop the local cluster of a state dir")
+    down.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+    sub.add_parser("ctld", help="run the controller in the foreground (see corral ctld -h)")
+    sub.add_parser("noded", help="run a node agent in the foreground (see corral noded -h)")
+    args = p.parse_args(argv)
+    if args.command == "up":
+        return _up(args)
+    return _down(args)
+
+
+def main() -> None:
+    run(PROG, lambda: main_args(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""sbatch: submit a batch script (Slurm-compatible flags, #SBATCH directives, output)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+from client.common import client, run
+from client.jobopts import build_parser, merge, to_spec
+from corral.errors import CorralError, InvalidOption
+
+PROG = "sbatch"
+WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
+
+
+def _read_script(path: str | None) -> tuple[str, str]:
+    """The script text and its default job name (file name, or 'sbatch' for stdin)."""
+    if path is None:
+        if sys.stdin.isatty():
+            raise InvalidOption("no batch script given (and standard input is a terminal)")
+        return sys.stdin.read(), "sbatch"
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            return fh.read(), os.path.basename(path)
+    except OSError as exc:
+        raise InvalidOption(f"Unable to open file {path}: {exc.strerror}") from None
+
+
+def submit(argv: list[str]) -> int:
+    parser = build_parser(PROG)
+    parser.add_argument("script", nargs="?", default=None)
+    parser.add_argument("script_args", nargs="...", default=[])
+    cli = parser.parse_args(argv)
+    opts = vars(cli)
+    wrap = opts.pop("wrap", None)
+    script_path = opts.pop("script", None)
+    script_args = list(opts.pop("script_args", []))
+    if wrap is not None:
+        if script_path is not None:
+            raise InvalidOption("script arguments not permitted with --wrap option")
+        script, default_name = WRAP_HEADER + wrap + "\n", "wrap"
+    else:
+        script, default_name = _read_script(script_path)
+    if not script.startswith("#!"):
+        raise InvalidOption("This does not look like a batch script.  The first line must "
+                            "start with #! followed by the path to an interpreter.\n"
+                            "For instance: #!/bin/sh")
+    environ = dict(os.environ)
+    ns = merge(build_parser(PROG), cli, script, environ)
+    spec = to_spec(ns, script=script, argv=script_args, environ=environ, cwd=os.getcwd(),
+                   submit_line=shlex.join([PROG, *argv]), default_name=default_name)
+    try:
+        reply = client().call("SubmitJob", {"spec": spec})
+    except CorralError as exc:
+        if type(exc).__name__ == "ControllerUnavailable":
+            raise
+        raise type(exc)(f"Batch job submission failed: {exc.message}") from None
+    job_id = reply.get("jobId", "0")
+    if getattr(ns, "parsable", False):
+        sys.stdout.write(f"{job_id}\n")
+    elif not getattr(ns, "quiet", False):
+        sys.stdout.write(f"Submitted batch job {job_id}\n")
+    return 0
+
+
+def main() -> None:
+    run(PROG, lambda: submit(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
