@@ -1,0 +1,67 @@
+"""An in-process ctld for fast tests of its logic: a real store, a recording dispatcher.
+
+Nomad's scheduler harness and dask's gen_cluster are the models: everything but the
+network is real, and the clock is a number the test moves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from corral.config import ClusterConfig
+from corral.wire import corral_pb2 as pb
+from ctld.cluster import Cluster
+from ctld.nodes import NodeRecord
+from ctld.store import Store
+
+
+@dataclass
+class RecordingDispatcher:
+    """Records what ctld would send to nodes; ``fail_launch`` simulates an unreachable node."""
+
+    launched: list[tuple[str, pb.LaunchJobRequest]] = field(default_factory=list)
+    signalled: list[tuple[str, pb.SignalJobRequest]] = field(default_factory=list)
+    fail_launch: bool = False
+
+    async def launch(self, node: NodeRecord, request: pb.LaunchJobRequest) -> None:
+        if self.fail_launch:
+            from ctld.dispatch import NodeUnreachable
+
+            raise NodeUnreachable(f"node {node.name} unreachable (test)")
+        self.launched.append((node.name, request))
+
+    async def signal(self, node: NodeRecord, request: pb.SignalJobRequest) -> bool:
+        self.signalled.append((node.name, request))
+        return True
+
+
+@dataclass
+class ManualClock:
+    now: float = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def make_cluster(config: ClusterConfig, store_url: str, *, clock: ManualClock | None = None,
+                 dispatcher: RecordingDispatcher | None = None) -> Cluster:
+    """A loaded Cluster on ``store_url`` (open it inside a running event loop)."""
+    store = Store(store_url, sqlite_synchronous="NORMAL")
+    store.open()
+    cluster = Cluster(config, store, dispatcher or RecordingDispatcher(), clock=clock or
+                      ManualClock())
+    cluster.load()
+    return cluster
+
+
+def register_all(cluster: Cluster, *, cpus: int = 8, memory_mb: int = 16384,
+                 gpus: int = 8) -> None:
+    for i, name in enumerate(cluster.nodes):
+        res = pb.NodeResources(cpus=cpus, memory_mb=memory_mb)
+        for g in range(gpus):
+            res.gpus.add(index=g, model="NVIDIA H100 80GB HBM3", memory_mb=81559)
+        cluster.register_node(pb.RegisterNodeRequest(name=name, address=f"127.0.0.{i + 2}:1",
+                                                     resources=res))

@@ -1,0 +1,125 @@
+"""Batch jobs through the real daemons, driven only by the installed commands and the API."""
+
+from __future__ import annotations
+
+from corral.testing import LocalCluster
+from tests.conftest import Commands, pid_alive, wait_for
+
+SCRIPT = """#!/bin/bash
+#SBATCH --job-name=lifecycle
+#SBATCH -o %x-%j.out
+#SBATCH --gres=gpu:2
+echo "job=$SLURM_JOB_ID name=$SLURM_JOB_NAME nodes=$SLURM_JOB_NODELIST"
+echo "ntasks=$SLURM_NTASKS nnodes=$SLURM_NNODES part=$SLURM_JOB_PARTITION"
+echo "gpus=$SLURM_JOB_GPUS cuda=$CUDA_VISIBLE_DEVICES cluster=$SLURM_CLUSTER_NAME"
+echo "submit_dir=$SLURM_SUBMIT_DIR pwd=$(pwd) arg=$1"
+echo "to stderr" >&2
+"""
+
+
+def test_submit_runs_and_writes_output(cmd: Commands) -> None:
+    (cmd.cwd / "job.sh").write_text(SCRIPT)
+    out = cmd("sbatch", "job.sh", "first-arg")
+    assert out.stdout.startswith("Submitted batch job ")
+    job_id = out.stdout.split()[-1]
+    job = cmd.wait_state(job_id, "COMPLETED")
+    assert [e["event"] for e in job["events"]] == ["submitted", "started", "exited"]
+    text = (cmd.cwd / f"lifecycle-{job_id}.out").read_text()
+    assert f"job={job_id} name=lifecycle nodes=node01" in text
+    assert "ntasks=1 nnodes=1 part=debug" in text
+    assert "gpus=0,1 cuda=0,1 cluster=corral" in text
+    assert f"submit_dir={cmd.cwd} pwd={cmd.cwd} arg=first-arg" in text
+    assert "to stderr" in text  # no -e: stderr goes to the same file
+
+
+def test_parsable_and_flags_override_directives(cmd: Commands) -> None:
+    (cmd.cwd / "job.sh").write_text("#!/bin/sh\n#SBATCH -J fromscript\n#SBATCH -o a.out\n"
+                                    "echo $SLURM_JOB_NAME\n")
+    out = cmd("sbatch", "--parsable", "-J", "fromflag", "-e", "err-%j.txt", "job.sh")
+    job_id = out.stdout.strip()
+    assert job_id.isdigit() and out.stdout == f"{job_id}\n"
+    cmd.wait_state(job_id, "COMPLETED")
+    assert (cmd.cwd / "a.out").read_text() == "fromflag\n"
+    assert (cmd.cwd / f"err-{job_id}.txt").exists()
+
+
+def test_failing_script_is_failed_with_its_exit_code(cmd: Commands) -> None:
+    job_id = cmd("sbatch", "--parsable", "--wrap", "exit 3").stdout.strip()
+    job = cmd.wait_state(job_id, "FAILED")
+    assert job.get("exitCode") == 3
+    acct = cmd.cluster.client().call("QueryAccounting", {"filter": {"jobIds": [job_id]}})
+    assert acct["jobs"][0]["state"] == "JOB_STATE_FAILED"
+
+
+def test_cancel_kills_the_whole_process_group(cmd: Commands) -> None:
+    script = ("#!/bin/bash\nsleep 300 &\necho $$ $! > pids\nwait\n")
+    (cmd.cwd / "long.sh").write_text(script)
+    job_id = cmd("sbatch", "--parsable", "long.sh").stdout.strip()
+    cmd.wait_state(job_id, "RUNNING")
+    pids_file = cmd.cwd / "pids"
+    text = wait_for(lambda: pids_file.exists() and pids_file.read_text().strip(), 20, "pids")
+    pids = [int(p) for p in text.split()]
+    assert all(pid_alive(p) for p in pids)
+    cmd("scancel", job_id)
+    job = cmd.wait_state(job_id, "CANCELLED")
+    assert [e["event"] for e in job["events"]][-2:] == ["cancel_requested", "exited"]
+    wait_for(lambda: not any(pid_alive(p) for p in pids), 20, "job processes to be gone")
+
+
+def test_two_jobs_get_distinct_gpus(cmd: Commands) -> None:
+    ids = [cmd("sbatch", "--parsable", "-w", "node02", "--gres=gpu:3", "-o", f"g{i}.out",
+               "--wrap", "echo $SLURM_JOB_GPUS/$CUDA_VISIBLE_DEVICES; sleep 2").stdout.strip()
+           for i in range(2)]
+    for job_id in ids:
+        cmd.wait_state(job_id, "COMPLETED")
+    seen = sorted((cmd.cwd / f"g{i}.out").read_text().strip() for i in range(2))
+    assert seen == ["0,1,2/0,1,2", "3,4,5/3,4,5"]
+
+
+def test_bad_requests_give_clear_errors_and_create_no_job(cmd: Commands) -> None:
+    before = cmd.cluster.client().call("GetClusterInfo", {})["nextJobId"]
+    (cmd.cwd / "bad.sh").write_text("#!/bin/sh\n#SBATCH --nodes=lots\ntrue\n")
+    cases = [
+        (["sbatch", "bad.sh"], "Invalid node count specification: lots"),
+        (["sbatch", "--bogus-flag", "--wrap", "true"], "unrecognized arguments: --bogus-flag"),
+        (["sbatch", "-p", "nosuch", "--wrap", "true"], "Invalid partition name specified"),
+        (["sbatch", "--gres=gpu:16", "--wrap", "true"],
+         "Requested node configuration is not available"),
+        (["sbatch", "-N", "3", "--wrap", "true"], "Requested node configuration is not available"),
+        (["sbatch", "--time=soon", "--wrap", "true"], "Invalid time limit specification"),
+        (["sbatch", "--gres=tpu:1", "--wrap", "true"], "Invalid generic resource"),
+    ]
+    for argv, message in cases:
+        proc = cmd(*argv, check=False)
+        assert proc.returncode == 1, argv
+        assert proc.stderr.startswith("sbatch: error: "), proc.stderr
+        assert message in proc.stderr, (argv, proc.stderr)
+    (cmd.cwd / "noshebang.sh").write_text("echo hi\n")
+    proc = cmd("sbatch", "noshebang.sh", check=False)
+    assert proc.returncode == 1 and "first line must start with #!" in proc.stderr
+    assert cmd.cluster.client().call("GetClusterInfo", {})["nextJobId"] == before
+    assert cmd.cluster.client().call("GetJobs", {}).get("jobs", []) == []
+
+
+def test_scancel_unknown_job(cmd: Commands) -> None:
+    proc = cmd("scancel", "424242", check=False)
+    assert proc.returncode == 1
+    assert "Kill job error on job id 424242: Invalid job id specified" in proc.stderr
+
+
+def test_ctld_crash_loses_nothing_acknowledged(cluster: LocalCluster, cmd: Commands) -> None:
+    held = cmd("sbatch", "--parsable", "-H", "--wrap", "true").stdout.strip()
+    running = cmd("sbatch", "--parsable", "-o", "r.out", "--wrap",
+                  "sleep 2; echo done").stdout.strip()
+    cmd.wait_state(running, "RUNNING")
+    cluster.kill_process("ctld")  # SIGKILL: no chance to flush anything
+    cluster.start_ctld()
+    assert cmd.job(held)["state"] == "JOB_STATE_PENDING"
+    assert cmd.job(held).get("reason") == "JobHeldUser"
+    # the job kept running on its node; its exit report reaches the new ctld
+    job = cmd.wait_state(running, "COMPLETED", timeout=40)
+    assert (cmd.cwd / "r.out").read_text() == "done\n"
+    assert job["events"][-1]["cause"].startswith("node:node01")
+    # the held job, released after the crash, runs like any other
+    cluster.client().call("UpdateJob", {"jobIds": [held], "action": "JOB_UPDATE_RELEASE"})
+    cmd.wait_state(held, "COMPLETED")

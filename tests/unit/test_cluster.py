@@ -1,0 +1,185 @@
+"""ctld's logic in-process: real store and state machine, recorded dispatch, manual clock."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+
+import pytest
+
+from corral.config import parse_config
+from corral.errors import (
+    InvalidJobId,
+    InvalidOption,
+    InvalidPartition,
+    NodeConfigUnavailable,
+    PermissionDenied,
+)
+from corral.identity import Identity
+from corral.wire import corral_pb2 as pb
+from ctld import jobstate as js
+from ctld.cluster import Cluster
+from ctld.testing import ManualClock, RecordingDispatcher, make_cluster, register_all
+
+CONFIG = parse_config({
+    "controller": {"operators": ["admin"]},
+    "heartbeat": {"interval_s": 0.05, "timeout_s": 1.0},
+    "nodes": [{"names": "n[1-2]"}],
+    "partitions": [{"name": "gpu", "nodes": "n[1-2]", "default": True, "max_time": "1:00:00"}],
+})
+ALICE = Identity("alice", 1000, 1000)
+BOB = Identity("bob", 1001, 1001)
+ADMIN = Identity("admin", 1002, 1002)
+
+
+def spec(**kw: object) -> pb.JobSpec:
+    base: dict[str, object] = {"script": "#!/bin/sh\ntrue\n", "work_dir": "/tmp", "name": "t"}
+    base.update(kw)
+    return pb.JobSpec(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def env(tmp_path: pathlib.Path):  # type: ignore[no-untyped-def]
+    clock = ManualClock()
+    disp = RecordingDispatcher()
+    url = f"sqlite:///{tmp_path}/ctld.db"
+    cluster = make_cluster(CONFIG, url, clock=clock, dispatcher=disp)
+    register_all(cluster)
+    yield cluster, clock, disp, url
+    cluster.store.close()
+
+
+async def drain(cluster: Cluster) -> None:
+    await cluster.schedule_pass()
+    while cluster._tasks:
+        await asyncio.gather(*list(cluster._tasks))
+
+
+async def test_submit_is_durable_before_it_returns(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, clock, _, url = env
+    job = await cluster.submit(ALICE, spec(time_limit_s=0))
+    assert job.state == js.PENDING
+    assert job.time_limit_s == 3600  # the partition's max_time stands in for a missing limit
+    reloaded = make_cluster(CONFIG, url, clock=clock)
+    assert reloaded.jobs[job.job_id].state == js.PENDING
+    assert [e.event for e in reloaded.jobs[job.job_id].events] == ["submitted"]
+    assert reloaded.next_job_id == job.job_id + 1
+    reloaded.store.close()
+
+
+async def test_schedule_launch_and_finish(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, clock, disp, url = env
+    job = await cluster.submit(ALICE, spec(gpus_per_node=2))
+    await drain(cluster)
+    assert job.state == js.RUNNING
+    (node, launch), = disp.launched
+    assert node == "n1" and list(launch.job.allocations[0].gpu_indices) == [0, 1]
+    clock.advance(5)
+    await cluster.report_status(pb.ReportJobStatusRequest(node="n1", updates=[
+        pb.JobStatusUpdate(job_id=job.job_id, kind=pb.JobStatusUpdate.KIND_EXITED,
+                           time=clock.now, exit_code=3)]))
+    assert job.state == js.FAILED and job.exit_code == 3
+    assert cluster.nodes["n1"].alloc_gpus == set()
+    # a retried report of the same exit changes nothing
+    await cluster.report_status(pb.ReportJobStatusRequest(node="n1", updates=[
+        pb.JobStatusUpdate(job_id=job.job_id, kind=pb.JobStatusUpdate.KIND_EXITED, exit_code=0)]))
+    assert job.state == js.FAILED
+    stored = cluster.store.query_jobs(job_ids=[job.job_id], users=[], states=[], start_after=0,
+                                      end_before=0, limit=0)
+    assert stored[0].state == js.FAILED and stored[0].end_time == clock.now
+
+
+async def test_cancel_pending_running_and_permissions(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, clock, disp, _ = env
+    pending = await cluster.submit(ALICE, spec(hold=True))
+    running = await cluster.submit(ALICE, spec())
+    await drain(cluster)
+    assert pending.reason == "JobHeldUser" and running.state == js.RUNNING
+
+    denied = await cluster.cancel(BOB, pb.CancelJobsRequest(
+        filter=pb.JobFilter(job_ids=[pending.job_id])))
+    assert not denied[0].ok and denied[0].error == "PermissionDenied"
+    assert pending.state == js.PENDING
+
+    out = await cluster.cancel(ALICE, pb.CancelJobsRequest(
+        filter=pb.JobFilter(job_ids=[pending.job_id, running.job_id, 999])))
+    assert {o.job_id: o.ok for o in out} == {999: False, pending.job_id: True,
+                                             running.job_id: True}
+    assert pending.state == js.CANCELLED
+    assert running.state == js.COMPLETING
+    await asyncio.gather(*list(cluster._tasks))
+    assert disp.signalled[0][1].terminate
+    await cluster.report_status(pb.ReportJobStatusRequest(node="n1", updates=[
+        pb.JobStatusUpdate(job_id=running.job_id, kind=pb.JobStatusUpdate.KIND_EXITED,
+                           exit_signal=15, signalled_by_request=True)]))
+    assert running.state == js.CANCELLED and running.exit_signal == 15
+    again = await cluster.cancel(ALICE, pb.CancelJobsRequest(
+        filter=pb.JobFilter(job_ids=[running.job_id])))
+    assert again[0].error == "JobStateConflict"
+
+
+async def test_admin_hold_needs_an_operator_to_release(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, *_ = env
+    job = await cluster.submit(ALICE, spec())
+    hold = pb.UpdateJobRequest(job_ids=[job.job_id], action=pb.JOB_UPDATE_HOLD)
+    assert (await cluster.update_hold(ADMIN, hold))[0].ok
+    assert job.reason == "JobHeldAdmin"
+    release = pb.UpdateJobRequest(job_ids=[job.job_id], action=pb.JOB_UPDATE_RELEASE)
+    out = await cluster.update_hold(ALICE, release)
+    assert out[0].error == "PermissionDenied"
+    assert (await cluster.update_hold(ADMIN, release))[0].ok
+    assert job.hold == pb.HOLD_NONE
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (spec(partitions=["nope"]), InvalidPartition),
+        (spec(gpus_per_node=9), NodeConfigUnavailable),
+        (spec(nodes_min=3), NodeConfigUnavailable),
+        (spec(cpus_per_task=64), NodeConfigUnavailable),
+        (spec(script="echo no shebang"), InvalidOption),
+        (spec(work_dir="relative"), InvalidOption),
+        (spec(dependency="afterwards:1"), InvalidOption),
+        (spec(array="5-1"), InvalidOption),
+        (spec(nodelist="n9"), Exception),
+    ],
+)
+async def test_bad_submissions_create_no_job(env, bad: pb.JobSpec,  # type: ignore[no-untyped-def]
+                                             error: type[Exception]) -> None:
+    cluster, *_ = env
+    before = cluster.next_job_id
+    with pytest.raises(error):
+        await cluster.submit(ALICE, bad)
+    assert cluster.next_job_id == before and not cluster.jobs
+
+
+async def test_unreachable_node_requeues_the_job(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, _, disp, _ = env
+    disp.fail_launch = True
+    job = await cluster.submit(ALICE, spec())
+    await drain(cluster)
+    assert job.state == js.PENDING and job.restart_count == 1
+    assert [e.event for e in job.events] == ["submitted", "started", "requeued"]
+    assert cluster.nodes["n1"].state == pb.NODE_STATE_DOWN
+    assert cluster.nodes["n1"].job_ids == set()
+
+
+async def test_heartbeat_timeout_marks_node_down(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, clock, *_ = env
+    clock.advance(CONFIG.heartbeat.timeout_s + 1)
+    task = asyncio.create_task(cluster.run_heartbeat_monitor())
+    deadline = asyncio.get_running_loop().time() + 30
+    while cluster.nodes["n1"].responding:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.01)
+    task.cancel()
+    assert cluster.nodes["n1"].reason == "Not responding"
+    assert cluster.heartbeat(pb.HeartbeatRequest(name="n1"))
+    assert cluster.nodes["n1"].responding
+
+
+async def test_select_unknown_ids(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, *_ = env
+    with pytest.raises(InvalidJobId):
+        cluster.select(pb.JobFilter(job_ids=[12345]))

@@ -1,0 +1,65 @@
+import pathlib
+
+import pytest
+
+from corral.config import load_config, parse_config
+from corral.errors import ConfigError
+
+GOOD = {
+    "cluster_name": "lab",
+    "controller": {"grpc_port": 7000, "state_dir": "/tmp/x"},
+    "nodes": [{"names": "gpu[01-04]", "gpus": {"count": 8}}],
+    "partitions": [{"name": "gpu", "nodes": "gpu[01-04]", "default": True,
+                    "max_time": "2-00:00:00", "default_time": "1:00:00"}],
+}
+
+
+def test_good_config_parses_with_defaults() -> None:
+    cfg = parse_config(GOOD)
+    assert cfg.cluster_name == "lab"
+    assert cfg.node_names == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    assert cfg.nodes[0].gpus.backend == "fake"
+    part = cfg.default_partition
+    assert part is not None
+    assert (part.max_time_s, part.default_time_s) == (2 * 86400, 3600)
+    assert cfg.controller.effective_store_url == "sqlite:////tmp/x/corral.db"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d["controller"].update(grpc_port="x"), "controller.grpc_port: expected an"),
+        (lambda d: d["controller"].update(grpc_prot=1), "controller.grpc_prot: unknown key"),
+        (lambda d: d["partitions"][0].update(max_time="soon"), "partitions[0].max_time"),
+        (lambda d: d["partitions"][0].update(nodes="cpu01"), "partitions[0].nodes: 'cpu01'"),
+        (lambda d: d["nodes"][0].update(names="gpu[01-"), "nodes[0].names"),
+        (lambda d: d["nodes"][0]["gpus"].update(backend="cuda"), "nodes[0].gpus.backend"),
+        (lambda d: d.update(heartbeat={"interval_s": 10, "timeout_s": 5}), "heartbeat.timeout_s"),
+        (lambda d: d["partitions"].append({**d["partitions"][0], "name": "b"}), "more than one"),
+    ],
+)
+def test_bad_config_names_the_key(mutate: object, message: str) -> None:
+    import copy
+
+    data = copy.deepcopy(GOOD)
+    mutate(data)  # type: ignore[operator]
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert message in str(err.value)
+
+
+def test_load_config_reports_file_and_toml_errors(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "corral.toml"
+    path.write_text("cluster_name = \n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(str(path))
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(str(tmp_path / "missing.toml"))
+
+
+def test_example_configs_in_deploy_are_valid() -> None:
+    root = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "examples"
+    examples = sorted(root.glob("*.toml"))
+    assert examples, "deploy/examples has no example config"
+    for path in examples:
+        load_config(str(path))
