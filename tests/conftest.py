@@ -35,24 +35,39 @@ class Commands:
         self.cwd = cwd
         self.env = cluster.env()
 
-    def __call__(self, *argv: str, check: bool = True, input: str | None = None,
-                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([str(BIN / argv[0]), *argv[1:]], cwd=self.cwd,
-                              env={**self.env, **(env or {})}, input=input, text=True,
-                              capture_output=True, timeout=60)
+    def __call__(
+        self,
+        *argv: str,
+        check: bool = True,
+        input: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(BIN / argv[0]), *argv[1:]],
+            cwd=self.cwd,
+            env={**self.env, **(env or {})},
+            input=input,
+            text=True,
+            capture_output=True,
+            timeout=60,
+        )
         if check and proc.returncode != 0:
             raise AssertionError(f"{argv} exited {proc.returncode}: {proc.stderr}")
         return proc
 
     def job(self, job_id: int | str) -> dict[str, Any]:
-        jobs = self.cluster.client().call("GetJobs", {"filter": {"jobIds": [str(job_id)]},
-                                                      "withEvents": True})["jobs"]
+        jobs = self.cluster.client().call(
+            "GetJobs", {"filter": {"jobIds": [str(job_id)]}, "withEvents": True}
+        )["jobs"]
         return dict(jobs[0])
 
     def wait_state(self, job_id: int | str, *states: str, timeout: float = 30) -> dict[str, Any]:
         wanted = {f"JOB_STATE_{s}" for s in states}
-        return wait_for(lambda: (j := self.job(job_id))["state"] in wanted and j,
-                        timeout, f"job {job_id} to reach {states}")
+        return wait_for(
+            lambda: (j := self.job(job_id))["state"] in wanted and j,
+            timeout,
+            f"job {job_id} to reach {states}",
+        )
 
 
 @pytest.fixture

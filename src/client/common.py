@@ -19,9 +19,18 @@ Json = dict[str, Any]
 
 # Slurm's short state codes (squeue %t)
 JOB_STATE_CODES = {
-    "PENDING": "PD", "RUNNING": "R", "COMPLETING": "CG", "COMPLETED": "CD", "FAILED": "F",
-    "CANCELLED": "CA", "TIMEOUT": "TO", "NODE_FAIL": "NF", "PREEMPTED": "PR",
-    "OUT_OF_MEMORY": "OOM", "REQUEUED": "RQ", "SUSPENDED": "S",
+    "PENDING": "PD",
+    "RUNNING": "R",
+    "COMPLETING": "CG",
+    "COMPLETED": "CD",
+    "FAILED": "F",
+    "CANCELLED": "CA",
+    "TIMEOUT": "TO",
+    "NODE_FAIL": "NF",
+    "PREEMPTED": "PR",
+    "OUT_OF_MEMORY": "OOM",
+    "REQUEUED": "RQ",
+    "SUSPENDED": "S",
 }
 JOB_STATE_BY_CODE = {v: k for k, v in JOB_STATE_CODES.items()}
 

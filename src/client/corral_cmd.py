@@ -1,9 +1,9 @@
 """corral: the operator's command (local clusters, the daemons in the foreground).
 
-    corral up [--nodes N] [--gpus-per-node G] [--state-dir DIR]   start a local cluster
-    corral down [--state-dir DIR]                                 stop exactly that cluster
-    corral ctld [ctld options]                                    run the controller
-    corral noded [noded options]                                  run a node agent
+corral up [--nodes N] [--gpus-per-node G] [--state-dir DIR]   start a local cluster
+corral down [--state-dir DIR]                                 stop exactly that cluster
+corral ctld [ctld options]                                    run the controller
+corral noded [noded options]                                  run a node agent
 """
 
 from __future__ import annotations
@@ -37,20 +37,27 @@ def _up(args: argparse.Namespace) -> int:
 
     state_dir = Path(args.state_dir).resolve()
     if any(True for _ in daemon_names(state_dir)):
-        raise CorralError(f"a cluster already runs from {state_dir} (corral down --state-dir "
-                          f"{state_dir} first)")
+        raise CorralError(
+            f"a cluster already runs from {state_dir} (corral down --state-dir {state_dir} first)"
+        )
     if args.nodes < 1 or args.nodes > 250:
         raise InvalidOption("--nodes must be between 1 and 250 (one loopback address each)")
-    cluster = LocalCluster(state_dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                           cpus_per_node=args.cpus_per_node,
-                           memory_mb_per_node=args.mem_per_node_mb,
-                           cluster_name=args.cluster_name)
+    cluster = LocalCluster(
+        state_dir,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        cpus_per_node=args.cpus_per_node,
+        memory_mb_per_node=args.mem_per_node_mb,
+        cluster_name=args.cluster_name,
+    )
     cluster.start()
     for proc in cluster.procs.values():
         proc.returncode = 0  # detach: the daemons outlive this command by design
-    print(f"corral: cluster {args.cluster_name!r} is up in {state_dir}: ctld on "
-          f"{cluster.http_address} (HTTP) and 127.0.0.1:{cluster.grpc_port} (gRPC), "
-          f"{args.nodes} node(s) with {args.gpus_per_node} fake GPU(s) each")
+    print(
+        f"corral: cluster {args.cluster_name!r} is up in {state_dir}: ctld on "
+        f"{cluster.http_address} (HTTP) and 127.0.0.1:{cluster.grpc_port} (gRPC), "
+        f"{args.nodes} node(s) with {args.gpus_per_node} fake GPU(s) each"
+    )
     print(f"To use it:  source {cluster.env_path}")
     print(f"To stop it: corral down --state-dir {state_dir}")
     return 0

@@ -47,8 +47,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, argument_default=argparse.SUPPRESS, add_help=True,
-                allow_abbrev=False)
+    p = _Parser(prog=prog, argument_default=argparse.SUPPRESS, add_help=True, allow_abbrev=False)
     a = p.add_argument
     a("-J", "--job-name", dest="job_name")
     a("-o", "--output")
@@ -113,10 +112,11 @@ def directives(script: str, prefix: str = "#SBATCH") -> list[str]:
             continue
         if not stripped.startswith("#"):
             break  # Slurm stops at the first line that is not a comment
-        if stripped.startswith(prefix) and (len(stripped) == len(prefix)
-                                            or stripped[len(prefix)].isspace()):
+        if stripped.startswith(prefix) and (
+            len(stripped) == len(prefix) or stripped[len(prefix)].isspace()
+        ):
             try:
-                args.extend(shlex.split(stripped[len(prefix):], comments=True))
+                args.extend(shlex.split(stripped[len(prefix) :], comments=True))
             except ValueError as exc:
                 raise InvalidOption(f"bad {prefix} line {stripped!r}: {exc}") from None
     return args
@@ -137,8 +137,9 @@ def env_options(environ: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def merge(parser: argparse.ArgumentParser, cli: argparse.Namespace, script: str,
-          environ: dict[str, str]) -> argparse.Namespace:
+def merge(
+    parser: argparse.ArgumentParser, cli: argparse.Namespace, script: str, environ: dict[str, str]
+) -> argparse.Namespace:
     """Directives, overridden by environment variables, overridden by flags."""
     ns = parser.parse_args(directives(script)) if script else argparse.Namespace()
     for key, value in env_options(environ).items():
@@ -217,8 +218,16 @@ def export_environment(value: str, environ: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def to_spec(ns: argparse.Namespace, *, script: str, argv: list[str], environ: dict[str, str],
-            cwd: str, submit_line: str, default_name: str) -> dict[str, Any]:
+def to_spec(
+    ns: argparse.Namespace,
+    *,
+    script: str,
+    argv: list[str],
+    environ: dict[str, str],
+    cwd: str,
+    submit_line: str,
+    default_name: str,
+) -> dict[str, Any]:
     """The proto3-JSON JobSpec for these options (validated here for early, clear errors)."""
     g = vars(ns)
     spec: dict[str, Any] = {"script": script}
@@ -230,20 +239,33 @@ def to_spec(ns: argparse.Namespace, *, script: str, argv: list[str], environ: di
     spec["argv"] = argv
     spec["export"] = g.get("export", "ALL")
     spec["environment"] = export_environment(spec["export"], environ)
-    for key, field in (("output", "stdoutPattern"), ("error", "stderrPattern"),
-                       ("input", "stdinPath"), ("account", "account"), ("comment", "comment"),
-                       ("nodelist", "nodelist"), ("exclude", "exclude"), ("signal", "signal"),
-                       ("open_mode", "openMode"), ("qos", "qos"), ("constraint", "constraint"),
-                       ("wckey", "wckey"), ("mail_type", "mailType"),
-                       ("mail_user", "mailUser")):
+    for key, field in (
+        ("output", "stdoutPattern"),
+        ("error", "stderrPattern"),
+        ("input", "stdinPath"),
+        ("account", "account"),
+        ("comment", "comment"),
+        ("nodelist", "nodelist"),
+        ("exclude", "exclude"),
+        ("signal", "signal"),
+        ("open_mode", "openMode"),
+        ("qos", "qos"),
+        ("constraint", "constraint"),
+        ("wckey", "wckey"),
+        ("mail_type", "mailType"),
+        ("mail_user", "mailUser"),
+    ):
         if key in g:
             spec[field] = g[key]
     if "partition" in g:
         spec["partitions"] = [p for p in g["partition"].split(",") if p]
     if "nodes" in g:
         spec["nodesMin"], spec["nodesMax"] = parse_nodes(g["nodes"])
-    for key, field in (("ntasks", "ntasks"), ("ntasks_per_node", "ntasksPerNode"),
-                       ("cpus_per_task", "cpusPerTask")):
+    for key, field in (
+        ("ntasks", "ntasks"),
+        ("ntasks_per_node", "ntasksPerNode"),
+        ("cpus_per_task", "cpusPerTask"),
+    ):
         if key in g:
             spec[field] = g[key]
     if "mem" in g:

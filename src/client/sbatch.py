@@ -43,13 +43,22 @@ def submit(argv: list[str]) -> int:
     else:
         script, default_name = _read_script(script_path)
     if not script.startswith("#!"):
-        raise InvalidOption("This does not look like a batch script.  The first line must "
-                            "start with #! followed by the path to an interpreter.\n"
-                            "For instance: #!/bin/sh")
+        raise InvalidOption(
+            "This does not look like a batch script.  The first line must "
+            "start with #! followed by the path to an interpreter.\n"
+            "For instance: #!/bin/sh"
+        )
     environ = dict(os.environ)
     ns = merge(build_parser(PROG), cli, script, environ)
-    spec = to_spec(ns, script=script, argv=script_args, environ=environ, cwd=os.getcwd(),
-                   submit_line=shlex.join([PROG, *argv]), default_name=default_name)
+    spec = to_spec(
+        ns,
+        script=script,
+        argv=script_args,
+        environ=environ,
+        cwd=os.getcwd(),
+        submit_line=shlex.join([PROG, *argv]),
+        default_name=default_name,
+    )
     try:
         reply = client().call("SubmitJob", {"spec": spec})
     except CorralError as exc:

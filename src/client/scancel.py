@@ -95,8 +95,10 @@ def cancel(argv: list[str]) -> int:
             continue
         rc = 1
         if not args.quiet or outcome.get("error") != "JobStateConflict":
-            sys.stderr.write(f"{PROG}: error: Kill job error on job id {outcome.get('jobId')}: "
-                             f"{outcome.get('message', '')}\n")
+            sys.stderr.write(
+                f"{PROG}: error: Kill job error on job id {outcome.get('jobId')}: "
+                f"{outcome.get('message', '')}\n"
+            )
     return rc
 
 

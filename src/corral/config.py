@@ -212,8 +212,14 @@ class _Section:
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {int: "an integer", float: "a number", str: "a string", bool: "a boolean",
-             list: "a list", dict: "a table"}
+    names = {
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        bool: "a boolean",
+        list: "a list",
+        dict: "a table",
+    }
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 

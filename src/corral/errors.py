@@ -4,20 +4,20 @@ Every error a user or operator can see is a leaf of this tree. Each class names 
 gRPC status it travels as and the exit code a command ends with, so ctld, the HTTP
 gateway and the commands agree without a lookup table elsewhere::
 
-    CorralError                     UNKNOWN              exit 1
-    ├── ConfigError                 FAILED_PRECONDITION  exit 1  bad cluster config (names the key)
-    ├── InvalidRequest              INVALID_ARGUMENT     exit 1  a malformed or impossible request
-    │   ├── InvalidOption           INVALID_ARGUMENT     exit 1  a bad flag or #SBATCH directive
-    │   ├── InvalidPartition        INVALID_ARGUMENT     exit 1  "Invalid partition name specified"
-    │   ├── InvalidAccount          INVALID_ARGUMENT     exit 1  "Invalid account or account/partition combination specified"
-    │   └── NodeConfigUnavailable   INVALID_ARGUMENT     exit 1  "Requested node configuration is not available"
-    ├── InvalidJobId                NOT_FOUND            exit 1  "Invalid job id specified"
-    ├── InvalidNodeName             NOT_FOUND            exit 1  "Invalid node name specified"
-    ├── PermissionDenied            PERMISSION_DENIED    exit 1  "Access/permission denied"
-    ├── JobStateConflict            FAILED_PRECONDITION  exit 1  e.g. "Job/step already completing or completed"
-    ├── InvalidTransition           INTERNAL             exit 1  a state-machine bug: an impossible transition
-    ├── StoreError                  UNAVAILABLE          exit 1  the durable store failed
-    └── ControllerUnavailable       UNAVAILABLE          exit 1  "Unable to contact slurm controller"
+    CorralError                  UNKNOWN              exit 1
+    ├── ConfigError              FAILED_PRECONDITION  exit 1  bad cluster config (names the key)
+    ├── InvalidRequest           INVALID_ARGUMENT     exit 1  malformed or impossible request
+    │   ├── InvalidOption        INVALID_ARGUMENT     exit 1  bad flag or #SBATCH directive
+    │   ├── InvalidPartition     INVALID_ARGUMENT     exit 1  "Invalid partition name specified"
+    │   ├── InvalidAccount       INVALID_ARGUMENT     exit 1  "Invalid account or account/..."
+    │   └── NodeConfigUnavailable INVALID_ARGUMENT    exit 1  "Requested node configuration ..."
+    ├── InvalidJobId             NOT_FOUND            exit 1  "Invalid job id specified"
+    ├── InvalidNodeName          NOT_FOUND            exit 1  "Invalid node name specified"
+    ├── PermissionDenied         PERMISSION_DENIED    exit 1  "Access/permission denied"
+    ├── JobStateConflict         FAILED_PRECONDITION  exit 1  "Job/step already completing ..."
+    ├── InvalidTransition        INTERNAL             exit 1  state-machine bug (impossible move)
+    ├── StoreError               UNAVAILABLE          exit 1  the durable store failed
+    └── ControllerUnavailable    UNAVAILABLE          exit 1  "Unable to contact slurm controller"
 
 Slurm's commands end with exit code 1 for all of these; the messages above are
 Slurm's own where it has one, so scripts that grep for them keep working.

@@ -7,6 +7,7 @@ the shortest expression that keeps their order, as Slurm prints them.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from itertools import product
 
 from corral.errors import InvalidRequest
@@ -82,37 +83,37 @@ def expand(expr: str) -> list[str]:
 _NUMERIC_TAIL = re.compile(r"^(.*?)(\d+)$")
 
 
+@dataclass
+class _Run:
+    prefix: str
+    width: int
+    numbers: list[int]
+
+
 def compress(names: list[str]) -> str:
-    """The compact expression for ``names`` (order kept, runs merged): a[1-3,5],b."""
-    groups: list[tuple[str, int, list[int]]] = []  # (prefix, width, numbers)
-    plain: list[tuple[int, str]] = []
-    order: list[tuple[str, object]] = []
+    """The compact expression for ``names`` (first-seen order kept): a[1-3,5],b."""
+    items: list[str | _Run] = []
+    runs: dict[tuple[str, int], _Run] = {}
     for name in names:
         m = _NUMERIC_TAIL.match(name)
         if not m:
-            order.append(("plain", name))
-            plain.append((len(order), name))
+            items.append(name)
             continue
         prefix, digits = m.group(1), m.group(2)
         width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
-        for key in groups:
-            if key[0] == prefix and key[1] == width:
-                key[2].append(int(digits))
-                break
-        else:
-            group = (prefix, width, [int(digits)])
-            groups.append(group)
-            order.append(("group", group))
+        run = runs.get((prefix, width))
+        if run is None:
+            run = runs[(prefix, width)] = _Run(prefix, width, [])
+            items.append(run)
+        run.numbers.append(int(digits))
     out: list[str] = []
-    for kind, item in order:
-        if kind == "plain":
-            out.append(str(item))
-            continue
-        prefix, width, numbers = item  # type: ignore[misc]
-        if len(numbers) == 1:
-            out.append(f"{prefix}{str(numbers[0]).zfill(width)}")
-            continue
-        out.append(f"{prefix}[{_ranges(sorted(set(numbers)), width)}]")
+    for item in items:
+        if isinstance(item, str):
+            out.append(item)
+        elif len(item.numbers) == 1:
+            out.append(f"{item.prefix}{str(item.numbers[0]).zfill(item.width)}")
+        else:
+            out.append(f"{item.prefix}[{_ranges(sorted(set(item.numbers)), item.width)}]")
     return ",".join(out)
 
 

@@ -10,8 +10,15 @@ from dataclasses import dataclass
 
 from corral.errors import InvalidOption
 
-DEPENDENCY_TYPES = ("after", "afterany", "afterok", "afternotok", "aftercorr", "afterburstbuffer",
-                    "singleton")
+DEPENDENCY_TYPES = (
+    "after",
+    "afterany",
+    "afterok",
+    "afternotok",
+    "aftercorr",
+    "afterburstbuffer",
+    "singleton",
+)
 MAX_ARRAY_TASKS = 1_000_001  # Slurm's default MaxArraySize is 1001; a hard sanity cap here
 
 

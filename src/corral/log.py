@@ -13,8 +13,9 @@ from typing import Any
 import structlog
 
 
-def setup_logging(component: str, *, json: bool = False, level: str = "INFO",
-                  stream: Any = None) -> None:
+def setup_logging(
+    component: str, *, json: bool = False, level: str = "INFO", stream: Any = None
+) -> None:
     out = stream or sys.stderr
     processors: list[Any] = [
         structlog.contextvars.merge_contextvars,

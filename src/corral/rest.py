@@ -25,9 +25,9 @@ def controller_address() -> tuple[str, int]:
     """host and port of ctld's HTTP gateway: $CORRAL_CTLD_HTTP, else the config file."""
     value = os.environ.get(ADDRESS_ENV)
     if not value:
-        from corral.config import config_path  # only when no env.sh was sourced
-
         import tomllib
+
+        from corral.config import config_path  # only when no env.sh was sourced
 
         path = config_path()
         try:

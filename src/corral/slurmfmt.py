@@ -34,7 +34,7 @@ def parse_duration(text: str, *, what: str = "time limit") -> int:
     nums = [int(x) for x in (a, b, c) if x is not None]
     if days_s is not None:
         # D-H, D-H:M, D-H:M:S
-        hours, minutes, seconds = (nums + [0, 0])[:3]
+        hours, minutes, seconds = ([*nums, 0, 0])[:3]
     elif len(nums) == 1:
         hours, minutes, seconds = 0, nums[0], 0
     elif len(nums) == 2:
@@ -126,8 +126,13 @@ def parse_timestamp(text: str, *, now: float, what: str = "begin time") -> float
     lt = _time.localtime(now)
     day_start = _time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1))
     if low in ("today", "midnight", "noon", "teatime", "tomorrow"):
-        offset = {"today": 0, "midnight": 86400, "noon": 12 * 3600, "teatime": 16 * 3600,
-                  "tomorrow": 86400}[low]
+        offset = {
+            "today": 0,
+            "midnight": 86400,
+            "noon": 12 * 3600,
+            "teatime": 16 * 3600,
+            "tomorrow": 86400,
+        }[low]
         t = day_start + offset
         return t + 86400 if low in ("noon", "teatime") and t <= now else t
     m = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", s)

@@ -13,12 +13,14 @@ from corral.log import setup_logging
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="corral ctld", description="the corral controller")
-    parser.add_argument("-f", "--config", help="cluster config (default $CORRAL_CONF or "
-                        "/etc/corral/corral.toml)")
+    parser.add_argument(
+        "-f", "--config", help="cluster config (default $CORRAL_CONF or /etc/corral/corral.toml)"
+    )
     parser.add_argument("--log-json", action="store_true", help="log JSON lines")
     parser.add_argument("--log-level", default="INFO")
-    parser.add_argument("--ready-file", default="", help="write 'pid grpc_port http_port' here "
-                        "once listening")
+    parser.add_argument(
+        "--ready-file", default="", help="write 'pid grpc_port http_port' here once listening"
+    )
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)

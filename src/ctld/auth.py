@@ -46,8 +46,9 @@ class Policy:
     def check_job(self, who: Identity, job: pb.Job, action: str) -> None:
         if who.uid == job.uid or self.is_operator(who):
             return
-        raise PermissionDenied(f"Access/permission denied: {who.user} may not {action} "
-                               f"job {job.job_id} of {job.user}")
+        raise PermissionDenied(
+            f"Access/permission denied: {who.user} may not {action} job {job.job_id} of {job.user}"
+        )
 
     def check_operator(self, who: Identity, action: str) -> None:
         if not self.is_operator(who):

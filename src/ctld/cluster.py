@@ -11,10 +11,11 @@ thread, which commits in queue order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal as signal_mod
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import replace
-from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -93,8 +94,7 @@ class Cluster:
                 for alloc in job.allocations:
                     node = self.nodes.get(alloc.node)
                     if node is not None:
-                        node.allocate(job.job_id, alloc.cpus, alloc.mem_mb,
-                                      list(alloc.gpu_indices))
+                        node.allocate(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()
 
@@ -103,18 +103,16 @@ class Cluster:
         self.version += 1
         self._wake.set()
 
-    def _spawn(self, coro: object) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def run_scheduler(self) -> None:
         interval = self.config.controller.sched_interval_s
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=interval)
-            except TimeoutError:
-                pass
             self._wake.clear()
             try:
                 await self.schedule_pass()
@@ -130,15 +128,19 @@ class Cluster:
                 if node.responding and now - node.last_heartbeat > hb.timeout_s:
                     node.responding = False
                     node.reason, node.reason_time = "Not responding", now
-                    log.warning("node not responding", node=node.name,
-                                silent_s=round(now - node.last_heartbeat, 1))
+                    log.warning(
+                        "node not responding",
+                        node=node.name,
+                        silent_s=round(now - node.last_heartbeat, 1),
+                    )
                     self.wake()
 
     def purge_finished(self) -> None:
         """Forget finished jobs older than min_job_age (they stay in the store for sacct)."""
         horizon = self.clock() - self.config.controller.min_job_age_s
-        for job_id in [j.job_id for j in self.jobs.values()
-                       if j.state in js.FINISHED and j.end_time < horizon]:
+        for job_id in [
+            j.job_id for j in self.jobs.values() if j.state in js.FINISHED and j.end_time < horizon
+        ]:
             del self.jobs[job_id]
             self._saved_events.pop(job_id, None)
 
@@ -154,8 +156,9 @@ class Cluster:
 
     def _capacity(self) -> dict[str, NodeCapacity]:
         return {
-            n.name: NodeCapacity(n.name, n.resources.cpus, n.resources.memory_mb,
-                                 len(n.resources.gpus), n.gpu_type)
+            n.name: NodeCapacity(
+                n.name, n.resources.cpus, n.resources.memory_mb, len(n.resources.gpus), n.gpu_type
+            )
             for n in self.nodes.values()
         }
 
@@ -215,7 +218,8 @@ class Cluster:
         users, states = set(flt.users), set(flt.states)
         names, parts, accts = set(flt.names), set(flt.partitions), set(flt.accounts)
         return [
-            j for j in jobs
+            j
+            for j in jobs
             if (not users or j.user in users)
             and (not states or j.state in states)
             and (not names or j.spec.name in names)
@@ -231,8 +235,9 @@ class Cluster:
 
     async def cancel(self, who: Identity, req: pb.CancelJobsRequest) -> list[pb.CancelOutcome]:
         flt = req.filter
-        if not (flt.job_ids or flt.users or flt.names or flt.states or flt.partitions
-                or flt.accounts):
+        if not (
+            flt.job_ids or flt.users or flt.names or flt.states or flt.partitions or flt.accounts
+        ):
             raise InvalidRequest("No job identification provided")
         outcomes: list[pb.CancelOutcome] = []
         ops: list[Op] = []
@@ -243,8 +248,14 @@ class Cluster:
         targets = self.select(flt, strict=False)
         if flt.job_ids:
             for missing in [i for i in flt.job_ids if i not in known]:
-                outcomes.append(pb.CancelOutcome(job_id=missing, ok=False, error="InvalidJobId",
-                                                 message=InvalidJobId().message))
+                outcomes.append(
+                    pb.CancelOutcome(
+                        job_id=missing,
+                        ok=False,
+                        error="InvalidJobId",
+                        message=InvalidJobId().message,
+                    )
+                )
         for job in targets:
             try:
                 self.policy.check_job(who, job, "signal" if req.signal else "cancel")
@@ -257,8 +268,11 @@ class Cluster:
                 ops.append(self._save(job))
                 outcomes.append(pb.CancelOutcome(job_id=job.job_id, ok=True))
             except CorralError as exc:
-                outcomes.append(pb.CancelOutcome(job_id=job.job_id, ok=False,
-                                                 error=type(exc).__name__, message=exc.message))
+                outcomes.append(
+                    pb.CancelOutcome(
+                        job_id=job.job_id, ok=False, error=type(exc).__name__, message=exc.message
+                    )
+                )
         if ops:
             await self.store.commit(*ops)
             self.wake()
@@ -266,8 +280,9 @@ class Cluster:
             self._spawn(self._send_signal(node, sig_req))
         return outcomes
 
-    def _cancel_job(self, job: pb.Job, cause: str,
-                    now: float) -> tuple[NodeRecord, pb.SignalJobRequest] | None:
+    def _cancel_job(
+        self, job: pb.Job, cause: str, now: float
+    ) -> tuple[NodeRecord, pb.SignalJobRequest] | None:
         if job.state == js.PENDING:
             js.transition(job, "cancelled", cause=cause, now=now)
             job.end_time = now
@@ -276,12 +291,16 @@ class Cluster:
         if job.state == js.RUNNING:
             js.transition(job, "cancel_requested", cause=cause, now=now)
             return self._batch_node(job), pb.SignalJobRequest(
-                job_id=job.job_id, signal=int(signal_mod.SIGTERM), terminate=True,
-                kill_wait_s=self.config.controller.kill_wait_s)
+                job_id=job.job_id,
+                signal=int(signal_mod.SIGTERM),
+                terminate=True,
+                kill_wait_s=self.config.controller.kill_wait_s,
+            )
         raise JobStateConflict()
 
-    def _signal_job(self, job: pb.Job, sig: int, batch_only: bool, cause: str,
-                    now: float) -> tuple[NodeRecord, pb.SignalJobRequest]:
+    def _signal_job(
+        self, job: pb.Job, sig: int, batch_only: bool, cause: str, now: float
+    ) -> tuple[NodeRecord, pb.SignalJobRequest]:
         if not 0 < sig < 65:
             raise InvalidRequest(f"Invalid signal {sig}")
         if job.state == js.PENDING:
@@ -289,8 +308,9 @@ class Cluster:
         if job.state not in js.ON_NODE:
             raise JobStateConflict()
         js.transition(job, "signalled", cause=cause, now=now, detail=f"signal {sig}")
-        return self._batch_node(job), pb.SignalJobRequest(job_id=job.job_id, signal=sig,
-                                                          batch_only=batch_only)
+        return self._batch_node(job), pb.SignalJobRequest(
+            job_id=job.job_id, signal=sig, batch_only=batch_only
+        )
 
     def _batch_node(self, job: pb.Job) -> NodeRecord:
         node = self.nodes.get(job.batch_host)
@@ -317,8 +337,11 @@ class Cluster:
                 ops.append(self._save(job))
                 outcomes.append(pb.CancelOutcome(job_id=job_id, ok=True))
             except CorralError as exc:
-                outcomes.append(pb.CancelOutcome(job_id=job_id, ok=False,
-                                                 error=type(exc).__name__, message=exc.message))
+                outcomes.append(
+                    pb.CancelOutcome(
+                        job_id=job_id, ok=False, error=type(exc).__name__, message=exc.message
+                    )
+                )
         if ops:
             await self.store.commit(*ops)
             self.wake()
@@ -362,9 +385,14 @@ class Cluster:
         node.last_heartbeat = now
         if node.reason == "Not responding":
             node.reason, node.reason_time = "", 0.0
-        log.info("node registered", node=node.name, address=node.address,
-                 cpus=node.resources.cpus, gpus=len(node.resources.gpus),
-                 running=len(req.running_job_ids))
+        log.info(
+            "node registered",
+            node=node.name,
+            address=node.address,
+            cpus=node.resources.cpus,
+            gpus=len(node.resources.gpus),
+            running=len(req.running_job_ids),
+        )
         self.wake()
         return node
 
@@ -394,8 +422,9 @@ class Cluster:
             if upd.kind == pb.JobStatusUpdate.KIND_EXITED:
                 self._finish(job, upd, cause)
             elif upd.kind == pb.JobStatusUpdate.KIND_LAUNCH_FAILED:
-                js.transition(job, "launch_failed", cause=cause, now=self.clock(),
-                              detail=upd.detail[:1024])
+                js.transition(
+                    job, "launch_failed", cause=cause, now=self.clock(), detail=upd.detail[:1024]
+                )
                 job.end_time = upd.time or self.clock()
                 job.exit_code = 1
                 job.reason = "launch failed"
@@ -420,11 +449,23 @@ class Cluster:
         job.exit_signal = max(0, min(upd.exit_signal, 64))
         job.end_time = max(upd.time, job.start_time) if upd.time else self.clock()
         job.reason = "NonZeroExitCode" if final == js.FAILED and upd.exit_code else "None"
-        js.transition(job, "exited", cause=cause, now=self.clock(), to=final,
-                      detail=f"exit {job.exit_code}:{job.exit_signal}")
+        js.transition(
+            job,
+            "exited",
+            cause=cause,
+            now=self.clock(),
+            to=final,
+            detail=f"exit {job.exit_code}:{job.exit_signal}",
+        )
         self._release(job)
-        log.info("job ended", job_id=job.job_id, node=job.batch_host,
-                 state=js.state_name(final), exit_code=job.exit_code, signal=job.exit_signal)
+        log.info(
+            "job ended",
+            job_id=job.job_id,
+            node=job.batch_host,
+            state=js.state_name(final),
+            exit_code=job.exit_code,
+            signal=job.exit_signal,
+        )
 
     def _release(self, job: pb.Job) -> None:
         for alloc in job.allocations:
@@ -456,8 +497,10 @@ class Cluster:
         )
         now = self.clock()
         pending = []
-        for job in sorted((j for j in self.jobs.values() if j.state == js.PENDING),
-                          key=lambda j: (j.submit_time, j.job_id)):
+        for job in sorted(
+            (j for j in self.jobs.values() if j.state == js.PENDING),
+            key=lambda j: (j.submit_time, j.job_id),
+        ):
             blocked = ""
             if job.hold == pb.HOLD_USER:
                 blocked = "JobHeldUser"
@@ -467,8 +510,9 @@ class Cluster:
                 blocked = "BeginTime"
             req = request_from_spec(job.spec, job.job_id, job.spec.partitions, job.time_limit_s)
             pending.append(replace(req, blocked_reason=blocked) if blocked else req)
-        return Snapshot(version=self.version, now=now, nodes=nodes, partitions=parts,
-                        pending=tuple(pending))
+        return Snapshot(
+            version=self.version, now=now, nodes=nodes, partitions=parts, pending=tuple(pending)
+        )
 
     async def schedule_pass(self) -> None:
         self.passes += 1
@@ -478,8 +522,7 @@ class Cluster:
 
     async def apply_plan(self, plan: Plan, *, pass_no: int) -> None:
         if plan.snapshot_version != self.version:
-            log.info("stale plan dropped", plan_version=plan.snapshot_version,
-                     version=self.version)
+            log.info("stale plan dropped", plan_version=plan.snapshot_version, version=self.version)
             self.wake()
             return
         now = self.clock()
@@ -497,8 +540,9 @@ class Cluster:
                 self.nodes[p.node].allocate(job.job_id, p.cpus, p.mem_mb, list(p.gpu_indices))
             del job.allocations[:]
             for p in start.placements:
-                job.allocations.add(node=p.node, cpus=p.cpus, mem_mb=p.mem_mb,
-                                    gpu_indices=list(p.gpu_indices))
+                job.allocations.add(
+                    node=p.node, cpus=p.cpus, mem_mb=p.mem_mb, gpu_indices=list(p.gpu_indices)
+                )
             job.partition = start.partition
             job.nodelist = hostlist.compress([p.node for p in start.placements])
             job.batch_host = start.placements[0].node
@@ -508,8 +552,13 @@ class Cluster:
             job.num_gpus = sum(len(p.gpu_indices) for p in start.placements)
             job.start_time = now
             job.reason = "None"
-            js.transition(job, "started", cause=f"sched:pass={pass_no}", now=now,
-                          detail=f"nodes={job.nodelist}")
+            js.transition(
+                job,
+                "started",
+                cause=f"sched:pass={pass_no}",
+                now=now,
+                detail=f"nodes={job.nodelist}",
+            )
             ops.append(self._save(job))
             launches.append(job)
         if not ops:
@@ -529,8 +578,9 @@ class Cluster:
             if job.state != js.RUNNING:
                 return
             now = self.clock()
-            log.warning("launch failed, requeued", job_id=job.job_id, node=node.name,
-                        error=str(exc))
+            log.warning(
+                "launch failed, requeued", job_id=job.job_id, node=node.name, error=str(exc)
+            )
             node.responding = False
             node.reason, node.reason_time = "Not responding", now
             self._release(job)
@@ -538,8 +588,13 @@ class Cluster:
             job.nodelist = job.batch_host = ""
             job.start_time = 0
             job.restart_count += 1
-            js.transition(job, "requeued", cause=f"dispatch:{node.name} unreachable", now=now,
-                          detail=str(exc)[:512])
+            js.transition(
+                job,
+                "requeued",
+                cause=f"dispatch:{node.name} unreachable",
+                now=now,
+                detail=str(exc)[:512],
+            )
             self._fill_request_totals(job)
             job.reason = "Resources"
             await self.store.commit(self._save(job))
@@ -562,16 +617,22 @@ class Cluster:
             if wanted and p.name not in wanted:
                 continue
             members = [self.nodes[n] for n in p.nodes]
-            out.append(pb.Partition(
-                name=p.name, nodes=hostlist.compress(list(p.nodes)),
-                is_default=default is not None and default.name == p.name,
-                state=p.state, max_time_s=p.max_time_s, default_time_s=p.default_time_s,
-                max_nodes=p.max_nodes, total_nodes=len(members),
-                total_cpus=sum(n.resources.cpus for n in members),
-                total_gpus=sum(len(n.resources.gpus) for n in members),
-                priority_tier=p.priority_tier, allow_accounts=p.allow_accounts,
-            ))
+            out.append(
+                pb.Partition(
+                    name=p.name,
+                    nodes=hostlist.compress(list(p.nodes)),
+                    is_default=default is not None and default.name == p.name,
+                    state=p.state,
+                    max_time_s=p.max_time_s,
+                    default_time_s=p.default_time_s,
+                    max_nodes=p.max_nodes,
+                    total_nodes=len(members),
+                    total_cpus=sum(n.resources.cpus for n in members),
+                    total_gpus=sum(len(n.resources.gpus) for n in members),
+                    priority_tier=p.priority_tier,
+                    allow_accounts=p.allow_accounts,
+                )
+            )
         if wanted and not out:
             raise InvalidRequest(f"Partition {sorted(wanted)[0]} not found")
         return out
-

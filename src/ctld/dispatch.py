@@ -19,9 +19,9 @@ class NodeUnreachable(ControllerUnavailable):
 
 class GrpcDispatcher:
     def __init__(self) -> None:
-        self._channels: dict[str, tuple[str, aio.Channel, pbg.NodeAgentStub]] = {}
+        self._channels: dict[str, tuple[str, aio.Channel, pbg.NodeAgentAsyncStub]] = {}
 
-    def _stub(self, node: NodeRecord) -> pbg.NodeAgentStub:
+    def _stub(self, node: NodeRecord) -> pbg.NodeAgentAsyncStub:
         cached = self._channels.get(node.name)
         if cached is not None and cached[0] == node.address:
             return cached[2]
@@ -45,7 +45,7 @@ class GrpcDispatcher:
 
     async def close(self) -> None:
         for _addr, channel, _stub in self._channels.values():
-            await channel.close()
+            await channel.close(None)
         self._channels.clear()
 
 

@@ -50,8 +50,7 @@ def make_app(api: ControllerApi) -> web.Application:
             raw = await request.read()
             message = req_type()
             if raw.strip():
-                json_format.Parse(raw, message, ignore_unknown_fields=False,
-                                  max_recursion_depth=32)
+                json_format.Parse(raw, message, ignore_unknown_fields=False, max_recursion_depth=32)
         except (json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
             return _error(InvalidRequest(f"malformed {req_type.__name__}: {exc}"))
         metadata = {k.lower(): v for k, v in request.headers.items()}
@@ -63,8 +62,9 @@ def make_app(api: ControllerApi) -> web.Application:
             log.exception("gateway handler failed", method=method)
             return _error(CorralError("internal error in ctld (see its log)"))
         payload: dict[str, Any] = json_format.MessageToDict(reply)
-        return web.Response(body=json.dumps(payload, separators=(",", ":")),
-                            content_type="application/json")
+        return web.Response(
+            body=json.dumps(payload, separators=(",", ":")), content_type="application/json"
+        )
 
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post("/corral.v1.Controller/{method}", handle)

@@ -32,8 +32,9 @@ OUT_OF_MEMORY = S.JOB_STATE_OUT_OF_MEMORY
 NEW = S.JOB_STATE_UNSPECIFIED
 
 ACTIVE = frozenset({PENDING, RUNNING, COMPLETING})
-FINISHED = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY,
-                      S.JOB_STATE_PREEMPTED})
+FINISHED = frozenset(
+    {COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, S.JOB_STATE_PREEMPTED}
+)
 ON_NODE = frozenset({RUNNING, COMPLETING})
 
 _SAME = frozenset[int]()  # marker: the event keeps the state
@@ -71,7 +72,7 @@ def transition(
     if event not in EVENTS:
         raise InvalidTransition(f"job {job.job_id}: unknown event {event!r} (cause {cause})")
     allowed_from, allowed_to = EVENTS[event]
-    before = job.state
+    before = int(job.state)
     if before not in allowed_from:
         raise InvalidTransition(
             f"job {job.job_id}: event {event!r} is impossible in state {state_name(before)} "
@@ -93,7 +94,7 @@ def transition(
                 f"job {job.job_id}: event {event!r} cannot lead from {state_name(before)} "
                 f"to {state_name(after)} (cause {cause})"
             )
-    job.state = after  # type: ignore[assignment]
+    job.state = after  # type: ignore[assignment]  # an int from the enum's own values
     record = job.events.add(
         time=now, event=event, from_state=before, to_state=after, cause=cause, detail=detail
     )

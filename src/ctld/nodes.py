@@ -38,8 +38,9 @@ class NodeRecord:
             self.resources.cpus = self.config.cpus
             self.resources.memory_mb = self.config.memory_mb
             for i in range(self.config.gpus.count):
-                self.resources.gpus.add(index=i, model=self.config.gpus.model,
-                                        memory_mb=self.config.gpus.memory_mb)
+                self.resources.gpus.add(
+                    index=i, model=self.config.gpus.model, memory_mb=self.config.gpus.memory_mb
+                )
 
     @property
     def gpu_type(self) -> str:

@@ -79,9 +79,12 @@ class ControllerApi:
         flt = req.filter
         jobs = await asyncio.to_thread(
             self.cluster.store.query_jobs,
-            job_ids=list(flt.job_ids), users=list(flt.users),
-            states=[int(s) for s in flt.states], start_after=req.start_after,
-            end_before=req.end_before, limit=req.limit,
+            job_ids=list(flt.job_ids),
+            users=list(flt.users),
+            states=[int(s) for s in flt.states],
+            start_after=req.start_after,
+            end_before=req.end_before,
+            limit=req.limit,
         )
         resp = pb.QueryAccountingResponse(now=self.cluster.clock())
         for job in jobs:
@@ -91,8 +94,9 @@ class ControllerApi:
         return resp
 
     async def get_nodes(self, req: pb.GetNodesRequest, who: Identity) -> pb.GetNodesResponse:
-        return pb.GetNodesResponse(nodes=self.cluster.node_list(req.names),
-                                   now=self.cluster.clock())
+        return pb.GetNodesResponse(
+            nodes=self.cluster.node_list(req.names), now=self.cluster.clock()
+        )
 
     async def get_partitions(
         self, req: pb.GetPartitionsRequest, who: Identity
@@ -106,8 +110,10 @@ class ControllerApi:
         self, req: pb.GetClusterInfoRequest, who: Identity
     ) -> pb.GetClusterInfoResponse:
         return pb.GetClusterInfoResponse(
-            cluster=self.cluster.config.cluster_name, version=__version__,
-            start_time=self.cluster.start_time, next_job_id=self.cluster.next_job_id,
+            cluster=self.cluster.config.cluster_name,
+            version=__version__,
+            start_time=self.cluster.start_time,
+            next_job_id=self.cluster.next_job_id,
         )
 
 
@@ -120,27 +126,44 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: CorralError) 
     await context.abort(getattr(grpc.StatusCode, exc.grpc_code), exc.message)
 
 
-def _grpc_method(name: str) -> Callable[..., Awaitable[Message]]:
-    async def method(self: ControllerServicer, request: Message,
-                     context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+class ControllerServicer(pbg.ControllerServicer):
+    """gRPC adapter: metadata in, CorralError out as its status code."""
+
+    def __init__(self, api: ControllerApi) -> None:
+        self.api = api
+
+    async def _call(
+        self, name: str, request: Message, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Any:
         try:
             return await self.api.call(name, request, _metadata(context))
         except CorralError as exc:
             await _abort(context, exc)
             raise  # unreachable: abort raises
 
-    method.__name__ = name
-    return method
+    async def SubmitJob(self, request: Any, context: Any) -> Any:
+        return await self._call("SubmitJob", request, context)
 
+    async def CancelJobs(self, request: Any, context: Any) -> Any:
+        return await self._call("CancelJobs", request, context)
 
-class ControllerServicer(pbg.ControllerServicer):
-    def __init__(self, api: ControllerApi) -> None:
-        self.api = api
+    async def GetJobs(self, request: Any, context: Any) -> Any:
+        return await self._call("GetJobs", request, context)
 
+    async def QueryAccounting(self, request: Any, context: Any) -> Any:
+        return await self._call("QueryAccounting", request, context)
 
-for _name in ("SubmitJob", "CancelJobs", "GetJobs", "QueryAccounting", "GetNodes",
-              "GetPartitions", "UpdateJob", "GetClusterInfo"):
-    setattr(ControllerServicer, _name, _grpc_method(_name))
+    async def GetNodes(self, request: Any, context: Any) -> Any:
+        return await self._call("GetNodes", request, context)
+
+    async def GetPartitions(self, request: Any, context: Any) -> Any:
+        return await self._call("GetPartitions", request, context)
+
+    async def UpdateJob(self, request: Any, context: Any) -> Any:
+        return await self._call("UpdateJob", request, context)
+
+    async def GetClusterInfo(self, request: Any, context: Any) -> Any:
+        return await self._call("GetClusterInfo", request, context)
 
 
 class NodeControllerServicer(pbg.NodeControllerServicer):
@@ -149,7 +172,7 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
 
-    async def RegisterNode(  # noqa: N802 - gRPC method name
+    async def RegisterNode(
         self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RegisterNodeResponse:
         try:
@@ -161,7 +184,7 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
             heartbeat_interval_s=self.cluster.config.heartbeat.interval_s,
         )
 
-    async def Heartbeat(  # noqa: N802
+    async def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.HeartbeatResponse:
         try:
@@ -171,7 +194,7 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
             raise
         return pb.HeartbeatResponse(reregister=not known)
 
-    async def ReportJobStatus(  # noqa: N802
+    async def ReportJobStatus(
         self, request: pb.ReportJobStatusRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ReportJobStatusResponse:
         try:

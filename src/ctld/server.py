@@ -47,9 +47,14 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
     await runner.setup()
     site = web.TCPSite(runner, ctl.bind_host, ctl.http_port, reuse_address=True)
     await site.start()
-    log.info("ctld listening", grpc=f"{ctl.bind_host}:{grpc_port}",
-             http=f"{ctl.bind_host}:{ctl.http_port}", store=store.url,
-             cluster=config.cluster_name, nodes=len(cluster.nodes))
+    log.info(
+        "ctld listening",
+        grpc=f"{ctl.bind_host}:{grpc_port}",
+        http=f"{ctl.bind_host}:{ctl.http_port}",
+        store=store.url,
+        cluster=config.cluster_name,
+        nodes=len(cluster.nodes),
+    )
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -61,8 +66,10 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
             await asyncio.sleep(PURGE_INTERVAL_S)
             cluster.purge_finished()
 
-    tasks = [asyncio.create_task(t) for t in
-             (cluster.run_scheduler(), cluster.run_heartbeat_monitor(), purge())]
+    tasks = [
+        asyncio.create_task(t)
+        for t in (cluster.run_scheduler(), cluster.run_heartbeat_monitor(), purge())
+    ]
     if ready_file:
         with open(ready_file + ".tmp", "w") as fh:
             fh.write(f"{os.getpid()} {grpc_port} {ctl.http_port}\n")

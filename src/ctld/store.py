@@ -14,6 +14,7 @@ serialized corral.v1.Job without its events, which live in ``job_events``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 from collections.abc import Callable, Iterable
@@ -154,9 +155,7 @@ class Store:
     @staticmethod
     def _make_engine(url: str, synchronous: str) -> Engine:
         if url.startswith("sqlite"):
-            engine = sa.create_engine(
-                url, connect_args={"check_same_thread": False, "timeout": 30}
-            )
+            engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
             @sa.event.listens_for(engine, "connect")
             def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -177,8 +176,9 @@ class Store:
                     sa.select(meta.c.value).where(meta.c.key == "schema_version")
                 ).first()
                 if row is None:
-                    conn.execute(meta.insert(), {"key": "schema_version",
-                                                 "value": str(SCHEMA_VERSION)})
+                    conn.execute(
+                        meta.insert(), {"key": "schema_version", "value": str(SCHEMA_VERSION)}
+                    )
                 elif int(row[0]) != SCHEMA_VERSION:
                     raise StoreError(
                         f"{self.url}: schema version {row[0]}, this ctld knows {SCHEMA_VERSION}"
@@ -261,10 +261,8 @@ class Store:
             else:
                 req.future.set_exception(error)
 
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: ctld is shutting down
             req.loop.call_soon_threadsafe(resolve)
-        except RuntimeError:  # the loop is closed: ctld is shutting down
-            pass
 
     # ------------------------------------------------------------ reads (any thread)
 
@@ -318,13 +316,17 @@ class Store:
             for start in range(0, len(ids), 500):
                 chunk = ids[start : start + 500]
                 rows = conn.execute(
-                    sa.select(job_events).where(job_events.c.job_id.in_(chunk))
+                    sa.select(job_events)
+                    .where(job_events.c.job_id.in_(chunk))
                     .order_by(job_events.c.id)
                 )
                 for r in rows:
                     out[r.job_id].events.add(
-                        time=r.time, event=r.event, from_state=r.from_state,
-                        to_state=r.to_state, cause=r.cause, detail=r.detail,
+                        time=r.time,
+                        event=r.event,
+                        from_state=r.from_state,
+                        to_state=r.to_state,
+                        cause=r.cause,
+                        detail=r.detail,
                     )
         return list(out.values())
-

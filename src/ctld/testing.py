@@ -46,22 +46,28 @@ class ManualClock:
         self.now += seconds
 
 
-def make_cluster(config: ClusterConfig, store_url: str, *, clock: ManualClock | None = None,
-                 dispatcher: RecordingDispatcher | None = None) -> Cluster:
+def make_cluster(
+    config: ClusterConfig,
+    store_url: str,
+    *,
+    clock: ManualClock | None = None,
+    dispatcher: RecordingDispatcher | None = None,
+) -> Cluster:
     """A loaded Cluster on ``store_url`` (open it inside a running event loop)."""
     store = Store(store_url, sqlite_synchronous="NORMAL")
     store.open()
-    cluster = Cluster(config, store, dispatcher or RecordingDispatcher(), clock=clock or
-                      ManualClock())
+    cluster = Cluster(
+        config, store, dispatcher or RecordingDispatcher(), clock=clock or ManualClock()
+    )
     cluster.load()
     return cluster
 
 
-def register_all(cluster: Cluster, *, cpus: int = 8, memory_mb: int = 16384,
-                 gpus: int = 8) -> None:
+def register_all(cluster: Cluster, *, cpus: int = 8, memory_mb: int = 16384, gpus: int = 8) -> None:
     for i, name in enumerate(cluster.nodes):
         res = pb.NodeResources(cpus=cpus, memory_mb=memory_mb)
         for g in range(gpus):
             res.gpus.add(index=g, model="NVIDIA H100 80GB HBM3", memory_mb=81559)
-        cluster.register_node(pb.RegisterNodeRequest(name=name, address=f"127.0.0.{i + 2}:1",
-                                                     resources=res))
+        cluster.register_node(
+            pb.RegisterNodeRequest(name=name, address=f"127.0.0.{i + 2}:1", resources=res)
+        )

@@ -55,8 +55,9 @@ def _check_text(value: str, what: str, limit: int) -> None:
         raise InvalidOption(f"{what} contains a NUL byte")
 
 
-def request_from_spec(spec: pb.JobSpec, job_id: int = 0, partitions: Iterable[str] = (),
-                      time_limit_s: int = UNLIMITED) -> JobRequest:
+def request_from_spec(
+    spec: pb.JobSpec, job_id: int = 0, partitions: Iterable[str] = (), time_limit_s: int = UNLIMITED
+) -> JobRequest:
     return JobRequest(
         job_id=job_id,
         partitions=tuple(partitions),
@@ -92,8 +93,12 @@ def validate_spec(
     if "\x00" in script:
         raise InvalidOption("Batch script contains a NUL character")
     _check_text(spec.name, "job name", MAX_NAME)
-    for what, value in (("working directory", spec.work_dir), ("--output", spec.stdout_pattern),
-                        ("--error", spec.stderr_pattern), ("--input", spec.stdin_path)):
+    for what, value in (
+        ("working directory", spec.work_dir),
+        ("--output", spec.stdout_pattern),
+        ("--error", spec.stderr_pattern),
+        ("--input", spec.stdin_path),
+    ):
         _check_text(value, what, MAX_PATH)
     if not spec.work_dir.startswith("/"):
         raise InvalidOption("the working directory must be an absolute path")
@@ -106,12 +111,17 @@ def validate_spec(
     _check_text(spec.comment, "comment", 4096)
     _check_text(spec.submit_line, "submit line", 65536)
     _check_text(spec.account, "account", 64)
-    for what, value in (("-N", spec.nodes_min), ("-N", spec.nodes_max), ("-n", spec.ntasks),
-                        ("--ntasks-per-node", spec.ntasks_per_node),
-                        ("-c", spec.cpus_per_task), ("--gpus", spec.gpus),
-                        ("--gpus-per-node", spec.gpus_per_node)):
-        if value > MAX_COUNT:
-            raise InvalidOption(f"{what} {value} is out of range")
+    for flag, count in (
+        ("-N", spec.nodes_min),
+        ("-N", spec.nodes_max),
+        ("-n", spec.ntasks),
+        ("--ntasks-per-node", spec.ntasks_per_node),
+        ("-c", spec.cpus_per_task),
+        ("--gpus", spec.gpus),
+        ("--gpus-per-node", spec.gpus_per_node),
+    ):
+        if count > MAX_COUNT:
+            raise InvalidOption(f"{flag} {count} is out of range")
     if spec.nodes_max and spec.nodes_max < spec.nodes_min:
         raise InvalidRequest("Node count specification invalid")
     if spec.mem_per_node_mb and spec.mem_per_cpu_mb:
@@ -158,8 +168,9 @@ def validate_spec(
     return Accepted(partitions=tuple(p.name for p in parts), time_limit_s=limit)
 
 
-def _partition_can_ever_run(part: PartitionConfig, req: JobRequest, shape: Shape,
-                            capacity: dict[str, NodeCapacity]) -> bool:
+def _partition_can_ever_run(
+    part: PartitionConfig, req: JobRequest, shape: Shape, capacity: dict[str, NodeCapacity]
+) -> bool:
     nodes = [capacity[n] for n in part.nodes if n in capacity and n not in req.exclude]
     if req.nodelist:
         if any(n not in part.nodes for n in req.nodelist):
@@ -168,9 +179,12 @@ def _partition_can_ever_run(part: PartitionConfig, req: JobRequest, shape: Shape
     if part.max_nodes and shape.nodes > part.max_nodes:
         return True  # Slurm keeps it pending with PartitionNodeLimit
     fitting = [
-        n for n in nodes
+        n
+        for n in nodes
         if n.cpus == 0  # capacity unknown until it registers: give it the benefit of the doubt
-        or (fits_empty(shape, n.cpus, n.mem_mb, n.gpus)
-            and (not req.gpu_type or not shape.gpus_per_node or req.gpu_type == n.gpu_type))
+        or (
+            fits_empty(shape, n.cpus, n.mem_mb, n.gpus)
+            and (not req.gpu_type or not shape.gpus_per_node or req.gpu_type == n.gpu_type)
+        )
     ]
     return len(fitting) >= shape.nodes

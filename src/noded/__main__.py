@@ -14,15 +14,20 @@ from corral.log import setup_logging
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="corral noded", description="the corral node agent")
-    parser.add_argument("-f", "--config", help="cluster config (default $CORRAL_CONF or "
-                        "/etc/corral/corral.toml)")
+    parser.add_argument(
+        "-f", "--config", help="cluster config (default $CORRAL_CONF or /etc/corral/corral.toml)"
+    )
     parser.add_argument("-N", "--name", default="", help="node name (default: short hostname)")
-    parser.add_argument("--address", default="", help="host ctld should dial (default: the "
-                        "listen address or this host's name)")
+    parser.add_argument(
+        "--address",
+        default="",
+        help="host ctld should dial (default: the listen address or this host's name)",
+    )
     parser.add_argument("--listen", default="", help="bind address (default noded.listen)")
     parser.add_argument("--port", type=int, default=None, help="agent port (0: any free)")
-    parser.add_argument("--spool-dir", default="", help="per-job scripts (default "
-                        "noded.spool_dir/NAME)")
+    parser.add_argument(
+        "--spool-dir", default="", help="per-job scripts (default noded.spool_dir/NAME)"
+    )
     parser.add_argument("--log-json", action="store_true")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--ready-file", default="")
@@ -37,8 +42,17 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging("noded", json=args.log_json or config.noded.log_json, level=args.log_level)
     from noded.server import serve
 
-    asyncio.run(serve(config, name, address=args.address, listen=args.listen, port=args.port,
-                      spool_dir=args.spool_dir, ready_file=args.ready_file))
+    asyncio.run(
+        serve(
+            config,
+            name,
+            address=args.address,
+            listen=args.listen,
+            port=args.port,
+            spool_dir=args.spool_dir,
+            ready_file=args.ready_file,
+        )
+    )
     return 0
 
 

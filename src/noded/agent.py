@@ -31,13 +31,13 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
     def __init__(self, launcher: Launcher) -> None:
         self.launcher = launcher
 
-    async def LaunchJob(  # noqa: N802 - gRPC method name
+    async def LaunchJob(
         self, request: pb.LaunchJobRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.LaunchJobResponse:
         await self.launcher.launch(request.job, request.cluster)
         return pb.LaunchJobResponse()
 
-    async def SignalJob(  # noqa: N802
+    async def SignalJob(
         self, request: pb.SignalJobRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.SignalJobResponse:
         try:
@@ -48,9 +48,15 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
 
 
 class ControllerLink:
-    def __init__(self, ctld_address: str, name: str, address: str,
-                 resources: pb.NodeResources, launcher: Launcher,
-                 heartbeat_interval_s: float) -> None:
+    def __init__(
+        self,
+        ctld_address: str,
+        name: str,
+        address: str,
+        resources: pb.NodeResources,
+        launcher: Launcher,
+        heartbeat_interval_s: float,
+    ) -> None:
         self.name = name
         self.address = address
         self.resources = resources
@@ -69,8 +75,11 @@ class ControllerLink:
 
     async def register(self) -> None:
         req = pb.RegisterNodeRequest(
-            name=self.name, address=self.address, resources=self.resources,
-            boot_time=self.boot_time, version=__version__,
+            name=self.name,
+            address=self.address,
+            resources=self.resources,
+            boot_time=self.boot_time,
+            version=__version__,
             os=f"{platform.system()} {platform.release()}",
             running_job_ids=self.launcher.running_job_ids(),
         )
@@ -87,9 +96,11 @@ class ControllerLink:
                 if not self.registered.is_set():
                     await self.register()
                 reply = await self.stub.Heartbeat(
-                    pb.HeartbeatRequest(name=self.name,
-                                        running_job_ids=self.launcher.running_job_ids()),
-                    timeout=RPC_TIMEOUT_S)
+                    pb.HeartbeatRequest(
+                        name=self.name, running_job_ids=self.launcher.running_job_ids()
+                    ),
+                    timeout=RPC_TIMEOUT_S,
+                )
                 if reply.reregister:
                     self.registered.clear()
                     continue
@@ -109,11 +120,15 @@ class ControllerLink:
             batch = list(self.outbox)
             try:
                 await self.stub.ReportJobStatus(
-                    pb.ReportJobStatusRequest(node=self.name, updates=batch),
-                    timeout=RPC_TIMEOUT_S)
+                    pb.ReportJobStatusRequest(node=self.name, updates=batch), timeout=RPC_TIMEOUT_S
+                )
             except grpc.RpcError as exc:
-                log.warning("status report not delivered, will retry", node=self.name,
-                            updates=len(batch), error=_details(exc))
+                log.warning(
+                    "status report not delivered, will retry",
+                    node=self.name,
+                    updates=len(batch),
+                    error=_details(exc),
+                )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
@@ -123,8 +138,8 @@ class ControllerLink:
                 self._outbox_ready.clear()
 
     async def close(self) -> None:
-        await self.channel.close()
+        await self.channel.close(None)
 
 
 def _details(exc: grpc.RpcError) -> str:
-    return exc.details() if isinstance(exc, grpc.Call) else str(exc)  # type: ignore[no-any-return]
+    return exc.details() if isinstance(exc, grpc.Call) else str(exc)

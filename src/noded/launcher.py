@@ -68,9 +68,14 @@ class Launcher:
             running = await self._start(job, cluster)
         except LaunchError as exc:
             log.warning("launch failed", job_id=job.job_id, node=self.node_name, error=str(exc))
-            self.report(pb.JobStatusUpdate(job_id=job.job_id,
-                                           kind=pb.JobStatusUpdate.KIND_LAUNCH_FAILED,
-                                           time=time.time(), detail=str(exc)))
+            self.report(
+                pb.JobStatusUpdate(
+                    job_id=job.job_id,
+                    kind=pb.JobStatusUpdate.KIND_LAUNCH_FAILED,
+                    time=time.time(),
+                    detail=str(exc),
+                )
+            )
             return
         self.jobs[job.job_id] = running
         task = asyncio.create_task(self._wait(running))
@@ -82,14 +87,16 @@ class Launcher:
         me = os.getuid()
         if me != 0:
             if job.uid != me:
-                raise LaunchError(f"noded runs as uid {me} and cannot start jobs of uid {job.uid}"
-                                  f" ({job.user})")
+                raise LaunchError(
+                    f"noded runs as uid {me} and cannot start jobs of uid {job.uid} ({job.user})"
+                )
             return None, []
         try:
             pw = pwd.getpwuid(job.uid)
         except KeyError:
-            raise LaunchError(f"user {job.user} (uid {job.uid}) is unknown on node "
-                              f"{self.node_name}") from None
+            raise LaunchError(
+                f"user {job.user} (uid {job.uid}) is unknown on node {self.node_name}"
+            ) from None
         if job.uid == 0:
             return None, []
         groups = os.getgrouplist(pw.pw_name, job.gid or pw.pw_gid)
@@ -111,8 +118,9 @@ class Launcher:
             os.chown(script_path, uid, gid)
 
         def expand(pattern: str) -> str:
-            path = expand_pattern(pattern, job_id=job.job_id, job_name=spec.name,
-                                  user=job.user, node=self.node_name)
+            path = expand_pattern(
+                pattern, job_id=job.job_id, job_name=spec.name, user=job.user, node=self.node_name
+            )
             return path if os.path.isabs(path) else os.path.join(spec.work_dir, path)
 
         out_path = expand(spec.stdout_pattern or DEFAULT_OUTPUT)
@@ -134,14 +142,24 @@ class Launcher:
             fds.append(in_fd)
             cwd = spec.work_dir if os.path.isdir(spec.work_dir) else "/tmp"
             if cwd != spec.work_dir:
-                os.write(err_fd, f"slurmstepd: error: couldn't chdir to `{spec.work_dir}': "
-                                 "No such file or directory: going to /tmp instead\n".encode())
+                os.write(
+                    err_fd,
+                    f"slurmstepd: error: couldn't chdir to `{spec.work_dir}': "
+                    "No such file or directory: going to /tmp instead\n".encode(),
+                )
             env = batch_environment(job, self.node_name, cluster)
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    script_path, *spec.argv, stdin=in_fd, stdout=out_fd, stderr=err_fd, cwd=cwd, env=env,
+                    script_path,
+                    *spec.argv,
+                    stdin=in_fd,
+                    stdout=out_fd,
+                    stderr=err_fd,
+                    cwd=cwd,
+                    env=env,
                     start_new_session=True,
-                    user=uid if pw else None, group=gid if pw else None,
+                    user=uid if pw else None,
+                    group=gid if pw else None,
                     extra_groups=groups if pw else None,
                 )
             except OSError as exc:
@@ -149,8 +167,14 @@ class Launcher:
         finally:
             for fd in fds:
                 os.close(fd)
-        log.info("job started", job_id=job.job_id, node=self.node_name, pid=proc.pid,
-                 user=job.user, stdout=out_path)
+        log.info(
+            "job started",
+            job_id=job.job_id,
+            node=self.node_name,
+            pid=proc.pid,
+            user=job.user,
+            stdout=out_path,
+        )
         return RunningJob(job.job_id, proc, proc.pid, time.time())
 
     @staticmethod
@@ -173,13 +197,23 @@ class Launcher:
             running.kill_task.cancel()
         self.jobs.pop(running.job_id, None)
         exit_code, exit_signal = (0, -rc) if rc < 0 else (rc, 0)
-        log.info("job exited", job_id=running.job_id, node=self.node_name,
-                 exit_code=exit_code, signal=exit_signal)
-        self.report(pb.JobStatusUpdate(
-            job_id=running.job_id, kind=pb.JobStatusUpdate.KIND_EXITED, time=time.time(),
-            exit_code=exit_code, exit_signal=exit_signal,
-            signalled_by_request=running.cancel_requested and exit_signal != 0,
-        ))
+        log.info(
+            "job exited",
+            job_id=running.job_id,
+            node=self.node_name,
+            exit_code=exit_code,
+            signal=exit_signal,
+        )
+        self.report(
+            pb.JobStatusUpdate(
+                job_id=running.job_id,
+                kind=pb.JobStatusUpdate.KIND_EXITED,
+                time=time.time(),
+                exit_code=exit_code,
+                exit_signal=exit_signal,
+                signalled_by_request=running.cancel_requested and exit_signal != 0,
+            )
+        )
         job_dir = os.path.join(self.spool_dir, f"job{running.job_id:08d}")
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(job_dir, "script"))
@@ -196,8 +230,7 @@ class Launcher:
             self._killpg(running, signal.SIGCONT)
             self._killpg(running, signal.SIGTERM)
             if running.kill_task is None:
-                running.kill_task = asyncio.create_task(self._kill_after(running,
-                                                                         req.kill_wait_s))
+                running.kill_task = asyncio.create_task(self._kill_after(running, req.kill_wait_s))
             return True
         sig = req.signal
         if not 0 < sig < signal.NSIG:
@@ -221,7 +254,8 @@ class Launcher:
     async def shutdown(self, kill_wait_s: float) -> None:
         """Stop every job (node shutdown): SIGTERM, then SIGKILL after kill_wait."""
         for running in list(self.jobs.values()):
-            self.signal(pb.SignalJobRequest(job_id=running.job_id, terminate=True,
-                                            kill_wait_s=kill_wait_s))
+            self.signal(
+                pb.SignalJobRequest(job_id=running.job_id, terminate=True, kill_wait_s=kill_wait_s)
+            )
         if self._waiters:
             await asyncio.wait(set(self._waiters), timeout=kill_wait_s + 5)

@@ -21,13 +21,25 @@ def discover(config: NodeConfig, node_name: str) -> pb.NodeResources:
     memory_mb = config.memory_mb or psutil.virtual_memory().total // (1024 * 1024)
     backend = make_backend(config.gpus, node_name)
     gpus = backend.discover()
-    log.info("resources discovered", node=node_name, cpus=cpus, memory_mb=memory_mb,
-             gpu_backend=backend.name, gpus=len(gpus),
-             cpus_from="config" if config.cpus else "psutil",
-             memory_from="config" if config.memory_mb else "psutil")
-    res = pb.NodeResources(cpus=cpus, memory_mb=memory_mb, threads_per_core=1,
-                           sockets=1, cores_per_socket=cpus)
+    log.info(
+        "resources discovered",
+        node=node_name,
+        cpus=cpus,
+        memory_mb=memory_mb,
+        gpu_backend=backend.name,
+        gpus=len(gpus),
+        cpus_from="config" if config.cpus else "psutil",
+        memory_from="config" if config.memory_mb else "psutil",
+    )
+    res = pb.NodeResources(
+        cpus=cpus, memory_mb=memory_mb, threads_per_core=1, sockets=1, cores_per_socket=cpus
+    )
     for g in gpus:
-        res.gpus.add(index=g.index, model=g.model, memory_mb=g.memory_mb, uuid=g.uuid,
-                     pci_bus_id=g.pci_bus_id)
+        res.gpus.add(
+            index=g.index,
+            model=g.model,
+            memory_mb=g.memory_mb,
+            uuid=g.uuid,
+            pci_bus_id=g.pci_bus_id,
+        )
     return res

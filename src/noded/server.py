@@ -20,8 +20,16 @@ from noded.resources import discover
 log = structlog.get_logger("noded")
 
 
-async def serve(config: ClusterConfig, name: str, *, address: str = "", listen: str = "",
-                port: int | None = None, spool_dir: str = "", ready_file: str = "") -> None:
+async def serve(
+    config: ClusterConfig,
+    name: str,
+    *,
+    address: str = "",
+    listen: str = "",
+    port: int | None = None,
+    spool_dir: str = "",
+    ready_file: str = "",
+) -> None:
     node_cfg = config.node(name)
     bind_host = listen or config.noded.listen
     bind_port = config.noded.port if port is None else port
@@ -36,12 +44,21 @@ async def serve(config: ClusterConfig, name: str, *, address: str = "", listen: 
     if bound == 0:
         raise SystemExit(f"noded: cannot listen on {bind_host}:{bind_port}")
     await server.start()
-    advertised_host = address or node_cfg.address or (
-        bind_host if bind_host not in ("0.0.0.0", "::") else socket.getfqdn())
+    advertised_host = (
+        address
+        or node_cfg.address
+        or (bind_host if bind_host not in ("0.0.0.0", "::") else socket.getfqdn())
+    )
     advertised = f"{advertised_host}:{bound}"
     ctl = config.controller
-    link = ControllerLink(f"{ctl.host}:{ctl.grpc_port}", name, advertised, resources, launcher,
-                          config.heartbeat.interval_s)
+    link = ControllerLink(
+        f"{ctl.host}:{ctl.grpc_port}",
+        name,
+        advertised,
+        resources,
+        launcher,
+        config.heartbeat.interval_s,
+    )
     link_ref.append(link)
     log.info("noded listening", node=name, address=advertised, spool=spool)
 

@@ -33,8 +33,9 @@ def test_submit_runs_and_writes_output(cmd: Commands) -> None:
 
 
 def test_parsable_and_flags_override_directives(cmd: Commands) -> None:
-    (cmd.cwd / "job.sh").write_text("#!/bin/sh\n#SBATCH -J fromscript\n#SBATCH -o a.out\n"
-                                    "echo $SLURM_JOB_NAME\n")
+    (cmd.cwd / "job.sh").write_text(
+        "#!/bin/sh\n#SBATCH -J fromscript\n#SBATCH -o a.out\necho $SLURM_JOB_NAME\n"
+    )
     out = cmd("sbatch", "--parsable", "-J", "fromflag", "-e", "err-%j.txt", "job.sh")
     job_id = out.stdout.strip()
     assert job_id.isdigit() and out.stdout == f"{job_id}\n"
@@ -52,7 +53,7 @@ def test_failing_script_is_failed_with_its_exit_code(cmd: Commands) -> None:
 
 
 def test_cancel_kills_the_whole_process_group(cmd: Commands) -> None:
-    script = ("#!/bin/bash\nsleep 300 &\necho $$ $! > pids\nwait\n")
+    script = "#!/bin/bash\nsleep 300 &\necho $$ $! > pids\nwait\n"
     (cmd.cwd / "long.sh").write_text(script)
     job_id = cmd("sbatch", "--parsable", "long.sh").stdout.strip()
     cmd.wait_state(job_id, "RUNNING")
@@ -67,9 +68,20 @@ def test_cancel_kills_the_whole_process_group(cmd: Commands) -> None:
 
 
 def test_two_jobs_get_distinct_gpus(cmd: Commands) -> None:
-    ids = [cmd("sbatch", "--parsable", "-w", "node02", "--gres=gpu:3", "-o", f"g{i}.out",
-               "--wrap", "echo $SLURM_JOB_GPUS/$CUDA_VISIBLE_DEVICES; sleep 2").stdout.strip()
-           for i in range(2)]
+    ids = [
+        cmd(
+            "sbatch",
+            "--parsable",
+            "-w",
+            "node02",
+            "--gres=gpu:3",
+            "-o",
+            f"g{i}.out",
+            "--wrap",
+            "echo $SLURM_JOB_GPUS/$CUDA_VISIBLE_DEVICES; sleep 2",
+        ).stdout.strip()
+        for i in range(2)
+    ]
     for job_id in ids:
         cmd.wait_state(job_id, "COMPLETED")
     seen = sorted((cmd.cwd / f"g{i}.out").read_text().strip() for i in range(2))
@@ -83,8 +95,10 @@ def test_bad_requests_give_clear_errors_and_create_no_job(cmd: Commands) -> None
         (["sbatch", "bad.sh"], "Invalid node count specification: lots"),
         (["sbatch", "--bogus-flag", "--wrap", "true"], "unrecognized arguments: --bogus-flag"),
         (["sbatch", "-p", "nosuch", "--wrap", "true"], "Invalid partition name specified"),
-        (["sbatch", "--gres=gpu:16", "--wrap", "true"],
-         "Requested node configuration is not available"),
+        (
+            ["sbatch", "--gres=gpu:16", "--wrap", "true"],
+            "Requested node configuration is not available",
+        ),
         (["sbatch", "-N", "3", "--wrap", "true"], "Requested node configuration is not available"),
         (["sbatch", "--time=soon", "--wrap", "true"], "Invalid time limit specification"),
         (["sbatch", "--gres=tpu:1", "--wrap", "true"], "Invalid generic resource"),
@@ -109,8 +123,9 @@ def test_scancel_unknown_job(cmd: Commands) -> None:
 
 def test_ctld_crash_loses_nothing_acknowledged(cluster: LocalCluster, cmd: Commands) -> None:
     held = cmd("sbatch", "--parsable", "-H", "--wrap", "true").stdout.strip()
-    running = cmd("sbatch", "--parsable", "-o", "r.out", "--wrap",
-                  "sleep 2; echo done").stdout.strip()
+    running = cmd(
+        "sbatch", "--parsable", "-o", "r.out", "--wrap", "sleep 2; echo done"
+    ).stdout.strip()
     cmd.wait_state(running, "RUNNING")
     cluster.kill_process("ctld")  # SIGKILL: no chance to flush anything
     cluster.start_ctld()

@@ -13,7 +13,6 @@ from corral.errors import (
     InvalidOption,
     InvalidPartition,
     NodeConfigUnavailable,
-    PermissionDenied,
 )
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
@@ -21,12 +20,14 @@ from ctld import jobstate as js
 from ctld.cluster import Cluster
 from ctld.testing import ManualClock, RecordingDispatcher, make_cluster, register_all
 
-CONFIG = parse_config({
-    "controller": {"operators": ["admin"]},
-    "heartbeat": {"interval_s": 0.05, "timeout_s": 1.0},
-    "nodes": [{"names": "n[1-2]"}],
-    "partitions": [{"name": "gpu", "nodes": "n[1-2]", "default": True, "max_time": "1:00:00"}],
-})
+CONFIG = parse_config(
+    {
+        "controller": {"operators": ["admin"]},
+        "heartbeat": {"interval_s": 0.05, "timeout_s": 1.0},
+        "nodes": [{"names": "n[1-2]"}],
+        "partitions": [{"name": "gpu", "nodes": "n[1-2]", "default": True, "max_time": "1:00:00"}],
+    }
+)
 ALICE = Identity("alice", 1000, 1000)
 BOB = Identity("bob", 1001, 1001)
 ADMIN = Identity("admin", 1002, 1002)
@@ -68,53 +69,85 @@ async def test_submit_is_durable_before_it_returns(env) -> None:  # type: ignore
 
 
 async def test_schedule_launch_and_finish(env) -> None:  # type: ignore[no-untyped-def]
-    cluster, clock, disp, url = env
+    cluster, clock, disp, _url = env
     job = await cluster.submit(ALICE, spec(gpus_per_node=2))
     await drain(cluster)
     assert job.state == js.RUNNING
-    (node, launch), = disp.launched
+    ((node, launch),) = disp.launched
     assert node == "n1" and list(launch.job.allocations[0].gpu_indices) == [0, 1]
     clock.advance(5)
-    await cluster.report_status(pb.ReportJobStatusRequest(node="n1", updates=[
-        pb.JobStatusUpdate(job_id=job.job_id, kind=pb.JobStatusUpdate.KIND_EXITED,
-                           time=clock.now, exit_code=3)]))
+    await cluster.report_status(
+        pb.ReportJobStatusRequest(
+            node="n1",
+            updates=[
+                pb.JobStatusUpdate(
+                    job_id=job.job_id,
+                    kind=pb.JobStatusUpdate.KIND_EXITED,
+                    time=clock.now,
+                    exit_code=3,
+                )
+            ],
+        )
+    )
     assert job.state == js.FAILED and job.exit_code == 3
     assert cluster.nodes["n1"].alloc_gpus == set()
     # a retried report of the same exit changes nothing
-    await cluster.report_status(pb.ReportJobStatusRequest(node="n1", updates=[
-        pb.JobStatusUpdate(job_id=job.job_id, kind=pb.JobStatusUpdate.KIND_EXITED, exit_code=0)]))
+    await cluster.report_status(
+        pb.ReportJobStatusRequest(
+            node="n1",
+            updates=[
+                pb.JobStatusUpdate(
+                    job_id=job.job_id, kind=pb.JobStatusUpdate.KIND_EXITED, exit_code=0
+                )
+            ],
+        )
+    )
     assert job.state == js.FAILED
-    stored = cluster.store.query_jobs(job_ids=[job.job_id], users=[], states=[], start_after=0,
-                                      end_before=0, limit=0)
+    stored = cluster.store.query_jobs(
+        job_ids=[job.job_id], users=[], states=[], start_after=0, end_before=0, limit=0
+    )
     assert stored[0].state == js.FAILED and stored[0].end_time == clock.now
 
 
 async def test_cancel_pending_running_and_permissions(env) -> None:  # type: ignore[no-untyped-def]
-    cluster, clock, disp, _ = env
+    cluster, _clock, disp, _ = env
     pending = await cluster.submit(ALICE, spec(hold=True))
     running = await cluster.submit(ALICE, spec())
     await drain(cluster)
     assert pending.reason == "JobHeldUser" and running.state == js.RUNNING
 
-    denied = await cluster.cancel(BOB, pb.CancelJobsRequest(
-        filter=pb.JobFilter(job_ids=[pending.job_id])))
+    denied = await cluster.cancel(
+        BOB, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[pending.job_id]))
+    )
     assert not denied[0].ok and denied[0].error == "PermissionDenied"
     assert pending.state == js.PENDING
 
-    out = await cluster.cancel(ALICE, pb.CancelJobsRequest(
-        filter=pb.JobFilter(job_ids=[pending.job_id, running.job_id, 999])))
-    assert {o.job_id: o.ok for o in out} == {999: False, pending.job_id: True,
-                                             running.job_id: True}
+    out = await cluster.cancel(
+        ALICE,
+        pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[pending.job_id, running.job_id, 999])),
+    )
+    assert {o.job_id: o.ok for o in out} == {999: False, pending.job_id: True, running.job_id: True}
     assert pending.state == js.CANCELLED
     assert running.state == js.COMPLETING
     await asyncio.gather(*list(cluster._tasks))
     assert disp.signalled[0][1].terminate
-    await cluster.report_status(pb.ReportJobStatusRequest(node="n1", updates=[
-        pb.JobStatusUpdate(job_id=running.job_id, kind=pb.JobStatusUpdate.KIND_EXITED,
-                           exit_signal=15, signalled_by_request=True)]))
+    await cluster.report_status(
+        pb.ReportJobStatusRequest(
+            node="n1",
+            updates=[
+                pb.JobStatusUpdate(
+                    job_id=running.job_id,
+                    kind=pb.JobStatusUpdate.KIND_EXITED,
+                    exit_signal=15,
+                    signalled_by_request=True,
+                )
+            ],
+        )
+    )
     assert running.state == js.CANCELLED and running.exit_signal == 15
-    again = await cluster.cancel(ALICE, pb.CancelJobsRequest(
-        filter=pb.JobFilter(job_ids=[running.job_id])))
+    again = await cluster.cancel(
+        ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[running.job_id]))
+    )
     assert again[0].error == "JobStateConflict"
 
 
@@ -145,8 +178,11 @@ async def test_admin_hold_needs_an_operator_to_release(env) -> None:  # type: ig
         (spec(nodelist="n9"), Exception),
     ],
 )
-async def test_bad_submissions_create_no_job(env, bad: pb.JobSpec,  # type: ignore[no-untyped-def]
-                                             error: type[Exception]) -> None:
+async def test_bad_submissions_create_no_job(
+    env,
+    bad: pb.JobSpec,  # type: ignore[no-untyped-def]
+    error: type[Exception],
+) -> None:
     cluster, *_ = env
     before = cluster.next_job_id
     with pytest.raises(error):

@@ -9,8 +9,15 @@ GOOD = {
     "cluster_name": "lab",
     "controller": {"grpc_port": 7000, "state_dir": "/tmp/x"},
     "nodes": [{"names": "gpu[01-04]", "gpus": {"count": 8}}],
-    "partitions": [{"name": "gpu", "nodes": "gpu[01-04]", "default": True,
-                    "max_time": "2-00:00:00", "default_time": "1:00:00"}],
+    "partitions": [
+        {
+            "name": "gpu",
+            "nodes": "gpu[01-04]",
+            "default": True,
+            "max_time": "2-00:00:00",
+            "default_time": "1:00:00",
+        }
+    ],
 }
 
 

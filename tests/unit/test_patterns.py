@@ -2,8 +2,9 @@ from corral.patterns import expand_pattern
 
 
 def test_slurm_escapes() -> None:
-    out = expand_pattern("%x-%j-%u-%N-%A_%a-%%-%q.out", job_id=42, job_name="train",
-                         user="alice", node="node01.lab")
+    out = expand_pattern(
+        "%x-%j-%u-%N-%A_%a-%%-%q.out", job_id=42, job_name="train", user="alice", node="node01.lab"
+    )
     assert out == "train-42-alice-node01-42_0-%-%q.out"
 
 

@@ -104,8 +104,10 @@ class LocalCluster:
         nodes_expr = f"node[{self.node_names[0][4:]}-{self.node_names[-1][4:]}]"
         gpus = ""
         if self.gpus_per_node:
-            gpus = (f'gpus = {{ backend = "fake", count = {self.gpus_per_node}, '
-                    f'model = "{self.gpu_model}" }}\n')
+            gpus = (
+                f'gpus = {{ backend = "fake", count = {self.gpus_per_node}, '
+                f'model = "{self.gpu_model}" }}\n'
+            )
         text = f"""# Written by corral's LocalCluster; a local test cluster on loopback.
 cluster_name = "{self.cluster_name}"
 
@@ -123,7 +125,7 @@ timeout_s = {self.heartbeat_timeout_s}
 
 [noded]
 port = 0
-spool_dir = "{self.state_dir / 'spool'}"
+spool_dir = "{self.state_dir / "spool"}"
 
 [[nodes]]
 names = "{nodes_expr}"
@@ -155,8 +157,13 @@ max_time = "1-00:00:00"
         env["CORRAL_CONF"] = str(self.config_path)
         env["PYTHONUNBUFFERED"] = "1"
         proc = subprocess.Popen(
-            [self.python, *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            env=env, start_new_session=True, cwd=self.state_dir,
+            [self.python, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+            cwd=self.state_dir,
         )
         log.close()
         (self.state_dir / "run" / f"{name}.pid").write_text(f"{proc.pid}\n")
@@ -166,17 +173,30 @@ max_time = "1-00:00:00"
     def start_ctld(self, timeout: float = 30.0) -> None:
         ready = self.state_dir / "run" / "ctld.ready"
         ready.unlink(missing_ok=True)
-        self._spawn("ctld", ["-m", "ctld", "-f", str(self.config_path),
-                             "--ready-file", str(ready)])
+        self._spawn("ctld", ["-m", "ctld", "-f", str(self.config_path), "--ready-file", str(ready)])
         self._wait_file(ready, "ctld", timeout)
 
     def start_node(self, index: int, timeout: float = 30.0) -> None:
         name = self.node_names[index]
         ready = self.state_dir / "run" / f"{name}.ready"
         ready.unlink(missing_ok=True)
-        self._spawn(name, ["-m", "noded", "-f", str(self.config_path), "--name", name,
-                           "--listen", self.node_address(index), "--port", "0",
-                           "--ready-file", str(ready)])
+        self._spawn(
+            name,
+            [
+                "-m",
+                "noded",
+                "-f",
+                str(self.config_path),
+                "--name",
+                name,
+                "--listen",
+                self.node_address(index),
+                "--port",
+                "0",
+                "--ready-file",
+                str(ready),
+            ],
+        )
         self._wait_file(ready, name, timeout)
 
     def _wait_file(self, path: Path, name: str, timeout: float) -> None:
@@ -184,11 +204,14 @@ max_time = "1-00:00:00"
         proc = self.procs[name]
         while not path.exists():
             if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with {proc.returncode} while starting; "
-                                   f"log:\n{self.log_tail(name)}")
+                raise RuntimeError(
+                    f"{name} exited with {proc.returncode} while starting; "
+                    f"log:\n{self.log_tail(name)}"
+                )
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} not ready after {timeout}s; log:\n"
-                                   f"{self.log_tail(name)}")
+                raise TimeoutError(
+                    f"{name} not ready after {timeout}s; log:\n{self.log_tail(name)}"
+                )
             time.sleep(0.02)
 
     def log_tail(self, name: str, lines: int = 40) -> str:
@@ -216,8 +239,11 @@ max_time = "1-00:00:00"
         deadline = time.monotonic() + timeout
         while True:
             nodes = self.client().call("GetNodes", {}).get("nodes", [])
-            up = [n for n in nodes if n.get("state") in ("NODE_STATE_IDLE", "NODE_STATE_MIXED",
-                                                         "NODE_STATE_ALLOCATED")]
+            up = [
+                n
+                for n in nodes
+                if n.get("state") in ("NODE_STATE_IDLE", "NODE_STATE_MIXED", "NODE_STATE_ALLOCATED")
+            ]
             if len(up) == self.nodes:
                 return
             if time.monotonic() > deadline:

@@ -71,8 +71,9 @@ def schedule(snapshot: Snapshot) -> Plan:
                 and name not in req.exclude
             ]
             chosen = [n for n in candidates if _fits(n, shape, req)][: shape.nodes]
-            if req.nodelist and not all(any(c.view.name == w for c in chosen)
-                                        for w in req.nodelist):
+            if req.nodelist and not all(
+                any(c.view.name == w for c in chosen) for w in req.nodelist
+            ):
                 # -w names nodes the job must have; first fit may have picked others
                 chosen = [free[w] for w in req.nodelist if w in free and _fits(free[w], shape, req)]
                 if len(chosen) < len(req.nodelist):
@@ -83,8 +84,11 @@ def schedule(snapshot: Snapshot) -> Plan:
             placements = []
             for node in chosen:
                 cpus = node.view.cpus_total if req.exclusive else shape.cpus_per_node
-                mem = node.mem if req.exclusive and not shape.mem_per_node_mb else (
-                    shape.mem_per_node_mb)
+                mem = (
+                    node.mem
+                    if req.exclusive and not shape.mem_per_node_mb
+                    else (shape.mem_per_node_mb)
+                )
                 gpus = tuple(node.gpus[: shape.gpus_per_node])
                 if req.exclusive:
                     gpus = tuple(node.gpus)

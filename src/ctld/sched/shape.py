@@ -31,17 +31,21 @@ def job_shape(req: JobRequest) -> Shape:
         nodes = 1
     tasks_per_node = req.ntasks_per_node or _ceil_div(ntasks, nodes)
     cpus = tasks_per_node * max(req.cpus_per_task, 1)
-    if req.mem_per_node_mb:
-        mem = req.mem_per_node_mb
-    else:
-        mem = req.mem_per_cpu_mb * cpus
+    mem = req.mem_per_node_mb or req.mem_per_cpu_mb * cpus
     gpus = req.gpus_per_node or (_ceil_div(req.gpus_total, nodes) if req.gpus_total else 0)
-    return Shape(nodes=nodes, tasks_per_node=tasks_per_node, cpus_per_node=cpus,
-                 mem_per_node_mb=mem, gpus_per_node=gpus)
+    return Shape(
+        nodes=nodes,
+        tasks_per_node=tasks_per_node,
+        cpus_per_node=cpus,
+        mem_per_node_mb=mem,
+        gpus_per_node=gpus,
+    )
 
 
 def fits_empty(shape: Shape, cpus: int, mem_mb: int, gpus: int) -> bool:
     """Whether one node of this size could ever hold the per-node part of ``shape``."""
-    return shape.cpus_per_node <= cpus and shape.mem_per_node_mb <= mem_mb and (
-        shape.gpus_per_node <= gpus
+    return (
+        shape.cpus_per_node <= cpus
+        and shape.mem_per_node_mb <= mem_mb
+        and (shape.gpus_per_node <= gpus)
     )

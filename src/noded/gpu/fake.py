@@ -19,8 +19,16 @@ class FakeGpus:
         out = []
         for i in range(self.config.count):
             digest = hashlib.sha1(f"{self.node_name}/{i}".encode()).hexdigest()
-            uuid = f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
-            out.append(GpuDevice(index=i, model=self.config.model,
-                                 memory_mb=self.config.memory_mb, uuid=uuid,
-                                 pci_bus_id=f"00000000:{0x18 + i:02X}:00.0"))
+            uuid = (
+                f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+            )
+            out.append(
+                GpuDevice(
+                    index=i,
+                    model=self.config.model,
+                    memory_mb=self.config.memory_mb,
+                    uuid=uuid,
+                    pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
+                )
+            )
         return out
