@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
 
 from corral.errors import CorralError
 from corral.rest import Client
 
-Json = dict[str, Any]
+TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+    Json = dict[str, Any]  # a proto3-JSON object
+else:
+    Json = dict
+
 
 # Slurm's short state codes (squeue %t)
 JOB_STATE_CODES = {

@@ -6,17 +6,20 @@ Precedence is Slurm's: command-line flags, then input environment variables, the
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shlex
 import socket
 import time
-from typing import Any
 
+from client.options import COUNT, FLAG, OPTIONAL, Option, OptionParser
 from corral.errors import InvalidOption
 from corral.jobsyntax import parse_array, parse_dependency
 from corral.slurmfmt import parse_duration, parse_size_mb, parse_timestamp
+
+TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Input environment variables sbatch reads, as Slurm documents them.
 SBATCH_ENV = {
@@ -41,66 +44,64 @@ SBATCH_ENV = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse would exit 2; Slurm says why and exits 1
-        raise InvalidOption(message)
+def _count(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError("expected a positive integer")
+    return int(value)
 
 
-def build_parser(prog: str) -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, argument_default=argparse.SUPPRESS, add_help=True, allow_abbrev=False)
-    a = p.add_argument
-    a("-J", "--job-name", dest="job_name")
-    a("-o", "--output")
-    a("-e", "--error")
-    a("-i", "--input")
-    a("-N", "--nodes")
-    a("-n", "--ntasks", type=_count("-n/--ntasks"))
-    a("--ntasks-per-node", type=_count("--ntasks-per-node"))
-    a("-c", "--cpus-per-task", type=_count("-c/--cpus-per-task"))
-    a("--mem")
-    a("--mem-per-cpu")
-    a("--gres")
-    a("-G", "--gpus")
-    a("--gpus-per-node")
-    a("-t", "--time")
-    a("-p", "--partition")
-    a("-A", "--account")
-    a("-D", "--chdir")
-    a("--export")
-    a("--wrap")
-    a("--parsable", action="store_true")
-    a("-H", "--hold", action="store_true")
-    a("-d", "--dependency")
-    a("-a", "--array")
-    a("-b", "--begin")
-    a("--nice", nargs="?", const="100")
-    a("--exclusive", nargs="?", const="exclusive")
-    a("-w", "--nodelist")
-    a("-x", "--exclude")
-    a("--comment")
-    a("--requeue", action="store_true")
-    a("--no-requeue", action="store_true", dest="no_requeue")
-    a("--signal")
-    a("--open-mode", dest="open_mode", choices=["append", "truncate"])
-    a("-q", "--qos")
-    a("-C", "--constraint")
-    a("--wckey")
-    a("--mail-type", dest="mail_type")
-    a("--mail-user", dest="mail_user")
-    a("-k", "--no-kill", action="store_true", dest="no_kill")
-    a("-Q", "--quiet", action="store_true")
-    a("-v", "--verbose", action="count")
-    a("-W", "--wait", action="store_true")
-    return p
+JOB_OPTIONS = (
+    Option("J", "job-name", "job_name", help="name of the job"),
+    Option("o", "output", "output", help="stdout file pattern (%j %x %u %N %A %a)"),
+    Option("e", "error", "error", help="stderr file pattern"),
+    Option("i", "input", "input", help="stdin file pattern"),
+    Option("N", "nodes", "nodes", help="number of nodes, N or MIN-MAX"),
+    Option("n", "ntasks", "ntasks", convert=_count, help="number of tasks"),
+    Option("", "ntasks-per-node", "ntasks_per_node", convert=_count, help="tasks per node"),
+    Option("c", "cpus-per-task", "cpus_per_task", convert=_count, help="CPUs per task"),
+    Option("", "mem", "mem", help="memory per node (MB, or with K/M/G/T)"),
+    Option("", "mem-per-cpu", "mem_per_cpu", help="memory per allocated CPU"),
+    Option("", "gres", "gres", help="generic resources: gpu[:type]:N"),
+    Option("G", "gpus", "gpus", help="GPUs for the whole job: [type:]N"),
+    Option("", "gpus-per-node", "gpus_per_node", help="GPUs per node: [type:]N"),
+    Option("t", "time", "time", help="time limit (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)"),
+    Option("p", "partition", "partition", help="partition(s), comma separated"),
+    Option("A", "account", "account", help="account to charge"),
+    Option("D", "chdir", "chdir", help="working directory of the job"),
+    Option("", "export", "export", help="ALL, NONE, or [ALL,]VAR[=value],..."),
+    Option("", "wrap", "wrap", help="wrap a command line in a /bin/sh script"),
+    Option("", "parsable", "parsable", FLAG, help="print only the job id"),
+    Option("H", "hold", "hold", FLAG, help="submit held"),
+    Option("d", "dependency", "dependency", help="after, afterok, afternotok, afterany, ..."),
+    Option("a", "array", "array", help="job array indices: 0-15, 1,3,5, 0-15:4, %N"),
+    Option("b", "begin", "begin", help="start no earlier than this time"),
+    Option("", "nice", "nice", OPTIONAL, const="100", help="lower the job's priority"),
+    Option(
+        "", "exclusive", "exclusive", OPTIONAL, const="exclusive", help="whole nodes, not shared"
+    ),
+    Option("w", "nodelist", "nodelist", help="nodes the job must have"),
+    Option("x", "exclude", "exclude", help="nodes the job must not have"),
+    Option("", "comment", "comment", help="free text stored with the job"),
+    Option("", "requeue", "requeue", FLAG, help="may be requeued"),
+    Option("", "no-requeue", "no_requeue", FLAG, help="never requeue"),
+    Option("", "signal", "signal", help="[{R|B}:]SIG[@secs] before the time limit"),
+    Option("", "open-mode", "open_mode", help="append or truncate the output files"),
+    Option("q", "qos", "qos", help="quality of service"),
+    Option("C", "constraint", "constraint", help="node features"),
+    Option("", "wckey", "wckey", help="workload characterization key"),
+    Option("", "mail-type", "mail_type", help="events to mail about"),
+    Option("", "mail-user", "mail_user", help="who to mail"),
+    Option("k", "no-kill", "no_kill", FLAG, help="do not kill the job when a node fails"),
+    Option("Q", "quiet", "quiet", FLAG, help="print nothing on success"),
+    Option("v", "verbose", "verbose", COUNT, help="more messages"),
+    Option("W", "wait", "wait", FLAG, help="wait for the job to end"),
+    Option("h", "help", "help", FLAG, help="show this help"),
+    Option("V", "version", "version", FLAG, help="show the version"),
+)
 
 
-def _count(what: str) -> Any:
-    def conv(value: str) -> int:
-        if not value.isdigit() or int(value) < 1:
-            raise argparse.ArgumentTypeError(f"invalid {what} value: {value!r}")
-        return int(value)
-
-    return conv
+def build_parser(prog: str) -> OptionParser:
+    return OptionParser(prog, JOB_OPTIONS, usage=f"{prog} [OPTIONS...] executable [args...]")
 
 
 def directives(script: str, prefix: str = "#SBATCH") -> list[str]:
@@ -138,15 +139,19 @@ def env_options(environ: dict[str, str]) -> dict[str, Any]:
 
 
 def merge(
-    parser: argparse.ArgumentParser, cli: argparse.Namespace, script: str, environ: dict[str, str]
-) -> argparse.Namespace:
+    parser: OptionParser, cli: dict[str, Any], script: str, environ: dict[str, str]
+) -> dict[str, Any]:
     """Directives, overridden by environment variables, overridden by flags."""
-    ns = parser.parse_args(directives(script)) if script else argparse.Namespace()
-    for key, value in env_options(environ).items():
-        setattr(ns, key, value)
-    for key, value in vars(cli).items():
-        setattr(ns, key, value)
-    return ns
+    opts: dict[str, Any] = {}
+    if script:
+        opts, stray = parser.parse(directives(script), stop_at_positional=True)
+        if stray:
+            raise InvalidOption(f"unexpected argument {stray[0]!r} in an #SBATCH line")
+    opts.update(env_options(environ))
+    opts.update(cli)
+    if opts.get("open_mode") not in (None, "append", "truncate"):
+        raise InvalidOption(f"Invalid --open-mode: {opts['open_mode']} (append or truncate)")
+    return opts
 
 
 _GPU_COUNT = re.compile(r"(?:([A-Za-z0-9_.\-]+):)?(\d+)")
@@ -219,7 +224,7 @@ def export_environment(value: str, environ: dict[str, str]) -> dict[str, str]:
 
 
 def to_spec(
-    ns: argparse.Namespace,
+    g: dict[str, Any],
     *,
     script: str,
     argv: list[str],
@@ -229,7 +234,6 @@ def to_spec(
     default_name: str,
 ) -> dict[str, Any]:
     """The proto3-JSON JobSpec for these options (validated here for early, clear errors)."""
-    g = vars(ns)
     spec: dict[str, Any] = {"script": script}
     work_dir = g.get("chdir") or cwd
     if not os.path.isabs(work_dir):

@@ -8,6 +8,7 @@ import sys
 
 from client.common import client, run
 from client.jobopts import build_parser, merge, to_spec
+from corral import __version__
 from corral.errors import CorralError, InvalidOption
 
 PROG = "sbatch"
@@ -29,13 +30,16 @@ def _read_script(path: str | None) -> tuple[str, str]:
 
 def submit(argv: list[str]) -> int:
     parser = build_parser(PROG)
-    parser.add_argument("script", nargs="?", default=None)
-    parser.add_argument("script_args", nargs="...", default=[])
-    cli = parser.parse_args(argv)
-    opts = vars(cli)
-    wrap = opts.pop("wrap", None)
-    script_path = opts.pop("script", None)
-    script_args = list(opts.pop("script_args", []))
+    cli, rest = parser.parse(argv)
+    if cli.pop("help", False):
+        sys.stdout.write(parser.help_text())
+        return 0
+    if cli.pop("version", False):
+        sys.stdout.write(f"corral {__version__} (slurm-compatible sbatch)\n")
+        return 0
+    wrap = cli.pop("wrap", None)
+    script_path = rest[0] if rest else None
+    script_args = rest[1:]
     if wrap is not None:
         if script_path is not None:
             raise InvalidOption("script arguments not permitted with --wrap option")
@@ -49,9 +53,9 @@ def submit(argv: list[str]) -> int:
             "For instance: #!/bin/sh"
         )
     environ = dict(os.environ)
-    ns = merge(build_parser(PROG), cli, script, environ)
+    opts = merge(parser, cli, script, environ)
     spec = to_spec(
-        ns,
+        opts,
         script=script,
         argv=script_args,
         environ=environ,
@@ -66,9 +70,9 @@ def submit(argv: list[str]) -> int:
             raise
         raise type(exc)(f"Batch job submission failed: {exc.message}") from None
     job_id = reply.get("jobId", "0")
-    if getattr(ns, "parsable", False):
+    if opts.get("parsable"):
         sys.stdout.write(f"{job_id}\n")
-    elif not getattr(ns, "quiet", False):
+    elif not opts.get("quiet"):
         sys.stdout.write(f"Submitted batch job {job_id}\n")
     return 0
 

@@ -10,18 +10,34 @@ from __future__ import annotations
 
 import os
 import pwd
-from dataclasses import dataclass
 
 USER_KEY = "x-corral-user"
 UID_KEY = "x-corral-uid"
 GID_KEY = "x-corral-gid"
 
 
-@dataclass(frozen=True)
 class Identity:
-    user: str
-    uid: int
-    gid: int
+    """A caller: user name, uid and primary gid. (Not a dataclass: commands import this.)"""
+
+    __slots__ = ("gid", "uid", "user")
+
+    def __init__(self, user: str, uid: int, gid: int) -> None:
+        self.user = user
+        self.uid = uid
+        self.gid = gid
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Identity) and (self.user, self.uid, self.gid) == (
+            other.user,
+            other.uid,
+            other.gid,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.user, self.uid, self.gid))
+
+    def __repr__(self) -> str:
+        return f"Identity(user={self.user!r}, uid={self.uid}, gid={self.gid})"
 
 
 def current_identity() -> Identity:

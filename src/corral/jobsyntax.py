@@ -6,7 +6,6 @@ The scheduler issue enforces them; here they are parsed, checked and normalized.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from corral.errors import InvalidOption
 
@@ -22,10 +21,14 @@ DEPENDENCY_TYPES = (
 MAX_ARRAY_TASKS = 1_000_001  # Slurm's default MaxArraySize is 1001; a hard sanity cap here
 
 
-@dataclass(frozen=True)
 class Dependency:
-    kind: str
-    job_ids: tuple[str, ...]  # "123", "123_4" or "123+5" (after with a delay in minutes)
+    """One condition; ``job_ids`` are "123", "123_4" or "123+5" (after, with a delay)."""
+
+    __slots__ = ("job_ids", "kind")
+
+    def __init__(self, kind: str, job_ids: tuple[str, ...]) -> None:
+        self.kind = kind
+        self.job_ids = job_ids
 
 
 def parse_dependency(text: str) -> tuple[tuple[Dependency, ...], bool]:
@@ -59,10 +62,23 @@ def parse_dependency(text: str) -> tuple[tuple[Dependency, ...], bool]:
     return tuple(deps), any_of
 
 
-@dataclass(frozen=True)
 class ArraySpec:
-    task_ids: tuple[int, ...]
-    max_running: int  # the %N throttle; 0: none
+    """The task ids of --array and its %N throttle (0: none)."""
+
+    __slots__ = ("max_running", "task_ids")
+
+    def __init__(self, task_ids: tuple[int, ...], max_running: int) -> None:
+        self.task_ids = task_ids
+        self.max_running = max_running
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ArraySpec) and (self.task_ids, self.max_running) == (
+            other.task_ids,
+            other.max_running,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.task_ids, self.max_running))
 
 
 def parse_array(text: str) -> ArraySpec:

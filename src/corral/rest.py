@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 import os
 import socket
-from typing import Any
 
 from corral.errors import ControllerUnavailable, CorralError, from_wire
 from corral.identity import GID_KEY, UID_KEY, USER_KEY, Identity, current_identity
+
+TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 ADDRESS_ENV = "CORRAL_CTLD_HTTP"
 TIMEOUT_ENV = "CORRAL_TIMEOUT"

@@ -93,7 +93,7 @@ def test_bad_requests_give_clear_errors_and_create_no_job(cmd: Commands) -> None
     (cmd.cwd / "bad.sh").write_text("#!/bin/sh\n#SBATCH --nodes=lots\ntrue\n")
     cases = [
         (["sbatch", "bad.sh"], "Invalid node count specification: lots"),
-        (["sbatch", "--bogus-flag", "--wrap", "true"], "unrecognized arguments: --bogus-flag"),
+        (["sbatch", "--bogus-flag", "--wrap", "true"], "unrecognized option '--bogus-flag'"),
         (["sbatch", "-p", "nosuch", "--wrap", "true"], "Invalid partition name specified"),
         (
             ["sbatch", "--gres=gpu:16", "--wrap", "true"],

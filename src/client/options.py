@@ -1,0 +1,152 @@
+"""A small getopt_long-style parser, as Slurm's commands parse their options.
+
+Why not argparse: building an argparse parser with sbatch's ~45 options costs more
+than the rest of an sbatch call (users submit thousands of jobs from shell loops).
+Semantics follow getopt_long as Slurm uses it: ``-x value``, ``-xvalue``,
+``--long value``, ``--long=value``, unambiguous prefixes of long names, ``--`` ends
+options, and parsing stops at the first non-option (the script and its arguments).
+"""
+
+from __future__ import annotations
+
+from corral.errors import InvalidOption
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
+
+FLAG = "flag"  # no value: True
+COUNT = "count"  # no value: counts repeats (-vv)
+VALUE = "value"  # a required value
+OPTIONAL = "optional"  # --long[=value] only; ``const`` when absent
+
+
+class Option:
+    __slots__ = ("const", "convert", "dest", "help", "kind", "long", "short")
+
+    def __init__(
+        self,
+        short: str,
+        long: str,
+        dest: str,
+        kind: str = VALUE,
+        *,
+        help: str = "",
+        const: str = "",
+        convert: Callable[[str], Any] | None = None,
+    ) -> None:
+        self.short = short
+        self.long = long
+        self.dest = dest
+        self.kind = kind
+        self.help = help
+        self.const = const
+        self.convert = convert
+
+
+class OptionParser:
+    def __init__(self, prog: str, options: Sequence[Option], usage: str = "") -> None:
+        self.prog = prog
+        self.options = list(options)
+        self.usage = usage
+        self._short = {o.short: o for o in self.options if o.short}
+        self._long = {o.long: o for o in self.options if o.long}
+
+    def _lookup_long(self, name: str) -> Option:
+        if name in self._long:
+            return self._long[name]
+        matches = [o for n, o in self._long.items() if n.startswith(name)]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise InvalidOption(
+                f"unrecognized option '--{name}'\nTry \"{self.prog} --help\" for more information"
+            )
+        raise InvalidOption(f"option '--{name}' is ambiguous")
+
+    def _store(self, out: dict[str, Any], opt: Option, value: str | None) -> None:
+        if opt.kind == FLAG:
+            out[opt.dest] = True
+        elif opt.kind == COUNT:
+            out[opt.dest] = int(out.get(opt.dest, 0)) + 1
+        else:
+            if value is None:
+                value = opt.const
+            if opt.convert is not None:
+                try:
+                    out[opt.dest] = opt.convert(value)
+                except (ValueError, InvalidOption) as exc:
+                    shown = f"--{opt.long}" if opt.long else f"-{opt.short}"
+                    raise InvalidOption(f"Invalid {shown} value {value!r}: {exc}") from None
+            else:
+                out[opt.dest] = value
+
+    def parse(
+        self, argv: Sequence[str], *, stop_at_positional: bool = True
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Options as {dest: value} (only those given) and the remaining arguments."""
+        out: dict[str, Any] = {}
+        i = 0
+        n = len(argv)
+        while i < n:
+            arg = argv[i]
+            if arg == "--":
+                return out, list(argv[i + 1 :])
+            if arg.startswith("--"):
+                name, eq, value = arg[2:].partition("=")
+                opt = self._lookup_long(name)
+                if opt.kind in (FLAG, COUNT):
+                    if eq:
+                        raise InvalidOption(f"option '--{opt.long}' doesn't allow an argument")
+                    self._store(out, opt, None)
+                elif eq or opt.kind == OPTIONAL:
+                    self._store(out, opt, value if eq else None)
+                else:
+                    if i + 1 >= n:
+                        raise InvalidOption(f"option '--{opt.long}' requires an argument")
+                    i += 1
+                    self._store(out, opt, argv[i])
+            elif arg.startswith("-") and len(arg) > 1:
+                j = 1
+                while j < len(arg):
+                    opt = self._short.get(arg[j])  # type: ignore[assignment]
+                    if opt is None:
+                        raise InvalidOption(
+                            f"invalid option -- '{arg[j]}'\nTry \"{self.prog} "
+                            '--help" for more information'
+                        )
+                    if opt.kind in (FLAG, COUNT):
+                        self._store(out, opt, None)
+                        j += 1
+                        continue
+                    rest = arg[j + 1 :]
+                    if rest:
+                        self._store(out, opt, rest)
+                    elif opt.kind == OPTIONAL:
+                        self._store(out, opt, None)
+                    else:
+                        if i + 1 >= n:
+                            raise InvalidOption(f"option requires an argument -- '{arg[j]}'")
+                        i += 1
+                        self._store(out, opt, argv[i])
+                    break
+            else:
+                if stop_at_positional:
+                    return out, list(argv[i:])
+                raise InvalidOption(f"unexpected argument {arg!r}")
+            i += 1
+        return out, []
+
+    def help_text(self) -> str:
+        lines = [f"Usage: {self.usage or self.prog + ' [OPTIONS...]'}", ""]
+        for o in self.options:
+            names = ", ".join(
+                x for x in (f"-{o.short}" if o.short else "", f"--{o.long}" if o.long else "") if x
+            )
+            if o.kind == VALUE:
+                names += "=VALUE" if o.long else " VALUE"
+            elif o.kind == OPTIONAL:
+                names += "[=VALUE]"
+            lines.append(f"  {names:<32} {o.help}")
+        return "\n".join(lines) + "\n"
