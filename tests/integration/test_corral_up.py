@@ -1,0 +1,80 @@
+"""``corral up`` / ``corral down`` as an operator runs them."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+from tests.conftest import pid_alive, wait_for
+
+BIN = pathlib.Path(sys.executable).parent
+
+
+def test_up_runs_jobs_and_down_leaves_nothing(tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    up = subprocess.run(
+        [
+            str(BIN / "corral"),
+            "up",
+            "--nodes",
+            "3",
+            "--gpus-per-node",
+            "4",
+            "--state-dir",
+            str(state),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    try:
+        assert up.returncode == 0, up.stderr
+        assert f"source {state}/env.sh" in up.stdout
+        pids = [
+            int((state / "run" / f"{n}.pid").read_text())
+            for n in ("ctld", "node01", "node02", "node03")
+        ]
+        assert all(pid_alive(p) for p in pids)
+        again = subprocess.run(
+            [str(BIN / "corral"), "up", "--state-dir", str(state)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert again.returncode == 1 and "already runs" in again.stderr
+        script = f"source {state}/env.sh && cd {tmp_path} && sbatch --parsable --wrap 'echo ok'"
+        job = subprocess.run(
+            ["bash", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={k: v for k, v in os.environ.items() if not k.startswith("CORRAL")},
+        )
+        assert job.returncode == 0, job.stderr
+        out = tmp_path / f"slurm-{job.stdout.strip()}.out"
+        wait_for(lambda: out.exists() and out.read_text() == "ok\n", 30, "job output")
+    finally:
+        down = subprocess.run(
+            [str(BIN / "corral"), "down", "--state-dir", str(state)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert down.returncode == 0 and "stopped" in down.stdout
+    wait_for(lambda: not any(pid_alive(p) for p in pids), 20, "daemons to exit")
+    assert not list((state / "run").glob("*.pid"))
+
+
+def test_ctld_refuses_a_bad_config_naming_the_key(tmp_path: pathlib.Path) -> None:
+    conf = tmp_path / "bad.toml"
+    conf.write_text('[controller]\ngrpc_port = "high"\n')
+    proc = subprocess.run(
+        [str(BIN / "corral"), "ctld", "--config", str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "controller.grpc_port: expected an integer, got str" in proc.stderr

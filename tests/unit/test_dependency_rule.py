@@ -1,0 +1,75 @@
+"""The architecture's dependency rule, checked by reading every import."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
+STDLIB = sys.stdlib_module_names
+
+
+def imports(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def modules_of(package: str) -> dict[pathlib.Path, set[str]]:
+    return {p: imports(p) for p in (SRC / package).rglob("*.py")}
+
+
+def test_programs_never_import_each_other() -> None:
+    for package, forbidden in (
+        ("ctld", ("noded", "client")),
+        ("noded", ("ctld", "client")),
+        ("client", ("ctld", "noded")),
+        ("corral", ("ctld", "noded", "client")),
+    ):
+        for path, names in modules_of(package).items():
+            bad = [n for n in names if n.split(".")[0] in forbidden]
+            assert not bad, f"{path.relative_to(SRC)} imports {bad}"
+
+
+def test_scheduling_core_is_pure() -> None:
+    for path, names in modules_of("ctld/sched").items():
+        for name in names:
+            top = name.split(".")[0]
+            ok = (
+                top in STDLIB
+                and top not in ("asyncio", "time", "datetime")
+                or (name.startswith("ctld.sched"))
+            )
+            assert ok, f"{path.relative_to(SRC)} imports {name}"
+
+
+def test_commands_stay_import_light() -> None:
+    """The short-lived commands must not pay for grpc, protobuf, the store or structlog."""
+    code = (
+        "import sys, client.sbatch, client.scancel, client.corral_cmd\n"
+        "for mod in ('client.squeue', 'client.sinfo', 'client.sacct', 'client.scontrol'):\n"
+        "    try:\n"
+        "        __import__(mod)\n"
+        "    except ModuleNotFoundError:\n"
+        "        pass\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in\n"
+        "    ('grpc', 'google', 'sqlalchemy', 'structlog', 'psutil', 'aiohttp', 'ctld', 'noded')\n"
+        "    or m.startswith('corral.wire') or m in ('http.client', 'urllib.request', 'email'))\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == ""
+
+
+def test_generated_code_lives_only_in_wire() -> None:
+    for path in SRC.rglob("*_pb2*.py"):
+        assert path.parent == SRC / "corral" / "wire", path
