@@ -33,13 +33,22 @@ from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.auth import Policy
 from ctld.nodes import NodeRecord
-from ctld.sched import NodeView, PartitionView, Plan, Snapshot, job_shape, schedule
+from ctld.sched import (
+    JobRequest,
+    NodeView,
+    PartitionView,
+    Plan,
+    Snapshot,
+    job_shape,
+    schedule,
+)
 from ctld.store import Op, Store, insert_job, update_job
 from ctld.validate import NodeCapacity, request_from_spec, validate_spec
 
 log = structlog.get_logger("ctld")
 
 Clock = Callable[[], float]
+MIN_PASS_GAP_S = 0.005  # at most ~200 passes/s however many events arrive
 
 
 class Dispatcher(Protocol):
@@ -75,6 +84,9 @@ class Cluster:
         self.passes = 0
         self.start_time = clock()
         self._saved_events: dict[int, int] = {}
+        # pending job ids in queue order, and their scheduler requests (built once)
+        self._pending: dict[int, None] = {}
+        self._requests: dict[int, JobRequest] = {}
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -90,6 +102,8 @@ class Cluster:
         for job in loaded:
             self.jobs[job.job_id] = job
             self._saved_events[job.job_id] = len(job.events)
+            if job.state == js.PENDING:
+                self._enqueue(job)
             if job.state in js.ON_NODE:
                 for alloc in job.allocations:
                     node = self.nodes.get(alloc.node)
@@ -97,6 +111,17 @@ class Cluster:
                         node.allocate(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()
+
+    def _enqueue(self, job: pb.Job) -> None:
+        """Put a PENDING job in the queue, ordered by submit time (requeues keep their age)."""
+        self._requests.pop(job.job_id, None)
+        last = self.jobs.get(next(reversed(self._pending))) if self._pending else None
+        if last is not None and job.submit_time < last.submit_time:
+            queued = [i for i in self._pending if i in self.jobs]
+            order = sorted([*queued, job.job_id], key=lambda i: (self.jobs[i].submit_time, i))
+            self._pending = dict.fromkeys(order)
+        else:
+            self._pending[job.job_id] = None
 
     def wake(self) -> None:
         """Ask for a scheduling pass; many wake-ups before it runs coalesce into one."""
@@ -118,6 +143,8 @@ class Cluster:
                 await self.schedule_pass()
             except Exception:  # a failed pass must not stop scheduling
                 log.exception("scheduling pass failed")
+            # a burst of events (submits, exits) then shares the next pass
+            await asyncio.sleep(MIN_PASS_GAP_S)
 
     async def run_heartbeat_monitor(self) -> None:
         hb = self.config.heartbeat
@@ -190,8 +217,12 @@ class Cluster:
             js.transition(job, "held", cause=cause, now=now, detail="sbatch --hold")
         await self.store.commit(self._save(job, new=True))
         self.jobs[job_id] = job
+        self._enqueue(job)
         log.info("job submitted", job_id=job_id, user=who.user, partition=job.partition)
-        self.wake()
+        if job.hold:
+            self.version += 1  # nothing new can start: no pass needed
+        else:
+            self.wake()
         return job
 
     @staticmethod
@@ -497,19 +528,22 @@ class Cluster:
         )
         now = self.clock()
         pending = []
-        for job in sorted(
-            (j for j in self.jobs.values() if j.state == js.PENDING),
-            key=lambda j: (j.submit_time, j.job_id),
-        ):
-            blocked = ""
-            if job.hold == pb.HOLD_USER:
-                blocked = "JobHeldUser"
-            elif job.hold == pb.HOLD_ADMIN:
-                blocked = "JobHeldAdmin"
-            elif job.eligible_time > now:
-                blocked = "BeginTime"
-            req = request_from_spec(job.spec, job.job_id, job.spec.partitions, job.time_limit_s)
-            pending.append(replace(req, blocked_reason=blocked) if blocked else req)
+        for job_id in list(self._pending):
+            job = self.jobs.get(job_id)
+            if job is None or job.state != js.PENDING:
+                del self._pending[job_id]  # left the queue since: forget it lazily
+                self._requests.pop(job_id, None)
+                continue
+            if job.hold:
+                continue  # its reason (JobHeldUser/Admin) was set when it was held
+            if job.eligible_time > now:
+                job.reason = "BeginTime"
+                continue
+            req = self._requests.get(job_id)
+            if req is None:
+                req = request_from_spec(job.spec, job_id, job.spec.partitions, job.time_limit_s)
+                self._requests[job_id] = req
+            pending.append(req)
         return Snapshot(
             version=self.version, now=now, nodes=nodes, partitions=parts, pending=tuple(pending)
         )
@@ -597,6 +631,7 @@ class Cluster:
             )
             self._fill_request_totals(job)
             job.reason = "Resources"
+            self._enqueue(job)
             await self.store.commit(self._save(job))
             self.wake()
 

@@ -17,8 +17,8 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -72,7 +72,14 @@ meta = sa.Table(
     sa.Column("value", sa.Text, nullable=False),
 )
 
-Op = Callable[[Connection], None]
+
+@dataclass
+class Op:
+    """Rows one change writes; ops are data so a group commit can merge them."""
+
+    inserts: list[dict[str, Any]] = field(default_factory=list)
+    updates: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _job_row(job: pb.Job) -> dict[str, Any]:
@@ -108,30 +115,34 @@ def _event_row(job_id: int, ev: pb.JobEvent) -> dict[str, Any]:
 
 def insert_job(job: pb.Job) -> Op:
     """Op: a new job with its whole story so far."""
-    row = _job_row(job)
-    events = [_event_row(job.job_id, ev) for ev in job.events]
-
-    def op(conn: Connection) -> None:
-        conn.execute(jobs.insert(), row)
-        if events:
-            conn.execute(job_events.insert(), events)
-
-    return op
+    return Op(inserts=[_job_row(job)], events=[_event_row(job.job_id, ev) for ev in job.events])
 
 
 def update_job(job: pb.Job, new_events: Iterable[pb.JobEvent]) -> Op:
     """Op: the job's current row plus the events added since it was last written."""
     row = _job_row(job)
-    events = [_event_row(job.job_id, ev) for ev in new_events]
-    stmt = jobs.update().where(jobs.c.job_id == sa.bindparam("b_job_id"))
+    row["b_job_id"] = row.pop("job_id")
+    return Op(updates=[row], events=[_event_row(job.job_id, ev) for ev in new_events])
 
-    def op(conn: Connection) -> None:
-        values = {k: v for k, v in row.items() if k != "job_id"}
-        conn.execute(stmt, {"b_job_id": row["job_id"], **values})
-        if events:
-            conn.execute(job_events.insert(), events)
 
-    return op
+_UPDATE_JOB = jobs.update().where(jobs.c.job_id == sa.bindparam("b_job_id"))
+
+
+def _apply(conn: Connection, ops: Iterable[Op]) -> None:
+    """All ops of a group commit as three executemany statements (inserts before updates)."""
+    inserts: list[dict[str, Any]] = []
+    updates: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    for op in ops:
+        inserts.extend(op.inserts)
+        updates.extend(op.updates)
+        events.extend(op.events)
+    if inserts:
+        conn.execute(jobs.insert(), inserts)
+    if updates:
+        conn.execute(_UPDATE_JOB, updates)
+    if events:
+        conn.execute(job_events.insert(), events)
 
 
 @dataclass
@@ -227,9 +238,7 @@ class Store:
     def _commit_batch(self, batch: list[_Request]) -> None:
         try:
             with self.engine.begin() as conn:
-                for req in batch:
-                    for op in req.ops:
-                        op(conn)
+                _apply(conn, (op for req in batch for op in req.ops))
         except Exception as exc:  # isolate the request that failed; the rest still commit
             if len(batch) == 1:
                 self._finish(batch[0], StoreError(f"store commit failed: {exc}"))
@@ -237,8 +246,7 @@ class Store:
             for req in batch:
                 try:
                     with self.engine.begin() as conn:
-                        for op in req.ops:
-                            op(conn)
+                        _apply(conn, req.ops)
                 except Exception as exc:
                     self._finish(req, StoreError(f"store commit failed: {exc}"))
                 else:
