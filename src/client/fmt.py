@@ -1,0 +1,434 @@
+"""Slurm's output formats, shared by the query commands (squeue, sinfo, sacct, scontrol).
+
+squeue and sinfo take ``-o`` strings: ``%[.][width]X`` specifiers with literal text
+between them. ``.`` right-justifies; a width pads, and cuts as Slurm's commands cut
+(a left-justified field is always cut to its width, a right-justified one only where
+that column cuts); no width prints the value as it is. sacct takes comma lists of
+``Field[%width]`` names with Slurm's default widths, or ``|``-separated parsable
+lines. Everything here is a pure function of its arguments, so every command's
+output can be tested from JSON alone.
+"""
+
+from __future__ import annotations
+
+import pwd
+import time
+
+from client.common import JOB_STATE_BY_CODE, JOB_STATE_CODES
+from corral.errors import CorralError, InvalidOption
+from corral.slurmfmt import format_duration
+
+TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from typing import Any
+
+    from client.common import Json
+    from corral.rest import Client
+
+YEAR_S = 365 * 86400  # squeue prints longer durations as INVALID, as Slurm does
+
+# ---------------------------------------------------------------- -o format strings
+
+
+class Spec:
+    """One ``%[.][width]X`` of a format string and the literal text after it."""
+
+    __slots__ = ("letter", "right", "suffix", "width")
+
+    def __init__(self, letter: str, width: int = 0, right: bool = False, suffix: str = "") -> None:
+        self.letter = letter
+        self.width = width
+        self.right = right
+        self.suffix = suffix
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Spec):
+            return NotImplemented
+        return (self.letter, self.width, self.right, self.suffix) == (
+            other.letter,
+            other.width,
+            other.right,
+            other.suffix,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.letter, self.width, self.right, self.suffix))
+
+    def __repr__(self) -> str:
+        return f"Spec({self.letter!r}, {self.width}, {self.right}, {self.suffix!r})"
+
+
+class Column:
+    """How a command prints one letter: its header and the value of an item.
+
+    ``cut``: a right-justified value longer than its width is cut to the width (Slurm
+    leaves some columns whole: job ids, durations, node lists)."""
+
+    __slots__ = ("cut", "header", "header_cut", "value")
+
+    def __init__(
+        self,
+        header: str,
+        value: Callable[[Any], str],
+        *,
+        cut: bool = True,
+        header_cut: bool = True,
+    ) -> None:
+        self.header = header
+        self.value = value
+        self.cut = cut
+        self.header_cut = header_cut
+
+
+def parse_format(text: str) -> tuple[str, list[Spec]]:
+    """A ``-o`` string as (text before the first %, specs).
+
+    As in Slurm, ``%`` splits the string and empty pieces are skipped, so ``%%`` is no
+    escape; an unknown letter is the caller's to refuse (see ``check_format``)."""
+    prefix, *pieces = text.split("%")
+    specs: list[Spec] = []
+    for piece in pieces:
+        if not piece:
+            continue
+        i = 0
+        right = piece.startswith(".")
+        if right:
+            i = 1
+        start = i
+        while i < len(piece) and piece[i].isdigit():
+            i += 1
+        width = int(piece[start:i]) if i > start else 0
+        if i >= len(piece):
+            raise InvalidOption(f"Invalid format specification: %{piece}")
+        specs.append(Spec(piece[i], width, right, piece[i + 1 :]))
+    return prefix, specs
+
+
+def all_letters(letters: Iterable[str], upper_suffix: str = "") -> str:
+    """``%all``: every field, a-z then A-Z, separated by ``|`` (sinfo adds a space
+    after the upper-case ones, as Slurm does)."""
+    known = set(letters)
+    lower = [f"%{c}" for c in "abcdefghijklmnopqrstuvwxyz" if c in known]
+    upper = [f"%{c}{upper_suffix}" for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c in known]
+    return "|".join(lower + upper)
+
+
+def check_format(specs: Iterable[Spec], columns: Mapping[str, Column], what: str) -> None:
+    for spec in specs:
+        if spec.letter not in columns:
+            raise InvalidOption(f"Invalid {what} format specification: {spec.letter}")
+
+
+def justify(value: str, width: int, right: bool, cut: bool = True) -> str:
+    """Pad (and cut) ``value`` to ``width`` as Slurm's squeue/sinfo print a field."""
+    if width <= 0:
+        return value
+    if right:
+        padded = value.rjust(width)
+        return padded[:width] if cut else padded
+    return value[:width].ljust(width)  # a left-justified field is always cut
+
+
+def render(prefix: str, specs: Sequence[Spec], columns: Mapping[str, Column], item: Any) -> str:
+    """One output line (no newline): the header when ``item`` is None."""
+    out = [prefix]
+    for spec in specs:
+        col = columns[spec.letter]
+        if item is None:
+            out.append(justify(col.header, spec.width, spec.right, col.header_cut))
+        else:
+            out.append(justify(col.value(item), spec.width, spec.right, col.cut))
+        out.append(spec.suffix)
+    return "".join(out)
+
+
+def with_width(specs: Sequence[Spec], letter: str, width: int) -> list[Spec]:
+    """The specs with every ``letter`` field set to ``width`` (sinfo sizes some to fit)."""
+    return [Spec(s.letter, width, s.right, s.suffix) if s.letter == letter else s for s in specs]
+
+
+# ---------------------------------------------------------------- values as Slurm prints them
+
+
+def convert_mb(mb: int) -> str:
+    """A MiB count with the largest unit that keeps it exact (half units allowed):
+    ``0``, ``500M``, ``2G``, ``1.50G``, ``23081M`` - Slurm's memory figures."""
+    if mb == 0:
+        return "0"
+    value = float(mb)
+    units = "MGTP"
+    unit = 0
+    while value >= 1024 and int(value) % 512 == 0 and unit < len(units) - 1:
+        value /= 1024
+        unit += 1
+    if value == int(value):
+        return f"{int(value)}{units[unit]}"
+    return f"{value:.2f}{units[unit]}"
+
+
+def squeue_secs(seconds: float) -> str:
+    """squeue's TIME columns: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``; INVALID out of range."""
+    if seconds < 0 or seconds > YEAR_S:
+        return "INVALID"
+    return format_duration(seconds)
+
+
+def ctime(epoch: float) -> str:
+    """The date line of ``-l`` views: ``Wed Dec 02 18:17:16 2026``."""
+    return time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(epoch))
+
+
+def or_null(value: str) -> str:
+    """Slurm prints an unset string as ``(null)``."""
+    return value if value else "(null)"
+
+
+def gpu_tres(count: int, gpu_type: str = "") -> str:
+    """A GPU count as a TRES per node/job: ``gres/gpu:2``, ``gres/gpu:h100:2``."""
+    return f"gres/gpu:{gpu_type}:{count}" if gpu_type else f"gres/gpu:{count}"
+
+
+def res(node: Json) -> Json:
+    """A node's resources (as registered, or as configured before that)."""
+    value = node.get("resources")
+    return value if isinstance(value, dict) else {}
+
+
+def node_gres(node: Json) -> str:
+    """A node's GRES as Slurm lists it: ``gpu:h100:8``, ``(null)`` without GPUs."""
+    gpus = len(res(node).get("gpus", []))
+    if not gpus:
+        return "(null)"
+    kind = node.get("gpuType")
+    return f"gpu:{kind}:{gpus}" if kind else f"gpu:{gpus}"
+
+
+# ---------------------------------------------------------------- options the commands share
+
+#: Slurm job states corral never reaches; accepted in filters, they match nothing.
+OTHER_JOB_STATES = {
+    "BOOT_FAIL": "BF",
+    "CONFIGURING": "CF",
+    "DEADLINE": "DL",
+    "REQUEUE_FED": "RF",
+    "REQUEUE_HOLD": "RH",
+    "RESIZING": "RS",
+    "RESV_DEL_HOLD": "RD",
+    "REVOKED": "RV",
+    "SIGNALING": "SI",
+    "SPECIAL_EXIT": "SE",
+    "STAGE_OUT": "SO",
+    "STOPPED": "ST",
+}
+_OTHER_BY_CODE = {v: k for k, v in OTHER_JOB_STATES.items()}
+#: The states the wire contract has (JobState without the JOB_STATE_ prefix).
+WIRE_JOB_STATES = frozenset(JOB_STATE_CODES) - {"SUSPENDED"}
+
+
+class Reported(Exception):
+    """A failure worded as the Slurm command words it: printed as is, exit code 1."""
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+def call(
+    api: Client,
+    method: str,
+    request: Json,
+    what: str,
+    keep: tuple[type[CorralError], ...] = (),
+) -> Json:
+    """One controller call; a failure becomes ``what: message`` (``slurm_load_jobs
+    error: ...``), which scripts grep for. Errors of the ``keep`` types pass unchanged."""
+    try:
+        return api.call(method, request)
+    except keep:
+        raise
+    except CorralError as exc:
+        raise Reported(f"{what}: {exc.message}") from None
+
+
+def split_list(values: str | Iterable[str]) -> list[str]:
+    """``a,b c`` (or several such strings) as ``[a, b, c]``."""
+    items = [values] if isinstance(values, str) else list(values)
+    return [x for v in items for x in v.replace(" ", ",").split(",") if x]
+
+
+def parse_states(value: str) -> set[str] | None:
+    """A ``-t``/``-s`` list of state names or codes as full names; None for ``all``."""
+    out: set[str] = set()
+    for item in split_list(value):
+        upper = item.upper()
+        if upper == "ALL":
+            return None
+        full = JOB_STATE_BY_CODE.get(upper) or _OTHER_BY_CODE.get(upper) or upper
+        if full not in JOB_STATE_CODES and full not in OTHER_JOB_STATES:
+            raise InvalidOption(f"Invalid job state specified: {item}")
+        out.add(full)
+    return out
+
+
+def wire_states(states: Iterable[str]) -> list[str]:
+    """The enum names to send for a state filter (states outside the contract dropped)."""
+    return sorted(f"JOB_STATE_{s}" for s in states if s in WIRE_JOB_STATES)
+
+
+def parse_job_ids(value: str | Iterable[str]) -> list[str]:
+    """``-j`` values: job ids (``5``, ``5.batch`` and ``5_1`` name job 5), as strings."""
+    ids: list[str] = []
+    for item in split_list(value):
+        base = item.split("_")[0].split(".")[0].split("+")[0]
+        if not base.isdigit() or int(base) == 0:
+            raise InvalidOption(f"Invalid job id: {item}")
+        ids.append(str(int(base)))
+    return ids
+
+
+def parse_users(value: str) -> list[str]:
+    """``-u`` values: user names, or uids turned into names where the system knows them."""
+    return [user_name(int(x), x) if x.isdigit() else x for x in split_list(value)]
+
+
+def user_name(uid: int, fallback: str = "") -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return fallback or str(uid)
+
+
+def group_name(gid: int) -> str:
+    import grp  # only the commands that print groups pay for it
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+# ---------------------------------------------------------------- sacct fields
+
+STR, NUM, DATE, SECS = "s", "n", "d", "t"  # how a field prints (see AcctField.cell)
+
+# Every sacct field, in Slurm's table order (a prefix names the first field it starts),
+# with Slurm's default width (negative: left-justified) and kind.
+_ACCT_TABLE = """
+Account 10 s|AdminComment 15 s|AllocCPUS 10 n|AllocNodes 10 s|AllocTRES 10 s|AssocID 7 n|
+AveCPU 10 s|AveCPUFreq 10 s|AveDiskRead 14 s|AveDiskWrite 14 s|AvePages 10 s|AveRSS 10 s|
+AveVMSize 10 s|BlockID 16 s|Cluster 10 s|Comment 14 s|Constraints 19 s|ConsumedEnergy 14 s|
+ConsumedEnergyRaw 17 n|Container 19 s|CPUTime 10 t|CPUTimeRAW 10 n|DBIndex -10 n|
+DerivedExitCode 15 s|Elapsed 10 t|ElapsedRaw 10 n|Eligible 19 d|End 19 d|ExitCode 8 s|
+Flags 19 s|GID 6 n|Group 9 s|JobID -12 s|JobIDRaw -12 s|JobName 10 s|Layout 9 s|
+MaxDiskRead 12 s|MaxDiskReadNode 15 s|MaxDiskReadTask 15 n|MaxDiskWrite 12 s|
+MaxDiskWriteNode 16 s|MaxDiskWriteTask 16 n|MaxPages 8 s|MaxPagesNode 12 s|MaxPagesTask 14 n|
+MaxRSS 10 s|MaxRSSNode 10 s|MaxRSSTask 10 n|MaxVMSize 10 s|MaxVMSizeNode 14 s|
+MaxVMSizeTask 14 n|McsLabel 12 s|MinCPU 10 s|MinCPUNode 10 s|MinCPUTask 10 n|NCPUS 10 n|
+NNodes 8 n|NodeList 15 s|NTasks 8 n|Partition 10 s|Priority 10 n|QOS 10 s|QOSRAW 6 n|
+Reason 22 s|ReqCPUFreq 10 s|ReqCPUFreqGov 13 s|ReqCPUFreqMax 13 s|ReqCPUFreqMin 13 s|
+ReqCPUS 8 n|ReqMem 10 s|ReqNodes 8 s|ReqTRES 10 s|Reservation 20 s|ReservationId 8 n|
+Reserved 10 t|ResvCPU 10 t|ResvCPURAW 10 n|Start 19 d|State 10 s|Submit 19 d|SubmitLine 20 s|
+Suspended 10 t|SystemComment 15 s|SystemCPU 10 s|Timelimit 10 s|TimelimitRaw 10 s|
+TotalCPU 10 s|TRESUsageInAve 14 s|TRESUsageInMax 14 s|TRESUsageInMaxNode 18 s|
+TRESUsageInMaxTask 18 s|TRESUsageInMin 14 s|TRESUsageInMinNode 18 s|TRESUsageInMinTask 18 s|
+TRESUsageInTot 14 s|TRESUsageOutAve 15 s|TRESUsageOutMax 15 s|TRESUsageOutMaxNode 19 s|
+TRESUsageOutMaxTask 19 s|TRESUsageOutMin 15 s|TRESUsageOutMinNode 19 s|
+TRESUsageOutMinTask 19 s|TRESUsageOutTot 15 s|UID 6 n|User 9 s|UserCPU 10 s|WCKey 10 s|
+WCKeyID 10 n|WorkDir 20 s
+"""
+ACCT_FIELDS: tuple[tuple[str, int, str], ...] = tuple(
+    (name, int(width), kind)
+    for name, width, kind in (
+        entry.split() for entry in _ACCT_TABLE.replace("\n", "").split("|") if entry
+    )
+)
+
+
+class AcctField:
+    """One sacct output column: its name, width (negative: left-justified) and kind."""
+
+    __slots__ = ("kind", "name", "width")
+
+    def __init__(self, name: str, width: int, kind: str) -> None:
+        self.name = name
+        self.width = width
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"AcctField({self.name!r}, {self.width}, {self.kind!r})"
+
+    def header(self) -> str:
+        return _fixed(self.name[: abs(self.width)], self.width)
+
+    def cell(self, value: str) -> str:
+        """The value in its column, as sacct prints it: text that does not fit is cut
+        and marked ``+``, dates are cut, numbers and durations are never cut."""
+        size = abs(self.width)
+        if self.kind == STR and len(value) > size:
+            value = value[: size - 1] + "+" if size else ""
+        elif self.kind == DATE:
+            value = value[:size]
+        return _fixed(value, self.width)
+
+
+def _fixed(value: str, width: int) -> str:
+    return value.rjust(width) if width >= 0 else value.ljust(-width)
+
+
+def parse_acct_fields(spec: str) -> list[AcctField]:
+    """``JobID,jobname%30,State`` as fields: names case-insensitive and matched as
+    prefixes in Slurm's table order, ``ALL`` for every field, ``%N`` a width."""
+    fields: list[AcctField] = []
+    for raw in spec.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        name, pct, width_text = item.partition("%")
+        width = _atoi(width_text) if pct else None
+        lowered = name.lower()
+        if lowered == "all"[: len(lowered)] and lowered:
+            fields.extend(AcctField(n, w if width is None else width, k) for n, w, k in ACCT_FIELDS)
+            continue
+        found = next((f for f in ACCT_FIELDS if f[0].lower().startswith(lowered)), None)
+        if found is None or not lowered:
+            raise InvalidOption(f'Invalid field requested: "{name}"')
+        fields.append(AcctField(found[0], found[1] if width is None else width, found[2]))
+    return fields
+
+
+def _atoi(text: str) -> int:
+    """C's atoi: the leading integer of ``text``, 0 if there is none."""
+    text = text.strip()
+    end = 1 if text[:1] in "+-" else 0
+    while end < len(text) and text[end].isdigit():
+        end += 1
+    try:
+        return int(text[:end])
+    except ValueError:
+        return 0
+
+
+def acct_lines(
+    fields: Sequence[AcctField],
+    rows: Iterable[Sequence[str]],
+    *,
+    header: bool = True,
+    parsable: str = "",
+    delimiter: str = "|",
+) -> list[str]:
+    """sacct's output lines (no newlines). ``parsable``: "" fixed columns, "p" every
+    field followed by the delimiter, "P" the delimiter only between fields."""
+    lines: list[str] = []
+    if parsable:
+        end = delimiter if parsable == "p" else ""
+        if header:
+            lines.append(delimiter.join(f.name for f in fields) + end)
+        lines.extend(delimiter.join(row) + end for row in rows)
+        return lines
+    if header:
+        lines.append("".join(f.header() + " " for f in fields))
+        lines.append("".join("-" * abs(f.width) + " " for f in fields))
+    for row in rows:
+        lines.append("".join(f.cell(v) + " " for f, v in zip(fields, row, strict=True)))
+    return lines

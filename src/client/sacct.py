@@ -1,0 +1,425 @@
+"""sacct: jobs from the durable store (QueryAccounting), in Slurm's fields and layouts.
+
+Without -X each job that started gets its ``N.batch`` step line, as Slurm prints one
+for every batch job. Output is a pure function of a QueryAccounting reply and its
+``now`` (``format_accounting``); ``-P -n -o ...`` is what tools parse.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+
+from client.common import client, job_state, num, real, run, text
+from client.fmt import (
+    ACCT_FIELDS,
+    acct_lines,
+    convert_mb,
+    group_name,
+    parse_acct_fields,
+    parse_job_ids,
+    parse_states,
+    parse_users,
+    split_list,
+    wire_states,
+)
+from client.options import COUNT, FLAG, Option, OptionParser
+from corral import __version__
+from corral.errors import InvalidOption
+from corral.slurmfmt import format_elapsed, format_timestamp, parse_timestamp
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
+
+    from client.common import Json
+
+PROG = "sacct"
+DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
+BRIEF_FIELDS = "jobid,state,exitcode"
+LONG_FIELDS = (
+    "jobid,jobidraw,jobname,partition,maxvmsize,maxvmsizenode,maxvmsizetask,avevmsize,"
+    "maxrss,maxrssnode,maxrsstask,averss,maxpages,maxpagesnode,maxpagestask,avepages,"
+    "mincpu,mincpunode,mincputask,avecpu,ntasks,alloccpus,elapsed,state,exitcode,"
+    "avecpufreq,reqcpufreqmin,reqcpufreqmax,reqcpufreqgov,reqmem,consumedenergy,"
+    "maxdiskread,maxdiskreadnode,maxdiskreadtask,avediskread,maxdiskwrite,"
+    "maxdiskwritenode,maxdiskwritetask,avediskwrite,reqtres,alloctres,tresusageinave,"
+    "tresusageinmax,tresusageinmaxn,tresusageinmaxt,tresusageinmin,tresusageinminn,"
+    "tresusageinmint,tresusageintot,tresusageoutmax,tresusageoutmaxn,tresusageoutmaxt,"
+    "tresusageoutave,tresusageouttot"
+)
+ON_NODE = frozenset({"RUNNING", "COMPLETING"})
+
+
+# ---------------------------------------------------------------- values
+
+
+def spec_of(job: Json) -> Json:
+    spec = job.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def started(job: Json) -> bool:
+    return bool(real(job, "startTime")) and job_state(job) != "PENDING"
+
+
+def elapsed(job: Json, now: float) -> int:
+    if not started(job):
+        return 0
+    end = real(job, "endTime")
+    if job_state(job) in ON_NODE or not end:
+        end = now
+    return max(0, int(end - real(job, "startTime")))
+
+
+def exit_code(job: Json) -> str:
+    return f"{num(job, 'exitCode')}:{num(job, 'exitSignal')}"
+
+
+def tres(cpus: int, mem_mb: int, gpus: int, nodes: int, *, billing: bool, mem: bool) -> str:
+    """A TRES list in sacct's order (by name): billing, cpu, gres/gpu, mem, node."""
+    parts = [f"billing={cpus}"] if billing else []
+    parts.append(f"cpu={cpus}")
+    if gpus:
+        parts.append(f"gres/gpu={gpus}")
+    if mem_mb or mem:
+        parts.append(f"mem={convert_mb(mem_mb)}")
+    parts.append(f"node={nodes}")
+    return ",".join(parts)
+
+
+def job_tres(job: Json) -> str:
+    return tres(
+        num(job, "numCpus"),
+        num(job, "memMb"),
+        num(job, "numGpus"),
+        num(job, "numNodes"),
+        billing=True,
+        mem=False,
+    )
+
+
+def timelimit(job: Json, raw: bool = False) -> str:
+    limit = num(job, "timeLimitS")
+    if limit < 0:
+        return "UNLIMITED"
+    if not limit:
+        return "Partition_Limit"
+    return str(limit // 60) if raw else format_elapsed(limit)
+
+
+def job_values(job: Json, now: float) -> dict[str, str]:
+    """The job (allocation) line, by sacct field name; fields not here print empty."""
+    spec = spec_of(job)
+    state = job_state(job)
+    ran = elapsed(job, now)
+    cpus = num(job, "numCpus")
+    job_id = str(num(job, "jobId"))
+    return {
+        "Account": text(job, "account"),
+        "AllocCPUS": str(cpus),
+        "AllocTRES": job_tres(job) if started(job) else "",
+        "Cluster": text(job, "cluster"),
+        "Comment": text(spec, "comment"),
+        "Constraints": text(spec, "constraint"),
+        "CPUTime": format_elapsed(ran * cpus),
+        "CPUTimeRAW": str(ran * cpus),
+        "DerivedExitCode": "0:0",
+        "Elapsed": format_elapsed(ran),
+        "ElapsedRaw": str(ran),
+        "Eligible": format_timestamp(real(job, "eligibleTime")),
+        "End": "Unknown" if state in ON_NODE else format_timestamp(real(job, "endTime")),
+        # Slurm records a cancelled job's end when the cancel is asked: its code is 0:0
+        "ExitCode": "0:0" if state == "CANCELLED" else exit_code(job),
+        "GID": str(num(job, "gid")),
+        "Group": group_name(num(job, "gid")),
+        "JobID": job_id,
+        "JobIDRaw": job_id,
+        "JobName": text(spec, "name"),
+        "NCPUS": str(cpus),
+        "NNodes": str(num(job, "numNodes")),
+        "NodeList": text(job, "nodelist") if started(job) else "None assigned",
+        "Partition": text(job, "partition"),
+        "Priority": str(num(job, "priority")),
+        "QOS": text(spec, "qos"),
+        "Reason": text(job, "reason") or "None",
+        "ReqCPUS": str(cpus),
+        "ReqMem": convert_mb(num(spec, "memPerNodeMb") or num(spec, "memPerCpuMb")),
+        "ReqNodes": str(num(job, "numNodes")),
+        "ReqTRES": job_tres(job),
+        "Start": format_timestamp(real(job, "startTime")),
+        # the uid of whoever cancelled is not recorded: the owner is the usual one
+        "State": f"CANCELLED by {num(job, 'uid')}" if state == "CANCELLED" else state,
+        "Submit": format_timestamp(real(job, "submitTime")),
+        "SubmitLine": text(spec, "submitLine"),
+        "Suspended": "00:00:00",
+        "Timelimit": timelimit(job),
+        "TimelimitRaw": timelimit(job, raw=True),
+        "UID": str(num(job, "uid")),
+        "User": text(job, "user"),
+        "WCKey": text(spec, "wckey"),
+        "WorkDir": text(spec, "workDir"),
+    }
+
+
+def batch_allocation(job: Json) -> tuple[int, int, int]:
+    """CPUs, memory and GPUs on the batch host (where the batch step runs)."""
+    host = text(job, "batchHost")
+    for alloc in job.get("allocations", []):
+        if text(alloc, "node") == host:
+            return num(alloc, "cpus"), num(alloc, "memMb"), len(alloc.get("gpuIndices", []))
+    return num(job, "numCpus"), num(job, "memMb"), num(job, "numGpus")
+
+
+def step_values(job: Json, now: float) -> dict[str, str]:
+    """The ``N.batch`` step line: the batch script on its host, as Slurm prints it."""
+    cpus, mem_mb, gpus = batch_allocation(job)
+    ran = elapsed(job, now)
+    step_id = f"{num(job, 'jobId')}.batch"
+    state = job_state(job)
+    start = real(job, "startTime")
+    return {
+        "Account": text(job, "account"),
+        "AllocCPUS": str(cpus),
+        "AllocTRES": tres(cpus, mem_mb, gpus, 1, billing=False, mem=True),
+        "Cluster": text(job, "cluster"),
+        "CPUTime": format_elapsed(ran * cpus),
+        "CPUTimeRAW": str(ran * cpus),
+        "Elapsed": format_elapsed(ran),
+        "ElapsedRaw": str(ran),
+        "Eligible": format_timestamp(start),
+        "End": "Unknown" if state in ON_NODE else format_timestamp(real(job, "endTime")),
+        "ExitCode": exit_code(job),
+        "JobID": step_id,
+        "JobIDRaw": step_id,
+        "JobName": "batch",
+        "NCPUS": str(cpus),
+        "NNodes": "1",
+        "NodeList": text(job, "batchHost"),
+        "NTasks": "1",
+        "Start": format_timestamp(start),
+        "State": state,
+        "Submit": format_timestamp(start),
+        "Suspended": "00:00:00",
+    }
+
+
+def format_accounting(
+    reply: Json,
+    field_spec: str = DEFAULT_FIELDS,
+    *,
+    steps: bool = True,
+    header: bool = True,
+    parsable: str = "",
+    delimiter: str = "|",
+) -> str:
+    """The whole output (with newlines) for a QueryAccounting reply."""
+    fields = parse_acct_fields(field_spec)
+    now = real(reply, "now")
+    rows: list[list[str]] = []
+    for job in reply.get("jobs", []):
+        values = [job_values(job, now)]
+        if steps and started(job):
+            values.append(step_values(job, now))
+        rows.extend([v.get(f.name, "") for f in fields] for v in values)
+    lines = acct_lines(fields, rows, header=header, parsable=parsable, delimiter=delimiter)
+    return "".join(line + "\n" for line in lines)
+
+
+# ---------------------------------------------------------------- time window
+
+_RELATIVE = re.compile(r"now([+-])(\d+)(seconds?|minutes?|hours?|days?|weeks?)?", re.I)
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DATE = re.compile(r"(\d\d)[/.]?(\d\d)(?:[/.]?(\d\d))?(?:-(\d{1,2}):(\d\d)(?::(\d\d))?)?")
+
+
+def midnight(now: float) -> float:
+    t = time.localtime(now)
+    return time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
+def parse_when(value: str, now: float) -> float:
+    """-S/-E times, meant in the past as sacct means them: ``now-2hours``, ``HH:MM``
+    (today), ``MM/DD[/YY]``, ``MMDD[YY]``, ``YYYY-MM-DD[THH:MM[:SS]]``, ``midnight``."""
+    s = value.strip()
+    rel = _RELATIVE.fullmatch(s)
+    if rel:
+        step = int(rel.group(2)) * _UNIT_S[(rel.group(3) or "s")[0].lower()]
+        return now + step if rel.group(1) == "+" else now - step
+    if s.lower() in ("today", "midnight"):
+        return midnight(now)
+    date = _DATE.fullmatch(s)
+    if date and not re.fullmatch(r"\d{1,2}:\d\d(:\d\d)?", s):
+        return _month_day(date.groups(), now, value)
+    try:
+        when = parse_timestamp(s, now=now, what="time")
+    except InvalidOption:
+        raise InvalidOption(f"Invalid time specification: {value}") from None
+    if re.fullmatch(r"\d{1,2}:\d\d(:\d\d)?", s) and when > now:
+        when -= 86400  # sacct means today's HH:MM, not tomorrow's
+    return when
+
+
+def _month_day(groups: Sequence[str | None], now: float, value: str) -> float:
+    month, day, year, hh, mm, ss = (int(g) if g else None for g in groups)
+    yr = 2000 + year if year is not None else time.localtime(now).tm_year
+    try:
+        return time.mktime((yr, month or 0, day or 0, hh or 0, mm or 0, ss or 0, 0, 0, -1))
+    except (OverflowError, ValueError):
+        raise InvalidOption(f"Invalid time specification: {value}") from None
+
+
+def window(opts: dict[str, Any], now: float) -> tuple[float, float]:
+    """Slurm's defaults for -S/-E: with -s and no -j the window is now; with neither
+    -s nor -j it starts at midnight; with -j alone it is all time."""
+    start = parse_when(opts["starttime"], now) if opts.get("starttime") else 0.0
+    end = parse_when(opts["endtime"], now) if opts.get("endtime") else 0.0
+    if opts.get("state"):
+        if not start and not opts.get("jobs"):
+            start = now
+        if start and not end:
+            end = start
+    elif not opts.get("jobs") and not start:
+        start = midnight(now)
+    if end and start > end:
+        raise InvalidOption(
+            f"Start time ({format_timestamp(start)}) requested is after end time "
+            f"({format_timestamp(end)})."
+        )
+    return start, end
+
+
+# ---------------------------------------------------------------- command line
+
+OPTIONS = (
+    Option("a", "allusers", "allusers", FLAG, help="jobs of every user"),
+    Option("A", "accounts", "accounts", help="only these accounts"),
+    Option("b", "brief", "brief", FLAG, help="jobid, state and exit code only"),
+    Option("", "delimiter", "delimiter", help="field separator of -p/-P (default |)"),
+    Option("e", "helpformat", "helpformat", FLAG, help="list the fields -o takes"),
+    Option("E", "endtime", "endtime", help="jobs submitted before this time"),
+    Option("h", "help", "help", FLAG, help="this help"),
+    Option("j", "jobs", "jobs", help="comma separated list of job ids"),
+    Option("l", "long", "long", FLAG, help="many fields"),
+    Option("L", "allclusters", "allclusters", FLAG, help="(no effect: one cluster)"),
+    Option("n", "noheader", "noheader", FLAG, help="no header lines"),
+    Option("", "name", "name", help="only jobs with these names"),
+    Option("o", "format", "format", help="comma separated fields, Field%width"),
+    Option("p", "parsable", "parsable", FLAG, help="'|' after every field"),
+    Option("P", "parsable2", "parsable2", FLAG, help="'|' between fields"),
+    Option("r", "partition", "partition", help="only these partitions"),
+    Option("s", "state", "state", help="only jobs in these states"),
+    Option("S", "starttime", "starttime", help="jobs running or ended after this time"),
+    Option("u", "user", "user", help="only these users (names or uids)"),
+    Option("v", "verbose", "verbose", COUNT, help="(accepted for compatibility)"),
+    Option("X", "allocations", "allocations", FLAG, help="no step lines"),
+    Option("D", "duplicates", "duplicates", FLAG, help="(no effect: no requeued copies)"),
+    Option("", "usage", "usage", FLAG, help="this help"),
+    Option("V", "version", "version", FLAG, help="print the version"),
+)
+
+
+def help_fields() -> str:
+    """``-e``: every field name, four to a line, as Slurm lists them."""
+    names = [f"{name:<19}" for name, _, _ in ACCT_FIELDS]
+    rows = [" ".join(names[i : i + 4]) for i in range(0, len(names), 4)]
+    return "\n".join(rows) + "\n"
+
+
+def field_spec(opts: dict[str, Any]) -> str:
+    if opts.get("long") and opts.get("format"):
+        raise InvalidOption(
+            "Options -o(--format) and -l(--long) are mutually exclusive. "
+            "Please remove one and retry."
+        )
+    parts = [BRIEF_FIELDS] if opts.get("brief") else []
+    if opts.get("long"):
+        parts.append(LONG_FIELDS)
+    if opts.get("format"):
+        parts.append(opts["format"])
+    if not parts:
+        parts.append(os.environ.get("SACCT_FORMAT") or DEFAULT_FIELDS)
+    return ",".join(parts)
+
+
+def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> Json:
+    flt: Json = {}
+    if opts.get("jobs"):
+        flt["jobIds"] = parse_job_ids(opts["jobs"])
+    if opts.get("user"):
+        flt["users"] = parse_users(opts["user"])
+    elif not opts.get("allusers") and not opts.get("jobs") and uid != 0:
+        flt["users"] = [me]  # as Slurm: a user sees their own jobs unless asking for more
+    if opts.get("state"):
+        states = parse_states(opts["state"])
+        if states is not None:
+            flt["states"] = wire_states(states) or ["JOB_STATE_UNSPECIFIED"]
+    request: Json = {"filter": flt}
+    start, end = window(opts, now)
+    if start:
+        request["startAfter"] = start
+    if end:
+        request["endBefore"] = end
+    return request
+
+
+def keep_matching(reply: Json, opts: dict[str, Any]) -> Json:
+    """Filters the store does not apply: accounts, partitions, names."""
+    tests: list[Callable[[Json], bool]] = []
+    if opts.get("accounts"):
+        accounts = set(split_list(opts["accounts"]))
+        tests.append(lambda j: text(j, "account") in accounts)
+    if opts.get("partition"):
+        parts = set(split_list(opts["partition"]))
+        tests.append(lambda j: text(j, "partition") in parts)
+    if opts.get("name"):
+        names = set(split_list(opts["name"]))
+        tests.append(lambda j: text(spec_of(j), "name") in names)
+    if not tests:
+        return reply
+    jobs = [j for j in reply.get("jobs", []) if all(t(j) for t in tests)]
+    return {**reply, "jobs": jobs}
+
+
+def main_body(argv: Sequence[str]) -> int:
+    parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [OPTIONS...]")
+    opts, rest = parser.parse(argv)
+    if opts.get("help") or opts.get("usage"):
+        sys.stdout.write(parser.help_text())
+        return 0
+    if opts.get("version"):
+        sys.stdout.write(f"slurm {__version__} (corral)\n")
+        return 0
+    if opts.get("helpformat"):
+        sys.stdout.write(help_fields())
+        return 0
+    if rest:
+        raise InvalidOption(f"Unknown arguments: {' '.join(rest)}")
+    fields = field_spec(opts)
+    parse_acct_fields(fields)  # a bad field fails before the controller is asked
+    api = client()
+    request = build_request(opts, api.identity.user, api.identity.uid, time.time())
+    reply = keep_matching(api.call("QueryAccounting", request), opts)
+    parsable = "P" if opts.get("parsable2") else "p" if opts.get("parsable") else ""
+    sys.stdout.write(
+        format_accounting(
+            reply,
+            fields,
+            steps=not opts.get("allocations"),
+            header=not opts.get("noheader"),
+            parsable=parsable,
+            delimiter=opts.get("delimiter") or "|",
+        )
+    )
+    return 0
+
+
+def main() -> None:
+    run(PROG, lambda: main_body(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

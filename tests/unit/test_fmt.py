@@ -1,0 +1,223 @@
+"""Slurm's -o format strings and sacct field lists, as the query commands parse and print them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from client.fmt import (
+    AcctField,
+    Column,
+    Reported,
+    Spec,
+    acct_lines,
+    all_letters,
+    call,
+    check_format,
+    convert_mb,
+    justify,
+    parse_acct_fields,
+    parse_format,
+    parse_job_ids,
+    parse_states,
+    render,
+    split_list,
+    squeue_secs,
+    wire_states,
+)
+from corral.errors import ControllerUnavailable, InvalidNodeName, InvalidOption
+
+
+def test_parse_format_reads_width_justification_and_literal_text() -> None:
+    prefix, specs = parse_format("JOB%.18i %-x%5j|%T")
+    assert prefix == "JOB"
+    assert specs == [
+        Spec("i", 18, True, " "),
+        Spec("-", 0, False, "x"),
+        Spec("j", 5, False, "|"),
+        Spec("T", 0, False, ""),
+    ]
+
+
+def test_parse_format_skips_empty_pieces_like_strtok() -> None:
+    assert parse_format("%%i") == ("", [Spec("i")])
+
+
+def test_parse_format_refuses_a_spec_without_letter() -> None:
+    with pytest.raises(InvalidOption):
+        parse_format("%i %.18")
+
+
+@pytest.mark.parametrize(
+    ("value", "width", "right", "cut", "out"),
+    [
+        ("PENDING", 3, True, True, "PEN"),  # %.3T
+        ("PENDING", 3, False, True, "PEN"),  # %3T
+        ("R", 5, False, True, "R    "),
+        ("R", 5, True, True, "    R"),
+        ("1-02:04:00", 9, True, False, "1-02:04:00"),  # durations are never cut
+        ("1-02:04:00", 9, False, False, "1-02:04:0"),  # ... unless left-justified
+        ("anything", 0, True, True, "anything"),
+    ],
+)
+def test_justify_pads_and_cuts_as_slurm(
+    value: str, width: int, right: bool, cut: bool, out: str
+) -> None:
+    assert justify(value, width, right, cut) == out
+
+
+def test_render_header_and_rows_with_prefix_and_suffixes() -> None:
+    columns = {
+        "i": Column("JOBID", lambda r: str(r), cut=False),
+        "j": Column("NAME", lambda r: "x" * r),
+    }
+    prefix, specs = parse_format(">%.4i|%3j<")
+    assert render(prefix, specs, columns, None) == ">JOBI|NAM<"
+    assert render(prefix, specs, columns, 12345) == ">12345|xxx<"
+    assert render(prefix, specs, columns, 2) == ">   2|xx <"
+
+
+def test_check_format_names_the_bad_letter() -> None:
+    _, specs = parse_format("%i %q")
+    with pytest.raises(InvalidOption, match="Invalid job format specification: q"):
+        check_format(specs, {"i": Column("JOBID", str)}, "job")
+
+
+def test_all_letters_lists_lower_then_upper_case() -> None:
+    assert all_letters(["Z", "a", "i", "A"]) == "%a|%i|%A|%Z"
+    assert all_letters(["a", "B"], upper_suffix=" ") == "%a|%B "
+
+
+@pytest.mark.parametrize(
+    ("mb", "text"),
+    [
+        (0, "0"),
+        (500, "500M"),
+        (2048, "2G"),
+        (1536, "1.50G"),
+        (2560, "2.50G"),
+        (1500, "1500M"),
+        (23081, "23081M"),
+        (65536, "64G"),
+        (1024 * 1024, "1T"),
+    ],
+)
+def test_convert_mb_keeps_the_value_exact(mb: int, text: str) -> None:
+    assert convert_mb(mb) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0:00"),
+        (65, "1:05"),
+        (3600, "1:00:00"),
+        (90061, "1-01:01:01"),
+        (365 * 86400, "365-00:00:00"),
+        (365 * 86400 + 1, "INVALID"),
+        (-1, "INVALID"),
+    ],
+)
+def test_squeue_secs(seconds: int, text: str) -> None:
+    assert squeue_secs(seconds) == text
+
+
+def test_state_lists_take_names_codes_and_all() -> None:
+    assert parse_states("pd,R") == {"PENDING", "RUNNING"}
+    assert parse_states("completed cancelled") == {"COMPLETED", "CANCELLED"}
+    assert parse_states("PD,all") is None
+    assert parse_states("CF,S") == {"CONFIGURING", "SUSPENDED"}
+    with pytest.raises(InvalidOption, match="Invalid job state specified: bogus"):
+        parse_states("R,bogus")
+
+
+def test_wire_states_drops_states_the_contract_lacks() -> None:
+    assert wire_states({"RUNNING", "SUSPENDED", "CONFIGURING"}) == ["JOB_STATE_RUNNING"]
+
+
+def test_job_ids_take_steps_and_array_tasks_as_their_job() -> None:
+    assert parse_job_ids("5,6.batch 7_1") == ["5", "6", "7"]
+    assert parse_job_ids(["8", "9,10"]) == ["8", "9", "10"]
+    with pytest.raises(InvalidOption, match="Invalid job id: abc"):
+        parse_job_ids("5,abc")
+
+
+def test_split_list() -> None:
+    assert split_list("a,b c,,") == ["a", "b", "c"]
+
+
+# ---------------------------------------------------------------- sacct
+
+
+def test_acct_fields_match_names_as_prefixes_case_insensitively() -> None:
+    fields = parse_acct_fields("jobid,JOBNAME%30,state,node,elapsedraw,jobidraw%-5")
+    assert [(f.name, f.width) for f in fields] == [
+        ("JobID", -12),
+        ("JobName", 30),
+        ("State", 10),
+        ("NodeList", 15),
+        ("ElapsedRaw", 10),
+        ("JobIDRaw", -5),
+    ]
+
+
+def test_acct_fields_all_and_bad_names() -> None:
+    assert len(parse_acct_fields("ALL")) > 100
+    with pytest.raises(InvalidOption, match='Invalid field requested: "bogus"'):
+        parse_acct_fields("JobID,bogus")
+
+
+def test_acct_default_header_is_slurms() -> None:
+    fields = parse_acct_fields("jobid,jobname,partition,account,alloccpus,state,exitcode")
+    head, dashes = acct_lines(fields, [])
+    assert head == "JobID           JobName  Partition    Account  AllocCPUS      State ExitCode "
+    assert dashes == "------------ ---------- ---------- ---------- ---------- ---------- -------- "
+
+
+def test_acct_cells_cut_text_with_a_plus_but_never_numbers_or_durations() -> None:
+    assert AcctField("State", 10, "s").cell("CANCELLED by 0") == "CANCELLED+"
+    assert AcctField("JobID", -12, "s").cell("5.batch") == "5.batch     "
+    assert AcctField("JobID", 20, "s").cell("5") == " " * 19 + "5"
+    assert AcctField("NCPUS", 3, "n").cell("12345") == "12345"
+    assert AcctField("Elapsed", 3, "t").cell("00:02:00") == "00:02:00"
+    assert AcctField("Start", 10, "d").cell("2026-12-02T12:00:00") == "2026-12-02"
+    assert AcctField("Elapsed", 3, "t").header() == "Ela"
+
+
+def test_acct_parsable_forms() -> None:
+    fields = parse_acct_fields("JobID,State")
+    rows = [["1", "COMPLETED"], ["1.batch", "COMPLETED"]]
+    assert acct_lines(fields, rows, parsable="P") == [
+        "JobID|State",
+        "1|COMPLETED",
+        "1.batch|COMPLETED",
+    ]
+    assert acct_lines(fields, rows, parsable="p", header=False) == [
+        "1|COMPLETED|",
+        "1.batch|COMPLETED|",
+    ]
+    assert acct_lines(fields, rows[:1], parsable="P", delimiter=",") == [
+        "JobID,State",
+        "1,COMPLETED",
+    ]
+
+
+class _FailingClient:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def call(self, method: str, request: dict[str, object]) -> dict[str, object]:
+        raise self.error
+
+
+def test_call_words_failures_as_slurm() -> None:
+    api: Any = _FailingClient(ControllerUnavailable())
+    with pytest.raises(Reported) as info:
+        call(api, "GetJobs", {}, "slurm_load_jobs error")
+    assert info.value.message == (
+        "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+    )
+    api = _FailingClient(InvalidNodeName("Invalid node name specified: x"))
+    with pytest.raises(InvalidNodeName):
+        call(api, "GetNodes", {}, "slurm_load_node error", keep=(InvalidNodeName,))
