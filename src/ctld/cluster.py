@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import signal as signal_mod
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import replace
 from typing import Any, Protocol
 
 import structlog

@@ -42,10 +42,8 @@ def test_scheduling_core_is_pure() -> None:
     for path, names in modules_of("ctld/sched").items():
         for name in names:
             top = name.split(".")[0]
-            ok = (
-                top in STDLIB
-                and top not in ("asyncio", "time", "datetime")
-                or (name.startswith("ctld.sched"))
+            ok = (top in STDLIB and top not in ("asyncio", "time", "datetime")) or (
+                name.startswith("ctld.sched")
             )
             assert ok, f"{path.relative_to(SRC)} imports {name}"
 
