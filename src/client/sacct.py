@@ -75,6 +75,12 @@ def elapsed(job: Json, now: float) -> int:
     return max(0, int(end - real(job, "startTime")))
 
 
+def cancelled_by(job: Json) -> int:
+    """The uid that cancelled the job (older records: its owner)."""
+    who = num(job, "cancelledByUid", -1)
+    return who if who >= 0 else num(job, "uid")
+
+
 def exit_code(job: Json) -> str:
     return f"{num(job, 'exitCode')}:{num(job, 'exitSignal')}"
 
@@ -152,7 +158,7 @@ def job_values(job: Json, now: float) -> dict[str, str]:
         "ReqTRES": job_tres(job),
         "Start": format_timestamp(real(job, "startTime")),
         # the uid of whoever cancelled is not recorded: the owner is the usual one
-        "State": f"CANCELLED by {num(job, 'uid')}" if state == "CANCELLED" else state,
+        "State": f"CANCELLED by {cancelled_by(job)}" if state == "CANCELLED" else state,
         "Submit": format_timestamp(real(job, "submitTime")),
         "SubmitLine": text(spec, "submitLine"),
         "Suspended": "00:00:00",

@@ -63,6 +63,8 @@ def submit(argv: list[str]) -> int:
         submit_line=shlex.join([PROG, *argv]),
         default_name=default_name,
     )
+    if script_path is not None:
+        spec["command"] = os.path.abspath(script_path)
     try:
         reply = client().call("SubmitJob", {"spec": spec})
     except CorralError as exc:

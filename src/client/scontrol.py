@@ -211,7 +211,8 @@ def _placement_lines(job: Json, spec: Json) -> list[str]:
 
 def _file_lines(job: Json, spec: Json) -> list[str]:
     err, stdin, out = std_paths(job)
-    lines = ["Command=(null)", f"WorkDir={text(spec, 'workDir')}"]  # no script path is kept
+    command = text(spec, "command") or "(null)"  # --wrap and stdin scripts have no path
+    lines = [f"Command={command}", f"WorkDir={text(spec, 'workDir')}"]
     if text(spec, "comment"):
         lines.append(f"Comment={text(spec, 'comment')} ")
     lines += [f"StdErr={err}", f"StdIn={stdin}", f"StdOut={out}", "Power="]

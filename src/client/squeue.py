@@ -184,7 +184,7 @@ COLUMNS: dict[str, Column] = {
     "M": _col("TIME", lambda r: squeue_secs(elapsed(r.job, r.now)), cut=False),
     "n": _col("REQ_NODES", _spec("nodelist")),
     "N": _col("NODELIST", _job("nodelist"), cut=False, header_cut=False),
-    "o": _col("COMMAND", _const("(null)")),  # the job does not record its script's path
+    "o": _col("COMMAND", lambda r: text(r.job.get("spec") or {}, "command") or "(null)"),
     "O": _col("CONTIGUOUS", _const("0")),
     "p": _col("PRIORITY", lambda r: priority_share(r.job)),
     "P": _col("PARTITION", _job("partition")),

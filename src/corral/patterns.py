@@ -49,3 +49,26 @@ def expand_pattern(
         return value
 
     return _PATTERN.sub(sub, pattern)
+
+
+DEFAULT_OUTPUT = "slurm-%j.out"
+
+
+def batch_output_paths(
+    *,
+    job_id: int,
+    job_name: str,
+    user: str,
+    node: str,
+    work_dir: str,
+    stdout_pattern: str,
+    stderr_pattern: str,
+) -> tuple[str, str]:
+    """Absolute stdout and stderr paths of a batch script (stderr defaults to stdout's file)."""
+
+    def expand(pattern: str) -> str:
+        path = expand_pattern(pattern, job_id=job_id, job_name=job_name, user=user, node=node)
+        return path if path.startswith("/") else f"{work_dir.rstrip('/')}/{path}"
+
+    out = expand(stdout_pattern or DEFAULT_OUTPUT)
+    return out, expand(stderr_pattern) if stderr_pattern else out

@@ -28,6 +28,7 @@ from corral.errors import (
     JobStateConflict,
 )
 from corral.identity import Identity
+from corral.patterns import batch_output_paths
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.auth import Policy
@@ -205,6 +206,7 @@ class Cluster:
             submit_time=now,
             eligible_time=max(now, spec.begin_time),
             cluster=self.config.cluster_name,
+            priority=0 if spec.hold else 1,
         )
         job.spec.partitions[:] = accepted.partitions
         self._fill_request_totals(job)
@@ -293,6 +295,7 @@ class Cluster:
                     signals.append(self._signal_job(job, req.signal, req.batch_only, cause, now))
                 else:
                     sig = self._cancel_job(job, cause, now)
+                    job.cancelled_by_uid = who.uid
                     if sig is not None:
                         signals.append(sig)
                 ops.append(self._save(job))
@@ -378,8 +381,10 @@ class Cluster:
         return outcomes
 
     def _apply_hold(self, who: Identity, job: pb.Job, action: int, cause: str, now: float) -> None:
+        if job.state in js.FINISHED:
+            raise JobStateConflict("Job has already finished")
         if job.state != js.PENDING:
-            raise JobStateConflict("Job is no longer pending execution")
+            return  # Slurm accepts holding a running job: it only matters if it is requeued
         if action in (pb.JOB_UPDATE_HOLD, pb.JOB_UPDATE_USER_HOLD):
             admin = action == pb.JOB_UPDATE_HOLD and self.policy.is_operator(who)
             job.hold = pb.HOLD_ADMIN if admin else pb.HOLD_USER
@@ -391,6 +396,7 @@ class Cluster:
                 self.policy.check_operator(who, "releasing an admin hold")
             job.hold = pb.HOLD_NONE
             job.reason = ""
+            job.priority = 1
             js.transition(job, "released", cause=cause, now=now)
         else:
             raise InvalidRequest("unknown job update action")
@@ -579,6 +585,15 @@ class Cluster:
             job.partition = start.partition
             job.nodelist = hostlist.compress([p.node for p in start.placements])
             job.batch_host = start.placements[0].node
+            job.stdout_path, job.stderr_path = batch_output_paths(
+                job_id=job.job_id,
+                job_name=job.spec.name,
+                user=job.user,
+                node=job.batch_host,
+                work_dir=job.spec.work_dir,
+                stdout_pattern=job.spec.stdout_pattern,
+                stderr_pattern=job.spec.stderr_pattern,
+            )
             job.num_nodes = len(start.placements)
             job.num_cpus = sum(p.cpus for p in start.placements)
             job.mem_mb = sum(p.mem_mb for p in start.placements)

@@ -82,6 +82,9 @@ class ControllerApi:
             job_ids=list(flt.job_ids),
             users=list(flt.users),
             states=[int(s) for s in flt.states],
+            names=list(flt.names),
+            partitions=list(flt.partitions),
+            accounts=list(flt.accounts),
             start_after=req.start_after,
             end_before=req.end_before,
             limit=req.limit,
@@ -114,6 +117,9 @@ class ControllerApi:
             version=__version__,
             start_time=self.cluster.start_time,
             next_job_id=self.cluster.next_job_id,
+            store_commits=self.cluster.store.commits,
+            store_requests=self.cluster.store.requests,
+            sched_passes=self.cluster.passes,
         )
 
 

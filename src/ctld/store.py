@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -291,6 +291,9 @@ class Store:
         job_ids: list[int],
         users: list[str],
         states: list[int],
+        names: Sequence[str] = (),
+        partitions: Sequence[str] = (),
+        accounts: Sequence[str] = (),
         start_after: float,
         end_before: float,
         limit: int,
@@ -302,6 +305,13 @@ class Store:
             stmt = stmt.where(jobs.c.user.in_(users))
         if states:
             stmt = stmt.where(jobs.c.state.in_(states))
+        for column, values in (
+            (jobs.c.name, names),
+            (jobs.c.partition, partitions),
+            (jobs.c.account, accounts),
+        ):
+            if values:
+                stmt = stmt.where(column.in_(list(values)))
         if start_after:
             stmt = stmt.where(sa.or_(jobs.c.end_time == 0, jobs.c.end_time >= start_after))
         if end_before:

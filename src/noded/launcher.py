@@ -21,13 +21,11 @@ from dataclasses import dataclass, field
 import structlog
 
 from corral.errors import CorralError
-from corral.patterns import expand_pattern
+from corral.patterns import batch_output_paths, expand_pattern
 from corral.wire import corral_pb2 as pb
 from noded.env import batch_environment
 
 log = structlog.get_logger("noded")
-
-DEFAULT_OUTPUT = "slurm-%j.out"
 
 
 class LaunchError(CorralError):
@@ -117,15 +115,26 @@ class Launcher:
             os.chown(job_dir, uid, gid)
             os.chown(script_path, uid, gid)
 
-        def expand(pattern: str) -> str:
-            path = expand_pattern(
-                pattern, job_id=job.job_id, job_name=spec.name, user=job.user, node=self.node_name
+        out_path, err_path = batch_output_paths(
+            job_id=job.job_id,
+            job_name=spec.name,
+            user=job.user,
+            node=self.node_name,
+            work_dir=spec.work_dir,
+            stdout_pattern=spec.stdout_pattern,
+            stderr_pattern=spec.stderr_pattern,
+        )
+        in_path = os.devnull
+        if spec.stdin_path:
+            in_path = expand_pattern(
+                spec.stdin_path,
+                job_id=job.job_id,
+                job_name=spec.name,
+                user=job.user,
+                node=self.node_name,
             )
-            return path if os.path.isabs(path) else os.path.join(spec.work_dir, path)
-
-        out_path = expand(spec.stdout_pattern or DEFAULT_OUTPUT)
-        err_path = expand(spec.stderr_pattern) if spec.stderr_pattern else out_path
-        in_path = expand(spec.stdin_path) if spec.stdin_path else os.devnull
+            if not os.path.isabs(in_path):
+                in_path = os.path.join(spec.work_dir, in_path)
         fds: list[int] = []
         try:
             append = spec.open_mode == "append"

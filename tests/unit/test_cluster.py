@@ -219,3 +219,27 @@ async def test_select_unknown_ids(env) -> None:  # type: ignore[no-untyped-def]
     cluster, *_ = env
     with pytest.raises(InvalidJobId):
         cluster.select(pb.JobFilter(job_ids=[12345]))
+
+
+async def test_operator_cancel_records_who_and_paths_are_expanded(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, *_ = env
+    job = await cluster.submit(ALICE, spec(stdout_pattern="out-%j-%N.txt", hold=True))
+    assert not job.HasField("cancelled_by_uid")
+    (outcome,) = await cluster.cancel(
+        ADMIN, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[job.job_id]))
+    )
+    assert outcome.ok and job.cancelled_by_uid == ADMIN.uid
+    started = await cluster.submit(ALICE, spec(stdout_pattern="out-%j-%N.txt"))
+    await drain(cluster)
+    assert started.stdout_path == f"/tmp/out-{started.job_id}-n1.txt"
+    assert started.stderr_path == started.stdout_path
+
+
+async def test_holding_a_finished_job_is_refused(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, *_ = env
+    job = await cluster.submit(ALICE, spec(hold=True))
+    await cluster.cancel(ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[job.job_id])))
+    out = await cluster.update_hold(
+        ALICE, pb.UpdateJobRequest(job_ids=[job.job_id], action=pb.JOB_UPDATE_HOLD)
+    )
+    assert out[0].message == "Job has already finished"

@@ -216,6 +216,7 @@ class JobSpec(_message.Message):
     MAIL_TYPE_FIELD_NUMBER: _builtins.int
     MAIL_USER_FIELD_NUMBER: _builtins.int
     NO_KILL_FIELD_NUMBER: _builtins.int
+    COMMAND_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     script: _builtins.str
     """full batch script text, starts with #!"""
@@ -278,6 +279,8 @@ class JobSpec(_message.Message):
     mail_type: _builtins.str
     mail_user: _builtins.str
     no_kill: _builtins.bool
+    command: _builtins.str
+    """the script's absolute path as submitted (empty: stdin/--wrap)"""
     @_builtins.property
     def environment(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """environment to start the job with (after --export)"""
@@ -335,10 +338,11 @@ class JobSpec(_message.Message):
         mail_type: _builtins.str = ...,
         mail_user: _builtins.str = ...,
         no_kill: _builtins.bool = ...,
+        command: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "qos", b"qos", "requeue", b"requeue", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "qos", b"qos", "requeue", b"requeue", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -448,6 +452,7 @@ class Job(_message.Message):
     STDOUT_PATH_FIELD_NUMBER: _builtins.int
     STDERR_PATH_FIELD_NUMBER: _builtins.int
     RESTART_COUNT_FIELD_NUMBER: _builtins.int
+    CANCELLED_BY_UID_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     user: _builtins.str
     uid: _builtins.int
@@ -482,6 +487,8 @@ class Job(_message.Message):
     """expanded paths"""
     stderr_path: _builtins.str
     restart_count: _builtins.int
+    cancelled_by_uid: _builtins.int
+    """who cancelled it (unset: nobody)"""
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -524,12 +531,15 @@ class Job(_message.Message):
         stdout_path: _builtins.str = ...,
         stderr_path: _builtins.str = ...,
         restart_count: _builtins.int = ...,
+        cancelled_by_uid: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cancelled_by_uid", b"_cancelled_by_uid", "cancelled_by_uid", b"cancelled_by_uid", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocations", b"allocations", "batch_host", b"batch_host", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "gid", b"gid", "hold", b"hold", "job_id", b"job_id", "mem_mb", b"mem_mb", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "allocations", b"allocations", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "gid", b"gid", "hold", b"hold", "job_id", b"job_id", "mem_mb", b"mem_mb", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__cancelled_by_uid: _TypeAlias = _typing.Literal["cancelled_by_uid"]  # noqa: Y015
+    _WhichOneofArgType__cancelled_by_uid: _TypeAlias = _typing.Literal["_cancelled_by_uid", b"_cancelled_by_uid"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__cancelled_by_uid) -> _WhichOneofReturnType__cancelled_by_uid | None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
 
@@ -1145,10 +1155,18 @@ class GetClusterInfoResponse(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     START_TIME_FIELD_NUMBER: _builtins.int
     NEXT_JOB_ID_FIELD_NUMBER: _builtins.int
+    STORE_COMMITS_FIELD_NUMBER: _builtins.int
+    STORE_REQUESTS_FIELD_NUMBER: _builtins.int
+    SCHED_PASSES_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
     version: _builtins.str
     start_time: _builtins.float
     next_job_id: _builtins.int
+    store_commits: _builtins.int
+    """transactions made durable since start"""
+    store_requests: _builtins.int
+    """commit requests served (> commits when group commit groups)"""
+    sched_passes: _builtins.int
     def __init__(
         self,
         *,
@@ -1156,10 +1174,13 @@ class GetClusterInfoResponse(_message.Message):
         version: _builtins.str = ...,
         start_time: _builtins.float = ...,
         next_job_id: _builtins.int = ...,
+        store_commits: _builtins.int = ...,
+        store_requests: _builtins.int = ...,
+        sched_passes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "next_job_id", b"next_job_id", "start_time", b"start_time", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "next_job_id", b"next_job_id", "sched_passes", b"sched_passes", "start_time", b"start_time", "store_commits", b"store_commits", "store_requests", b"store_requests", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
