@@ -84,6 +84,8 @@ class Cluster:
         self.passes = 0
         self.start_time = clock()
         self._saved_events: dict[int, int] = {}
+        # job id -> revision, bumped on every change (persisted or not) to the job
+        self.revisions: dict[int, int] = {}
         # pending job ids in queue order, and their scheduler requests (built once)
         self._pending: dict[int, None] = {}
         self._requests: dict[int, JobRequest] = {}
@@ -170,10 +172,16 @@ class Cluster:
         ]:
             del self.jobs[job_id]
             self._saved_events.pop(job_id, None)
+            self.revisions.pop(job_id, None)
 
     # ------------------------------------------------------------ persistence
 
+    def touch(self, job: pb.Job) -> None:
+        """Note that ``job`` changed (readers cache what they derive from it by revision)."""
+        self.revisions[job.job_id] = self.revisions.get(job.job_id, 0) + 1
+
     def _save(self, job: pb.Job, *, new: bool = False) -> Op:
+        self.touch(job)
         start = self._saved_events.get(job.job_id, 0)
         op = insert_job(job) if new else update_job(job, job.events[start:])
         self._saved_events[job.job_id] = len(job.events)
@@ -542,7 +550,9 @@ class Cluster:
             if job.hold:
                 continue  # its reason (JobHeldUser/Admin) was set when it was held
             if job.eligible_time > now:
-                job.reason = "BeginTime"
+                if job.reason != "BeginTime":
+                    job.reason = "BeginTime"
+                    self.touch(job)
                 continue
             req = self._requests.get(job_id)
             if req is None:
@@ -567,8 +577,9 @@ class Cluster:
         now = self.clock()
         for job_id, reason in plan.reasons.items():
             job = self.jobs.get(job_id)
-            if job is not None and job.state == js.PENDING:
+            if job is not None and job.state == js.PENDING and job.reason != reason:
                 job.reason = reason
+                self.touch(job)
         ops: list[Op] = []
         launches: list[pb.Job] = []
         for start in plan.starts:

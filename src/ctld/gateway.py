@@ -9,9 +9,6 @@ imports grpc cannot start in under ~200 ms); the proto stays the one schema.
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import structlog
 from aiohttp import web
 from google.protobuf import json_format
@@ -55,16 +52,13 @@ def make_app(api: ControllerApi) -> web.Application:
             return _error(InvalidRequest(f"malformed {req_type.__name__}: {exc}"))
         metadata = {k.lower(): v for k, v in request.headers.items()}
         try:
-            reply = await api.call(method, message, metadata)
+            payload = await api.call_json(method, message, metadata)
         except CorralError as exc:
             return _error(exc)
         except Exception:
             log.exception("gateway handler failed", method=method)
             return _error(CorralError("internal error in ctld (see its log)"))
-        payload: dict[str, Any] = json_format.MessageToDict(reply)
-        return web.Response(
-            body=json.dumps(payload, separators=(",", ":")), content_type="application/json"
-        )
+        return web.Response(body=payload, content_type="application/json")
 
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post("/corral.v1.Controller/{method}", handle)

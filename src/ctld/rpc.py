@@ -9,6 +9,7 @@ CorralError; each transport maps them with the class's own ``grpc_code``.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -23,11 +24,26 @@ from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from ctld.auth import Authenticator
 from ctld.cluster import Cluster
+from ctld.jsonmap import Skip, message_to_json
 
 log = structlog.get_logger("ctld.rpc")
 ERROR_KEY = "x-corral-error"  # trailing metadata: the CorralError class name
 
 Handler = Callable[[Any, Identity], Awaitable[Message]]
+
+_HIDDEN_SPEC = frozenset({"script", "environment"})
+# (with_events, with_spec) -> fields a GetJobs reply leaves out; constants, so the
+# converter's plans are cached
+_JOB_SKIPS: dict[tuple[bool, bool], Skip] = {
+    (False, False): {"corral.v1.Job": frozenset({"events"}), "corral.v1.JobSpec": _HIDDEN_SPEC},
+    (True, False): {"corral.v1.JobSpec": _HIDDEN_SPEC},
+    (False, True): {"corral.v1.Job": frozenset({"events"})},
+    (True, True): {},
+}
+
+
+def _dumps(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
 class ControllerApi:
@@ -36,6 +52,7 @@ class ControllerApi:
     def __init__(self, cluster: Cluster, auth: Authenticator) -> None:
         self.cluster = cluster
         self.auth = auth
+        self._job_json: dict[tuple[int, tuple[bool, bool]], tuple[int, bytes]] = {}
         self.methods: dict[str, tuple[type[Message], Handler]] = {
             "SubmitJob": (pb.SubmitJobRequest, self.submit_job),
             "CancelJobs": (pb.CancelJobsRequest, self.cancel_jobs),
@@ -51,6 +68,39 @@ class ControllerApi:
         who = self.auth.identify(metadata)
         _, handler = self.methods[method]
         return await handler(request, who)
+
+    async def call_json(self, method: str, request: Message, metadata: Mapping[str, str]) -> bytes:
+        """The reply as proto3 JSON text (for the gateway)."""
+        who = self.auth.identify(metadata)
+        if method == "GetJobs":
+            assert isinstance(request, pb.GetJobsRequest)
+            return self.get_jobs_json(request, who)
+        _, handler = self.methods[method]
+        return _dumps(message_to_json(await handler(request, who)))
+
+    def get_jobs_json(self, req: pb.GetJobsRequest, who: Identity) -> bytes:
+        """GetJobs as JSON, each job encoded once per revision: squeue in a loop over
+        thousands of unchanged pending jobs re-encodes none of them."""
+        key = (req.with_events, req.with_spec)
+        skip = _JOB_SKIPS[key]
+        revisions = self.cluster.revisions
+        cache = self._job_json
+        parts: list[bytes] = []
+        for job in sorted(self.cluster.select(req.filter), key=lambda j: j.job_id):
+            rev = revisions.get(job.job_id, 0)
+            hit = cache.get((job.job_id, key))
+            if hit is None or hit[0] != rev:
+                hit = (rev, _dumps(message_to_json(job, skip)))
+                cache[(job.job_id, key)] = hit
+            parts.append(hit[1])
+        if len(cache) > 4 * len(self.cluster.jobs) + 1024:  # drop entries of purged jobs
+            known = self.cluster.jobs
+            for stale in [k for k in cache if k[0] not in known]:
+                del cache[stale]
+        now = _dumps(self.cluster.clock())
+        if not parts:
+            return b'{"now":' + now + b"}"
+        return b'{"jobs":[' + b",".join(parts) + b'],"now":' + now + b"}"
 
     async def submit_job(self, req: pb.SubmitJobRequest, who: Identity) -> pb.SubmitJobResponse:
         if not req.HasField("spec"):

@@ -243,3 +243,44 @@ async def test_holding_a_finished_job_is_refused(env) -> None:  # type: ignore[n
         ALICE, pb.UpdateJobRequest(job_ids=[job.job_id], action=pb.JOB_UPDATE_HOLD)
     )
     assert out[0].message == "Job has already finished"
+
+
+async def test_cached_job_json_follows_every_change(env) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from google.protobuf import json_format
+
+    from ctld.auth import ClaimedIdentity
+    from ctld.rpc import ControllerApi
+
+    cluster, clock, *_ = env
+    api = ControllerApi(cluster, ClaimedIdentity())
+
+    def fresh() -> list[dict[str, object]]:
+        out = []
+        for job in sorted(cluster.jobs.values(), key=lambda j: j.job_id):
+            copy = pb.Job()
+            copy.CopyFrom(job)
+            del copy.events[:]
+            copy.spec.ClearField("script")
+            copy.spec.ClearField("environment")
+            out.append(json_format.MessageToDict(copy))
+        return out
+
+    def served() -> list[dict[str, object]]:
+        body = json.loads(api.get_jobs_json(pb.GetJobsRequest(), ALICE))
+        return list(body.get("jobs", []))
+
+    held = await cluster.submit(ALICE, spec(hold=True))
+    later = await cluster.submit(ALICE, spec(begin_time=clock.now + 100))
+    assert served() == fresh()
+    await cluster.update_hold(
+        ALICE, pb.UpdateJobRequest(job_ids=[held.job_id], action=pb.JOB_UPDATE_RELEASE)
+    )
+    await drain(cluster)
+    assert later.reason == "BeginTime"
+    assert served() == fresh()
+    clock.advance(200)
+    await drain(cluster)
+    await cluster.cancel(ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[held.job_id])))
+    assert served() == fresh()

@@ -1,0 +1,97 @@
+"""proto3's JSON mapping, fast: what ``json_format.MessageToDict`` returns, in a fraction of
+the time, for the gateway's large replies (squeue over thousands of jobs).
+
+The output is the same mapping (camelCase names, unset fields omitted, 64-bit integers
+as strings, enums by name, bytes as base64); ``tests/unit/test_jsonmap.py`` checks it
+against ``MessageToDict`` field by field. ``skip`` drops fields by name per message type,
+so a reply leaves out job scripts and stories without copying the job first.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+
+Skip = Mapping[str, frozenset[str]]  # message full name -> field names to leave out
+Convert = Callable[[Any], Any]
+
+_INT64 = {
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_UINT64,
+    FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_FIXED64,
+    FieldDescriptor.TYPE_SFIXED64,
+}
+_NO_SKIP: Skip = {}
+
+
+def _float(value: float) -> Any:
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def _scalar(fd: FieldDescriptor, skip: Skip) -> Convert:
+    if fd.type == FieldDescriptor.TYPE_MESSAGE:
+        return lambda v: message_to_json(v, skip)
+    if fd.type == FieldDescriptor.TYPE_ENUM:
+        assert fd.enum_type is not None
+        names = {v.number: v.name for v in fd.enum_type.values}
+        return lambda v: names.get(v, v)
+    if fd.type in _INT64:
+        return str
+    if fd.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        return _float
+    if fd.type == FieldDescriptor.TYPE_BYTES:
+        return lambda v: base64.b64encode(v).decode()
+    return lambda v: v
+
+
+def _converter(fd: FieldDescriptor, skip: Skip) -> Convert:
+    msg_type = fd.message_type
+    if msg_type is not None and msg_type.GetOptions().map_entry:
+        key_fd, value_fd = msg_type.fields_by_name["key"], msg_type.fields_by_name["value"]
+        conv_value = _scalar(value_fd, skip)
+        key_str = (
+            (lambda k: "true" if k else "false")
+            if (key_fd.type == FieldDescriptor.TYPE_BOOL)
+            else str
+        )
+        return lambda m: {key_str(k): conv_value(v) for k, v in m.items()}
+    one = _scalar(fd, skip)
+    if fd.is_repeated:
+        return lambda values: [one(v) for v in values]
+    return one
+
+
+_CACHE: dict[tuple[int, int], dict[str, tuple[str, Convert] | None]] = {}
+
+
+def _plan(desc: Descriptor, skip: Skip) -> dict[str, tuple[str, Convert] | None]:
+    key = (id(desc), id(skip))
+    plan = _CACHE.get(key)
+    if plan is None:
+        dropped = skip.get(desc.full_name, frozenset())
+        plan = {
+            fd.name: None if fd.name in dropped else (fd.json_name, _converter(fd, skip))
+            for fd in desc.fields
+        }
+        _CACHE[key] = plan
+    return plan
+
+
+def message_to_json(msg: Message, skip: Skip = _NO_SKIP) -> dict[str, Any]:
+    """``MessageToDict(msg)``, minus the fields ``skip`` names. ``skip`` should be a
+    module-level constant: conversion plans are cached by its identity."""
+    plan = _plan(msg.DESCRIPTOR, skip)  # type: ignore[arg-type]  # upb's Descriptor
+    out: dict[str, Any] = {}
+    for fd, value in msg.ListFields():
+        entry = plan[fd.name]
+        if entry is not None:
+            out[entry[0]] = entry[1](value)
+    return out

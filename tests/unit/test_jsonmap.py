@@ -1,0 +1,57 @@
+"""The fast JSON mapping is proto3's: compared with json_format.MessageToDict."""
+
+from __future__ import annotations
+
+from google.protobuf import json_format
+
+from corral.wire import corral_pb2 as pb
+from ctld.jsonmap import message_to_json
+
+
+def rich_job() -> pb.Job:
+    job = pb.Job(
+        job_id=2**40,
+        user="alice",
+        uid=0,
+        state=pb.JOB_STATE_RUNNING,
+        hold=pb.HOLD_NONE,
+        time_limit_s=-1,
+        submit_time=1.5,
+        exit_code=-3,
+        cancelled_by_uid=0,
+        nodelist="n[1-2]",
+        mem_mb=2**35,
+    )
+    job.spec.name = "x"
+    job.spec.script = "#!/bin/sh\n"
+    job.spec.environment["A"] = "1"
+    job.spec.environment["B"] = ""
+    job.spec.partitions.extend(["a", "b"])
+    job.spec.hold = True
+    job.spec.begin_time = float("inf")
+    job.allocations.add(node="n1", cpus=2, gpu_indices=[0, 3])
+    job.allocations.add(node="n2")
+    job.events.add(time=1.0, event="submitted", to_state=pb.JOB_STATE_PENDING, cause="c")
+    return job
+
+
+def test_matches_message_to_dict() -> None:
+    for msg in (
+        rich_job(),
+        pb.Job(),
+        pb.GetNodesResponse(nodes=[pb.Node(name="n", state=3)]),
+        pb.JobStatusUpdate(kind=pb.JobStatusUpdate.KIND_EXITED, exit_signal=9),
+    ):
+        assert message_to_json(msg) == json_format.MessageToDict(msg)
+
+
+def test_skip_drops_fields_without_touching_the_message() -> None:
+    job = rich_job()
+    skip = {
+        "corral.v1.Job": frozenset({"events"}),
+        "corral.v1.JobSpec": frozenset({"script", "environment"}),
+    }
+    out = message_to_json(job, skip)
+    assert "events" not in out and "script" not in out["spec"]
+    assert "environment" not in out["spec"] and out["spec"]["name"] == "x"
+    assert job.events and job.spec.script
