@@ -27,7 +27,11 @@ def setup_logging(
     if json:
         processors.append(structlog.processors.JSONRenderer())
     else:
-        processors.append(structlog.dev.ConsoleRenderer(colors=False, pad_event_to=0))
+        # logfmt (key=value): readable on a terminal, greppable in a file, and several
+        # times cheaper per line than the padded console renderer
+        processors.append(
+            structlog.processors.LogfmtRenderer(key_order=["timestamp", "level", "event"])
+        )
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),

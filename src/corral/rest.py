@@ -76,7 +76,10 @@ class Client:
             "Connection: close\r\n\r\n"
         ).encode()
         try:
-            with socket.create_connection(self.address, timeout=self.timeout) as sock:
+            # an ASCII host as bytes skips the idna codec import (~2.5 ms per command)
+            host_arg: str | bytes = host.encode() if host.isascii() else host
+            port = self.address[1]
+            with socket.create_connection((host_arg, port), timeout=self.timeout) as sock:  # type: ignore[arg-type]
                 sock.sendall(head + body)
                 chunks = []
                 while True:

@@ -256,8 +256,23 @@ class Store:
             return
         self.commits += 1
         self.requests += len(batch)
+        self._finish_all(batch)
+
+    @staticmethod
+    def _finish_all(batch: list[_Request]) -> None:
+        """Resolve a whole committed batch with one wake-up per event loop, not one per request."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] = {}
         for req in batch:
-            self._finish(req, None)
+            by_loop.setdefault(req.loop, []).append(req)
+        for loop, reqs in by_loop.items():
+
+            def resolve(reqs: list[_Request] = reqs) -> None:
+                for req in reqs:
+                    if not req.future.done():
+                        req.future.set_result(None)
+
+            with contextlib.suppress(RuntimeError):  # the loop is closed: shutting down
+                loop.call_soon_threadsafe(resolve)
 
     @staticmethod
     def _finish(req: _Request, error: BaseException | None) -> None:
