@@ -91,6 +91,7 @@ class Cluster:
         self._requests: dict[int, JobRequest] = {}
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._launching: set[int] = set()  # jobs whose LaunchJob RPC is in flight
 
     # ------------------------------------------------------------ lifecycle
 
@@ -417,7 +418,7 @@ class Cluster:
             raise InvalidNodeName(f"Invalid node name specified: {name}")
         return node
 
-    def register_node(self, req: pb.RegisterNodeRequest) -> NodeRecord:
+    async def register_node(self, req: pb.RegisterNodeRequest) -> NodeRecord:
         node = self._node(req.name)
         now = self.clock()
         if not req.address or len(req.address) > 256:
@@ -437,8 +438,37 @@ class Cluster:
             gpus=len(node.resources.gpus),
             running=len(req.running_job_ids),
         )
+        await self._apply_updates(node, req.unreported)
+        await self._reconcile(node, set(req.running_job_ids))
         self.wake()
         return node
+
+    async def _reconcile(self, node: NodeRecord, running: set[int]) -> None:
+        """Settle jobs ctld places on ``node`` that the node, registering, does not run.
+
+        With the node's unreported updates already applied, such a job never reached the
+        node (ctld died between committing RUNNING and dispatching it) or the node lost
+        it (noded restarted). A launch still in flight is not missing: the node's list
+        was taken before it arrived.
+        """
+        ops: list[Op] = []
+        cause = f"node:{node.name} registered without it"
+        for job in list(self.jobs.values()):
+            if (
+                job.state not in js.ON_NODE
+                or job.batch_host != node.name
+                or job.job_id in running
+                or job.job_id in self._launching
+            ):
+                continue
+            if job.state == js.COMPLETING:  # cancelled, and nothing is left to stop
+                self._finish(job, pb.JobStatusUpdate(job_id=job.job_id), cause)
+            else:
+                log.warning("job missing on its node, requeued", job_id=job.job_id, node=node.name)
+                self._requeue(job, cause=cause, detail="the node does not run it")
+            ops.append(self._save(job))
+        if ops:
+            await self.store.commit(*ops)
 
     def heartbeat(self, req: pb.HeartbeatRequest) -> bool:
         """Record a heartbeat; False means ctld wants the node to register again."""
@@ -456,9 +486,11 @@ class Cluster:
 
     async def report_status(self, req: pb.ReportJobStatusRequest) -> None:
         """Apply what a node reports about its jobs; repeats of a report change nothing."""
-        node = self._node(req.node)
+        await self._apply_updates(self._node(req.node), req.updates)
+
+    async def _apply_updates(self, node: NodeRecord, updates: Iterable[pb.JobStatusUpdate]) -> None:
         ops: list[Op] = []
-        for upd in req.updates:
+        for upd in updates:
             job = self.jobs.get(upd.job_id)
             if job is None or job.state not in js.ON_NODE or job.batch_host != node.name:
                 continue  # already finished (a retried report) or not this node's job
@@ -625,6 +657,7 @@ class Cluster:
         self.version += 1
         await self.store.commit(*ops)  # RUNNING is durable before any node hears of it
         for job in launches:
+            self._launching.add(job.job_id)  # from now until the node has answered
             self._spawn(self._launch(job))
 
     async def _launch(self, job: pb.Job) -> None:
@@ -636,29 +669,28 @@ class Cluster:
         except CorralError as exc:
             if job.state != js.RUNNING:
                 return
-            now = self.clock()
             log.warning(
                 "launch failed, requeued", job_id=job.job_id, node=node.name, error=str(exc)
             )
             node.responding = False
-            node.reason, node.reason_time = "Not responding", now
-            self._release(job)
-            del job.allocations[:]
-            job.nodelist = job.batch_host = ""
-            job.start_time = 0
-            job.restart_count += 1
-            js.transition(
-                job,
-                "requeued",
-                cause=f"dispatch:{node.name} unreachable",
-                now=now,
-                detail=str(exc)[:512],
-            )
-            self._fill_request_totals(job)
-            job.reason = "Resources"
-            self._enqueue(job)
+            node.reason, node.reason_time = "Not responding", self.clock()
+            self._requeue(job, cause=f"dispatch:{node.name} unreachable", detail=str(exc))
             await self.store.commit(self._save(job))
             self.wake()
+        finally:
+            self._launching.discard(job.job_id)
+
+    def _requeue(self, job: pb.Job, *, cause: str, detail: str) -> None:
+        """Put a RUNNING job back in the queue; it keeps its age and counts a restart."""
+        self._release(job)
+        del job.allocations[:]
+        job.nodelist = job.batch_host = ""
+        job.start_time = 0
+        job.restart_count += 1
+        js.transition(job, "requeued", cause=cause, now=self.clock(), detail=detail[:512])
+        self._fill_request_totals(job)
+        job.reason = "Resources"
+        self._enqueue(job)
 
     # ------------------------------------------------------------ queries
 

@@ -232,7 +232,7 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
         self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RegisterNodeResponse:
         try:
-            self.cluster.register_node(request)
+            await self.cluster.register_node(request)
         except CorralError as exc:
             await _abort(context, exc)
         return pb.RegisterNodeResponse(

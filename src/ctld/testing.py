@@ -6,6 +6,7 @@ network is real, and the clock is a number the test moves.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from corral.config import ClusterConfig
@@ -17,13 +18,21 @@ from ctld.store import Store
 
 @dataclass
 class RecordingDispatcher:
-    """Records what ctld would send to nodes; ``fail_launch`` simulates an unreachable node."""
+    """Records what ctld would send to nodes.
+
+    ``fail_launch`` simulates an unreachable node; while ``hold_launches`` is set, a
+    launch waits for ``launch_gate``, so a test can act while a LaunchJob is in flight.
+    """
 
     launched: list[tuple[str, pb.LaunchJobRequest]] = field(default_factory=list)
     signalled: list[tuple[str, pb.SignalJobRequest]] = field(default_factory=list)
     fail_launch: bool = False
+    hold_launches: bool = False
+    launch_gate: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def launch(self, node: NodeRecord, request: pb.LaunchJobRequest) -> None:
+        if self.hold_launches:
+            await self.launch_gate.wait()
         if self.fail_launch:
             from ctld.dispatch import NodeUnreachable
 
@@ -63,11 +72,21 @@ def make_cluster(
     return cluster
 
 
-def register_all(cluster: Cluster, *, cpus: int = 8, memory_mb: int = 16384, gpus: int = 8) -> None:
-    for i, name in enumerate(cluster.nodes):
-        res = pb.NodeResources(cpus=cpus, memory_mb=memory_mb)
-        for g in range(gpus):
-            res.gpus.add(index=g, model="NVIDIA H100 80GB HBM3", memory_mb=81559)
-        cluster.register_node(
-            pb.RegisterNodeRequest(name=name, address=f"127.0.0.{i + 2}:1", resources=res)
+def registration(
+    cluster: Cluster, name: str, *, cpus: int = 8, memory_mb: int = 16384, gpus: int = 8
+) -> pb.RegisterNodeRequest:
+    """What the noded named ``name`` would send, running nothing."""
+    res = pb.NodeResources(cpus=cpus, memory_mb=memory_mb)
+    for g in range(gpus):
+        res.gpus.add(index=g, model="NVIDIA H100 80GB HBM3", memory_mb=81559)
+    index = list(cluster.nodes).index(name)
+    return pb.RegisterNodeRequest(name=name, address=f"127.0.0.{index + 2}:1", resources=res)
+
+
+async def register_all(
+    cluster: Cluster, *, cpus: int = 8, memory_mb: int = 16384, gpus: int = 8
+) -> None:
+    for name in cluster.nodes:
+        await cluster.register_node(
+            registration(cluster, name, cpus=cpus, memory_mb=memory_mb, gpus=gpus)
         )

@@ -82,6 +82,7 @@ class ControllerLink:
             version=__version__,
             os=f"{platform.system()} {platform.release()}",
             running_job_ids=self.launcher.running_job_ids(),
+            unreported=list(self.outbox),  # the outbox delivers them again; ctld ignores repeats
         )
         reply = await self.stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
         if reply.heartbeat_interval_s > 0:

@@ -124,9 +124,11 @@ def test_scancel_unknown_job(cmd: Commands) -> None:
 def test_ctld_crash_loses_nothing_acknowledged(cluster: LocalCluster, cmd: Commands) -> None:
     held = cmd("sbatch", "--parsable", "-H", "--wrap", "true").stdout.strip()
     running = cmd(
-        "sbatch", "--parsable", "-o", "r.out", "--wrap", "sleep 2; echo done"
+        "sbatch", "--parsable", "-o", "r.out", "--wrap", "touch started; sleep 2; echo done"
     ).stdout.strip()
-    cmd.wait_state(running, "RUNNING")
+    # RUNNING is committed before the launch is sent: wait until the node really runs it
+    # (a job ctld never got to send is requeued instead, see test_cluster's reconcile tests)
+    wait_for(lambda: (cmd.cwd / "started").exists(), 30, "the job to start on its node")
     cluster.kill_process("ctld")  # SIGKILL: no chance to flush anything
     cluster.start_ctld()
     assert cmd.job(held)["state"] == "JOB_STATE_PENDING"
@@ -135,6 +137,7 @@ def test_ctld_crash_loses_nothing_acknowledged(cluster: LocalCluster, cmd: Comma
     job = cmd.wait_state(running, "COMPLETED", timeout=40)
     assert (cmd.cwd / "r.out").read_text() == "done\n"
     assert job["events"][-1]["cause"].startswith("node:node01")
+    assert "restartCount" not in job  # it ran once, not requeued
     # the held job, released after the crash, runs like any other
     cluster.client().call("UpdateJob", {"jobIds": [held], "action": "JOB_UPDATE_RELEASE"})
     cmd.wait_state(held, "COMPLETED")

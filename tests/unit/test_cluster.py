@@ -18,7 +18,13 @@ from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.cluster import Cluster
-from ctld.testing import ManualClock, RecordingDispatcher, make_cluster, register_all
+from ctld.testing import (
+    ManualClock,
+    RecordingDispatcher,
+    make_cluster,
+    register_all,
+    registration,
+)
 
 CONFIG = parse_config(
     {
@@ -45,7 +51,7 @@ async def env(tmp_path: pathlib.Path):  # type: ignore[no-untyped-def]
     disp = RecordingDispatcher()
     url = f"sqlite:///{tmp_path}/ctld.db"
     cluster = make_cluster(CONFIG, url, clock=clock, dispatcher=disp)
-    register_all(cluster)
+    await register_all(cluster)
     yield cluster, clock, disp, url
     cluster.store.close()
 
@@ -284,3 +290,61 @@ async def test_cached_job_json_follows_every_change(env) -> None:  # type: ignor
     await drain(cluster)
     await cluster.cancel(ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[held.job_id])))
     assert served() == fresh()
+
+
+async def test_restarted_ctld_requeues_a_job_its_node_never_got(env) -> None:  # type: ignore[no-untyped-def]
+    # ctld committed RUNNING, then died before the LaunchJob left: the node never ran it
+    cluster, clock, _, url = env
+    job = await cluster.submit(ALICE, spec(gpus_per_node=2))
+    await drain(cluster)
+    reloaded = make_cluster(CONFIG, url, clock=clock)
+    await reloaded.register_node(registration(reloaded, "n1"))
+    again = reloaded.jobs[job.job_id]
+    assert again.state == js.PENDING and again.restart_count == 1
+    assert again.events[-1].event == "requeued"
+    assert again.events[-1].cause == "node:n1 registered without it"
+    assert not reloaded.nodes["n1"].alloc_gpus  # its GPUs are free again
+    assert make_cluster(CONFIG, url, clock=clock).jobs[job.job_id].state == js.PENDING
+    reloaded.store.close()
+
+
+async def test_registration_applies_unreported_exits_before_reconciling(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, clock, _, url = env
+    job = await cluster.submit(ALICE, spec())
+    await drain(cluster)
+    reloaded = make_cluster(CONFIG, url, clock=clock)
+    req = registration(reloaded, "n1")
+    req.unreported.add(
+        job_id=job.job_id, kind=pb.JobStatusUpdate.KIND_EXITED, exit_code=3, time=clock.now
+    )
+    await reloaded.register_node(req)
+    again = reloaded.jobs[job.job_id]
+    assert again.state == js.FAILED and again.exit_code == 3 and again.restart_count == 0
+
+
+async def test_registration_keeps_running_jobs_and_launches_in_flight(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, _, disp, _ = env
+    running = await cluster.submit(ALICE, spec())
+    await drain(cluster)
+    disp.hold_launches = True
+    in_flight = await cluster.submit(ALICE, spec())
+    await cluster.schedule_pass()
+    assert in_flight.state == js.RUNNING and in_flight.batch_host == "n1"
+    # the node registers (say after a network blip) while the second launch is on its way
+    req = registration(cluster, "n1")
+    req.running_job_ids.append(running.job_id)
+    await cluster.register_node(req)
+    assert running.state == js.RUNNING and in_flight.state == js.RUNNING
+    disp.launch_gate.set()
+    await drain(cluster)
+    assert [r.job.job_id for _, r in disp.launched] == [running.job_id, in_flight.job_id]
+
+
+async def test_registration_finishes_a_cancelled_job_the_node_no_longer_runs(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, *_ = env
+    job = await cluster.submit(ALICE, spec())
+    await drain(cluster)
+    await cluster.cancel(ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[job.job_id])))
+    assert job.state == js.COMPLETING
+    await cluster.register_node(registration(cluster, "n1"))
+    assert job.state == js.CANCELLED

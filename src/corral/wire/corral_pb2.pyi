@@ -1199,6 +1199,7 @@ class RegisterNodeRequest(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     OS_FIELD_NUMBER: _builtins.int
     RUNNING_JOB_IDS_FIELD_NUMBER: _builtins.int
+    UNREPORTED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port where its NodeAgent listens"""
@@ -1211,6 +1212,12 @@ class RegisterNodeRequest(_message.Message):
     def running_job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """jobs it still runs (after a ctld restart)"""
 
+    @_builtins.property
+    def unreported(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobStatusUpdate]:
+        """Status updates it has not had acknowledged yet: applied before ctld reconciles
+        running_job_ids, so a job that ended while ctld was away is not taken for lost.
+        """
+
     def __init__(
         self,
         *,
@@ -1221,10 +1228,11 @@ class RegisterNodeRequest(_message.Message):
         version: _builtins.str = ...,
         os: _builtins.str = ...,
         running_job_ids: _abc.Iterable[_builtins.int] | None = ...,
+        unreported: _abc.Iterable[Global___JobStatusUpdate] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "boot_time", b"boot_time", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "boot_time", b"boot_time", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
