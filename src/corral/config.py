@@ -93,6 +93,50 @@ class PartitionConfig:
     allow_accounts: tuple[str, ...] = ()
 
 
+# ---------------------------------------------------------------- scheduling policy
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    backfill: bool = True
+    reserve_depth: int = 1  # 1: EASY backfill; large: conservative
+    forecast_depth: int = 100  # further blocked jobs that get an expected start
+    placement: str = "pack"  # "pack" (best fit) or "firstfit"
+    kill_invalid_depend: bool = False  # cancel jobs whose dependency can never be met
+
+
+@dataclass(frozen=True)
+class PriorityConfig:
+    weight_age: int = 1000
+    weight_fairshare: int = 10000
+    weight_job_size: int = 1000
+    weight_partition: int = 1000
+    weight_qos: int = 1000
+    max_age_s: int = 7 * 86400
+    favor_small: bool = False
+    decay_half_life_s: int = 7 * 86400
+    # what one second of a resource costs in fair-share usage (TRES billing weights)
+    tres_weights: tuple[tuple[str, float], ...] = (("cpu", 1.0), ("gpu", 10.0), ("mem_gb", 0.0))
+
+    def weight(self, tres: str) -> float:
+        return dict(self.tres_weights).get(tres, 0.0)
+
+
+@dataclass(frozen=True)
+class AccountConfig:
+    name: str
+    parent: str = "root"
+    shares: int = 1
+    users: tuple[tuple[str, int], ...] = ()  # (user, shares)
+
+
+@dataclass(frozen=True)
+class QosConfig:
+    name: str
+    priority: int = 0
+    max_jobs_per_user: int = 0  # running jobs; 0: no limit
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     cluster_name: str = "corral"
@@ -101,6 +145,10 @@ class ClusterConfig:
     noded: NodedConfig = field(default_factory=NodedConfig)
     nodes: tuple[NodeConfig, ...] = ()
     partitions: tuple[PartitionConfig, ...] = ()
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    priority: PriorityConfig = field(default_factory=PriorityConfig)
+    accounts: tuple[AccountConfig, ...] = ()
+    qos: tuple[QosConfig, ...] = (QosConfig("normal"),)
     source: str = ""
 
     def node(self, name: str) -> NodeConfig:
@@ -331,6 +379,105 @@ def _partition(sec: _Section, known_nodes: set[str]) -> PartitionConfig:
     return cfg
 
 
+def _scheduler(sec: _Section) -> SchedulerConfig:
+    d = SchedulerConfig()
+    placement = sec.get("placement", str, d.placement)
+    if placement not in ("pack", "firstfit"):
+        raise ConfigError(f"{sec.key('placement')}: must be pack or firstfit")
+    cfg = SchedulerConfig(
+        backfill=sec.get("backfill", bool, d.backfill),
+        reserve_depth=sec.positive("reserve_depth", d.reserve_depth),
+        forecast_depth=sec.positive("forecast_depth", d.forecast_depth),
+        placement=placement,
+        kill_invalid_depend=sec.get("kill_invalid_depend", bool, d.kill_invalid_depend),
+    )
+    sec.done()
+    return cfg
+
+
+def _priority(sec: _Section) -> PriorityConfig:
+    d = PriorityConfig()
+    raw_tres = sec.get("tres_weights", dict, dict(d.tres_weights))
+    tres: dict[str, float] = dict(d.tres_weights)
+    for key, value in raw_tres.items():
+        if key not in ("cpu", "gpu", "mem_gb"):
+            raise ConfigError(f"{sec.key('tres_weights')}.{key}: unknown TRES (cpu, gpu, mem_gb)")
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"{sec.key('tres_weights')}.{key}: must be a number >= 0")
+        tres[key] = float(value)
+    cfg = PriorityConfig(
+        weight_age=sec.positive("weight_age", d.weight_age),
+        weight_fairshare=sec.positive("weight_fairshare", d.weight_fairshare),
+        weight_job_size=sec.positive("weight_job_size", d.weight_job_size),
+        weight_partition=sec.positive("weight_partition", d.weight_partition),
+        weight_qos=sec.positive("weight_qos", d.weight_qos),
+        max_age_s=sec.duration("max_age", d.max_age_s),
+        favor_small=sec.get("favor_small", bool, d.favor_small),
+        decay_half_life_s=sec.duration("decay_half_life", d.decay_half_life_s),
+        tres_weights=tuple(sorted(tres.items())),
+    )
+    sec.done()
+    for key in ("max_age", "decay_half_life"):
+        if getattr(cfg, f"{key}_s") <= 0:
+            raise ConfigError(f"{sec.key(key)}: must be a positive duration")
+    return cfg
+
+
+def _name_ok(name: str) -> bool:
+    return bool(name) and len(name) <= 64 and name.replace("-", "").replace("_", "").isalnum()
+
+
+def _account(sec: _Section) -> AccountConfig:
+    name = sec.get("name", str, "")
+    if not _name_ok(name):
+        raise ConfigError(f"{sec.key('name')}: an account needs a name of letters, digits, - or _")
+    shares = sec.positive("shares", 1)
+    users: list[tuple[str, int]] = [(u, 1) for u in sec.strings("users", ())]
+    for user, value in sec.get("user_shares", dict, {}).items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"{sec.key('user_shares')}.{user}: must be an integer >= 0")
+        users = [(u, s) for u, s in users if u != user] + [(user, value)]
+    cfg = AccountConfig(
+        name=name,
+        parent=sec.get("parent", str, "root" if name != "root" else ""),
+        shares=int(shares),
+        users=tuple(sorted(users)),
+    )
+    sec.done()
+    return cfg
+
+
+def _qos(sec: _Section) -> QosConfig:
+    name = sec.get("name", str, "")
+    if not _name_ok(name):
+        raise ConfigError(f"{sec.key('name')}: a QOS needs a name of letters, digits, - or _")
+    cfg = QosConfig(
+        name=name,
+        priority=sec.positive("priority", 0),
+        max_jobs_per_user=sec.positive("max_jobs_per_user", 0),
+    )
+    sec.done()
+    return cfg
+
+
+def _check_accounts(accounts: tuple[AccountConfig, ...]) -> None:
+    names = [a.name for a in accounts]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ConfigError(f"accounts[{i}].name: account {name!r} is defined twice")
+    known = set(names) | {"root"}
+    parents = {a.name: a.parent for a in accounts}
+    for i, a in enumerate(accounts):
+        if a.name != "root" and a.parent not in known:
+            raise ConfigError(f"accounts[{i}].parent: {a.parent!r} is not an account")
+        seen, at = {a.name}, a.parent
+        while at and at != "root":
+            if at in seen:
+                raise ConfigError(f"accounts[{i}].parent: accounts form a cycle through {at!r}")
+            seen.add(at)
+            at = parents.get(at, "")
+
+
 def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfig:
     """Validate a parsed TOML document into a ClusterConfig."""
     top = _Section(data, "")
@@ -350,6 +497,15 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
     partitions = tuple(
         _partition(_Section(p, f"partitions[{i}]"), seen) for i, p in enumerate(raw_parts)
     )
+    scheduler = _scheduler(_Section(top.get("scheduler", dict, {}), "scheduler"))
+    priority = _priority(_Section(top.get("priority", dict, {}), "priority"))
+    raw_accounts = top.get("accounts", list, [])
+    accounts = tuple(_account(_Section(a, f"accounts[{i}]")) for i, a in enumerate(raw_accounts))
+    _check_accounts(accounts)
+    raw_qos = top.get("qos", list, [])
+    qos = tuple(_qos(_Section(q, f"qos[{i}]")) for i, q in enumerate(raw_qos))
+    if not any(q.name == "normal" for q in qos):
+        qos = (QosConfig("normal"), *qos)  # Slurm's default QOS always exists
     top.done()
     names = [p.name for p in partitions]
     for i, name in enumerate(names):
@@ -364,6 +520,10 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
         noded=noded,
         nodes=nodes,
         partitions=partitions,
+        scheduler=scheduler,
+        priority=priority,
+        accounts=accounts,
+        qos=qos,
         source=source,
     )
 

@@ -10,6 +10,8 @@ gateway and the commands agree without a lookup table elsewhere::
     │   ├── InvalidOption        INVALID_ARGUMENT     exit 1  bad flag or #SBATCH directive
     │   ├── InvalidPartition     INVALID_ARGUMENT     exit 1  "Invalid partition name specified"
     │   ├── InvalidAccount       INVALID_ARGUMENT     exit 1  "Invalid account or account/..."
+    │   ├── InvalidQos           INVALID_ARGUMENT     exit 1  "Invalid qos specification"
+    │   ├── DependencyProblem    INVALID_ARGUMENT     exit 1  "Job dependency problem"
     │   └── NodeConfigUnavailable INVALID_ARGUMENT    exit 1  "Requested node configuration ..."
     ├── InvalidJobId             NOT_FOUND            exit 1  "Invalid job id specified"
     ├── InvalidNodeName          NOT_FOUND            exit 1  "Invalid node name specified"
@@ -61,6 +63,14 @@ class InvalidPartition(InvalidRequest):
 
 class InvalidAccount(InvalidRequest):
     slurm_message = "Invalid account or account/partition combination specified"
+
+
+class InvalidQos(InvalidRequest):
+    slurm_message = "Invalid qos specification"
+
+
+class DependencyProblem(InvalidRequest):
+    slurm_message = "Job dependency problem"
 
 
 class NodeConfigUnavailable(InvalidRequest):

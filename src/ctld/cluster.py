@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import signal as signal_mod
+import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
@@ -22,27 +24,36 @@ from corral import hostlist
 from corral.config import ClusterConfig
 from corral.errors import (
     CorralError,
+    DependencyProblem,
     InvalidJobId,
     InvalidNodeName,
+    InvalidQos,
     InvalidRequest,
     JobStateConflict,
 )
 from corral.identity import Identity
 from corral.patterns import batch_output_paths
 from corral.wire import corral_pb2 as pb
+from ctld import deps
 from ctld import jobstate as js
 from ctld.auth import Policy
 from ctld.nodes import NodeRecord
+from ctld.priorities import Priorities, apply_factors
 from ctld.sched import (
+    INFINITY,
     JobRequest,
     NodeView,
     PartitionView,
+    Placement,
     Plan,
+    RunningView,
+    Settings,
     Snapshot,
     job_shape,
     schedule,
 )
 from ctld.store import Op, Store, insert_job, update_job
+from ctld.usage import UsageLedger
 from ctld.validate import NodeCapacity, request_from_spec, validate_spec
 
 log = structlog.get_logger("ctld")
@@ -92,6 +103,19 @@ class Cluster:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._launching: set[int] = set()  # jobs whose LaunchJob RPC is in flight
+        self.ledger = UsageLedger(config.priority)
+        self.priorities = Priorities(config, self.ledger)
+        self.settings = Settings(
+            backfill=config.scheduler.backfill,
+            reserve_depth=config.scheduler.reserve_depth,
+            forecast_depth=config.scheduler.forecast_depth,
+            placement=config.scheduler.placement,
+            qos_max_jobs_per_user=tuple(
+                (q.name, q.max_jobs_per_user) for q in config.qos if q.max_jobs_per_user
+            ),
+        )
+        self.last_pass_s = 0.0
+        self._gone: dict[int, pb.Job | None] = {}  # purged jobs a dependency asked about
 
     # ------------------------------------------------------------ lifecycle
 
@@ -112,6 +136,10 @@ class Cluster:
                     node = self.nodes.get(alloc.node)
                     if node is not None:
                         node.allocate(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
+        horizon = now - 10 * self.config.priority.decay_half_life_s  # older adds < 0.1%
+        for job in self.store.finished_since(horizon):
+            self.ledger.add_finished(job)
+        self.priorities.with_users((j.account, j.user) for j in loaded)
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()
 
@@ -200,6 +228,11 @@ class Cluster:
 
     async def submit(self, who: Identity, spec: pb.JobSpec) -> pb.Job:
         accepted = validate_spec(spec, self.config, self._capacity())
+        qos = spec.qos or "normal"
+        if qos not in self.priorities.qos_priority:
+            raise InvalidQos()
+        if spec.dependency:
+            self._check_dependency(spec.dependency)
         now = self.clock()
         job_id = self.next_job_id
         self.next_job_id += 1
@@ -215,10 +248,14 @@ class Cluster:
             submit_time=now,
             eligible_time=max(now, spec.begin_time),
             cluster=self.config.cluster_name,
-            priority=0 if spec.hold else 1,
+            qos=qos,
         )
         job.spec.partitions[:] = accepted.partitions
         self._fill_request_totals(job)
+        self.priorities.with_users([(job.account, job.user)])
+        apply_factors(job, self.priorities.factors(job, now))
+        if spec.hold:
+            job.priority = 0
         cause = f"rpc:SubmitJob user={who.user}"
         js.transition(job, "submitted", cause=cause, now=now)
         if spec.hold:
@@ -234,6 +271,27 @@ class Cluster:
         else:
             self.wake()
         return job
+
+    def _check_dependency(self, text: str) -> None:
+        try:
+            ids = deps.referenced_ids(text)
+        except CorralError as exc:
+            raise DependencyProblem(exc.message) from None
+        for job_id in ids:
+            if job_id >= self.next_job_id or self._lookup(job_id) is None:
+                raise DependencyProblem(f"Job dependency problem: job {job_id} does not exist")
+
+    def _lookup(self, job_id: int) -> pb.Job | None:
+        """A job in memory, or (once, then cached: it has ended) from the store."""
+        job = self.jobs.get(job_id)
+        if job is not None:
+            return job
+        if job_id not in self._gone:
+            found = self.store.query_jobs(
+                job_ids=[job_id], users=[], states=[], start_after=0, end_before=0, limit=1
+            )
+            self._gone[job_id] = found[0] if found else None
+        return self._gone[job_id]
 
     @staticmethod
     def _fill_request_totals(job: pb.Job) -> None:
@@ -405,7 +463,7 @@ class Cluster:
                 self.policy.check_operator(who, "releasing an admin hold")
             job.hold = pb.HOLD_NONE
             job.reason = ""
-            job.priority = 1
+            apply_factors(job, self.priorities.factors(job, now))
             js.transition(job, "released", cause=cause, now=now)
         else:
             raise InvalidRequest("unknown job update action")
@@ -534,6 +592,7 @@ class Cluster:
             detail=f"exit {job.exit_code}:{job.exit_signal}",
         )
         self._release(job)
+        self.ledger.add_finished(job)
         log.info(
             "job ended",
             job_id=job.job_id,
@@ -564,15 +623,22 @@ class Cluster:
                 gpu_type=n.gpu_type,
                 schedulable=n.schedulable,
                 idle=not n.job_ids,
+                gpu_indices=tuple(n.gpu_indices),
             )
             for n in self.nodes.values()
         )
         parts = tuple(
-            PartitionView(p.name, p.nodes, p.state, p.max_nodes, p.max_time_s)
+            PartitionView(p.name, p.nodes, p.state, p.max_nodes, p.max_time_s, p.priority_tier)
             for p in self.config.partitions
         )
         now = self.clock()
-        pending = []
+        on_node = [j for j in self.jobs.values() if j.state in js.ON_NODE]
+        recalc = self.priorities.recalc_due(now)
+        if recalc:
+            self.priorities.cluster_cpus = sum(n.resources.cpus for n in self.nodes.values())
+            self.priorities.refresh(now, on_node)
+        pending: list[JobRequest] = []
+        never: list[pb.Job] = []
         for job_id in list(self._pending):
             job = self.jobs.get(job_id)
             if job is None or job.state != js.PENDING:
@@ -581,24 +647,100 @@ class Cluster:
                 continue
             if job.hold:
                 continue  # its reason (JobHeldUser/Admin) was set when it was held
-            if job.eligible_time > now:
-                if job.reason != "BeginTime":
-                    job.reason = "BeginTime"
+            if recalc and apply_factors(job, self.priorities.factors(job, now)):
+                self.touch(job)
+            blocked = self._blocked_reason(job, now)
+            if blocked:
+                if job.reason != blocked:
+                    job.reason = blocked
                     self.touch(job)
+                if blocked == "DependencyNeverSatisfied":
+                    never.append(job)
                 continue
             req = self._requests.get(job_id)
-            if req is None:
+            if req is None or req.priority != job.priority:
                 req = request_from_spec(job.spec, job_id, job.spec.partitions, job.time_limit_s)
+                req = dataclasses.replace(
+                    req,
+                    priority=job.priority,
+                    user=job.user,
+                    account=job.account,
+                    qos=job.qos,
+                    reservation=job.spec.reservation,
+                    submit_time=job.submit_time,
+                )
                 self._requests[job_id] = req
             pending.append(req)
-        return Snapshot(
-            version=self.version, now=now, nodes=nodes, partitions=parts, pending=tuple(pending)
+        if never and self.config.scheduler.kill_invalid_depend:
+            self._spawn(self._cancel_never_satisfied(never))
+        pending.sort(key=lambda r: (-r.priority, r.submit_time, r.job_id))
+        running = tuple(
+            RunningView(
+                job_id=j.job_id,
+                end_time=j.start_time + j.time_limit_s if j.time_limit_s >= 0 else INFINITY,
+                placements=tuple(
+                    Placement(a.node, a.cpus, a.mem_mb, tuple(a.gpu_indices)) for a in j.allocations
+                ),
+                user=j.user,
+                qos=j.qos,
+            )
+            for j in on_node
         )
+        return Snapshot(
+            version=self.version,
+            now=now,
+            nodes=nodes,
+            partitions=parts,
+            pending=tuple(pending),
+            running=running,
+            settings=self.settings,
+        )
+
+    def _blocked_reason(self, job: pb.Job, now: float) -> str:
+        """Why a pending job cannot be considered at all this pass ("" if it can)."""
+        if job.eligible_time > now:
+            return "BeginTime"
+        if job.spec.dependency:
+            state = deps.evaluate(job, self._lookup, now, self._singleton_held)
+            if state is deps.DepState.WAITING:
+                return "Dependency"
+            if state is deps.DepState.NEVER:
+                return "DependencyNeverSatisfied"
+        return ""
+
+    def _singleton_held(self, job: pb.Job) -> bool:
+        return any(
+            o.job_id < job.job_id
+            and o.user == job.user
+            and o.spec.name == job.spec.name
+            and o.state in js.ACTIVE
+            for o in self.jobs.values()
+        )
+
+    async def _cancel_never_satisfied(self, jobs: list[pb.Job]) -> None:
+        now = self.clock()
+        ops = []
+        for job in jobs:
+            if job.state != js.PENDING:
+                continue
+            js.transition(
+                job,
+                "cancelled",
+                cause="sched:kill_invalid_depend",
+                now=now,
+                detail="dependency can never be satisfied",
+            )
+            job.end_time = now
+            ops.append(self._save(job))
+        if ops:
+            await self.store.commit(*ops)
 
     async def schedule_pass(self) -> None:
         self.passes += 1
+        began = time.perf_counter()
         snap = self.snapshot()
         plan = schedule(snap)
+        self.last_pass_s = time.perf_counter() - began
         await self.apply_plan(plan, pass_no=self.passes)
 
     async def apply_plan(self, plan: Plan, *, pass_no: int) -> None:
@@ -609,8 +751,27 @@ class Cluster:
         now = self.clock()
         for job_id, reason in plan.reasons.items():
             job = self.jobs.get(job_id)
-            if job is not None and job.state == js.PENDING and job.reason != reason:
-                job.reason = reason
+            if job is None or job.state != js.PENDING:
+                continue
+            forecast = plan.forecasts.get(job_id)
+            changed = job.reason != reason
+            job.reason = reason
+            if forecast is None:
+                changed |= job.expected_start != 0 or bool(job.forecast_nodes)
+                job.expected_start, job.forecast_nodes = 0, ""
+                job.forecast_reserved = False
+                del job.waits_for[:]
+            elif (
+                job.expected_start != forecast.start
+                or list(job.waits_for) != list(forecast.waits_for)
+                or job.forecast_reserved != forecast.reserved
+            ):
+                changed = True
+                job.expected_start = forecast.start if forecast.start != INFINITY else 0
+                job.forecast_nodes = hostlist.compress(list(forecast.nodes))
+                job.forecast_reserved = forecast.reserved
+                job.waits_for[:] = forecast.waits_for
+            if changed:
                 self.touch(job)
         ops: list[Op] = []
         launches: list[pb.Job] = []
@@ -643,6 +804,9 @@ class Cluster:
             job.num_gpus = sum(len(p.gpu_indices) for p in start.placements)
             job.start_time = now
             job.reason = "None"
+            job.expected_start, job.forecast_nodes = 0, ""
+            job.forecast_reserved = False
+            del job.waits_for[:]
             js.transition(
                 job,
                 "started",
@@ -693,6 +857,42 @@ class Cluster:
         self._enqueue(job)
 
     # ------------------------------------------------------------ queries
+
+    def priority_weights(self) -> dict[str, int]:
+        w = self.priorities.weights
+        return {
+            "AGE": w.age,
+            "FAIRSHARE": w.fairshare,
+            "JOBSIZE": w.job_size,
+            "PARTITION": w.partition,
+            "QOS": w.qos,
+        }
+
+    def share_rows(self, accounts: Iterable[str], users: Iterable[str]) -> list[pb.ShareRow]:
+        """sshare's rows, with usage as of now (running jobs counted so far)."""
+        now = self.clock()
+        self.priorities.refresh(now, [j for j in self.jobs.values() if j.state in js.ON_NODE])
+        want_accounts, want_users = set(accounts), set(users)
+        out = []
+        for row in self.priorities.rows:
+            if want_accounts and row.account not in want_accounts:
+                continue
+            if want_users and row.user and row.user not in want_users:
+                continue
+            out.append(
+                pb.ShareRow(
+                    account=row.account,
+                    user=row.user,
+                    depth=row.depth,
+                    raw_shares=row.raw_shares,
+                    norm_shares=row.norm_shares,
+                    raw_usage=row.raw_usage,
+                    norm_usage=row.norm_usage,
+                    effective_usage=row.effective_usage,
+                    fairshare=row.fairshare,
+                )
+            )
+        return out
 
     def node_list(self, names: Iterable[str]) -> list[pb.Node]:
         wanted = list(names)

@@ -62,6 +62,7 @@ class ControllerApi:
             "GetPartitions": (pb.GetPartitionsRequest, self.get_partitions),
             "UpdateJob": (pb.UpdateJobRequest, self.update_job),
             "GetClusterInfo": (pb.GetClusterInfoRequest, self.get_cluster_info),
+            "GetShares": (pb.GetSharesRequest, self.get_shares),
         }
 
     async def call(self, method: str, request: Message, metadata: Mapping[str, str]) -> Message:
@@ -170,7 +171,12 @@ class ControllerApi:
             store_commits=self.cluster.store.commits,
             store_requests=self.cluster.store.requests,
             sched_passes=self.cluster.passes,
+            priority_weights=self.cluster.priority_weights(),
+            last_pass_s=self.cluster.last_pass_s,
         )
+
+    async def get_shares(self, req: pb.GetSharesRequest, who: Identity) -> pb.GetSharesResponse:
+        return pb.GetSharesResponse(rows=self.cluster.share_rows(req.accounts, req.users))
 
 
 def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
@@ -220,6 +226,9 @@ class ControllerServicer(pbg.ControllerServicer):
 
     async def GetClusterInfo(self, request: Any, context: Any) -> Any:
         return await self._call("GetClusterInfo", request, context)
+
+    async def GetShares(self, request: Any, context: Any) -> Any:
+        return await self._call("GetShares", request, context)
 
 
 class NodeControllerServicer(pbg.NodeControllerServicer):

@@ -300,6 +300,12 @@ class Store:
         with self.engine.connect() as conn:
             return self._jobs_with_events(conn, sa.select(jobs.c.data).where(cond))
 
+    def finished_since(self, horizon: float) -> list[pb.Job]:
+        """Jobs that ran and ended after ``horizon`` (what fair-share usage is made of)."""
+        stmt = sa.select(jobs.c.data).where(jobs.c.end_time > horizon, jobs.c.start_time > 0)
+        with self.engine.connect() as conn:
+            return self._jobs_with_events(conn, stmt, with_events=False)
+
     def query_jobs(
         self,
         *,

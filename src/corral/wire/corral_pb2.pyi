@@ -217,6 +217,7 @@ class JobSpec(_message.Message):
     MAIL_USER_FIELD_NUMBER: _builtins.int
     NO_KILL_FIELD_NUMBER: _builtins.int
     COMMAND_FIELD_NUMBER: _builtins.int
+    RESERVATION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     script: _builtins.str
     """full batch script text, starts with #!"""
@@ -281,6 +282,10 @@ class JobSpec(_message.Message):
     no_kill: _builtins.bool
     command: _builtins.str
     """the script's absolute path as submitted (empty: stdin/--wrap)"""
+    reservation: _builtins.str
+    """-- scheduling (field numbers 100+) --
+    --reservation
+    """
     @_builtins.property
     def environment(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """environment to start the job with (after --export)"""
@@ -339,10 +344,11 @@ class JobSpec(_message.Message):
         mail_user: _builtins.str = ...,
         no_kill: _builtins.bool = ...,
         command: _builtins.str = ...,
+        reservation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "qos", b"qos", "requeue", b"requeue", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "qos", b"qos", "requeue", b"requeue", "reservation", b"reservation", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -453,6 +459,13 @@ class Job(_message.Message):
     STDERR_PATH_FIELD_NUMBER: _builtins.int
     RESTART_COUNT_FIELD_NUMBER: _builtins.int
     CANCELLED_BY_UID_FIELD_NUMBER: _builtins.int
+    EXPECTED_START_FIELD_NUMBER: _builtins.int
+    FORECAST_NODES_FIELD_NUMBER: _builtins.int
+    WAITS_FOR_FIELD_NUMBER: _builtins.int
+    PRIORITY_FACTORS_FIELD_NUMBER: _builtins.int
+    ADMIN_PRIORITY_FIELD_NUMBER: _builtins.int
+    QOS_FIELD_NUMBER: _builtins.int
+    FORECAST_RESERVED_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     user: _builtins.str
     uid: _builtins.int
@@ -489,6 +502,18 @@ class Job(_message.Message):
     restart_count: _builtins.int
     cancelled_by_uid: _builtins.int
     """who cancelled it (unset: nobody)"""
+    expected_start: _builtins.float
+    """-- the scheduler's view of a pending job (field numbers 100+) --
+    forecast start (squeue --start); 0: none
+    """
+    forecast_nodes: _builtins.str
+    """the nodes the forecast uses (SchedNodeList)"""
+    admin_priority: _builtins.int
+    """set by an operator: replaces the computed sum"""
+    qos: _builtins.str
+    """effective QOS"""
+    forecast_reserved: _builtins.bool
+    """the forecast is a backfill reservation"""
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -497,6 +522,12 @@ class Job(_message.Message):
     def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobEvent]:
         """only when requested (with_events)"""
 
+    @_builtins.property
+    def waits_for(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """running jobs whose end frees what it needs"""
+
+    @_builtins.property
+    def priority_factors(self) -> Global___PriorityFactors: ...
     def __init__(
         self,
         *,
@@ -532,16 +563,64 @@ class Job(_message.Message):
         stderr_path: _builtins.str = ...,
         restart_count: _builtins.int = ...,
         cancelled_by_uid: _builtins.int | None = ...,
+        expected_start: _builtins.float = ...,
+        forecast_nodes: _builtins.str = ...,
+        waits_for: _abc.Iterable[_builtins.int] | None = ...,
+        priority_factors: Global___PriorityFactors | None = ...,
+        admin_priority: _builtins.int | None = ...,
+        qos: _builtins.str = ...,
+        forecast_reserved: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_cancelled_by_uid", b"_cancelled_by_uid", "cancelled_by_uid", b"cancelled_by_uid", "spec", b"spec"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "cancelled_by_uid", b"cancelled_by_uid", "priority_factors", b"priority_factors", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "allocations", b"allocations", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "gid", b"gid", "hold", b"hold", "job_id", b"job_id", "mem_mb", b"mem_mb", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "job_id", b"job_id", "mem_mb", b"mem_mb", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__admin_priority: _TypeAlias = _typing.Literal["admin_priority"]  # noqa: Y015
+    _WhichOneofArgType__admin_priority: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority"]  # noqa: Y015
     _WhichOneofReturnType__cancelled_by_uid: _TypeAlias = _typing.Literal["cancelled_by_uid"]  # noqa: Y015
     _WhichOneofArgType__cancelled_by_uid: _TypeAlias = _typing.Literal["_cancelled_by_uid", b"_cancelled_by_uid"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__admin_priority) -> _WhichOneofReturnType__admin_priority | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__cancelled_by_uid) -> _WhichOneofReturnType__cancelled_by_uid | None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class PriorityFactors(_message.Message):
+    """What a pending job's priority is made of (each factor in [0, 1], as sprio -n shows)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGE_FIELD_NUMBER: _builtins.int
+    FAIRSHARE_FIELD_NUMBER: _builtins.int
+    JOB_SIZE_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    QOS_FIELD_NUMBER: _builtins.int
+    NICE_FIELD_NUMBER: _builtins.int
+    age: _builtins.float
+    fairshare: _builtins.float
+    job_size: _builtins.float
+    partition: _builtins.float
+    qos: _builtins.float
+    nice: _builtins.int
+    def __init__(
+        self,
+        *,
+        age: _builtins.float = ...,
+        fairshare: _builtins.float = ...,
+        job_size: _builtins.float = ...,
+        partition: _builtins.float = ...,
+        qos: _builtins.float = ...,
+        nice: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["age", b"age", "fairshare", b"fairshare", "job_size", b"job_size", "nice", b"nice", "partition", b"partition", "qos", b"qos"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PriorityFactors: _TypeAlias = PriorityFactors  # noqa: Y015
 
 @_typing.final
 class Gpu(_message.Message):
@@ -1151,6 +1230,26 @@ Global___GetClusterInfoRequest: _TypeAlias = GetClusterInfoRequest  # noqa: Y015
 class GetClusterInfoResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class PriorityWeightsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     CLUSTER_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     START_TIME_FIELD_NUMBER: _builtins.int
@@ -1158,6 +1257,8 @@ class GetClusterInfoResponse(_message.Message):
     STORE_COMMITS_FIELD_NUMBER: _builtins.int
     STORE_REQUESTS_FIELD_NUMBER: _builtins.int
     SCHED_PASSES_FIELD_NUMBER: _builtins.int
+    PRIORITY_WEIGHTS_FIELD_NUMBER: _builtins.int
+    LAST_PASS_S_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
     version: _builtins.str
     start_time: _builtins.float
@@ -1167,6 +1268,14 @@ class GetClusterInfoResponse(_message.Message):
     store_requests: _builtins.int
     """commit requests served (> commits when group commit groups)"""
     sched_passes: _builtins.int
+    last_pass_s: _builtins.float
+    """duration of the last scheduling pass"""
+    @_builtins.property
+    def priority_weights(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """-- scheduling (field numbers 100+) --
+        AGE, FAIRSHARE, JOBSIZE, PARTITION, QOS
+        """
+
     def __init__(
         self,
         *,
@@ -1177,14 +1286,107 @@ class GetClusterInfoResponse(_message.Message):
         store_commits: _builtins.int = ...,
         store_requests: _builtins.int = ...,
         sched_passes: _builtins.int = ...,
+        priority_weights: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        last_pass_s: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "next_job_id", b"next_job_id", "sched_passes", b"sched_passes", "start_time", b"start_time", "store_commits", b"store_commits", "store_requests", b"store_requests", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "last_pass_s", b"last_pass_s", "next_job_id", b"next_job_id", "priority_weights", b"priority_weights", "sched_passes", b"sched_passes", "start_time", b"start_time", "store_commits", b"store_commits", "store_requests", b"store_requests", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetClusterInfoResponse: _TypeAlias = GetClusterInfoResponse  # noqa: Y015
+
+@_typing.final
+class ShareRow(_message.Message):
+    """One association of the fair-share tree (an account, or a user within one): sshare."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCOUNT_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    DEPTH_FIELD_NUMBER: _builtins.int
+    RAW_SHARES_FIELD_NUMBER: _builtins.int
+    NORM_SHARES_FIELD_NUMBER: _builtins.int
+    RAW_USAGE_FIELD_NUMBER: _builtins.int
+    NORM_USAGE_FIELD_NUMBER: _builtins.int
+    EFFECTIVE_USAGE_FIELD_NUMBER: _builtins.int
+    FAIRSHARE_FIELD_NUMBER: _builtins.int
+    account: _builtins.str
+    user: _builtins.str
+    """empty on an account's own row"""
+    depth: _builtins.int
+    raw_shares: _builtins.int
+    norm_shares: _builtins.float
+    raw_usage: _builtins.float
+    """decayed TRES-weighted seconds"""
+    norm_usage: _builtins.float
+    effective_usage: _builtins.float
+    fairshare: _builtins.float
+    def __init__(
+        self,
+        *,
+        account: _builtins.str = ...,
+        user: _builtins.str = ...,
+        depth: _builtins.int = ...,
+        raw_shares: _builtins.int = ...,
+        norm_shares: _builtins.float = ...,
+        raw_usage: _builtins.float = ...,
+        norm_usage: _builtins.float = ...,
+        effective_usage: _builtins.float = ...,
+        fairshare: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "depth", b"depth", "effective_usage", b"effective_usage", "fairshare", b"fairshare", "norm_shares", b"norm_shares", "norm_usage", b"norm_usage", "raw_shares", b"raw_shares", "raw_usage", b"raw_usage", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareRow: _TypeAlias = ShareRow  # noqa: Y015
+
+@_typing.final
+class GetSharesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCOUNTS_FIELD_NUMBER: _builtins.int
+    USERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def accounts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def users(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        accounts: _abc.Iterable[_builtins.str] | None = ...,
+        users: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSharesRequest: _TypeAlias = GetSharesRequest  # noqa: Y015
+
+@_typing.final
+class GetSharesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def rows(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareRow]: ...
+    def __init__(
+        self,
+        *,
+        rows: _abc.Iterable[Global___ShareRow] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSharesResponse: _TypeAlias = GetSharesResponse  # noqa: Y015
 
 @_typing.final
 class RegisterNodeRequest(_message.Message):

@@ -75,6 +75,11 @@ class ControllerStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.GetClusterInfoRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.GetClusterInfoResponse.FromString,
                 _registered_method=True)
+        self.GetShares = channel.unary_unary(
+                '/corral.v1.Controller/GetShares',
+                request_serializer=corral_dot_v1_dot_corral__pb2.GetSharesRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.GetSharesResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -128,6 +133,12 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetShares(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -170,6 +181,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.GetClusterInfo,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.GetClusterInfoRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.GetClusterInfoResponse.SerializeToString,
+            ),
+            'GetShares': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetShares,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.GetSharesRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.GetSharesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -388,6 +404,33 @@ class Controller:
             '/corral.v1.Controller/GetClusterInfo',
             corral_dot_v1_dot_corral__pb2.GetClusterInfoRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.GetClusterInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetShares(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/GetShares',
+            corral_dot_v1_dot_corral__pb2.GetSharesRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.GetSharesResponse.FromString,
             options,
             channel_credentials,
             insecure,

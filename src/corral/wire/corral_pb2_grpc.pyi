@@ -52,6 +52,7 @@ class ControllerStub:
     GetPartitions: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetPartitionsRequest, _corral_pb2.GetPartitionsResponse]
     UpdateJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.UpdateJobRequest, _corral_pb2.UpdateJobResponse]
     GetClusterInfo: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetClusterInfoRequest, _corral_pb2.GetClusterInfoResponse]
+    GetShares: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetSharesRequest, _corral_pb2.GetSharesResponse]
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -64,6 +65,7 @@ class ControllerAsyncStub(ControllerStub):
     GetPartitions: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetPartitionsRequest, _corral_pb2.GetPartitionsResponse]  # type: ignore[assignment]
     UpdateJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.UpdateJobRequest, _corral_pb2.UpdateJobResponse]  # type: ignore[assignment]
     GetClusterInfo: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetClusterInfoRequest, _corral_pb2.GetClusterInfoResponse]  # type: ignore[assignment]
+    GetShares: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetSharesRequest, _corral_pb2.GetSharesResponse]  # type: ignore[assignment]
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -121,6 +123,13 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _corral_pb2.GetClusterInfoRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_corral_pb2.GetClusterInfoResponse, _abc.Awaitable[_corral_pb2.GetClusterInfoResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetShares(
+        self,
+        request: _corral_pb2.GetSharesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.GetSharesResponse, _abc.Awaitable[_corral_pb2.GetSharesResponse]]: ...
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -1,8 +1,15 @@
-"""Plain, immutable types the scheduling core reads and writes."""
+"""Plain, immutable types the scheduling core reads and writes.
+
+Times are seconds on the snapshot's clock (``Snapshot.now``); ``INFINITY`` stands for
+"no end" (an UNLIMITED job, a reservation without an end).
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+INFINITY = math.inf
 
 
 @dataclass(frozen=True)
@@ -17,6 +24,7 @@ class NodeView:
     gpu_type: str = ""
     schedulable: bool = True  # up and not drained
     idle: bool = True  # nothing allocated (for --exclusive)
+    gpu_indices: tuple[int, ...] | None = None  # all indices; None: 0..gpus_total-1
 
 
 @dataclass(frozen=True)
@@ -26,6 +34,39 @@ class PartitionView:
     state: str = "UP"
     max_nodes: int = 0
     max_time_s: int = -1
+    priority_tier: int = 1
+
+
+@dataclass(frozen=True)
+class Placement:
+    node: str
+    cpus: int
+    mem_mb: int
+    gpu_indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RunningView:
+    """A job holding resources now, and when it is expected to let them go."""
+
+    job_id: int
+    end_time: float  # start + time limit; INFINITY when unlimited
+    placements: tuple[Placement, ...]
+    user: str = ""
+    qos: str = ""
+
+
+@dataclass(frozen=True)
+class ReservationView:
+    """An advance reservation: its nodes are kept for its users during [start, end)."""
+
+    name: str
+    start: float
+    end: float
+    nodes: tuple[str, ...]
+    users: tuple[str, ...] = ()
+    accounts: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -47,9 +88,33 @@ class JobRequest:
     exclusive: bool = False
     nodelist: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
-    time_limit_s: int = -1
+    time_limit_s: int = -1  # -1: unlimited
     priority: int = 0
     blocked_reason: str = ""  # e.g. JobHeldUser: not a candidate this pass
+    user: str = ""
+    account: str = ""
+    qos: str = ""
+    reservation: str = ""
+    submit_time: float = 0.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the core schedules; from the [scheduler] config section.
+
+    ``reserve_depth``: how many blocked jobs, highest priority first, get a reservation
+    that lower jobs must not delay (1: EASY; a large number: conservative; 0 with
+    ``backfill`` off: strict first come first served). ``forecast_depth``: how many
+    further blocked jobs get an expected start (the costly part of a pass).
+    ``placement``: "pack" (best fit: small GPU jobs onto partly used nodes) or
+    "firstfit" (the first nodes that fit, in name order).
+    """
+
+    backfill: bool = True
+    reserve_depth: int = 1
+    forecast_depth: int = 100
+    placement: str = "pack"
+    qos_max_jobs_per_user: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,14 +124,9 @@ class Snapshot:
     nodes: tuple[NodeView, ...]
     partitions: tuple[PartitionView, ...]
     pending: tuple[JobRequest, ...]  # highest priority first
-
-
-@dataclass(frozen=True)
-class Placement:
-    node: str
-    cpus: int
-    mem_mb: int
-    gpu_indices: tuple[int, ...]
+    running: tuple[RunningView, ...] = ()
+    reservations: tuple[ReservationView, ...] = ()
+    settings: Settings = field(default_factory=Settings)
 
 
 @dataclass(frozen=True)
@@ -77,7 +137,21 @@ class Start:
 
 
 @dataclass(frozen=True)
+class Forecast:
+    """When a blocked job is expected to start, where, and what it waits for."""
+
+    job_id: int
+    start: float
+    partition: str
+    nodes: tuple[str, ...]
+    reserved: bool  # a reservation lower jobs may not delay (top of the queue)
+    waits_for: tuple[int, ...] = ()  # running jobs whose end frees what it needs
+
+
+@dataclass(frozen=True)
 class Plan:
     snapshot_version: int
     starts: tuple[Start, ...] = ()
     reasons: dict[int, str] = field(default_factory=dict)  # pending job -> Slurm reason
+    forecasts: dict[int, Forecast] = field(default_factory=dict)
+    considered: int = 0  # pending jobs looked at in this pass

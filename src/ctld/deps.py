@@ -1,0 +1,102 @@
+"""Job dependencies (--dependency) as Slurm evaluates them.
+
+Each condition is met, still waiting, or can never be met:
+
+    after:ID[+MIN]   ID has started (or was cancelled before starting), MIN minutes ago
+    afterany:ID      ID has ended, in any state
+    afterok:ID       ID completed with exit code 0 (aftercorr: the same, without arrays)
+    afternotok:ID    ID ended in any state but COMPLETED
+    singleton        no earlier job of the same name and user is pending or running
+
+``a,b`` needs all, ``a?b`` any one. A job no longer known (purged long ago) counts as
+ended successfully, as in Slurm, where the dependency is then lifted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from enum import Enum
+
+from corral.errors import CorralError
+from corral.jobsyntax import Dependency, parse_dependency
+from corral.wire import corral_pb2 as pb
+from ctld import jobstate as js
+
+
+class DepState(Enum):
+    MET = "met"
+    WAITING = "waiting"
+    NEVER = "never"
+
+
+Lookup = Callable[[int], pb.Job | None]
+
+
+def evaluate(
+    job: pb.Job, lookup: Lookup, now: float, singleton_holders: Callable[[pb.Job], bool]
+) -> DepState:
+    """Where ``job``'s --dependency stands (MET when it has none)."""
+    text = job.spec.dependency
+    if not text:
+        return DepState.MET
+    try:
+        deps, any_of = parse_dependency(text)
+    except CorralError:
+        return DepState.NEVER  # checked at submit; a stored bad value cannot run
+    states = [_one(dep, lookup, now, job, singleton_holders) for dep in deps]
+    return combine(states, any_of=any_of)
+
+
+def combine(states: Iterable[DepState], *, any_of: bool) -> DepState:
+    states = list(states)
+    if any_of:
+        if DepState.MET in states:
+            return DepState.MET
+        return DepState.NEVER if all(s is DepState.NEVER for s in states) else DepState.WAITING
+    if DepState.NEVER in states:
+        return DepState.NEVER
+    return DepState.MET if all(s is DepState.MET for s in states) else DepState.WAITING
+
+
+def _one(
+    dep: Dependency,
+    lookup: Lookup,
+    now: float,
+    job: pb.Job,
+    singleton_holders: Callable[[pb.Job], bool],
+) -> DepState:
+    if dep.kind == "singleton":
+        return DepState.WAITING if singleton_holders(job) else DepState.MET
+    results = []
+    for text in dep.job_ids:
+        ident, _, delay = text.partition("+")
+        other = lookup(int(ident.split("_")[0]))
+        results.append(_against(dep.kind, other, now, int(delay or 0) * 60))
+    return combine(results, any_of=False)
+
+
+def _against(kind: str, other: pb.Job | None, now: float, delay_s: int) -> DepState:
+    if other is None:
+        return DepState.MET
+    state = other.state
+    ended = state in js.FINISHED
+    if kind == "after":
+        if state == js.PENDING:
+            return DepState.WAITING
+        began = other.start_time or other.end_time
+        return DepState.MET if now >= began + delay_s else DepState.WAITING
+    if not ended:
+        return DepState.WAITING
+    if kind == "afterany":
+        return DepState.MET
+    if kind in ("afterok", "aftercorr"):
+        return DepState.MET if state == js.COMPLETED else DepState.NEVER
+    if kind == "afternotok":
+        return DepState.NEVER if state == js.COMPLETED else DepState.MET
+    return DepState.MET  # afterburstbuffer: no burst buffers here
+
+
+def referenced_ids(text: str) -> list[int]:
+    """The job ids a --dependency value names (to check they exist at submit)."""
+    deps, _ = parse_dependency(text)
+    return [int(t.partition("+")[0].split("_")[0]) for d in deps for t in d.job_ids]

@@ -1,0 +1,395 @@
+"""The pass: start what can start, reserve for the top blocked jobs, backfill the rest.
+
+Pending jobs are taken highest priority first. Each one starts now if it fits on its
+partition's nodes for its whole time limit without touching any reservation; if not,
+the first ``reserve_depth`` such jobs get a reservation at the earliest time they fit
+(EASY backfill when that is 1), which every later job must leave intact, and the next
+``forecast_depth`` get an expected start without one. Jobs with no time limit are
+treated as running forever. Everything is a function of the snapshot alone, so a plan
+is reproducible and the simulator runs the very same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ctld.sched.model import (
+    INFINITY,
+    Forecast,
+    JobRequest,
+    PartitionView,
+    Placement,
+    Plan,
+    Snapshot,
+    Start,
+)
+from ctld.sched.profile import Avail, Hold, NodeProfile, Release
+from ctld.sched.shape import Shape, job_shape
+
+# Slurm's pending reasons used here
+RESOURCES = "Resources"
+PRIORITY = "Priority"
+PARTITION_DOWN = "PartitionDown"
+PARTITION_TIME_LIMIT = "PartitionTimeLimit"
+PARTITION_NODE_LIMIT = "PartitionNodeLimit"
+REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
+RESERVATION = "Reservation"
+QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    partition: PartitionView
+    nodes: tuple[NodeProfile, ...]
+    required: frozenset[str]  # -w nodes the allocation must include
+    ignore: str  # the job's own reservation, which its holds do not block
+    not_before: float  # a reservation's start
+    not_after: float  # a reservation's end
+
+
+class _Pass:
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.now = snap.now
+        self.settings = snap.settings
+        self.nodes = {v.name: NodeProfile.from_view(v, i) for i, v in enumerate(snap.nodes)}
+        self.partitions = {p.name: p for p in snap.partitions}
+        self.reservations = {r.name: r for r in snap.reservations}
+        self.qos_limits = dict(snap.settings.qos_max_jobs_per_user)
+        self.user_jobs: dict[tuple[str, str], int] = {}
+        for run in snap.running:
+            end = max(run.end_time, self.now + 1.0)  # overrunning: about to end
+            for p in run.placements:
+                node = self.nodes.get(p.node)
+                if node is not None:
+                    node.releases.append(
+                        Release(end, p.cpus, p.mem_mb, frozenset(p.gpu_indices), run.job_id)
+                    )
+            key = (run.qos, run.user)
+            self.user_jobs[key] = self.user_jobs.get(key, 0) + 1
+        for resv in snap.reservations:
+            for name in resv.nodes:
+                node = self.nodes.get(name)
+                if node is not None and resv.end > self.now:
+                    node.hold(
+                        Hold(
+                            start=resv.start,
+                            end=resv.end,
+                            cpus=node.view.cpus_total,
+                            mem=node.view.mem_total_mb,
+                            gpus=node.all_gpus,
+                            owner=f"resv:{resv.name}",
+                        )
+                    )
+        self.profile_version = 0  # bumped when a start or hold changes any node
+        self.no_fit_now: set[tuple[object, ...]] = set()
+        self.forecast_cache: dict[tuple[object, ...], tuple[int, Forecast | None]] = {}
+        self.starts: list[Start] = []
+        self.reasons: dict[int, str] = {}
+        self.forecasts: dict[int, Forecast] = {}
+        self.reserved = 0
+        self.forecasted = 0
+        self.blocked_partitions: set[str] = set()
+        self.fcfs_blocked = False
+
+    # ------------------------------------------------------------ the pass
+
+    def run(self) -> Plan:
+        considered = 0
+        for req in self.snap.pending:
+            considered += 1
+            if req.blocked_reason:
+                self.reasons[req.job_id] = req.blocked_reason
+                continue
+            self.consider(req)
+        return Plan(
+            snapshot_version=self.snap.version,
+            starts=tuple(self.starts),
+            reasons=self.reasons,
+            forecasts=self.forecasts,
+            considered=considered,
+        )
+
+    def consider(self, req: JobRequest) -> None:
+        limit = self.qos_limits.get(req.qos, 0)
+        if limit and self.user_jobs.get((req.qos, req.user), 0) >= limit:
+            self.reasons[req.job_id] = QOS_MAX_JOBS_PER_USER
+            return
+        shape = job_shape(req)
+        duration = INFINITY if req.time_limit_s < 0 else float(max(req.time_limit_s, 1))
+        candidates: list[_Candidate] = []
+        reason = RESOURCES
+        for part_name in req.partitions:
+            cand_or_reason = self.candidate(req, shape, part_name)
+            if isinstance(cand_or_reason, str):
+                reason = cand_or_reason
+                continue
+            candidates.append(cand_or_reason)
+        if not candidates:
+            self.reasons[req.job_id] = reason
+            return
+        if self.fcfs_blocked:
+            self.reasons[req.job_id] = PRIORITY
+            return
+        for cand in candidates:
+            if self.now < cand.not_before:
+                continue
+            chosen = self.fit_now(req, shape, cand, duration)
+            if chosen is not None:
+                self.start(req, shape, cand, chosen, duration)
+                return
+        self.blocked(req, shape, candidates, duration)
+
+    def candidate(self, req: JobRequest, shape: Shape, part_name: str) -> _Candidate | str:
+        part = self.partitions.get(part_name)
+        if part is None or part.state != "UP":
+            return PARTITION_DOWN
+        if part.max_time_s >= 0 and (req.time_limit_s < 0 or req.time_limit_s > part.max_time_s):
+            return PARTITION_TIME_LIMIT
+        if part.max_nodes and shape.nodes > part.max_nodes:
+            return PARTITION_NODE_LIMIT
+        ignore, not_before, not_after = "", self.now, INFINITY
+        allowed: set[str] | None = None
+        if req.reservation:
+            resv = self.reservations.get(req.reservation)
+            if resv is None or resv.end <= self.now:
+                return RESERVATION
+            ignore, not_before, not_after = f"resv:{resv.name}", resv.start, resv.end
+            allowed = set(resv.nodes)
+        members = set(part.nodes)
+        required = frozenset(req.nodelist)
+        if not required <= members or (allowed is not None and not required <= allowed):
+            return REQ_NODE_NOT_AVAIL
+        excluded = set(req.exclude)
+        nodes = tuple(
+            node
+            for name in part.nodes
+            if (node := self.nodes.get(name)) is not None
+            and node.view.schedulable
+            and name not in excluded
+            and (allowed is None or name in allowed)
+            and node.could_ever_fit(shape, req.gpu_type)
+        )
+        usable = {n.name for n in nodes}
+        if not required <= usable:
+            return REQ_NODE_NOT_AVAIL
+        if len(nodes) < shape.nodes:
+            return REQ_NODE_NOT_AVAIL if required or allowed is not None else RESOURCES
+        return _Candidate(part, nodes, required, ignore, not_before, not_after)
+
+    # ------------------------------------------------------------ now
+
+    def fit_now(
+        self, req: JobRequest, shape: Shape, cand: _Candidate, duration: float
+    ) -> list[tuple[NodeProfile, Avail]] | None:
+        # the same shape that found no room now finds none later in this pass either:
+        # a pass only ever takes resources away from "now"
+        key: tuple[object, ...] = (cand.partition.name, shape, req.gpu_type, req.exclusive)
+        key += (cand.required, req.exclude, cand.ignore)
+        if key in self.no_fit_now:
+            return None
+        end = self.now + duration
+        if end > cand.not_after:
+            return None
+        fitting = []
+        free_now = 0
+        required_free = 0
+        for node in cand.nodes:
+            now_avail = Avail(
+                node.free_cpus, node.free_mem, frozenset(node.free_gpus), not node.busy
+            )
+            if not node.fits(now_avail, shape, req.exclusive):
+                continue
+            free_now += 1
+            required_free += node.name in cand.required
+            avail = node.window(self.now, end, cand.ignore) if node.holds else now_avail
+            if node.fits(avail, shape, req.exclusive):
+                fitting.append((node, avail))
+        if free_now < shape.nodes or required_free < len(cand.required):
+            self.no_fit_now.add(key)
+        return self.choose(fitting, shape, cand)
+
+    def choose(
+        self,
+        fitting: list[tuple[NodeProfile, Avail]],
+        shape: Shape,
+        cand: _Candidate,
+    ) -> list[tuple[NodeProfile, Avail]] | None:
+        if len(fitting) < shape.nodes:
+            return None
+        required = [f for f in fitting if f[0].name in cand.required]
+        if len(required) < len(cand.required):
+            return None
+        others = [f for f in fitting if f[0].name not in cand.required]
+        if self.settings.placement == "pack":
+            # best fit: the fullest node that still fits, so whole nodes stay free
+            others.sort(key=lambda f: (len(f[1].gpus), f[1].cpus, f[1].mem, f[0].index))
+        else:
+            others.sort(key=lambda f: f[0].index)
+        return (required + others)[: max(shape.nodes, len(required))]
+
+    def start(
+        self,
+        req: JobRequest,
+        shape: Shape,
+        cand: _Candidate,
+        chosen: list[tuple[NodeProfile, Avail]],
+        duration: float,
+    ) -> None:
+        placements = []
+        end = self.now + duration
+        for node, avail in chosen:
+            if req.exclusive:
+                cpus, mem = node.view.cpus_total, node.free_mem
+                gpus = tuple(sorted(node.free_gpus))
+            else:
+                cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
+                gpus = _pick_gpus(avail.gpus, shape.gpus_per_node)
+            node.take_now(cpus, mem, gpus, end, req.job_id)
+            placements.append(Placement(node.name, cpus, mem, gpus))
+        self.starts.append(Start(req.job_id, cand.partition.name, tuple(placements)))
+        key = (req.qos, req.user)
+        self.user_jobs[key] = self.user_jobs.get(key, 0) + 1
+        self.profile_version += 1
+
+    # ------------------------------------------------------------ later
+
+    def blocked(
+        self, req: JobRequest, shape: Shape, candidates: list[_Candidate], duration: float
+    ) -> None:
+        queued_behind = any(c.partition.name in self.blocked_partitions for c in candidates)
+        waiting_for_resv = all(self.now < c.not_before for c in candidates)
+        self.blocked_partitions.update(c.partition.name for c in candidates)
+        if not self.settings.backfill:
+            self.fcfs_blocked = True
+        reserve = self.reserved < self.settings.reserve_depth
+        if reserve or self.forecasted < self.settings.forecast_depth:
+            forecast = self.earliest(req, shape, candidates, duration, reserve)
+            if forecast is not None:
+                self.forecasts[req.job_id] = forecast
+                if reserve:
+                    self.reserved += 1
+                else:
+                    self.forecasted += 1
+        if waiting_for_resv:
+            self.reasons[req.job_id] = RESERVATION
+        elif queued_behind:
+            self.reasons[req.job_id] = PRIORITY
+        else:
+            self.reasons[req.job_id] = RESOURCES
+
+    def earliest(
+        self,
+        req: JobRequest,
+        shape: Shape,
+        candidates: list[_Candidate],
+        duration: float,
+        reserve: bool,
+    ) -> Forecast | None:
+        best: tuple[float, _Candidate, list[tuple[NodeProfile, Avail]]] | None = None
+        for cand in candidates:
+            found = self.earliest_in(req, shape, cand, duration)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = (found[0], cand, found[1])
+        if best is None:
+            return None
+        t, cand, chosen = best
+        waits_for = sorted(
+            {
+                r.job_id
+                for node, _ in chosen
+                for r in node.releases
+                if self.now < r.end <= t and r.job_id > 0
+            }
+        )
+        if reserve:
+            for node, avail in chosen:
+                if req.exclusive:
+                    cpus, mem, gpus = node.view.cpus_total, node.view.mem_total_mb, node.all_gpus
+                else:
+                    cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
+                    gpus = frozenset(_pick_gpus(avail.gpus, shape.gpus_per_node))
+                node.hold(Hold(t, t + duration, cpus, mem, gpus, owner=f"job:{req.job_id}"))
+            self.profile_version += 1
+        return Forecast(
+            job_id=req.job_id,
+            start=t,
+            partition=cand.partition.name,
+            nodes=tuple(n.name for n, _ in chosen),
+            reserved=reserve,
+            waits_for=tuple(waits_for),
+        )
+
+    def earliest_in(
+        self, req: JobRequest, shape: Shape, cand: _Candidate, duration: float
+    ) -> tuple[float, list[tuple[NodeProfile, Avail]]] | None:
+        key: tuple[object, ...] = (cand.partition.name, shape, req.gpu_type, req.exclusive)
+        key += (cand.required, req.exclude, cand.ignore, duration)
+        cached = self.forecast_cache.get(key)
+        if cached is not None and cached[0] == self.profile_version and cached[1] is not None:
+            hit = cached[1]
+            end = hit.start + duration
+            return hit.start, [
+                (self.nodes[n], self.nodes[n].window(hit.start, end, cand.ignore))
+                for n in hit.nodes
+            ]
+        if cached is not None and cached[0] == self.profile_version:
+            return None
+        result = self._search(req, shape, cand, duration)
+        if result is None:
+            self.forecast_cache[key] = (self.profile_version, None)
+        else:
+            names = tuple(n.name for n, _ in result[1])
+            self.forecast_cache[key] = (
+                self.profile_version,
+                Forecast(req.job_id, result[0], cand.partition.name, names, False),
+            )
+        return result
+
+    def _search(
+        self, req: JobRequest, shape: Shape, cand: _Candidate, duration: float
+    ) -> tuple[float, list[tuple[NodeProfile, Avail]]] | None:
+        # Walk the instants where something frees up; between them nothing can change,
+        # except on nodes with holds (a sliding window may reach a hold's start).
+        events: dict[float, list[NodeProfile]] = {}
+        for node in cand.nodes:
+            for r in node.releases:
+                if r.end > self.now and r.end != INFINITY:
+                    events.setdefault(r.end, []).append(node)
+            for h in node.holds:
+                if h.end > self.now and h.end != INFINITY:
+                    events.setdefault(h.end, []).append(node)
+        first = max(self.now, cand.not_before)
+        times = sorted(t for t in events if t > first)
+        with_holds = [n for n in cand.nodes if n.holds]
+        fitting: dict[str, tuple[NodeProfile, Avail]] = {}
+
+        def check(nodes: Iterable[NodeProfile], t: float) -> None:
+            for node in nodes:
+                avail = node.window(t, t + duration, cand.ignore)
+                if node.fits(avail, shape, req.exclusive):
+                    fitting[node.name] = (node, avail)
+                else:
+                    fitting.pop(node.name, None)
+
+        check(cand.nodes, first)
+        for t in [first, *times]:
+            if t != first:
+                check(events[t], t)
+                check(with_holds, t)
+            if t + duration > cand.not_after:
+                return None
+            chosen = self.choose(list(fitting.values()), shape, cand)
+            if chosen is not None:
+                return t, chosen
+        return None
+
+
+def _pick_gpus(available: frozenset[int], count: int) -> tuple[int, ...]:
+    return tuple(sorted(available)[:count])
+
+
+def schedule(snapshot: Snapshot) -> Plan:
+    """The plan for ``snapshot``: what starts now, and what every blocked job waits for."""
+    return _Pass(snapshot).run()

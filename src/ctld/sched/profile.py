@@ -1,0 +1,133 @@
+"""One node's resources over time within a pass: free now, freed later, held later.
+
+A node's availability at time t is what is free now, plus what running jobs ending by t
+give back, minus what reservations (advance ones, and the backfill reservations made
+earlier in this pass) hold at t. Running jobs only ever give resources back, so over a
+window [t0, t1) the least available is at t0 or at the start of a hold inside it:
+those are the only instants a check has to look at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ctld.sched.model import NodeView
+from ctld.sched.shape import Shape
+
+
+@dataclass(frozen=True)
+class Release:
+    end: float
+    cpus: int
+    mem: int
+    gpus: frozenset[int]
+    job_id: int
+
+
+@dataclass(frozen=True)
+class Hold:
+    start: float
+    end: float
+    cpus: int
+    mem: int
+    gpus: frozenset[int]
+    owner: str  # "resv:NAME" or "job:ID"
+
+
+@dataclass(frozen=True)
+class Avail:
+    cpus: int
+    mem: int
+    gpus: frozenset[int]
+    empty: bool  # nothing runs or is held: what --exclusive needs
+
+
+@dataclass
+class NodeProfile:
+    view: NodeView
+    index: int  # position in the snapshot, for deterministic ties
+    free_cpus: int
+    free_mem: int
+    free_gpus: set[int]
+    all_gpus: frozenset[int]
+    busy: bool  # something runs on it now
+    releases: list[Release] = field(default_factory=list)
+    holds: list[Hold] = field(default_factory=list)
+
+    @classmethod
+    def from_view(cls, view: NodeView, index: int) -> NodeProfile:
+        indices = view.gpu_indices if view.gpu_indices is not None else range(view.gpus_total)
+        return cls(
+            view=view,
+            index=index,
+            free_cpus=view.cpus_free,
+            free_mem=view.mem_free_mb,
+            free_gpus=set(view.gpus_free),
+            all_gpus=frozenset(indices),
+            busy=not view.idle,
+        )
+
+    @property
+    def name(self) -> str:
+        return self.view.name
+
+    def could_ever_fit(self, shape: Shape, gpu_type: str) -> bool:
+        if gpu_type and shape.gpus_per_node and self.view.gpu_type != gpu_type:
+            return False
+        return (
+            shape.cpus_per_node <= self.view.cpus_total
+            and shape.mem_per_node_mb <= self.view.mem_total_mb
+            and shape.gpus_per_node <= len(self.all_gpus)
+        )
+
+    def _at(self, t: float, ignore: str) -> Avail:
+        cpus, mem, gpus = self.free_cpus, self.free_mem, set(self.free_gpus)
+        running = self.busy
+        for r in self.releases:
+            if r.end <= t:
+                cpus += r.cpus
+                mem += r.mem
+                gpus |= r.gpus
+        if running:
+            running = any(r.end > t for r in self.releases) or not self.releases
+        held = False
+        for h in self.holds:
+            if h.owner != ignore and h.start <= t < h.end:
+                cpus -= h.cpus
+                mem -= h.mem
+                gpus -= h.gpus
+                held = True
+        return Avail(cpus, mem, frozenset(gpus), empty=not running and not held)
+
+    def window(self, t0: float, t1: float, ignore: str = "") -> Avail:
+        """What stays available for the whole of [t0, t1)."""
+        best = self._at(t0, ignore)
+        for h in self.holds:
+            if h.owner != ignore and t0 < h.start < t1:
+                at = self._at(h.start, ignore)
+                best = Avail(
+                    min(best.cpus, at.cpus),
+                    min(best.mem, at.mem),
+                    best.gpus & at.gpus,
+                    best.empty and at.empty,
+                )
+        return best
+
+    def fits(self, avail: Avail, shape: Shape, exclusive: bool) -> bool:
+        if exclusive:
+            return avail.empty and avail.cpus >= self.view.cpus_total
+        return (
+            avail.cpus >= shape.cpus_per_node
+            and avail.mem >= shape.mem_per_node_mb
+            and len(avail.gpus) >= shape.gpus_per_node
+        )
+
+    def take_now(self, cpus: int, mem: int, gpus: tuple[int, ...], end: float, job_id: int) -> None:
+        self.free_cpus -= cpus
+        self.free_mem -= mem
+        self.free_gpus.difference_update(gpus)
+        self.busy = True
+        self.releases.append(Release(end, cpus, mem, frozenset(gpus), job_id))
+
+    def hold(self, hold: Hold) -> None:
+        self.holds.append(hold)
