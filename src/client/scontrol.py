@@ -20,6 +20,7 @@ from client.fmt import (
     or_null,
     parse_job_ids,
     res,
+    split_list,
     user_name,
 )
 from client.options import COUNT, FLAG, Option, OptionParser
@@ -163,7 +164,8 @@ def _identity_lines(job: Json, spec: Json) -> list[str]:
         f"UserId={text(job, 'user') or user_name(uid)}({uid}) "
         f"GroupId={group_name(gid)}({gid}) MCS_label=N/A",
         f"Priority={num(job, 'priority')} Nice={num(spec, 'nice')} "
-        f"Account={or_null(text(job, 'account'))} QOS={or_null(text(spec, 'qos'))}",
+        f"Account={or_null(text(job, 'account'))} "
+        f"QOS={or_null(text(job, 'qos') or text(spec, 'qos'))}",
         # Slurm turns blanks of a reason into '_' so that the line splits on spaces
         f"JobState={job_state(job)} Reason={(text(job, 'reason') or 'None').replace(' ', '_')} "
         f"Dependency={or_null(text(spec, 'dependency'))}",
@@ -174,6 +176,8 @@ def _identity_lines(job: Json, spec: Json) -> list[str]:
 
 def _time_lines(job: Json, now: float) -> list[str]:
     submit, start = real(job, "submitTime"), real(job, "startTime")
+    if job_state(job) == "PENDING":
+        start = real(job, "expectedStart")  # the backfill forecast, as Slurm shows it
     return [
         f"RunTime={hms(run_time(job, now))} TimeLimit={limit_text(num(job, 'timeLimitS'))} "
         "TimeMin=N/A",
@@ -193,6 +197,8 @@ def _placement_lines(job: Json, spec: Json) -> list[str]:
         f"ExcNodeList={or_null(text(spec, 'exclude'))}",
         f"NodeList={text(job, 'nodelist')}",
     ]
+    if text(job, "forecastNodes") and job_state(job) == "PENDING":
+        lines.append(f"SchedNodeList={text(job, 'forecastNodes')}")
     if text(job, "batchHost"):
         lines.append(f"BatchHost={text(job, 'batchHost')}")
     return [
@@ -213,6 +219,8 @@ def _file_lines(job: Json, spec: Json) -> list[str]:
     err, stdin, out = std_paths(job)
     command = text(spec, "command") or "(null)"  # --wrap and stdin scripts have no path
     lines = [f"Command={command}", f"WorkDir={text(spec, 'workDir')}"]
+    if text(spec, "reservation"):
+        lines.insert(0, f"Reservation={text(spec, 'reservation')}")
     if text(spec, "comment"):
         lines.append(f"Comment={text(spec, 'comment')} ")
     lines += [f"StdErr={err}", f"StdIn={stdin}", f"StdOut={out}", "Power="]
@@ -470,12 +478,83 @@ OPTIONS = (
 )
 
 
+UPDATE_KEYS = {"timelimit", "partition", "priority", "nice", "numnodes"}
+
+
+def update_request(words: Sequence[str]) -> Json:
+    """``update job N Key=Value...`` or ``update JobId=N Key=Value...`` as a request."""
+    from corral.slurmfmt import UNLIMITED, parse_duration
+
+    ids: list[str] = []
+    request: Json = {"action": "JOB_UPDATE_FIELDS"}
+    rest = list(words)
+    if rest and rest[0].lower() == "job" and len(rest) > 1:
+        ids = parse_job_ids(rest[1])
+        rest = rest[2:]
+    for word in rest:
+        key, eq, value = word.partition("=")
+        lower = key.lower()
+        if not eq:
+            raise Reported(f"Invalid input: {word}\nRequest aborted")
+        if lower in ("jobid", "job"):
+            ids = parse_job_ids(value)
+        elif lower == "timelimit":
+            try:
+                limit = parse_duration(value)
+            except InvalidOption:
+                raise Reported(f"Invalid TimeLimit value: {value}") from None
+            request["timeLimitS"] = str(-1 if limit == UNLIMITED else limit)
+        elif lower == "partition":
+            request["partitions"] = split_list(value)
+        elif lower in ("priority", "nice", "numnodes"):
+            if not value.lstrip("-").isdigit():
+                raise Reported(f"Invalid {key} value: {value}")
+            field = {"priority": "priority", "nice": "nice", "numnodes": "numNodes"}[lower]
+            request[field] = int(value)
+        else:
+            raise Reported(f"Update of this parameter is not supported: {word}\nRequest aborted")
+    if not ids:
+        raise Reported("No job id specified\nRequest aborted")
+    request["jobIds"] = ids
+    return request
+
+
+def update(words: Sequence[str]) -> int:
+    if not words:
+        raise Reported("too few arguments for keyword:update")
+    request = update_request(words)
+    reply = client().call("UpdateJob", request)
+    lines = hold_messages(reply.get("outcomes", []))
+    if lines:
+        sys.stderr.write(
+            "".join(line.replace("slurm_suspend", "slurm_update") + "\n" for line in lines)
+        )
+        return 1
+    return 0
+
+
+def top(words: Sequence[str]) -> int:
+    if not words:
+        raise Reported("too few arguments for keyword:top")
+    ids = [i for w in words for i in parse_job_ids(w)]
+    reply = client().call("UpdateJob", {"jobIds": ids, "action": "JOB_UPDATE_TOP"})
+    lines = hold_messages(reply.get("outcomes", []))
+    if lines:
+        sys.stderr.write("".join(line + "\n" for line in lines))
+        return 1
+    return 0
+
+
 def dispatch(words: Sequence[str], one_liner: bool) -> int:
     command = words[0].lower()
     if len(command) >= 3 and "show".startswith(command):
         return show(words[1:], one_liner)
     if command in HOLD_ACTIONS:
         return update_holds(command, words[1:])
+    if len(command) >= 3 and "update".startswith(command):
+        return update(words[1:])
+    if command == "top":
+        return top(words[1:])
     if command in ("version", "-v"):
         sys.stdout.write(f"slurm {__version__} (corral)\n")
         return 0

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 PROG = "squeue"
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
+START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %.20Y %R"  # squeue --start
 DEFAULT_SORT = "P,t,-p"  # partition, state, priority (highest first)
 #: What squeue lists when no -t is given, as Slurm.
 ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT"})
@@ -103,6 +104,13 @@ def end_time(job: Json) -> str:
             return "NONE"
         return format_timestamp(real(job, "startTime") + limit)
     return format_timestamp(real(job, "endTime"), unknown="N/A")
+
+
+def start_time(job: Json) -> float:
+    """When it started, or (pending) when the backfill pass expects it to."""
+    if job_state(job) == "PENDING":
+        return real(job, "expectedStart")
+    return real(job, "startTime")
 
 
 def reason(job: Json) -> str:
@@ -188,23 +196,23 @@ COLUMNS: dict[str, Column] = {
     "O": _col("CONTIGUOUS", _const("0")),
     "p": _col("PRIORITY", lambda r: priority_share(r.job)),
     "P": _col("PARTITION", _job("partition")),
-    "q": _col("QOS", _spec("qos", null=True)),
+    "q": _col("QOS", lambda r: or_null(text(r.job, "qos") or text(r.spec, "qos"))),
     "Q": _col("PRIORITY", _number("priority")),
     "r": _col("REASON", lambda r: reason(r.job)),
     "R": _col("NODELIST(REASON)", lambda r: reason_or_nodes(r.job), header_cut=False),
-    "S": _col("START_TIME", lambda r: format_timestamp(real(r.job, "startTime"), unknown="N/A")),
+    "S": _col("START_TIME", lambda r: format_timestamp(start_time(r.job), unknown="N/A")),
     "t": _col("ST", lambda r: JOB_STATE_CODES.get(job_state(r.job), "?")),
     "T": _col("STATE", lambda r: job_state(r.job)),
     "u": _col("USER", _job("user")),
     "U": _col("UID", _number("uid")),
-    "v": _col("RESERVATION", _const("(null)")),
+    "v": _col("RESERVATION", _spec("reservation", null=True)),
     "V": _col("SUBMIT_TIME", lambda r: format_timestamp(real(r.job, "submitTime"), unknown="N/A")),
     "w": _col("WCKEY", _spec("wckey", null=True)),
     "W": _col("LICENSES", _const("(null)")),
     "x": _col("EXC_NODES", _spec("exclude")),
     "X": _col("CORE_SPEC", _const("N/A")),
     "y": _col("NICE", lambda r: str(num(r.spec, "nice"))),
-    "Y": _col("SCHEDNODES", _const("(null)")),
+    "Y": _col("SCHEDNODES", lambda r: or_null(text(r.job, "forecastNodes"))),
     "z": _col("S:C:T", _const("*:*:*")),
     "Z": _col("WORK_DIR", _spec("workDir")),
 }
@@ -226,7 +234,7 @@ def _sort_keys() -> dict[str, Callable[[Row], Any]]:
         "p": lambda r: num(r.job, "priority"),
         "P": lambda r: text(r.job, "partition"),
         "Q": lambda r: num(r.job, "priority"),
-        "S": lambda r: real(r.job, "startTime"),
+        "S": lambda r: start_time(r.job),
         "t": lambda r: JOB_STATE_CODES.get(job_state(r.job), ""),
         "T": lambda r: job_state(r.job),
         "u": lambda r: text(r.job, "user"),
@@ -301,6 +309,7 @@ OPTIONS = (
     Option("p", "partition", "partition", help="comma separated list of partitions"),
     Option("r", "array", "array", FLAG, help="(no effect: corral has no job arrays yet)"),
     Option("S", "sort", "sort", help="comma separated list of sort fields"),
+    Option("", "start", "start", FLAG, help="expected start times of pending jobs"),
     Option("t", "states", "states", help="comma separated list of states, or all"),
     Option("u", "user", "user", help="comma separated list of users or uids"),
     Option("v", "verbose", "verbose", COUNT, help="(accepted for compatibility)"),
@@ -324,6 +333,8 @@ def build_filter(opts: dict[str, Any], me: str) -> tuple[Json, set[str] | None]:
         if opts.get(opt):
             flt[key] = split_list(opts[opt])
     states: set[str] | None = set(ACTIVE_STATES)
+    if opts.get("start"):
+        states = {"PENDING"}
     if opts.get("states"):
         states = parse_states(opts["states"])
     if states is not None:
@@ -366,13 +377,15 @@ def main_body(argv: Sequence[str]) -> int:
         reply = on_nodes(reply, opts["nodelist"])
     long = bool(opts.get("long"))
     fmt = opts.get("format") or os.environ.get("SQUEUE_FORMAT") or ""
+    default = START_FORMAT if opts.get("start") else LONG_FORMAT if long else DEFAULT_FORMAT
+    default_sort = "S" if opts.get("start") else DEFAULT_SORT
     sys.stdout.write(
         format_jobs(
             reply,
-            fmt or (LONG_FORMAT if long else DEFAULT_FORMAT),
+            fmt or default,
             header=not opts.get("noheader"),
             states=states,
-            sort=opts.get("sort") or os.environ.get("SQUEUE_SORT") or DEFAULT_SORT,
+            sort=opts.get("sort") or os.environ.get("SQUEUE_SORT") or default_sort,
             long_date=long,
         )
     )

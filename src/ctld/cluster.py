@@ -30,6 +30,7 @@ from corral.errors import (
     InvalidQos,
     InvalidRequest,
     JobStateConflict,
+    PermissionDenied,
 )
 from corral.identity import Identity
 from corral.patterns import batch_output_paths
@@ -429,12 +430,123 @@ class Cluster:
         ops: list[Op] = []
         now = self.clock()
         cause = f"rpc:UpdateJob user={who.user}"
+        if req.action == pb.JOB_UPDATE_TOP:
+            return await self._top(who, req, cause, now)
         for job_id in req.job_ids:
             try:
                 job = self.job(job_id)
                 self.policy.check_job(who, job, "update")
-                self._apply_hold(who, job, req.action, cause, now)
+                if req.action == pb.JOB_UPDATE_FIELDS:
+                    self._update_fields(who, job, req, cause, now)
+                else:
+                    self._apply_hold(who, job, req.action, cause, now)
                 ops.append(self._save(job))
+                outcomes.append(pb.CancelOutcome(job_id=job_id, ok=True))
+            except CorralError as exc:
+                outcomes.append(
+                    pb.CancelOutcome(
+                        job_id=job_id, ok=False, error=type(exc).__name__, message=exc.message
+                    )
+                )
+        if ops:
+            await self.store.commit(*ops)
+            self.wake()
+        return outcomes
+
+    def _update_fields(
+        self, who: Identity, job: pb.Job, req: pb.UpdateJobRequest, cause: str, now: float
+    ) -> None:
+        """scontrol update job: what a pending job asks for; a running job's limit."""
+        operator = self.policy.is_operator(who)
+        changes: list[str] = []
+        spec = pb.JobSpec()
+        spec.CopyFrom(job.spec)
+        if job.state in js.FINISHED:
+            raise JobStateConflict("Job has already finished")
+        pending_only = req.partitions or req.HasField("num_nodes")
+        if pending_only and job.state != js.PENDING:
+            raise JobStateConflict("Job is no longer pending execution")
+        if req.HasField("time_limit_s"):
+            limit = req.time_limit_s
+            longer = (limit < 0 and job.time_limit_s >= 0) or 0 <= job.time_limit_s < limit
+            if longer and not operator:
+                raise PermissionDenied(
+                    "Access/permission denied: only an operator may extend a time limit"
+                )
+            spec.time_limit_s = limit if limit != 0 else -1
+            changes.append(f"TimeLimit={limit}")
+        if req.partitions:
+            spec.partitions[:] = list(req.partitions)
+            changes.append(f"Partition={','.join(req.partitions)}")
+        if req.HasField("num_nodes"):
+            if req.num_nodes < 1:
+                raise InvalidRequest("Invalid node count specified")
+            spec.nodes_min = spec.nodes_max = req.num_nodes
+            changes.append(f"NumNodes={req.num_nodes}")
+        if req.HasField("nice"):
+            if req.nice < 0 and not operator:
+                raise PermissionDenied(
+                    "Access/permission denied: a negative nice needs an operator"
+                )
+            if abs(req.nice) > 2147483645:
+                raise InvalidRequest("Invalid nice value")
+            spec.nice = req.nice
+            changes.append(f"Nice={req.nice}")
+        if req.HasField("priority"):
+            if not operator and req.priority > job.priority:
+                raise PermissionDenied(
+                    "Access/permission denied: only an operator may raise a priority"
+                )
+            changes.append(f"Priority={req.priority}")
+        if not changes:
+            raise InvalidRequest("No changes specified")
+        if job.state == js.PENDING:
+            accepted = validate_spec(spec, self.config, self._capacity())
+            spec.partitions[:] = accepted.partitions
+            job.partition = accepted.partitions[0]
+            job.time_limit_s = accepted.time_limit_s
+        elif req.HasField("time_limit_s"):
+            job.time_limit_s = spec.time_limit_s
+        job.spec.CopyFrom(spec)
+        if req.HasField("priority"):
+            job.admin_priority = req.priority
+        if job.state == js.PENDING:
+            self._fill_request_totals(job)
+            self._requests.pop(job.job_id, None)
+            if not job.hold:
+                apply_factors(job, self.priorities.factors(job, now))
+        js.transition(job, "updated", cause=cause, now=now, detail=" ".join(changes))
+
+    async def _top(
+        self, who: Identity, req: pb.UpdateJobRequest, cause: str, now: float
+    ) -> list[pb.CancelOutcome]:
+        """Put the jobs first among the owner's pending jobs with the same partition,
+        account and QOS, trading priorities within that set so nobody else loses."""
+        outcomes, ops = [], []
+        for job_id in req.job_ids:
+            try:
+                job = self.job(job_id)
+                self.policy.check_job(who, job, "update")
+                if job.state != js.PENDING:
+                    raise JobStateConflict("Job is no longer pending execution")
+                peers = [
+                    j
+                    for j in self.jobs.values()
+                    if j.state == js.PENDING
+                    and (not j.hold or j is job)
+                    and (j.uid, j.partition, j.account, j.qos)
+                    == (job.uid, job.partition, job.account, job.qos)
+                ]
+                ranked = sorted(peers, key=lambda j: (-j.priority, j.submit_time, j.job_id))
+                values = [j.priority for j in ranked]
+                ranked.remove(job)
+                for peer, value in zip([job, *ranked], values, strict=True):
+                    if peer.priority != value or peer is job:
+                        peer.admin_priority = value
+                        peer.priority = value
+                        self._requests.pop(peer.job_id, None)
+                        js.transition(peer, "updated", cause=cause, now=now, detail="top")
+                        ops.append(self._save(peer))
                 outcomes.append(pb.CancelOutcome(job_id=job_id, ok=True))
             except CorralError as exc:
                 outcomes.append(

@@ -11,7 +11,7 @@ InvalidTransition: that is a bug in ctld, never a user error.
                           |                    +--launch_failed--> FAILED
                           |                       +--cancel_requested--> COMPLETING --exited--^
                           +--cancelled--> CANCELLED
-    held / released / signalled / recovered keep the state and only add to the story.
+    held / released / signalled / recovered / updated keep the state and only add to the story.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ EVENTS: dict[str, tuple[frozenset[int], frozenset[int]]] = {
     "launch_failed": (frozenset({RUNNING}), frozenset({FAILED})),
     "requeued": (frozenset({RUNNING}), frozenset({PENDING})),
     "recovered": (ACTIVE, _SAME),
+    "updated": (ACTIVE, _SAME),
 }
 
 

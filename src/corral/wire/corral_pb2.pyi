@@ -135,6 +135,10 @@ class _JobUpdateActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobUp
     """admin hold when the caller is an operator, else user hold"""
     JOB_UPDATE_USER_HOLD: _JobUpdateAction.ValueType  # 2
     JOB_UPDATE_RELEASE: _JobUpdateAction.ValueType  # 3
+    JOB_UPDATE_FIELDS: _JobUpdateAction.ValueType  # 100
+    """scontrol update job: the optional fields below that are set"""
+    JOB_UPDATE_TOP: _JobUpdateAction.ValueType  # 101
+    """scontrol top: first among the owner's like jobs"""
 
 class JobUpdateAction(_JobUpdateAction, metaclass=_JobUpdateActionEnumTypeWrapper): ...
 
@@ -143,6 +147,10 @@ JOB_UPDATE_HOLD: JobUpdateAction.ValueType  # 1
 """admin hold when the caller is an operator, else user hold"""
 JOB_UPDATE_USER_HOLD: JobUpdateAction.ValueType  # 2
 JOB_UPDATE_RELEASE: JobUpdateAction.ValueType  # 3
+JOB_UPDATE_FIELDS: JobUpdateAction.ValueType  # 100
+"""scontrol update job: the optional fields below that are set"""
+JOB_UPDATE_TOP: JobUpdateAction.ValueType  # 101
+"""scontrol top: first among the owner's like jobs"""
 Global___JobUpdateAction: _TypeAlias = JobUpdateAction  # noqa: Y015
 
 @_typing.final
@@ -1174,20 +1182,58 @@ class UpdateJobRequest(_message.Message):
 
     JOB_IDS_FIELD_NUMBER: _builtins.int
     ACTION_FIELD_NUMBER: _builtins.int
+    TIME_LIMIT_S_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    NICE_FIELD_NUMBER: _builtins.int
+    NUM_NODES_FIELD_NUMBER: _builtins.int
     action: Global___JobUpdateAction.ValueType
+    time_limit_s: _builtins.int
+    """-- JOB_UPDATE_FIELDS (field numbers 100+) --
+    -1: UNLIMITED
+    """
+    priority: _builtins.int
+    """operators only"""
+    nice: _builtins.int
+    """negative: operators only"""
+    num_nodes: _builtins.int
     @_builtins.property
     def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """empty: unchanged"""
+
     def __init__(
         self,
         *,
         job_ids: _abc.Iterable[_builtins.int] | None = ...,
         action: Global___JobUpdateAction.ValueType = ...,
+        time_limit_s: _builtins.int | None = ...,
+        partitions: _abc.Iterable[_builtins.str] | None = ...,
+        priority: _builtins.int | None = ...,
+        nice: _builtins.int | None = ...,
+        num_nodes: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "nice", b"nice", "num_nodes", b"num_nodes", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "job_ids", b"job_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "action", b"action", "job_ids", b"job_ids", "nice", b"nice", "num_nodes", b"num_nodes", "partitions", b"partitions", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__nice: _TypeAlias = _typing.Literal["nice"]  # noqa: Y015
+    _WhichOneofArgType__nice: _TypeAlias = _typing.Literal["_nice", b"_nice"]  # noqa: Y015
+    _WhichOneofReturnType__num_nodes: _TypeAlias = _typing.Literal["num_nodes"]  # noqa: Y015
+    _WhichOneofArgType__num_nodes: _TypeAlias = _typing.Literal["_num_nodes", b"_num_nodes"]  # noqa: Y015
+    _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
+    _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    _WhichOneofReturnType__time_limit_s: _TypeAlias = _typing.Literal["time_limit_s"]  # noqa: Y015
+    _WhichOneofArgType__time_limit_s: _TypeAlias = _typing.Literal["_time_limit_s", b"_time_limit_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__nice) -> _WhichOneofReturnType__nice | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__num_nodes) -> _WhichOneofReturnType__num_nodes | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__time_limit_s) -> _WhichOneofReturnType__time_limit_s | None: ...
 
 Global___UpdateJobRequest: _TypeAlias = UpdateJobRequest  # noqa: Y015
 

@@ -1,0 +1,142 @@
+"""sshare: the fair-share tree, its shares, usage and fair-share factors.
+
+Columns as Slurm's default (Account, User, RawShares, NormShares, RawUsage,
+EffectvUsage, FairShare; ``-l`` adds NormUsage), accounts indented by depth, ``-P``
+for ``|``-separated output. Without ``-a`` or ``-u`` it shows the accounts and the
+caller's own associations, as Slurm does. ``format_shares`` is pure, for tests.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from client.common import client, num, real, run, text
+from client.fmt import Reported, call, split_list
+from client.options import FLAG, Option, OptionParser
+from corral import __version__
+from corral.errors import InvalidOption
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from client.common import Json
+
+PROG = "sshare"
+# (header, width, right-justified)
+COLUMNS = (
+    ("Account", 20, False),
+    ("User", 10, True),
+    ("RawShares", 10, True),
+    ("NormShares", 11, True),
+    ("RawUsage", 11, True),
+    ("EffectvUsage", 13, True),
+    ("FairShare", 10, True),
+)
+LONG_EXTRA = ("NormUsage", 11, True)
+
+
+def _cells(row: Json, long: bool) -> list[str]:
+    depth = num(row, "depth")
+    is_root = text(row, "account") == "root" and not text(row, "user")
+    account = " " * depth + text(row, "account")
+    cells = [
+        account,
+        text(row, "user"),
+        "" if is_root else str(num(row, "rawShares")),
+        f"{real(row, 'normShares'):.6f}",
+        str(round(real(row, "rawUsage"))),
+        f"{real(row, 'effectiveUsage'):.6f}",
+        "" if is_root else f"{real(row, 'fairshare'):.6f}",
+    ]
+    if long:
+        cells.insert(5, f"{real(row, 'normUsage'):.6f}")
+    return cells
+
+
+def format_shares(
+    reply: Json, *, long: bool = False, parsable: bool = False, header: bool = True
+) -> str:
+    columns = list(COLUMNS)
+    if long:
+        columns.insert(5, LONG_EXTRA)
+    lines: list[str] = []
+    if parsable:
+        if header:
+            lines.append("|".join(c[0] for c in columns) + "|")
+        lines.extend("|".join(_cells(r, long)) + "|" for r in _rows(reply))
+        return "".join(line + "\n" for line in lines)
+
+    def fixed(cells: Sequence[str]) -> str:
+        out = []
+        for (_, width, right), cell in zip(columns, cells, strict=True):
+            out.append(cell.rjust(width)[:width] if right else cell[:width].ljust(width))
+        return " ".join(out) + " "
+
+    if header:
+        lines.append(fixed([c[0] for c in columns]))
+        lines.append(" ".join("-" * c[1] for c in columns) + " ")
+    lines.extend(fixed(_cells(r, long)) for r in _rows(reply))
+    return "".join(line + "\n" for line in lines)
+
+
+def _rows(reply: Json) -> list[Json]:
+    rows: list[Json] = reply.get("rows", [])
+    return rows
+
+
+OPTIONS = (
+    Option("a", "all", "all", FLAG, help="all users"),
+    Option("A", "accounts", "accounts", help="comma separated list of accounts"),
+    Option("l", "long", "long", FLAG, help="more columns"),
+    Option("n", "noheader", "noheader", FLAG, help="no header lines"),
+    Option("P", "parsable2", "parsable", FLAG, help="'|' separated output"),
+    Option("p", "parsable", "parsable", FLAG, help="'|' separated output"),
+    Option("u", "users", "users", help="comma separated list of users"),
+    Option("", "help", "help", FLAG, help="this help"),
+    Option("", "usage", "usage", FLAG, help="this help"),
+    Option("V", "version", "version", FLAG, help="print the version"),
+)
+
+
+def main_body(argv: Sequence[str]) -> int:
+    parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [OPTIONS...]")
+    opts, rest = parser.parse(argv)
+    if opts.get("help") or opts.get("usage"):
+        sys.stdout.write(parser.help_text())
+        return 0
+    if opts.get("version"):
+        sys.stdout.write(f"slurm {__version__} (corral)\n")
+        return 0
+    if rest:
+        raise InvalidOption(f"Unrecognized option: {rest[0]}")
+    api = client()
+    request: Json = {}
+    if opts.get("accounts"):
+        request["accounts"] = split_list(opts["accounts"])
+    if opts.get("users"):
+        request["users"] = split_list(opts["users"])
+    elif not opts.get("all"):
+        request["users"] = [api.identity.user]
+    try:
+        reply = call(api, "GetShares", request, "sshare")
+    except Reported as exc:
+        sys.stderr.write(exc.message + "\n")
+        return 1
+    sys.stdout.write(
+        format_shares(
+            reply,
+            long=bool(opts.get("long")),
+            parsable=bool(opts.get("parsable")),
+            header=not opts.get("noheader"),
+        )
+    )
+    return 0
+
+
+def main() -> None:
+    run(PROG, lambda: main_body(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
