@@ -175,7 +175,8 @@ def _identity_lines(job: Json, spec: Json) -> list[str]:
 
 
 def _time_lines(job: Json, now: float) -> list[str]:
-    submit, start = real(job, "submitTime"), real(job, "startTime")
+    submit, started = real(job, "submitTime"), real(job, "startTime")
+    start = started
     if job_state(job) == "PENDING":
         start = real(job, "expectedStart")  # the backfill forecast, as Slurm shows it
     return [
@@ -185,7 +186,7 @@ def _time_lines(job: Json, now: float) -> list[str]:
         f"AccrueTime={eligible(job, 'eligibleTime')}",
         f"StartTime={format_timestamp(start)} EndTime={end_time(job)} Deadline=N/A",
         "SuspendTime=None SecsPreSuspend=0 "
-        f"LastSchedEval={format_timestamp(start or submit)} Scheduler=Main",
+        f"LastSchedEval={format_timestamp(started or submit)} Scheduler=Main",
     ]
 
 

@@ -79,7 +79,12 @@ class Priorities:
         return now - self.last_calc >= RECALC_S
 
     def refresh(self, now: float, running: Sequence[pb.Job]) -> None:
-        self.rows = share_rows(self.tree, self.ledger.snapshot(now, running))
+        names = {a.name for a in self.tree}
+        usage: dict[tuple[str, str], float] = {}
+        for (account, user), value in self.ledger.snapshot(now, running).items():
+            key = (account if account in names else "root", user)
+            usage[key] = usage.get(key, 0.0) + value
+        self.rows = share_rows(self.tree, usage)
         self.last_calc = now
 
     def fairshare(self, account: str, user: str) -> float:

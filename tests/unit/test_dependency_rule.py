@@ -52,7 +52,8 @@ def test_commands_stay_import_light() -> None:
     """The short-lived commands must not pay for grpc, protobuf, the store or structlog."""
     code = (
         "import sys, client.sbatch, client.scancel, client.corral_cmd\n"
-        "for mod in ('client.squeue', 'client.sinfo', 'client.sacct', 'client.scontrol', 'client.sprio', 'client.sshare'):\n"
+        "for mod in ('client.squeue', 'client.sinfo', 'client.sacct', 'client.scontrol',\n"
+        "            'client.sprio', 'client.sshare'):\n"
         "    try:\n"
         "        __import__(mod)\n"
         "    except ModuleNotFoundError:\n"

@@ -5,6 +5,7 @@ For every association (an account, or a user within an account):
     S_norm = S_raw / (S_raw of it and its siblings) * S_norm(parent)      (root: 1)
     U_norm = its decayed usage / the whole cluster's decayed usage
     U_eff  = U_norm + (U_eff(parent) - U_norm) * S_raw / (S_raw of it and siblings)
+             (the root's children: U_eff = U_norm, since the root holds all usage)
     F      = 2 ** (-U_eff / S_norm)                                       (S_norm 0: 0)
 
 so a user who used nothing has F = 1, one who used exactly their share F = 0.5, and
@@ -80,7 +81,7 @@ def share_rows(
 
     def visit(acct: AccountShare, depth: int, s_norm: float, u_eff_parent: float, sib: int) -> None:
         u_norm = norm(account_usage.get(acct.name, 0.0))
-        if acct.name == ROOT:
+        if acct.name == ROOT or acct.parent in ("", ROOT):
             u_eff = u_norm
         else:
             u_eff = u_norm + (u_eff_parent - u_norm) * (acct.shares / sib if sib else 0.0)
@@ -102,7 +103,10 @@ def share_rows(
         for user, shares in sorted(acct.users):
             raw = usage.get((acct.name, user), 0.0)
             un = norm(raw)
-            ue = un + (u_eff - un) * (shares / siblings if siblings else 0.0)
+            if acct.name == ROOT:
+                ue = un
+            else:
+                ue = un + (u_eff - un) * (shares / siblings if siblings else 0.0)
             sn = s_norm * shares / siblings if siblings else 0.0
             rows.append(
                 ShareRow(acct.name, user, depth + 1, shares, sn, raw, un, ue, _factor(ue, sn))

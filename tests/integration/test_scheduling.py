@@ -1,0 +1,81 @@
+"""The scheduler through the real daemons: backfill around a waiting 2-node job,
+forecasts in squeue --start, reasons, sprio/sshare, dependencies, updates."""
+
+from __future__ import annotations
+
+import time
+
+from corral.testing import LocalCluster
+from tests.conftest import Commands, wait_for
+
+
+def submit(cmd: Commands, *args: str) -> str:
+    return cmd("sbatch", "--parsable", *args).stdout.strip()
+
+
+def test_short_jobs_backfill_around_a_waiting_two_node_job(
+    cluster: LocalCluster, cmd: Commands
+) -> None:
+    # node01's GPUs are busy for at most 8 s: a 2-node, 8-GPU job must wait for it
+    first = submit(cmd, "--gres=gpu:8", "-t", "0:08", "--wrap", "sleep 5")
+    cmd.wait_state(first, "RUNNING")
+    big = submit(cmd, "-N2", "--gres=gpu:8", "-t", "0:20", "--wrap", "true")
+    wait_for(lambda: cmd.job(big).get("reason") == "Resources", 30, "the big job to wait")
+    forecast = float(cmd.job(big)["expectedStart"])
+    started_first = float(cmd.job(first)["startTime"])
+    assert abs(forecast - (started_first + 8)) < 1.5  # when node01's job hits its limit
+    # ends before the forecast: backfilled onto node02 at once
+    short = submit(cmd, "--gres=gpu:8", "-t", "0:02", "--wrap", "true")
+    # would still hold node02 at the forecast: must not start, however idle node02 is
+    long = submit(cmd, "--gres=gpu:8", "-t", "5:00", "--wrap", "true")
+    cmd.wait_state(short, "RUNNING", "COMPLETED")
+    wait_for(lambda: cmd.job(long).get("reason") == "Priority", 30, "the long job's reason")
+    assert cmd.job(long)["state"] == "JOB_STATE_PENDING"
+
+    start = cmd("squeue", "--start", "-h", "-o", "%i %S %Y %R").stdout.splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in start}
+    assert rows[big][1] == "node[01-02]" and rows[big][2] == "(Resources)"
+    assert rows[big][0] == time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(int(forecast)))
+    assert rows[long][2] == "(Priority)"
+
+    prio = cmd("sprio", "-h", "-o", "%i %Y %A %F %J").stdout.split("\n")
+    assert {line.split()[0] for line in prio if line} == {big, long}
+    sprio_big = next(line.split() for line in prio if line.startswith(big))
+    assert int(sprio_big[1]) == int(cmd.job(big)["priority"]) > 1
+    assert 0 < int(sprio_big[3]) <= 10000  # the fair-share part, from root's usage
+
+    job = cmd.wait_state(big, "COMPLETED", timeout=60)
+    assert float(job["startTime"]) <= forecast + 3  # started at (or before) its forecast
+    assert float(cmd.job(short)["endTime"]) <= float(job["startTime"])
+
+
+def test_dependencies_hold_until_met_and_never_satisfied(
+    cluster: LocalCluster, cmd: Commands
+) -> None:
+    first = submit(cmd, "--wrap", "sleep 1; exit 3")
+    ok = submit(cmd, f"--dependency=afterok:{first}", "--wrap", "true")
+    notok = submit(cmd, f"--dependency=afternotok:{first}", "--wrap", "true")
+    wait_for(lambda: cmd.job(ok).get("reason") == "Dependency", 30, "Dependency reason")
+    cmd.wait_state(first, "FAILED")
+    cmd.wait_state(notok, "COMPLETED")
+    wait_for(
+        lambda: cmd.job(ok).get("reason") == "DependencyNeverSatisfied",
+        30,
+        "DependencyNeverSatisfied",
+    )
+    assert cmd.job(ok)["state"] == "JOB_STATE_PENDING"
+    bad = cmd("sbatch", "--dependency=afterok:999999", "--wrap", "true", check=False)
+    assert bad.returncode == 1 and "Job dependency problem" in bad.stderr
+
+
+def test_update_job_and_shares(cluster: LocalCluster, cmd: Commands) -> None:
+    held = submit(cmd, "-H", "-t", "10", "--wrap", "true")
+    cmd("scontrol", "update", "job", held, "TimeLimit=5", "Nice=10")
+    job = cmd.job(held)
+    assert job["timeLimitS"] == "300" and job["spec"]["nice"] == 10
+    assert job["events"][-1]["event"] == "updated"
+    bad = cmd("scontrol", "update", "JobId=" + held, "Partition=nope", check=False)
+    assert bad.returncode == 1 and "Invalid partition name specified" in bad.stderr
+    shares = cmd("sshare", "-a", "-P").stdout.splitlines()
+    assert shares[0] == "Account|User|RawShares|NormShares|RawUsage|EffectvUsage|FairShare|"
+    assert any(line.startswith(" root|root|1|") for line in shares)
