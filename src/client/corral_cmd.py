@@ -4,6 +4,7 @@ corral up [--nodes N] [--gpus-per-node G] [--state-dir DIR]   start a local clus
 corral down [--state-dir DIR]                                 stop exactly that cluster
 corral ctld [ctld options]                                    run the controller
 corral noded [noded options]                                  run a node agent
+corral why JOBID                                              why a job is not running
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ def _down(args: argparse.Namespace) -> int:
 def main_args(argv: list[str]) -> int:
     if argv and argv[0] in ("ctld", "noded"):
         return _exec_daemon(argv[0], argv[1:])
+    if argv and argv[0] == "why":
+        from client.why import main_args as why
+
+        return why(argv[1:])
     p = _Parser(prog=PROG, description="corral operator command")
     p.add_argument("--version", action="version", version=f"corral {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -92,6 +97,7 @@ def main_args(argv: list[str]) -> int:
     down.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     sub.add_parser("ctld", help="run the controller in the foreground (see corral ctld -h)")
     sub.add_parser("noded", help="run a node agent in the foreground (see corral noded -h)")
+    sub.add_parser("why", help="why a pending job is not running: corral why JOBID")
     args = p.parse_args(argv)
     if args.command == "up":
         return _up(args)

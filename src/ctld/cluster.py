@@ -11,6 +11,7 @@ thread, which commits in queue order.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import signal as signal_mod
@@ -38,6 +39,8 @@ from corral.wire import corral_pb2 as pb
 from ctld import deps
 from ctld import jobstate as js
 from ctld.auth import Policy
+from ctld.explain import explain as explain_job
+from ctld.explain import history_ratios
 from ctld.nodes import NodeRecord
 from ctld.priorities import Priorities, apply_factors
 from ctld.sched import (
@@ -117,6 +120,8 @@ class Cluster:
         )
         self.last_pass_s = 0.0
         self._gone: dict[int, pb.Job | None] = {}  # purged jobs a dependency asked about
+        # (elapsed, time limit) of recently finished jobs: how far jobs run into limits
+        self.history: collections.deque[tuple[float, float]] = collections.deque(maxlen=2000)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -138,8 +143,9 @@ class Cluster:
                     if node is not None:
                         node.allocate(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
         horizon = now - 10 * self.config.priority.decay_half_life_s  # older adds < 0.1%
-        for job in self.store.finished_since(horizon):
+        for job in sorted(self.store.finished_since(horizon), key=lambda j: j.end_time):
             self.ledger.add_finished(job)
+            self._remember_run(job)
         self.priorities.with_users((j.account, j.user) for j in loaded)
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()
@@ -705,6 +711,7 @@ class Cluster:
         )
         self._release(job)
         self.ledger.add_finished(job)
+        self._remember_run(job)
         log.info(
             "job ended",
             job_id=job.job_id,
@@ -713,6 +720,53 @@ class Cluster:
             exit_code=job.exit_code,
             signal=job.exit_signal,
         )
+
+    def _remember_run(self, job: pb.Job) -> None:
+        if job.start_time > 0 and job.time_limit_s > 0 and job.end_time >= job.start_time:
+            self.history.append((job.end_time - job.start_time, float(job.time_limit_s)))
+
+    def explain(self, who: Identity, job_id: int) -> pb.ExplainJobResponse:
+        """corral why: the job, its rank, what holds it up and what would help."""
+        job = self.job(job_id)
+        resp = pb.ExplainJobResponse(now=self.clock())
+        resp.job.CopyFrom(job)
+        del resp.job.events[:]
+        resp.job.spec.ClearField("script")
+        resp.job.spec.ClearField("environment")
+        if job.state != js.PENDING:
+            return resp
+        allowed = [
+            p.name
+            for p in self.config.partitions
+            if p.state == "UP" and (not p.allow_accounts or job.account in p.allow_accounts)
+        ]
+        found = explain_job(
+            self.snapshot(),
+            job_id,
+            history_ratios(list(self.history)),
+            lambda other: self.jobs[other].start_time if other in self.jobs else 0.0,
+            allowed,
+        )
+        if found is None:
+            return resp
+        resp.rank, resp.ahead = found.rank, found.ahead
+        if found.forecast is not None and found.forecast.start != INFINITY:
+            resp.forecast_start = found.forecast.start
+            resp.likely_start = found.likely_start
+            resp.earliest_start = found.earliest_start
+        resp.history_ratio, resp.history_jobs = found.history_ratio, found.history_jobs
+        for b in found.blockers:
+            other = self.jobs.get(b.job_id)
+            resp.blockers.add(
+                job_id=b.job_id,
+                user=other.user if other else "",
+                nodes=hostlist.compress(list(b.nodes)),
+                expected_end=b.expected_end if b.expected_end != INFINITY else 0,
+                likely_end=b.likely_end if b.likely_end != INFINITY else 0,
+            )
+        for a in found.alternatives:
+            resp.alternatives.add(change=a.change, start=a.start, now=a.now)
+        return resp
 
     def _release(self, job: pb.Job) -> None:
         for alloc in job.allocations:

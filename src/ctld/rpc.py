@@ -63,6 +63,7 @@ class ControllerApi:
             "UpdateJob": (pb.UpdateJobRequest, self.update_job),
             "GetClusterInfo": (pb.GetClusterInfoRequest, self.get_cluster_info),
             "GetShares": (pb.GetSharesRequest, self.get_shares),
+            "ExplainJob": (pb.ExplainJobRequest, self.explain_job),
         }
 
     async def call(self, method: str, request: Message, metadata: Mapping[str, str]) -> Message:
@@ -175,6 +176,9 @@ class ControllerApi:
             last_pass_s=self.cluster.last_pass_s,
         )
 
+    async def explain_job(self, req: pb.ExplainJobRequest, who: Identity) -> pb.ExplainJobResponse:
+        return self.cluster.explain(who, req.job_id)
+
     async def get_shares(self, req: pb.GetSharesRequest, who: Identity) -> pb.GetSharesResponse:
         return pb.GetSharesResponse(rows=self.cluster.share_rows(req.accounts, req.users))
 
@@ -229,6 +233,9 @@ class ControllerServicer(pbg.ControllerServicer):
 
     async def GetShares(self, request: Any, context: Any) -> Any:
         return await self._call("GetShares", request, context)
+
+    async def ExplainJob(self, request: Any, context: Any) -> Any:
+        return await self._call("ExplainJob", request, context)
 
 
 class NodeControllerServicer(pbg.NodeControllerServicer):

@@ -38,6 +38,10 @@ def test_short_jobs_backfill_around_a_waiting_two_node_job(
     assert rows[big][0] == time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(int(forecast)))
     assert rows[long][2] == "(Priority)"
 
+    why = cmd("corral", "why", big).stdout
+    assert "is pending: the resources it asks for are busy [Resources]" in why
+    assert f"job {first} of " in why and "Expected start:" in why
+
     prio = cmd("sprio", "-h", "-o", "%i %Y %A %F %J").stdout.split("\n")
     assert {line.split()[0] for line in prio if line} == {big, long}
     sprio_big = next(line.split() for line in prio if line.startswith(big))

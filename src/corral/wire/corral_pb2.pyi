@@ -1391,6 +1391,146 @@ class ShareRow(_message.Message):
 Global___ShareRow: _TypeAlias = ShareRow  # noqa: Y015
 
 @_typing.final
+class ExplainJobRequest(_message.Message):
+    """corral why: a pending job explained against the scheduler's current snapshot."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExplainJobRequest: _TypeAlias = ExplainJobRequest  # noqa: Y015
+
+@_typing.final
+class Blocker(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    EXPECTED_END_FIELD_NUMBER: _builtins.int
+    LIKELY_END_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    user: _builtins.str
+    nodes: _builtins.str
+    expected_end: _builtins.float
+    """start + time limit"""
+    likely_end: _builtins.float
+    """corrected by how long past jobs really ran"""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        user: _builtins.str = ...,
+        nodes: _builtins.str = ...,
+        expected_end: _builtins.float = ...,
+        likely_end: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected_end", b"expected_end", "job_id", b"job_id", "likely_end", b"likely_end", "nodes", b"nodes", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Blocker: _TypeAlias = Blocker  # noqa: Y015
+
+@_typing.final
+class Alternative(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANGE_FIELD_NUMBER: _builtins.int
+    START_FIELD_NUMBER: _builtins.int
+    NOW_FIELD_NUMBER: _builtins.int
+    change: _builtins.str
+    """e.g. "--gres=gpu:4", "-t 1:00:00", "-p other" """
+    start: _builtins.float
+    """expected start with that change; 0: not within the plan"""
+    now: _builtins.bool
+    """it would start at once"""
+    def __init__(
+        self,
+        *,
+        change: _builtins.str = ...,
+        start: _builtins.float = ...,
+        now: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["change", b"change", "now", b"now", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Alternative: _TypeAlias = Alternative  # noqa: Y015
+
+@_typing.final
+class ExplainJobResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    RANK_FIELD_NUMBER: _builtins.int
+    AHEAD_FIELD_NUMBER: _builtins.int
+    BLOCKERS_FIELD_NUMBER: _builtins.int
+    ALTERNATIVES_FIELD_NUMBER: _builtins.int
+    FORECAST_START_FIELD_NUMBER: _builtins.int
+    LIKELY_START_FIELD_NUMBER: _builtins.int
+    EARLIEST_START_FIELD_NUMBER: _builtins.int
+    HISTORY_RATIO_FIELD_NUMBER: _builtins.int
+    HISTORY_JOBS_FIELD_NUMBER: _builtins.int
+    NOW_FIELD_NUMBER: _builtins.int
+    rank: _builtins.int
+    """1-based place among pending jobs in its partitions"""
+    ahead: _builtins.int
+    """pending jobs before it there"""
+    forecast_start: _builtins.float
+    """the plan's start (jobs run to their limits); 0: none"""
+    likely_start: _builtins.float
+    """corrected by history (median), never after forecast_start"""
+    earliest_start: _builtins.float
+    """optimistic (quarter of the history)"""
+    history_ratio: _builtins.float
+    """median of elapsed / time limit over recent finished jobs"""
+    history_jobs: _builtins.int
+    now: _builtins.float
+    @_builtins.property
+    def job(self) -> Global___Job: ...
+    @_builtins.property
+    def blockers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Blocker]: ...
+    @_builtins.property
+    def alternatives(self) -> _containers.RepeatedCompositeFieldContainer[Global___Alternative]: ...
+    def __init__(
+        self,
+        *,
+        job: Global___Job | None = ...,
+        rank: _builtins.int = ...,
+        ahead: _builtins.int = ...,
+        blockers: _abc.Iterable[Global___Blocker] | None = ...,
+        alternatives: _abc.Iterable[Global___Alternative] | None = ...,
+        forecast_start: _builtins.float = ...,
+        likely_start: _builtins.float = ...,
+        earliest_start: _builtins.float = ...,
+        history_ratio: _builtins.float = ...,
+        history_jobs: _builtins.int = ...,
+        now: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ahead", b"ahead", "alternatives", b"alternatives", "blockers", b"blockers", "earliest_start", b"earliest_start", "forecast_start", b"forecast_start", "history_jobs", b"history_jobs", "history_ratio", b"history_ratio", "job", b"job", "likely_start", b"likely_start", "now", b"now", "rank", b"rank"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExplainJobResponse: _TypeAlias = ExplainJobResponse  # noqa: Y015
+
+@_typing.final
 class GetSharesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -80,6 +80,11 @@ class ControllerStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.GetSharesRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.GetSharesResponse.FromString,
                 _registered_method=True)
+        self.ExplainJob = channel.unary_unary(
+                '/corral.v1.Controller/ExplainJob',
+                request_serializer=corral_dot_v1_dot_corral__pb2.ExplainJobRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.ExplainJobResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -139,6 +144,12 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExplainJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -186,6 +197,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.GetShares,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.GetSharesRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.GetSharesResponse.SerializeToString,
+            ),
+            'ExplainJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainJob,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.ExplainJobRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.ExplainJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -431,6 +447,33 @@ class Controller:
             '/corral.v1.Controller/GetShares',
             corral_dot_v1_dot_corral__pb2.GetSharesRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.GetSharesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/ExplainJob',
+            corral_dot_v1_dot_corral__pb2.ExplainJobRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.ExplainJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -53,6 +53,7 @@ class ControllerStub:
     UpdateJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.UpdateJobRequest, _corral_pb2.UpdateJobResponse]
     GetClusterInfo: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetClusterInfoRequest, _corral_pb2.GetClusterInfoResponse]
     GetShares: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetSharesRequest, _corral_pb2.GetSharesResponse]
+    ExplainJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.ExplainJobRequest, _corral_pb2.ExplainJobResponse]
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -66,6 +67,7 @@ class ControllerAsyncStub(ControllerStub):
     UpdateJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.UpdateJobRequest, _corral_pb2.UpdateJobResponse]  # type: ignore[assignment]
     GetClusterInfo: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetClusterInfoRequest, _corral_pb2.GetClusterInfoResponse]  # type: ignore[assignment]
     GetShares: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetSharesRequest, _corral_pb2.GetSharesResponse]  # type: ignore[assignment]
+    ExplainJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.ExplainJobRequest, _corral_pb2.ExplainJobResponse]  # type: ignore[assignment]
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -130,6 +132,13 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _corral_pb2.GetSharesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_corral_pb2.GetSharesResponse, _abc.Awaitable[_corral_pb2.GetSharesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ExplainJob(
+        self,
+        request: _corral_pb2.ExplainJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.ExplainJobResponse, _abc.Awaitable[_corral_pb2.ExplainJobResponse]]: ...
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -1,0 +1,113 @@
+"""corral why JOBID: why a pending job is not running, in plain words.
+
+Reads ctld's ExplainJob (computed on the scheduler's own snapshot) and words it:
+the reason, its rank, the running jobs it waits for and when they should end, what
+the user could change to start sooner, and when it is expected to start, as a range.
+``explain_text`` is pure, for tests.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from client.common import client, job_state, num, real, text
+from client.fmt import Reported, call, parse_job_ids
+from corral.errors import InvalidOption
+from corral.slurmfmt import format_timestamp
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from client.common import Json
+
+REASONS = {
+    "Resources": "the resources it asks for are busy",
+    "Priority": "jobs with a higher priority are ahead of it for the same resources",
+    "Dependency": "it waits for its --dependency to be met",
+    "DependencyNeverSatisfied": "its --dependency can never be met (cancel it or change it)",
+    "JobHeldUser": "you held it (scontrol release to let it run)",
+    "JobHeldAdmin": "an operator held it",
+    "BeginTime": "its --begin time has not come yet",
+    "PartitionTimeLimit": "its time limit is above the partition's MaxTime",
+    "PartitionNodeLimit": "it asks for more nodes than the partition allows",
+    "PartitionDown": "its partition is down",
+    "ReqNodeNotAvail": "a node it requires (-w, or its reservation's) is not available",
+    "Reservation": "it waits for its reservation to begin",
+    "QOSMaxJobsPerUserLimit": "you already run as many jobs as your QOS allows",
+}
+
+
+def _when(epoch: float, now: float) -> str:
+    if epoch <= 0:
+        return "unknown"
+    delta = max(epoch - now, 0)
+    if delta < 90:
+        rel = f"in {int(delta)} s"
+    elif delta < 5400:
+        rel = f"in {round(delta / 60)} min"
+    else:
+        rel = f"in {delta / 3600:.1f} h"
+    return f"{format_timestamp(epoch)} ({rel})"
+
+
+def explain_text(reply: Json) -> str:
+    job: Json = reply.get("job") or {}
+    now = real(reply, "now")
+    job_id = num(job, "jobId")
+    state = job_state(job)
+    if state != "PENDING":
+        where = f" on {text(job, 'nodelist')}" if text(job, "nodelist") else ""
+        return f"Job {job_id} is not pending: it is {state}{where}.\n"
+    reason = text(job, "reason") or "None"
+    lines = [
+        f"Job {job_id} ({text(job.get('spec') or {}, 'name')}) is pending: "
+        f"{REASONS.get(reason, reason)} [{reason}]."
+    ]
+    if num(reply, "rank"):
+        lines.append(
+            f"Priority {num(job, 'priority')}: number {num(reply, 'rank')} in the queue of its "
+            f"partition(s) ({num(reply, 'ahead')} job(s) ahead of it)."
+        )
+    blockers = reply.get("blockers") or []
+    if blockers:
+        lines.append("It waits for these running jobs to free what it needs:")
+        for b in blockers:
+            lines.append(
+                f"  job {num(b, 'jobId')} of {text(b, 'user') or '?'} on {text(b, 'nodes')}: "
+                f"at its limit {_when(real(b, 'expectedEnd'), now)}, likely "
+                f"{_when(real(b, 'likelyEnd'), now)}"
+            )
+    forecast = real(reply, "forecastStart")
+    if forecast:
+        ratio, count = real(reply, "historyRatio"), num(reply, "historyJobs")
+        lines.append(
+            f"Expected start: {_when(forecast, now)} if every running job uses its "
+            "whole time limit."
+        )
+        if count:
+            lines.append(
+                f"Recent jobs used {ratio:.0%} of their limits (median of {count}), so more "
+                f"likely {_when(real(reply, 'likelyStart'), now)}, possibly as early as "
+                f"{_when(real(reply, 'earliestStart'), now)}."
+            )
+    elif reason in ("Resources", "Priority"):
+        lines.append("No start time is forecast yet (it is beyond the backfill plan's depth).")
+    alternatives = reply.get("alternatives") or []
+    if alternatives:
+        lines.append("It would start sooner with:")
+        for a in alternatives:
+            when = "at once" if a.get("now") else _when(real(a, "start"), now)
+            lines.append(f"  {text(a, 'change')}: {when}")
+    return "".join(line + "\n" for line in lines)
+
+
+def main_args(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0].startswith("-"):
+        raise InvalidOption("usage: corral why JOBID")
+    (job_id,) = parse_job_ids(argv[0])
+    try:
+        reply = call(client(), "ExplainJob", {"jobId": job_id}, "corral why")
+    except Reported as exc:
+        sys.stderr.write(exc.message + "\n")
+        return 1
+    sys.stdout.write(explain_text(reply))
+    return 0
