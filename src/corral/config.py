@@ -30,6 +30,7 @@ class ControllerConfig:
     listen: str = ""  # address ctld binds; empty: same as host
     grpc_port: int = DEFAULT_GRPC_PORT
     http_port: int = DEFAULT_HTTP_PORT
+    metrics_port: int = 0  # 0: /metrics only on http_port
     state_dir: str = "/var/lib/corral"
     store_url: str = ""  # empty: sqlite:///<state_dir>/corral.db
     sqlite_synchronous: str = "FULL"  # FULL survives power loss; NORMAL only process crash
@@ -282,6 +283,7 @@ def _controller(sec: _Section) -> ControllerConfig:
         listen=sec.get("listen", str, d.listen),
         grpc_port=sec.port("grpc_port", d.grpc_port),
         http_port=sec.port("http_port", d.http_port),
+        metrics_port=sec.port("metrics_port", 0),
         state_dir=sec.get("state_dir", str, d.state_dir),
         store_url=sec.get("store_url", str, d.store_url),
         sqlite_synchronous=synchronous,

@@ -119,6 +119,8 @@ class Cluster:
             ),
         )
         self.last_pass_s = 0.0
+        self.last_considered = 0
+        self.starts_total = 0
         self._gone: dict[int, pb.Job | None] = {}  # purged jobs a dependency asked about
         # (elapsed, time limit) of recently finished jobs: how far jobs run into limits
         self.history: collections.deque[tuple[float, float]] = collections.deque(maxlen=2000)
@@ -907,6 +909,7 @@ class Cluster:
         snap = self.snapshot()
         plan = schedule(snap)
         self.last_pass_s = time.perf_counter() - began
+        self.last_considered = plan.considered
         await self.apply_plan(plan, pass_no=self.passes)
 
     async def apply_plan(self, plan: Plan, *, pass_no: int) -> None:
@@ -985,6 +988,7 @@ class Cluster:
         if not ops:
             return
         self.version += 1
+        self.starts_total += len(launches)
         await self.store.commit(*ops)  # RUNNING is durable before any node hears of it
         for job in launches:
             self._launching.add(job.job_id)  # from now until the node has answered

@@ -18,6 +18,7 @@ from ctld.auth import ClaimedIdentity
 from ctld.cluster import Cluster
 from ctld.dispatch import GrpcDispatcher
 from ctld.gateway import make_app
+from ctld.metrics import add_metrics_route, make_registry
 from ctld.rpc import ControllerApi, ControllerServicer, NodeControllerServicer
 from ctld.store import Store
 
@@ -43,10 +44,23 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
         raise SystemExit(f"ctld: cannot listen on {ctl.bind_host}:{ctl.grpc_port}")
     await server.start()
 
-    runner = web.AppRunner(make_app(api), access_log=None)
+    registry = make_registry(cluster)
+    app = make_app(api)
+    add_metrics_route(app, registry)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, ctl.bind_host, ctl.http_port, reuse_address=True)
     await site.start()
+    runners = [runner]
+    if ctl.metrics_port:
+        metrics_app = web.Application()
+        add_metrics_route(metrics_app, registry)
+        metrics_runner = web.AppRunner(metrics_app, access_log=None)
+        await metrics_runner.setup()
+        await web.TCPSite(
+            metrics_runner, ctl.bind_host, ctl.metrics_port, reuse_address=True
+        ).start()
+        runners.append(metrics_runner)
     log.info(
         "ctld listening",
         grpc=f"{ctl.bind_host}:{grpc_port}",
@@ -81,7 +95,8 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
     for t in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await t
-    await runner.cleanup()
+    for r in runners:
+        await r.cleanup()
     await server.stop(grace=2)
     await dispatcher.close()
     store.close()  # drains the writer: every queued commit is made durable or failed

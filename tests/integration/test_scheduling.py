@@ -83,3 +83,20 @@ def test_update_job_and_shares(cluster: LocalCluster, cmd: Commands) -> None:
     shares = cmd("sshare", "-a", "-P").stdout.splitlines()
     assert shares[0] == "Account|User|RawShares|NormShares|RawUsage|EffectvUsage|FairShare|"
     assert any(line.startswith(" root|root|1|") for line in shares)
+
+
+def test_metrics_endpoint(cluster: LocalCluster, cmd: Commands) -> None:
+    import urllib.request
+
+    running = submit(cmd, "--gres=gpu:3", "--wrap", "sleep 30")
+    held = submit(cmd, "-H", "--wrap", "true")
+    cmd.wait_state(running, "RUNNING")
+    with urllib.request.urlopen(f"http://{cluster.http_address}/metrics", timeout=10) as resp:
+        body = resp.read().decode()
+    assert 'corral_jobs{state="RUNNING"} 1.0' in body
+    assert 'corral_jobs_pending{reason="JobHeldUser"} 1.0' in body
+    assert 'corral_gpus{partition="debug",use="allocated"} 3.0' in body
+    assert 'corral_gpus{partition="debug",use="idle"} 13.0' in body
+    assert 'corral_nodes{state="MIXED"} 1.0' in body
+    assert "corral_job_starts_total 1.0" in body and "corral_sched_pass_seconds" in body
+    cmd("scancel", running, held)
