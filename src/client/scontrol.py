@@ -388,6 +388,11 @@ def show(words: Sequence[str], one_liner: bool) -> int:
         return show_nodes(name, one_liner)
     if _is(entity, "partitions", 1):
         return show_partitions(name, one_liner)
+    if _is(entity, "reservations", 1):
+        from client import scontrol_resv
+
+        sys.stdout.write(scontrol_resv.show(name, one_liner))
+        return 0
     raise Reported(f"invalid entity:{words[0]} for keyword:show ")
 
 
@@ -553,7 +558,22 @@ def dispatch(words: Sequence[str], one_liner: bool) -> int:
     if command in HOLD_ACTIONS:
         return update_holds(command, words[1:])
     if len(command) >= 3 and "update".startswith(command):
+        if any(w.lower().startswith("reservationname=") for w in words[1:]):
+            from client import scontrol_resv
+
+            scontrol_resv.update(words[1:])
+            return 0
         return update(words[1:])
+    if command == "create":
+        from client import scontrol_resv
+
+        sys.stdout.write(scontrol_resv.create(words[1:]))
+        return 0
+    if command == "delete":
+        from client import scontrol_resv
+
+        scontrol_resv.delete(words[1:])
+        return 0
     if command == "top":
         return top(words[1:])
     if command in ("version", "-v"):

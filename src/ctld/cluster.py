@@ -43,6 +43,7 @@ from ctld.explain import explain as explain_job
 from ctld.explain import history_ratios
 from ctld.nodes import NodeRecord
 from ctld.priorities import Priorities, apply_factors
+from ctld.reservations import Reservations
 from ctld.sched import (
     INFINITY,
     JobRequest,
@@ -120,6 +121,7 @@ class Cluster:
         )
         self.last_pass_s = 0.0
         self.last_considered = 0
+        self.reservations = Reservations(config, clock)
         self.starts_total = 0
         self._gone: dict[int, pb.Job | None] = {}  # purged jobs a dependency asked about
         # (elapsed, time limit) of recently finished jobs: how far jobs run into limits
@@ -144,6 +146,7 @@ class Cluster:
                     node = self.nodes.get(alloc.node)
                     if node is not None:
                         node.allocate(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
+        self.reservations.load(self.store.load_reservations())
         horizon = now - 10 * self.config.priority.decay_half_life_s  # older adds < 0.1%
         for job in sorted(self.store.finished_since(horizon), key=lambda j: j.end_time):
             self.ledger.add_finished(job)
@@ -211,6 +214,51 @@ class Cluster:
             del self.jobs[job_id]
             self._saved_events.pop(job_id, None)
             self.revisions.pop(job_id, None)
+        expired = self.reservations.expired()
+        if expired is not None:
+            self._spawn(self._commit_and_wake(expired))
+
+    async def _commit_and_wake(self, *ops: Op) -> None:
+        await self.store.commit(*ops)
+        self.wake()
+
+    # ------------------------------------------------------------ reservations
+
+    async def create_reservation(self, who: Identity, spec: pb.Reservation) -> pb.Reservation:
+        self.policy.check_operator(who, "creating a reservation")
+        resv, op = self.reservations.create(who, spec, self._pick_nodes)
+        await self._commit_and_wake(op)
+        log.info("reservation created", reservation=resv.name, nodes=resv.nodes, user=who.user)
+        return resv
+
+    async def update_reservation(self, who: Identity, req: pb.UpdateReservationRequest) -> None:
+        self.policy.check_operator(who, "updating a reservation")
+        await self._commit_and_wake(self.reservations.update(req))
+
+    async def delete_reservation(self, who: Identity, name: str) -> None:
+        self.policy.check_operator(who, "deleting a reservation")
+        await self._commit_and_wake(self.reservations.delete(name))
+
+    def reservation_list(self, names: Iterable[str]) -> list[pb.Reservation]:
+        wanted = set(names)
+        found = [
+            r for n, r in sorted(self.reservations.by_name.items()) if not wanted or n in wanted
+        ]
+        if wanted and not found:
+            raise InvalidRequest(f"Reservation {sorted(wanted)[0]} not found")
+        return found
+
+    def _pick_nodes(self, count: int, partition: str, reserved: set[str]) -> list[str]:
+        part = next((p for p in self.config.partitions if p.name == partition), None)
+        if partition and part is None:
+            raise InvalidRequest(f"Invalid partition name specified: {partition}")
+        part = part or self.config.default_partition
+        names = list(part.nodes) if part else list(self.nodes)
+        usable = [n for n in names if self.nodes[n].schedulable and n not in reserved]
+        usable.sort(key=lambda n: (bool(self.nodes[n].job_ids), n))  # idle ones first
+        if len(usable) < count:
+            raise InvalidRequest(f"Requested node configuration is not available: {count} nodes")
+        return usable[:count]
 
     # ------------------------------------------------------------ persistence
 
@@ -242,6 +290,8 @@ class Cluster:
             raise InvalidQos()
         if spec.dependency:
             self._check_dependency(spec.dependency)
+        if spec.reservation:
+            self.reservations.check_job_access(spec.reservation, who.user, spec.account)
         now = self.clock()
         job_id = self.next_job_id
         self.next_job_id += 1
@@ -861,6 +911,7 @@ class Cluster:
             partitions=parts,
             pending=tuple(pending),
             running=running,
+            reservations=self.reservations.views(),
             settings=self.settings,
         )
 

@@ -64,6 +64,10 @@ class ControllerApi:
             "GetClusterInfo": (pb.GetClusterInfoRequest, self.get_cluster_info),
             "GetShares": (pb.GetSharesRequest, self.get_shares),
             "ExplainJob": (pb.ExplainJobRequest, self.explain_job),
+            "CreateReservation": (pb.CreateReservationRequest, self.create_reservation),
+            "UpdateReservation": (pb.UpdateReservationRequest, self.update_reservation),
+            "DeleteReservation": (pb.DeleteReservationRequest, self.delete_reservation),
+            "GetReservations": (pb.GetReservationsRequest, self.get_reservations),
         }
 
     async def call(self, method: str, request: Message, metadata: Mapping[str, str]) -> Message:
@@ -179,6 +183,31 @@ class ControllerApi:
     async def explain_job(self, req: pb.ExplainJobRequest, who: Identity) -> pb.ExplainJobResponse:
         return self.cluster.explain(who, req.job_id)
 
+    async def create_reservation(
+        self, req: pb.CreateReservationRequest, who: Identity
+    ) -> pb.CreateReservationResponse:
+        resv = await self.cluster.create_reservation(who, req.reservation)
+        return pb.CreateReservationResponse(name=resv.name)
+
+    async def update_reservation(
+        self, req: pb.UpdateReservationRequest, who: Identity
+    ) -> pb.UpdateReservationResponse:
+        await self.cluster.update_reservation(who, req)
+        return pb.UpdateReservationResponse()
+
+    async def delete_reservation(
+        self, req: pb.DeleteReservationRequest, who: Identity
+    ) -> pb.DeleteReservationResponse:
+        await self.cluster.delete_reservation(who, req.name)
+        return pb.DeleteReservationResponse()
+
+    async def get_reservations(
+        self, req: pb.GetReservationsRequest, who: Identity
+    ) -> pb.GetReservationsResponse:
+        return pb.GetReservationsResponse(
+            reservations=self.cluster.reservation_list(req.names), now=self.cluster.clock()
+        )
+
     async def get_shares(self, req: pb.GetSharesRequest, who: Identity) -> pb.GetSharesResponse:
         return pb.GetSharesResponse(rows=self.cluster.share_rows(req.accounts, req.users))
 
@@ -236,6 +265,18 @@ class ControllerServicer(pbg.ControllerServicer):
 
     async def ExplainJob(self, request: Any, context: Any) -> Any:
         return await self._call("ExplainJob", request, context)
+
+    async def CreateReservation(self, request: Any, context: Any) -> Any:
+        return await self._call("CreateReservation", request, context)
+
+    async def UpdateReservation(self, request: Any, context: Any) -> Any:
+        return await self._call("UpdateReservation", request, context)
+
+    async def DeleteReservation(self, request: Any, context: Any) -> Any:
+        return await self._call("DeleteReservation", request, context)
+
+    async def GetReservations(self, request: Any, context: Any) -> Any:
+        return await self._call("GetReservations", request, context)
 
 
 class NodeControllerServicer(pbg.NodeControllerServicer):

@@ -65,6 +65,14 @@ job_events = sa.Table(
     sa.Index("ix_job_events_job", "job_id"),
 )
 
+reservations = sa.Table(
+    "reservations",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("end_time", sa.Float, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)
+
 meta = sa.Table(
     "meta",
     metadata,
@@ -80,6 +88,8 @@ class Op:
     inserts: list[dict[str, Any]] = field(default_factory=list)
     updates: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    reservations_put: list[pb.Reservation] = field(default_factory=list)
+    reservations_delete: list[str] = field(default_factory=list)
 
 
 def _job_row(job: pb.Job) -> dict[str, Any]:
@@ -130,6 +140,7 @@ _UPDATE_JOB = jobs.update().where(jobs.c.job_id == sa.bindparam("b_job_id"))
 
 def _apply(conn: Connection, ops: Iterable[Op]) -> None:
     """All ops of a group commit as three executemany statements (inserts before updates)."""
+    ops = list(ops)
     inserts: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
@@ -143,6 +154,14 @@ def _apply(conn: Connection, ops: Iterable[Op]) -> None:
         conn.execute(_UPDATE_JOB, updates)
     if events:
         conn.execute(job_events.insert(), events)
+    for op in ops:  # rare: one statement each is fine
+        for name in [*op.reservations_delete, *(r.name for r in op.reservations_put)]:
+            conn.execute(reservations.delete().where(reservations.c.name == name))
+        for resv in op.reservations_put:
+            conn.execute(
+                reservations.insert(),
+                {"name": resv.name, "end_time": resv.end_time, "data": resv.SerializeToString()},
+            )
 
 
 @dataclass
@@ -299,6 +318,11 @@ class Store:
         cond = sa.or_(jobs.c.state.in_(list(active_states)), jobs.c.end_time > finished_after)
         with self.engine.connect() as conn:
             return self._jobs_with_events(conn, sa.select(jobs.c.data).where(cond))
+
+    def load_reservations(self) -> list[pb.Reservation]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(reservations.c.data).order_by(reservations.c.name))
+            return [pb.Reservation.FromString(data) for (data,) in rows]
 
     def finished_since(self, horizon: float) -> list[pb.Job]:
         """Jobs that ran and ended after ``horizon`` (what fair-share usage is made of)."""

@@ -100,3 +100,62 @@ def test_metrics_endpoint(cluster: LocalCluster, cmd: Commands) -> None:
     assert 'corral_nodes{state="MIXED"} 1.0' in body
     assert "corral_job_starts_total 1.0" in body and "corral_sched_pass_seconds" in body
     cmd("scancel", running, held)
+
+
+def test_advance_reservation_keeps_its_node(cluster: LocalCluster, cmd: Commands) -> None:
+    from corral.errors import PermissionDenied
+    from corral.identity import current_identity
+    from corral.rest import Client
+
+    out = cmd(
+        "scontrol",
+        "create",
+        "reservation",
+        "ReservationName=maint",
+        "StartTime=now+4",
+        "Duration=1:00",
+        "Nodes=node01",
+        f"Users={current_identity().user}",
+    ).stdout
+    assert out == "Reservation created: maint\n"
+    shown = cmd("scontrol", "show", "reservation", "maint").stdout
+    assert "Nodes=node01 NodeCnt=1" in shown and "Duration=00:01:00" in shown
+    clash = cmd(
+        "scontrol",
+        "create",
+        "res",
+        "StartTime=now",
+        "Duration=5",
+        "Nodes=node01",
+        "Users=x",
+        check=False,
+    )
+    assert clash.returncode == 1 and "node01 is in reservation maint" in clash.stderr
+    who = current_identity().__class__("m", 4242, 4242)
+    mallory = Client(cluster.client().address, identity=who)
+    try:
+        mallory.call("DeleteReservation", {"name": "maint"})
+        raise AssertionError("a non-operator deleted a reservation")
+    except PermissionDenied:
+        pass
+
+    fits_before = submit(cmd, "-w", "node01", "-t", "0:01", "--wrap", "true")
+    overlaps = submit(cmd, "-w", "node01", "-t", "0:30", "--wrap", "true")
+    inside = submit(cmd, "--reservation=maint", "-t", "0:10", "--wrap", "true")
+    cmd.wait_state(fits_before, "RUNNING", "COMPLETED")
+    wait_for(lambda: cmd.job(inside).get("reason") == "Reservation", 30, "Reservation reason")
+    resv_end = float(cmd.job(overlaps).get("expectedStart", 0))
+    assert resv_end >= float(cmd.job(inside)["submitTime"]) + 55  # after the window
+    job = cmd.wait_state(inside, "COMPLETED", timeout=60)
+    assert job["nodelist"] == "node01"
+    assert cmd.job(overlaps)["state"] == "JOB_STATE_PENDING"
+
+    # durable: a restarted ctld still has it
+    cluster.kill_process("ctld")
+    cluster.start_ctld()
+    assert "ReservationName=maint" in cmd("scontrol", "show", "res").stdout
+    cmd("scontrol", "delete", "ReservationName=maint")
+    assert cmd("scontrol", "show", "res").stdout == "No reservations in the system\n"
+    bad = cmd("sbatch", "--reservation=maint", "--wrap", "true", check=False)
+    assert bad.returncode == 1 and "Requested reservation is invalid" in bad.stderr
+    cmd.wait_state(overlaps, "COMPLETED", timeout=60)  # the node is free for it now

@@ -85,6 +85,26 @@ class ControllerStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.ExplainJobRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.ExplainJobResponse.FromString,
                 _registered_method=True)
+        self.CreateReservation = channel.unary_unary(
+                '/corral.v1.Controller/CreateReservation',
+                request_serializer=corral_dot_v1_dot_corral__pb2.CreateReservationRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.CreateReservationResponse.FromString,
+                _registered_method=True)
+        self.UpdateReservation = channel.unary_unary(
+                '/corral.v1.Controller/UpdateReservation',
+                request_serializer=corral_dot_v1_dot_corral__pb2.UpdateReservationRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.UpdateReservationResponse.FromString,
+                _registered_method=True)
+        self.DeleteReservation = channel.unary_unary(
+                '/corral.v1.Controller/DeleteReservation',
+                request_serializer=corral_dot_v1_dot_corral__pb2.DeleteReservationRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.DeleteReservationResponse.FromString,
+                _registered_method=True)
+        self.GetReservations = channel.unary_unary(
+                '/corral.v1.Controller/GetReservations',
+                request_serializer=corral_dot_v1_dot_corral__pb2.GetReservationsRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.GetReservationsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -150,6 +170,30 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateReservation(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateReservation(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteReservation(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetReservations(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -202,6 +246,26 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ExplainJob,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.ExplainJobRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.ExplainJobResponse.SerializeToString,
+            ),
+            'CreateReservation': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateReservation,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.CreateReservationRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.CreateReservationResponse.SerializeToString,
+            ),
+            'UpdateReservation': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateReservation,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.UpdateReservationRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.UpdateReservationResponse.SerializeToString,
+            ),
+            'DeleteReservation': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteReservation,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.DeleteReservationRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.DeleteReservationResponse.SerializeToString,
+            ),
+            'GetReservations': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetReservations,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.GetReservationsRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.GetReservationsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -474,6 +538,114 @@ class Controller:
             '/corral.v1.Controller/ExplainJob',
             corral_dot_v1_dot_corral__pb2.ExplainJobRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.ExplainJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateReservation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/CreateReservation',
+            corral_dot_v1_dot_corral__pb2.CreateReservationRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.CreateReservationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateReservation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/UpdateReservation',
+            corral_dot_v1_dot_corral__pb2.UpdateReservationRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.UpdateReservationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteReservation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/DeleteReservation',
+            corral_dot_v1_dot_corral__pb2.DeleteReservationRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.DeleteReservationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetReservations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/GetReservations',
+            corral_dot_v1_dot_corral__pb2.GetReservationsRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.GetReservationsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -54,6 +54,10 @@ class ControllerStub:
     GetClusterInfo: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetClusterInfoRequest, _corral_pb2.GetClusterInfoResponse]
     GetShares: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetSharesRequest, _corral_pb2.GetSharesResponse]
     ExplainJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.ExplainJobRequest, _corral_pb2.ExplainJobResponse]
+    CreateReservation: _grpc.UnaryUnaryMultiCallable[_corral_pb2.CreateReservationRequest, _corral_pb2.CreateReservationResponse]
+    UpdateReservation: _grpc.UnaryUnaryMultiCallable[_corral_pb2.UpdateReservationRequest, _corral_pb2.UpdateReservationResponse]
+    DeleteReservation: _grpc.UnaryUnaryMultiCallable[_corral_pb2.DeleteReservationRequest, _corral_pb2.DeleteReservationResponse]
+    GetReservations: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetReservationsRequest, _corral_pb2.GetReservationsResponse]
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -68,6 +72,10 @@ class ControllerAsyncStub(ControllerStub):
     GetClusterInfo: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetClusterInfoRequest, _corral_pb2.GetClusterInfoResponse]  # type: ignore[assignment]
     GetShares: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetSharesRequest, _corral_pb2.GetSharesResponse]  # type: ignore[assignment]
     ExplainJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.ExplainJobRequest, _corral_pb2.ExplainJobResponse]  # type: ignore[assignment]
+    CreateReservation: _aio.UnaryUnaryMultiCallable[_corral_pb2.CreateReservationRequest, _corral_pb2.CreateReservationResponse]  # type: ignore[assignment]
+    UpdateReservation: _aio.UnaryUnaryMultiCallable[_corral_pb2.UpdateReservationRequest, _corral_pb2.UpdateReservationResponse]  # type: ignore[assignment]
+    DeleteReservation: _aio.UnaryUnaryMultiCallable[_corral_pb2.DeleteReservationRequest, _corral_pb2.DeleteReservationResponse]  # type: ignore[assignment]
+    GetReservations: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetReservationsRequest, _corral_pb2.GetReservationsResponse]  # type: ignore[assignment]
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -139,6 +147,34 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _corral_pb2.ExplainJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_corral_pb2.ExplainJobResponse, _abc.Awaitable[_corral_pb2.ExplainJobResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateReservation(
+        self,
+        request: _corral_pb2.CreateReservationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.CreateReservationResponse, _abc.Awaitable[_corral_pb2.CreateReservationResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateReservation(
+        self,
+        request: _corral_pb2.UpdateReservationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.UpdateReservationResponse, _abc.Awaitable[_corral_pb2.UpdateReservationResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteReservation(
+        self,
+        request: _corral_pb2.DeleteReservationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.DeleteReservationResponse, _abc.Awaitable[_corral_pb2.DeleteReservationResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetReservations(
+        self,
+        request: _corral_pb2.GetReservationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.GetReservationsResponse, _abc.Awaitable[_corral_pb2.GetReservationsResponse]]: ...
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
