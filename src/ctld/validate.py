@@ -148,6 +148,8 @@ def validate_spec(
     for name in names:
         if name not in by_name:
             raise InvalidPartition(f"Invalid partition name specified: {name}")
+        if by_name[name].state in ("DRAIN", "INACTIVE"):
+            raise InvalidPartition("Required partition not available (inactive or drain)")
         parts.append(by_name[name])
     if spec.account:
         allowed = [p for p in parts if not p.allow_accounts or spec.account in p.allow_accounts]

@@ -143,7 +143,9 @@ class _Pass:
 
     def candidate(self, req: JobRequest, shape: Shape, part_name: str) -> _Candidate | str:
         part = self.partitions.get(part_name)
-        if part is None or part.state != "UP":
+        # DRAIN refuses new submissions (at submit) but still runs its queue; DOWN and
+        # INACTIVE keep their queue waiting
+        if part is None or part.state not in ("UP", "DRAIN"):
             return PARTITION_DOWN
         if part.max_time_s >= 0 and (req.time_limit_s < 0 or req.time_limit_s > part.max_time_s):
             return PARTITION_TIME_LIMIT
