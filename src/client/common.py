@@ -62,6 +62,13 @@ def text(obj: Json, key: str, default: str = "") -> str:
     return value if isinstance(value, str) else default
 
 
+def job_ref(job: Json) -> str:
+    """How Slurm names a job: ``123``, or ``120_3`` for task 3 of array 120."""
+    if "arrayTaskId" in job:
+        return f"{num(job, 'arrayJobId')}_{num(job, 'arrayTaskId')}"
+    return str(num(job, "jobId"))
+
+
 def job_state(job: Json) -> str:
     """'PENDING', 'RUNNING', ... from the proto enum name."""
     return text(job, "state", "JOB_STATE_PENDING").removeprefix("JOB_STATE_")

@@ -287,6 +287,27 @@ def parse_job_ids(value: str | Iterable[str]) -> list[str]:
     return ids
 
 
+def job_filter(value: str | Iterable[str]) -> Json:
+    """``-j``/scancel ids as a JobFilter: ``5`` (a job, or every task of array 5),
+    ``5_3`` (task 3 of array 5), ``5.batch`` (job 5)."""
+    ids: list[str] = []
+    tasks: list[str] = []
+    for item in split_list(value):
+        base, _, task = item.split(".")[0].partition("_")
+        if not base.isdigit() or int(base) == 0 or (task and not task.isdigit()):
+            raise InvalidOption(f"Invalid job id: {item}")
+        if task:
+            tasks.append(f"{int(base)}_{int(task)}")
+        else:
+            ids.append(str(int(base)))
+    flt: Json = {}
+    if ids:
+        flt["jobIds"] = ids
+    if tasks:
+        flt["arrayTasks"] = tasks
+    return flt
+
+
 def parse_users(value: str) -> list[str]:
     """``-u`` values: user names, or uids turned into names where the system knows them."""
     return [user_name(int(x), x) if x.isdigit() else x for x in split_list(value)]

@@ -12,7 +12,7 @@ import re
 import sys
 import time
 
-from client.common import client, job_state, num, real, run, text
+from client.common import client, job_ref, job_state, num, real, run, text
 from client.fmt import (
     ACCT_FIELDS,
     acct_lines,
@@ -142,7 +142,7 @@ def job_values(job: Json, now: float) -> dict[str, str]:
         "ExitCode": "0:0" if state == "CANCELLED" else exit_code(job),
         "GID": str(num(job, "gid")),
         "Group": group_name(num(job, "gid")),
-        "JobID": job_id,
+        "JobID": job_ref(job),
         "JobIDRaw": job_id,
         "JobName": text(spec, "name"),
         "NCPUS": str(cpus),

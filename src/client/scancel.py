@@ -7,6 +7,7 @@ import signal
 import sys
 
 from client.common import client, parse_job_state, run
+from client.fmt import job_filter
 from corral.errors import InvalidOption, InvalidRequest
 
 PROG = "scancel"
@@ -32,19 +33,6 @@ def parse_signal(value: str) -> int:
     raise InvalidOption(f"Invalid job signal: {value}")
 
 
-def parse_job_ids(values: list[str]) -> list[str]:
-    ids: list[str] = []
-    for value in values:
-        for item in value.replace(" ", ",").split(","):
-            if not item:
-                continue
-            base = item.split("_")[0].split(".")[0]
-            if not base.isdigit():
-                raise InvalidOption(f"Invalid job id {item}")
-            ids.append(base)
-    return ids
-
-
 def cancel(argv: list[str]) -> int:
     p = _Parser(prog=PROG, allow_abbrev=False)
     p.add_argument("job_ids", nargs="*")
@@ -61,9 +49,9 @@ def cancel(argv: list[str]) -> int:
     p.add_argument("-Q", "--quiet", action="store_true")
     p.add_argument("-f", "--full", action="store_true")
     args = p.parse_args(argv)
-    flt: dict[str, list[str]] = {}
+    flt: dict[str, object] = {}
     if args.job_ids:
-        flt["jobIds"] = parse_job_ids(args.job_ids)
+        flt.update(job_filter(args.job_ids))
     api = client()
     if args.me:
         flt["users"] = [api.identity.user]
@@ -79,7 +67,7 @@ def cancel(argv: list[str]) -> int:
         flt["accounts"] = [x for x in args.account.split(",") if x]
     if not flt:
         raise InvalidRequest("No job identification provided")
-    if "jobIds" not in flt and "users" not in flt and api.identity.uid != 0:
+    if not ({"jobIds", "arrayTasks", "users"} & flt.keys()) and api.identity.uid != 0:
         # filters without ids or users mean "my jobs", so nobody gets others' denials
         flt["users"] = [api.identity.user]
     request: dict[str, object] = {"filter": flt}

@@ -16,6 +16,7 @@ from client.fmt import (
     convert_mb,
     gpu_tres,
     group_name,
+    job_filter,
     node_gres,
     or_null,
     parse_job_ids,
@@ -157,10 +158,16 @@ def job_lines(job: Json, now: float) -> list[str]:
     ]
 
 
+def _array_ids(job: Json) -> str:
+    if "arrayTaskId" not in job:
+        return ""
+    return f"ArrayJobId={num(job, 'arrayJobId')} ArrayTaskId={num(job, 'arrayTaskId')} "
+
+
 def _identity_lines(job: Json, spec: Json) -> list[str]:
     uid, gid = num(job, "uid"), num(job, "gid")
     return [
-        f"JobId={num(job, 'jobId')} JobName={text(spec, 'name')}",
+        f"JobId={num(job, 'jobId')} {_array_ids(job)}JobName={text(spec, 'name')}",
         f"UserId={text(job, 'user') or user_name(uid)}({uid}) "
         f"GroupId={group_name(gid)}({gid}) MCS_label=N/A",
         f"Priority={num(job, 'priority')} Nice={num(spec, 'nice')} "
@@ -409,7 +416,7 @@ def show_jobs(job_id: str, one_liner: bool) -> int:
     request: Json = {}
     if job_id:
         try:
-            request["filter"] = {"jobIds": parse_job_ids(job_id)}
+            request["filter"] = job_filter(job_id)
         except InvalidOption:
             raise Reported("scontrol_print_job error: Invalid job id specified") from None
     reply = load("GetJobs", request, "slurm_load_jobs")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from client.common import JOB_STATE_CODES, client, job_state, num, real, run, text
+from client.common import JOB_STATE_CODES, client, job_ref, job_state, num, real, run, text
 from client.fmt import (
     Column,
     Reported,
@@ -20,9 +20,9 @@ from client.fmt import (
     ctime,
     gpu_tres,
     group_name,
+    job_filter,
     or_null,
     parse_format,
-    parse_job_ids,
     parse_states,
     parse_users,
     render,
@@ -57,11 +57,12 @@ ON_NODE = frozenset({"RUNNING", "COMPLETING", "SUSPENDED"})
 class Row:
     """A job and the controller's clock: everything a column needs."""
 
-    __slots__ = ("job", "now", "spec")
+    __slots__ = ("job", "now", "ref", "spec")
 
-    def __init__(self, job: Json, now: float) -> None:
+    def __init__(self, job: Json, now: float, ref: str = "") -> None:
         self.job = job
         self.now = now
+        self.ref = ref or job_ref(job)
         spec = job.get("spec")
         self.spec: Json = spec if isinstance(spec, dict) else {}
 
@@ -175,17 +176,17 @@ COLUMNS: dict[str, Column] = {
     "e": _col("END_TIME", lambda r: end_time(r.job)),
     "E": _col("DEPENDENCY", _spec("dependency", null=True)),
     "f": _col("FEATURES", _spec("constraint", null=True)),
-    "F": _col("ARRAY_JOB_ID", lambda r: str(num(r.job, "jobId"))),
+    "F": _col("ARRAY_JOB_ID", lambda r: str(num(r.job, "arrayJobId") or num(r.job, "jobId"))),
     "g": _col("GROUP", lambda r: group_name(num(r.job, "gid"))),
     "G": _col("GROUP", _number("gid")),
     "h": _col("OVER_SUBSCRIBE", lambda r: "NO" if r.spec.get("exclusive") else "OK"),
     "H": _col("SOCKETS_PER_NODE", _const("*")),
-    "i": _col("JOBID", lambda r: str(num(r.job, "jobId")), cut=False),
+    "i": _col("JOBID", lambda r: r.ref, cut=False),
     "I": _col("CORES_PER_SOCKET", _const("*")),
     "j": _col("NAME", _spec("name")),
     "J": _col("THREADS_PER_CORE", _const("*")),
     "k": _col("COMMENT", _spec("comment", null=True)),
-    "K": _col("ARRAY_TASK_ID", _const("N/A")),
+    "K": _col("ARRAY_TASK_ID", lambda r: r.ref.partition("_")[2] or "N/A"),
     "l": _col("TIME_LIMIT", lambda r: time_limit(r.job), cut=False),
     "L": _col("TIME_LEFT", time_left, cut=False),
     "m": _col("MIN_MEMORY", lambda r: min_memory(r.spec)),
@@ -264,6 +265,44 @@ def sort_rows(rows: list[Row], order: str) -> list[Row]:
 # ---------------------------------------------------------------- output
 
 
+def collapse_arrays(rows: list[Row]) -> list[Row]:
+    """An array's pending tasks with the same reason as one row, ``120_[3-9,12]``, as
+    squeue shows them unless -r; running and finished tasks keep their own rows."""
+    groups: dict[tuple[int, str], list[Row]] = {}
+    out: list[Row] = []
+    for row in rows:
+        job = row.job
+        if "arrayTaskId" in job and job_state(job) == "PENDING":
+            key = (num(job, "arrayJobId"), text(job, "reason"))
+            if key not in groups:
+                groups[key] = []
+                out.append(row)  # placeholder, replaced below
+            groups[key].append(row)
+        else:
+            out.append(row)
+    for (array_id, _), members in groups.items():
+        if len(members) == 1:
+            continue
+        tasks = sorted(num(m.job, "arrayTaskId") for m in members)
+        first = members[0]
+        merged = Row(first.job, first.now, f"{array_id}_[{_ranges(tasks)}]")
+        out[out.index(first)] = merged
+    return out
+
+
+def _ranges(values: list[int]) -> str:
+    parts: list[str] = []
+    start = prev = values[0]
+    for v in [*values[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ",".join(parts)
+
+
 def wanted(job: Json, states: Collection[str] | None) -> bool:
     """The state filter: -t's states, everything for ``all``, else the active ones."""
     if states is None:
@@ -279,6 +318,7 @@ def format_jobs(
     states: Collection[str] | None = ACTIVE_STATES,
     sort: str = DEFAULT_SORT,
     long_date: bool = False,
+    expand_arrays: bool = False,
 ) -> str:
     """The whole output for a GetJobs reply (with newlines)."""
     if fmt.lower() == "%all":
@@ -287,6 +327,8 @@ def format_jobs(
     check_format(specs, COLUMNS, "job")
     now = real(reply, "now")
     rows = [Row(j, now) for j in reply.get("jobs", []) if wanted(j, states)]
+    if not expand_arrays:
+        rows = collapse_arrays(rows)
     rows = sort_rows(rows, sort)
     lines = [ctime(now)] if long_date and header else []
     if header:
@@ -307,7 +349,7 @@ OPTIONS = (
     Option("n", "name", "name", help="comma separated list of job names"),
     Option("o", "format", "format", help="output format (%[.][size]type)"),
     Option("p", "partition", "partition", help="comma separated list of partitions"),
-    Option("r", "array", "array", FLAG, help="(no effect: corral has no job arrays yet)"),
+    Option("r", "array", "array", FLAG, help="one line per array task"),
     Option("S", "sort", "sort", help="comma separated list of sort fields"),
     Option("", "start", "start", FLAG, help="expected start times of pending jobs"),
     Option("t", "states", "states", help="comma separated list of states, or all"),
@@ -324,7 +366,7 @@ def build_filter(opts: dict[str, Any], me: str) -> tuple[Json, set[str] | None]:
     """The GetJobs filter, and the state set to show (None: all)."""
     flt: Json = {}
     if opts.get("jobs"):
-        flt["jobIds"] = parse_job_ids(opts["jobs"])
+        flt.update(job_filter(opts["jobs"]))
     if opts.get("user"):
         flt["users"] = parse_users(opts["user"])
     if opts.get("me"):
@@ -387,6 +429,7 @@ def main_body(argv: Sequence[str]) -> int:
             states=states,
             sort=opts.get("sort") or os.environ.get("SQUEUE_SORT") or default_sort,
             long_date=long,
+            expand_arrays=bool(opts.get("array")),
         )
     )
     return 0

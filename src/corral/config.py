@@ -104,6 +104,7 @@ class SchedulerConfig:
     forecast_depth: int = 100  # further blocked jobs that get an expected start
     placement: str = "pack"  # "pack" (best fit) or "firstfit"
     kill_invalid_depend: bool = False  # cancel jobs whose dependency can never be met
+    max_array_size: int = 1001  # Slurm's MaxArraySize: array task ids stay below it
 
 
 @dataclass(frozen=True)
@@ -392,6 +393,7 @@ def _scheduler(sec: _Section) -> SchedulerConfig:
         forecast_depth=sec.positive("forecast_depth", d.forecast_depth),
         placement=placement,
         kill_invalid_depend=sec.get("kill_invalid_depend", bool, d.kill_invalid_depend),
+        max_array_size=sec.positive("max_array_size", d.max_array_size, allow_zero=False),
     )
     sec.done()
     return cfg

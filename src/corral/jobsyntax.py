@@ -5,6 +5,7 @@ The scheduler issue enforces them; here they are parsed, checked and normalized.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from corral.errors import InvalidOption
@@ -101,3 +102,17 @@ def parse_array(text: str) -> ArraySpec:
         if len(ids) > MAX_ARRAY_TASKS:
             raise InvalidOption(f"Invalid job array specification: {text!r} (too many tasks)")
     return ArraySpec(tuple(sorted(ids)), int(throttle) if throttle else 0)
+
+
+def array_environment(array: str, array_job_id: int, task_id: int) -> dict[str, str]:
+    """The SLURM_ARRAY_* variables of one task of ``--array=array``."""
+    ids = parse_array(array).task_ids
+    gaps = {b - a for a, b in itertools.pairwise(ids)}
+    return {
+        "SLURM_ARRAY_JOB_ID": str(array_job_id),
+        "SLURM_ARRAY_TASK_ID": str(task_id),
+        "SLURM_ARRAY_TASK_COUNT": str(len(ids)),
+        "SLURM_ARRAY_TASK_MIN": str(ids[0]),
+        "SLURM_ARRAY_TASK_MAX": str(ids[-1]),
+        "SLURM_ARRAY_TASK_STEP": str(gaps.pop() if len(gaps) == 1 else 1),
+    }

@@ -63,12 +63,24 @@ def batch_output_paths(
     work_dir: str,
     stdout_pattern: str,
     stderr_pattern: str,
+    array_job_id: int = 0,
+    array_task_id: int | None = None,
 ) -> tuple[str, str]:
-    """Absolute stdout and stderr paths of a batch script (stderr defaults to stdout's file)."""
+    """Absolute stdout and stderr paths of a batch script (stderr defaults to stdout's file;
+    an array task's default is Slurm's ``slurm-%A_%a.out``)."""
 
     def expand(pattern: str) -> str:
-        path = expand_pattern(pattern, job_id=job_id, job_name=job_name, user=user, node=node)
+        path = expand_pattern(
+            pattern,
+            job_id=job_id,
+            job_name=job_name,
+            user=user,
+            node=node,
+            array_job_id=array_job_id,
+            array_task_id=array_task_id,
+        )
         return path if path.startswith("/") else f"{work_dir.rstrip('/')}/{path}"
 
-    out = expand(stdout_pattern or DEFAULT_OUTPUT)
+    default = "slurm-%A_%a.out" if array_task_id is not None else DEFAULT_OUTPUT
+    out = expand(stdout_pattern or default)
     return out, expand(stderr_pattern) if stderr_pattern else out

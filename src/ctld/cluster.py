@@ -28,12 +28,14 @@ from corral.errors import (
     DependencyProblem,
     InvalidJobId,
     InvalidNodeName,
+    InvalidOption,
     InvalidQos,
     InvalidRequest,
     JobStateConflict,
     PermissionDenied,
 )
 from corral.identity import Identity
+from corral.jobsyntax import parse_array
 from corral.patterns import batch_output_paths
 from corral.wire import corral_pb2 as pb
 from ctld import deps
@@ -292,44 +294,65 @@ class Cluster:
             self._check_dependency(spec.dependency)
         if spec.reservation:
             self.reservations.check_job_access(spec.reservation, who.user, spec.account)
+        tasks: tuple[int | None, ...] = (None,)
+        if spec.array:
+            tasks = parse_array(spec.array).task_ids
+            limit = self.config.scheduler.max_array_size
+            if tasks[-1] >= limit:
+                raise InvalidOption(
+                    f"Invalid job array specification: task ids must be below MaxArraySize "
+                    f"({limit})"
+                )
         now = self.clock()
-        job_id = self.next_job_id
-        self.next_job_id += 1
-        job = pb.Job(
-            job_id=job_id,
-            spec=spec,
-            user=who.user,
-            uid=who.uid,
-            gid=who.gid,
-            partition=accepted.partitions[0],
-            account=spec.account,
-            time_limit_s=accepted.time_limit_s,
-            submit_time=now,
-            eligible_time=max(now, spec.begin_time),
-            cluster=self.config.cluster_name,
-            qos=qos,
-        )
-        job.spec.partitions[:] = accepted.partitions
-        self._fill_request_totals(job)
-        self.priorities.with_users([(job.account, job.user)])
-        apply_factors(job, self.priorities.factors(job, now))
-        if spec.hold:
-            job.priority = 0
+        first_id = self.next_job_id
+        self.next_job_id += len(tasks)  # an array's tasks get consecutive ids
         cause = f"rpc:SubmitJob user={who.user}"
-        js.transition(job, "submitted", cause=cause, now=now)
+        made: list[pb.Job] = []
+        for offset, task in enumerate(tasks):
+            job = pb.Job(
+                job_id=first_id + offset,
+                spec=spec,
+                user=who.user,
+                uid=who.uid,
+                gid=who.gid,
+                partition=accepted.partitions[0],
+                account=spec.account,
+                time_limit_s=accepted.time_limit_s,
+                submit_time=now,
+                eligible_time=max(now, spec.begin_time),
+                cluster=self.config.cluster_name,
+                qos=qos,
+            )
+            if task is not None:
+                job.array_job_id, job.array_task_id = first_id, task
+            job.spec.partitions[:] = accepted.partitions
+            self._fill_request_totals(job)
+            if not made:
+                self.priorities.with_users([(job.account, job.user)])
+            apply_factors(job, self.priorities.factors(job, now))
+            js.transition(job, "submitted", cause=cause, now=now)
+            if spec.hold:
+                job.priority = 0
+                job.hold = pb.HOLD_USER
+                job.reason = "JobHeldUser"
+                js.transition(job, "held", cause=cause, now=now, detail="sbatch --hold")
+            made.append(job)
+        await self.store.commit(*[self._save(j, new=True) for j in made])
+        for job in made:
+            self.jobs[job.job_id] = job
+            self._enqueue(job)
+        log.info(
+            "job submitted",
+            job_id=first_id,
+            user=who.user,
+            partition=made[0].partition,
+            tasks=len(made) if spec.array else None,
+        )
         if spec.hold:
-            job.hold = pb.HOLD_USER
-            job.reason = "JobHeldUser"
-            js.transition(job, "held", cause=cause, now=now, detail="sbatch --hold")
-        await self.store.commit(self._save(job, new=True))
-        self.jobs[job_id] = job
-        self._enqueue(job)
-        log.info("job submitted", job_id=job_id, user=who.user, partition=job.partition)
-        if job.hold:
             self.version += 1  # nothing new can start: no pass needed
         else:
             self.wake()
-        return job
+        return made[0]
 
     def _check_dependency(self, text: str) -> None:
         try:
@@ -366,11 +389,10 @@ class Cluster:
         """The in-memory jobs matching ``flt`` (all given conditions must hold).
 
         ``strict``: ids were given and none is known -> InvalidJobId, as squeue -j says."""
-        if flt.job_ids:
-            missing = [i for i in flt.job_ids if i not in self.jobs]
-            if strict and missing and len(missing) == len(flt.job_ids):
+        if flt.job_ids or flt.array_tasks:
+            jobs = self._by_ids(flt.job_ids, flt.array_tasks)
+            if strict and not jobs:
                 raise InvalidJobId()
-            jobs = [self.jobs[i] for i in flt.job_ids if i in self.jobs]
         else:
             jobs = list(self.jobs.values())
         users, states = set(flt.users), set(flt.states)
@@ -385,6 +407,28 @@ class Cluster:
             and (not accts or j.account in accts)
         ]
 
+    def _by_ids(self, job_ids: Iterable[int], array_tasks: Iterable[str]) -> list[pb.Job]:
+        """Jobs named by id, where an array's master id names all its tasks, and
+        ``N_T`` names task T of array N."""
+        ids = set(job_ids)
+        tasks: set[tuple[int, int]] = set()
+        for ref in array_tasks:
+            base, _, task = ref.partition("_")
+            if not (base.isdigit() and task.isdigit()):
+                raise InvalidJobId(f"Invalid job id specified: {ref[:64]}")
+            tasks.add((int(base), int(task)))
+        out = []
+        for job in self.jobs.values():
+            if (
+                job.job_id in ids
+                or (job.array_job_id and job.array_job_id in ids)
+                or (
+                    job.HasField("array_task_id") and (job.array_job_id, job.array_task_id) in tasks
+                )
+            ):
+                out.append(job)
+        return out
+
     def job(self, job_id: int) -> pb.Job:
         job = self.jobs.get(job_id)
         if job is None:
@@ -394,7 +438,13 @@ class Cluster:
     async def cancel(self, who: Identity, req: pb.CancelJobsRequest) -> list[pb.CancelOutcome]:
         flt = req.filter
         if not (
-            flt.job_ids or flt.users or flt.names or flt.states or flt.partitions or flt.accounts
+            flt.job_ids
+            or flt.array_tasks
+            or flt.users
+            or flt.names
+            or flt.states
+            or flt.partitions
+            or flt.accounts
         ):
             raise InvalidRequest("No job identification provided")
         outcomes: list[pb.CancelOutcome] = []
@@ -405,7 +455,15 @@ class Cluster:
         known = set(self.jobs)
         targets = self.select(flt, strict=False)
         if flt.job_ids:
-            for missing in [i for i in flt.job_ids if i not in known]:
+            # a whole array named by its id: its tasks that already ended are no error
+            whole = set(flt.job_ids)
+            targets = [
+                j
+                for j in targets
+                if not (j.array_job_id in whole and j.state in js.FINISHED and flt.job_ids)
+            ]
+            arrays = {j.array_job_id for j in self.jobs.values() if j.array_job_id}
+            for missing in [i for i in flt.job_ids if i not in known and i not in arrays]:
                 outcomes.append(
                     pb.CancelOutcome(
                         job_id=missing,
@@ -857,6 +915,12 @@ class Cluster:
             self.priorities.refresh(now, on_node)
         pending: list[JobRequest] = []
         never: list[pb.Job] = []
+        # tasks an array may still start under its %N throttle, counted down this pass
+        array_room: dict[int, int] = {}
+        for j in on_node:
+            if j.array_job_id:
+                array_room[j.array_job_id] = array_room.get(j.array_job_id, 0) + 1
+        throttles: dict[int, int] = {}
         for job_id in list(self._pending):
             job = self.jobs.get(job_id)
             if job is None or job.state != js.PENDING:
@@ -868,6 +932,14 @@ class Cluster:
             if recalc and apply_factors(job, self.priorities.factors(job, now)):
                 self.touch(job)
             blocked = self._blocked_reason(job, now)
+            if not blocked and job.array_job_id and "%" in job.spec.array:
+                if job.array_job_id not in throttles:
+                    limit = parse_array(job.spec.array).max_running
+                    throttles[job.array_job_id] = limit - array_room.get(job.array_job_id, 0)
+                if throttles[job.array_job_id] <= 0:
+                    blocked = "JobArrayTaskLimit"
+                else:
+                    throttles[job.array_job_id] -= 1
             if blocked:
                 if job.reason != blocked:
                     job.reason = blocked
@@ -1017,6 +1089,8 @@ class Cluster:
                 work_dir=job.spec.work_dir,
                 stdout_pattern=job.spec.stdout_pattern,
                 stderr_pattern=job.spec.stderr_pattern,
+                array_job_id=job.array_job_id,
+                array_task_id=job.array_task_id if job.HasField("array_task_id") else None,
             )
             job.num_nodes = len(start.placements)
             job.num_cpus = sum(p.cpus for p in start.placements)

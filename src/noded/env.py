@@ -6,6 +6,7 @@ lists them. Values for multi-node jobs use Slurm's compressed forms ("4(x2)").
 
 from __future__ import annotations
 
+from corral.jobsyntax import array_environment
 from corral.wire import corral_pb2 as pb
 
 
@@ -69,6 +70,8 @@ def batch_environment(job: pb.Job, node_name: str, cluster: str) -> dict[str, st
         "SLURM_EXPORT_ENV": spec.export or "ALL",
         "ENVIRONMENT": "BATCH",
     }
+    if job.HasField("array_task_id"):
+        slurm.update(array_environment(spec.array, job.array_job_id, job.array_task_id))
     if job.time_limit_s > 0:
         slurm["SLURM_JOB_END_TIME"] = str(int(job.start_time + job.time_limit_s))
     if job.account:

@@ -115,15 +115,18 @@ class Launcher:
             os.chown(job_dir, uid, gid)
             os.chown(script_path, uid, gid)
 
-        out_path, err_path = batch_output_paths(
-            job_id=job.job_id,
-            job_name=spec.name,
-            user=job.user,
-            node=self.node_name,
-            work_dir=spec.work_dir,
-            stdout_pattern=spec.stdout_pattern,
-            stderr_pattern=spec.stderr_pattern,
-        )
+        # ctld expands the paths once (it knows array ids); older ctlds did not send them
+        out_path, err_path = job.stdout_path, job.stderr_path
+        if not out_path:
+            out_path, err_path = batch_output_paths(
+                job_id=job.job_id,
+                job_name=spec.name,
+                user=job.user,
+                node=self.node_name,
+                work_dir=spec.work_dir,
+                stdout_pattern=spec.stdout_pattern,
+                stderr_pattern=spec.stderr_pattern,
+            )
         in_path = os.devnull
         if spec.stdin_path:
             in_path = expand_pattern(

@@ -159,3 +159,47 @@ def test_advance_reservation_keeps_its_node(cluster: LocalCluster, cmd: Commands
     bad = cmd("sbatch", "--reservation=maint", "--wrap", "true", check=False)
     assert bad.returncode == 1 and "Requested reservation is invalid" in bad.stderr
     cmd.wait_state(overlaps, "COMPLETED", timeout=60)  # the node is free for it now
+
+
+def test_job_array_with_throttle(cluster: LocalCluster, cmd: Commands) -> None:
+    first = submit(
+        cmd,
+        "--array=0-8:2%2",
+        "-o",
+        "a-%A_%a.out",
+        "--wrap",
+        "echo $SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $SLURM_ARRAY_TASK_COUNT "
+        "$SLURM_ARRAY_TASK_MIN $SLURM_ARRAY_TASK_MAX $SLURM_ARRAY_TASK_STEP; sleep 1",
+    )
+    client = cluster.client()
+    most = 0
+
+    def tasks() -> list[dict[str, object]]:
+        return client.call("GetJobs", {"filter": {"jobIds": [first]}})["jobs"]
+
+    def all_done() -> bool:
+        nonlocal most
+        now = tasks()
+        most = max(most, sum(t["state"] == "JOB_STATE_RUNNING" for t in now))
+        return all(t["state"] == "JOB_STATE_COMPLETED" for t in now)
+
+    wait_for(lambda: len(tasks()) == 5, 10, "five tasks")
+    queue = cmd("squeue", "-h", "-o", "%i %r", "-j", first).stdout
+    assert f"{first}_[" in queue or "_8" in queue  # the pending rest, collapsed
+    wait_for(all_done, 60, "every task to complete")
+    assert most <= 2  # the %2 throttle held
+    for task in (0, 2, 4, 6, 8):
+        out = (cmd.cwd / f"a-{first}_{task}.out").read_text().split()
+        assert out == [first, str(task), "5", "0", "8", "2"]
+    ids = cmd("sacct", "-n", "-X", "-P", "-o", "JobID", "-j", first).stdout.split()
+    assert f"{first}_0" in ids
+
+    held = submit(cmd, "-H", "--array=1-3", "--wrap", "true")
+    cmd("scancel", f"{held}_2")
+    states = {
+        cmd.job(int(held) + i)["arrayTaskId"]: cmd.job(int(held) + i)["state"] for i in range(3)
+    }
+    assert states == {1: "JOB_STATE_PENDING", 2: "JOB_STATE_CANCELLED", 3: "JOB_STATE_PENDING"}
+    assert cmd("squeue", "-h", "-o", "%i", "-j", held).stdout.split() == [f"{held}_[1,3]"]
+    cmd("scancel", held)
+    assert all(cmd.job(int(held) + i)["state"] == "JOB_STATE_CANCELLED" for i in range(3))

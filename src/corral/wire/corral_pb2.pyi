@@ -474,6 +474,8 @@ class Job(_message.Message):
     ADMIN_PRIORITY_FIELD_NUMBER: _builtins.int
     QOS_FIELD_NUMBER: _builtins.int
     FORECAST_RESERVED_FIELD_NUMBER: _builtins.int
+    ARRAY_JOB_ID_FIELD_NUMBER: _builtins.int
+    ARRAY_TASK_ID_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     user: _builtins.str
     uid: _builtins.int
@@ -522,6 +524,10 @@ class Job(_message.Message):
     """effective QOS"""
     forecast_reserved: _builtins.bool
     """the forecast is a backfill reservation"""
+    array_job_id: _builtins.int
+    """the array's master id (its first task's job id)"""
+    array_task_id: _builtins.int
+    """set on array tasks only"""
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -578,17 +584,23 @@ class Job(_message.Message):
         admin_priority: _builtins.int | None = ...,
         qos: _builtins.str = ...,
         forecast_reserved: _builtins.bool = ...,
+        array_job_id: _builtins.int = ...,
+        array_task_id: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "cancelled_by_uid", b"cancelled_by_uid", "priority_factors", b"priority_factors", "spec", b"spec"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "priority_factors", b"priority_factors", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "job_id", b"job_id", "mem_mb", b"mem_mb", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "job_id", b"job_id", "mem_mb", b"mem_mb", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__admin_priority: _TypeAlias = _typing.Literal["admin_priority"]  # noqa: Y015
     _WhichOneofArgType__admin_priority: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority"]  # noqa: Y015
+    _WhichOneofReturnType__array_task_id: _TypeAlias = _typing.Literal["array_task_id"]  # noqa: Y015
+    _WhichOneofArgType__array_task_id: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id"]  # noqa: Y015
     _WhichOneofReturnType__cancelled_by_uid: _TypeAlias = _typing.Literal["cancelled_by_uid"]  # noqa: Y015
     _WhichOneofArgType__cancelled_by_uid: _TypeAlias = _typing.Literal["_cancelled_by_uid", b"_cancelled_by_uid"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__admin_priority) -> _WhichOneofReturnType__admin_priority | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__array_task_id) -> _WhichOneofReturnType__array_task_id | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__cancelled_by_uid) -> _WhichOneofReturnType__cancelled_by_uid | None: ...
 
@@ -881,6 +893,7 @@ class JobFilter(_message.Message):
     NAMES_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     ACCOUNTS_FIELD_NUMBER: _builtins.int
+    ARRAY_TASKS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -893,6 +906,12 @@ class JobFilter(_message.Message):
     def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def accounts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def array_tasks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """job_ids also match every task of an array whose master id they name (Slurm's
+        "scancel 123"); array_tasks name single tasks as "123_4" (field numbers 100+)
+        """
+
     def __init__(
         self,
         *,
@@ -902,10 +921,11 @@ class JobFilter(_message.Message):
         names: _abc.Iterable[_builtins.str] | None = ...,
         partitions: _abc.Iterable[_builtins.str] | None = ...,
         accounts: _abc.Iterable[_builtins.str] | None = ...,
+        array_tasks: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "job_ids", b"job_ids", "names", b"names", "partitions", b"partitions", "states", b"states", "users", b"users"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "array_tasks", b"array_tasks", "job_ids", b"job_ids", "names", b"names", "partitions", b"partitions", "states", b"states", "users", b"users"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
