@@ -29,6 +29,7 @@ SBATCH_ENV = {
     "SBATCH_EXPORT": "export",
     "SBATCH_GPUS": "gpus",
     "SBATCH_GPUS_PER_NODE": "gpus_per_node",
+    "SBATCH_GPUS_PER_TASK": "gpus_per_task",
     "SBATCH_GRES": "gres",
     "SBATCH_JOB_NAME": "job_name",
     "SBATCH_MEM_PER_CPU": "mem_per_cpu",
@@ -65,6 +66,7 @@ JOB_OPTIONS = (
     Option("", "gres", "gres", help="generic resources: gpu[:type]:N"),
     Option("G", "gpus", "gpus", help="GPUs for the whole job: [type:]N"),
     Option("", "gpus-per-node", "gpus_per_node", help="GPUs per node: [type:]N"),
+    Option("", "gpus-per-task", "gpus_per_task", help="GPUs per task: [type:]N"),
     Option("t", "time", "time", help="time limit (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)"),
     Option("p", "partition", "partition", help="partition(s), comma separated"),
     Option("A", "account", "account", help="account to charge"),
@@ -285,6 +287,8 @@ def to_spec(
         spec["gpuType"], spec["gpusPerNode"] = parse_gpus(g["gpus_per_node"], "--gpus-per-node")
     if "gpus" in g:
         spec["gpuType"], spec["gpus"] = parse_gpus(g["gpus"], "--gpus")
+    if "gpus_per_task" in g:
+        spec["gpuType"], spec["gpusPerTask"] = parse_gpus(g["gpus_per_task"], "--gpus-per-task")
     if "time" in g:
         spec["timeLimitS"] = parse_duration(g["time"])
         if spec["timeLimitS"] == 0:

@@ -70,6 +70,7 @@ def request_from_spec(
         mem_per_cpu_mb=spec.mem_per_cpu_mb,
         gpus_per_node=spec.gpus_per_node,
         gpus_total=spec.gpus,
+        gpus_per_task=spec.gpus_per_task,
         gpu_type=spec.gpu_type,
         exclusive=spec.exclusive,
         nodelist=tuple(hostlist.expand(spec.nodelist)) if spec.nodelist else (),

@@ -370,3 +370,9 @@ def test_backfill_never_delays_the_reservation(s: Snapshot) -> None:
         else:
             assert total.cpus_total - cpus >= shape.cpus_per_node
             assert total.gpus_total - len(gpus) >= shape.gpus_per_node
+
+
+def test_gpus_per_task_multiplies_by_tasks_per_node() -> None:
+    plan = schedule(snap(JobRequest(1, ("p",), ntasks=2, gpus_per_task=2)))
+    (start,) = plan.starts
+    assert start.placements[0].gpu_indices == (0, 1, 2, 3)

@@ -84,6 +84,7 @@ class JobRequest:
     mem_per_cpu_mb: int = 0
     gpus_per_node: int = 0
     gpus_total: int = 0
+    gpus_per_task: int = 0
     gpu_type: str = ""
     exclusive: bool = False
     nodelist: tuple[str, ...] = ()

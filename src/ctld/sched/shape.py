@@ -33,6 +33,8 @@ def job_shape(req: JobRequest) -> Shape:
     cpus = tasks_per_node * max(req.cpus_per_task, 1)
     mem = req.mem_per_node_mb or req.mem_per_cpu_mb * cpus
     gpus = req.gpus_per_node or (_ceil_div(req.gpus_total, nodes) if req.gpus_total else 0)
+    if req.gpus_per_task:
+        gpus = max(gpus, req.gpus_per_task * tasks_per_node)
     return Shape(
         nodes=nodes,
         tasks_per_node=tasks_per_node,
