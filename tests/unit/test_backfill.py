@@ -376,3 +376,58 @@ def test_gpus_per_task_multiplies_by_tasks_per_node() -> None:
     plan = schedule(snap(JobRequest(1, ("p",), ntasks=2, gpus_per_task=2)))
     (start,) = plan.starts
     assert start.placements[0].gpu_indices == (0, 1, 2, 3)
+
+
+@st.composite
+def snapshots_with_rules(draw: st.DrawFn) -> Snapshot:
+    base = draw(snapshots())
+    names = [n.name for n in base.nodes]
+    part_nodes = tuple(draw(st.lists(st.sampled_from(names), min_size=1, unique=True)))
+    max_time = draw(st.sampled_from([-1, 30, 100]))
+    resv_nodes = tuple(draw(st.lists(st.sampled_from(names), max_size=2, unique=True)))
+    start = draw(st.sampled_from([0.0, 20.0, 80.0]))
+    resv = ReservationView("r", start, start + 50.0, resv_nodes) if resv_nodes else None
+    jobs = tuple(
+        JobRequest(
+            j.job_id,
+            ("p",),
+            nodes_min=j.nodes_min,
+            cpus_per_task=j.cpus_per_task,
+            gpus_per_node=j.gpus_per_node,
+            time_limit_s=j.time_limit_s,
+            reservation="r" if resv and draw(st.booleans()) else "",
+        )
+        for j in base.pending
+    )
+    return Snapshot(
+        1,
+        0.0,
+        base.nodes,
+        (PartitionView("p", part_nodes, max_time_s=max_time),),
+        jobs,
+        base.running,
+        (resv,) if resv else (),
+        base.settings,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(snapshots_with_rules())
+def test_partition_and_reservation_rules_hold(s: Snapshot) -> None:
+    plan = schedule(s)
+    (part,) = s.partitions
+    jobs = {j.job_id: j for j in s.pending}
+    resv = s.reservations[0] if s.reservations else None
+    for start in plan.starts:
+        job = jobs[start.job_id]
+        nodes = {p.node for p in start.placements}
+        assert nodes <= set(part.nodes)
+        if part.max_time_s >= 0:
+            assert 0 <= job.time_limit_s <= part.max_time_s
+        end = INFINITY if job.time_limit_s < 0 else float(job.time_limit_s)
+        if resv is None:
+            continue
+        if job.reservation:
+            assert nodes <= set(resv.nodes) and resv.start <= 0.0 and end <= resv.end
+        elif nodes & set(resv.nodes):
+            assert end <= resv.start  # ends before the reservation begins
