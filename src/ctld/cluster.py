@@ -992,12 +992,18 @@ class Cluster:
         if job.eligible_time > now:
             return "BeginTime"
         if job.spec.dependency:
-            state = deps.evaluate(job, self._lookup, now, self._singleton_held)
+            state = deps.evaluate(job, self._lookup, now, self._singleton_held, self._array_tasks)
             if state is deps.DepState.WAITING:
                 return "Dependency"
             if state is deps.DepState.NEVER:
                 return "DependencyNeverSatisfied"
         return ""
+
+    def _array_tasks(self, array_id: int) -> list[pb.Job]:
+        first = self.jobs.get(array_id)
+        if first is None or not first.array_job_id:
+            return []
+        return [j for j in self.jobs.values() if j.array_job_id == array_id]
 
     def _singleton_held(self, job: pb.Job) -> bool:
         return any(

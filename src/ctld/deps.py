@@ -8,7 +8,8 @@ Each condition is met, still waiting, or can never be met:
     afternotok:ID    ID ended in any state but COMPLETED
     singleton        no earlier job of the same name and user is pending or running
 
-``a,b`` needs all, ``a?b`` any one. A job no longer known (purged long ago) counts as
+``a,b`` needs all, ``a?b`` any one. An array's id stands for all its tasks, ``ID_T``
+for one. A job no longer known (purged long ago) counts as
 ended successfully, as in Slurm, where the dependency is then lifted.
 """
 
@@ -33,7 +34,11 @@ Lookup = Callable[[int], pb.Job | None]
 
 
 def evaluate(
-    job: pb.Job, lookup: Lookup, now: float, singleton_holders: Callable[[pb.Job], bool]
+    job: pb.Job,
+    lookup: Lookup,
+    now: float,
+    singleton_holders: Callable[[pb.Job], bool],
+    tasks_of: Callable[[int], list[pb.Job]] = lambda _id: [],
 ) -> DepState:
     """Where ``job``'s --dependency stands (MET when it has none)."""
     text = job.spec.dependency
@@ -43,7 +48,7 @@ def evaluate(
         deps, any_of = parse_dependency(text)
     except CorralError:
         return DepState.NEVER  # checked at submit; a stored bad value cannot run
-    states = [_one(dep, lookup, now, job, singleton_holders) for dep in deps]
+    states = [_one(dep, lookup, now, job, singleton_holders, tasks_of) for dep in deps]
     return combine(states, any_of=any_of)
 
 
@@ -64,14 +69,24 @@ def _one(
     now: float,
     job: pb.Job,
     singleton_holders: Callable[[pb.Job], bool],
+    tasks_of: Callable[[int], list[pb.Job]],
 ) -> DepState:
     if dep.kind == "singleton":
         return DepState.WAITING if singleton_holders(job) else DepState.MET
     results = []
     for text in dep.job_ids:
         ident, _, delay = text.partition("+")
-        other = lookup(int(ident.split("_")[0]))
-        results.append(_against(dep.kind, other, now, int(delay or 0) * 60))
+        base, _, task = ident.partition("_")
+        delay_s = int(delay or 0) * 60
+        if task:
+            found = [j for j in tasks_of(int(base)) if j.array_task_id == int(task)]
+            results.append(_against(dep.kind, found[0] if found else None, now, delay_s))
+            continue
+        members = tasks_of(int(base))  # an array's id stands for all of its tasks
+        if members:
+            results.extend(_against(dep.kind, m, now, delay_s) for m in members)
+        else:
+            results.append(_against(dep.kind, lookup(int(base)), now, delay_s))
     return combine(results, any_of=False)
 
 

@@ -113,3 +113,17 @@ def test_after_with_a_delay_and_singleton() -> None:
     assert evaluate(job, {1: other}.get, 221.0, lambda j: False) is DepState.MET
     single = _job(3, dep="singleton")
     assert evaluate(single, {}.get, 0.0, lambda j: True) is DepState.WAITING
+
+
+def test_a_dependency_on_an_array_waits_for_all_its_tasks() -> None:
+    tasks = [_job(10 + i, js.COMPLETED) for i in range(3)]
+    for i, t in enumerate(tasks):
+        t.array_job_id, t.array_task_id = 10, i
+    tasks[2].state = js.RUNNING
+    job = _job(20, dep="afterok:10")
+    lookup = {t.job_id: t for t in tasks}.get
+    assert evaluate(job, lookup, 0.0, lambda j: False, lambda _: tasks) is DepState.WAITING
+    tasks[2].state = js.FAILED
+    assert evaluate(job, lookup, 0.0, lambda j: False, lambda _: tasks) is DepState.NEVER
+    one = _job(21, dep="afterok:10_1")
+    assert evaluate(one, lookup, 0.0, lambda j: False, lambda _: tasks) is DepState.MET
