@@ -262,6 +262,8 @@ def complete_state(node: Json) -> str:
     """The node state with its flags, as scontrol spells it (IDLE+DRAIN, ...)."""
     state = node_state(node)
     busy = "ALLOCATED" if num(node, "allocCpus") >= num(res(node), "cpus") else "MIXED"
+    if text(node, "reservation"):
+        state += "+MAINT+RESERVED" if node.get("maint") else "+RESERVED"
     return {
         "UNKNOWN": "UNKNOWN+NOT_RESPONDING",
         "DOWN": "DOWN+NOT_RESPONDING",

@@ -115,11 +115,24 @@ def sct(node: Json) -> str:
     return f"{sockets}:{num(r, 'coresPerSocket', num(r, 'cpus'))}:{threads}"
 
 
+def _reserved(node: Json) -> tuple[str, str] | None:
+    """An idle node in an active reservation: Slurm's maint / resv."""
+    if node_state(node) != "IDLE" or not text(node, "reservation"):
+        return None
+    return ("maint", "maint") if node.get("maint") else ("resv", "reserved")
+
+
 def short_state(node: Json) -> str:
+    reserved = _reserved(node)
+    if reserved:
+        return reserved[0]
     return STATES.get(node_state(node), ("unk", "unknown", 0))[0]
 
 
 def long_state(node: Json) -> str:
+    reserved = _reserved(node)
+    if reserved:
+        return reserved[1]
     return STATES.get(node_state(node), ("unk", "unknown", 0))[1]
 
 

@@ -1199,8 +1199,20 @@ class Cluster:
         wanted = list(names)
         if wanted:
             expanded = [n for expr in wanted for n in hostlist.expand(expr)]
-            return [self._node(n).to_wire() for n in expanded]
-        return [n.to_wire() for n in self.nodes.values()]
+            out = [self._node(n).to_wire() for n in expanded]
+        else:
+            out = [n.to_wire() for n in self.nodes.values()]
+        now = self.clock()
+        active: dict[str, pb.Reservation] = {}
+        for resv in self.reservations.by_name.values():
+            if resv.start_time <= now < resv.end_time:
+                for name in hostlist.expand(resv.nodes):
+                    active.setdefault(name, resv)
+        for node in out:
+            holder = active.get(node.name)
+            if holder is not None:
+                node.reservation, node.maint = holder.name, "MAINT" in holder.flags
+        return out
 
     def partition_list(self, names: Iterable[str]) -> list[pb.Partition]:
         wanted = set(names)

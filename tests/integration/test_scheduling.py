@@ -148,6 +148,8 @@ def test_advance_reservation_keeps_its_node(cluster: LocalCluster, cmd: Commands
     assert resv_end >= float(cmd.job(inside)["submitTime"]) + 55  # after the window
     job = cmd.wait_state(inside, "COMPLETED", timeout=60)
     assert job["nodelist"] == "node01"
+    assert cmd("sinfo", "-h", "-N", "-n", "node01", "-o", "%t").stdout.strip() == "resv"
+    assert "State=IDLE+RESERVED" in cmd("scontrol", "show", "node", "node01").stdout
     assert cmd.job(overlaps)["state"] == "JOB_STATE_PENDING"
 
     # durable: a restarted ctld still has it

@@ -734,6 +734,8 @@ class Node(_message.Message):
     REASON_TIME_FIELD_NUMBER: _builtins.int
     JOB_IDS_FIELD_NUMBER: _builtins.int
     GPU_TYPE_FIELD_NUMBER: _builtins.int
+    RESERVATION_FIELD_NUMBER: _builtins.int
+    MAINT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port of its NodeAgent service"""
@@ -749,6 +751,12 @@ class Node(_message.Message):
     reason_time: _builtins.float
     gpu_type: _builtins.str
     """short GRES type ("h100"), from the model"""
+    reservation: _builtins.str
+    """-- scheduling (field numbers 100+) --
+    the advance reservation active on it now, if any
+    """
+    maint: _builtins.bool
+    """that reservation has the MAINT flag"""
     @_builtins.property
     def resources(self) -> Global___NodeResources:
         """as registered (or as configured before that)"""
@@ -776,10 +784,12 @@ class Node(_message.Message):
         reason_time: _builtins.float = ...,
         job_ids: _abc.Iterable[_builtins.int] | None = ...,
         gpu_type: _builtins.str = ...,
+        reservation: _builtins.str = ...,
+        maint: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "boot_time", b"boot_time", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_heartbeat", b"last_heartbeat", "name", b"name", "os", b"os", "partitions", b"partitions", "reason", b"reason", "reason_time", b"reason_time", "resources", b"resources", "state", b"state", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "boot_time", b"boot_time", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "os", b"os", "partitions", b"partitions", "reason", b"reason", "reason_time", b"reason_time", "reservation", b"reservation", "resources", b"resources", "state", b"state", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
