@@ -92,6 +92,7 @@ class PartitionConfig:
     max_nodes: int = 0
     priority_tier: int = 1
     allow_accounts: tuple[str, ...] = ()
+    allow_groups: tuple[str, ...] = ()  # Unix groups whose members may use it; empty: all
 
 
 # ---------------------------------------------------------------- scheduling policy
@@ -377,6 +378,7 @@ def _partition(sec: _Section, known_nodes: set[str]) -> PartitionConfig:
         max_nodes=sec.positive("max_nodes", 0),
         priority_tier=sec.positive("priority_tier", 1),
         allow_accounts=sec.strings("allow_accounts", ()),
+        allow_groups=sec.strings("allow_groups", ()),
     )
     sec.done()
     return cfg

@@ -61,7 +61,7 @@ from ctld.sched import (
 )
 from ctld.store import Op, Store, insert_job, update_job
 from ctld.usage import UsageLedger
-from ctld.validate import NodeCapacity, request_from_spec, validate_spec
+from ctld.validate import NodeCapacity, request_from_spec, user_groups, validate_spec
 
 log = structlog.get_logger("ctld")
 
@@ -286,7 +286,9 @@ class Cluster:
         }
 
     async def submit(self, who: Identity, spec: pb.JobSpec) -> pb.Job:
-        accepted = validate_spec(spec, self.config, self._capacity())
+        accepted = validate_spec(
+            spec, self.config, self._capacity(), lambda: user_groups(who.user, who.gid)
+        )
         qos = spec.qos or "normal"
         if qos not in self.priorities.qos_priority:
             raise InvalidQos()
@@ -617,7 +619,9 @@ class Cluster:
         if not changes:
             raise InvalidRequest("No changes specified")
         if job.state == js.PENDING:
-            accepted = validate_spec(spec, self.config, self._capacity())
+            accepted = validate_spec(
+                spec, self.config, self._capacity(), lambda: user_groups(job.user, job.gid)
+            )
             spec.partitions[:] = accepted.partitions
             job.partition = accepted.partitions[0]
             job.time_limit_s = accepted.time_limit_s

@@ -7,7 +7,8 @@ field is bounded here, whatever the client claims to have checked.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from corral import hostlist
@@ -79,8 +80,28 @@ def request_from_spec(
     )
 
 
+def user_groups(user: str, gid: int) -> frozenset[str]:
+    """The names of ``user``'s groups on the controller host (for AllowGroups)."""
+    import grp
+
+    try:
+        gids = os.getgrouplist(user, gid)
+    except (KeyError, OSError):
+        gids = [gid]
+    names = set()
+    for g in gids:
+        try:
+            names.add(grp.getgrgid(g).gr_name)
+        except KeyError:
+            continue
+    return frozenset(names)
+
+
 def validate_spec(
-    spec: pb.JobSpec, config: ClusterConfig, capacity: dict[str, NodeCapacity]
+    spec: pb.JobSpec,
+    config: ClusterConfig,
+    capacity: dict[str, NodeCapacity],
+    groups: Callable[[], frozenset[str]] = frozenset,
 ) -> Accepted:
     """Check ``spec`` against the cluster; return the defaults ctld fills in."""
     script = spec.script
@@ -157,6 +178,11 @@ def validate_spec(
         if not allowed:
             raise InvalidAccount()
         parts = allowed
+    if any(p.allow_groups for p in parts):
+        mine = groups()
+        parts = [p for p in parts if not p.allow_groups or mine & set(p.allow_groups)]
+        if not parts:
+            raise InvalidPartition("User's group not permitted to use this partition")
     for name in (*req.nodelist, *req.exclude):
         if name not in capacity:
             raise InvalidRequest(f"Invalid node name specified: {name}")

@@ -348,3 +348,21 @@ async def test_registration_finishes_a_cancelled_job_the_node_no_longer_runs(env
     assert job.state == js.COMPLETING
     await cluster.register_node(registration(cluster, "n1"))
     assert job.state == js.CANCELLED
+
+
+def test_allow_groups_limits_who_may_submit() -> None:
+    from corral.config import parse_config
+    from corral.errors import InvalidPartition
+    from ctld.validate import NodeCapacity, validate_spec
+
+    cfg = parse_config(
+        {
+            "nodes": [{"names": "n1", "cpus": 4, "memory_mb": 1000}],
+            "partitions": [{"name": "lab", "nodes": "n1", "allow_groups": ["ml"]}],
+        }
+    )
+    cap = {"n1": NodeCapacity("n1", 4, 1000, 0, "")}
+    with pytest.raises(InvalidPartition, match="group not permitted"):
+        validate_spec(spec(partitions=["lab"]), cfg, cap, lambda: frozenset({"users"}))
+    ok = validate_spec(spec(partitions=["lab"]), cfg, cap, lambda: frozenset({"ml", "users"}))
+    assert ok.partitions == ("lab",)
