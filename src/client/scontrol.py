@@ -436,7 +436,12 @@ def show_nodes(name: str, one_liner: bool) -> int:
 
 
 def show_partitions(name: str, one_liner: bool) -> int:
-    reply = load("GetPartitions", {"names": [name]} if name else {}, "slurm_load_partitions")
+    try:
+        reply = load("GetPartitions", {"names": [name]} if name else {}, "slurm_load_partitions")
+    except Reported:
+        if name:
+            raise Reported(f"Partition {name} not found") from None  # Slurm's words
+        raise
     partitions = reply.get("partitions", [])
     if name and not partitions:
         raise Reported(f"Partition {name} not found")

@@ -221,6 +221,8 @@ class _Section:
             return default
         value = self.data[name]
         if isinstance(value, int) and not isinstance(value, bool):
+            if value < 0:
+                raise ConfigError(f"{self.key(name)}: a duration in seconds must be >= 0")
             return value
         if not isinstance(value, str):
             raise ConfigError(f"{self.key(name)}: expected a Slurm time string like '1-00:00:00'")
@@ -510,6 +512,10 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
     _check_accounts(accounts)
     raw_qos = top.get("qos", list, [])
     qos = tuple(_qos(_Section(q, f"qos[{i}]")) for i, q in enumerate(raw_qos))
+    qos_names = [q.name for q in qos]
+    for i, name in enumerate(qos_names):
+        if name in qos_names[:i]:
+            raise ConfigError(f"qos[{i}].name: QOS {name!r} is defined twice")
     if not any(q.name == "normal" for q in qos):
         qos = (QosConfig("normal"), *qos)  # Slurm's default QOS always exists
     top.done()

@@ -382,7 +382,7 @@ class Cluster:
         """What squeue shows for a pending job: requested nodes, CPUs, memory, GPUs."""
         shape = job_shape(request_from_spec(job.spec))
         job.num_nodes = shape.nodes
-        job.num_tasks = max(job.spec.ntasks, shape.nodes * shape.tasks_per_node)
+        job.num_tasks = job.spec.ntasks or shape.nodes * shape.tasks_per_node  # -N2 -n5: 5
         job.num_cpus = shape.nodes * shape.cpus_per_node
         job.mem_mb = shape.nodes * shape.mem_per_node_mb
         job.num_gpus = shape.nodes * shape.gpus_per_node

@@ -28,7 +28,7 @@ PURGE_INTERVAL_S = 30.0
 
 async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
     ctl = config.controller
-    os.makedirs(ctl.state_dir, exist_ok=True)
+    os.makedirs(ctl.state_dir, mode=0o700, exist_ok=True)
     store = Store(ctl.effective_store_url, sqlite_synchronous=ctl.sqlite_synchronous)
     store.open()
     dispatcher = GrpcDispatcher()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import queue
 import threading
 from collections.abc import Iterable, Sequence
@@ -201,6 +202,7 @@ class Store:
     def open(self) -> None:
         try:
             metadata.create_all(self.engine)
+            self._private_file()
             with self.engine.begin() as conn:
                 row = conn.execute(
                     sa.select(meta.c.value).where(meta.c.key == "schema_version")
@@ -217,6 +219,15 @@ class Store:
             raise StoreError(f"cannot open the store {self.url}: {exc}") from exc
         self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
         self._writer.start()
+
+    def _private_file(self) -> None:
+        """The store holds every job's script and environment: owner-only (and its WAL)."""
+        url = sa.engine.make_url(self.url)
+        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+            return
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(url.database + suffix, 0o600)
 
     def close(self) -> None:
         if self._writer is not None:

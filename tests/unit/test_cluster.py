@@ -366,3 +366,14 @@ def test_allow_groups_limits_who_may_submit() -> None:
         validate_spec(spec(partitions=["lab"]), cfg, cap, lambda: frozenset({"users"}))
     ok = validate_spec(spec(partitions=["lab"]), cfg, cap, lambda: frozenset({"ml", "users"}))
     assert ok.partitions == ("lab",)
+
+
+async def test_uneven_tasks_count_as_asked(env) -> None:  # type: ignore[no-untyped-def]
+    from noded.env import batch_environment
+
+    cluster, *_ = env
+    job = await cluster.submit(ALICE, spec(nodes_min=2, ntasks=5))
+    assert job.num_tasks == 5
+    await drain(cluster)
+    environ = batch_environment(job, job.batch_host, "c")
+    assert environ["SLURM_NTASKS"] == "5" and environ["SLURM_TASKS_PER_NODE"] == "3,2"

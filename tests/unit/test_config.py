@@ -70,3 +70,14 @@ def test_example_configs_in_deploy_are_valid() -> None:
     assert examples, "deploy/examples has no example config"
     for path in examples:
         load_config(str(path))
+
+
+def test_negative_durations_and_duplicate_qos_are_refused() -> None:
+    from corral.config import parse_config
+    from corral.errors import ConfigError
+
+    base = {"nodes": [{"names": "n1"}]}
+    with pytest.raises(ConfigError, match=r"partitions\[0\].max_time: a duration"):
+        parse_config({**base, "partitions": [{"name": "p", "nodes": "n1", "max_time": -5}]})
+    with pytest.raises(ConfigError, match=r"qos\[1\].name: QOS 'gpu' is defined twice"):
+        parse_config({**base, "qos": [{"name": "gpu"}, {"name": "gpu"}]})

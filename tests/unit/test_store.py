@@ -60,3 +60,12 @@ def test_schema_version_mismatch_is_refused(tmp_path: pathlib.Path) -> None:
     store.close()
     with pytest.raises(StoreError, match="schema version 99"):
         Store(f"sqlite:///{tmp_path}/s.db").open()
+
+
+def test_the_store_file_is_private(tmp_path: pathlib.Path) -> None:
+    store = Store(f"sqlite:///{tmp_path}/c.db", sqlite_synchronous="NORMAL")
+    store.open()
+    try:
+        assert (tmp_path / "c.db").stat().st_mode & 0o777 == 0o600
+    finally:
+        store.close()
