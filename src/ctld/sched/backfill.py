@@ -46,6 +46,7 @@ class _Candidate:
     ignore: str  # the job's own reservation, which its holds do not block
     not_before: float  # a reservation's start
     not_after: float  # a reservation's end
+    members: frozenset[str] = frozenset()  # names of ``nodes``
 
 
 class _Pass:
@@ -84,6 +85,13 @@ class _Pass:
                     )
         self.profile_version = 0  # bumped when a start or hold changes any node
         self.no_fit_now: set[tuple[object, ...]] = set()
+        self.candidates: dict[tuple[object, ...], _Candidate | str] = {}
+        # nodes by free GPU count: best fit looks at the fullest nodes first and stops
+        # there, instead of scanning the whole cluster for every start
+        self.max_gpus = max((len(n.all_gpus) for n in self.nodes.values()), default=0)
+        self.buckets: list[dict[str, NodeProfile]] = [{} for _ in range(self.max_gpus + 1)]
+        for node in self.nodes.values():
+            self.buckets[len(node.free_gpus)][node.name] = node
         self.forecast_cache: dict[tuple[object, ...], tuple[int, Forecast | None]] = {}
         self.starts: list[Start] = []
         self.reasons: dict[int, str] = {}
@@ -151,6 +159,16 @@ class _Pass:
             return PARTITION_TIME_LIMIT
         if part.max_nodes and shape.nodes > part.max_nodes:
             return PARTITION_NODE_LIMIT
+        # everything below depends on static node facts only: computed once per pass
+        # for each distinct (partition, shape, constraints)
+        key = (part_name, shape, req.gpu_type, req.nodelist, req.exclude, req.reservation)
+        cached = self.candidates.get(key)
+        if cached is None:
+            cached = self._candidate(req, shape, part)
+            self.candidates[key] = cached
+        return cached
+
+    def _candidate(self, req: JobRequest, shape: Shape, part: PartitionView) -> _Candidate | str:
         ignore, not_before, not_after = "", self.now, INFINITY
         allowed: set[str] | None = None
         if req.reservation:
@@ -178,7 +196,7 @@ class _Pass:
             return REQ_NODE_NOT_AVAIL
         if len(nodes) < shape.nodes:
             return REQ_NODE_NOT_AVAIL if required or allowed is not None else RESOURCES
-        return _Candidate(part, nodes, required, ignore, not_before, not_after)
+        return _Candidate(part, nodes, required, ignore, not_before, not_after, frozenset(usable))
 
     # ------------------------------------------------------------ now
 
@@ -194,6 +212,8 @@ class _Pass:
         end = self.now + duration
         if end > cand.not_after:
             return None
+        if self.settings.placement == "pack" and not req.exclusive and not cand.required:
+            return self._fit_now_packed(shape, cand, end, key)
         fitting = []
         free_now = 0
         required_free = 0
@@ -211,6 +231,34 @@ class _Pass:
         if free_now < shape.nodes or required_free < len(cand.required):
             self.no_fit_now.add(key)
         return self.choose(fitting, shape, cand)
+
+    def _fit_now_packed(
+        self, shape: Shape, cand: _Candidate, end: float, key: tuple[object, ...]
+    ) -> list[tuple[NodeProfile, Avail]] | None:
+        fitting: list[tuple[NodeProfile, Avail]] = []
+        free_now = 0
+        for free_gpus in range(shape.gpus_per_node, self.max_gpus + 1):
+            for node in self.buckets[free_gpus].values():
+                if (
+                    node.name not in cand.members
+                    or node.free_cpus < shape.cpus_per_node
+                    or node.free_mem < shape.mem_per_node_mb
+                ):
+                    continue
+                free_now += 1
+                now_avail = Avail(
+                    node.free_cpus, node.free_mem, frozenset(node.free_gpus), not node.busy
+                )
+                avail = node.window(self.now, end, cand.ignore) if node.holds else now_avail
+                if node.fits(avail, shape, False):
+                    fitting.append((node, avail))
+                    if free_gpus == self.max_gpus and len(fitting) >= shape.nodes:
+                        break  # whole free nodes: any of them is as good a fit
+            if len(fitting) >= shape.nodes:
+                return self.choose(fitting, shape, cand)
+        if free_now < shape.nodes:
+            self.no_fit_now.add(key)
+        return None
 
     def choose(
         self,
@@ -248,7 +296,11 @@ class _Pass:
             else:
                 cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
                 gpus = _pick_gpus(avail.gpus, shape.gpus_per_node)
+            before = len(node.free_gpus)
             node.take_now(cpus, mem, gpus, end, req.job_id)
+            if len(node.free_gpus) != before:
+                del self.buckets[before][node.name]
+                self.buckets[len(node.free_gpus)][node.name] = node
             placements.append(Placement(node.name, cpus, mem, gpus))
         self.starts.append(Start(req.job_id, cand.partition.name, tuple(placements)))
         key = (req.qos, req.user)
