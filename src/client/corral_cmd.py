@@ -5,6 +5,7 @@ corral down [--state-dir DIR]                                 stop exactly that 
 corral ctld [ctld options]                                    run the controller
 corral noded [noded options]                                  run a node agent
 corral why JOBID                                              why a job is not running
+corral sim TRACE [--policy P] [--jobs N] [--procs N]          replay an SWF trace
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def _down(args: argparse.Namespace) -> int:
 def main_args(argv: list[str]) -> int:
     if argv and argv[0] in ("ctld", "noded"):
         return _exec_daemon(argv[0], argv[1:])
+    if argv and argv[0] == "sim":
+        return _exec_daemon("ctld.sim", argv[1:])  # the simulator runs ctld's own core
     if argv and argv[0] == "why":
         from client.why import main_args as why
 
@@ -98,6 +101,7 @@ def main_args(argv: list[str]) -> int:
     sub.add_parser("ctld", help="run the controller in the foreground (see corral ctld -h)")
     sub.add_parser("noded", help="run a node agent in the foreground (see corral noded -h)")
     sub.add_parser("why", help="why a pending job is not running: corral why JOBID")
+    sub.add_parser("sim", help="replay a workload trace through the scheduler (corral sim -h)")
     args = p.parse_args(argv)
     if args.command == "up":
         return _up(args)

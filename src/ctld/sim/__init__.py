@@ -1,0 +1,1 @@
+"""Replay workload traces through the scheduling core on a virtual clock (corral sim)."""
