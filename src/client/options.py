@@ -150,3 +150,23 @@ class OptionParser:
                 names += "[=VALUE]"
             lines.append(f"  {names:<32} {o.help}")
         return "\n".join(lines) + "\n"
+
+
+def parse_command(parser: OptionParser, argv: Sequence[str]) -> dict[str, Any] | None:
+    """Options of a query command, or None when --help/--usage/--version was answered.
+
+    Extra positional words are an error, as in Slurm's query commands."""
+    import sys
+
+    from corral import __version__
+
+    opts, rest = parser.parse(argv)
+    if opts.get("help") or opts.get("usage"):
+        sys.stdout.write(parser.help_text())
+        return None
+    if opts.get("version"):
+        sys.stdout.write(f"slurm {__version__} (corral)\n")
+        return None
+    if rest:
+        raise InvalidOption(f"Unrecognized option: {rest[0]}")
+    return opts

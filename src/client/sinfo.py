@@ -26,8 +26,8 @@ from client.fmt import (
     split_list,
     with_width,
 )
-from client.options import FLAG, Option, OptionParser
-from corral import __version__, hostlist
+from client.options import FLAG, Option, OptionParser, parse_command
+from corral import hostlist
 from corral.errors import InvalidOption
 from corral.slurmfmt import format_duration, format_timestamp
 
@@ -484,15 +484,9 @@ def node_filter(opts: dict[str, Any]) -> Callable[[Json], bool]:
 
 def main_body(argv: Sequence[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [OPTIONS...]")
-    opts, rest = parser.parse(argv)
-    if opts.get("help") or opts.get("usage"):
-        sys.stdout.write(parser.help_text())
+    opts = parse_command(parser, argv)
+    if opts is None:
         return 0
-    if opts.get("version"):
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
-        return 0
-    if rest:
-        raise InvalidOption(f"Unrecognized option: {rest[0]}")
     api = client()
     request: Json = {}
     if opts.get("partition"):

@@ -24,9 +24,7 @@ from client.fmt import (
     render,
     split_list,
 )
-from client.options import FLAG, Option, OptionParser
-from corral import __version__
-from corral.errors import InvalidOption
+from client.options import FLAG, Option, OptionParser, parse_command
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -160,15 +158,9 @@ OPTIONS = (
 
 def main_body(argv: Sequence[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [OPTIONS...]")
-    opts, rest = parser.parse(argv)
-    if opts.get("help") or opts.get("usage"):
-        sys.stdout.write(parser.help_text())
+    opts = parse_command(parser, argv)
+    if opts is None:
         return 0
-    if opts.get("version"):
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
-        return 0
-    if rest:
-        raise InvalidOption(f"Unrecognized option: {rest[0]}")
     api = client()
     try:
         info = call(api, "GetClusterInfo", {}, "sprio")

@@ -30,8 +30,7 @@ from client.fmt import (
     squeue_secs,
     wire_states,
 )
-from client.options import COUNT, FLAG, Option, OptionParser
-from corral import __version__
+from client.options import COUNT, FLAG, Option, OptionParser, parse_command
 from corral.errors import InvalidOption
 from corral.slurmfmt import format_timestamp
 
@@ -399,15 +398,9 @@ def on_nodes(reply: Json, nodelist: str) -> Json:
 
 def main_body(argv: Sequence[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [OPTIONS...]")
-    opts, rest = parser.parse(argv)
-    if opts.get("help") or opts.get("usage"):
-        sys.stdout.write(parser.help_text())
+    opts = parse_command(parser, argv)
+    if opts is None:
         return 0
-    if opts.get("version"):
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
-        return 0
-    if rest:
-        raise InvalidOption(f"Unrecognized option: {rest[0]}")
     api = client()
     flt, states = build_filter(opts, api.identity.user)
     try:

@@ -12,9 +12,7 @@ import sys
 
 from client.common import client, num, real, run, text
 from client.fmt import Reported, call, split_list
-from client.options import FLAG, Option, OptionParser
-from corral import __version__
-from corral.errors import InvalidOption
+from client.options import FLAG, Option, OptionParser, parse_command
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -101,15 +99,9 @@ OPTIONS = (
 
 def main_body(argv: Sequence[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [OPTIONS...]")
-    opts, rest = parser.parse(argv)
-    if opts.get("help") or opts.get("usage"):
-        sys.stdout.write(parser.help_text())
+    opts = parse_command(parser, argv)
+    if opts is None:
         return 0
-    if opts.get("version"):
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
-        return 0
-    if rest:
-        raise InvalidOption(f"Unrecognized option: {rest[0]}")
     api = client()
     request: Json = {}
     if opts.get("accounts"):
