@@ -466,14 +466,7 @@ class Cluster:
             ]
             arrays = {j.array_job_id for j in self.jobs.values() if j.array_job_id}
             for missing in [i for i in flt.job_ids if i not in known and i not in arrays]:
-                outcomes.append(
-                    pb.CancelOutcome(
-                        job_id=missing,
-                        ok=False,
-                        error="InvalidJobId",
-                        message=InvalidJobId().message,
-                    )
-                )
+                outcomes.append(_failure(missing, InvalidJobId()))
         for job in targets:
             try:
                 self.policy.check_job(who, job, "signal" if req.signal else "cancel")
@@ -487,11 +480,7 @@ class Cluster:
                 ops.append(self._save(job))
                 outcomes.append(pb.CancelOutcome(job_id=job.job_id, ok=True))
             except CorralError as exc:
-                outcomes.append(
-                    pb.CancelOutcome(
-                        job_id=job.job_id, ok=False, error=type(exc).__name__, message=exc.message
-                    )
-                )
+                outcomes.append(_failure(job.job_id, exc))
         if ops:
             await self.store.commit(*ops)
             self.wake()
@@ -548,24 +537,21 @@ class Cluster:
         ops: list[Op] = []
         now = self.clock()
         cause = f"rpc:UpdateJob user={who.user}"
-        if req.action == pb.JOB_UPDATE_TOP:
-            return await self._top(who, req, cause, now)
         for job_id in req.job_ids:
             try:
                 job = self.job(job_id)
                 self.policy.check_job(who, job, "update")
-                if req.action == pb.JOB_UPDATE_FIELDS:
+                changed = [job]
+                if req.action == pb.JOB_UPDATE_TOP:
+                    changed = self._top(job, cause, now)
+                elif req.action == pb.JOB_UPDATE_FIELDS:
                     self._update_fields(who, job, req, cause, now)
                 else:
                     self._apply_hold(who, job, req.action, cause, now)
-                ops.append(self._save(job))
+                ops.extend(self._save(j) for j in changed)
                 outcomes.append(pb.CancelOutcome(job_id=job_id, ok=True))
             except CorralError as exc:
-                outcomes.append(
-                    pb.CancelOutcome(
-                        job_id=job_id, ok=False, error=type(exc).__name__, message=exc.message
-                    )
-                )
+                outcomes.append(_failure(job_id, exc))
         if ops:
             await self.store.commit(*ops)
             self.wake()
@@ -637,47 +623,32 @@ class Cluster:
                 apply_factors(job, self.priorities.factors(job, now))
         js.transition(job, "updated", cause=cause, now=now, detail=" ".join(changes))
 
-    async def _top(
-        self, who: Identity, req: pb.UpdateJobRequest, cause: str, now: float
-    ) -> list[pb.CancelOutcome]:
-        """Put the jobs first among the owner's pending jobs with the same partition,
-        account and QOS, trading priorities within that set so nobody else loses."""
-        outcomes, ops = [], []
-        for job_id in req.job_ids:
-            try:
-                job = self.job(job_id)
-                self.policy.check_job(who, job, "update")
-                if job.state != js.PENDING:
-                    raise JobStateConflict("Job is no longer pending execution")
-                peers = [
-                    j
-                    for j in self.jobs.values()
-                    if j.state == js.PENDING
-                    and (not j.hold or j is job)
-                    and (j.uid, j.partition, j.account, j.qos)
-                    == (job.uid, job.partition, job.account, job.qos)
-                ]
-                ranked = sorted(peers, key=lambda j: (-j.priority, j.submit_time, j.job_id))
-                values = [j.priority for j in ranked]
-                ranked.remove(job)
-                for peer, value in zip([job, *ranked], values, strict=True):
-                    if peer.priority != value or peer is job:
-                        peer.admin_priority = value
-                        peer.priority = value
-                        self._requests.pop(peer.job_id, None)
-                        js.transition(peer, "updated", cause=cause, now=now, detail="top")
-                        ops.append(self._save(peer))
-                outcomes.append(pb.CancelOutcome(job_id=job_id, ok=True))
-            except CorralError as exc:
-                outcomes.append(
-                    pb.CancelOutcome(
-                        job_id=job_id, ok=False, error=type(exc).__name__, message=exc.message
-                    )
-                )
-        if ops:
-            await self.store.commit(*ops)
-            self.wake()
-        return outcomes
+    def _top(self, job: pb.Job, cause: str, now: float) -> list[pb.Job]:
+        """Put ``job`` first among its owner's pending jobs with the same partition,
+        account and QOS, trading priorities within that set so nobody else loses.
+        Returns the jobs whose priority it set."""
+        if job.state != js.PENDING:
+            raise JobStateConflict("Job is no longer pending execution")
+        peers = [
+            j
+            for j in self.jobs.values()
+            if j.state == js.PENDING
+            and (not j.hold or j is job)
+            and (j.uid, j.partition, j.account, j.qos)
+            == (job.uid, job.partition, job.account, job.qos)
+        ]
+        ranked = sorted(peers, key=lambda j: (-j.priority, j.submit_time, j.job_id))
+        values = [j.priority for j in ranked]
+        ranked.remove(job)
+        changed = []
+        for peer, value in zip([job, *ranked], values, strict=True):
+            if peer.priority != value or peer is job:
+                peer.admin_priority = value
+                peer.priority = value
+                self._requests.pop(peer.job_id, None)
+                js.transition(peer, "updated", cause=cause, now=now, detail="top")
+                changed.append(peer)
+        return changed
 
     def _apply_hold(self, who: Identity, job: pb.Job, action: int, cause: str, now: float) -> None:
         if job.state in js.FINISHED:
@@ -1245,3 +1216,8 @@ class Cluster:
         if wanted and not out:
             raise InvalidRequest(f"Partition {sorted(wanted)[0]} not found")
         return out
+
+
+def _failure(job_id: int, exc: CorralError) -> pb.CancelOutcome:
+    """A per-job failure in a multi-job request (scancel, scontrol hold/update/top)."""
+    return pb.CancelOutcome(job_id=job_id, ok=False, error=type(exc).__name__, message=exc.message)
