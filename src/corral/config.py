@@ -61,15 +61,35 @@ class NodedConfig:
     port: int = DEFAULT_NODED_PORT
     spool_dir: str = "/var/spool/corral"
     log_json: bool = False
+    cgroups: str = "auto"  # "auto", "v2", "v1" or "none" (psutil monitoring only)
+    cgroup_root: str = "corral"  # directory made under each controller's hierarchy
+    sample_interval_s: float = 5.0  # process and GPU sampling for limits and accounting
+    health_interval_s: float = 10.0  # GPU health polling
+    prolog: str = ""  # run as root before each job; non-zero exit drains the node
+    epilog: str = ""  # run as root after each job; non-zero exit drains the node
+    prolog_timeout_s: float = 60.0
+    epilog_timeout_s: float = 60.0
+    default_path: str = "/usr/local/bin:/usr/bin:/bin"  # PATH for --export=NONE jobs
+
+
+@dataclass(frozen=True)
+class IdleGpuConfig:
+    """Jobs whose GPUs all stay under threshold_pct utilization for window_s."""
+
+    window_s: int = 0  # 0: the policy is off
+    threshold_pct: float = 5.0
+    action: str = "flag"  # "flag", "cancel" or "requeue"
 
 
 @dataclass(frozen=True)
 class GpuConfig:
-    backend: str = "none"  # "none", "fake" (later: "nvml", "auto")
+    backend: str = "none"  # "none", "fake", "nvml", or "auto" (NVML if usable, else none)
     count: int = 0
     model: str = "NVIDIA H100 80GB HBM3"
     memory_mb: int = 81559
     type: str = ""  # GRES type name; empty: derived from the model ("h100")
+    topology: str = "nvlink"  # fake backend: "nvlink" (all pairs NV18) or "pcie"
+    state_file: str = ""  # fake backend: JSON that tests write to inject load and faults
 
 
 @dataclass(frozen=True)
@@ -152,6 +172,7 @@ class ClusterConfig:
     priority: PriorityConfig = field(default_factory=PriorityConfig)
     accounts: tuple[AccountConfig, ...] = ()
     qos: tuple[QosConfig, ...] = (QosConfig("normal"),)
+    idle_gpus: IdleGpuConfig = field(default_factory=IdleGpuConfig)
     source: str = ""
 
     def node(self, name: str) -> NodeConfig:
@@ -320,18 +341,49 @@ def _noded(sec: _Section) -> NodedConfig:
         port=sec.port("port", d.port),
         spool_dir=sec.get("spool_dir", str, d.spool_dir),
         log_json=sec.get("log_json", bool, d.log_json),
+        cgroups=sec.get("cgroups", str, d.cgroups),
+        cgroup_root=sec.get("cgroup_root", str, d.cgroup_root),
+        sample_interval_s=sec.positive("sample_interval_s", d.sample_interval_s, allow_zero=False),
+        health_interval_s=sec.positive("health_interval_s", d.health_interval_s, allow_zero=False),
+        prolog=sec.get("prolog", str, d.prolog),
+        epilog=sec.get("epilog", str, d.epilog),
+        prolog_timeout_s=sec.positive("prolog_timeout_s", d.prolog_timeout_s, allow_zero=False),
+        epilog_timeout_s=sec.positive("epilog_timeout_s", d.epilog_timeout_s, allow_zero=False),
+        default_path=sec.get("default_path", str, d.default_path),
     )
     sec.done()
+    if cfg.cgroups not in ("auto", "v2", "v1", "none"):
+        raise ConfigError(f"{sec.key('cgroups')}: {cfg.cgroups!r} is not auto, v2, v1 or none")
+    if not cfg.cgroup_root or "/" in cfg.cgroup_root.strip("/") or ".." in cfg.cgroup_root:
+        raise ConfigError(f"{sec.key('cgroup_root')}: must be one directory name")
+    for key in ("prolog", "epilog"):
+        path = getattr(cfg, key)
+        if path and not os.path.isabs(path):
+            raise ConfigError(f"{sec.key(key)}: {path!r} must be an absolute path")
+    return cfg
+
+
+def _idle_gpus(sec: _Section) -> IdleGpuConfig:
+    d = IdleGpuConfig()
+    cfg = IdleGpuConfig(
+        window_s=sec.duration("window_s", d.window_s),
+        threshold_pct=sec.positive("threshold_pct", d.threshold_pct),
+        action=sec.get("action", str, d.action),
+    )
+    sec.done()
+    if cfg.action not in ("flag", "cancel", "requeue"):
+        raise ConfigError(f"{sec.key('action')}: {cfg.action!r} is not flag, cancel or requeue")
+    if cfg.threshold_pct > 100:
+        raise ConfigError(f"{sec.key('threshold_pct')}: a utilization is at most 100")
     return cfg
 
 
 def _gpus(sec: _Section) -> GpuConfig:
     d = GpuConfig()
     backend = sec.get("backend", str, "fake" if "count" in sec.data else d.backend)
-    if backend not in ("none", "fake"):
+    if backend not in ("none", "fake", "nvml", "auto"):
         raise ConfigError(
-            f"{sec.key('backend')}: {backend!r} is not a GPU backend (none, fake; nvml comes "
-            "with the NVML work)"
+            f"{sec.key('backend')}: {backend!r} is not a GPU backend (none, fake, nvml, auto)"
         )
     cfg = GpuConfig(
         backend=backend,
@@ -339,15 +391,22 @@ def _gpus(sec: _Section) -> GpuConfig:
         model=sec.get("model", str, d.model),
         memory_mb=sec.positive("memory_mb", d.memory_mb),
         type=sec.get("type", str, d.type),
+        topology=sec.get("topology", str, d.topology),
+        state_file=sec.get("state_file", str, d.state_file),
     )
     sec.done()
+    if cfg.topology not in ("nvlink", "pcie"):
+        raise ConfigError(f"{sec.key('topology')}: {cfg.topology!r} is not nvlink or pcie")
     if cfg.count > 64:
         raise ConfigError(f"{sec.key('count')}: {cfg.count} GPUs on one node is not plausible")
     return cfg
 
 
 def _node(sec: _Section) -> NodeConfig:
-    gpus = _gpus(_Section(sec.get("gpus", dict, {}), sec.key("gpus")))
+    raw_gpus = sec.get("gpus", (dict, str), {})
+    if isinstance(raw_gpus, str):
+        raw_gpus = {"backend": raw_gpus}  # gpus = "auto" is short for gpus = {backend = "auto"}
+    gpus = _gpus(_Section(raw_gpus, sec.key("gpus")))
     cfg = NodeConfig(
         names=sec.hostlist("names", required=True),
         cpus=sec.positive("cpus", 0),
@@ -516,6 +575,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
     for i, name in enumerate(qos_names):
         if name in qos_names[:i]:
             raise ConfigError(f"qos[{i}].name: QOS {name!r} is defined twice")
+    idle_gpus = _idle_gpus(_Section(top.get("idle_gpus", dict, {}), "idle_gpus"))
     if not any(q.name == "normal" for q in qos):
         qos = (QosConfig("normal"), *qos)  # Slurm's default QOS always exists
     top.done()
@@ -536,6 +596,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
         priority=priority,
         accounts=accounts,
         qos=qos,
+        idle_gpus=idle_gpus,
         source=source,
     )
 
