@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 import re
+import signal
+from dataclasses import dataclass
 
 from corral.errors import InvalidOption
 
@@ -116,3 +118,46 @@ def array_environment(array: str, array_job_id: int, task_id: int) -> dict[str, 
         "SLURM_ARRAY_TASK_MAX": str(ids[-1]),
         "SLURM_ARRAY_TASK_STEP": str(gaps.pop() if len(gaps) == 1 else 1),
     }
+
+
+@dataclass(frozen=True)
+class WarnSignal:
+    """--signal=[{R|B}:]SIG[@secs]: send ``signal`` ``seconds`` before the time limit."""
+
+    signal: int
+    seconds: int = 60  # Slurm's default lead time
+    batch_only: bool = False  # B: only the batch shell, not its children or steps
+
+
+def signal_number(text: str) -> int:
+    """A signal by name (USR1, SIGUSR1) or number, as sbatch --signal and scancel -s take."""
+    name = text.strip().upper()
+    if name.isdigit():
+        number = int(name)
+        if 0 < number < signal.NSIG:
+            return number
+        raise InvalidOption(f"Invalid signal number: {text}")
+    try:
+        return int(signal.Signals["SIG" + name.removeprefix("SIG")])
+    except KeyError:
+        raise InvalidOption(f"Invalid signal name: {text}") from None
+
+
+def parse_warn_signal(text: str) -> WarnSignal:
+    flags, colon, rest = text.partition(":")
+    if not colon:
+        flags, rest = "", text
+    if any(f not in "RB" for f in flags.upper()) or (colon and not flags):
+        raise InvalidOption(f"Invalid --signal specification: {text!r} (flags are R and B)")
+    sig_text, at, secs_text = rest.partition("@")
+    sig = signal_number(sig_text) if sig_text else 0
+    if not sig:
+        raise InvalidOption(f"Invalid --signal specification: {text!r} (no signal)")
+    seconds = 60
+    if at:
+        if not secs_text.isdigit() or int(secs_text) > 65535:
+            raise InvalidOption(
+                f"Invalid --signal specification: {text!r} (seconds must be 0 to 65535)"
+            )
+        seconds = int(secs_text)
+    return WarnSignal(sig, seconds, "B" in flags.upper())

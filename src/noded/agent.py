@@ -8,6 +8,7 @@ ctld has acknowledged them (ctld makes them durable before it answers).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import platform
 import time
 from typing import Any
@@ -34,7 +35,7 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
     async def LaunchJob(
         self, request: pb.LaunchJobRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.LaunchJobResponse:
-        await self.launcher.launch(request.job, request.cluster)
+        await self.launcher.launch(request)
         return pb.LaunchJobResponse()
 
     async def SignalJob(
@@ -68,10 +69,18 @@ class ControllerLink:
         self.outbox: list[pb.JobStatusUpdate] = []
         self._outbox_ready = asyncio.Event()
         self.registered = asyncio.Event()
+        self.health: list[pb.NodeHealthEvent] = []  # until a heartbeat carried them
+        self._beat_now = asyncio.Event()
 
     def report(self, update: pb.JobStatusUpdate) -> None:
         self.outbox.append(update)
         self._outbox_ready.set()
+
+    def report_health(self, reason: str, detail: str) -> None:
+        """A fault that should drain this node: sent with the next (immediate) heartbeat."""
+        log.error("node fault", node=self.name, reason=reason, detail=detail)
+        self.health.append(pb.NodeHealthEvent(reason=reason, detail=detail, time=time.time()))
+        self._beat_now.set()
 
     async def register(self) -> None:
         req = pb.RegisterNodeRequest(
@@ -83,8 +92,10 @@ class ControllerLink:
             os=f"{platform.system()} {platform.release()}",
             running_job_ids=self.launcher.running_job_ids(),
             unreported=list(self.outbox),  # the outbox delivers them again; ctld ignores repeats
+            health=list(self.health),
         )
         reply = await self.stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
+        del self.health[: len(req.health)]
         if reply.heartbeat_interval_s > 0:
             self.interval = reply.heartbeat_interval_s
         self.registered.set()
@@ -96,17 +107,20 @@ class ControllerLink:
             try:
                 if not self.registered.is_set():
                     await self.register()
-                reply = await self.stub.Heartbeat(
-                    pb.HeartbeatRequest(
-                        name=self.name, running_job_ids=self.launcher.running_job_ids()
-                    ),
-                    timeout=RPC_TIMEOUT_S,
+                self._beat_now.clear()
+                beat = pb.HeartbeatRequest(
+                    name=self.name,
+                    running_job_ids=self.launcher.running_job_ids(),
+                    health=list(self.health),
                 )
+                reply = await self.stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
                 if reply.reregister:
                     self.registered.clear()
                     continue
+                del self.health[: len(beat.health)]
                 backoff = 0.2
-                await asyncio.sleep(self.interval)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._beat_now.wait(), self.interval)
             except grpc.RpcError as exc:
                 if self.registered.is_set():
                     log.warning("ctld unreachable", node=self.name, error=_details(exc))

@@ -6,6 +6,9 @@ lists them. Values for multi-node jobs use Slurm's compressed forms ("4(x2)").
 
 from __future__ import annotations
 
+import os
+import pwd
+
 from corral.jobsyntax import array_environment
 from corral.wire import corral_pb2 as pb
 
@@ -33,9 +36,40 @@ def tasks_per_node(job: pb.Job) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(nodes)]
 
 
-def batch_environment(job: pb.Job, node_name: str, cluster: str) -> dict[str, str]:
+def exports_all(export: str) -> bool:
+    """Whether --export propagated the submitter's whole environment (ALL, ALL,VAR=x)."""
+    first = export.split(",", 1)[0].strip().upper()
+    return first in ("", "ALL")
+
+
+def login_basics(pw: pwd.struct_passwd | None, default_path: str) -> dict[str, str]:
+    """What a login gives any user: HOME, USER, LOGNAME, SHELL and a PATH.
+
+    Used under --export=NONE or a variable list without ALL, where Slurm loads the
+    user's login environment instead of the submitter's.
+    """
+    if pw is None:
+        pw = pwd.getpwuid(os.getuid())
+    return {
+        "HOME": pw.pw_dir,
+        "USER": pw.pw_name,
+        "LOGNAME": pw.pw_name,
+        "SHELL": pw.pw_shell or "/bin/sh",
+        "PATH": default_path,
+    }
+
+
+def batch_environment(
+    job: pb.Job,
+    node_name: str,
+    cluster: str,
+    *,
+    pw: pwd.struct_passwd | None = None,
+    default_path: str = "/usr/local/bin:/usr/bin:/bin",
+) -> dict[str, str]:
     spec = job.spec
-    env = dict(spec.environment)
+    env = {} if exports_all(spec.export) else login_basics(pw, default_path)
+    env.update(spec.environment)
     alloc = next((a for a in job.allocations if a.node == node_name), None)
     gpus = ",".join(str(i) for i in alloc.gpu_indices) if alloc else ""
     tpn = tasks_per_node(job)

@@ -1,10 +1,11 @@
-"""Starting batch scripts and ending them: one session and process group per job.
+"""A batch job's life on the node: prolog, start, limits, signals, end, epilog, report.
 
-The script runs as the job's user (when noded is root) in its working directory,
-with stdout/stderr in the files its -o/-e patterns name. When the script ends, or
-the job is cancelled, the whole process group goes (SIGTERM, then SIGKILL after
-kill_wait). Tracking descendants that leave the group (setsid daemons) with
-cgroups is the noded-hardening issue's work.
+Each job runs as its user in its own session, inside its cgroup when the host has
+them (cgroups.py), with every descendant tracked (tracking.py) so that cancel,
+time-out and shutdown leave nothing behind. The monitor samples memory, CPU and
+GPUs every ``noded.sample_interval_s`` for accounting, the psutil memory limit and
+the idle-GPU policy. How the job ended goes to ctld as one status update, after
+the epilog, so the job's resources stay allocated until the node is clean again.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import pwd
+import secrets
 import signal
 import time
 from collections.abc import Callable
@@ -20,38 +21,92 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import CorralError
-from corral.patterns import batch_output_paths, expand_pattern
+from corral.jobsyntax import WarnSignal, parse_warn_signal
 from corral.wire import corral_pb2 as pb
+from noded.cgroups import CgroupManager, CgroupUnavailable, JobCgroup
 from noded.env import batch_environment
+from noded.gpu import GpuBackend, GpuDevice
+from noded.limits import CoreAllocator, GpuStats
+from noded.scripts import run_script, script_environment
+from noded.spawn import (
+    GATE_FAILED_EXIT,
+    Gated,
+    LaunchError,
+    identity_for,
+    resolve_files,
+    spawn_gated,
+    write_script,
+)
+from noded.tracking import MARKER_VAR, JobProcesses, Usage
 
 log = structlog.get_logger("noded")
 
+Update = pb.JobStatusUpdate
+Report = Callable[[pb.JobStatusUpdate], None]
+HealthSink = Callable[[str, str], None]  # (reason, detail): drain this node
+REAP_TIMEOUT_S = 10.0
 
-class LaunchError(CorralError):
-    """The job could not be started on this node (reported to ctld as launch failed)."""
+__all__ = ["LaunchError", "Launcher"]
 
 
 @dataclass
 class RunningJob:
-    job_id: int
-    process: asyncio.subprocess.Process
-    pgid: int
-    started: float
+    job: pb.Job
+    cluster: str
+    kill_wait_s: float
+    marker: str
+    alloc: pb.NodeAllocation
+    process: asyncio.subprocess.Process | None = None
+    procs: JobProcesses | None = None
+    cgroup: JobCgroup | None = None
     cancel_requested: bool = False
+    end_reason: int = Update.END_NONE
+    usage: Usage = field(default_factory=Usage)
+    gpu: GpuStats = field(default_factory=GpuStats)
+    idle_since: float = 0.0
+    idle_reported: bool = False
+    timers: list[asyncio.TimerHandle] = field(default_factory=list)
     kill_task: asyncio.Task[None] | None = field(default=None, repr=False)
 
+    @property
+    def job_id(self) -> int:
+        return self.job.job_id
 
-Report = Callable[[pb.JobStatusUpdate], None]
+    @property
+    def mem_limit_kb(self) -> int:
+        return int(self.alloc.mem_mb) * 1024
 
 
 class Launcher:
-    def __init__(self, node_name: str, spool_dir: str, report: Report) -> None:
+    def __init__(
+        self,
+        node_name: str,
+        spool_dir: str,
+        report: Report,
+        *,
+        noded: NodedConfig | None = None,
+        idle: IdleGpuConfig | None = None,
+        cgroups: CgroupManager | None = None,
+        gpus: GpuBackend | None = None,
+        gpu_devices: list[GpuDevice] | None = None,
+        health: HealthSink | None = None,
+        cores: CoreAllocator | None = None,
+    ) -> None:
         self.node_name = node_name
         self.spool_dir = spool_dir
         self.report = report
+        self.noded = noded or NodedConfig()
+        self.idle = idle or IdleGpuConfig()
+        self.cgroups = cgroups
+        self.gpus = gpus
+        self.gpu_devices = gpu_devices or []
+        self.health = health or (lambda reason, detail: None)
+        self.cores = cores or CoreAllocator()
+        self.instance = secrets.token_hex(6)  # tells this noded's jobs from any other's
         self.jobs: dict[int, RunningJob] = {}
-        self._waiters: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         os.makedirs(spool_dir, mode=0o755, exist_ok=True)
 
     def running_job_ids(self) -> list[int]:
@@ -59,177 +114,271 @@ class Launcher:
 
     # ------------------------------------------------------------ launch
 
-    async def launch(self, job: pb.Job, cluster: str) -> None:
+    async def launch(self, request: pb.LaunchJobRequest) -> None:
+        """Take the job on; prolog and start run in the background (LaunchJob returns)."""
+        job = request.job
         if job.job_id in self.jobs:
-            return  # a retried LaunchJob: it is already running
-        try:
-            running = await self._start(job, cluster)
-        except LaunchError as exc:
-            log.warning("launch failed", job_id=job.job_id, node=self.node_name, error=str(exc))
-            self.report(
-                pb.JobStatusUpdate(
-                    job_id=job.job_id,
-                    kind=pb.JobStatusUpdate.KIND_LAUNCH_FAILED,
-                    time=time.time(),
-                    detail=str(exc),
-                )
-            )
-            return
+            return  # a retried LaunchJob: it is already here
+        alloc = next((a for a in job.allocations if a.node == self.node_name), None)
+        running = RunningJob(
+            job=job,
+            cluster=request.cluster,
+            kill_wait_s=request.kill_wait_s or 30.0,
+            marker=f"{self.node_name}:{job.job_id}:{self.instance}",
+            alloc=alloc or pb.NodeAllocation(node=self.node_name),
+        )
         self.jobs[job.job_id] = running
-        task = asyncio.create_task(self._wait(running))
-        self._waiters.add(task)
-        task.add_done_callback(self._waiters.discard)
+        task = asyncio.create_task(self._run(running))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    def _identity(self, job: pb.Job) -> tuple[pwd.struct_passwd | None, list[int]]:
-        """The account to run as; None means 'as noded itself'."""
-        me = os.getuid()
-        if me != 0:
-            if job.uid != me:
-                raise LaunchError(
-                    f"noded runs as uid {me} and cannot start jobs of uid {job.uid} ({job.user})"
-                )
-            return None, []
+    async def _run(self, running: RunningJob) -> None:
         try:
-            pw = pwd.getpwuid(job.uid)
-        except KeyError:
-            raise LaunchError(
-                f"user {job.user} (uid {job.uid}) is unknown on node {self.node_name}"
-            ) from None
-        if job.uid == 0:
-            return None, []
-        groups = os.getgrouplist(pw.pw_name, job.gid or pw.pw_gid)
-        return pw, groups
-
-    async def _start(self, job: pb.Job, cluster: str) -> RunningJob:
-        spec = job.spec
-        pw, groups = self._identity(job)
-        uid = pw.pw_uid if pw else os.getuid()
-        gid = (job.gid or pw.pw_gid) if pw else os.getgid()
-        job_dir = os.path.join(self.spool_dir, f"job{job.job_id:08d}")
-        os.makedirs(job_dir, mode=0o700, exist_ok=True)
-        script_path = os.path.join(job_dir, "script")
-        with open(script_path, "w") as fh:
-            fh.write(spec.script)
-        os.chmod(script_path, 0o700)
-        if pw is not None:
-            os.chown(job_dir, uid, gid)
-            os.chown(script_path, uid, gid)
-
-        # ctld expands the paths once (it knows array ids); older ctlds did not send them
-        out_path, err_path = job.stdout_path, job.stderr_path
-        if not out_path:
-            out_path, err_path = batch_output_paths(
-                job_id=job.job_id,
-                job_name=spec.name,
-                user=job.user,
-                node=self.node_name,
-                work_dir=spec.work_dir,
-                stdout_pattern=spec.stdout_pattern,
-                stderr_pattern=spec.stderr_pattern,
-            )
-        in_path = os.devnull
-        if spec.stdin_path:
-            in_path = expand_pattern(
-                spec.stdin_path,
-                job_id=job.job_id,
-                job_name=spec.name,
-                user=job.user,
-                node=self.node_name,
-            )
-            if not os.path.isabs(in_path):
-                in_path = os.path.join(spec.work_dir, in_path)
-        fds: list[int] = []
-        try:
-            append = spec.open_mode == "append"
-            out_fd = self._open_output(out_path, uid, gid, pw is not None, append)
-            fds.append(out_fd)
-            err_fd = out_fd
-            if err_path != out_path:
-                err_fd = self._open_output(err_path, uid, gid, pw is not None, append)
-                fds.append(err_fd)
-            try:
-                in_fd = os.open(in_path, os.O_RDONLY)
-            except OSError as exc:
-                raise LaunchError(f"cannot open input {in_path}: {exc.strerror}") from None
-            fds.append(in_fd)
-            cwd = spec.work_dir if os.path.isdir(spec.work_dir) else "/tmp"
-            if cwd != spec.work_dir:
-                os.write(
-                    err_fd,
-                    f"slurmstepd: error: couldn't chdir to `{spec.work_dir}': "
-                    "No such file or directory: going to /tmp instead\n".encode(),
-                )
-            env = batch_environment(job, self.node_name, cluster)
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    script_path,
-                    *spec.argv,
-                    stdin=in_fd,
-                    stdout=out_fd,
-                    stderr=err_fd,
-                    cwd=cwd,
-                    env=env,
-                    start_new_session=True,
-                    user=uid if pw else None,
-                    group=gid if pw else None,
-                    extra_groups=groups if pw else None,
-                )
-            except OSError as exc:
-                raise LaunchError(f"cannot execute the batch script: {exc.strerror}") from None
+            if await self._prolog(running):
+                if running.cancel_requested:
+                    self._report_exit(running, exit_code=0, exit_signal=int(signal.SIGTERM))
+                    return
+                try:
+                    await self._start(running)
+                except LaunchError as exc:
+                    self._launch_failed(running, str(exc))
+                    return
+                assert running.process is not None
+                rc = await running.process.wait()
+                await self._finish(running, rc)
+        except Exception:
+            log.exception("job handling failed", job_id=running.job_id)
+            self._launch_failed(running, "noded internal error (see its log)")
         finally:
-            for fd in fds:
-                os.close(fd)
+            self._cleanup(running)
+
+    async def _prolog(self, running: RunningJob) -> bool:
+        if not self.noded.prolog:
+            return True
+        env = script_environment(running.job, self.node_name, running.cluster, "prolog_slurmd")
+        failure = await run_script(self.noded.prolog, env, self.noded.prolog_timeout_s)
+        if not failure:
+            return True
+        log.error("prolog failed", job_id=running.job_id, node=self.node_name, error=failure)
+        self.report(
+            Update(
+                job_id=running.job_id,
+                kind=Update.KIND_LAUNCH_FAILED,
+                time=time.time(),
+                detail=f"prolog failed: {failure}",
+                end_reason=Update.END_PROLOG_FAILED,
+            )
+        )
+        return False
+
+    def _launch_failed(self, running: RunningJob, detail: str) -> None:
+        log.warning("launch failed", job_id=running.job_id, node=self.node_name, error=detail)
+        self.report(
+            Update(
+                job_id=running.job_id,
+                kind=Update.KIND_LAUNCH_FAILED,
+                time=time.time(),
+                detail=detail,
+            )
+        )
+
+    async def _start(self, running: RunningJob) -> None:
+        job, spec = running.job, running.job.spec
+        who = identity_for(job, self.node_name)
+        files = resolve_files(job, self.node_name)
+        script = write_script(job, self._job_dir(job.job_id), who)
+        env = batch_environment(
+            job, self.node_name, running.cluster, pw=who.pw, default_path=self.noded.default_path
+        )
+        env[MARKER_VAR] = running.marker
+        running.cgroup = self._make_cgroup(running)
+        gated = await spawn_gated(
+            [script, *spec.argv],
+            who=who,
+            env=env,
+            files=files,
+            append=spec.open_mode == "append",
+        )
+        try:
+            self._contain(running, gated)
+        except OSError as exc:
+            gated.close()  # the shim exits at the closed gate without running anything
+            await gated.process.wait()
+            log.warning("confine failed", rc=gated.process.returncode, exc_info=True)
+            raise LaunchError(f"cannot confine the job: {exc.strerror or exc}") from None
+        await gated.open()
+        running.process = gated.process
+        running.procs = JobProcesses(gated.process.pid, running.marker, running.cgroup)
+        self._arm_timers(running)
         log.info(
             "job started",
             job_id=job.job_id,
             node=self.node_name,
-            pid=proc.pid,
+            pid=gated.process.pid,
             user=job.user,
-            stdout=out_path,
+            uid=who.uid,
+            cgroup=bool(running.cgroup),
+            stdout=files.stdout,
         )
-        return RunningJob(job.job_id, proc, proc.pid, time.time())
 
-    @staticmethod
-    def _open_output(path: str, uid: int, gid: int, chown: bool, append: bool) -> int:
-        mode = os.O_APPEND if append else os.O_TRUNC
+    def _make_cgroup(self, running: RunningJob) -> JobCgroup | None:
+        if self.cgroups is None:
+            return None
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode | os.O_NOFOLLOW, 0o644)
-        except OSError as exc:
-            raise LaunchError(f"cannot open output file {path}: {exc.strerror}") from None
-        if chown:
-            os.fchown(fd, uid, gid)
-        return fd
+            cgroup = self.cgroups.create(running.job_id)
+            if running.mem_limit_kb:
+                cgroup.set_memory_limit(running.mem_limit_kb * 1024)
+            if self.gpus is not None and self.gpus.name == "nvml":
+                given = set(running.alloc.gpu_indices)
+                others = [g.minor for g in self.gpu_devices if g.index not in given]
+                cgroup.deny_gpus([m for m in others if m >= 0])
+            return cgroup
+        except (OSError, CgroupUnavailable) as exc:
+            log.warning(
+                "no cgroup for the job: psutil monitoring instead",
+                job_id=running.job_id,
+                error=str(exc),
+            )
+            return None
 
-    async def _wait(self, running: RunningJob) -> None:
-        rc = await running.process.wait()
-        # the script is gone; whatever it left in its process group goes too
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(running.pgid, signal.SIGKILL)
+    def _contain(self, running: RunningJob, gated: Gated) -> None:
+        pid = gated.process.pid
+        if running.cgroup is not None:
+            running.cgroup.add(pid)
+        cores = self.cores.take(running.job_id, running.alloc.cpus or 1)
+        os.sched_setaffinity(pid, cores)
+
+    def _arm_timers(self, running: RunningJob) -> None:
+        limit = running.job.time_limit_s
+        if limit <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        running.timers.append(loop.call_later(limit, self._time_limit, running))
+        if running.job.spec.signal:
+            try:
+                warn = parse_warn_signal(running.job.spec.signal)
+            except CorralError as exc:
+                log.warning("bad --signal ignored", job_id=running.job_id, error=str(exc))
+            else:
+                at = max(0.0, limit - warn.seconds)
+                running.timers.append(loop.call_later(at, self._warn, running, warn))
+
+    def _warn(self, running: RunningJob, warn: WarnSignal) -> None:
+        log.info(
+            "signalling before the time limit",
+            job_id=running.job_id,
+            signal=signal.Signals(warn.signal).name,
+            seconds_left=warn.seconds,
+            batch_only=warn.batch_only,
+        )
+        self._send(running, warn.signal, batch_only=warn.batch_only)
+
+    def _time_limit(self, running: RunningJob) -> None:
+        log.info("time limit reached", job_id=running.job_id, limit_s=running.job.time_limit_s)
+        running.end_reason = Update.END_TIMEOUT
+        self._terminate(running, running.kill_wait_s)
+
+    # ------------------------------------------------------------ ending
+
+    async def _finish(self, running: RunningJob, rc: int) -> None:
+        for timer in running.timers:
+            timer.cancel()
         if running.kill_task is not None:
             running.kill_task.cancel()
-        self.jobs.pop(running.job_id, None)
+        # the batch shell is gone; whatever it left behind goes too
+        await self._reap(running)
+        if (
+            running.end_reason == Update.END_NONE
+            and running.cgroup is not None
+            and running.cgroup.oom_kills() > 0
+        ):
+            running.end_reason = Update.END_OUT_OF_MEMORY
         exit_code, exit_signal = (0, -rc) if rc < 0 else (rc, 0)
+        if exit_code == GATE_FAILED_EXIT and running.process is None:
+            exit_code = 1
+        await self._epilog(running)
+        self._report_exit(running, exit_code=exit_code, exit_signal=exit_signal)
+
+    async def _reap(self, running: RunningJob) -> None:
+        procs = running.procs
+        if procs is None:
+            return
+        deadline = time.monotonic() + REAP_TIMEOUT_S
+        while procs.alive():
+            procs.signal_all(signal.SIGKILL)
+            if time.monotonic() > deadline:
+                log.error(
+                    "job processes survive SIGKILL",
+                    job_id=running.job_id,
+                    pids=sorted(procs.alive()),
+                )
+                break
+            await asyncio.sleep(0.02)  # the kernel delivers SIGKILL asynchronously
+
+    async def _epilog(self, running: RunningJob) -> None:
+        if not self.noded.epilog:
+            return
+        env = script_environment(running.job, self.node_name, running.cluster, "epilog_slurmd")
+        failure = await run_script(self.noded.epilog, env, self.noded.epilog_timeout_s)
+        if failure:
+            log.error("epilog failed", job_id=running.job_id, node=self.node_name, error=failure)
+            self.health("Epilog error", failure)
+
+    def _report_exit(self, running: RunningJob, *, exit_code: int, exit_signal: int) -> None:
+        usage = self._usage(running)
         log.info(
             "job exited",
             job_id=running.job_id,
             node=self.node_name,
             exit_code=exit_code,
             signal=exit_signal,
+            end_reason=Update.EndReason.Name(running.end_reason),  # type: ignore[arg-type]
+            max_rss_kb=usage.max_rss_kb,
         )
         self.report(
-            pb.JobStatusUpdate(
+            Update(
                 job_id=running.job_id,
-                kind=pb.JobStatusUpdate.KIND_EXITED,
+                kind=Update.KIND_EXITED,
                 time=time.time(),
                 exit_code=exit_code,
                 exit_signal=exit_signal,
                 signalled_by_request=running.cancel_requested and exit_signal != 0,
+                end_reason=running.end_reason,  # type: ignore[arg-type]
+                usage=usage,
             )
         )
-        job_dir = os.path.join(self.spool_dir, f"job{running.job_id:08d}")
+
+    def _usage(self, running: RunningJob) -> pb.JobUsage:
+        user, system = running.usage.cpu_seconds()
+        if running.cgroup is not None:
+            measured = running.cgroup.cpu_seconds()
+            if measured is not None:
+                user, system = measured
+        return pb.JobUsage(
+            max_rss_kb=running.usage.max_rss_kb,
+            ave_rss_kb=running.usage.ave_rss_kb,
+            user_cpu_s=user,
+            system_cpu_s=system,
+            gpu_util_max=running.gpu.util_max,
+            gpu_util_mean=running.gpu.util_mean,
+            gpu_mem_max_mb=running.gpu.mem_max_mb,
+            gpu_mem_mean_mb=running.gpu.mem_mean_mb,
+            samples=running.usage.samples,
+        )
+
+    def _cleanup(self, running: RunningJob) -> None:
+        self.jobs.pop(running.job_id, None)
+        self.cores.release(running.job_id)
+        if running.cgroup is not None:
+            running.cgroup.remove()
+        job_dir = self._job_dir(running.job_id)
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(job_dir, "script"))
+        with contextlib.suppress(OSError):
             os.rmdir(job_dir)
+
+    def _job_dir(self, job_id: int) -> str:
+        return os.path.join(self.spool_dir, f"job{job_id:08d}")
 
     # ------------------------------------------------------------ signals
 
@@ -239,35 +388,101 @@ class Launcher:
             return False
         if req.terminate:
             running.cancel_requested = True
-            self._killpg(running, signal.SIGCONT)
-            self._killpg(running, signal.SIGTERM)
-            if running.kill_task is None:
-                running.kill_task = asyncio.create_task(self._kill_after(running, req.kill_wait_s))
+            self._terminate(running, req.kill_wait_s)
             return True
-        sig = req.signal
-        if not 0 < sig < signal.NSIG:
-            raise LaunchError(f"invalid signal {sig}")
-        if req.batch_only:
+        if not 0 < req.signal < signal.NSIG:
+            raise LaunchError(f"invalid signal {req.signal}")
+        self._send(running, req.signal, batch_only=req.batch_only)
+        return True
+
+    def _send(self, running: RunningJob, sig: int, *, batch_only: bool) -> None:
+        if running.process is None or running.procs is None:
+            return  # still in its prolog: nothing of the job runs yet
+        if batch_only:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(running.process.pid, sig)
         else:
-            self._killpg(running, sig)
-        return True
+            running.procs.signal_all(sig)
 
-    @staticmethod
-    def _killpg(running: RunningJob, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(running.pgid, sig)
+    def _terminate(self, running: RunningJob, wait_s: float) -> None:
+        """SIGCONT and SIGTERM to every process of the job now, SIGKILL after wait_s."""
+        if running.procs is not None:
+            running.procs.signal_all(signal.SIGCONT)
+            running.procs.signal_all(signal.SIGTERM)
+        if running.kill_task is None:
+            running.kill_task = asyncio.create_task(self._kill_after(running, wait_s))
 
     async def _kill_after(self, running: RunningJob, wait_s: float) -> None:
         await asyncio.sleep(max(wait_s, 0.0))
-        self._killpg(running, signal.SIGKILL)
+        if running.procs is not None:
+            running.procs.signal_all(signal.SIGKILL)
 
     async def shutdown(self, kill_wait_s: float) -> None:
         """Stop every job (node shutdown): SIGTERM, then SIGKILL after kill_wait."""
         for running in list(self.jobs.values()):
-            self.signal(
-                pb.SignalJobRequest(job_id=running.job_id, terminate=True, kill_wait_s=kill_wait_s)
+            running.cancel_requested = True
+            self._terminate(running, kill_wait_s)
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=kill_wait_s + REAP_TIMEOUT_S + 5)
+
+    # ------------------------------------------------------------ monitoring
+
+    async def run_monitor(self) -> None:
+        """Sample every running job each interval: accounting, memory limit, idle GPUs."""
+        while True:
+            await asyncio.sleep(self.noded.sample_interval_s)
+            for running in list(self.jobs.values()):
+                try:
+                    self.sample(running)
+                except Exception:
+                    log.exception("sampling failed", job_id=running.job_id)
+
+    def sample(self, running: RunningJob) -> None:
+        procs = running.procs
+        if procs is None or running.process is None or running.process.returncode is not None:
+            return
+        rss_kb = procs.sample(running.usage)
+        if (
+            running.cgroup is None
+            and running.mem_limit_kb
+            and rss_kb > running.mem_limit_kb
+            and running.end_reason == Update.END_NONE
+        ):
+            log.warning(
+                "job over its memory limit: killed",
+                job_id=running.job_id,
+                rss_kb=rss_kb,
+                limit_kb=running.mem_limit_kb,
             )
-        if self._waiters:
-            await asyncio.wait(set(self._waiters), timeout=kill_wait_s + 5)
+            running.end_reason = Update.END_OUT_OF_MEMORY
+            procs.signal_all(signal.SIGKILL)
+            return
+        indices = list(running.alloc.gpu_indices)
+        if self.gpus is None or not indices:
+            return
+        samples = self.gpus.sample(indices, procs.pids())
+        running.gpu.add(samples)
+        self._check_idle(running, [s.util_pct for s in samples])
+
+    def _check_idle(self, running: RunningJob, utils: list[float]) -> None:
+        if self.idle.window_s <= 0 or not utils:
+            return
+        now = time.time()
+        if max(utils) >= self.idle.threshold_pct:
+            if running.idle_reported:
+                self.report(Update(job_id=running.job_id, kind=Update.KIND_IDLE_GPUS, time=0))
+            running.idle_since, running.idle_reported = 0.0, False
+            return
+        if not running.idle_since:
+            running.idle_since = now
+        if not running.idle_reported and now - running.idle_since >= self.idle.window_s:
+            running.idle_reported = True
+            log.warning(
+                "job's GPUs idle",
+                job_id=running.job_id,
+                since=running.idle_since,
+                threshold_pct=self.idle.threshold_pct,
+            )
+            self.report(
+                Update(job_id=running.job_id, kind=Update.KIND_IDLE_GPUS, time=running.idle_since)
+            )

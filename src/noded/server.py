@@ -7,13 +7,16 @@ import contextlib
 import os
 import signal
 import socket
+from dataclasses import replace
 
 import structlog
 from grpc import aio
 
-from corral.config import ClusterConfig
+from corral.config import ClusterConfig, GpuConfig
 from corral.wire import corral_pb2_grpc as pbg
 from noded.agent import ControllerLink, NodeAgentServicer
+from noded.cgroups import detect
+from noded.gpu import GpuBackend, GpuError
 from noded.launcher import Launcher
 from noded.resources import discover
 
@@ -34,10 +37,34 @@ async def serve(
     bind_host = listen or config.noded.listen
     bind_port = config.noded.port if port is None else port
     spool = spool_dir or os.path.join(config.noded.spool_dir, name)
-    resources = discover(node_cfg, name)
+    startup_faults: list[tuple[str, str]] = []
+    try:
+        found = discover(node_cfg, name, spool)
+    except GpuError as exc:
+        # the node still comes up, drained, so sinfo -R tells the operator why
+        log.error("GPU discovery failed", node=name, error=str(exc))
+        startup_faults.append(("GPU discovery failed: NVML error", str(exc)))
+        found = discover(replace(node_cfg, gpus=GpuConfig()), name, spool)
+    cgroups, why = detect(config.noded.cgroups, config.noded.cgroup_root, name)
+    log.info(
+        "job containment",
+        node=name,
+        mode=cgroups.describe() if cgroups else "psutil",
+        why=why or "cgroups usable",
+    )
 
     link_ref: list[ControllerLink] = []
-    launcher = Launcher(name, spool, lambda update: link_ref[0].report(update))
+    launcher = Launcher(
+        name,
+        spool,
+        lambda update: link_ref[0].report(update),
+        noded=config.noded,
+        idle=config.idle_gpus,
+        cgroups=cgroups,
+        gpus=found.gpus,
+        gpu_devices=found.devices,
+        health=lambda reason, detail: link_ref[0].report_health(reason, detail),
+    )
     server = aio.server()
     pbg.add_NodeAgentServicer_to_server(NodeAgentServicer(launcher), server)
     bound = server.add_insecure_port(f"{bind_host}:{bind_port}")
@@ -55,18 +82,25 @@ async def serve(
         f"{ctl.host}:{ctl.grpc_port}",
         name,
         advertised,
-        resources,
+        found.resources,
         launcher,
         config.heartbeat.interval_s,
     )
     link_ref.append(link)
+    for reason, detail in startup_faults:
+        link.report_health(reason, detail)
     log.info("noded listening", node=name, address=advertised, spool=spool)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    tasks = [asyncio.create_task(link.run_heartbeats()), asyncio.create_task(link.run_outbox())]
+    tasks = [
+        asyncio.create_task(link.run_heartbeats()),
+        asyncio.create_task(link.run_outbox()),
+        asyncio.create_task(launcher.run_monitor()),
+        asyncio.create_task(_watch_gpus(found.gpus, link, config.noded.health_interval_s)),
+    ]
     if ready_file:
         await link.registered.wait()
         with open(ready_file + ".tmp", "w") as fh:
@@ -85,7 +119,18 @@ async def serve(
             await t
     await server.stop(grace=1)
     await link.close()
+    found.gpus.close()
+    if cgroups is not None:
+        cgroups.close()
     log.info("noded stopped", node=name)
+
+
+async def _watch_gpus(gpus: GpuBackend, link: ControllerLink, interval_s: float) -> None:
+    """Poll GPU health; each new fault (XID, ECC, lost GPU) drains the node."""
+    while True:
+        await asyncio.sleep(interval_s)
+        for event in gpus.poll_health():
+            link.report_health(event.reason(), f"{event.kind}: {event.detail}")
 
 
 async def _drained(link: ControllerLink) -> None:

@@ -480,6 +480,8 @@ class Job(_message.Message):
     FORECAST_RESERVED_FIELD_NUMBER: _builtins.int
     ARRAY_JOB_ID_FIELD_NUMBER: _builtins.int
     ARRAY_TASK_ID_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    IDLE_GPUS_SINCE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     user: _builtins.str
     uid: _builtins.int
@@ -532,6 +534,8 @@ class Job(_message.Message):
     """the array's master id (its first task's job id)"""
     array_task_id: _builtins.int
     """set on array tasks only"""
+    idle_gpus_since: _builtins.float
+    """its GPUs idle under the idle-GPU policy since; 0: not flagged"""
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -546,6 +550,12 @@ class Job(_message.Message):
 
     @_builtins.property
     def priority_factors(self) -> Global___PriorityFactors: ...
+    @_builtins.property
+    def usage(self) -> Global___JobUsage:
+        """-- what the node measured (field numbers 200+) --
+        sacct MaxRSS, TotalCPU, TRESUsageIn*
+        """
+
     def __init__(
         self,
         *,
@@ -590,10 +600,12 @@ class Job(_message.Message):
         forecast_reserved: _builtins.bool = ...,
         array_job_id: _builtins.int = ...,
         array_task_id: _builtins.int | None = ...,
+        usage: Global___JobUsage | None = ...,
+        idle_gpus_since: _builtins.float = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "priority_factors", b"priority_factors", "spec", b"spec"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "priority_factors", b"priority_factors", "spec", b"spec", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "job_id", b"job_id", "mem_mb", b"mem_mb", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__admin_priority: _TypeAlias = _typing.Literal["admin_priority"]  # noqa: Y015
     _WhichOneofArgType__admin_priority: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority"]  # noqa: Y015
@@ -609,6 +621,55 @@ class Job(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__cancelled_by_uid) -> _WhichOneofReturnType__cancelled_by_uid | None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class JobUsage(_message.Message):
+    """What a job used, measured by noded (sampled every noded.sample_interval_s)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_RSS_KB_FIELD_NUMBER: _builtins.int
+    AVE_RSS_KB_FIELD_NUMBER: _builtins.int
+    USER_CPU_S_FIELD_NUMBER: _builtins.int
+    SYSTEM_CPU_S_FIELD_NUMBER: _builtins.int
+    GPU_UTIL_MAX_FIELD_NUMBER: _builtins.int
+    GPU_UTIL_MEAN_FIELD_NUMBER: _builtins.int
+    GPU_MEM_MAX_MB_FIELD_NUMBER: _builtins.int
+    GPU_MEM_MEAN_MB_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
+    max_rss_kb: _builtins.int
+    """peak resident memory of all its processes together"""
+    ave_rss_kb: _builtins.int
+    user_cpu_s: _builtins.float
+    system_cpu_s: _builtins.float
+    gpu_util_max: _builtins.float
+    """percent, the busiest of its GPUs at its busiest"""
+    gpu_util_mean: _builtins.float
+    """percent, over its GPUs and samples"""
+    gpu_mem_max_mb: _builtins.float
+    """MiB, its processes on one GPU at most"""
+    gpu_mem_mean_mb: _builtins.float
+    samples: _builtins.int
+    def __init__(
+        self,
+        *,
+        max_rss_kb: _builtins.int = ...,
+        ave_rss_kb: _builtins.int = ...,
+        user_cpu_s: _builtins.float = ...,
+        system_cpu_s: _builtins.float = ...,
+        gpu_util_max: _builtins.float = ...,
+        gpu_util_mean: _builtins.float = ...,
+        gpu_mem_max_mb: _builtins.float = ...,
+        gpu_mem_mean_mb: _builtins.float = ...,
+        samples: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ave_rss_kb", b"ave_rss_kb", "gpu_mem_max_mb", b"gpu_mem_max_mb", "gpu_mem_mean_mb", b"gpu_mem_mean_mb", "gpu_util_max", b"gpu_util_max", "gpu_util_mean", b"gpu_util_mean", "max_rss_kb", b"max_rss_kb", "samples", b"samples", "system_cpu_s", b"system_cpu_s", "user_cpu_s", b"user_cpu_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobUsage: _TypeAlias = JobUsage  # noqa: Y015
 
 @_typing.final
 class PriorityFactors(_message.Message):
@@ -652,16 +713,48 @@ class Gpu(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class LinksEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     INDEX_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     MEMORY_MB_FIELD_NUMBER: _builtins.int
     UUID_FIELD_NUMBER: _builtins.int
     PCI_BUS_ID_FIELD_NUMBER: _builtins.int
+    MINOR_FIELD_NUMBER: _builtins.int
+    MIG_ENABLED_FIELD_NUMBER: _builtins.int
+    MIG_DEVICES_FIELD_NUMBER: _builtins.int
+    LINKS_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     model: _builtins.str
     memory_mb: _builtins.int
     uuid: _builtins.str
     pci_bus_id: _builtins.str
+    minor: _builtins.int
+    """/dev/nvidia<minor>; -1 unknown"""
+    mig_enabled: _builtins.bool
+    mig_devices: _builtins.int
+    @_builtins.property
+    def links(self) -> _containers.ScalarMap[_builtins.int, _builtins.str]:
+        """link to each other GPU ("NV18", "PIX", "SYS", ...), as nvidia-smi topo -m names them"""
+
     def __init__(
         self,
         *,
@@ -670,10 +763,14 @@ class Gpu(_message.Message):
         memory_mb: _builtins.int = ...,
         uuid: _builtins.str = ...,
         pci_bus_id: _builtins.str = ...,
+        minor: _builtins.int = ...,
+        mig_enabled: _builtins.bool = ...,
+        mig_devices: _builtins.int = ...,
+        links: _abc.Mapping[_builtins.int, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "memory_mb", b"memory_mb", "model", b"model", "pci_bus_id", b"pci_bus_id", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "links", b"links", "memory_mb", b"memory_mb", "mig_devices", b"mig_devices", "mig_enabled", b"mig_enabled", "minor", b"minor", "model", b"model", "pci_bus_id", b"pci_bus_id", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1875,6 +1972,7 @@ class RegisterNodeRequest(_message.Message):
     OS_FIELD_NUMBER: _builtins.int
     RUNNING_JOB_IDS_FIELD_NUMBER: _builtins.int
     UNREPORTED_FIELD_NUMBER: _builtins.int
+    HEALTH_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port where its NodeAgent listens"""
@@ -1893,6 +1991,10 @@ class RegisterNodeRequest(_message.Message):
         running_job_ids, so a job that ended while ctld was away is not taken for lost.
         """
 
+    @_builtins.property
+    def health(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeHealthEvent]:
+        """faults not yet acknowledged"""
+
     def __init__(
         self,
         *,
@@ -1904,10 +2006,11 @@ class RegisterNodeRequest(_message.Message):
         os: _builtins.str = ...,
         running_job_ids: _abc.Iterable[_builtins.int] | None = ...,
         unreported: _abc.Iterable[Global___JobStatusUpdate] | None = ...,
+        health: _abc.Iterable[Global___NodeHealthEvent] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "boot_time", b"boot_time", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "boot_time", b"boot_time", "health", b"health", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1941,22 +2044,56 @@ class HeartbeatRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     RUNNING_JOB_IDS_FIELD_NUMBER: _builtins.int
+    HEALTH_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     @_builtins.property
     def running_job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def health(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeHealthEvent]:
+        """faults since the last acknowledged heartbeat"""
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         running_job_ids: _abc.Iterable[_builtins.int] | None = ...,
+        health: _abc.Iterable[Global___NodeHealthEvent] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "running_job_ids", b"running_job_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "name", b"name", "running_job_ids", b"running_job_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HeartbeatRequest: _TypeAlias = HeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class NodeHealthEvent(_message.Message):
+    """A fault the node found (GPU XID, ECC, lost GPU, failed epilog): ctld drains the node."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    """short, for sinfo -R ("GPU 3 XID 79")"""
+    detail: _builtins.str
+    time: _builtins.float
+    def __init__(
+        self,
+        *,
+        reason: _builtins.str = ...,
+        detail: _builtins.str = ...,
+        time: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "reason", b"reason", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeHealthEvent: _TypeAlias = NodeHealthEvent  # noqa: Y015
 
 @_typing.final
 class HeartbeatResponse(_message.Message):
@@ -1995,6 +2132,8 @@ class JobStatusUpdate(_message.Message):
         KIND_EXITED: JobStatusUpdate._Kind.ValueType  # 2
         """the batch script ended"""
         KIND_LAUNCH_FAILED: JobStatusUpdate._Kind.ValueType  # 3
+        KIND_IDLE_GPUS: JobStatusUpdate._Kind.ValueType  # 4
+        """its GPUs stayed idle for the policy's window (time: since when)"""
 
     class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
     KIND_UNSPECIFIED: JobStatusUpdate.Kind.ValueType  # 0
@@ -2002,6 +2141,31 @@ class JobStatusUpdate(_message.Message):
     KIND_EXITED: JobStatusUpdate.Kind.ValueType  # 2
     """the batch script ended"""
     KIND_LAUNCH_FAILED: JobStatusUpdate.Kind.ValueType  # 3
+    KIND_IDLE_GPUS: JobStatusUpdate.Kind.ValueType  # 4
+    """its GPUs stayed idle for the policy's window (time: since when)"""
+
+    class _EndReason:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _EndReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[JobStatusUpdate._EndReason.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        END_NONE: JobStatusUpdate._EndReason.ValueType  # 0
+        END_TIMEOUT: JobStatusUpdate._EndReason.ValueType  # 1
+        """noded ended it at its time limit"""
+        END_OUT_OF_MEMORY: JobStatusUpdate._EndReason.ValueType  # 2
+        """over its memory limit (cgroup OOM kill or psutil monitor)"""
+        END_PROLOG_FAILED: JobStatusUpdate._EndReason.ValueType  # 3
+        """the prolog failed: requeue it, drain the node"""
+
+    class EndReason(_EndReason, metaclass=_EndReasonEnumTypeWrapper): ...
+    END_NONE: JobStatusUpdate.EndReason.ValueType  # 0
+    END_TIMEOUT: JobStatusUpdate.EndReason.ValueType  # 1
+    """noded ended it at its time limit"""
+    END_OUT_OF_MEMORY: JobStatusUpdate.EndReason.ValueType  # 2
+    """over its memory limit (cgroup OOM kill or psutil monitor)"""
+    END_PROLOG_FAILED: JobStatusUpdate.EndReason.ValueType  # 3
+    """the prolog failed: requeue it, drain the node"""
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
@@ -2010,6 +2174,8 @@ class JobStatusUpdate(_message.Message):
     EXIT_SIGNAL_FIELD_NUMBER: _builtins.int
     DETAIL_FIELD_NUMBER: _builtins.int
     SIGNALLED_BY_REQUEST_FIELD_NUMBER: _builtins.int
+    END_REASON_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     kind: Global___JobStatusUpdate.Kind.ValueType
     time: _builtins.float
@@ -2019,6 +2185,9 @@ class JobStatusUpdate(_message.Message):
     detail: _builtins.str
     signalled_by_request: _builtins.bool
     """ended by a signal that ctld asked for"""
+    end_reason: Global___JobStatusUpdate.EndReason.ValueType
+    @_builtins.property
+    def usage(self) -> Global___JobUsage: ...
     def __init__(
         self,
         *,
@@ -2029,10 +2198,12 @@ class JobStatusUpdate(_message.Message):
         exit_signal: _builtins.int = ...,
         detail: _builtins.str = ...,
         signalled_by_request: _builtins.bool = ...,
+        end_reason: Global___JobStatusUpdate.EndReason.ValueType = ...,
+        usage: Global___JobUsage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "kind", b"kind", "signalled_by_request", b"signalled_by_request", "time", b"time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "end_reason", b"end_reason", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "kind", b"kind", "signalled_by_request", b"signalled_by_request", "time", b"time", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2105,7 +2276,10 @@ class LaunchJobRequest(_message.Message):
     JOB_FIELD_NUMBER: _builtins.int
     ENVIRONMENT_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
+    KILL_WAIT_S_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
+    kill_wait_s: _builtins.float
+    """SIGTERM to SIGKILL at the time limit (KillWait)"""
     @_builtins.property
     def job(self) -> Global___Job:
         """with spec and allocations"""
@@ -2120,10 +2294,11 @@ class LaunchJobRequest(_message.Message):
         job: Global___Job | None = ...,
         environment: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         cluster: _builtins.str = ...,
+        kill_wait_s: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "environment", b"environment", "job", b"job"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "environment", b"environment", "job", b"job", "kill_wait_s", b"kill_wait_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

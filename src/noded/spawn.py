@@ -1,0 +1,185 @@
+"""Starting one batch script as its user, gated so it cannot fork before it is contained.
+
+The script is exec'd through a tiny shell shim that waits on a pipe (its stdin): noded puts the
+shim into the job's cgroup and sets its CPU affinity first, then opens the gate,
+so every descendant is born inside the job's limits. If noded dies before opening
+it, the shim sees end-of-file and exits instead of running unconfined.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pwd
+from dataclasses import dataclass
+
+from corral.errors import CorralError
+from corral.patterns import batch_output_paths, expand_pattern
+from corral.wire import corral_pb2 as pb
+
+GATE_FAILED_EXIT = 111
+
+
+class LaunchError(CorralError):
+    """The job could not be started on this node (reported to ctld as launch failed)."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the job runs as; ``pw`` None means noded's own account (a local cluster)."""
+
+    pw: pwd.struct_passwd | None
+    uid: int
+    gid: int
+    groups: list[int]
+
+
+def identity_for(job: pb.Job, node_name: str) -> Identity:
+    me = os.getuid()
+    if me != 0:
+        if job.uid != me:
+            raise LaunchError(
+                f"noded on {node_name} runs as uid {me} and cannot start jobs of "
+                f"uid {job.uid} ({job.user})"
+            )
+        return Identity(None, me, os.getgid(), [])
+    try:
+        pw = pwd.getpwuid(job.uid)
+    except KeyError:
+        raise LaunchError(
+            f"user {job.user} (uid {job.uid}) is unknown on node {node_name}"
+        ) from None
+    if pw.pw_name != job.user and job.user:
+        raise LaunchError(
+            f"uid {job.uid} is {pw.pw_name} on node {node_name}, not {job.user}: "
+            "the user databases disagree"
+        )
+    gid = job.gid or pw.pw_gid
+    return Identity(pw, pw.pw_uid, gid, os.getgrouplist(pw.pw_name, gid))
+
+
+@dataclass(frozen=True)
+class Files:
+    stdout: str
+    stderr: str
+    stdin: str
+    workdir: str
+
+
+def resolve_files(job: pb.Job, node_name: str) -> Files:
+    spec = job.spec
+    out_path, err_path = job.stdout_path, job.stderr_path
+    if not out_path:  # ctld expands them once (it knows array ids); older ctlds did not
+        out_path, err_path = batch_output_paths(
+            job_id=job.job_id,
+            job_name=spec.name,
+            user=job.user,
+            node=node_name,
+            work_dir=spec.work_dir,
+            stdout_pattern=spec.stdout_pattern,
+            stderr_pattern=spec.stderr_pattern,
+        )
+    in_path = os.devnull
+    if spec.stdin_path:
+        in_path = expand_pattern(
+            spec.stdin_path, job_id=job.job_id, job_name=spec.name, user=job.user, node=node_name
+        )
+        if not os.path.isabs(in_path):
+            in_path = os.path.join(spec.work_dir, in_path)
+    return Files(out_path, err_path, in_path, spec.work_dir)
+
+
+def write_script(job: pb.Job, job_dir: str, who: Identity) -> str:
+    os.makedirs(job_dir, mode=0o700, exist_ok=True)
+    script_path = os.path.join(job_dir, "script")
+    fd = os.open(script_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o700)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(job.spec.script)
+    if who.pw is not None:
+        os.chown(job_dir, who.uid, who.gid)
+        os.chown(script_path, who.uid, who.gid)
+    return script_path
+
+
+def _shim() -> str:
+    # Runs as the user: opening the files and the directory with the user's rights
+    # means root never creates or truncates a file the user could not. The gate is
+    # its stdin (sh only redirects single-digit fds); errors before stderr is
+    # redirected reach noded through the pipe on fd 2.
+    return f"""read _ || exit {GATE_FAILED_EXIT}
+out=$1; err=$2; in=$3; mode=$4; wd=$5; shift 5
+exec <"$in" || exit {GATE_FAILED_EXIT}
+if [ "$mode" = append ]; then exec >>"$out"; else exec >"$out"; fi || exit {GATE_FAILED_EXIT}
+if [ "$err" = "$out" ]; then exec 2>&1
+elif [ "$mode" = append ]; then exec 2>>"$err"
+else exec 2>"$err"
+fi
+cd "$wd" 2>/dev/null || {{
+  echo "slurmstepd: error: couldn't chdir to \\`$wd': No such file or directory: going to /tmp instead" >&2; cd /tmp; }}
+exec "$@"
+"""
+
+
+@dataclass
+class Gated:
+    """A started shim waiting at the gate."""
+
+    process: asyncio.subprocess.Process
+    gate_fd: int
+
+    async def open(self, timeout_s: float = 30.0) -> None:
+        """Let it run; LaunchError if it could not open its files."""
+        with contextlib.suppress(OSError):
+            os.write(self.gate_fd, b"go\n")
+        self.close()
+        assert self.process.stderr is not None
+        try:
+            early = await asyncio.wait_for(self.process.stderr.read(), timeout_s)
+        except TimeoutError:
+            return  # a very slow file system: the job runs, its errors go to its own files
+        if early:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.process.wait(), timeout_s)
+            message = early.decode(errors="replace").strip().splitlines()[-1]
+            raise LaunchError(f"cannot set up the job's files: {message.removeprefix('sh: ')}")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.gate_fd)
+        self.gate_fd = -1
+
+
+async def spawn_gated(
+    argv: list[str], *, who: Identity, env: dict[str, str], files: Files, append: bool
+) -> Gated:
+    """Start ``argv`` in its own session, held at the gate until ``Gated.open``."""
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/sh",
+            "-c",
+            _shim(),
+            "corral-shim",  # $0
+            files.stdout,
+            files.stderr,
+            files.stdin,
+            "append" if append else "truncate",
+            files.workdir,
+            *argv,
+            stdin=read_fd,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            cwd="/",
+            env=env,
+            start_new_session=True,
+            user=who.uid if who.pw else None,
+            group=who.gid if who.pw else None,
+            extra_groups=who.groups if who.pw else None,
+        )
+    except OSError as exc:
+        os.close(write_fd)
+        raise LaunchError(f"cannot start the batch script: {exc.strerror}") from None
+    finally:
+        os.close(read_fd)
+    return Gated(proc, write_fd)

@@ -1,0 +1,112 @@
+"""Finding every process of a job, and measuring them.
+
+With a cgroup the kernel keeps the list. Without one, a job's processes are the
+descendants of its batch shell plus any process whose (initial) environment
+carries the job's marker: a daemon that double-forks and calls setsid leaves the
+tree but keeps its environment, so cancel and time-out still find it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+import psutil
+
+from noded.cgroups import JobCgroup
+
+MARKER_VAR = "CORRAL_JOB_MARKER"
+
+
+@dataclass
+class Usage:
+    """What a job used so far, accumulated over samples."""
+
+    max_rss_kb: int = 0
+    rss_kb_sum: int = 0
+    samples: int = 0
+    cpu_by_pid: dict[tuple[int, float], tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def ave_rss_kb(self) -> int:
+        return self.rss_kb_sum // self.samples if self.samples else 0
+
+    def cpu_seconds(self) -> tuple[float, float]:
+        user = sum(u for u, _ in self.cpu_by_pid.values())
+        system = sum(s for _, s in self.cpu_by_pid.values())
+        return user, system
+
+
+class JobProcesses:
+    def __init__(self, root_pid: int, marker: str, cgroup: JobCgroup | None) -> None:
+        self.root_pid = root_pid
+        self.marker = marker
+        self.cgroup = cgroup
+        self.known: dict[int, float] = {}  # pid -> create_time, so a reused pid is not ours
+
+    def pids(self) -> set[int]:
+        found = self._tree() | self._marked() if self.cgroup is None else self.cgroup.pids()
+        self._remember(found)
+        return found
+
+    def _remember(self, pids: set[int]) -> None:
+        for pid in pids:
+            if pid not in self.known:
+                with contextlib.suppress(psutil.Error):
+                    self.known[pid] = psutil.Process(pid).create_time()
+
+    def _tree(self) -> set[int]:
+        try:
+            root = psutil.Process(self.root_pid)
+            return {root.pid, *(c.pid for c in root.children(recursive=True))}
+        except psutil.Error:
+            return set()
+
+    def _marked(self) -> set[int]:
+        found: set[int] = set()
+        me = os.getpid()
+        for proc in psutil.process_iter():
+            if proc.pid == me:
+                continue
+            with contextlib.suppress(psutil.Error):
+                if proc.environ().get(MARKER_VAR) == self.marker:
+                    found.add(proc.pid)
+        # processes seen earlier that are still the same processes stay ours
+        for pid, created in self.known.items():
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(pid).create_time() == created:
+                    found.add(pid)
+        return found
+
+    def signal_all(self, sig: int) -> int:
+        pids = self.pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        return len(pids)
+
+    def alive(self) -> set[int]:
+        """The job's processes that still run (zombies waiting for their parent excluded)."""
+        out = set()
+        for pid in self.pids():
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    out.add(pid)
+        return out
+
+    def sample(self, usage: Usage) -> int:
+        """Add one sample to ``usage``; returns the job's resident memory in KiB now."""
+        rss = 0
+        for pid in self.pids():
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                with proc.oneshot():
+                    rss += proc.memory_info().rss
+                    t = proc.cpu_times()
+                    usage.cpu_by_pid[(pid, proc.create_time())] = (t.user, t.system)
+        rss_kb = rss // 1024
+        usage.samples += 1
+        usage.rss_kb_sum += rss_kb
+        usage.max_rss_kb = max(usage.max_rss_kb, rss_kb)
+        return rss_kb
