@@ -168,6 +168,58 @@ def job_values(job: Json, now: float) -> dict[str, str]:
         "User": text(job, "user"),
         "WCKey": text(spec, "wckey"),
         "WorkDir": text(spec, "workDir"),
+        **{k: v for k, v in usage_values(job).items() if k.endswith("CPU")},
+    }
+
+
+def cpu_time(seconds: float) -> str:
+    """Slurm's TotalCPU/UserCPU form: MM:SS.mmm under an hour, [D-]HH:MM:SS above."""
+    ms = round(seconds * 1000)
+    secs, ms = divmod(ms, 1000)
+    mins, secs = divmod(secs, 60)
+    hours, mins = divmod(mins, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}-{hours:02d}:{mins:02d}:{secs:02d}"
+    if hours:
+        return f"{hours:02d}:{mins:02d}:{secs:02d}"
+    return f"{mins:02d}:{secs:02d}.{ms:03d}"
+
+
+def usage_values(job: Json) -> dict[str, str]:
+    """What noded measured (MaxRSS, TotalCPU, GPU figures), for the batch step's line."""
+    usage: Json = job.get("usage") or {}
+    if not usage:
+        return {}
+    user, system = real(usage, "userCpuS"), real(usage, "systemCpuS")
+    max_rss, ave_rss = num(usage, "maxRssKb"), num(usage, "aveRssKb")
+    gpus = bool(job.get("allocations")) and any(
+        a.get("gpuIndices") for a in job.get("allocations", [])
+    )
+    in_max = [f"cpu={format_elapsed(int(user + system))}"]
+    in_ave = list(in_max)
+    if gpus:
+        in_max += [
+            f"gres/gpumem={round(real(usage, 'gpuMemMaxMb'))}M",
+            f"gres/gpuutil={round(real(usage, 'gpuUtilMax'))}",
+        ]
+        in_ave += [
+            f"gres/gpumem={round(real(usage, 'gpuMemMeanMb'))}M",
+            f"gres/gpuutil={round(real(usage, 'gpuUtilMean'))}",
+        ]
+    in_max.append(f"mem={max_rss}K")
+    in_ave.append(f"mem={ave_rss}K")
+    return {
+        "MaxRSS": f"{max_rss}K",
+        "AveRSS": f"{ave_rss}K",
+        "MaxRSSNode": text(job, "batchHost"),
+        "MaxRSSTask": "0",
+        "TotalCPU": cpu_time(user + system),
+        "UserCPU": cpu_time(user),
+        "SystemCPU": cpu_time(system),
+        "TRESUsageInMax": ",".join(in_max),
+        "TRESUsageInAve": ",".join(in_ave),
+        "TRESUsageInTot": ",".join(in_ave),
     }
 
 
@@ -210,6 +262,7 @@ def step_values(job: Json, now: float) -> dict[str, str]:
         "State": state,
         "Submit": format_timestamp(start),
         "Suspended": "00:00:00",
+        **usage_values(job),
     }
 
 

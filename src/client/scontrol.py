@@ -26,7 +26,7 @@ from client.fmt import (
 )
 from client.options import COUNT, FLAG, Option, OptionParser
 from corral import __version__
-from corral.errors import InvalidNodeName, InvalidOption
+from corral.errors import CorralError, InvalidNodeName, InvalidOption
 from corral.patterns import expand_pattern
 from corral.slurmfmt import format_elapsed, format_timestamp
 
@@ -178,7 +178,13 @@ def _identity_lines(job: Json, spec: Json) -> list[str]:
         f"Dependency={or_null(text(spec, 'dependency'))}",
         f"Requeue={int(bool(spec.get('requeue')))} Restarts={num(job, 'restartCount')} "
         f"BatchFlag=1 Reboot=0 ExitCode={num(job, 'exitCode')}:{num(job, 'exitSignal')}",
+        *_idle_line(job),
     ]
+
+
+def _idle_line(job: Json) -> list[str]:
+    since = real(job, "idleGpusSince")
+    return [f"IdleGPUsSince={format_timestamp(since)}"] if since else []
 
 
 def _time_lines(job: Json, now: float) -> list[str]:
@@ -322,7 +328,8 @@ def node_lines(node: Json) -> list[str]:
     ]
     if text(node, "reason"):
         when = real(node, "reasonTime")
-        stamp = f" [root@{format_timestamp(when)}]" if when else ""
+        who = text(node, "reasonUser") or "root"
+        stamp = f" [{who}@{format_timestamp(when)}]" if when else ""
         lines.append(f"Reason={text(node, 'reason')}{stamp}")
     return lines
 
@@ -539,9 +546,43 @@ def update_request(words: Sequence[str]) -> Json:
     return request
 
 
+def update_node_request(words: Sequence[str]) -> Json:
+    """``update NodeName=n[1-2] State=DRAIN|RESUME|UNDRAIN Reason=...`` as a request."""
+    from corral import hostlist
+
+    request: Json = {}
+    for word in words:
+        key, eq, value = word.partition("=")
+        lower = key.lower()
+        if not eq:
+            raise Reported(f"Invalid input: {word}\nRequest aborted")
+        if lower in ("nodename", "node"):
+            try:
+                request["names"] = hostlist.expand(value)
+            except CorralError as exc:
+                raise Reported(f"Invalid node name specified: {value} ({exc})") from None
+        elif lower == "state":
+            request["state"] = value.upper()
+        elif lower == "reason":
+            request["reason"] = value
+        else:
+            raise Reported(f"Update of this parameter is not supported: {word}\nRequest aborted")
+    if not request.get("names"):
+        raise Reported("No node name specified\nRequest aborted")
+    if request.get("state") not in ("DRAIN", "RESUME", "UNDRAIN"):
+        raise Reported(
+            f"Invalid node state specified: {request.get('state', '')} "
+            "(corral supports DRAIN, RESUME, UNDRAIN)"
+        )
+    return request
+
+
 def update(words: Sequence[str]) -> int:
     if not words:
         raise Reported("too few arguments for keyword:update")
+    if any(w.lower().startswith(("nodename=", "node=")) for w in words):
+        client().call("UpdateNode", update_node_request(words))
+        return 0
     request = update_request(words)
     reply = client().call("UpdateJob", request)
     lines = hold_messages(reply.get("outcomes", []))

@@ -143,7 +143,8 @@ def state_rank(node: Json) -> int:
 def reason_user(node: Json, with_uid: bool) -> str:
     if not text(node, "reason"):
         return "Unknown"
-    return "root(0)" if with_uid else "root"  # ctld sets node reasons itself
+    user = text(node, "reasonUser") or "root"  # ctld's own reasons are root's
+    return f"{user}({num(node, 'reasonUid')})" if with_uid else user
 
 
 def address(node: Json) -> str:

@@ -14,6 +14,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import pwd
 import signal as signal_mod
 import time
 from collections.abc import Callable, Coroutine, Iterable
@@ -59,10 +60,12 @@ from ctld.sched import (
     job_shape,
     schedule,
 )
-from ctld.store import Op, Store, insert_job, update_job
+from ctld.store import NodeDrain, Op, Store, insert_job, update_job
 from ctld.usage import UsageLedger
 from ctld.validate import NodeCapacity, request_from_spec, user_groups, validate_spec
 
+Update = pb.JobStatusUpdate
+END_PROLOG_FAILED = Update.END_PROLOG_FAILED
 log = structlog.get_logger("ctld")
 
 Clock = Callable[[], float]
@@ -110,6 +113,9 @@ class Cluster:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._launching: set[int] = set()  # jobs whose LaunchJob RPC is in flight
+        # running jobs the idle-GPU policy ended, to requeue when the node reports them gone
+        self._requeue_on_exit: set[int] = set()
+        self._pending_signals: list[tuple[NodeRecord, pb.SignalJobRequest]] = []
         self.ledger = UsageLedger(config.priority)
         self.priorities = Priorities(config, self.ledger)
         self.settings = Settings(
@@ -149,6 +155,15 @@ class Cluster:
                     if node is not None:
                         node.allocate(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
         self.reservations.load(self.store.load_reservations())
+        for drain in self.store.load_drains():
+            if (node := self.nodes.get(drain.name)) is not None:
+                node.drain = True
+                node.set_reason(
+                    drain.reason,
+                    drain.reason_time,
+                    user=self.user_name(drain.reason_uid),
+                    uid=drain.reason_uid,
+                )
         horizon = now - 10 * self.config.priority.decay_half_life_s  # older adds < 0.1%
         for job in sorted(self.store.finished_since(horizon), key=lambda j: j.end_time):
             self.ledger.add_finished(job)
@@ -198,8 +213,7 @@ class Cluster:
             now = self.clock()
             for node in self.nodes.values():
                 if node.responding and now - node.last_heartbeat > hb.timeout_s:
-                    node.responding = False
-                    node.reason, node.reason_time = "Not responding", now
+                    node.not_responding(now)
                     log.warning(
                         "node not responding",
                         node=node.name,
@@ -687,10 +701,9 @@ class Cluster:
         node.address = req.address
         node.resources = req.resources
         node.boot_time, node.version, node.os = req.boot_time, req.version, req.os
-        node.registered = node.responding = True
+        node.registered = True
+        node.responding_again()
         node.last_heartbeat = now
-        if node.reason == "Not responding":
-            node.reason, node.reason_time = "", 0.0
         log.info(
             "node registered",
             node=node.name,
@@ -700,6 +713,7 @@ class Cluster:
             running=len(req.running_job_ids),
         )
         await self._apply_updates(node, req.unreported)
+        await self.node_faults(node, req.health)
         await self._reconcile(node, set(req.running_job_ids))
         self.wake()
         return node
@@ -738,9 +752,7 @@ class Cluster:
             return False
         node.last_heartbeat = self.clock()
         if not node.responding:
-            node.responding = True
-            if node.reason == "Not responding":
-                node.reason, node.reason_time = "", 0.0
+            node.responding_again()
             log.info("node responding again", node=node.name)
             self.wake()
         return True
@@ -756,25 +768,132 @@ class Cluster:
             if job is None or job.state not in js.ON_NODE or job.batch_host != node.name:
                 continue  # already finished (a retried report) or not this node's job
             cause = f"node:{node.name} report"
-            if upd.kind == pb.JobStatusUpdate.KIND_EXITED:
-                self._finish(job, upd, cause)
-            elif upd.kind == pb.JobStatusUpdate.KIND_LAUNCH_FAILED:
+            if upd.kind == Update.KIND_EXITED:
+                if job.job_id in self._requeue_on_exit:
+                    self._requeue_on_exit.discard(job.job_id)
+                    job.usage.CopyFrom(upd.usage)
+                    self._requeue(job, cause=cause, detail="idle GPUs: requeued by policy")
+                else:
+                    self._finish(job, upd, cause)
+            elif (
+                upd.kind == Update.KIND_LAUNCH_FAILED and upd.end_reason == Update.END_PROLOG_FAILED
+            ):
+                # Slurm's rule: the node is suspect, the job is not; it runs elsewhere
+                self._requeue(job, cause=cause, detail=upd.detail[:512])
+                ops.extend(self._drain(node, "Prolog error", upd.time or self.clock()))
+            elif upd.kind == Update.KIND_LAUNCH_FAILED:
                 js.transition(
                     job, "launch_failed", cause=cause, now=self.clock(), detail=upd.detail[:1024]
                 )
                 job.end_time = upd.time or self.clock()
                 job.exit_code = 1
-                job.reason = "launch failed"
+                job.reason = f"launch failed: {upd.detail}"[:200]
                 self._release(job)
+            elif upd.kind == Update.KIND_IDLE_GPUS:
+                if not self._idle_gpus(job, upd, cause):
+                    continue
             else:
                 continue
             ops.append(self._save(job))
         if ops:
             await self.store.commit(*ops)
             self.wake()
+        for sig_node, sig_req in self._pending_signals:
+            self._spawn(self._send_signal(sig_node, sig_req))
+        self._pending_signals.clear()
+
+    def _idle_gpus(self, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> bool:
+        """Flag (or clear) a job whose GPUs sit idle; cancel or requeue it if so configured."""
+        policy = self.config.idle_gpus
+        if upd.time <= 0:
+            if not job.idle_gpus_since:
+                return False
+            job.idle_gpus_since = 0
+            if job.reason == "IdleGPUs":
+                job.reason = "None"
+            js.transition(job, "updated", cause=cause, now=self.clock(), detail="GPUs busy again")
+            return True
+        if job.idle_gpus_since:
+            return False  # a repeat
+        job.idle_gpus_since = upd.time
+        job.reason = "IdleGPUs"  # squeue %r and scontrol's Reason= show the flag
+        detail = f"GPUs under {policy.threshold_pct:g}% since {upd.time:.0f}"
+        js.transition(job, "updated", cause=cause, now=self.clock(), detail="idle " + detail)
+        log.warning("idle GPUs", job_id=job.job_id, action=policy.action, since=upd.time)
+        if job.state == js.RUNNING and policy.action in ("cancel", "requeue"):
+            if policy.action == "requeue":
+                self._requeue_on_exit.add(job.job_id)
+            sig = self._cancel_job(job, f"policy:idle_gpus {policy.action}", self.clock())
+            if sig is not None:
+                self._pending_signals.append(sig)
+        return True
+
+    # ------------------------------------------------------------ node health
+
+    def _drain(self, node: NodeRecord, reason: str, when: float, uid: int = 0) -> list[Op]:
+        """Drain ``node`` (durably); a node already drained keeps its first reason."""
+        if node.drain:
+            return []
+        node.drain = True
+        user = self.user_name(uid)
+        node.set_reason(reason[:256], when, user=user, uid=uid)
+        log.warning("node drained", node=node.name, reason=reason, by=user)
+        self.wake()
+        return [Op(drains_put=[NodeDrain(node.name, node.reason, when, uid)])]
+
+    async def node_faults(self, node: NodeRecord, events: Iterable[pb.NodeHealthEvent]) -> None:
+        """A node reports faults (GPU XID, ECC, lost GPU, epilog): drain it."""
+        ops: list[Op] = []
+        for ev in events:
+            log.error("node fault", node=node.name, reason=ev.reason, detail=ev.detail[:512])
+            ops.extend(self._drain(node, ev.reason or "node fault", ev.time or self.clock()))
+        if ops:
+            await self.store.commit(*ops)
+
+    async def update_node(self, who: Identity, req: pb.UpdateNodeRequest) -> None:
+        """scontrol update NodeName=... State=DRAIN|RESUME|UNDRAIN Reason=..."""
+        self.policy.check_operator(who, "update node")
+        state = req.state.upper()
+        if state not in ("DRAIN", "RESUME", "UNDRAIN"):
+            raise InvalidRequest(f"Invalid node state specified: {req.state}")
+        if state == "DRAIN" and not req.reason.strip():
+            raise InvalidRequest("You must specify a reason when DRAINING a node")
+        if not req.names:
+            raise InvalidNodeName("No node name specified")
+        nodes = [self._node(name) for name in req.names]
+        now = self.clock()
+        ops: list[Op] = []
+        for node in nodes:
+            if state == "DRAIN":
+                if node.drain:  # an operator's drain replaces the reason
+                    node.drain = False
+                ops.extend(self._drain(node, req.reason.strip(), now, who.uid))
+            elif node.drain:
+                node.drain = False
+                node.set_reason("", 0.0, user="")
+                if not node.responding:
+                    node.set_reason("Not responding", now)
+                ops.append(Op(drains_delete=[node.name]))
+                log.info("node resumed", node=node.name, by=who.user)
+        if ops:
+            await self.store.commit(*ops)
+        self.version += 1
+        self.wake()
+
+    @staticmethod
+    def user_name(uid: int) -> str:
+        try:
+            return pwd.getpwuid(uid).pw_name
+        except KeyError:
+            return str(uid)
 
     def _finish(self, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> None:
-        if job.state == js.COMPLETING or upd.signalled_by_request:
+        job.usage.CopyFrom(upd.usage)
+        if upd.end_reason == Update.END_TIMEOUT:
+            final = js.TIMEOUT
+        elif upd.end_reason == Update.END_OUT_OF_MEMORY:
+            final = js.OUT_OF_MEMORY
+        elif job.state == js.COMPLETING or upd.signalled_by_request:
             final = js.CANCELLED
         elif upd.exit_signal:
             final = js.FAILED
@@ -785,7 +904,11 @@ class Cluster:
         job.exit_code = max(0, min(upd.exit_code, 255))
         job.exit_signal = max(0, min(upd.exit_signal, 64))
         job.end_time = max(upd.time, job.start_time) if upd.time else self.clock()
-        job.reason = "NonZeroExitCode" if final == js.FAILED and upd.exit_code else "None"
+        job.reason = {
+            js.TIMEOUT: "TimeLimit",
+            js.OUT_OF_MEMORY: "OutOfMemory",
+            js.FAILED: "NonZeroExitCode" if upd.exit_code else "None",
+        }.get(final, "None")
         js.transition(
             job,
             "exited",
@@ -1102,7 +1225,11 @@ class Cluster:
 
     async def _launch(self, job: pb.Job) -> None:
         node = self.nodes[job.batch_host]
-        request = pb.LaunchJobRequest(job=job, cluster=self.config.cluster_name)
+        request = pb.LaunchJobRequest(
+            job=job,
+            cluster=self.config.cluster_name,
+            kill_wait_s=self.config.controller.kill_wait_s,
+        )
         try:
             await self.dispatcher.launch(node, request)
             log.info("job launched", job_id=job.job_id, node=node.name)
@@ -1112,8 +1239,7 @@ class Cluster:
             log.warning(
                 "launch failed, requeued", job_id=job.job_id, node=node.name, error=str(exc)
             )
-            node.responding = False
-            node.reason, node.reason_time = "Not responding", self.clock()
+            node.not_responding(self.clock())
             self._requeue(job, cause=f"dispatch:{node.name} unreachable", detail=str(exc))
             await self.store.commit(self._save(job))
             self.wake()

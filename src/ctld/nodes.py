@@ -23,6 +23,8 @@ class NodeRecord:
     drain: bool = False
     reason: str = ""
     reason_time: float = 0.0
+    reason_user: str = ""
+    reason_uid: int = 0
     last_heartbeat: float = 0.0
     boot_time: float = 0.0
     version: str = ""
@@ -104,4 +106,21 @@ class NodeRecord:
             reason_time=self.reason_time,
             job_ids=sorted(self.job_ids),
             gpu_type=self.gpu_type,
+            reason_user=self.reason_user or ("root" if self.reason else ""),
+            reason_uid=self.reason_uid,
         )
+
+    def set_reason(self, reason: str, when: float, *, user: str = "root", uid: int = 0) -> None:
+        self.reason, self.reason_time = reason, when
+        self.reason_user, self.reason_uid = user, uid
+
+    def not_responding(self, when: float) -> None:
+        """Mark it down; a drain keeps its own reason (the operator's or the fault's)."""
+        self.responding = False
+        if not self.drain:
+            self.set_reason("Not responding", when)
+
+    def responding_again(self) -> None:
+        self.responding = True
+        if self.reason == "Not responding":
+            self.set_reason("", 0.0, user="")

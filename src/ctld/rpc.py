@@ -68,6 +68,7 @@ class ControllerApi:
             "UpdateReservation": (pb.UpdateReservationRequest, self.update_reservation),
             "DeleteReservation": (pb.DeleteReservationRequest, self.delete_reservation),
             "GetReservations": (pb.GetReservationsRequest, self.get_reservations),
+            "UpdateNode": (pb.UpdateNodeRequest, self.update_node),
         }
 
     async def call(self, method: str, request: Message, metadata: Mapping[str, str]) -> Message:
@@ -201,6 +202,10 @@ class ControllerApi:
         await self.cluster.delete_reservation(who, req.name)
         return pb.DeleteReservationResponse()
 
+    async def update_node(self, req: pb.UpdateNodeRequest, who: Identity) -> pb.UpdateNodeResponse:
+        await self.cluster.update_node(who, req)
+        return pb.UpdateNodeResponse()
+
     async def get_reservations(
         self, req: pb.GetReservationsRequest, who: Identity
     ) -> pb.GetReservationsResponse:
@@ -254,6 +259,9 @@ class ControllerServicer(pbg.ControllerServicer):
     async def GetPartitions(self, request: Any, context: Any) -> Any:
         return await self._call("GetPartitions", request, context)
 
+    async def UpdateNode(self, request: Any, context: Any) -> Any:
+        return await self._call("UpdateNode", request, context)
+
     async def UpdateJob(self, request: Any, context: Any) -> Any:
         return await self._call("UpdateJob", request, context)
 
@@ -302,6 +310,8 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
     ) -> pb.HeartbeatResponse:
         try:
             known = self.cluster.heartbeat(request)
+            if known and request.health:
+                await self.cluster.node_faults(self.cluster.nodes[request.name], request.health)
         except CorralError as exc:
             await _abort(context, exc)
             raise

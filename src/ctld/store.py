@@ -74,6 +74,16 @@ reservations = sa.Table(
     sa.Column("data", sa.LargeBinary, nullable=False),
 )
 
+# Operator and health drains: a drained node stays drained across ctld restarts.
+node_drains = sa.Table(
+    "node_drains",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("reason_time", sa.Float, nullable=False),
+    sa.Column("reason_uid", sa.Integer, nullable=False),
+)
+
 meta = sa.Table(
     "meta",
     metadata,
@@ -91,6 +101,16 @@ class Op:
     events: list[dict[str, Any]] = field(default_factory=list)
     reservations_put: list[pb.Reservation] = field(default_factory=list)
     reservations_delete: list[str] = field(default_factory=list)
+    drains_put: list[NodeDrain] = field(default_factory=list)
+    drains_delete: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NodeDrain:
+    name: str
+    reason: str
+    reason_time: float
+    reason_uid: int
 
 
 def _job_row(job: pb.Job) -> dict[str, Any]:
@@ -162,6 +182,18 @@ def _apply(conn: Connection, ops: Iterable[Op]) -> None:
             conn.execute(
                 reservations.insert(),
                 {"name": resv.name, "end_time": resv.end_time, "data": resv.SerializeToString()},
+            )
+        for name in [*op.drains_delete, *(d.name for d in op.drains_put)]:
+            conn.execute(node_drains.delete().where(node_drains.c.name == name))
+        for drain in op.drains_put:
+            conn.execute(
+                node_drains.insert(),
+                {
+                    "name": drain.name,
+                    "reason": drain.reason,
+                    "reason_time": drain.reason_time,
+                    "reason_uid": drain.reason_uid,
+                },
             )
 
 
@@ -334,6 +366,11 @@ class Store:
         with self.engine.connect() as conn:
             rows = conn.execute(sa.select(reservations.c.data).order_by(reservations.c.name))
             return [pb.Reservation.FromString(data) for (data,) in rows]
+
+    def load_drains(self) -> list[NodeDrain]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(node_drains).order_by(node_drains.c.name))
+            return [NodeDrain(r.name, r.reason, r.reason_time, r.reason_uid) for r in rows]
 
     def finished_since(self, horizon: float) -> list[pb.Job]:
         """Jobs that ran and ended after ``horizon`` (what fair-share usage is made of)."""

@@ -21,7 +21,7 @@ from corral.errors import (
     InvalidRequest,
     NodeConfigUnavailable,
 )
-from corral.jobsyntax import parse_array, parse_dependency
+from corral.jobsyntax import parse_array, parse_dependency, parse_warn_signal
 from corral.slurmfmt import UNLIMITED
 from corral.wire import corral_pb2 as pb
 from ctld.sched import JobRequest, job_shape
@@ -146,6 +146,9 @@ def validate_spec(
             raise InvalidOption(f"{flag} {count} is out of range")
     if spec.nodes_max and spec.nodes_max < spec.nodes_min:
         raise InvalidRequest("Node count specification invalid")
+    if spec.signal:
+        _check_text(spec.signal, "--signal", 64)
+        parse_warn_signal(spec.signal)  # noded acts on it: it must be well formed
     if spec.mem_per_node_mb and spec.mem_per_cpu_mb:
         raise InvalidOption("--mem and --mem-per-cpu are mutually exclusive")
     if spec.time_limit_s < UNLIMITED:

@@ -108,6 +108,12 @@ class Launcher:
         self.jobs: dict[int, RunningJob] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         os.makedirs(spool_dir, mode=0o755, exist_ok=True)
+        if os.geteuid() == 0 and not _reachable_by_others(spool_dir):
+            log.warning(
+                "the spool directory is not reachable by other users: their batch "
+                "scripts cannot run (each directory above it needs o+x)",
+                spool=spool_dir,
+            )
 
     def running_job_ids(self) -> list[int]:
         return sorted(self.jobs)
@@ -486,3 +492,17 @@ class Launcher:
             self.report(
                 Update(job_id=running.job_id, kind=Update.KIND_IDLE_GPUS, time=running.idle_since)
             )
+
+
+def _reachable_by_others(path: str) -> bool:
+    here = os.path.abspath(path)
+    while True:
+        try:
+            if not os.stat(here).st_mode & 0o001:
+                return False
+        except OSError:
+            return False
+        parent = os.path.dirname(here)
+        if parent == here:
+            return True
+        here = parent

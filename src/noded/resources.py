@@ -44,7 +44,12 @@ def discover(config: NodeConfig, node_name: str, spool_dir: str) -> Discovered:
         memory_from="config" if config.memory_mb else "psutil",
     )
     res = pb.NodeResources(
-        cpus=cpus, memory_mb=memory_mb, threads_per_core=1, sockets=1, cores_per_socket=cpus
+        cpus=cpus,
+        memory_mb=memory_mb,
+        threads_per_core=1,
+        sockets=1,
+        cores_per_socket=cpus,
+        gpu_backend=backend.name,
     )
     for g in devices:
         gpu = res.gpus.add(

@@ -116,7 +116,8 @@ elif [ "$mode" = append ]; then exec 2>>"$err"
 else exec 2>"$err"
 fi
 cd "$wd" 2>/dev/null || {{
-  echo "slurmstepd: error: couldn't chdir to \\`$wd': No such file or directory: going to /tmp instead" >&2; cd /tmp; }}
+  echo "slurmstepd: error: couldn't chdir to \\`$wd': No such file or directory: \
+going to /tmp instead" >&2; cd /tmp; }}
 exec "$@"
 """
 

@@ -14,6 +14,7 @@ subprocesses (``python -m ctld``), it never imports them.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -50,7 +51,9 @@ class LocalCluster:
     heartbeat_timeout_s: float = 10.0
     kill_wait_s: float = 5.0
     python: str = sys.executable
-    extra_config: str = ""
+    extra_config: str = ""  # appended at the end (new tables)
+    noded_config: str = ""  # more keys of the [noded] table
+    sample_interval_s: float = 1.0
     grpc_port: int = 0
     http_port: int = 0
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -126,6 +129,11 @@ timeout_s = {self.heartbeat_timeout_s}
 [noded]
 port = 0
 spool_dir = "{self.state_dir / "spool"}"
+# one cgroup tree per local cluster, so clusters side by side never share one
+cgroup_root = "corral-{hashlib.sha1(str(self.state_dir).encode()).hexdigest()[:10]}"
+sample_interval_s = {self.sample_interval_s}
+health_interval_s = {min(self.sample_interval_s, 1.0)}
+{self.noded_config}
 
 [[nodes]]
 names = "{nodes_expr}"

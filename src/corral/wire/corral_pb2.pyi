@@ -786,11 +786,14 @@ class NodeResources(_message.Message):
     SOCKETS_FIELD_NUMBER: _builtins.int
     CORES_PER_SOCKET_FIELD_NUMBER: _builtins.int
     THREADS_PER_CORE_FIELD_NUMBER: _builtins.int
+    GPU_BACKEND_FIELD_NUMBER: _builtins.int
     cpus: _builtins.int
     memory_mb: _builtins.int
     sockets: _builtins.int
     cores_per_socket: _builtins.int
     threads_per_core: _builtins.int
+    gpu_backend: _builtins.str
+    """"nvml", "fake" or "none" """
     @_builtins.property
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___Gpu]: ...
     def __init__(
@@ -802,10 +805,11 @@ class NodeResources(_message.Message):
         sockets: _builtins.int = ...,
         cores_per_socket: _builtins.int = ...,
         threads_per_core: _builtins.int = ...,
+        gpu_backend: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cores_per_socket", b"cores_per_socket", "cpus", b"cpus", "gpus", b"gpus", "memory_mb", b"memory_mb", "sockets", b"sockets", "threads_per_core", b"threads_per_core"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cores_per_socket", b"cores_per_socket", "cpus", b"cpus", "gpu_backend", b"gpu_backend", "gpus", b"gpus", "memory_mb", b"memory_mb", "sockets", b"sockets", "threads_per_core", b"threads_per_core"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -831,6 +835,8 @@ class Node(_message.Message):
     REASON_TIME_FIELD_NUMBER: _builtins.int
     JOB_IDS_FIELD_NUMBER: _builtins.int
     GPU_TYPE_FIELD_NUMBER: _builtins.int
+    REASON_USER_FIELD_NUMBER: _builtins.int
+    REASON_UID_FIELD_NUMBER: _builtins.int
     RESERVATION_FIELD_NUMBER: _builtins.int
     MAINT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
@@ -848,6 +854,9 @@ class Node(_message.Message):
     reason_time: _builtins.float
     gpu_type: _builtins.str
     """short GRES type ("h100"), from the model"""
+    reason_user: _builtins.str
+    """who set the reason (sinfo -R USER)"""
+    reason_uid: _builtins.int
     reservation: _builtins.str
     """-- scheduling (field numbers 100+) --
     the advance reservation active on it now, if any
@@ -881,12 +890,14 @@ class Node(_message.Message):
         reason_time: _builtins.float = ...,
         job_ids: _abc.Iterable[_builtins.int] | None = ...,
         gpu_type: _builtins.str = ...,
+        reason_user: _builtins.str = ...,
+        reason_uid: _builtins.int = ...,
         reservation: _builtins.str = ...,
         maint: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "boot_time", b"boot_time", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "os", b"os", "partitions", b"partitions", "reason", b"reason", "reason_time", b"reason_time", "reservation", b"reservation", "resources", b"resources", "state", b"state", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "boot_time", b"boot_time", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "os", b"os", "partitions", b"partitions", "reason", b"reason", "reason_time", b"reason_time", "reason_uid", b"reason_uid", "reason_user", b"reason_user", "reservation", b"reservation", "resources", b"resources", "state", b"state", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2246,6 +2257,53 @@ class ReportJobStatusResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReportJobStatusResponse: _TypeAlias = ReportJobStatusResponse  # noqa: Y015
+
+@_typing.final
+class UpdateNodeRequest(_message.Message):
+    """scontrol update NodeName=... State=DRAIN|RESUME|UNDRAIN Reason=..."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMES_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    state: _builtins.str
+    """DRAIN, RESUME or UNDRAIN"""
+    reason: _builtins.str
+    """required with DRAIN"""
+    @_builtins.property
+    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """expanded node names"""
+
+    def __init__(
+        self,
+        *,
+        names: _abc.Iterable[_builtins.str] | None = ...,
+        state: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["names", b"names", "reason", b"reason", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateNodeRequest: _TypeAlias = UpdateNodeRequest  # noqa: Y015
+
+@_typing.final
+class UpdateNodeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateNodeResponse: _TypeAlias = UpdateNodeResponse  # noqa: Y015
 
 @_typing.final
 class LaunchJobRequest(_message.Message):

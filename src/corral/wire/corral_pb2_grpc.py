@@ -105,6 +105,11 @@ class ControllerStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.GetReservationsRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.GetReservationsResponse.FromString,
                 _registered_method=True)
+        self.UpdateNode = channel.unary_unary(
+                '/corral.v1.Controller/UpdateNode',
+                request_serializer=corral_dot_v1_dot_corral__pb2.UpdateNodeRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.UpdateNodeResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -194,6 +199,12 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateNode(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -266,6 +277,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.GetReservations,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.GetReservationsRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.GetReservationsResponse.SerializeToString,
+            ),
+            'UpdateNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateNode,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.UpdateNodeRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.UpdateNodeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -646,6 +662,33 @@ class Controller:
             '/corral.v1.Controller/GetReservations',
             corral_dot_v1_dot_corral__pb2.GetReservationsRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.GetReservationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/UpdateNode',
+            corral_dot_v1_dot_corral__pb2.UpdateNodeRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.UpdateNodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

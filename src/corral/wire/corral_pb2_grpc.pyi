@@ -58,6 +58,7 @@ class ControllerStub:
     UpdateReservation: _grpc.UnaryUnaryMultiCallable[_corral_pb2.UpdateReservationRequest, _corral_pb2.UpdateReservationResponse]
     DeleteReservation: _grpc.UnaryUnaryMultiCallable[_corral_pb2.DeleteReservationRequest, _corral_pb2.DeleteReservationResponse]
     GetReservations: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetReservationsRequest, _corral_pb2.GetReservationsResponse]
+    UpdateNode: _grpc.UnaryUnaryMultiCallable[_corral_pb2.UpdateNodeRequest, _corral_pb2.UpdateNodeResponse]
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -76,6 +77,7 @@ class ControllerAsyncStub(ControllerStub):
     UpdateReservation: _aio.UnaryUnaryMultiCallable[_corral_pb2.UpdateReservationRequest, _corral_pb2.UpdateReservationResponse]  # type: ignore[assignment]
     DeleteReservation: _aio.UnaryUnaryMultiCallable[_corral_pb2.DeleteReservationRequest, _corral_pb2.DeleteReservationResponse]  # type: ignore[assignment]
     GetReservations: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetReservationsRequest, _corral_pb2.GetReservationsResponse]  # type: ignore[assignment]
+    UpdateNode: _aio.UnaryUnaryMultiCallable[_corral_pb2.UpdateNodeRequest, _corral_pb2.UpdateNodeResponse]  # type: ignore[assignment]
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -175,6 +177,13 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _corral_pb2.GetReservationsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_corral_pb2.GetReservationsResponse, _abc.Awaitable[_corral_pb2.GetReservationsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateNode(
+        self,
+        request: _corral_pb2.UpdateNodeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.UpdateNodeResponse, _abc.Awaitable[_corral_pb2.UpdateNodeResponse]]: ...
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
