@@ -820,12 +820,24 @@ class Cluster:
         detail = f"GPUs under {policy.threshold_pct:g}% since {upd.time:.0f}"
         js.transition(job, "updated", cause=cause, now=self.clock(), detail="idle " + detail)
         log.warning("idle GPUs", job_id=job.job_id, action=policy.action, since=upd.time)
-        if job.state == js.RUNNING and policy.action in ("cancel", "requeue"):
-            if policy.action == "requeue":
-                self._requeue_on_exit.add(job.job_id)
-            sig = self._cancel_job(job, f"policy:idle_gpus {policy.action}", self.clock())
+        if job.state == js.RUNNING and policy.action == "cancel":
+            sig = self._cancel_job(job, "policy:idle_gpus cancel", self.clock())
             if sig is not None:
                 self._pending_signals.append(sig)
+        elif job.state == js.RUNNING and policy.action == "requeue":
+            # it stays RUNNING while the node stops it; its exit report requeues it
+            self._requeue_on_exit.add(job.job_id)
+            self._pending_signals.append(
+                (
+                    self._batch_node(job),
+                    pb.SignalJobRequest(
+                        job_id=job.job_id,
+                        signal=int(signal_mod.SIGTERM),
+                        terminate=True,
+                        kill_wait_s=self.config.controller.kill_wait_s,
+                    ),
+                )
+            )
         return True
 
     # ------------------------------------------------------------ node health
@@ -871,7 +883,7 @@ class Cluster:
             elif node.drain:
                 node.drain = False
                 node.set_reason("", 0.0, user="")
-                if not node.responding:
+                if node.registered and not node.responding:
                     node.set_reason("Not responding", now)
                 ops.append(Op(drains_delete=[node.name]))
                 log.info("node resumed", node=node.name, by=who.user)

@@ -416,9 +416,7 @@ def test_failing_prolog_drains_and_requeues_epilog_sees_the_job(
     )
     for script in (prolog, epilog):
         script.chmod(0o755)
-    _, cmd = make_cluster(
-        gpus_per_node=0, noded_config=f'prolog = "{prolog}"\nepilog = "{epilog}"'
-    )
+    _, cmd = make_cluster(gpus_per_node=0, noded_config=f'prolog = "{prolog}"\nepilog = "{epilog}"')
     job_id = job_id_of(cmd("sbatch", "--wrap", "echo ran"))
     wait_for(lambda: "Prolog error" in cmd("sinfo", "-R", "-h").stdout, 20, "the drain")
     job = cmd.wait_state(job_id, "PENDING")

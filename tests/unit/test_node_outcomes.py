@@ -1,0 +1,169 @@
+"""How ctld turns what a node reports into job states, drains and requeues."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+
+import pytest
+
+from corral.config import parse_config
+from corral.errors import InvalidRequest, PermissionDenied
+from corral.identity import Identity
+from corral.wire import corral_pb2 as pb
+from ctld import jobstate as js
+from ctld.cluster import Cluster
+from ctld.testing import ManualClock, RecordingDispatcher, make_cluster, register_all
+
+Update = pb.JobStatusUpdate
+ALICE = Identity("alice", 1000, 1000)
+ROOT = Identity("root", 0, 0)
+
+
+def config(action: str = "flag") -> object:
+    return parse_config(
+        {
+            "nodes": [{"names": "n[1-2]"}],
+            "partitions": [{"name": "gpu", "nodes": "n[1-2]", "default": True}],
+            "idle_gpus": {"window_s": 60, "action": action},
+        }
+    )
+
+
+async def started(
+    tmp_path: pathlib.Path, action: str = "flag"
+) -> tuple[Cluster, pb.Job, RecordingDispatcher, str]:
+    disp = RecordingDispatcher()
+    url = f"sqlite:///{tmp_path}/ctld.db"
+    cluster = make_cluster(config(action), url, clock=ManualClock(), dispatcher=disp)  # type: ignore[arg-type]
+    await register_all(cluster)
+    job = await cluster.submit(
+        ALICE, pb.JobSpec(script="#!/bin/sh\n", work_dir="/tmp", name="t", gpus_per_node=1)
+    )
+    await cluster.schedule_pass()
+    while cluster._tasks:
+        await asyncio.gather(*list(cluster._tasks))
+    assert job.state == js.RUNNING
+    return cluster, job, disp, url
+
+
+async def report(cluster: Cluster, job: pb.Job, **kw: object) -> None:
+    upd = Update(job_id=job.job_id, **kw)  # type: ignore[arg-type]
+    await cluster.report_status(pb.ReportJobStatusRequest(node=job.batch_host, updates=[upd]))
+    while cluster._tasks:
+        await asyncio.gather(*list(cluster._tasks))
+
+
+@pytest.mark.parametrize(
+    ("reason", "state", "why"),
+    [
+        (Update.END_TIMEOUT, js.TIMEOUT, "TimeLimit"),
+        (Update.END_OUT_OF_MEMORY, js.OUT_OF_MEMORY, "OutOfMemory"),
+    ],
+)
+async def test_end_reasons_become_slurm_states_with_usage(
+    tmp_path: pathlib.Path, reason: int, state: int, why: str
+) -> None:
+    cluster, job, _, _ = await started(tmp_path)
+    usage = pb.JobUsage(max_rss_kb=2048, user_cpu_s=1.5, gpu_util_max=90.0)
+    await report(
+        cluster, job, kind=Update.KIND_EXITED, exit_signal=9, end_reason=reason, usage=usage
+    )
+    assert job.state == state and job.reason == why
+    assert job.usage.max_rss_kb == 2048 and job.usage.gpu_util_max == 90.0
+    cluster.store.close()
+
+
+async def test_prolog_failure_requeues_the_job_and_drains_the_node_durably(
+    tmp_path: pathlib.Path,
+) -> None:
+    cluster, job, _, url = await started(tmp_path)
+    node = job.batch_host
+    await report(
+        cluster,
+        job,
+        kind=Update.KIND_LAUNCH_FAILED,
+        end_reason=Update.END_PROLOG_FAILED,
+        detail="prolog failed: exit 1",
+    )
+    assert job.state == js.PENDING and job.restart_count == 1
+    assert cluster.nodes[node].drain and cluster.nodes[node].reason == "Prolog error"
+    cluster.store.close()
+    reloaded = make_cluster(config(), url, clock=ManualClock())  # type: ignore[arg-type]
+    assert reloaded.nodes[node].drain and reloaded.nodes[node].reason == "Prolog error"
+    await reloaded.update_node(ROOT, pb.UpdateNodeRequest(names=[node], state="RESUME"))
+    assert not reloaded.nodes[node].drain and reloaded.nodes[node].reason == ""
+    reloaded.store.close()
+    again = make_cluster(config(), url, clock=ManualClock())  # type: ignore[arg-type]
+    assert not again.nodes[node].drain
+    again.store.close()
+
+
+async def test_other_launch_failures_fail_the_job_with_the_nodes_words(
+    tmp_path: pathlib.Path,
+) -> None:
+    cluster, job, _, _ = await started(tmp_path)
+    await report(
+        cluster, job, kind=Update.KIND_LAUNCH_FAILED, detail="user alice is unknown on node n1"
+    )
+    assert job.state == js.FAILED
+    assert job.reason == "launch failed: user alice is unknown on node n1"
+    assert not cluster.nodes["n1"].drain
+    cluster.store.close()
+
+
+async def test_node_faults_drain_and_keep_the_first_reason(tmp_path: pathlib.Path) -> None:
+    cluster, job, _, _ = await started(tmp_path)
+    node = cluster.nodes[job.batch_host]
+    await cluster.node_faults(node, [pb.NodeHealthEvent(reason="GPU 3 XID 79", time=5.0)])
+    await cluster.node_faults(node, [pb.NodeHealthEvent(reason="GPU 1 lost")])
+    assert node.drain and node.reason == "GPU 3 XID 79" and node.reason_time == 5.0
+    assert node.state == pb.NodeState.NODE_STATE_DRAINING  # its job still runs
+    wire = node.to_wire()
+    assert wire.reason_user == "root" and wire.reason_uid == 0
+    cluster.store.close()
+
+
+async def test_update_node_checks_who_and_what(tmp_path: pathlib.Path) -> None:
+    cluster, _, _, _ = await started(tmp_path)
+    with pytest.raises(PermissionDenied):
+        await cluster.update_node(
+            ALICE, pb.UpdateNodeRequest(names=["n1"], state="DRAIN", reason="x")
+        )
+    with pytest.raises(InvalidRequest, match="reason"):
+        await cluster.update_node(ROOT, pb.UpdateNodeRequest(names=["n1"], state="DRAIN"))
+    with pytest.raises(InvalidRequest, match="state"):
+        await cluster.update_node(ROOT, pb.UpdateNodeRequest(names=["n1"], state="REBOOT"))
+    await cluster.update_node(ROOT, pb.UpdateNodeRequest(names=["n2"], state="DRAIN", reason="fan"))
+    assert cluster.nodes["n2"].drain and cluster.nodes["n2"].reason == "fan"
+    assert cluster.nodes["n2"].state == pb.NodeState.NODE_STATE_DRAIN
+    cluster.store.close()
+
+
+async def test_idle_gpus_flag_and_clear(tmp_path: pathlib.Path) -> None:
+    cluster, job, disp, _ = await started(tmp_path, "flag")
+    await report(cluster, job, kind=Update.KIND_IDLE_GPUS, time=123.0)
+    assert job.idle_gpus_since == 123.0 and job.reason == "IdleGPUs"
+    assert job.state == js.RUNNING and not disp.signalled
+    await report(cluster, job, kind=Update.KIND_IDLE_GPUS, time=0)
+    assert job.idle_gpus_since == 0 and job.reason == "None"
+    cluster.store.close()
+
+
+async def test_idle_gpus_cancel_policy_cancels(tmp_path: pathlib.Path) -> None:
+    cluster, job, disp, _ = await started(tmp_path, "cancel")
+    await report(cluster, job, kind=Update.KIND_IDLE_GPUS, time=50.0)
+    assert job.state == js.COMPLETING
+    assert [r.terminate for _, r in disp.signalled] == [True]
+    await report(cluster, job, kind=Update.KIND_EXITED, exit_signal=15, signalled_by_request=True)
+    assert job.state == js.CANCELLED
+    cluster.store.close()
+
+
+async def test_idle_gpus_requeue_policy_requeues(tmp_path: pathlib.Path) -> None:
+    cluster, job, disp, _ = await started(tmp_path, "requeue")
+    await report(cluster, job, kind=Update.KIND_IDLE_GPUS, time=50.0)
+    assert job.state == js.RUNNING and [r.terminate for _, r in disp.signalled] == [True]
+    await report(cluster, job, kind=Update.KIND_EXITED, exit_signal=15, signalled_by_request=True)
+    assert job.state == js.PENDING and job.restart_count == 1
+    cluster.store.close()
