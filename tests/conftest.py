@@ -25,6 +25,13 @@ def cluster(tmp_path: pathlib.Path) -> Iterator[LocalCluster]:
         yield c
     finally:
         c.stop()
+        print_logs(c)
+
+
+def print_logs(c: LocalCluster) -> None:
+    """The daemons' last lines: pytest shows a test's captured output when it fails."""
+    for name in ["ctld", *c.node_names]:
+        print(f"----- {name} log -----\n{c.log_tail(name, 60)}")
 
 
 class Commands:

@@ -38,6 +38,7 @@ from corral.errors import (
 from corral.identity import Identity
 from corral.jobsyntax import parse_array
 from corral.patterns import batch_output_paths
+from corral.tasks import validate_gpu_bind
 from corral.wire import corral_pb2 as pb
 from ctld import deps
 from ctld import jobstate as js
@@ -60,6 +61,7 @@ from ctld.sched import (
     job_shape,
     schedule,
 )
+from ctld.steps import plan_step
 from ctld.store import NodeDrain, Op, Store, insert_job, update_job
 from ctld.usage import UsageLedger
 from ctld.validate import NodeCapacity, request_from_spec, user_groups, validate_spec
@@ -211,6 +213,7 @@ class Cluster:
         while True:
             await asyncio.sleep(min(hb.interval_s, hb.timeout_s / 4))
             now = self.clock()
+            await self.enforce_allocation_limits()
             for node in self.nodes.values():
                 if node.responding and now - node.last_heartbeat > hb.timeout_s:
                     node.not_responding(now)
@@ -452,6 +455,8 @@ class Cluster:
         return job
 
     async def cancel(self, who: Identity, req: pb.CancelJobsRequest) -> list[pb.CancelOutcome]:
+        if req.steps:
+            return await self.cancel_steps(who, req)
         flt = req.filter
         if not (
             flt.job_ids
@@ -500,6 +505,7 @@ class Cluster:
             self.wake()
         for node, sig_req in signals:
             self._spawn(self._send_signal(node, sig_req))
+        self._flush_signals()
         return outcomes
 
     def _cancel_job(
@@ -510,8 +516,13 @@ class Cluster:
             job.end_time = now
             job.reason = "None"
             return None
+        if job.state == js.RUNNING and job.spec.allocation_only:
+            # no batch step to wait for: the allocation ends now, its steps are killed
+            self._end_allocation(job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=0)
+            return None
         if job.state == js.RUNNING:
             js.transition(job, "cancel_requested", cause=cause, now=now)
+            self._terminate_steps_elsewhere(job)
             return self._batch_node(job), pb.SignalJobRequest(
                 job_id=job.job_id,
                 signal=int(signal_mod.SIGTERM),
@@ -530,6 +541,13 @@ class Cluster:
         if job.state not in js.ON_NODE:
             raise JobStateConflict()
         js.transition(job, "signalled", cause=cause, now=now, detail=f"signal {sig}")
+        if not batch_only:  # step tasks on the job's other nodes get it too
+            for alloc in job.allocations:
+                node = self.nodes.get(alloc.node)
+                if node is not None and alloc.node != job.batch_host:
+                    self._pending_signals.append(
+                        (node, pb.SignalJobRequest(job_id=job.job_id, signal=sig))
+                    )
         return self._batch_node(job), pb.SignalJobRequest(
             job_id=job.job_id, signal=sig, batch_only=batch_only
         )
@@ -734,6 +752,7 @@ class Cluster:
                 or job.batch_host != node.name
                 or job.job_id in running
                 or job.job_id in self._launching
+                or job.spec.allocation_only  # no batch step on any node
             ):
                 continue
             if job.state == js.COMPLETING:  # cancelled, and nothing is left to stop
@@ -798,9 +817,7 @@ class Cluster:
         if ops:
             await self.store.commit(*ops)
             self.wake()
-        for sig_node, sig_req in self._pending_signals:
-            self._spawn(self._send_signal(sig_node, sig_req))
-        self._pending_signals.clear()
+        self._flush_signals()
 
     def _idle_gpus(self, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> bool:
         """Flag (or clear) a job whose GPUs sit idle; cancel or requeue it if so configured."""
@@ -839,6 +856,227 @@ class Cluster:
                 )
             )
         return True
+
+    # ------------------------------------------------------------ steps
+
+    async def create_step(self, who: Identity, spec: pb.StepSpec) -> pb.Step:
+        """srun inside an allocation: lay the step out on the job's nodes and record it."""
+        job = self.job(spec.job_id)
+        self.policy.check_job(who, job, "run a step in")
+        if job.state != js.RUNNING:
+            raise JobStateConflict(
+                f"Job {job.job_id} is not running (it is {js.state_name(job.state)})"
+            )
+        validate_gpu_bind(spec.gpu_bind)
+        for what, value in (("step name", spec.name), ("submit line", spec.submit_line)):
+            if len(value) > 65536:
+                raise InvalidOption(f"the {what} is too long")
+        addresses = {
+            a.node: self.nodes[a.node].address for a in job.allocations if a.node in self.nodes
+        }
+        layout = plan_step(job, spec, addresses)
+        now = self.clock()
+        step = pb.Step(
+            job_id=job.job_id,
+            step_id=job.next_step_id,
+            name=spec.name[:256] or "step",
+            state=js.RUNNING,
+            start_time=now,
+            nodelist=hostlist.compress([n.node for n in layout]),
+            ntasks=sum(len(n.ranks) for n in layout),
+            nodes=layout,
+            spec=spec,
+        )
+        job.next_step_id += 1
+        job.steps.append(step)
+        js.transition(
+            job,
+            "updated",
+            cause=f"rpc:CreateStep user={who.user}",
+            now=now,
+            detail=f"step {step.step_id} started: {step.ntasks} task(s) on {step.nodelist}",
+        )
+        await self.store.commit(self._save(job))
+        return step
+
+    def _step(self, job: pb.Job, step_id: int) -> pb.Step:
+        for step in job.steps:
+            if step.step_id == step_id:
+                return step
+        raise InvalidJobId(f"Invalid job id specified: step {job.job_id}.{step_id} does not exist")
+
+    async def complete_step(self, who: Identity, req: pb.CompleteStepRequest) -> None:
+        job = self.job(req.job_id)
+        self.policy.check_job(who, job, "complete a step of")
+        step = self._step(job, req.step_id)
+        if step.state != js.RUNNING:
+            return  # a repeat, or ended with its job
+        self._end_step(step, req.exit_code, req.exit_signal, req.cancelled)
+        js.transition(
+            job,
+            "updated",
+            cause=f"rpc:CompleteStep user={who.user}",
+            now=self.clock(),
+            detail=f"step {step.step_id} {js.state_name(step.state)} "
+            f"exit {step.exit_code}:{step.exit_signal}",
+        )
+        await self.store.commit(self._save(job))
+
+    def _end_step(self, step: pb.Step, exit_code: int, exit_signal: int, cancelled: bool) -> None:
+        step.exit_code = max(0, min(exit_code, 255))
+        step.exit_signal = max(0, min(exit_signal, 64))
+        step.end_time = self.clock()
+        if cancelled:
+            step.state = js.CANCELLED
+        elif step.exit_code or step.exit_signal:
+            step.state = js.FAILED
+        else:
+            step.state = js.COMPLETED
+
+    def _end_running_steps(self, job: pb.Job, final: int) -> None:
+        """A job that ends ends its steps (their tasks die with it)."""
+        for step in job.steps:
+            if step.state == js.RUNNING:
+                step.state = js.CANCELLED if final != js.TIMEOUT else js.TIMEOUT
+                step.end_time = self.clock()
+
+    def _terminate_steps_elsewhere(self, job: pb.Job) -> None:
+        """Stop the job's step tasks on its nodes other than the batch host (which its
+        own terminate covers)."""
+        for alloc in job.allocations:
+            node = self.nodes.get(alloc.node)
+            if node is None or alloc.node == job.batch_host:
+                continue
+            self._pending_signals.append(
+                (
+                    node,
+                    pb.SignalJobRequest(
+                        job_id=job.job_id,
+                        signal=int(signal_mod.SIGTERM),
+                        terminate=True,
+                        kill_wait_s=self.config.controller.kill_wait_s,
+                    ),
+                )
+            )
+
+    async def cancel_steps(
+        self, who: Identity, req: pb.CancelJobsRequest
+    ) -> list[pb.CancelOutcome]:
+        """scancel JOBID.STEP (with -s: signal the step's tasks only)."""
+        outcomes: list[pb.CancelOutcome] = []
+        ops: list[Op] = []
+        for ref in req.steps:
+            try:
+                job = self.job(ref.job_id)
+                self.policy.check_job(who, job, "signal" if req.signal else "cancel")
+                step = self._step(job, ref.step_id)
+                if step.state != js.RUNNING or job.state not in js.ON_NODE:
+                    raise JobStateConflict()
+                sig = req.signal or int(signal_mod.SIGKILL)
+                for sn in step.nodes:
+                    node = self.nodes.get(sn.node)
+                    if node is not None:
+                        self._pending_signals.append(
+                            (
+                                node,
+                                pb.SignalJobRequest(
+                                    job_id=job.job_id, signal=sig, step_id=step.step_id
+                                ),
+                            )
+                        )
+                js.transition(
+                    job,
+                    "signalled",
+                    cause=f"rpc:CancelJobs user={who.user}",
+                    now=self.clock(),
+                    detail=f"step {step.step_id} signal {sig}",
+                )
+                ops.append(self._save(job))
+                outcomes.append(pb.CancelOutcome(job_id=job.job_id, ok=True))
+            except CorralError as exc:
+                outcomes.append(_failure(ref.job_id, exc))
+        if ops:
+            await self.store.commit(*ops)
+        self._flush_signals()
+        return outcomes
+
+    def _flush_signals(self) -> None:
+        for sig_node, sig_req in self._pending_signals:
+            self._spawn(self._send_signal(sig_node, sig_req))
+        self._pending_signals.clear()
+
+    async def complete_job(self, who: Identity, req: pb.CompleteJobRequest) -> None:
+        """salloc or srun releases the allocation it made."""
+        job = self.job(req.job_id)
+        self.policy.check_job(who, job, "complete")
+        if not job.spec.allocation_only:
+            raise JobStateConflict(f"Job {job.job_id} is a batch job: it ends when its script does")
+        if job.state != js.RUNNING:
+            return  # already ended (cancelled, timed out, or a repeat)
+        final = js.COMPLETED if not (req.exit_code or req.exit_signal) else js.FAILED
+        self._end_allocation(
+            job,
+            final,
+            cause=f"rpc:CompleteJob user={who.user}",
+            exit_code=req.exit_code,
+            exit_signal=req.exit_signal,
+        )
+        await self.store.commit(self._save(job))
+        self._flush_signals()
+        self.wake()
+
+    def _end_allocation(
+        self, job: pb.Job, final: int, *, cause: str, exit_code: int, exit_signal: int
+    ) -> None:
+        job.exit_code = max(0, min(exit_code, 255))
+        job.exit_signal = max(0, min(exit_signal, 64))
+        job.end_time = self.clock()
+        reasons: dict[int, str] = {js.TIMEOUT: "TimeLimit", js.FAILED: "NonZeroExitCode"}
+        job.reason = reasons.get(final, "None")
+        self._end_running_steps(job, final)
+        for alloc in job.allocations:  # whatever steps still run there go
+            node = self.nodes.get(alloc.node)
+            if node is not None:
+                self._pending_signals.append(
+                    (
+                        node,
+                        pb.SignalJobRequest(
+                            job_id=job.job_id, signal=int(signal_mod.SIGKILL), terminate=True
+                        ),
+                    )
+                )
+        js.transition(
+            job,
+            "exited",
+            cause=cause,
+            now=self.clock(),
+            to=final,
+            detail=f"allocation released, exit {job.exit_code}:{job.exit_signal}",
+        )
+        self._release(job)
+        self.ledger.add_finished(job)
+        self._remember_run(job)
+
+    async def enforce_allocation_limits(self) -> None:
+        """salloc/srun allocations have no noded process to time them: ctld does."""
+        now = self.clock()
+        ops: list[Op] = []
+        for job in list(self.jobs.values()):
+            if (
+                job.spec.allocation_only
+                and job.state == js.RUNNING
+                and job.time_limit_s > 0
+                and now >= job.start_time + job.time_limit_s
+            ):
+                log.info("allocation reached its time limit", job_id=job.job_id)
+                self._end_allocation(
+                    job, js.TIMEOUT, cause="ctld:time limit", exit_code=0, exit_signal=0
+                )
+                ops.append(self._save(job))
+        if ops:
+            await self.store.commit(*ops)
+            self._flush_signals()
+            self.wake()
 
     # ------------------------------------------------------------ node health
 
@@ -929,6 +1167,7 @@ class Cluster:
             to=final,
             detail=f"exit {job.exit_code}:{job.exit_signal}",
         )
+        self._end_running_steps(job, final)
         self._release(job)
         self.ledger.add_finished(job)
         self._remember_run(job)
@@ -1232,6 +1471,8 @@ class Cluster:
         self.starts_total += len(launches)
         await self.store.commit(*ops)  # RUNNING is durable before any node hears of it
         for job in launches:
+            if job.spec.allocation_only:
+                continue  # salloc/srun hold it: nothing runs until they start steps
             self._launching.add(job.job_id)  # from now until the node has answered
             self._spawn(self._launch(job))
 

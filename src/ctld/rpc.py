@@ -69,6 +69,9 @@ class ControllerApi:
             "DeleteReservation": (pb.DeleteReservationRequest, self.delete_reservation),
             "GetReservations": (pb.GetReservationsRequest, self.get_reservations),
             "UpdateNode": (pb.UpdateNodeRequest, self.update_node),
+            "CreateStep": (pb.CreateStepRequest, self.create_step),
+            "CompleteStep": (pb.CompleteStepRequest, self.complete_step),
+            "CompleteJob": (pb.CompleteJobRequest, self.complete_job),
         }
 
     async def call(self, method: str, request: Message, metadata: Mapping[str, str]) -> Message:
@@ -202,6 +205,28 @@ class ControllerApi:
         await self.cluster.delete_reservation(who, req.name)
         return pb.DeleteReservationResponse()
 
+    async def create_step(self, req: pb.CreateStepRequest, who: Identity) -> pb.CreateStepResponse:
+        step = await self.cluster.create_step(who, req.spec)
+        job = pb.Job()
+        job.CopyFrom(self.cluster.job(req.spec.job_id))
+        job.spec.ClearField("script")
+        job.spec.ClearField("environment")
+        del job.events[:]
+        del job.steps[:]
+        return pb.CreateStepResponse(step=step, job=job, cluster=self.cluster.config.cluster_name)
+
+    async def complete_step(
+        self, req: pb.CompleteStepRequest, who: Identity
+    ) -> pb.CompleteStepResponse:
+        await self.cluster.complete_step(who, req)
+        return pb.CompleteStepResponse()
+
+    async def complete_job(
+        self, req: pb.CompleteJobRequest, who: Identity
+    ) -> pb.CompleteJobResponse:
+        await self.cluster.complete_job(who, req)
+        return pb.CompleteJobResponse()
+
     async def update_node(self, req: pb.UpdateNodeRequest, who: Identity) -> pb.UpdateNodeResponse:
         await self.cluster.update_node(who, req)
         return pb.UpdateNodeResponse()
@@ -258,6 +283,15 @@ class ControllerServicer(pbg.ControllerServicer):
 
     async def GetPartitions(self, request: Any, context: Any) -> Any:
         return await self._call("GetPartitions", request, context)
+
+    async def CreateStep(self, request: Any, context: Any) -> Any:
+        return await self._call("CreateStep", request, context)
+
+    async def CompleteStep(self, request: Any, context: Any) -> Any:
+        return await self._call("CompleteStep", request, context)
+
+    async def CompleteJob(self, request: Any, context: Any) -> Any:
+        return await self._call("CompleteJob", request, context)
 
     async def UpdateNode(self, request: Any, context: Any) -> Any:
         return await self._call("UpdateNode", request, context)

@@ -105,7 +105,10 @@ def validate_spec(
 ) -> Accepted:
     """Check ``spec`` against the cluster; return the defaults ctld fills in."""
     script = spec.script
-    if not script.startswith("#!"):
+    if spec.allocation_only:
+        if script:
+            raise InvalidOption("an allocation (salloc, srun) has no batch script")
+    elif not script.startswith("#!"):
         raise InvalidOption(
             "This does not look like a batch script. The first line must start with #! "
             "followed by the path to an interpreter."

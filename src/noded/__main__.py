@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
+# noded forks job processes from a process full of gRPC threads; gRPC's fork handlers
+# then run in the child and can abort it (seen: SIGABRT before exec). Jobs never use
+# gRPC from the forked child, so the handlers are turned off before gRPC loads.
+os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
+
 import argparse
 import asyncio
 import socket

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import platform
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -22,6 +23,7 @@ from corral.errors import CorralError
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from noded.launcher import Launcher
+from noded.steps import StepRunner
 
 log = structlog.get_logger("noded")
 RPC_TIMEOUT_S = 10.0
@@ -29,8 +31,9 @@ MAX_BACKOFF_S = 5.0
 
 
 class NodeAgentServicer(pbg.NodeAgentServicer):
-    def __init__(self, launcher: Launcher) -> None:
+    def __init__(self, launcher: Launcher, steps: StepRunner) -> None:
         self.launcher = launcher
+        self.steps = steps
 
     async def LaunchJob(
         self, request: pb.LaunchJobRequest, context: aio.ServicerContext[Any, Any]
@@ -42,10 +45,33 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
         self, request: pb.SignalJobRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.SignalJobResponse:
         try:
-            found = self.launcher.signal(request)
+            if request.HasField("step_id"):
+                found = self.steps.signal(request.job_id, request.step_id, request.signal)
+            elif request.terminate:
+                found = self.launcher.signal(request)
+                found = self.steps.terminate_job(request.job_id, request.kill_wait_s) or found
+            else:
+                found = self.launcher.signal(request)
+                if not request.batch_only:
+                    found = self.steps.signal(request.job_id, None, request.signal) or found
         except CorralError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.SignalJobResponse(found=found)
+
+    async def RunTasks(
+        self,
+        request_iterator: AsyncIterator[pb.TaskInput],
+        context: aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.TaskEvent]:
+        first = await anext(aiter(request_iterator), None)
+        if first is None or first.WhichOneof("what") != "start":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "RunTasks must begin with start")
+            return
+        try:
+            async for event in self.steps.run(first.start, request_iterator):
+                yield event
+        except CorralError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
 
 
 class ControllerLink:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,22 +115,22 @@ class JobCgroup:
                 os.kill(pid, sig)
         return len(pids)
 
-    def remove(self, timeout_s: float = 5.0) -> None:
-        """Remove the directories once empty (killing stragglers; bounded by timeout_s)."""
-        deadline = time.monotonic() + timeout_s
+    def try_remove(self) -> bool:
+        """Remove the directories if the kernel lets us now; True once all are gone.
+
+        Right after its last process exits a cgroup can still be busy for a moment
+        (dying tasks); the caller retries without blocking its event loop.
+        """
+        done = True
         for d in self.dirs.values():
-            while True:
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        log.warning("cgroup not removed", path=str(d))
-                        break
-                    self.kill_all()
-                    time.sleep(0.01)  # the kernel finishes tearing dead tasks down
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                self.kill_all()
+                done = False
+        return done
 
 
 @dataclass
@@ -151,10 +150,11 @@ class CgroupManager:
         return JobCgroup(self.version, dirs)
 
     def close(self) -> None:
-        """Remove the node's directories if no job is left in them (noded shutdown)."""
+        """Remove the node's directories, and the root above them, if no job is left."""
         for parent in self.parents.values():
             with contextlib.suppress(OSError):
                 parent.rmdir()
+                parent.parent.rmdir()  # only empty once no other node of this root is left
 
     def describe(self) -> str:
         where = ", ".join(str(p) for p in self.parents.values())

@@ -125,3 +125,78 @@ def batch_environment(
         slurm["GPU_DEVICE_ORDINAL"] = gpus
     env.update(slurm)
     return env
+
+
+def step_environment(
+    base: dict[str, str],
+    job: pb.Job,
+    step: pb.Step,
+    here: pb.StepNode,
+    *,
+    rank: int,
+    local_id: int,
+    gpus: list[int],
+    cluster: str,
+    master_addr: str,
+    master_port: int,
+) -> dict[str, str]:
+    """One task's environment: srun's, the job's, the step's, and PyTorch's rendezvous.
+
+    RANK/LOCAL_RANK/WORLD_SIZE/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT are what
+    torch.distributed's env:// init reads; SLURM_* are what Slurm's slurmstepd sets.
+    """
+    env = dict(base)
+    per_node = [len(n.ranks) for n in step.nodes]
+    alloc = next((a for a in job.allocations if a.node == here.node), None)
+    visible = ",".join(str(g) for g in gpus)
+    env.update(
+        {
+            "SLURM_JOB_ID": str(job.job_id),
+            "SLURM_JOBID": str(job.job_id),
+            "SLURM_JOB_NAME": job.spec.name,
+            "SLURM_JOB_USER": job.user,
+            "SLURM_JOB_UID": str(job.uid),
+            "SLURM_JOB_GID": str(job.gid),
+            "SLURM_JOB_PARTITION": job.partition,
+            "SLURM_JOB_NODELIST": job.nodelist,
+            "SLURM_NODELIST": job.nodelist,
+            "SLURM_JOB_NUM_NODES": str(len(job.allocations)),
+            "SLURM_NNODES": str(len(step.nodes)),
+            "SLURM_JOB_CPUS_PER_NODE": compress_counts([a.cpus for a in job.allocations]),
+            "SLURM_CLUSTER_NAME": cluster,
+            "SLURM_STEP_ID": str(step.step_id),
+            "SLURM_STEPID": str(step.step_id),
+            "SLURM_STEP_NODELIST": step.nodelist,
+            "SLURM_STEP_NUM_NODES": str(len(step.nodes)),
+            "SLURM_STEP_NUM_TASKS": str(step.ntasks),
+            "SLURM_STEP_TASKS_PER_NODE": compress_counts(per_node),
+            "SLURM_TASKS_PER_NODE": compress_counts(per_node),
+            "SLURM_NTASKS": str(step.ntasks),
+            "SLURM_NPROCS": str(step.ntasks),
+            "SLURM_PROCID": str(rank),
+            "SLURM_LOCALID": str(local_id),
+            "SLURM_NODEID": str(here.node_id),
+            "SLURM_GTIDS": ",".join(str(r) for r in here.ranks),
+            "SLURMD_NODENAME": here.node,
+            "SLURM_CPUS_ON_NODE": str(alloc.cpus if alloc else here.cpus),
+            "SLURM_DISTRIBUTION": step.spec.distribution or "block",
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local_id),
+            "WORLD_SIZE": str(step.ntasks),
+            "LOCAL_WORLD_SIZE": str(len(here.ranks)),
+            "GROUP_RANK": str(here.node_id),
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(master_port),
+        }
+    )
+    if step.spec.cpus_per_task:
+        env["SLURM_CPUS_PER_TASK"] = str(step.spec.cpus_per_task)
+    if step.spec.ntasks_per_node:
+        env["SLURM_NTASKS_PER_NODE"] = str(step.spec.ntasks_per_node)
+    if here.gpu_indices:
+        env["SLURM_JOB_GPUS"] = ",".join(str(g) for g in here.gpu_indices)
+        env["SLURM_STEP_GPUS"] = visible
+        env["SLURM_GPUS_ON_NODE"] = str(len(here.gpu_indices))
+        env["CUDA_VISIBLE_DEVICES"] = visible
+        env["GPU_DEVICE_ORDINAL"] = visible
+    return env

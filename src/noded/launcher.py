@@ -156,7 +156,7 @@ class Launcher:
             log.exception("job handling failed", job_id=running.job_id)
             self._launch_failed(running, "noded internal error (see its log)")
         finally:
-            self._cleanup(running)
+            await self._cleanup(running)
 
     async def _prolog(self, running: RunningJob) -> bool:
         if not self.noded.prolog:
@@ -372,11 +372,16 @@ class Launcher:
             samples=running.usage.samples,
         )
 
-    def _cleanup(self, running: RunningJob) -> None:
+    async def _cleanup(self, running: RunningJob) -> None:
         self.jobs.pop(running.job_id, None)
         self.cores.release(running.job_id)
         if running.cgroup is not None:
-            running.cgroup.remove()
+            deadline = time.monotonic() + 10.0
+            while not running.cgroup.try_remove():
+                if time.monotonic() > deadline:
+                    log.warning("job cgroup not removed", job_id=running.job_id)
+                    break
+                await asyncio.sleep(0.02)  # the kernel finishes tearing dead tasks down
         job_dir = self._job_dir(running.job_id)
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(job_dir, "script"))

@@ -19,6 +19,7 @@ from noded.cgroups import detect
 from noded.gpu import GpuBackend, GpuError
 from noded.launcher import Launcher
 from noded.resources import discover
+from noded.steps import StepRunner
 
 log = structlog.get_logger("noded")
 
@@ -66,7 +67,8 @@ async def serve(
         health=lambda reason, detail: link_ref[0].report_health(reason, detail),
     )
     server = aio.server()
-    pbg.add_NodeAgentServicer_to_server(NodeAgentServicer(launcher), server)
+    steps = StepRunner(name, f"{name}:{{job_id}}:{launcher.instance}")
+    pbg.add_NodeAgentServicer_to_server(NodeAgentServicer(launcher, steps), server)
     bound = server.add_insecure_port(f"{bind_host}:{bind_port}")
     if bound == 0:
         raise SystemExit(f"noded: cannot listen on {bind_host}:{bind_port}")
@@ -108,6 +110,7 @@ async def serve(
         os.replace(ready_file + ".tmp", ready_file)
     await stop.wait()
     log.info("noded stopping", node=name, running=len(launcher.jobs))
+    await steps.shutdown()
     await launcher.shutdown(kill_wait_s=min(ctl.kill_wait_s, 10.0))
     # give the outbox a moment to tell ctld how the jobs ended
     with contextlib.suppress(TimeoutError):

@@ -17,6 +17,7 @@ import psutil
 from noded.cgroups import JobCgroup
 
 MARKER_VAR = "CORRAL_JOB_MARKER"
+STEP_MARKER_VAR = "CORRAL_STEP_MARKER"
 
 
 @dataclass
@@ -39,10 +40,13 @@ class Usage:
 
 
 class JobProcesses:
-    def __init__(self, root_pid: int, marker: str, cgroup: JobCgroup | None) -> None:
+    def __init__(
+        self, root_pid: int, marker: str, cgroup: JobCgroup | None, var: str = MARKER_VAR
+    ) -> None:
         self.root_pid = root_pid
         self.marker = marker
         self.cgroup = cgroup
+        self.var = var
         self.known: dict[int, float] = {}  # pid -> create_time, so a reused pid is not ours
 
     def pids(self) -> set[int]:
@@ -70,7 +74,7 @@ class JobProcesses:
             if proc.pid == me:
                 continue
             with contextlib.suppress(psutil.Error):
-                if proc.environ().get(MARKER_VAR) == self.marker:
+                if proc.environ().get(self.var) == self.marker:
                     found.add(proc.pid)
         # processes seen earlier that are still the same processes stay ours
         for pid, created in self.known.items():

@@ -25,7 +25,7 @@ import pytest
 
 from corral.identity import Identity
 from corral.testing import LocalCluster
-from tests.conftest import Commands, pid_alive, wait_for
+from tests.conftest import Commands, pid_alive, print_logs, wait_for
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CI runs as root)")
 PY = sys.executable
@@ -72,6 +72,7 @@ def make_cluster(tmp_path: pathlib.Path) -> Iterator[Any]:
     finally:
         for c in started:
             c.stop()
+            print_logs(c)
         shutil.rmtree(base, ignore_errors=True)
 
 

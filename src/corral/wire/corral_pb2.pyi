@@ -227,6 +227,7 @@ class JobSpec(_message.Message):
     COMMAND_FIELD_NUMBER: _builtins.int
     RESERVATION_FIELD_NUMBER: _builtins.int
     GPUS_PER_TASK_FIELD_NUMBER: _builtins.int
+    ALLOCATION_ONLY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     script: _builtins.str
     """full batch script text, starts with #!"""
@@ -297,6 +298,10 @@ class JobSpec(_message.Message):
     """
     gpus_per_task: _builtins.int
     """--gpus-per-task"""
+    allocation_only: _builtins.bool
+    """-- steps (field numbers 300+) --
+    salloc / srun outside a job: no batch script runs
+    """
     @_builtins.property
     def environment(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """environment to start the job with (after --export)"""
@@ -357,10 +362,11 @@ class JobSpec(_message.Message):
         command: _builtins.str = ...,
         reservation: _builtins.str = ...,
         gpus_per_task: _builtins.int = ...,
+        allocation_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "qos", b"qos", "requeue", b"requeue", "reservation", b"reservation", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "qos", b"qos", "requeue", b"requeue", "reservation", b"reservation", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -482,6 +488,8 @@ class Job(_message.Message):
     ARRAY_TASK_ID_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     IDLE_GPUS_SINCE_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
+    NEXT_STEP_ID_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     user: _builtins.str
     uid: _builtins.int
@@ -536,6 +544,7 @@ class Job(_message.Message):
     """set on array tasks only"""
     idle_gpus_since: _builtins.float
     """its GPUs idle under the idle-GPU policy since; 0: not flagged"""
+    next_step_id: _builtins.int
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -555,6 +564,10 @@ class Job(_message.Message):
         """-- what the node measured (field numbers 200+) --
         sacct MaxRSS, TotalCPU, TRESUsageIn*
         """
+
+    @_builtins.property
+    def steps(self) -> _containers.RepeatedCompositeFieldContainer[Global___Step]:
+        """-- job steps (field numbers 300+) --"""
 
     def __init__(
         self,
@@ -602,10 +615,12 @@ class Job(_message.Message):
         array_task_id: _builtins.int | None = ...,
         usage: Global___JobUsage | None = ...,
         idle_gpus_since: _builtins.float = ...,
+        steps: _abc.Iterable[Global___Step] | None = ...,
+        next_step_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "priority_factors", b"priority_factors", "spec", b"spec", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__admin_priority: _TypeAlias = _typing.Literal["admin_priority"]  # noqa: Y015
     _WhichOneofArgType__admin_priority: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority"]  # noqa: Y015
@@ -621,6 +636,311 @@ class Job(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__cancelled_by_uid) -> _WhichOneofReturnType__cancelled_by_uid | None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class StepSpec(_message.Message):
+    """---------------------------------------------------------------- job steps
+
+    What srun asks for inside an allocation.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    NUM_NODES_FIELD_NUMBER: _builtins.int
+    NTASKS_FIELD_NUMBER: _builtins.int
+    NTASKS_PER_NODE_FIELD_NUMBER: _builtins.int
+    CPUS_PER_TASK_FIELD_NUMBER: _builtins.int
+    GPUS_PER_TASK_FIELD_NUMBER: _builtins.int
+    DISTRIBUTION_FIELD_NUMBER: _builtins.int
+    NODELIST_FIELD_NUMBER: _builtins.int
+    EXCLUDE_FIELD_NUMBER: _builtins.int
+    ARGV_FIELD_NUMBER: _builtins.int
+    GPU_BIND_FIELD_NUMBER: _builtins.int
+    SUBMIT_LINE_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    name: _builtins.str
+    """the command's base name"""
+    num_nodes: _builtins.int
+    """-N; 0: as many as the tasks need, up to the allocation"""
+    ntasks: _builtins.int
+    """-n; 0: the job's task count, else one per node"""
+    ntasks_per_node: _builtins.int
+    cpus_per_task: _builtins.int
+    gpus_per_task: _builtins.int
+    distribution: _builtins.str
+    """"block" (default) or "cyclic" """
+    nodelist: _builtins.str
+    """-w: a subset of the allocation"""
+    exclude: _builtins.str
+    """-x"""
+    gpu_bind: _builtins.str
+    """"" / "closest" / "none" / "map_gpu:0,1,..." """
+    submit_line: _builtins.str
+    @_builtins.property
+    def argv(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        name: _builtins.str = ...,
+        num_nodes: _builtins.int = ...,
+        ntasks: _builtins.int = ...,
+        ntasks_per_node: _builtins.int = ...,
+        cpus_per_task: _builtins.int = ...,
+        gpus_per_task: _builtins.int = ...,
+        distribution: _builtins.str = ...,
+        nodelist: _builtins.str = ...,
+        exclude: _builtins.str = ...,
+        argv: _abc.Iterable[_builtins.str] | None = ...,
+        gpu_bind: _builtins.str = ...,
+        submit_line: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["argv", b"argv", "cpus_per_task", b"cpus_per_task", "distribution", b"distribution", "exclude", b"exclude", "gpu_bind", b"gpu_bind", "gpus_per_task", b"gpus_per_task", "job_id", b"job_id", "name", b"name", "nodelist", b"nodelist", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "num_nodes", b"num_nodes", "submit_line", b"submit_line"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepSpec: _TypeAlias = StepSpec  # noqa: Y015
+
+@_typing.final
+class StepNode(_message.Message):
+    """The part of a step on one node."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    RANKS_FIELD_NUMBER: _builtins.int
+    GPU_INDICES_FIELD_NUMBER: _builtins.int
+    CPUS_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    address: _builtins.str
+    """its NodeAgent, host:port"""
+    node_id: _builtins.int
+    """SLURM_NODEID: its index in the step's node list"""
+    cpus: _builtins.int
+    @_builtins.property
+    def ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """global ranks of the tasks here, in local-rank order"""
+
+    @_builtins.property
+    def gpu_indices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """the job's GPUs on this node"""
+
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        address: _builtins.str = ...,
+        node_id: _builtins.int = ...,
+        ranks: _abc.Iterable[_builtins.int] | None = ...,
+        gpu_indices: _abc.Iterable[_builtins.int] | None = ...,
+        cpus: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "cpus", b"cpus", "gpu_indices", b"gpu_indices", "node", b"node", "node_id", b"node_id", "ranks", b"ranks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepNode: _TypeAlias = StepNode  # noqa: Y015
+
+@_typing.final
+class Step(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    START_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
+    EXIT_CODE_FIELD_NUMBER: _builtins.int
+    EXIT_SIGNAL_FIELD_NUMBER: _builtins.int
+    NODELIST_FIELD_NUMBER: _builtins.int
+    NTASKS_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    SPEC_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    step_id: _builtins.int
+    name: _builtins.str
+    state: Global___JobState.ValueType
+    """RUNNING, then COMPLETED / FAILED / CANCELLED"""
+    start_time: _builtins.float
+    end_time: _builtins.float
+    exit_code: _builtins.int
+    """the highest task exit code"""
+    exit_signal: _builtins.int
+    nodelist: _builtins.str
+    ntasks: _builtins.int
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___StepNode]: ...
+    @_builtins.property
+    def spec(self) -> Global___StepSpec: ...
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        step_id: _builtins.int = ...,
+        name: _builtins.str = ...,
+        state: Global___JobState.ValueType = ...,
+        start_time: _builtins.float = ...,
+        end_time: _builtins.float = ...,
+        exit_code: _builtins.int = ...,
+        exit_signal: _builtins.int = ...,
+        nodelist: _builtins.str = ...,
+        ntasks: _builtins.int = ...,
+        nodes: _abc.Iterable[Global___StepNode] | None = ...,
+        spec: Global___StepSpec | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "name", b"name", "nodelist", b"nodelist", "nodes", b"nodes", "ntasks", b"ntasks", "spec", b"spec", "start_time", b"start_time", "state", b"state", "step_id", b"step_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Step: _TypeAlias = Step  # noqa: Y015
+
+@_typing.final
+class CreateStepRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPEC_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def spec(self) -> Global___StepSpec: ...
+    def __init__(
+        self,
+        *,
+        spec: Global___StepSpec | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateStepRequest: _TypeAlias = CreateStepRequest  # noqa: Y015
+
+@_typing.final
+class CreateStepResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEP_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    cluster: _builtins.str
+    @_builtins.property
+    def step(self) -> Global___Step: ...
+    @_builtins.property
+    def job(self) -> Global___Job:
+        """the allocation (for the tasks' environment)"""
+
+    def __init__(
+        self,
+        *,
+        step: Global___Step | None = ...,
+        job: Global___Job | None = ...,
+        cluster: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "job", b"job", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateStepResponse: _TypeAlias = CreateStepResponse  # noqa: Y015
+
+@_typing.final
+class CompleteStepRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
+    EXIT_CODE_FIELD_NUMBER: _builtins.int
+    EXIT_SIGNAL_FIELD_NUMBER: _builtins.int
+    CANCELLED_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    step_id: _builtins.int
+    exit_code: _builtins.int
+    exit_signal: _builtins.int
+    cancelled: _builtins.bool
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        step_id: _builtins.int = ...,
+        exit_code: _builtins.int = ...,
+        exit_signal: _builtins.int = ...,
+        cancelled: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled", b"cancelled", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "step_id", b"step_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteStepRequest: _TypeAlias = CompleteStepRequest  # noqa: Y015
+
+@_typing.final
+class CompleteStepResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteStepResponse: _TypeAlias = CompleteStepResponse  # noqa: Y015
+
+@_typing.final
+class CompleteJobRequest(_message.Message):
+    """salloc / srun release an allocation they made"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    EXIT_CODE_FIELD_NUMBER: _builtins.int
+    EXIT_SIGNAL_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    exit_code: _builtins.int
+    exit_signal: _builtins.int
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        exit_code: _builtins.int = ...,
+        exit_signal: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteJobRequest: _TypeAlias = CompleteJobRequest  # noqa: Y015
+
+@_typing.final
+class CompleteJobResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteJobResponse: _TypeAlias = CompleteJobResponse  # noqa: Y015
 
 @_typing.final
 class JobUsage(_message.Message):
@@ -1060,25 +1380,53 @@ class CancelJobsRequest(_message.Message):
     FILTER_FIELD_NUMBER: _builtins.int
     SIGNAL_FIELD_NUMBER: _builtins.int
     BATCH_ONLY_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
     signal: _builtins.int
     """0: cancel (terminate); else deliver this signal and keep the job"""
     batch_only: _builtins.bool
     @_builtins.property
     def filter(self) -> Global___JobFilter: ...
+    @_builtins.property
+    def steps(self) -> _containers.RepeatedCompositeFieldContainer[Global___StepRef]:
+        """scancel JOBID.STEP: these steps only"""
+
     def __init__(
         self,
         *,
         filter: Global___JobFilter | None = ...,
         signal: _builtins.int = ...,
         batch_only: _builtins.bool = ...,
+        steps: _abc.Iterable[Global___StepRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_only", b"batch_only", "filter", b"filter", "signal", b"signal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_only", b"batch_only", "filter", b"filter", "signal", b"signal", "steps", b"steps"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CancelJobsRequest: _TypeAlias = CancelJobsRequest  # noqa: Y015
+
+@_typing.final
+class StepRef(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    step_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        step_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "step_id", b"step_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepRef: _TypeAlias = StepRef  # noqa: Y015
 
 @_typing.final
 class CancelOutcome(_message.Message):
@@ -2386,12 +2734,15 @@ class SignalJobRequest(_message.Message):
     TERMINATE_FIELD_NUMBER: _builtins.int
     KILL_WAIT_S_FIELD_NUMBER: _builtins.int
     BATCH_ONLY_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     signal: _builtins.int
     terminate: _builtins.bool
     """cancel: SIGTERM now, SIGKILL after kill_wait_s"""
     kill_wait_s: _builtins.float
     batch_only: _builtins.bool
+    step_id: _builtins.int
+    """only this step's tasks"""
     def __init__(
         self,
         *,
@@ -2400,12 +2751,15 @@ class SignalJobRequest(_message.Message):
         terminate: _builtins.bool = ...,
         kill_wait_s: _builtins.float = ...,
         batch_only: _builtins.bool = ...,
+        step_id: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "step_id", b"step_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_only", b"batch_only", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "signal", b"signal", "terminate", b"terminate"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "batch_only", b"batch_only", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__step_id: _TypeAlias = _typing.Literal["step_id"]  # noqa: Y015
+    _WhichOneofArgType__step_id: _TypeAlias = _typing.Literal["_step_id", b"_step_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__step_id) -> _WhichOneofReturnType__step_id | None: ...
 
 Global___SignalJobRequest: _TypeAlias = SignalJobRequest  # noqa: Y015
 
@@ -2427,3 +2781,221 @@ class SignalJobResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SignalJobResponse: _TypeAlias = SignalJobResponse  # noqa: Y015
+
+@_typing.final
+class TaskInput(_message.Message):
+    """srun <-> noded: one stream per node of a step. srun sends `start` first, then stdin and
+    signals; noded answers `started`, then the tasks' output in order per task, then their
+    exits. A closed stream from srun kills the tasks.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    STDIN_FIELD_NUMBER: _builtins.int
+    STDIN_EOF_FIELD_NUMBER: _builtins.int
+    SIGNAL_FIELD_NUMBER: _builtins.int
+    stdin: _builtins.bytes
+    stdin_eof: _builtins.bool
+    signal: _builtins.int
+    @_builtins.property
+    def start(self) -> Global___RunTasksRequest: ...
+    def __init__(
+        self,
+        *,
+        start: Global___RunTasksRequest | None = ...,
+        stdin: _builtins.bytes = ...,
+        stdin_eof: _builtins.bool = ...,
+        signal: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["signal", b"signal", "start", b"start", "stdin", b"stdin", "stdin_eof", b"stdin_eof", "what", b"what"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["signal", b"signal", "start", b"start", "stdin", b"stdin", "stdin_eof", b"stdin_eof", "what", b"what"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_what: _TypeAlias = _typing.Literal["start", "stdin", "stdin_eof", "signal"]  # noqa: Y015
+    _WhichOneofArgType_what: _TypeAlias = _typing.Literal["what", b"what"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_what) -> _WhichOneofReturnType_what | None: ...
+
+Global___TaskInput: _TypeAlias = TaskInput  # noqa: Y015
+
+@_typing.final
+class RunTasksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class EnvironmentEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    JOB_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    ENVIRONMENT_FIELD_NUMBER: _builtins.int
+    CWD_FIELD_NUMBER: _builtins.int
+    STDIN_RANKS_FIELD_NUMBER: _builtins.int
+    MASTER_ADDR_FIELD_NUMBER: _builtins.int
+    MASTER_PORT_FIELD_NUMBER: _builtins.int
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    """which StepNode of the step this is"""
+    cwd: _builtins.str
+    master_addr: _builtins.str
+    master_port: _builtins.int
+    """0 on the step's first node: noded picks a free one"""
+    cluster: _builtins.str
+    @_builtins.property
+    def job(self) -> Global___Job:
+        """the allocation, as CreateStep returned it"""
+
+    @_builtins.property
+    def step(self) -> Global___Step: ...
+    @_builtins.property
+    def environment(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """srun's environment (after --export)"""
+
+    @_builtins.property
+    def stdin_ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """tasks that read srun's stdin (others get /dev/null)"""
+
+    def __init__(
+        self,
+        *,
+        job: Global___Job | None = ...,
+        step: Global___Step | None = ...,
+        node: _builtins.str = ...,
+        environment: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        cwd: _builtins.str = ...,
+        stdin_ranks: _abc.Iterable[_builtins.int] | None = ...,
+        master_addr: _builtins.str = ...,
+        master_port: _builtins.int = ...,
+        cluster: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "cwd", b"cwd", "environment", b"environment", "job", b"job", "master_addr", b"master_addr", "master_port", b"master_port", "node", b"node", "stdin_ranks", b"stdin_ranks", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunTasksRequest: _TypeAlias = RunTasksRequest  # noqa: Y015
+
+@_typing.final
+class TaskEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STARTED_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
+    EXIT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def started(self) -> Global___TasksStarted: ...
+    @_builtins.property
+    def output(self) -> Global___TaskOutput: ...
+    @_builtins.property
+    def exit(self) -> Global___TaskExit: ...
+    def __init__(
+        self,
+        *,
+        started: Global___TasksStarted | None = ...,
+        output: Global___TaskOutput | None = ...,
+        exit: Global___TaskExit | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["exit", b"exit", "output", b"output", "started", b"started", "what", b"what"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exit", b"exit", "output", b"output", "started", b"started", "what", b"what"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_what: _TypeAlias = _typing.Literal["started", "output", "exit"]  # noqa: Y015
+    _WhichOneofArgType_what: _TypeAlias = _typing.Literal["what", b"what"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_what) -> _WhichOneofReturnType_what | None: ...
+
+Global___TaskEvent: _TypeAlias = TaskEvent  # noqa: Y015
+
+@_typing.final
+class TasksStarted(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MASTER_PORT_FIELD_NUMBER: _builtins.int
+    PIDS_FIELD_NUMBER: _builtins.int
+    master_port: _builtins.int
+    @_builtins.property
+    def pids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        master_port: _builtins.int = ...,
+        pids: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["master_port", b"master_port", "pids", b"pids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TasksStarted: _TypeAlias = TasksStarted  # noqa: Y015
+
+@_typing.final
+class TaskOutput(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RANK_FIELD_NUMBER: _builtins.int
+    STDERR_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    rank: _builtins.int
+    stderr: _builtins.bool
+    data: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        rank: _builtins.int = ...,
+        stderr: _builtins.bool = ...,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "rank", b"rank", "stderr", b"stderr"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskOutput: _TypeAlias = TaskOutput  # noqa: Y015
+
+@_typing.final
+class TaskExit(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RANK_FIELD_NUMBER: _builtins.int
+    EXIT_CODE_FIELD_NUMBER: _builtins.int
+    EXIT_SIGNAL_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    rank: _builtins.int
+    exit_code: _builtins.int
+    exit_signal: _builtins.int
+    error: _builtins.str
+    """could not start it: why"""
+    def __init__(
+        self,
+        *,
+        rank: _builtins.int = ...,
+        exit_code: _builtins.int = ...,
+        exit_signal: _builtins.int = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "rank", b"rank"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskExit: _TypeAlias = TaskExit  # noqa: Y015

@@ -110,6 +110,21 @@ class ControllerStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.UpdateNodeRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.UpdateNodeResponse.FromString,
                 _registered_method=True)
+        self.CreateStep = channel.unary_unary(
+                '/corral.v1.Controller/CreateStep',
+                request_serializer=corral_dot_v1_dot_corral__pb2.CreateStepRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.CreateStepResponse.FromString,
+                _registered_method=True)
+        self.CompleteStep = channel.unary_unary(
+                '/corral.v1.Controller/CompleteStep',
+                request_serializer=corral_dot_v1_dot_corral__pb2.CompleteStepRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.CompleteStepResponse.FromString,
+                _registered_method=True)
+        self.CompleteJob = channel.unary_unary(
+                '/corral.v1.Controller/CompleteJob',
+                request_serializer=corral_dot_v1_dot_corral__pb2.CompleteJobRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.CompleteJobResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -205,6 +220,24 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateStep(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompleteStep(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompleteJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -282,6 +315,21 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.UpdateNode,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.UpdateNodeRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.UpdateNodeResponse.SerializeToString,
+            ),
+            'CreateStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateStep,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.CreateStepRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.CreateStepResponse.SerializeToString,
+            ),
+            'CompleteStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteStep,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.CompleteStepRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.CompleteStepResponse.SerializeToString,
+            ),
+            'CompleteJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteJob,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.CompleteJobRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.CompleteJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -699,6 +747,87 @@ class Controller:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def CreateStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/CreateStep',
+            corral_dot_v1_dot_corral__pb2.CreateStepRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.CreateStepResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/CompleteStep',
+            corral_dot_v1_dot_corral__pb2.CompleteStepRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.CompleteStepResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/CompleteJob',
+            corral_dot_v1_dot_corral__pb2.CompleteJobRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.CompleteJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class NodeControllerStub:
     """Missing associated documentation comment in .proto file."""
@@ -877,6 +1006,11 @@ class NodeAgentStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.SignalJobRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.SignalJobResponse.FromString,
                 _registered_method=True)
+        self.RunTasks = channel.stream_stream(
+                '/corral.v1.NodeAgent/RunTasks',
+                request_serializer=corral_dot_v1_dot_corral__pb2.TaskInput.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.TaskEvent.FromString,
+                _registered_method=True)
 
 
 class NodeAgentServicer:
@@ -894,6 +1028,12 @@ class NodeAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunTasks(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -906,6 +1046,11 @@ def add_NodeAgentServicer_to_server(servicer, server):
                     servicer.SignalJob,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.SignalJobRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.SignalJobResponse.SerializeToString,
+            ),
+            'RunTasks': grpc.stream_stream_rpc_method_handler(
+                    servicer.RunTasks,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.TaskInput.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.TaskEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -962,6 +1107,33 @@ class NodeAgent:
             '/corral.v1.NodeAgent/SignalJob',
             corral_dot_v1_dot_corral__pb2.SignalJobRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.SignalJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunTasks(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/corral.v1.NodeAgent/RunTasks',
+            corral_dot_v1_dot_corral__pb2.TaskInput.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.TaskEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -59,6 +59,9 @@ class ControllerStub:
     DeleteReservation: _grpc.UnaryUnaryMultiCallable[_corral_pb2.DeleteReservationRequest, _corral_pb2.DeleteReservationResponse]
     GetReservations: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetReservationsRequest, _corral_pb2.GetReservationsResponse]
     UpdateNode: _grpc.UnaryUnaryMultiCallable[_corral_pb2.UpdateNodeRequest, _corral_pb2.UpdateNodeResponse]
+    CreateStep: _grpc.UnaryUnaryMultiCallable[_corral_pb2.CreateStepRequest, _corral_pb2.CreateStepResponse]
+    CompleteStep: _grpc.UnaryUnaryMultiCallable[_corral_pb2.CompleteStepRequest, _corral_pb2.CompleteStepResponse]
+    CompleteJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.CompleteJobRequest, _corral_pb2.CompleteJobResponse]
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -78,6 +81,9 @@ class ControllerAsyncStub(ControllerStub):
     DeleteReservation: _aio.UnaryUnaryMultiCallable[_corral_pb2.DeleteReservationRequest, _corral_pb2.DeleteReservationResponse]  # type: ignore[assignment]
     GetReservations: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetReservationsRequest, _corral_pb2.GetReservationsResponse]  # type: ignore[assignment]
     UpdateNode: _aio.UnaryUnaryMultiCallable[_corral_pb2.UpdateNodeRequest, _corral_pb2.UpdateNodeResponse]  # type: ignore[assignment]
+    CreateStep: _aio.UnaryUnaryMultiCallable[_corral_pb2.CreateStepRequest, _corral_pb2.CreateStepResponse]  # type: ignore[assignment]
+    CompleteStep: _aio.UnaryUnaryMultiCallable[_corral_pb2.CompleteStepRequest, _corral_pb2.CompleteStepResponse]  # type: ignore[assignment]
+    CompleteJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.CompleteJobRequest, _corral_pb2.CompleteJobResponse]  # type: ignore[assignment]
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -185,6 +191,27 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_corral_pb2.UpdateNodeResponse, _abc.Awaitable[_corral_pb2.UpdateNodeResponse]]: ...
 
+    @_abc_1.abstractmethod
+    def CreateStep(
+        self,
+        request: _corral_pb2.CreateStepRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.CreateStepResponse, _abc.Awaitable[_corral_pb2.CreateStepResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CompleteStep(
+        self,
+        request: _corral_pb2.CompleteStepRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.CompleteStepResponse, _abc.Awaitable[_corral_pb2.CompleteStepResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CompleteJob(
+        self,
+        request: _corral_pb2.CompleteJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.CompleteJobResponse, _abc.Awaitable[_corral_pb2.CompleteJobResponse]]: ...
+
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class NodeControllerStub:
@@ -234,12 +261,14 @@ class NodeAgentStub:
     def __new__(cls, channel: _aio.Channel) -> NodeAgentAsyncStub: ...
     LaunchJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.LaunchJobRequest, _corral_pb2.LaunchJobResponse]
     SignalJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.SignalJobRequest, _corral_pb2.SignalJobResponse]
+    RunTasks: _grpc.StreamStreamMultiCallable[_corral_pb2.TaskInput, _corral_pb2.TaskEvent]
 
 @_typing.type_check_only
 class NodeAgentAsyncStub(NodeAgentStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     LaunchJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.LaunchJobRequest, _corral_pb2.LaunchJobResponse]  # type: ignore[assignment]
     SignalJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.SignalJobRequest, _corral_pb2.SignalJobResponse]  # type: ignore[assignment]
+    RunTasks: _aio.StreamStreamMultiCallable[_corral_pb2.TaskInput, _corral_pb2.TaskEvent]  # type: ignore[assignment]
 
 class NodeAgentServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -255,5 +284,12 @@ class NodeAgentServicer(metaclass=_abc_1.ABCMeta):
         request: _corral_pb2.SignalJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_corral_pb2.SignalJobResponse, _abc.Awaitable[_corral_pb2.SignalJobResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RunTasks(
+        self,
+        request_iterator: _MaybeAsyncIterator[_corral_pb2.TaskInput],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_corral_pb2.TaskEvent], _abc.AsyncIterator[_corral_pb2.TaskEvent]]: ...
 
 def add_NodeAgentServicer_to_server(servicer: NodeAgentServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,272 @@
+"""Job steps on this node: srun's tasks, their I/O streamed back, their signals and exits.
+
+One RunTasks stream per node of a step. Each task starts as the job's user through
+the same gate as a batch script (its stdin pipe is the gate: noded writes one line to
+release it, then srun's input follows). Output goes back in chunks, in order per
+task; a bounded queue between the pipe readers and the stream makes a slow srun slow
+the tasks down instead of losing output. A task's exit is sent only after its pipes
+reached end-of-file, so nothing printed just before exiting is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import structlog
+
+from corral.tasks import task_gpus
+from corral.wire import corral_pb2 as pb
+from noded.env import step_environment
+from noded.spawn import LaunchError, identity_for
+from noded.tracking import MARKER_VAR, STEP_MARKER_VAR, JobProcesses
+
+log = structlog.get_logger("noded")
+
+CHUNK = 64 * 1024
+QUEUE_DEPTH = 256  # chunks in flight per node before readers wait for srun
+TASK_SHIM = (
+    "read _ || exit 111; SLURM_TASK_PID=$$; export SLURM_TASK_PID; "
+    'cd "$1" 2>/dev/null || cd /tmp; shift; exec "$@"'
+)
+
+
+@dataclass
+class Task:
+    rank: int
+    process: asyncio.subprocess.Process
+    gate_fd: int
+
+
+@dataclass
+class RunningStep:
+    job_id: int
+    step_id: int
+    tasks: list[Task] = field(default_factory=list)
+    procs: JobProcesses | None = None
+    kill_task: asyncio.Task[None] | None = None
+
+    def signal(self, sig: int) -> None:
+        if self.procs is not None:
+            self.procs.signal_all(sig)
+        for task in self.tasks:  # the roots, even before the tracker has seen them
+            with contextlib.suppress(ProcessLookupError):
+                task.process.send_signal(sig)
+
+
+def free_port(host: str) -> int:
+    """A port free on ``host`` now (torchrun's way: bind to 0, read, close)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, 0))
+        except OSError:
+            sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+class StepRunner:
+    def __init__(self, node_name: str, job_marker: str) -> None:
+        self.node_name = node_name
+        self.job_marker = job_marker  # format with job_id: the batch job's marker
+        self.steps: dict[tuple[int, int], RunningStep] = {}
+
+    def marker(self, job_id: int) -> str:
+        return self.job_marker.format(job_id=job_id)
+
+    async def run(
+        self, start: pb.RunTasksRequest, inputs: AsyncIterator[pb.TaskInput]
+    ) -> AsyncIterator[pb.TaskEvent]:
+        job, step = start.job, start.step
+        here = next((n for n in step.nodes if n.node == start.node), None)
+        if here is None or start.node != self.node_name:
+            raise LaunchError(f"step {job.job_id}.{step.step_id} has no tasks on {self.node_name}")
+        key = (job.job_id, step.step_id)
+        if key in self.steps:
+            raise LaunchError(f"step {job.job_id}.{step.step_id} already runs on this node")
+        running = RunningStep(job.job_id, step.step_id)
+        self.steps[key] = running
+        queue: asyncio.Queue[pb.TaskEvent | None] = asyncio.Queue(QUEUE_DEPTH)
+        workers: list[asyncio.Task[None]] = []
+        try:
+            port = start.master_port or free_port(start.master_addr or "0.0.0.0")
+            await self._spawn_all(start, here, port, running)
+            yield pb.TaskEvent(
+                started=pb.TasksStarted(
+                    master_port=port, pids=[t.process.pid for t in running.tasks]
+                )
+            )
+            stdin_ranks = set(start.stdin_ranks)
+            for task in running.tasks:
+                workers.append(asyncio.create_task(self._watch(task, queue)))
+                if task.rank not in stdin_ranks:
+                    self._close_gate(task)
+            feeder = asyncio.create_task(self._feed(inputs, running, stdin_ranks))
+            pending = len(running.tasks)
+            while pending:
+                event = await queue.get()
+                if event is None:
+                    pending -= 1
+                    continue
+                yield event
+            feeder.cancel()
+        finally:
+            for w in workers:
+                w.cancel()
+            running.signal(signal.SIGKILL)  # srun went away, or leftovers of ended tasks
+            await self._reap(running)
+            for task in running.tasks:
+                self._close_gate(task)
+            self.steps.pop(key, None)
+
+    async def _spawn_all(
+        self, start: pb.RunTasksRequest, here: pb.StepNode, port: int, running: RunningStep
+    ) -> None:
+        job, step = start.job, start.step
+        who = identity_for(job, self.node_name)
+        step_marker = f"{self.marker(job.job_id)}.{step.step_id}"
+        master = start.master_addr or "127.0.0.1"
+        for local_id, rank in enumerate(here.ranks):
+            env = step_environment(
+                dict(start.environment),
+                job,
+                step,
+                here,
+                rank=rank,
+                local_id=local_id,
+                gpus=task_gpus(here, step.spec, local_id),
+                cluster=start.cluster,
+                master_addr=master,
+                master_port=port,
+            )
+            env[MARKER_VAR] = self.marker(job.job_id)
+            env[STEP_MARKER_VAR] = step_marker
+            read_fd, write_fd = os.pipe()
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    "/bin/sh",
+                    "-c",
+                    TASK_SHIM,
+                    "corral-task",
+                    start.cwd or "/",
+                    *step.spec.argv,
+                    stdin=read_fd,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    cwd="/",
+                    env=env,
+                    start_new_session=True,
+                    user=who.uid if who.pw else None,
+                    group=who.gid if who.pw else None,
+                    extra_groups=who.groups if who.pw else None,
+                )
+            except OSError as exc:
+                os.close(write_fd)
+                raise LaunchError(f"cannot start task {rank}: {exc.strerror}") from None
+            finally:
+                os.close(read_fd)
+            running.tasks.append(Task(rank, proc, write_fd))
+            with contextlib.suppress(OSError):
+                os.write(write_fd, b"go\n")
+        if running.tasks:
+            running.procs = JobProcesses(
+                running.tasks[0].process.pid, step_marker, None, STEP_MARKER_VAR
+            )
+        log.info(
+            "step started",
+            job_id=job.job_id,
+            step_id=step.step_id,
+            node=self.node_name,
+            tasks=len(running.tasks),
+            master=f"{master}:{port}",
+        )
+
+    @staticmethod
+    def _close_gate(task: Task) -> None:
+        if task.gate_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(task.gate_fd)
+            task.gate_fd = -1
+
+    async def _watch(self, task: Task, queue: asyncio.Queue[pb.TaskEvent | None]) -> None:
+        async def pump(reader: asyncio.StreamReader | None, is_err: bool) -> None:
+            if reader is None:
+                return
+            while chunk := await reader.read(CHUNK):
+                await queue.put(
+                    pb.TaskEvent(output=pb.TaskOutput(rank=task.rank, stderr=is_err, data=chunk))
+                )
+
+        await asyncio.gather(pump(task.process.stdout, False), pump(task.process.stderr, True))
+        rc = await task.process.wait()
+        code, sig = (0, -rc) if rc < 0 else (rc, 0)
+        await queue.put(
+            pb.TaskEvent(exit=pb.TaskExit(rank=task.rank, exit_code=code, exit_signal=sig))
+        )
+        await queue.put(None)
+
+    async def _feed(
+        self, inputs: AsyncIterator[pb.TaskInput], running: RunningStep, stdin_ranks: set[int]
+    ) -> None:
+        readers = [t for t in running.tasks if t.rank in stdin_ranks]
+        async for item in inputs:
+            what = item.WhichOneof("what")
+            if what == "stdin":
+                for task in readers:
+                    if task.gate_fd >= 0:
+                        try:
+                            await asyncio.to_thread(os.write, task.gate_fd, item.stdin)
+                        except OSError:
+                            self._close_gate(task)  # it stopped reading: fine
+            elif what == "stdin_eof":
+                for task in readers:
+                    self._close_gate(task)
+            elif what == "signal" and 0 < item.signal < signal.NSIG:
+                running.signal(item.signal)
+
+    async def _reap(self, running: RunningStep) -> None:
+        if running.procs is None:
+            return
+        for _ in range(500):  # bounded: 10 s
+            if not running.procs.alive():
+                return
+            running.procs.signal_all(signal.SIGKILL)
+            await asyncio.sleep(0.02)
+        log.error("step processes survive SIGKILL", job_id=running.job_id)
+
+    # ------------------------------------------------------------ from ctld
+
+    def signal(self, job_id: int, step_id: int | None, sig: int) -> bool:
+        found = False
+        for (jid, sid), running in list(self.steps.items()):
+            if jid == job_id and (step_id is None or sid == step_id):
+                running.signal(sig)
+                found = True
+        return found
+
+    def terminate_job(self, job_id: int, kill_wait_s: float) -> bool:
+        """The job ends: its steps here get SIGCONT+SIGTERM, SIGKILL after kill_wait_s."""
+        found = False
+        for (jid, _), running in list(self.steps.items()):
+            if jid != job_id:
+                continue
+            found = True
+            running.signal(signal.SIGCONT)
+            running.signal(signal.SIGTERM)
+            if running.kill_task is None:
+                running.kill_task = asyncio.create_task(self._kill_after(running, kill_wait_s))
+        return found
+
+    @staticmethod
+    async def _kill_after(running: RunningStep, wait_s: float) -> None:
+        await asyncio.sleep(max(wait_s, 0.0))
+        running.signal(signal.SIGKILL)
+
+    async def shutdown(self) -> None:
+        for running in list(self.steps.values()):
+            running.signal(signal.SIGKILL)
