@@ -266,6 +266,40 @@ def step_values(job: Json, now: float) -> dict[str, str]:
     }
 
 
+def srun_step_values(job: Json, step: Json, now: float) -> dict[str, str]:
+    """An ``N.S`` line: a step srun ran."""
+    state = job_state(step)
+    start, end = real(step, "startTime"), real(step, "endTime")
+    ran = int((end or now) - start) if start else 0
+    cpus = sum(num(n, "cpus") for n in step.get("nodes", []))
+    step_id = f"{num(job, 'jobId')}.{num(step, 'stepId')}"
+    return {
+        "Account": text(job, "account"),
+        "AllocCPUS": str(cpus),
+        "Cluster": text(job, "cluster"),
+        "CPUTime": format_elapsed(ran * cpus),
+        "CPUTimeRAW": str(ran * cpus),
+        "Elapsed": format_elapsed(ran),
+        "ElapsedRaw": str(ran),
+        "End": "Unknown" if state == "RUNNING" else format_timestamp(end),
+        "ExitCode": f"{num(step, 'exitCode')}:{num(step, 'exitSignal')}",
+        "JobID": step_id,
+        "JobIDRaw": step_id,
+        "JobName": text(step, "name"),
+        "NCPUS": str(cpus),
+        "NNodes": str(len(step.get("nodes", []))),
+        "NodeList": text(step, "nodelist"),
+        "NTasks": str(num(step, "ntasks")),
+        "Partition": text(job, "partition"),
+        "Start": format_timestamp(start),
+        "State": state,
+        "Submit": format_timestamp(start),
+        "SubmitLine": text(step.get("spec") or {}, "submitLine"),
+        "Suspended": "00:00:00",
+        "User": text(job, "user"),
+    }
+
+
 def format_accounting(
     reply: Json,
     field_spec: str = DEFAULT_FIELDS,
@@ -281,8 +315,10 @@ def format_accounting(
     rows: list[list[str]] = []
     for job in reply.get("jobs", []):
         values = [job_values(job, now)]
-        if steps and started(job):
+        if steps and started(job) and not (job.get("spec") or {}).get("allocationOnly"):
             values.append(step_values(job, now))
+        if steps:
+            values.extend(srun_step_values(job, s, now) for s in job.get("steps", []))
         rows.extend([v.get(f.name, "") for f in fields] for v in values)
     lines = acct_lines(fields, rows, header=header, parsable=parsable, delimiter=delimiter)
     return "".join(line + "\n" for line in lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 
@@ -50,6 +51,17 @@ def cancel(argv: list[str]) -> int:
     p.add_argument("-f", "--full", action="store_true")
     args = p.parse_args(argv)
     flt: dict[str, object] = {}
+    steps = [s for s in args.job_ids if re.fullmatch(r"\d+\.\d+", s)]
+    args.job_ids = [s for s in args.job_ids if s not in steps]
+    if steps:  # JOBID.STEP: those steps only
+        request_steps: dict[str, object] = {
+            "steps": [{"jobId": j, "stepId": int(st)} for j, st in (x.split(".") for x in steps)]
+        }
+        if args.signal:
+            request_steps["signal"] = parse_signal(args.signal)
+        rc = report(client().call("CancelJobs", request_steps), args.quiet)
+        if not args.job_ids:
+            return rc
     if args.job_ids:
         flt.update(job_filter(args.job_ids))
     api = client()
@@ -76,13 +88,17 @@ def cancel(argv: list[str]) -> int:
     if args.batch:
         request["batchOnly"] = True
         request.setdefault("signal", int(signal.SIGKILL))
-    reply = api.call("CancelJobs", request)
+    return report(api.call("CancelJobs", request), args.quiet)
+
+
+def report(reply: dict[str, object], quiet: bool) -> int:
     rc = 0
-    for outcome in reply.get("outcomes", []):
+    outcomes: list[dict[str, object]] = reply.get("outcomes", [])  # type: ignore[assignment]
+    for outcome in outcomes:
         if outcome.get("ok"):
             continue
         rc = 1
-        if not args.quiet or outcome.get("error") != "JobStateConflict":
+        if not quiet or outcome.get("error") != "JobStateConflict":
             sys.stderr.write(
                 f"{PROG}: error: Kill job error on job id {outcome.get('jobId')}: "
                 f"{outcome.get('message', '')}\n"

@@ -973,6 +973,8 @@ class Cluster:
                 if step.state != js.RUNNING or job.state not in js.ON_NODE:
                     raise JobStateConflict()
                 sig = req.signal or int(signal_mod.SIGKILL)
+                if not req.signal:  # scancel N.S: the step ends CANCELLED whatever srun says
+                    self._end_step(step, 0, sig, cancelled=True)
                 for sn in step.nodes:
                     node = self.nodes.get(sn.node)
                     if node is not None:

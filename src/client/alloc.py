@@ -1,0 +1,163 @@
+"""Getting an allocation for salloc and srun: submit, wait in the queue, release.
+
+Both print Slurm's messages on stderr (``PROG: job N queued and waiting for
+resources``, ``PROG: job N has been allocated resources``) and poll ctld's gateway
+until the job runs; Ctrl-C while waiting cancels the request.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+
+from client.jobopts import JOB_OPTIONS, to_spec
+from client.options import Option
+from corral.errors import CorralError
+from corral.rest import Client
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+#: sbatch options that mean nothing for an allocation (or mean something else in srun)
+NOT_FOR_ALLOCATIONS = {
+    "wrap",
+    "parsable",
+    "array",
+    "wait",
+    "output",
+    "error",
+    "input",
+    "open_mode",
+    "signal",
+    "quiet",
+    "verbose",
+    "help",
+    "version",
+}
+
+
+def allocation_options() -> list[Option]:
+    return [o for o in JOB_OPTIONS if o.dest not in NOT_FOR_ALLOCATIONS]
+
+
+class AllocationRevoked(CorralError):
+    exit_code = 1
+
+
+def request_allocation(
+    api: Client, prog: str, opts: dict[str, Any], argv: list[str], name: str
+) -> str:
+    """Submit an allocation-only job and wait until it runs; returns its id."""
+    environ = dict(os.environ)
+    spec = to_spec(
+        opts,
+        script="",
+        argv=[],
+        environ=environ,
+        cwd=os.getcwd(),
+        submit_line=shlex.join([prog, *argv]),
+        default_name=name,
+    )
+    spec["allocationOnly"] = True
+    spec.pop("argv", None)
+    try:
+        reply = api.call("SubmitJob", {"spec": spec})
+    except CorralError as exc:
+        raise type(exc)(f"Unable to allocate resources: {exc.message}") from None
+    job_id = str(reply.get("jobId", "0"))
+    if prog == "salloc":
+        say(prog, f"Pending job allocation {job_id}")
+    try:
+        wait_running(api, prog, job_id)
+    except KeyboardInterrupt:
+        api.call("CancelJobs", {"filter": {"jobIds": [job_id]}})
+        say(prog, f"Job allocation {job_id} has been revoked.")
+        raise
+    return job_id
+
+
+def wait_running(api: Client, prog: str, job_id: str) -> dict[str, Any]:
+    queued_said = False
+    started = time.monotonic()
+    while True:
+        jobs = api.call("GetJobs", {"filter": {"jobIds": [job_id]}}).get("jobs", [])
+        job: dict[str, Any] = jobs[0] if jobs else {}
+        state = job.get("state", "")
+        if state == "JOB_STATE_RUNNING":
+            if queued_said:
+                say(prog, f"job {job_id} has been allocated resources")
+            if prog == "salloc":
+                say(prog, f"Granted job allocation {job_id}")
+            return job
+        if state not in ("JOB_STATE_PENDING", ""):
+            raise AllocationRevoked(
+                f"Unable to allocate resources: job {job_id} is "
+                f"{state.removeprefix('JOB_STATE_')} ({job.get('reason', 'None')})"
+            )
+        if not queued_said and time.monotonic() - started > 0.3:
+            say(prog, f"job {job_id} queued and waiting for resources")
+            queued_said = True
+        time.sleep(0.05 if time.monotonic() - started < 2 else 0.5)
+
+
+def release(api: Client, prog: str, job_id: str, exit_code: int, exit_signal: int = 0) -> None:
+    if prog == "salloc":
+        say(prog, f"Relinquishing job allocation {job_id}")
+    try:
+        api.call("CompleteJob", {"jobId": job_id, "exitCode": exit_code, "exitSignal": exit_signal})
+    except CorralError as exc:
+        say(prog, f"error: releasing job {job_id}: {exc.message}")
+
+
+def say(prog: str, message: str) -> None:
+    sys.stderr.write(f"{prog}: {message}\n")
+    sys.stderr.flush()
+
+
+def allocation_environment(job: dict[str, Any], cluster: str) -> dict[str, str]:
+    """What salloc puts in its command's environment (Slurm's SLURM_* for an allocation)."""
+    from client.common import num, text
+
+    allocs = job.get("allocations", [])
+    cpus = [num(a, "cpus") for a in allocs]
+    env = {
+        "SLURM_JOB_ID": str(num(job, "jobId")),
+        "SLURM_JOBID": str(num(job, "jobId")),
+        "SLURM_JOB_NAME": text(job.get("spec") or {}, "name"),
+        "SLURM_JOB_NODELIST": text(job, "nodelist"),
+        "SLURM_NODELIST": text(job, "nodelist"),
+        "SLURM_JOB_NUM_NODES": str(len(allocs)),
+        "SLURM_NNODES": str(len(allocs)),
+        "SLURM_JOB_PARTITION": text(job, "partition"),
+        "SLURM_JOB_CPUS_PER_NODE": _compress(cpus),
+        "SLURM_CLUSTER_NAME": cluster or text(job, "cluster"),
+        "SLURM_SUBMIT_DIR": os.getcwd(),
+        "SLURM_SUBMIT_HOST": os.uname().nodename,
+    }
+    spec = job.get("spec") or {}
+    ntasks = num(job, "numTasks") or num(spec, "ntasks")
+    if ntasks:
+        env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = str(ntasks)
+    if num(spec, "ntasksPerNode"):
+        env["SLURM_NTASKS_PER_NODE"] = str(num(spec, "ntasksPerNode"))
+    if num(spec, "cpusPerTask"):
+        env["SLURM_CPUS_PER_TASK"] = str(num(spec, "cpusPerTask"))
+    if num(spec, "memPerNodeMb"):
+        env["SLURM_MEM_PER_NODE"] = str(num(spec, "memPerNodeMb"))
+    return env
+
+
+def _compress(counts: list[int]) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(counts):
+        j = i
+        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
+            j += 1
+        run = j - i + 1
+        out.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
+        i = j + 1
+    return ",".join(out)

@@ -1,0 +1,72 @@
+"""salloc: get an allocation, run a command in it (default: the user's shell), release it.
+
+The command runs here, with the allocation's SLURM_* variables; inside it, srun starts
+steps on the allocated nodes. salloc exits with the command's exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from client.alloc import (
+    allocation_environment,
+    allocation_options,
+    release,
+    request_allocation,
+)
+from client.common import client, run
+from client.jobopts import merge
+from client.options import FLAG, Option, OptionParser
+from corral import __version__
+
+PROG = "salloc"
+OPTIONS = (
+    *allocation_options(),
+    Option("Q", "quiet", "quiet", FLAG, help="fewer messages"),
+    Option("v", "verbose", "verbose", FLAG, help="more messages"),
+    Option("h", "help", "help", FLAG, help="show this help"),
+    Option("V", "version", "version", FLAG, help="show the version"),
+)
+
+
+def salloc(argv: list[str]) -> int:
+    parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [OPTIONS...] [command [args...]]")
+    cli, command = parser.parse(argv)
+    if cli.pop("help", False):
+        sys.stdout.write(parser.help_text())
+        return 0
+    if cli.pop("version", False):
+        sys.stdout.write(f"slurm {__version__} (corral salloc)\n")
+        return 0
+    for key in ("quiet", "verbose"):
+        cli.pop(key, None)
+    if not command:
+        command = [os.environ.get("SHELL") or "/bin/sh"]
+    api = client()
+    opts = merge(parser, cli, "", {})
+    job_id = request_allocation(api, PROG, opts, argv, os.path.basename(command[0]))
+    code, sig = 1, 0
+    try:
+        job = api.call("GetJobs", {"filter": {"jobIds": [job_id]}})["jobs"][0]
+        env = {**os.environ, **allocation_environment(job, "")}
+        proc = subprocess.Popen(command, env=env)
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:
+                proc.send_signal(signal.SIGINT)  # the command decides; salloc stays
+        code, sig = (0, -rc) if rc < 0 else (rc, 0)
+    except FileNotFoundError:
+        sys.stderr.write(f"{PROG}: error: {command[0]}: command not found\n")
+        code = 127
+    finally:
+        release(api, PROG, job_id, code, sig)
+    return code if not sig else 128 + sig
+
+
+def main() -> None:
+    run(PROG, lambda: salloc(sys.argv[1:]))
