@@ -48,7 +48,7 @@ STEP_OPTIONS = (
     Option("", "gpu-bind", "gpu_bind", help="closest, none, or map_gpu:LIST"),
     Option("", "exact", "exact", FLAG, help="only the resources asked for (accepted)"),
     Option("", "overlap", "overlap", FLAG, help="share resources with other steps (default)"),
-    Option("u", "unbuffered", "unbuffered", FLAG, help="accepted: output is never buffered"),
+    Option("u", "unbuffered", "unbuffered", FLAG, help="pass output on as it comes, not line by line"),
     Option("", "mpi", "mpi", help="accepted: no MPI plugins"),
     Option("", "cpu-bind", "cpu_bind", help="accepted: tasks inherit the job's cores"),
     Option("", "jobid", "jobid", help="run inside this allocation"),
@@ -138,6 +138,7 @@ class Output:
 
     def __init__(self, cli: dict[str, Any], job: Any, step: Any) -> None:
         self.label = bool(cli.get("label"))
+        self.unbuffered = bool(cli.get("unbuffered"))
         self.patterns = {False: cli.get("output"), True: cli.get("error") or cli.get("output")}
         self.job, self.step = job, step
         self.partial: dict[tuple[int, bool], bytes] = {}
@@ -165,8 +166,10 @@ class Output:
         return fh
 
     def write(self, rank: int, is_err: bool, data: bytes) -> None:
+        """Whole lines only (Slurm's default), so tasks interleave by line, never mid-line;
+        -u passes bytes through as they come."""
         out = self._target(rank, is_err)
-        if not self.label:
+        if self.unbuffered and not self.label:
             out.write(data)
             out.flush()
             return
@@ -175,13 +178,14 @@ class Output:
         if rest:
             self.partial[(rank, is_err)] = rest
         if lines:
-            prefix = f"{rank}: ".encode()
+            prefix = f"{rank}: ".encode() if self.label else b""
             out.write(b"".join(prefix + line + b"\n" for line in lines))
             out.flush()
 
     def close(self) -> None:
         for (rank, is_err), rest in list(self.partial.items()):
-            self._target(rank, is_err).write(f"{rank}: ".encode() + rest)
+            prefix = f"{rank}: ".encode() if self.label else b""
+            self._target(rank, is_err).write(prefix + rest)
         self.partial.clear()
         sys.stdout.flush()
         for fh in self.files.values():
