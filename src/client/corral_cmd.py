@@ -51,15 +51,25 @@ def _up(args: argparse.Namespace) -> int:
         cpus_per_node=args.cpus_per_node,
         memory_mb_per_node=args.mem_per_node_mb,
         cluster_name=args.cluster_name,
+        isolation=args.isolation,
     )
+    if cluster.isolation_note:
+        print(f"corral: {cluster.isolation_note}")
     cluster.start()
     for proc in cluster.procs.values():
         proc.returncode = 0  # detach: the daemons outlive this command by design
     print(
         f"corral: cluster {args.cluster_name!r} is up in {state_dir}: ctld on "
-        f"{cluster.http_address} (HTTP) and 127.0.0.1:{cluster.grpc_port} (gRPC), "
-        f"{args.nodes} node(s) with {args.gpus_per_node} fake GPU(s) each"
+        f"{cluster.http_address} (HTTP) and {cluster.controller_host}:{cluster.grpc_port} "
+        f"(gRPC), {args.nodes} node(s) with {args.gpus_per_node} fake GPU(s) each"
     )
+    if cluster.network is not None:
+        net = cluster.network
+        print(
+            f"corral: each node in its own network namespace ({net.namespace(0)}, ...) on "
+            f"bridge {net.bridge}: {cluster.node_address(0)}, ...; enter one with "
+            f"nsenter --net=/var/run/netns/{net.namespace(0)} bash"
+        )
     print(f"To use it:  source {cluster.env_path}")
     print(f"To stop it: corral down --state-dir {state_dir}")
     return 0
@@ -96,6 +106,12 @@ def main_args(argv: list[str]) -> int:
     up.add_argument("--mem-per-node-mb", type=int, default=64 * 1024)
     up.add_argument("--cluster-name", default="corral")
     up.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+    up.add_argument(
+        "--isolation",
+        choices=("auto", "netns", "loopback"),
+        default="auto",
+        help="nodes in network namespaces (root) or on 127.0.0.x; auto: namespaces if root",
+    )
     down = sub.add_parser("down", help="stop the local cluster of a state dir")
     down.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     sub.add_parser("ctld", help="run the controller in the foreground (see corral ctld -h)")

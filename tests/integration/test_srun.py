@@ -26,7 +26,9 @@ TORCH_PY = os.environ.get("CORRAL_TORCH_PYTHON", "")
 
 @pytest.fixture
 def two(tmp_path: pathlib.Path) -> Iterator[Commands]:
-    c = LocalCluster(tmp_path / "cluster", nodes=2, gpus_per_node=4, kill_wait_s=2.0)
+    c = LocalCluster(
+        tmp_path / "cluster", nodes=2, gpus_per_node=4, kill_wait_s=2.0, isolation="auto"
+    )
     c.start()
     work = tmp_path / "work"
     work.mkdir()
@@ -46,7 +48,8 @@ def test_srun_outside_an_allocation_labels_ranks_and_propagates_exit(two: Comman
         "sh",
         "-c",
         'echo "rank=$SLURM_PROCID local=$SLURM_LOCALID node=$SLURM_NODEID '
-        'host=$SLURMD_NODENAME world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT"; '
+        "host=$SLURMD_NODENAME world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT "
+        'uts=$(hostname)"; '
         '[ "$SLURM_PROCID" = 2 ] && exit 7; exit 0',
         check=False,
     )
@@ -60,9 +63,13 @@ def test_srun_outside_an_allocation_labels_ranks_and_propagates_exit(two: Comman
         assert label == str(rank) == fields["rank"]
         assert fields["local"] == str(rank % 2) and fields["node"] == str(rank // 2)
         assert fields["host"] == f"node0{rank // 2 + 1}" and fields["world"] == "4"
+        if two.cluster.network is not None:  # each node its own UTS namespace
+            assert fields["uts"] == fields["host"]
         masters.add(fields["master"])
     (master,) = masters  # one rendezvous for every task
-    assert master.startswith("127.0.0.2:") and int(master.split(":")[1]) > 0
+    host, _, port = master.partition(":")
+    assert host == two.cluster.node_address(0) != two.cluster.node_address(1)
+    assert int(port) > 0
     assert "srun: error: node02: task 2: Exited with exit code 7" in out.stderr
     job = two.job(1)
     assert job["state"] == "JOB_STATE_FAILED"  # the allocation srun made, released
@@ -306,7 +313,7 @@ print(*got)
             rank % 2,
             rank // 2,
         )
-        assert address == "127.0.0.2"
+        assert address == two.cluster.node_address(0)
 
 
 GLOO = r"""

@@ -22,12 +22,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from corral.rest import Client
+from corral.testing import netns
+from corral.testing.netns import NodeNetwork
 
 DEFAULT_GPU_MODEL = "NVIDIA H100 80GB HBM3"
 
@@ -56,10 +58,25 @@ class LocalCluster:
     sample_interval_s: float = 1.0
     grpc_port: int = 0
     http_port: int = 0
+    # "loopback": nodes on 127.0.0.2, .3, ...; "netns": each node in a network namespace
+    # of its own with its own hostname (root only); "auto": netns when possible
+    isolation: str = "loopback"
+    network: NodeNetwork | None = field(init=False, default=None)
+    isolation_note: str = field(init=False, default="")
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).resolve()
+        if self.isolation not in ("loopback", "netns", "auto"):
+            raise ValueError(f"isolation {self.isolation!r}: loopback, netns or auto")
+        if self.isolation != "loopback":
+            ok, why = netns.available()
+            if ok:
+                self.network = NodeNetwork(self.state_dir, tuple(self.node_names))
+            elif self.isolation == "netns":
+                raise RuntimeError(f"network namespaces need root and iproute2: {why}")
+            else:
+                self.isolation_note = f"no network namespaces ({why}): nodes on 127.0.0.x"
 
     # ------------------------------------------------------------ layout
 
@@ -77,11 +94,18 @@ class LocalCluster:
         return [f"node{i + 1:0{width}d}" for i in range(self.nodes)]
 
     def node_address(self, index: int) -> str:
+        if self.network is not None:
+            return self.network.node_ip(index)
         return f"127.0.0.{2 + index}"
 
     @property
+    def controller_host(self) -> str:
+        """Where ctld listens: the bridge when nodes live in namespaces."""
+        return self.network.bridge_ip if self.network is not None else "127.0.0.1"
+
+    @property
     def http_address(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
+        return f"{self.controller_host}:{self.http_port}"
 
     def env(self) -> dict[str, str]:
         """Environment for commands that talk to this cluster."""
@@ -115,7 +139,7 @@ class LocalCluster:
 cluster_name = "{self.cluster_name}"
 
 [controller]
-host = "127.0.0.1"
+host = "{self.controller_host}"
 grpc_port = {self.grpc_port}
 http_port = {self.http_port}
 state_dir = "{self.state_dir}"
@@ -159,13 +183,16 @@ max_time = "1-00:00:00"
 
     # ------------------------------------------------------------ processes
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, args: list[str], wrap: Callable[[list[str]], list[str]] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = open(self.state_dir / "log" / f"{name}.log", "ab")  # noqa: SIM115 - child owns it
         env = dict(os.environ)
         env["CORRAL_CONF"] = str(self.config_path)
         env["PYTHONUNBUFFERED"] = "1"
+        argv = [self.python, *args]
         proc = subprocess.Popen(
-            [self.python, *args],
+            wrap(argv) if wrap else argv,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -204,8 +231,15 @@ max_time = "1-00:00:00"
                 "--ready-file",
                 str(ready),
             ],
+            wrap=self._in_namespace(index),
         )
         self._wait_file(ready, name, timeout)
+
+    def _in_namespace(self, index: int) -> Callable[[list[str]], list[str]] | None:
+        net = self.network
+        if net is None:
+            return None
+        return lambda argv: net.wrap(index, argv)
 
     def _wait_file(self, path: Path, name: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -234,6 +268,8 @@ max_time = "1-00:00:00"
         self.write_config()
         self.write_env_sh()
         try:
+            if self.network is not None:
+                self.network.create()
             self.start_ctld()
             for i in range(self.nodes):
                 self.start_node(i)
@@ -285,6 +321,8 @@ max_time = "1-00:00:00"
             self.stop_process(name)
         if "ctld" in self.procs:
             self.stop_process("ctld")
+        if self.network is not None:
+            self.network.destroy()
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -338,4 +376,6 @@ def stop_state_dir(state_dir: Path) -> list[str]:
     stopped = [n for n in names if n != "ctld" and stop_by_pidfile(state_dir, n)]
     if "ctld" in names and stop_by_pidfile(state_dir, "ctld"):
         stopped.append("ctld")
+    if netns.available()[0]:  # namespaces and bridge of a netns cluster, if any
+        stopped += NodeNetwork(state_dir, ()).destroy()
     return stopped
