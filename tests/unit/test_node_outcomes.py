@@ -167,3 +167,65 @@ async def test_idle_gpus_requeue_policy_requeues(tmp_path: pathlib.Path) -> None
     await report(cluster, job, kind=Update.KIND_EXITED, exit_signal=15, signalled_by_request=True)
     assert job.state == js.PENDING and job.restart_count == 1
     cluster.store.close()
+
+
+async def allocation(tmp_path: pathlib.Path) -> tuple[Cluster, pb.Job, RecordingDispatcher]:
+    disp = RecordingDispatcher()
+    cluster = make_cluster(
+        config(), f"sqlite:///{tmp_path}/a.db", clock=ManualClock(), dispatcher=disp
+    )  # type: ignore[arg-type]
+    await register_all(cluster)
+    job = await cluster.submit(
+        ALICE,
+        pb.JobSpec(
+            work_dir="/tmp", name="salloc", allocation_only=True, nodes_min=2, time_limit_s=60
+        ),
+    )
+    await cluster.schedule_pass()
+    while cluster._tasks:
+        await asyncio.gather(*list(cluster._tasks))
+    return cluster, job, disp
+
+
+async def test_allocation_runs_nothing_and_hosts_steps(tmp_path: pathlib.Path) -> None:
+    cluster, job, disp = await allocation(tmp_path)
+    assert job.state == js.RUNNING and not disp.launched  # no batch script to launch
+    step = await cluster.create_step(ALICE, pb.StepSpec(job_id=job.job_id, ntasks=4, argv=["x"]))
+    assert step.step_id == 0 and step.nodelist == "n[1-2]" and step.ntasks == 4
+    with pytest.raises(PermissionDenied):
+        await cluster.create_step(Identity("bob", 1001, 1001), pb.StepSpec(job_id=job.job_id))
+    await cluster.complete_step(
+        ALICE, pb.CompleteStepRequest(job_id=job.job_id, step_id=0, exit_code=3)
+    )
+    assert job.steps[0].state == js.FAILED and job.steps[0].exit_code == 3
+    await cluster.complete_job(ALICE, pb.CompleteJobRequest(job_id=job.job_id))
+    assert job.state == js.COMPLETED and not cluster.nodes["n1"].job_ids
+    cluster.store.close()
+
+
+async def test_scancel_of_a_step_and_of_an_allocation(tmp_path: pathlib.Path) -> None:
+    cluster, job, disp = await allocation(tmp_path)
+    await cluster.create_step(ALICE, pb.StepSpec(job_id=job.job_id))
+    out = await cluster.cancel(
+        ALICE, pb.CancelJobsRequest(steps=[pb.StepRef(job_id=job.job_id, step_id=0)])
+    )
+    assert out[0].ok and job.steps[0].state == js.CANCELLED and job.state == js.RUNNING
+    while cluster._tasks:
+        await asyncio.gather(*list(cluster._tasks))
+    assert {(n, r.step_id) for n, r in disp.signalled} == {("n1", 0), ("n2", 0)}
+    bad = await cluster.cancel(
+        ALICE, pb.CancelJobsRequest(steps=[pb.StepRef(job_id=job.job_id, step_id=9)])
+    )
+    assert not bad[0].ok
+    await cluster.create_step(ALICE, pb.StepSpec(job_id=job.job_id))
+    await cluster.cancel(ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[job.job_id])))
+    assert job.state == js.CANCELLED and job.steps[1].state == js.CANCELLED
+    cluster.store.close()
+
+
+async def test_allocation_past_its_limit_times_out(tmp_path: pathlib.Path) -> None:
+    cluster, job, _ = await allocation(tmp_path)
+    cluster.clock.advance(61)  # type: ignore[attr-defined]
+    await cluster.enforce_allocation_limits()
+    assert job.state == js.TIMEOUT and job.reason == "TimeLimit"
+    cluster.store.close()
