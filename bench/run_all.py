@@ -31,9 +31,10 @@ PHASES: dict[str, str] = {
     "latency": "bench.latency",
     "e2e": "bench.e2e_throughput",
     "queue": "bench.queue_scale",
+    "srun": "bench.srun_bench",
     "profile": "bench.profile_hotspots",
 }
-DEFAULT = ["cli", "submit", "latency", "e2e", "queue"]
+DEFAULT = ["cli", "submit", "latency", "e2e", "queue", "srun"]
 
 
 def main(argv: list[str] | None = None) -> int:
