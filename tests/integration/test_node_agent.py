@@ -290,6 +290,26 @@ while :; do sleep 0.1; done
     cmd.wait_state(job_id, "CANCELLED")
 
 
+def test_jobs_are_bound_to_their_own_cores(make_cluster: Any) -> None:
+    _, cmd = make_cluster(gpus_per_node=0)
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    script = (
+        "#!/bin/sh\n#SBATCH -c 1\n"
+        "grep Cpus_allowed_list /proc/self/status\n"
+        "while [ ! -e go ]; do sleep 0.05; done\n"
+    )
+    (cmd.cwd / "core.sh").write_text(script)
+    ids = [job_id_of(cmd("sbatch", "core.sh")) for _ in range(2)]
+    for job_id in ids:
+        cmd.wait_state(job_id, "RUNNING")
+    outs = [cmd.cwd / f"slurm-{i}.out" for i in ids]
+    wait_for(lambda: all(o.exists() and o.read_text() for o in outs), 20, "their cores")
+    cores = [o.read_text().split()[-1] for o in outs]
+    (cmd.cwd / "go").touch()
+    assert all(c.isdigit() for c in cores) and cores[0] != cores[1]  # one core each
+
+
 # ---------------------------------------------------------------- GPUs
 
 

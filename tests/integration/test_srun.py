@@ -37,6 +37,15 @@ def two(tmp_path: pathlib.Path) -> Iterator[Commands]:
     finally:
         c.stop()
         print_logs(c)
+    if c.network is not None:  # nothing of the nodes' namespaces is left behind
+        tag = f"crl{c.network.tag}"
+
+        def gone() -> bool:
+            links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+            spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+            return tag not in links and tag not in spaces.stdout
+
+        wait_for(gone, 10, "the namespaces, veths and bridge to go")
 
 
 def test_srun_outside_an_allocation_labels_ranks_and_propagates_exit(two: Commands) -> None:

@@ -265,11 +265,19 @@ max_time = "1-00:00:00"
 
     def start(self, timeout: float = 60.0) -> LocalCluster:
         """Start ctld and every node; return once every node is registered and idle."""
+        if self.network is not None:
+            try:
+                self.network.create()
+            except RuntimeError as exc:
+                self.network.destroy()
+                if self.isolation == "netns":
+                    raise
+                # "auto": a host that refuses namespaces still gets a working cluster
+                self.network = None
+                self.isolation_note = f"no network namespaces ({exc}): nodes on 127.0.0.x"
         self.write_config()
         self.write_env_sh()
         try:
-            if self.network is not None:
-                self.network.create()
             self.start_ctld()
             for i in range(self.nodes):
                 self.start_node(i)

@@ -88,6 +88,14 @@ class NodeNetwork:
         }:
             if ns in listed and _ip("netns", "del", ns, check=False):
                 gone.append(ns)
+        # the kernel frees a deleted namespace's veth only later: delete our ends now
+        links = subprocess.run(
+            ["ip", "-o", "link"], capture_output=True, text=True, check=False
+        ).stdout
+        for line in links.splitlines():
+            name = line.split(":", 2)[1].strip().split("@")[0] if ":" in line else ""
+            if name.startswith(f"crl{self.tag}v"):
+                _ip("link", "del", name, check=False)
         if _ip("link", "del", self.bridge, check=False):
             gone.append(self.bridge)
         return gone
