@@ -905,6 +905,24 @@ class Cluster:
                 return step
         raise InvalidJobId(f"Invalid job id specified: step {job.job_id}.{step_id} does not exist")
 
+    def step_for_node(self, job_id: int, step_id: int, node: str) -> tuple[pb.Job, pb.Step]:
+        """What a node may run for srun: a running step of a running job, with tasks there."""
+        job = self.job(job_id)
+        if job.state != js.RUNNING:
+            raise JobStateConflict(f"Job {job_id} is not running")
+        step = self._step(job, step_id)
+        if step.state != js.RUNNING:
+            raise JobStateConflict(f"Step {job_id}.{step_id} is not running")
+        if node not in {n.node for n in step.nodes}:
+            raise JobStateConflict(f"Step {job_id}.{step_id} has no tasks on {node}")
+        bare = pb.Job()
+        bare.CopyFrom(job)
+        bare.spec.ClearField("script")
+        bare.spec.ClearField("environment")
+        del bare.events[:]
+        del bare.steps[:]
+        return bare, step
+
     async def complete_step(self, who: Identity, req: pb.CompleteStepRequest) -> None:
         job = self.job(req.job_id)
         self.policy.check_job(who, job, "complete a step of")

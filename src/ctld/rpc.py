@@ -327,6 +327,16 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
 
+    async def GetStep(
+        self, request: pb.GetStepRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.GetStepResponse:
+        try:
+            job, step = self.cluster.step_for_node(request.job_id, request.step_id, request.node)
+        except CorralError as exc:
+            await _abort(context, exc)
+            raise
+        return pb.GetStepResponse(job=job, step=step)
+
     async def RegisterNode(
         self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RegisterNodeResponse:

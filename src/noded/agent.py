@@ -22,7 +22,7 @@ from corral import __version__
 from corral.errors import CorralError
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
-from noded.launcher import Launcher
+from noded.launcher import Launcher, LaunchError
 from noded.steps import StepRunner
 
 log = structlog.get_logger("noded")
@@ -101,6 +101,17 @@ class ControllerLink:
     def report(self, update: pb.JobStatusUpdate) -> None:
         self.outbox.append(update)
         self._outbox_ready.set()
+
+    async def get_step(self, job_id: int, step_id: int) -> tuple[pb.Job, pb.Step]:
+        """ctld's record of a step srun wants run here (LaunchError if ctld says no)."""
+        try:
+            reply = await self.stub.GetStep(
+                pb.GetStepRequest(job_id=job_id, step_id=step_id, node=self.name),
+                timeout=RPC_TIMEOUT_S,
+            )
+        except grpc.RpcError as exc:
+            raise LaunchError(f"ctld refuses step {job_id}.{step_id}: {_details(exc)}") from None
+        return reply.job, reply.step
 
     def report_health(self, reason: str, detail: str) -> None:
         """A fault that should drain this node: sent with the next (immediate) heartbeat."""

@@ -67,7 +67,11 @@ async def serve(
         health=lambda reason, detail: link_ref[0].report_health(reason, detail),
     )
     server = aio.server()
-    steps = StepRunner(name, f"{name}:{{job_id}}:{launcher.instance}")
+    steps = StepRunner(
+        name,
+        f"{name}:{{job_id}}:{launcher.instance}",
+        lambda job_id, step_id: link_ref[0].get_step(job_id, step_id),
+    )
     pbg.add_NodeAgentServicer_to_server(NodeAgentServicer(launcher, steps), server)
     bound = server.add_insecure_port(f"{bind_host}:{bind_port}")
     if bound == 0:

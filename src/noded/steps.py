@@ -15,7 +15,7 @@ import contextlib
 import os
 import signal
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -70,10 +70,15 @@ def free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
+Verify = Callable[[int, int], Awaitable[tuple[pb.Job, pb.Step]]]
+
+
 class StepRunner:
-    def __init__(self, node_name: str, job_marker: str) -> None:
+    def __init__(self, node_name: str, job_marker: str, verify: Verify) -> None:
         self.node_name = node_name
         self.job_marker = job_marker  # format with job_id: the batch job's marker
+        # ctld's own record of the step: srun's copy could claim any user
+        self.verify = verify
         self.steps: dict[tuple[int, int], RunningStep] = {}
 
     def marker(self, job_id: int) -> str:
@@ -82,7 +87,9 @@ class StepRunner:
     async def run(
         self, start: pb.RunTasksRequest, inputs: AsyncIterator[pb.TaskInput]
     ) -> AsyncIterator[pb.TaskEvent]:
-        job, step = start.job, start.step
+        job, step = await self.verify(start.job.job_id, start.step.step_id)
+        start.job.CopyFrom(job)
+        start.step.CopyFrom(step)
         here = next((n for n in step.nodes if n.node == start.node), None)
         if here is None or start.node != self.node_name:
             raise LaunchError(f"step {job.job_id}.{step.step_id} has no tasks on {self.node_name}")

@@ -343,3 +343,38 @@ def test_torch_gloo_all_reduce_across_two_nodes(two: Commands) -> None:
     assert sorted(out.stdout.splitlines()) == [
         f"rank {r} of 4 on node0{r // 2 + 1}: sum 10" for r in range(4)
     ]
+
+
+def test_noded_runs_only_steps_ctld_knows(two: Commands, tmp_path: pathlib.Path) -> None:
+    """A forged RunTasks (a job and user of the caller's choosing) is refused."""
+    import grpc
+
+    from corral.wire import corral_pb2 as pb
+    from corral.wire import corral_pb2_grpc as pbg
+
+    node = two.cluster.client().call("GetNodes", {})["nodes"][0]
+    marker = tmp_path / "forged-ran"
+    forged = pb.Job(job_id=999, uid=0, user="root", nodelist=node["name"])
+    step = pb.Step(
+        job_id=999,
+        step_id=0,
+        ntasks=1,
+        nodes=[pb.StepNode(node=node["name"], ranks=[0])],
+        spec=pb.StepSpec(argv=["touch", str(marker)]),
+    )
+    start = pb.TaskInput(start=pb.RunTasksRequest(job=forged, step=step, node=node["name"]))
+
+    async def attempt() -> grpc.StatusCode:
+        async with grpc.aio.insecure_channel(node["address"]) as channel:
+            call = pbg.NodeAgentStub(channel).RunTasks(iter([start]))
+            try:
+                await call.read()
+            except grpc.RpcError as exc:
+                assert "ctld refuses step 999.0" in (exc.details() or "")
+                return exc.code()
+        return grpc.StatusCode.OK
+
+    import asyncio
+
+    assert asyncio.run(attempt()) == grpc.StatusCode.FAILED_PRECONDITION
+    assert not marker.exists()

@@ -2654,6 +2654,61 @@ class UpdateNodeResponse(_message.Message):
 Global___UpdateNodeResponse: _TypeAlias = UpdateNodeResponse  # noqa: Y015
 
 @_typing.final
+class GetStepRequest(_message.Message):
+    """noded checks a step srun asks it to run against ctld's own record: the job and its
+    user come from ctld, never from srun.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    step_id: _builtins.int
+    node: _builtins.str
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        step_id: _builtins.int = ...,
+        node: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "node", b"node", "step_id", b"step_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStepRequest: _TypeAlias = GetStepRequest  # noqa: Y015
+
+@_typing.final
+class GetStepResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def job(self) -> Global___Job:
+        """without script, environment, events and steps"""
+
+    @_builtins.property
+    def step(self) -> Global___Step: ...
+    def __init__(
+        self,
+        *,
+        job: Global___Job | None = ...,
+        step: Global___Step | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStepResponse: _TypeAlias = GetStepResponse  # noqa: Y015
+
+@_typing.final
 class LaunchJobRequest(_message.Message):
     """---------------------------------------------------------------- NodeAgent"""
 

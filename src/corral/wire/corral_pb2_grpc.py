@@ -838,6 +838,11 @@ class NodeControllerStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.GetStep = channel.unary_unary(
+                '/corral.v1.NodeController/GetStep',
+                request_serializer=corral_dot_v1_dot_corral__pb2.GetStepRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.GetStepResponse.FromString,
+                _registered_method=True)
         self.RegisterNode = channel.unary_unary(
                 '/corral.v1.NodeController/RegisterNode',
                 request_serializer=corral_dot_v1_dot_corral__pb2.RegisterNodeRequest.SerializeToString,
@@ -857,6 +862,12 @@ class NodeControllerStub:
 
 class NodeControllerServicer:
     """Missing associated documentation comment in .proto file."""
+
+    def GetStep(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def RegisterNode(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -879,6 +890,11 @@ class NodeControllerServicer:
 
 def add_NodeControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'GetStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStep,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.GetStepRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.GetStepResponse.SerializeToString,
+            ),
             'RegisterNode': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterNode,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.RegisterNodeRequest.FromString,
@@ -904,6 +920,33 @@ def add_NodeControllerServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class NodeController:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def GetStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.NodeController/GetStep',
+            corral_dot_v1_dot_corral__pb2.GetStepRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.GetStepResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def RegisterNode(request,

@@ -219,6 +219,7 @@ class NodeControllerStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> NodeControllerAsyncStub: ...
+    GetStep: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetStepRequest, _corral_pb2.GetStepResponse]
     RegisterNode: _grpc.UnaryUnaryMultiCallable[_corral_pb2.RegisterNodeRequest, _corral_pb2.RegisterNodeResponse]
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_corral_pb2.HeartbeatRequest, _corral_pb2.HeartbeatResponse]
     ReportJobStatus: _grpc.UnaryUnaryMultiCallable[_corral_pb2.ReportJobStatusRequest, _corral_pb2.ReportJobStatusResponse]
@@ -226,11 +227,19 @@ class NodeControllerStub:
 @_typing.type_check_only
 class NodeControllerAsyncStub(NodeControllerStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
+    GetStep: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetStepRequest, _corral_pb2.GetStepResponse]  # type: ignore[assignment]
     RegisterNode: _aio.UnaryUnaryMultiCallable[_corral_pb2.RegisterNodeRequest, _corral_pb2.RegisterNodeResponse]  # type: ignore[assignment]
     Heartbeat: _aio.UnaryUnaryMultiCallable[_corral_pb2.HeartbeatRequest, _corral_pb2.HeartbeatResponse]  # type: ignore[assignment]
     ReportJobStatus: _aio.UnaryUnaryMultiCallable[_corral_pb2.ReportJobStatusRequest, _corral_pb2.ReportJobStatusResponse]  # type: ignore[assignment]
 
 class NodeControllerServicer(metaclass=_abc_1.ABCMeta):
+    @_abc_1.abstractmethod
+    def GetStep(
+        self,
+        request: _corral_pb2.GetStepRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.GetStepResponse, _abc.Awaitable[_corral_pb2.GetStepResponse]]: ...
+
     @_abc_1.abstractmethod
     def RegisterNode(
         self,
