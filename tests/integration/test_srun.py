@@ -378,3 +378,41 @@ def test_noded_runs_only_steps_ctld_knows(two: Commands, tmp_path: pathlib.Path)
 
     assert asyncio.run(attempt()) == grpc.StatusCode.FAILED_PRECONDITION
     assert not marker.exists()
+
+
+def test_sigterm_is_forwarded_and_wait_limits_stragglers(two: Commands) -> None:
+    proc = subprocess.Popen(
+        [
+            str(BIN / "srun"),
+            "-n1",
+            "sh",
+            "-c",
+            "trap 'echo got TERM; exit 0' TERM; echo up; while :; do sleep 0.05; done",
+        ],
+        cwd=two.cwd,
+        env=two.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "up\n"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert out == "got TERM\n" and proc.returncode == 0
+
+    started = time.monotonic()
+    waited = two(
+        "srun",
+        "-N2",
+        "-n2",
+        "-W",
+        "1",
+        "sh",
+        "-c",
+        '[ "$SLURM_PROCID" = 0 ] || sleep 60',
+        check=False,
+    )
+    assert time.monotonic() - started < 30
+    assert "Timed out waiting for job step to complete" in waited.stderr
+    assert waited.returncode == 128 + signal.SIGKILL
