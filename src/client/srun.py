@@ -25,7 +25,7 @@ from client.common import client, run
 from client.jobopts import export_environment, merge, parse_gpus
 from client.options import FLAG, OPTIONAL, Option, OptionParser
 from corral import __version__
-from corral.errors import CorralError, InvalidOption
+from corral.errors import CorralError, InvalidOption, StepBusy
 from corral.patterns import expand_pattern
 from corral.tasks import validate_gpu_bind
 
@@ -46,8 +46,8 @@ STEP_OPTIONS = (
     Option("W", "wait", "wait", help="kill the remaining tasks SECS after the first ends"),
     Option("m", "distribution", "distribution", help="block or cyclic"),
     Option("", "gpu-bind", "gpu_bind", help="closest, none, or map_gpu:LIST"),
-    Option("", "exact", "exact", FLAG, help="only the resources asked for (accepted)"),
-    Option("", "overlap", "overlap", FLAG, help="share resources with other steps (default)"),
+    Option("", "exact", "exact", FLAG, help="hold only the CPUs/GPUs the tasks ask for"),
+    Option("", "overlap", "overlap", FLAG, help="hold nothing: run beside any step"),
     Option("u", "unbuffered", "unbuffered", FLAG, help="output as it comes, not by line"),
     Option("", "mpi", "mpi", help="accepted: no MPI plugins"),
     Option("", "cpu-bind", "cpu_bind", help="accepted: tasks inherit the job's cores"),
@@ -130,6 +130,9 @@ def step_spec(
             spec[field] = cli[dest]
     if "gpus_per_task" in cli:
         spec["gpusPerTask"] = parse_gpus(cli["gpus_per_task"], "--gpus-per-task")[1]
+    for flag in ("exact", "overlap"):
+        if cli.get(flag):
+            spec[flag] = True
     return spec
 
 
@@ -208,12 +211,7 @@ class Step:
 
         from corral.wire import corral_pb2 as pb
 
-        try:
-            reply = self.api.call(
-                "CreateStep", {"spec": step_spec(self.job_id, self.cli, self.command, self.argv)}
-            )
-        except CorralError as exc:
-            raise type(exc)(f"Unable to create step for job {self.job_id}: {exc.message}") from None
+        reply = await self._create_step()
         step = json_format.ParseDict(reply["step"], pb.Step())
         job = json_format.ParseDict(reply["job"], pb.Job())
         self.step, self.job, self.pb = step, job, pb
@@ -246,6 +244,32 @@ class Step:
                 },
             )
         return code, sig
+
+    async def _create_step(self) -> dict[str, Any]:
+        """CreateStep; while other steps hold what this one needs, wait (Slurm's words)."""
+        spec = step_spec(self.job_id, self.cli, self.command, self.argv)
+        waited = False
+        while True:
+            try:
+                reply: dict[str, Any] = self.api.call("CreateStep", {"spec": spec})
+            except StepBusy:
+                if not waited:
+                    say(
+                        PROG,
+                        f"Job {self.job_id} step creation temporarily disabled, retrying "
+                        "(Requested nodes are busy)",
+                    )
+                    waited = True
+                await asyncio.sleep(0.2)
+                continue
+            except CorralError as exc:
+                raise type(exc)(
+                    f"Unable to create step for job {self.job_id}: {exc.message}"
+                ) from None
+            if waited:
+                step = reply.get("step", {})
+                say(PROG, f"Step created for StepId={self.job_id}.{step.get('stepId', 0)}")
+            return reply
 
     async def _run_streams(self, cluster: str) -> tuple[int, int]:
         import grpc

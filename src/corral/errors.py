@@ -17,6 +17,7 @@ gateway and the commands agree without a lookup table elsewhere::
     ├── InvalidNodeName          NOT_FOUND            exit 1  "Invalid node name specified"
     ├── PermissionDenied         PERMISSION_DENIED    exit 1  "Access/permission denied"
     ├── JobStateConflict         FAILED_PRECONDITION  exit 1  "Job/step already completing ..."
+    ├── StepBusy                 RESOURCE_EXHAUSTED   exit 1  other steps hold what a step needs
     ├── InvalidTransition        INTERNAL             exit 1  state-machine bug (impossible move)
     ├── StoreError               UNAVAILABLE          exit 1  the durable store failed
     └── ControllerUnavailable    UNAVAILABLE          exit 1  "Unable to contact slurm controller"
@@ -95,6 +96,13 @@ class PermissionDenied(CorralError):
 class JobStateConflict(CorralError):
     grpc_code = "FAILED_PRECONDITION"
     slurm_message = "Job/step already completing or completed"
+
+
+class StepBusy(CorralError):
+    """Other steps of the job hold the CPUs or GPUs a new step needs: srun retries."""
+
+    grpc_code = "RESOURCE_EXHAUSTED"
+    slurm_message = "Requested nodes are busy"
 
 
 class InvalidTransition(CorralError):

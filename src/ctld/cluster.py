@@ -61,7 +61,7 @@ from ctld.sched import (
     job_shape,
     schedule,
 )
-from ctld.steps import plan_step
+from ctld.steps import holdings, plan_step
 from ctld.store import NodeDrain, Op, Store, insert_job, update_job
 from ctld.usage import UsageLedger
 from ctld.validate import NodeCapacity, request_from_spec, user_groups, validate_spec
@@ -874,7 +874,13 @@ class Cluster:
         addresses = {
             a.node: self.nodes[a.node].address for a in job.allocations if a.node in self.nodes
         }
-        layout = plan_step(job, spec, addresses)
+        held: dict[str, tuple[int, set[int]]] = {}
+        for other in job.steps:
+            if other.state == js.RUNNING:
+                for node, (cpus, gpus) in holdings(other).items():
+                    have_cpus, have_gpus = held.get(node, (0, set()))
+                    held[node] = (have_cpus + cpus, have_gpus | gpus)
+        layout = plan_step(job, spec, addresses, held)
         now = self.clock()
         step = pb.Step(
             job_id=job.job_id,

@@ -3,13 +3,15 @@
 Slurm's defaults: a step uses every node of the allocation unless -N, -w or -n ask for
 fewer; -n defaults to the job's task count (one per node when the job gave none);
 ranks go to nodes in blocks (node 0 gets the first ones) or cyclically with
---distribution=cyclic. Steps share the allocation: several may run at once.
+--distribution=cyclic. A step holds the job's CPUs and GPUs on its nodes unless
+--exact (only its tasks' share) or --overlap (nothing); one that does not fit beside
+the running steps gets StepBusy, and srun waits and retries, as Slurm's does.
 """
 
 from __future__ import annotations
 
 from corral import hostlist
-from corral.errors import CorralError, InvalidOption
+from corral.errors import CorralError, InvalidOption, StepBusy
 from corral.wire import corral_pb2 as pb
 
 MAX_TASKS = 65536
@@ -21,8 +23,31 @@ class StepLayoutError(CorralError):
     exit_code = 1
 
 
-def plan_step(job: pb.Job, spec: pb.StepSpec, addresses: dict[str, str]) -> list[pb.StepNode]:
-    """The step's nodes, each with its ranks and GPUs; StepLayoutError if it cannot fit."""
+Held = dict[str, tuple[int, set[int]]]  # node -> (CPUs, GPU indices) running steps hold
+
+
+def holdings(step: pb.Step) -> Held:
+    """What a running step keeps from the others (Slurm's rules, 22.05): by default a
+    step holds all of the job's CPUs and GPUs on its nodes; with --exact only its tasks'
+    CPUs and, with --gpus-per-task, their GPUs; with --overlap nothing."""
+    if step.spec.overlap:
+        return {}
+    out: Held = {}
+    for n in step.nodes:
+        gpus = set(n.gpu_indices) if (not step.spec.exact or step.spec.gpus_per_task) else set()
+        out[n.node] = (n.cpus, gpus)
+    return out
+
+
+def plan_step(
+    job: pb.Job, spec: pb.StepSpec, addresses: dict[str, str], held: Held | None = None
+) -> list[pb.StepNode]:
+    """The step's nodes, each with its ranks, CPUs and GPUs.
+
+    StepLayoutError if it can never fit the allocation; StepBusy if it fits but other
+    running steps (``held``) hold what it needs now.
+    """
+    held = held or {}
     allocs = list(job.allocations)
     if spec.nodelist:
         wanted = set(_names(spec.nodelist, "-w"))
@@ -79,6 +104,7 @@ def plan_step(job: pb.Job, spec: pb.StepSpec, addresses: dict[str, str]) -> list
                 f"Requested node configuration is not available: {len(mine)} task(s) x "
                 f"{spec.cpus_per_task} CPU(s) on {alloc.node}, which has {alloc.cpus} of the job's"
             )
+        cpus, gpus = _take(alloc, spec, len(mine), gpus, held.get(alloc.node, (0, set())))
         nodes.append(
             pb.StepNode(
                 node=alloc.node,
@@ -86,10 +112,43 @@ def plan_step(job: pb.Job, spec: pb.StepSpec, addresses: dict[str, str]) -> list
                 node_id=i,
                 ranks=mine,
                 gpu_indices=gpus,
-                cpus=alloc.cpus,
+                cpus=cpus,
             )
         )
     return nodes
+
+
+def _take(
+    alloc: pb.NodeAllocation,
+    spec: pb.StepSpec,
+    tasks: int,
+    gpus: list[int],
+    held: tuple[int, set[int]],
+) -> tuple[int, list[int]]:
+    """The CPUs and GPUs the step gets on this node, or StepBusy."""
+    held_cpus, held_gpus = held
+    if spec.overlap:
+        return alloc.cpus, gpus[: tasks * spec.gpus_per_task] if spec.gpus_per_task else gpus
+    if not spec.exact:
+        if held_cpus or held_gpus:
+            raise StepBusy(f"Requested nodes are busy: other steps hold {alloc.node}")
+        return alloc.cpus, gpus
+    cpus = tasks * max(spec.cpus_per_task, 1)
+    if held_cpus + cpus > alloc.cpus:
+        raise StepBusy(
+            f"Requested nodes are busy: {alloc.node} has {alloc.cpus - held_cpus} of the "
+            f"job's CPUs free, the step needs {cpus}"
+        )
+    if not spec.gpus_per_task:
+        return cpus, gpus  # sees the job's GPUs, holds none of them
+    free = [g for g in gpus if g not in held_gpus]
+    need = tasks * spec.gpus_per_task
+    if need > len(free):
+        raise StepBusy(
+            f"Requested nodes are busy: {alloc.node} has {len(free)} of the job's GPUs free, "
+            f"the step needs {need}"
+        )
+    return cpus, free[:need]
 
 
 def _names(expr: str, flag: str) -> list[str]:

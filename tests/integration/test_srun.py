@@ -416,3 +416,28 @@ def test_sigterm_is_forwarded_and_wait_limits_stragglers(two: Commands) -> None:
     assert time.monotonic() - started < 30
     assert "Timed out waiting for job step to complete" in waited.stderr
     assert waited.returncode == 128 + signal.SIGKILL
+
+
+def test_exact_steps_share_an_allocation_default_steps_wait(two: Commands) -> None:
+    script = """#!/bin/sh
+#SBATCH -N1 -n2
+srun -n1 --exact sh -c 'touch a; while [ ! -e go ]; do sleep 0.05; done' &
+srun -n1 --exact sh -c 'touch b; while [ ! -e go ]; do sleep 0.05; done' &
+wait
+srun -n1 sh -c 'touch c; while [ ! -e go2 ]; do sleep 0.05; done' &
+while [ ! -e c ]; do sleep 0.05; done
+srun -n1 echo after-the-first
+wait
+"""
+    (two.cwd / "share.sh").write_text(script)
+    job_id = two("sbatch", "share.sh").stdout.split()[-1]
+    wait_for(lambda: (two.cwd / "a").exists() and (two.cwd / "b").exists(), 20, "both at once")
+    (two.cwd / "go").touch()
+    out = two.cwd / f"slurm-{job_id}.out"
+    wait_for(lambda: out.exists() and "temporarily disabled" in out.read_text(), 20, "a wait")
+    assert "after-the-first" not in out.read_text()
+    (two.cwd / "go2").touch()
+    two.wait_state(job_id, "COMPLETED")
+    text = out.read_text()
+    assert f"srun: Job {job_id} step creation temporarily disabled, retrying" in text
+    assert "after-the-first" in text

@@ -71,3 +71,25 @@ def test_each_task_sees_its_gpus() -> None:
     for bad in ("map_gpu:", "map_gpu:a", "mask_gpu:0x3"):
         with pytest.raises(InvalidOption):
             validate_gpu_bind(bad)
+
+
+def test_steps_hold_the_allocation_unless_exact_or_overlap() -> None:
+    from corral.errors import StepBusy
+    from ctld.steps import holdings
+
+    j = job(nodes=1, gpus=4, cpus=4)
+    whole = pb.Step(spec=pb.StepSpec(), nodes=plan_step(j, pb.StepSpec(), {}))
+    held = holdings(whole)
+    assert held == {"n1": (4, {0, 1, 2, 3})}
+    with pytest.raises(StepBusy):
+        plan_step(j, pb.StepSpec(exact=True), {}, held)
+    assert plan_step(j, pb.StepSpec(overlap=True), {}, held)
+    exact = pb.StepSpec(exact=True, ntasks=2, gpus_per_task=1)
+    (first,) = plan_step(j, exact, {})
+    assert first.cpus == 2 and list(first.gpu_indices) == [0, 1]
+    held = holdings(pb.Step(spec=exact, nodes=[first]))
+    (second,) = plan_step(j, exact, {}, held)
+    assert list(second.gpu_indices) == [2, 3]  # the GPUs the first does not hold
+    with pytest.raises(StepBusy, match="GPUs free"):
+        plan_step(j, pb.StepSpec(exact=True, ntasks=1, gpus_per_task=3), {}, held)
+    assert holdings(pb.Step(spec=pb.StepSpec(exact=True), nodes=[first])) == {"n1": (2, set())}

@@ -659,6 +659,8 @@ class StepSpec(_message.Message):
     ARGV_FIELD_NUMBER: _builtins.int
     GPU_BIND_FIELD_NUMBER: _builtins.int
     SUBMIT_LINE_FIELD_NUMBER: _builtins.int
+    EXACT_FIELD_NUMBER: _builtins.int
+    OVERLAP_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     name: _builtins.str
     """the command's base name"""
@@ -678,6 +680,10 @@ class StepSpec(_message.Message):
     gpu_bind: _builtins.str
     """"" / "closest" / "none" / "map_gpu:0,1,..." """
     submit_line: _builtins.str
+    exact: _builtins.bool
+    """--exact: hold only the CPUs (and GPUs) the tasks ask for"""
+    overlap: _builtins.bool
+    """--overlap: hold nothing, share with any step"""
     @_builtins.property
     def argv(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -696,10 +702,12 @@ class StepSpec(_message.Message):
         argv: _abc.Iterable[_builtins.str] | None = ...,
         gpu_bind: _builtins.str = ...,
         submit_line: _builtins.str = ...,
+        exact: _builtins.bool = ...,
+        overlap: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["argv", b"argv", "cpus_per_task", b"cpus_per_task", "distribution", b"distribution", "exclude", b"exclude", "gpu_bind", b"gpu_bind", "gpus_per_task", b"gpus_per_task", "job_id", b"job_id", "name", b"name", "nodelist", b"nodelist", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "num_nodes", b"num_nodes", "submit_line", b"submit_line"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["argv", b"argv", "cpus_per_task", b"cpus_per_task", "distribution", b"distribution", "exact", b"exact", "exclude", b"exclude", "gpu_bind", b"gpu_bind", "gpus_per_task", b"gpus_per_task", "job_id", b"job_id", "name", b"name", "nodelist", b"nodelist", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "num_nodes", b"num_nodes", "overlap", b"overlap", "submit_line", b"submit_line"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -723,13 +731,14 @@ class StepNode(_message.Message):
     node_id: _builtins.int
     """SLURM_NODEID: its index in the step's node list"""
     cpus: _builtins.int
+    """the step's CPUs on this node"""
     @_builtins.property
     def ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """global ranks of the tasks here, in local-rank order"""
 
     @_builtins.property
     def gpu_indices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """the job's GPUs on this node"""
+        """the step's GPUs on this node"""
 
     def __init__(
         self,
