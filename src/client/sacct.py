@@ -271,11 +271,14 @@ def srun_step_values(job: Json, step: Json, now: float) -> dict[str, str]:
     state = job_state(step)
     start, end = real(step, "startTime"), real(step, "endTime")
     ran = int((end or now) - start) if start else 0
-    cpus = sum(num(n, "cpus") for n in step.get("nodes", []))
+    nodes = step.get("nodes", [])
+    cpus = sum(num(n, "cpus") for n in nodes)
+    gpus = sum(len(n.get("gpuIndices", [])) for n in nodes)
     step_id = f"{num(job, 'jobId')}.{num(step, 'stepId')}"
     return {
         "Account": text(job, "account"),
         "AllocCPUS": str(cpus),
+        "AllocTRES": tres(cpus, 0, gpus, len(nodes), billing=False, mem=False),
         "Cluster": text(job, "cluster"),
         "CPUTime": format_elapsed(ran * cpus),
         "CPUTimeRAW": str(ran * cpus),
