@@ -16,6 +16,7 @@ from client.jobopts import JOB_OPTIONS, to_spec
 from client.options import Option
 from corral.errors import CorralError
 from corral.rest import Client
+from corral.slurmfmt import compress_counts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def allocation_environment(job: dict[str, Any], cluster: str) -> dict[str, str]:
         "SLURM_JOB_NUM_NODES": str(len(allocs)),
         "SLURM_NNODES": str(len(allocs)),
         "SLURM_JOB_PARTITION": text(job, "partition"),
-        "SLURM_JOB_CPUS_PER_NODE": _compress(cpus),
+        "SLURM_JOB_CPUS_PER_NODE": compress_counts(cpus),
         "SLURM_CLUSTER_NAME": cluster or text(job, "cluster"),
         "SLURM_SUBMIT_DIR": os.getcwd(),
         "SLURM_SUBMIT_HOST": os.uname().nodename,
@@ -148,16 +149,3 @@ def allocation_environment(job: dict[str, Any], cluster: str) -> dict[str, str]:
     if num(spec, "memPerNodeMb"):
         env["SLURM_MEM_PER_NODE"] = str(num(spec, "memPerNodeMb"))
     return env
-
-
-def _compress(counts: list[int]) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(counts):
-        j = i
-        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
-            j += 1
-        run = j - i + 1
-        out.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
-        i = j + 1
-    return ",".join(out)

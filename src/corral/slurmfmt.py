@@ -147,3 +147,17 @@ def parse_timestamp(text: str, *, now: float, what: str = "begin time") -> float
         except (OverflowError, ValueError) as exc:
             raise InvalidOption(f"Invalid {what} specification: {text!r}") from exc
     raise InvalidOption(f"Invalid {what} specification: {text!r}")
+
+
+def compress_counts(counts: list[int]) -> str:
+    """Slurm's run-length form: [4, 4, 2] -> '4(x2),2'."""
+    out: list[str] = []
+    i = 0
+    while i < len(counts):
+        j = i
+        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
+            j += 1
+        run = j - i + 1
+        out.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
+        i = j + 1
+    return ",".join(out)

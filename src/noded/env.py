@@ -10,21 +10,8 @@ import os
 import pwd
 
 from corral.jobsyntax import array_environment
+from corral.slurmfmt import compress_counts
 from corral.wire import corral_pb2 as pb
-
-
-def compress_counts(counts: list[int]) -> str:
-    """Slurm's run-length form: [4, 4, 2] -> '4(x2),2'."""
-    out: list[str] = []
-    i = 0
-    while i < len(counts):
-        j = i
-        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
-            j += 1
-        run = j - i + 1
-        out.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
-        i = j + 1
-    return ",".join(out)
 
 
 def tasks_per_node(job: pb.Job) -> list[int]:

@@ -151,25 +151,19 @@ class Gated:
         self.gate_fd = -1
 
 
-async def spawn_gated(
-    argv: list[str], *, who: Identity, env: dict[str, str], files: Files, append: bool
-) -> Gated:
-    """Start ``argv`` in its own session, held at the gate until ``Gated.open``."""
+async def start_gated(
+    shim_argv: list[str], *, who: Identity, env: dict[str, str], stdout: int, what: str
+) -> tuple[asyncio.subprocess.Process, int]:
+    """Start ``/bin/sh -c SHIM ...`` as the user, in its own session, its stdin a pipe
+    whose other end (returned) is the gate. stderr is always a pipe to noded."""
     read_fd, write_fd = os.pipe()
     try:
         proc = await asyncio.create_subprocess_exec(
             "/bin/sh",
             "-c",
-            _shim(),
-            "corral-shim",  # $0
-            files.stdout,
-            files.stderr,
-            files.stdin,
-            "append" if append else "truncate",
-            files.workdir,
-            *argv,
+            *shim_argv,
             stdin=read_fd,
-            stdout=asyncio.subprocess.DEVNULL,
+            stdout=stdout,
             stderr=asyncio.subprocess.PIPE,
             cwd="/",
             env=env,
@@ -180,7 +174,30 @@ async def spawn_gated(
         )
     except OSError as exc:
         os.close(write_fd)
-        raise LaunchError(f"cannot start the batch script: {exc.strerror}") from None
+        raise LaunchError(f"cannot start {what}: {exc.strerror}") from None
     finally:
         os.close(read_fd)
-    return Gated(proc, write_fd)
+    return proc, write_fd
+
+
+async def spawn_gated(
+    argv: list[str], *, who: Identity, env: dict[str, str], files: Files, append: bool
+) -> Gated:
+    """Start ``argv`` in its own session, held at the gate until ``Gated.open``."""
+    proc, gate = await start_gated(
+        [
+            _shim(),
+            "corral-shim",  # $0
+            files.stdout,
+            files.stderr,
+            files.stdin,
+            "append" if append else "truncate",
+            files.workdir,
+            *argv,
+        ],
+        who=who,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        what="the batch script",
+    )
+    return Gated(proc, gate)

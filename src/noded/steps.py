@@ -23,7 +23,7 @@ import structlog
 from corral.tasks import task_gpus
 from corral.wire import corral_pb2 as pb
 from noded.env import step_environment
-from noded.spawn import LaunchError, identity_for
+from noded.spawn import LaunchError, identity_for, start_gated
 from noded.tracking import MARKER_VAR, STEP_MARKER_VAR, JobProcesses
 
 log = structlog.get_logger("noded")
@@ -153,30 +153,13 @@ class StepRunner:
             )
             env[MARKER_VAR] = self.marker(job.job_id)
             env[STEP_MARKER_VAR] = step_marker
-            read_fd, write_fd = os.pipe()
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    "/bin/sh",
-                    "-c",
-                    TASK_SHIM,
-                    "corral-task",
-                    start.cwd or "/",
-                    *step.spec.argv,
-                    stdin=read_fd,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
-                    cwd="/",
-                    env=env,
-                    start_new_session=True,
-                    user=who.uid if who.pw else None,
-                    group=who.gid if who.pw else None,
-                    extra_groups=who.groups if who.pw else None,
-                )
-            except OSError as exc:
-                os.close(write_fd)
-                raise LaunchError(f"cannot start task {rank}: {exc.strerror}") from None
-            finally:
-                os.close(read_fd)
+            proc, write_fd = await start_gated(
+                [TASK_SHIM, "corral-task", start.cwd or "/", *step.spec.argv],
+                who=who,
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                what=f"task {rank}",
+            )
             running.tasks.append(Task(rank, proc, write_fd))
             with contextlib.suppress(OSError):
                 os.write(write_fd, b"go\n")
