@@ -1193,6 +1193,9 @@ class Cluster:
             to=final,
             detail=f"exit {job.exit_code}:{job.exit_signal}",
         )
+        if any(step.state == js.RUNNING for step in job.steps):
+            # the batch script is gone: its steps on the other nodes go too (Slurm's rule)
+            self._terminate_steps_elsewhere(job)
         self._end_running_steps(job, final)
         self._release(job)
         self.ledger.add_finished(job)

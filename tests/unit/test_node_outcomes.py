@@ -229,3 +229,25 @@ async def test_allocation_past_its_limit_times_out(tmp_path: pathlib.Path) -> No
     await cluster.enforce_allocation_limits()
     assert job.state == js.TIMEOUT and job.reason == "TimeLimit"
     cluster.store.close()
+
+
+async def test_a_batch_job_that_ends_takes_its_steps_elsewhere_along(
+    tmp_path: pathlib.Path,
+) -> None:
+    disp = RecordingDispatcher()
+    cluster = make_cluster(
+        config(), f"sqlite:///{tmp_path}/b.db", clock=ManualClock(), dispatcher=disp
+    )  # type: ignore[arg-type]
+    await register_all(cluster)
+    job = await cluster.submit(
+        ALICE, pb.JobSpec(script="#!/bin/sh\n", work_dir="/tmp", name="t", nodes_min=2)
+    )
+    await cluster.schedule_pass()
+    while cluster._tasks:
+        await asyncio.gather(*list(cluster._tasks))
+    await cluster.create_step(ALICE, pb.StepSpec(job_id=job.job_id))
+    await report(cluster, job, kind=Update.KIND_EXITED)
+    assert job.state == js.COMPLETED and job.steps[0].state == js.CANCELLED
+    other = {a.node for a in job.allocations} - {job.batch_host}
+    assert [(n, r.terminate) for n, r in disp.signalled] == [(other.pop(), True)]
+    cluster.store.close()
