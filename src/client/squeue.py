@@ -32,7 +32,7 @@ from client.fmt import (
 )
 from client.options import COUNT, FLAG, Option, OptionParser, parse_command
 from corral.errors import InvalidOption
-from corral.slurmfmt import format_timestamp
+from corral.slurmfmt import format_duration, format_timestamp
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -350,6 +350,7 @@ OPTIONS = (
     Option("p", "partition", "partition", help="comma separated list of partitions"),
     Option("r", "array", "array", FLAG, help="one line per array task"),
     Option("S", "sort", "sort", help="comma separated list of sort fields"),
+    Option("s", "steps", "steps", FLAG, help="list running job steps instead of jobs"),
     Option("", "start", "start", FLAG, help="expected start times of pending jobs"),
     Option("t", "states", "states", help="comma separated list of states, or all"),
     Option("u", "user", "user", help="comma separated list of users or uids"),
@@ -396,6 +397,27 @@ def on_nodes(reply: Json, nodelist: str) -> Json:
     return {**reply, "jobs": jobs}
 
 
+def format_steps(reply: Json, *, header: bool = True) -> str:
+    """``squeue -s``: running steps, in Slurm's default step format
+    (``%.15i %.8j %.9P %.8u %.9M %N``)."""
+    now = float(reply.get("now") or 0)
+    lines = [f"{'STEPID':>15} {'NAME':>8} {'PARTITION':>9} {'USER':>8} {'TIME':>9} NODELIST"]
+    if not header:
+        lines = []
+    for job in reply.get("jobs", []):
+        for step in job.get("steps", []):
+            if step.get("state") != "JOB_STATE_RUNNING":
+                continue
+            ran = max(0.0, now - float(step.get("startTime") or now))
+            lines.append(
+                f"{str(job['jobId']) + '.' + str(step.get('stepId', 0)):>15} "
+                f"{str(step.get('name', ''))[:8]:>8} {str(job.get('partition', ''))[:9]:>9} "
+                f"{str(job.get('user', ''))[:8]:>8} {format_duration(ran):>9} "
+                f"{step.get('nodelist', '')}"
+            )
+    return "".join(line + "\n" for line in lines)
+
+
 def main_body(argv: Sequence[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [OPTIONS...]")
     opts = parse_command(parser, argv)
@@ -410,6 +432,9 @@ def main_body(argv: Sequence[str]) -> int:
         return 1
     if opts.get("nodelist"):
         reply = on_nodes(reply, opts["nodelist"])
+    if opts.get("steps"):
+        sys.stdout.write(format_steps(reply, header=not opts.get("noheader")))
+        return 0
     long = bool(opts.get("long"))
     fmt = opts.get("format") or os.environ.get("SQUEUE_FORMAT") or ""
     default = START_FORMAT if opts.get("start") else LONG_FORMAT if long else DEFAULT_FORMAT

@@ -152,6 +152,8 @@ wait
     (two.cwd / "two.sh").write_text(script)
     job_id = two("sbatch", "two.sh").stdout.split()[-1]
     wait_for(lambda: two.job(job_id).get("steps"), 20, "step 0 to start")
+    listed = two("squeue", "-s", "-h").stdout.split()
+    assert listed[:2] == [f"{job_id}.0", "sleep"] and listed[-1] == "node01"
     two("scancel", f"{job_id}.0")
     wait_for(
         lambda: two.job(job_id)["steps"][0]["state"] == "JOB_STATE_CANCELLED", 20, "step 0 ends"
