@@ -32,6 +32,7 @@ from corral.errors import (
     InvalidOption,
     InvalidQos,
     InvalidRequest,
+    InvalidTransition,
     JobStateConflict,
     PermissionDenied,
 )
@@ -787,31 +788,54 @@ class Cluster:
             if job is None or job.state not in js.ON_NODE or job.batch_host != node.name:
                 continue  # already finished (a retried report) or not this node's job
             cause = f"node:{node.name} report"
-            if upd.kind == Update.KIND_EXITED:
-                if job.job_id in self._requeue_on_exit:
+            try:
+                if job.state == js.COMPLETING and upd.kind in (
+                    Update.KIND_EXITED,
+                    Update.KIND_LAUNCH_FAILED,
+                ):
+                    # cancelled meanwhile: however it ended on the node, it ends CANCELLED
                     self._requeue_on_exit.discard(job.job_id)
-                    job.usage.CopyFrom(upd.usage)
-                    self._requeue(job, cause=cause, detail="idle GPUs: requeued by policy")
+                    if (
+                        upd.kind == Update.KIND_LAUNCH_FAILED
+                        and upd.end_reason == END_PROLOG_FAILED
+                    ):
+                        ops.extend(self._drain(node, "Prolog error", upd.time or self.clock()))
+                    ended = upd if upd.kind == Update.KIND_EXITED else Update(time=upd.time)
+                    self._finish(job, ended, cause)
+                elif upd.kind == Update.KIND_EXITED:
+                    if job.job_id in self._requeue_on_exit:
+                        self._requeue_on_exit.discard(job.job_id)
+                        job.usage.CopyFrom(upd.usage)
+                        self._requeue(job, cause=cause, detail="idle GPUs: requeued by policy")
+                    else:
+                        self._finish(job, upd, cause)
+                elif (
+                    upd.kind == Update.KIND_LAUNCH_FAILED
+                    and upd.end_reason == Update.END_PROLOG_FAILED
+                ):
+                    # Slurm's rule: the node is suspect, the job is not; it runs elsewhere
+                    self._requeue(job, cause=cause, detail=upd.detail[:512])
+                    ops.extend(self._drain(node, "Prolog error", upd.time or self.clock()))
+                elif upd.kind == Update.KIND_LAUNCH_FAILED:
+                    js.transition(
+                        job,
+                        "launch_failed",
+                        cause=cause,
+                        now=self.clock(),
+                        detail=upd.detail[:1024],
+                    )
+                    job.end_time = upd.time or self.clock()
+                    job.exit_code = 1
+                    job.reason = f"launch failed: {upd.detail}"[:200]
+                    self._release(job)
+                elif upd.kind == Update.KIND_IDLE_GPUS:
+                    if not self._idle_gpus(job, upd, cause):
+                        continue
                 else:
-                    self._finish(job, upd, cause)
-            elif (
-                upd.kind == Update.KIND_LAUNCH_FAILED and upd.end_reason == Update.END_PROLOG_FAILED
-            ):
-                # Slurm's rule: the node is suspect, the job is not; it runs elsewhere
-                self._requeue(job, cause=cause, detail=upd.detail[:512])
-                ops.extend(self._drain(node, "Prolog error", upd.time or self.clock()))
-            elif upd.kind == Update.KIND_LAUNCH_FAILED:
-                js.transition(
-                    job, "launch_failed", cause=cause, now=self.clock(), detail=upd.detail[:1024]
-                )
-                job.end_time = upd.time or self.clock()
-                job.exit_code = 1
-                job.reason = f"launch failed: {upd.detail}"[:200]
-                self._release(job)
-            elif upd.kind == Update.KIND_IDLE_GPUS:
-                if not self._idle_gpus(job, upd, cause):
                     continue
-            else:
+            except InvalidTransition as exc:
+                # one impossible report must not block the node's others (nor re-registration)
+                log.error("node report not applicable", node=node.name, error=str(exc))
                 continue
             ops.append(self._save(job))
         if ops:
@@ -1067,7 +1091,10 @@ class Cluster:
                     (
                         node,
                         pb.SignalJobRequest(
-                            job_id=job.job_id, signal=int(signal_mod.SIGKILL), terminate=True
+                            job_id=job.job_id,
+                            signal=int(signal_mod.SIGKILL),
+                            terminate=True,
+                            kill_wait_s=self.config.controller.kill_wait_s,
                         ),
                     )
                 )
@@ -1530,6 +1557,7 @@ class Cluster:
 
     def _requeue(self, job: pb.Job, *, cause: str, detail: str) -> None:
         """Put a RUNNING job back in the queue; it keeps its age and counts a restart."""
+        js.check(job, "requeued", cause)  # before anything changes: never half a requeue
         self._release(job)
         del job.allocations[:]
         job.nodelist = job.batch_host = ""

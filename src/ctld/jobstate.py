@@ -60,6 +60,16 @@ def state_name(state: int) -> str:
     return pb.JobState.Name(state).removeprefix("JOB_STATE_")  # type: ignore[arg-type]
 
 
+def check(job: pb.Job, event: str, cause: str = "") -> None:
+    """Raise InvalidTransition if ``event`` cannot apply to ``job`` now (changes nothing)."""
+    allowed_from, _ = EVENTS[event]
+    if int(job.state) not in allowed_from:
+        raise InvalidTransition(
+            f"job {job.job_id}: event {event!r} is impossible in state "
+            f"{state_name(int(job.state))} (cause {cause})"
+        )
+
+
 def transition(
     job: pb.Job,
     event: str,

@@ -251,3 +251,14 @@ async def test_a_batch_job_that_ends_takes_its_steps_elsewhere_along(
     other = {a.node for a in job.allocations} - {job.batch_host}
     assert [(n, r.terminate) for n, r in disp.signalled] == [(other.pop(), True)]
     cluster.store.close()
+
+
+async def test_reports_about_a_cancelled_job_end_it_cancelled(tmp_path: pathlib.Path) -> None:
+    cluster, job, _, _ = await started(tmp_path)
+    node = job.batch_host
+    await cluster.cancel(ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[job.job_id])))
+    assert job.state == js.COMPLETING
+    await report(cluster, job, kind=Update.KIND_LAUNCH_FAILED, end_reason=Update.END_PROLOG_FAILED)
+    assert job.state == js.CANCELLED
+    assert cluster.nodes[node].drain  # the prolog still failed there
+    cluster.store.close()
