@@ -85,6 +85,11 @@ def srun(argv: list[str]) -> int:
         raise InvalidOption("No command given to execute.")
     if "gpu_bind" in cli:
         validate_gpu_bind(cli["gpu_bind"])
+    if "wait" in cli:
+        try:
+            float(cli["wait"])
+        except ValueError:
+            raise InvalidOption(f"Invalid --wait value: {cli['wait']}") from None
     api = client()
     job_id = str(cli.get("jobid") or os.environ.get("SLURM_JOB_ID", ""))
     mine = not job_id
@@ -227,22 +232,23 @@ class Step:
             signal.SIGUSR2,
         ):
             loop.add_signal_handler(forwarded, self._forward, int(forwarded))
+        code, sig = 1, 0
         try:
             code, sig = await self._run_streams(reply.get("cluster", ""))
         finally:
             self.output.close()
-        codes = [c for c, killed in self.exits.values() if not killed]
-        # the job may have ended (scancel): the step ended with it
-        with contextlib.suppress(CorralError):
-            self.api.call(
-                "CompleteStep",
-                {
-                    "jobId": str(job.job_id),
-                    "stepId": step.step_id,
-                    "exitCode": max(codes, default=0),
-                    "exitSignal": sig,
-                },
-            )
+            codes = [c for c, killed in self.exits.values() if not killed]
+            # the job may have ended (scancel): the step ended with it
+            with contextlib.suppress(CorralError):
+                self.api.call(
+                    "CompleteStep",
+                    {
+                        "jobId": str(job.job_id),
+                        "stepId": step.step_id,
+                        "exitCode": max(codes, default=code),
+                        "exitSignal": sig,
+                    },
+                )
         return code, sig
 
     async def _create_step(self) -> dict[str, Any]:

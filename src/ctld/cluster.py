@@ -119,6 +119,7 @@ class Cluster:
         # running jobs the idle-GPU policy ended, to requeue when the node reports them gone
         self._requeue_on_exit: set[int] = set()
         self._pending_signals: list[tuple[NodeRecord, pb.SignalJobRequest]] = []
+        self._step_nodes_done: dict[tuple[int, int], set[str]] = {}  # nodes whose part ended
         self.ledger = UsageLedger(config.priority)
         self.priorities = Priorities(config, self.ledger)
         self.settings = Settings(
@@ -785,6 +786,10 @@ class Cluster:
         ops: list[Op] = []
         for upd in updates:
             job = self.jobs.get(upd.job_id)
+            if job is not None and upd.kind == Update.KIND_STEP_ENDED:
+                if self._step_part_ended(job, node, upd):
+                    ops.append(self._save(job))
+                continue
             if job is None or job.state not in js.ON_NODE or job.batch_host != node.name:
                 continue  # already finished (a retried report) or not this node's job
             cause = f"node:{node.name} report"
@@ -969,6 +974,35 @@ class Cluster:
             f"exit {step.exit_code}:{step.exit_signal}",
         )
         await self.store.commit(self._save(job))
+
+    def _step_part_ended(self, job: pb.Job, node: NodeRecord, upd: pb.JobStatusUpdate) -> bool:
+        """A node's tasks of a step are gone. Once every node of the step said so, the step
+        has ended even if srun never reports (it was killed): it must not hold the job's
+        CPUs and GPUs for ever."""
+        try:
+            step = self._step(job, upd.step_id)
+        except CorralError:
+            return False
+        if step.state != js.RUNNING or node.name not in {n.node for n in step.nodes}:
+            return False
+        key = (job.job_id, step.step_id)
+        done = self._step_nodes_done.setdefault(key, set())
+        done.add(node.name)
+        step.exit_code = max(step.exit_code, max(0, min(upd.exit_code, 255)))
+        step.exit_signal = step.exit_signal or max(0, min(upd.exit_signal, 64))
+        if done < {n.node for n in step.nodes}:
+            return False
+        del self._step_nodes_done[key]
+        self._end_step(step, step.exit_code, step.exit_signal, cancelled=False)
+        js.transition(
+            job,
+            "updated",
+            cause=f"node:{node.name} report",
+            now=self.clock(),
+            detail=f"step {step.step_id} ended on every node",
+        )
+        self.wake()
+        return True
 
     def _end_step(self, step: pb.Step, exit_code: int, exit_signal: int, cancelled: bool) -> None:
         step.exit_code = max(0, min(exit_code, 255))

@@ -71,6 +71,7 @@ async def serve(
         name,
         f"{name}:{{job_id}}:{launcher.instance}",
         lambda job_id, step_id: link_ref[0].get_step(job_id, step_id),
+        lambda update: link_ref[0].report(update),
     )
     pbg.add_NodeAgentServicer_to_server(NodeAgentServicer(launcher, steps), server)
     bound = server.add_insecure_port(f"{bind_host}:{bind_port}")

@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -48,6 +49,7 @@ class RunningStep:
     job_id: int
     step_id: int
     tasks: list[Task] = field(default_factory=list)
+    exits: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (code, signal)
     procs: JobProcesses | None = None
     kill_task: asyncio.Task[None] | None = None
 
@@ -74,8 +76,16 @@ Verify = Callable[[int, int], Awaitable[tuple[pb.Job, pb.Step]]]
 
 
 class StepRunner:
-    def __init__(self, node_name: str, job_marker: str, verify: Verify) -> None:
+    def __init__(
+        self,
+        node_name: str,
+        job_marker: str,
+        verify: Verify,
+        report: Callable[[pb.JobStatusUpdate], None] | None = None,
+    ) -> None:
         self.node_name = node_name
+        # tells ctld a step's tasks here are gone, even when srun died without saying so
+        self.report = report or (lambda update: None)
         self.job_marker = job_marker  # format with job_id: the batch job's marker
         # ctld's own record of the step: srun's copy could claim any user
         self.verify = verify
@@ -110,7 +120,7 @@ class StepRunner:
             )
             stdin_ranks = set(start.stdin_ranks)
             for task in running.tasks:
-                workers.append(asyncio.create_task(self._watch(task, queue)))
+                workers.append(asyncio.create_task(self._watch(task, running, queue)))
                 if task.rank not in stdin_ranks:
                     self._close_gate(task)
             feeder = asyncio.create_task(self._feed(inputs, running, stdin_ranks))
@@ -130,6 +140,20 @@ class StepRunner:
             for task in running.tasks:
                 self._close_gate(task)
             self.steps.pop(key, None)
+            codes = [c for c, sig in running.exits.values() if not sig]
+            signals = [sig for _, sig in running.exits.values() if sig]
+            # a task whose end was never seen was killed by the cleanup above
+            unfinished = int(signal.SIGKILL) if len(running.exits) < len(running.tasks) else 0
+            self.report(
+                pb.JobStatusUpdate(
+                    job_id=job.job_id,
+                    step_id=step.step_id,
+                    kind=pb.JobStatusUpdate.KIND_STEP_ENDED,
+                    time=time.time(),
+                    exit_code=max(codes, default=0),
+                    exit_signal=signals[0] if signals else unfinished,
+                )
+            )
 
     async def _spawn_all(
         self, start: pb.RunTasksRequest, here: pb.StepNode, port: int, running: RunningStep
@@ -183,7 +207,9 @@ class StepRunner:
                 os.close(task.gate_fd)
             task.gate_fd = -1
 
-    async def _watch(self, task: Task, queue: asyncio.Queue[pb.TaskEvent | None]) -> None:
+    async def _watch(
+        self, task: Task, running: RunningStep, queue: asyncio.Queue[pb.TaskEvent | None]
+    ) -> None:
         async def pump(reader: asyncio.StreamReader | None, is_err: bool) -> None:
             if reader is None:
                 return
@@ -195,6 +221,7 @@ class StepRunner:
         await asyncio.gather(pump(task.process.stdout, False), pump(task.process.stderr, True))
         rc = await task.process.wait()
         code, sig = (0, -rc) if rc < 0 else (rc, 0)
+        running.exits[task.rank] = (code, sig)
         await queue.put(
             pb.TaskEvent(exit=pb.TaskExit(rank=task.rank, exit_code=code, exit_signal=sig))
         )

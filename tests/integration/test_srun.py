@@ -443,3 +443,25 @@ wait
     text = out.read_text()
     assert f"srun: Job {job_id} step creation temporarily disabled, retrying" in text
     assert "after-the-first" in text
+
+
+def test_a_killed_srun_does_not_hold_its_step(two: Commands) -> None:
+    client = two.cluster.client()
+    spec = {"workDir": str(two.cwd), "name": "held", "allocationOnly": True, "nodesMin": 1}
+    job_id = str(client.call("SubmitJob", {"spec": spec})["jobId"])
+    two.wait_state(job_id, "RUNNING")
+    env = {**two.env, "SLURM_JOB_ID": job_id}
+    proc = subprocess.Popen(
+        [str(BIN / "srun"), "-n1", "sh", "-c", "echo up; sleep 60"],
+        cwd=two.cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+    proc.kill()  # no CompleteStep: the nodes must tell ctld
+    proc.communicate(timeout=10)
+    wait_for(lambda: two.job(job_id)["steps"][0]["state"] != "JOB_STATE_RUNNING", 20, "step 0 ends")
+    out = two("srun", "-n1", "echo", "next", env=env)  # would wait for ever on a held step
+    assert out.stdout == "next\n" and "temporarily disabled" not in out.stderr
+    client.call("CompleteJob", {"jobId": job_id})

@@ -262,3 +262,16 @@ async def test_reports_about_a_cancelled_job_end_it_cancelled(tmp_path: pathlib.
     assert job.state == js.CANCELLED
     assert cluster.nodes[node].drain  # the prolog still failed there
     cluster.store.close()
+
+
+async def test_a_step_ends_once_every_node_says_its_tasks_are_gone(
+    tmp_path: pathlib.Path,
+) -> None:
+    cluster, job, _ = await allocation(tmp_path)
+    await cluster.create_step(ALICE, pb.StepSpec(job_id=job.job_id))
+    for node, code, state in (("n1", 3, js.RUNNING), ("n2", 0, js.FAILED)):
+        upd = Update(job_id=job.job_id, kind=Update.KIND_STEP_ENDED, step_id=0, exit_code=code)
+        await cluster.report_status(pb.ReportJobStatusRequest(node=node, updates=[upd]))
+        assert job.steps[0].state == state
+    assert job.steps[0].exit_code == 3 and job.state == js.RUNNING
+    cluster.store.close()

@@ -2502,6 +2502,8 @@ class JobStatusUpdate(_message.Message):
         KIND_LAUNCH_FAILED: JobStatusUpdate._Kind.ValueType  # 3
         KIND_IDLE_GPUS: JobStatusUpdate._Kind.ValueType  # 4
         """its GPUs stayed idle for the policy's window (time: since when)"""
+        KIND_STEP_ENDED: JobStatusUpdate._Kind.ValueType  # 5
+        """step_id's tasks on this node are gone (exit: the highest here)"""
 
     class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
     KIND_UNSPECIFIED: JobStatusUpdate.Kind.ValueType  # 0
@@ -2511,6 +2513,8 @@ class JobStatusUpdate(_message.Message):
     KIND_LAUNCH_FAILED: JobStatusUpdate.Kind.ValueType  # 3
     KIND_IDLE_GPUS: JobStatusUpdate.Kind.ValueType  # 4
     """its GPUs stayed idle for the policy's window (time: since when)"""
+    KIND_STEP_ENDED: JobStatusUpdate.Kind.ValueType  # 5
+    """step_id's tasks on this node are gone (exit: the highest here)"""
 
     class _EndReason:
         ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -2544,6 +2548,7 @@ class JobStatusUpdate(_message.Message):
     SIGNALLED_BY_REQUEST_FIELD_NUMBER: _builtins.int
     END_REASON_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     kind: Global___JobStatusUpdate.Kind.ValueType
     time: _builtins.float
@@ -2554,6 +2559,8 @@ class JobStatusUpdate(_message.Message):
     signalled_by_request: _builtins.bool
     """ended by a signal that ctld asked for"""
     end_reason: Global___JobStatusUpdate.EndReason.ValueType
+    step_id: _builtins.int
+    """KIND_STEP_ENDED"""
     @_builtins.property
     def usage(self) -> Global___JobUsage: ...
     def __init__(
@@ -2568,12 +2575,15 @@ class JobStatusUpdate(_message.Message):
         signalled_by_request: _builtins.bool = ...,
         end_reason: Global___JobStatusUpdate.EndReason.ValueType = ...,
         usage: Global___JobUsage | None = ...,
+        step_id: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "end_reason", b"end_reason", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "kind", b"kind", "signalled_by_request", b"signalled_by_request", "time", b"time", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "detail", b"detail", "end_reason", b"end_reason", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "kind", b"kind", "signalled_by_request", b"signalled_by_request", "step_id", b"step_id", "time", b"time", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__step_id: _TypeAlias = _typing.Literal["step_id"]  # noqa: Y015
+    _WhichOneofArgType__step_id: _TypeAlias = _typing.Literal["_step_id", b"_step_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__step_id) -> _WhichOneofReturnType__step_id | None: ...
 
 Global___JobStatusUpdate: _TypeAlias = JobStatusUpdate  # noqa: Y015
 
