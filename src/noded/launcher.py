@@ -214,7 +214,7 @@ class Launcher:
             raise LaunchError(f"cannot confine the job: {exc.strerror or exc}") from None
         await gated.open()
         running.process = gated.process
-        running.procs = JobProcesses(gated.process.pid, running.marker, running.cgroup)
+        running.procs = JobProcesses(gated.process.pid, running.marker, running.cgroup, uid=who.uid)
         self._arm_timers(running)
         log.info(
             "job started",
@@ -230,6 +230,7 @@ class Launcher:
     def _make_cgroup(self, running: RunningJob) -> JobCgroup | None:
         if self.cgroups is None:
             return None
+        cgroup = None
         try:
             cgroup = self.cgroups.create(running.job_id)
             if running.mem_limit_kb:
@@ -245,6 +246,8 @@ class Launcher:
                 job_id=running.job_id,
                 error=str(exc),
             )
+            if cgroup is not None:
+                cgroup.try_remove()
             return None
 
     def _contain(self, running: RunningJob, gated: Gated) -> None:
@@ -373,6 +376,8 @@ class Launcher:
         )
 
     async def _cleanup(self, running: RunningJob) -> None:
+        if running.kill_task is not None:  # its pids may be reused once the job is gone
+            running.kill_task.cancel()
         self.jobs.pop(running.job_id, None)
         self.cores.release(running.job_id)
         if running.cgroup is not None:

@@ -124,6 +124,7 @@ class StepRunner:
                 if task.rank not in stdin_ranks:
                     self._close_gate(task)
             feeder = asyncio.create_task(self._feed(inputs, running, stdin_ranks))
+            workers.append(feeder)
             pending = len(running.tasks)
             while pending:
                 event = await queue.get()
@@ -131,10 +132,12 @@ class StepRunner:
                     pending -= 1
                     continue
                 yield event
-            feeder.cancel()
         finally:
             for w in workers:
                 w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)  # before gates close
+            if running.kill_task is not None:
+                running.kill_task.cancel()
             running.signal(signal.SIGKILL)  # srun went away, or leftovers of ended tasks
             await self._reap(running)
             for task in running.tasks:
@@ -161,6 +164,8 @@ class StepRunner:
         job, step = start.job, start.step
         who = identity_for(job, self.node_name)
         step_marker = f"{self.marker(job.job_id)}.{step.step_id}"
+        # before any task: a spawn that fails half-way still has its started tasks found
+        running.procs = JobProcesses(-1, step_marker, None, STEP_MARKER_VAR, uid=who.uid)
         master = start.master_addr or "127.0.0.1"
         for local_id, rank in enumerate(here.ranks):
             env = step_environment(
@@ -187,10 +192,6 @@ class StepRunner:
             running.tasks.append(Task(rank, proc, write_fd))
             with contextlib.suppress(OSError):
                 os.write(write_fd, b"go\n")
-        if running.tasks:
-            running.procs = JobProcesses(
-                running.tasks[0].process.pid, step_marker, None, STEP_MARKER_VAR
-            )
         log.info(
             "step started",
             job_id=job.job_id,

@@ -41,13 +41,23 @@ class Usage:
 
 class JobProcesses:
     def __init__(
-        self, root_pid: int, marker: str, cgroup: JobCgroup | None, var: str = MARKER_VAR
+        self,
+        root_pid: int,
+        marker: str,
+        cgroup: JobCgroup | None,
+        var: str = MARKER_VAR,
+        uid: int | None = None,
     ) -> None:
         self.root_pid = root_pid
         self.marker = marker
         self.cgroup = cgroup
         self.var = var
+        # a process claims a job by its environment; only the job's own user may claim it
+        self.uid = uid
         self.known: dict[int, float] = {}  # pid -> create_time, so a reused pid is not ours
+        self.root_created = 0.0
+        with contextlib.suppress(psutil.Error, ValueError):  # ValueError: no root (-1)
+            self.root_created = psutil.Process(root_pid).create_time()
 
     def pids(self) -> set[int]:
         found = self._tree() | self._marked() if self.cgroup is None else self.cgroup.pids()
@@ -63,8 +73,10 @@ class JobProcesses:
     def _tree(self) -> set[int]:
         try:
             root = psutil.Process(self.root_pid)
+            if root.create_time() != self.root_created:
+                return set()  # the root is gone and its pid reused: not ours
             return {root.pid, *(c.pid for c in root.children(recursive=True))}
-        except psutil.Error:
+        except (psutil.Error, ValueError):
             return set()
 
     def _marked(self) -> set[int]:
@@ -74,7 +86,9 @@ class JobProcesses:
             if proc.pid == me:
                 continue
             with contextlib.suppress(psutil.Error):
-                if proc.environ().get(self.var) == self.marker:
+                if proc.environ().get(self.var) == self.marker and (
+                    self.uid is None or proc.uids().real == self.uid
+                ):
                     found.add(proc.pid)
         # processes seen earlier that are still the same processes stay ours
         for pid, created in self.known.items():
