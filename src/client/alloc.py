@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import sys
 import time
 
@@ -71,13 +72,22 @@ def request_allocation(
     job_id = str(reply.get("jobId", "0"))
     if prog == "salloc":
         say(prog, f"Pending job allocation {job_id}")
+    hung_up = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         wait_running(api, prog, job_id)
     except KeyboardInterrupt:
         api.call("CancelJobs", {"filter": {"jobIds": [job_id]}})
         say(prog, f"Job allocation {job_id} has been revoked.")
         raise
+    finally:
+        for sig, handler in hung_up.items():
+            signal.signal(sig, handler)
     return job_id
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    # a closed terminal or a kill while waiting withdraws the request, like Ctrl-C
+    raise KeyboardInterrupt
 
 
 def wait_running(api: Client, prog: str, job_id: str) -> dict[str, Any]:

@@ -53,12 +53,12 @@ def salloc(argv: list[str]) -> int:
         job = api.call("GetJobs", {"filter": {"jobIds": [job_id]}})["jobs"][0]
         env = {**os.environ, **allocation_environment(job, "")}
         proc = subprocess.Popen(command, env=env)
-        while True:
-            try:
-                rc = proc.wait()
-                break
-            except KeyboardInterrupt:
-                proc.send_signal(signal.SIGINT)  # the command decides; salloc stays
+        # Ctrl-C is the command's (the terminal sends it there too); SIGTERM and SIGHUP
+        # go on to it, and salloc releases the allocation once it has ended
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, lambda signum, frame: proc.send_signal(signum))
+        rc = proc.wait()
         code, sig = (0, -rc) if rc < 0 else (rc, 0)
     except FileNotFoundError:
         sys.stderr.write(f"{PROG}: error: {command[0]}: command not found\n")

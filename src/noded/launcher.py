@@ -257,6 +257,17 @@ class Launcher:
         cores = self.cores.take(running.job_id, running.alloc.cpus or 1)
         os.sched_setaffinity(pid, cores)
 
+    def contain_step_task(self, job_id: int, pid: int) -> None:
+        """A step task of a batch job running here shares its cgroup and cores."""
+        running = self.jobs.get(job_id)
+        if running is None:
+            return  # a node where only steps run: no job cgroup (see admin-guide)
+        if running.cgroup is not None:
+            running.cgroup.add(pid)
+        cores = self.cores.by_job.get(job_id)
+        if cores:
+            os.sched_setaffinity(pid, cores)
+
     def _arm_timers(self, running: RunningJob) -> None:
         limit = running.job.time_limit_s
         if limit <= 0:

@@ -72,6 +72,7 @@ async def serve(
         f"{name}:{{job_id}}:{launcher.instance}",
         lambda job_id, step_id: link_ref[0].get_step(job_id, step_id),
         lambda update: link_ref[0].report(update),
+        launcher.contain_step_task,
     )
     pbg.add_NodeAgentServicer_to_server(NodeAgentServicer(launcher, steps), server)
     bound = server.add_insecure_port(f"{bind_host}:{bind_port}")

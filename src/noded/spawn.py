@@ -151,14 +151,32 @@ class Gated:
         self.gate_fd = -1
 
 
+class _ExitAware(asyncio.subprocess.SubprocessStreamProtocol):
+    """Knows when the process exits, not only when its pipes close: Process.wait() in
+    3.11 waits for both, and a background child can hold a pipe for hours."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=2**16, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
 async def start_gated(
     shim_argv: list[str], *, who: Identity, env: dict[str, str], stdout: int, what: str
-) -> tuple[asyncio.subprocess.Process, int]:
+) -> tuple[asyncio.subprocess.Process, int, asyncio.Future[None]]:
     """Start ``/bin/sh -c SHIM ...`` as the user, in its own session, its stdin a pipe
-    whose other end (returned) is the gate. stderr is always a pipe to noded."""
+    whose other end (returned) is the gate. stderr is always a pipe to noded. Also
+    returns a future done when the process exits (its pipes may stay open)."""
+    loop = asyncio.get_running_loop()
+    protocol = _ExitAware(loop)
     read_fd, write_fd = os.pipe()
     try:
-        proc = await asyncio.create_subprocess_exec(
+        transport, _ = await loop.subprocess_exec(
+            lambda: protocol,
             "/bin/sh",
             "-c",
             *shim_argv,
@@ -177,14 +195,15 @@ async def start_gated(
         raise LaunchError(f"cannot start {what}: {exc.strerror}") from None
     finally:
         os.close(read_fd)
-    return proc, write_fd
+    proc = asyncio.subprocess.Process(transport, protocol, loop)
+    return proc, write_fd, protocol.exited
 
 
 async def spawn_gated(
     argv: list[str], *, who: Identity, env: dict[str, str], files: Files, append: bool
 ) -> Gated:
     """Start ``argv`` in its own session, held at the gate until ``Gated.open``."""
-    proc, gate = await start_gated(
+    proc, gate, _ = await start_gated(
         [
             _shim(),
             "corral-shim",  # $0

@@ -30,6 +30,7 @@ from noded.tracking import MARKER_VAR, STEP_MARKER_VAR, JobProcesses
 log = structlog.get_logger("noded")
 
 CHUNK = 64 * 1024
+DRAIN_S = 2.0  # how long after a task exits its pipes may still deliver output
 QUEUE_DEPTH = 256  # chunks in flight per node before readers wait for srun
 TASK_SHIM = (
     "read _ || exit 111; SLURM_TASK_PID=$$; export SLURM_TASK_PID; "
@@ -42,6 +43,7 @@ class Task:
     rank: int
     process: asyncio.subprocess.Process
     gate_fd: int
+    exited: asyncio.Future[None]
 
 
 @dataclass
@@ -82,7 +84,10 @@ class StepRunner:
         job_marker: str,
         verify: Verify,
         report: Callable[[pb.JobStatusUpdate], None] | None = None,
+        contain: Callable[[int, int], None] | None = None,
     ) -> None:
+        # puts a task (held at its gate) into its batch job's cgroup and cores, if here
+        self.contain = contain or (lambda job_id, pid: None)
         self.node_name = node_name
         # tells ctld a step's tasks here are gone, even when srun died without saying so
         self.report = report or (lambda update: None)
@@ -182,14 +187,18 @@ class StepRunner:
             )
             env[MARKER_VAR] = self.marker(job.job_id)
             env[STEP_MARKER_VAR] = step_marker
-            proc, write_fd = await start_gated(
+            proc, write_fd, exited = await start_gated(
                 [TASK_SHIM, "corral-task", start.cwd or "/", *step.spec.argv],
                 who=who,
                 env=env,
                 stdout=asyncio.subprocess.PIPE,
                 what=f"task {rank}",
             )
-            running.tasks.append(Task(rank, proc, write_fd))
+            try:
+                self.contain(job.job_id, proc.pid)
+            except OSError as exc:
+                log.warning("step task not confined", job_id=job.job_id, error=str(exc))
+            running.tasks.append(Task(rank, proc, write_fd, exited))
             with contextlib.suppress(OSError):
                 os.write(write_fd, b"go\n")
         log.info(
@@ -219,8 +228,17 @@ class StepRunner:
                     pb.TaskEvent(output=pb.TaskOutput(rank=task.rank, stderr=is_err, data=chunk))
                 )
 
-        await asyncio.gather(pump(task.process.stdout, False), pump(task.process.stderr, True))
-        rc = await task.process.wait()
+        pumps = asyncio.gather(pump(task.process.stdout, False), pump(task.process.stderr, True))
+        await task.exited
+        try:
+            await asyncio.wait_for(pumps, DRAIN_S)
+        except TimeoutError:
+            # a background child still holds the pipes: the task has ended all the same
+            # (Slurm's rule); the child dies with the step
+            with contextlib.suppress(asyncio.CancelledError):
+                await pumps
+        rc = task.process.returncode
+        assert rc is not None  # set when it exited
         code, sig = (0, -rc) if rc < 0 else (rc, 0)
         running.exits[task.rank] = (code, sig)
         await queue.put(

@@ -465,3 +465,24 @@ def test_a_killed_srun_does_not_hold_its_step(two: Commands) -> None:
     out = two("srun", "-n1", "echo", "next", env=env)  # would wait for ever on a held step
     assert out.stdout == "next\n" and "temporarily disabled" not in out.stderr
     client.call("CompleteJob", {"jobId": job_id})
+
+
+def test_a_task_that_leaves_a_background_child_still_ends(two: Commands) -> None:
+    started = time.monotonic()
+    out = two("srun", "-n1", "sh", "-c", "sleep 300 & echo hi")
+    assert out.stdout == "hi\n" and time.monotonic() - started < 20
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0
+    or (
+        not os.path.exists("/sys/fs/cgroup/memory/memory.limit_in_bytes")
+        and not os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+    ),
+    reason="needs root and cgroups",
+)
+def test_step_tasks_live_in_their_batch_jobs_cgroup(two: Commands) -> None:
+    hog = f"{PY} -c 'import time; b = bytearray(400 * 2**20); time.sleep(30)'"
+    (two.cwd / "hog.sh").write_text(f"#!/bin/sh\n#SBATCH --mem=64M\nsrun -n1 {hog}\n")
+    job_id = two("sbatch", "hog.sh").stdout.split()[-1]
+    two.wait_state(job_id, "OUT_OF_MEMORY", timeout=40)
