@@ -207,6 +207,7 @@ class Step:
         self.api, self.job_id, self.cli, self.command, self.argv = api, job_id, cli, command, argv
         self.exits: dict[int, tuple[int, int]] = {}
         self.queues: dict[str, asyncio.Queue[Any]] = {}
+        self.done_nodes: set[str] = set()  # nodes whose tasks all ended
         self.interrupted_at = 0.0
         self.killed = False
         self.first_exit_at = 0.0
@@ -323,13 +324,15 @@ class Step:
                 while (event := await call.read()) is not eof:
                     self._event(node, event)
             except grpc.RpcError as exc:
+                if all(r in self.exits for r in node.ranks):
+                    return  # its tasks had all ended: a late write raced the stream's end
                 detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
                 failures.append(f"{node.node}: {detail}")
                 for rank in node.ranks:
                     self.exits.setdefault(rank, (1, 0))
                 self._kill_all()
             finally:
-                self.queues[node.node].put_nowait(None)
+                self._node_done(node.node)
 
         for n in step.nodes:
             self.queues[n.node] = asyncio.Queue()
@@ -375,7 +378,7 @@ class Step:
         pb = self.pb
 
         def put(item: Any) -> None:
-            for name in nodes:
+            for name in nodes - self.done_nodes:
                 self.queues[name].put_nowait(item)
 
         def pump() -> None:  # a daemon thread: a blocked read never holds srun's exit
@@ -395,6 +398,8 @@ class Step:
         elif what == "exit":
             ex = event.exit
             self.exits[ex.rank] = (ex.exit_code, ex.exit_signal)
+            if all(r in self.exits for r in node.ranks):
+                self._node_done(node.node)
             self._report_exit(node.node, ex)
             self._after_exit(ex)
 
@@ -431,8 +436,14 @@ class Step:
             self._kill_all()
 
     def _send_signal(self, sig: int) -> None:
-        for q in self.queues.values():
-            q.put_nowait(self.pb.TaskInput(signal=sig))
+        for name, q in self.queues.items():
+            if name not in self.done_nodes:  # a finished stream takes no more messages
+                q.put_nowait(self.pb.TaskInput(signal=sig))
+
+    def _node_done(self, name: str) -> None:
+        if name not in self.done_nodes:
+            self.done_nodes.add(name)
+            self.queues[name].put_nowait(None)  # ends that node's request stream
 
     def _kill_all(self) -> None:
         self.killed = True
