@@ -426,8 +426,9 @@ class Launcher:
         if running.process is None or running.procs is None:
             return  # still in its prolog: nothing of the job runs yet
         if batch_only:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(running.process.pid, sig)
+            if running.process.returncode is None:  # once reaped, its pid may be reused
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(running.process.pid, sig)
         else:
             running.procs.signal_all(sig)
 

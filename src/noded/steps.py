@@ -59,8 +59,11 @@ class RunningStep:
         if self.procs is not None:
             self.procs.signal_all(sig)
         for task in self.tasks:  # the roots, even before the tracker has seen them
-            with contextlib.suppress(ProcessLookupError):
-                task.process.send_signal(sig)
+            # os.kill, not Process.send_signal: that polls first, and a poll of an exited
+            # task reaps it, stealing its exit status from asyncio (it then reads 255)
+            if task.process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(task.process.pid, sig)
 
 
 def free_port(host: str) -> int:
