@@ -525,12 +525,7 @@ class Cluster:
         if job.state == js.RUNNING:
             js.transition(job, "cancel_requested", cause=cause, now=now)
             self._terminate_steps_elsewhere(job)
-            return self._batch_node(job), pb.SignalJobRequest(
-                job_id=job.job_id,
-                signal=int(signal_mod.SIGTERM),
-                terminate=True,
-                kill_wait_s=self.config.controller.kill_wait_s,
-            )
+            return self._batch_node(job), self._terminate_request(job)
         raise JobStateConflict()
 
     def _signal_job(
@@ -552,6 +547,15 @@ class Cluster:
                     )
         return self._batch_node(job), pb.SignalJobRequest(
             job_id=job.job_id, signal=sig, batch_only=batch_only
+        )
+
+    def _terminate_request(self, job: pb.Job) -> pb.SignalJobRequest:
+        """End the job's processes on a node: SIGCONT+SIGTERM, SIGKILL after KillWait."""
+        return pb.SignalJobRequest(
+            job_id=job.job_id,
+            signal=int(signal_mod.SIGTERM),
+            terminate=True,
+            kill_wait_s=self.config.controller.kill_wait_s,
         )
 
     def _batch_node(self, job: pb.Job) -> NodeRecord:
@@ -876,12 +880,7 @@ class Cluster:
             self._pending_signals.append(
                 (
                     self._batch_node(job),
-                    pb.SignalJobRequest(
-                        job_id=job.job_id,
-                        signal=int(signal_mod.SIGTERM),
-                        terminate=True,
-                        kill_wait_s=self.config.controller.kill_wait_s,
-                    ),
+                    self._terminate_request(job),
                 )
             )
         return True
@@ -1032,12 +1031,7 @@ class Cluster:
             self._pending_signals.append(
                 (
                     node,
-                    pb.SignalJobRequest(
-                        job_id=job.job_id,
-                        signal=int(signal_mod.SIGTERM),
-                        terminate=True,
-                        kill_wait_s=self.config.controller.kill_wait_s,
-                    ),
+                    self._terminate_request(job),
                 )
             )
 
@@ -1124,12 +1118,7 @@ class Cluster:
                 self._pending_signals.append(
                     (
                         node,
-                        pb.SignalJobRequest(
-                            job_id=job.job_id,
-                            signal=int(signal_mod.SIGKILL),
-                            terminate=True,
-                            kill_wait_s=self.config.controller.kill_wait_s,
-                        ),
+                        self._terminate_request(job),
                     )
                 )
         js.transition(
