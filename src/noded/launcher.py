@@ -31,7 +31,6 @@ from noded.gpu import GpuBackend, GpuDevice
 from noded.limits import CoreAllocator, GpuStats
 from noded.scripts import run_script, script_environment
 from noded.spawn import (
-    GATE_FAILED_EXIT,
     Gated,
     LaunchError,
     identity_for,
@@ -314,8 +313,6 @@ class Launcher:
         ):
             running.end_reason = Update.END_OUT_OF_MEMORY
         exit_code, exit_signal = (0, -rc) if rc < 0 else (rc, 0)
-        if exit_code == GATE_FAILED_EXIT and running.process is None:
-            exit_code = 1
         await self._epilog(running)
         self._report_exit(running, exit_code=exit_code, exit_signal=exit_signal)
 
