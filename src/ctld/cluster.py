@@ -472,7 +472,6 @@ class Cluster:
             raise InvalidRequest("No job identification provided")
         outcomes: list[pb.CancelOutcome] = []
         ops: list[Op] = []
-        signals: list[tuple[NodeRecord, pb.SignalJobRequest]] = []
         now = self.clock()
         cause = f"rpc:CancelJobs user={who.user}"
         known = set(self.jobs)
@@ -492,12 +491,14 @@ class Cluster:
             try:
                 self.policy.check_job(who, job, "signal" if req.signal else "cancel")
                 if req.signal:
-                    signals.append(self._signal_job(job, req.signal, req.batch_only, cause, now))
+                    self._pending_signals.append(
+                        self._signal_job(job, req.signal, req.batch_only, cause, now)
+                    )
                 else:
                     sig = self._cancel_job(job, cause, now)
                     job.cancelled_by_uid = who.uid
                     if sig is not None:
-                        signals.append(sig)
+                        self._pending_signals.append(sig)
                 ops.append(self._save(job))
                 outcomes.append(pb.CancelOutcome(job_id=job.job_id, ok=True))
             except CorralError as exc:
@@ -505,8 +506,6 @@ class Cluster:
         if ops:
             await self.store.commit(*ops)
             self.wake()
-        for node, sig_req in signals:
-            self._spawn(self._send_signal(node, sig_req))
         self._flush_signals()
         return outcomes
 

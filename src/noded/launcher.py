@@ -164,19 +164,12 @@ class Launcher:
         failure = await run_script(self.noded.prolog, env, self.noded.prolog_timeout_s)
         if not failure:
             return True
-        log.error("prolog failed", job_id=running.job_id, node=self.node_name, error=failure)
-        self.report(
-            Update(
-                job_id=running.job_id,
-                kind=Update.KIND_LAUNCH_FAILED,
-                time=time.time(),
-                detail=f"prolog failed: {failure}",
-                end_reason=Update.END_PROLOG_FAILED,
-            )
-        )
+        self._launch_failed(running, f"prolog failed: {failure}", Update.END_PROLOG_FAILED)
         return False
 
-    def _launch_failed(self, running: RunningJob, detail: str) -> None:
+    def _launch_failed(
+        self, running: RunningJob, detail: str, end_reason: int = Update.END_NONE
+    ) -> None:
         log.warning("launch failed", job_id=running.job_id, node=self.node_name, error=detail)
         self.report(
             Update(
@@ -184,6 +177,7 @@ class Launcher:
                 kind=Update.KIND_LAUNCH_FAILED,
                 time=time.time(),
                 detail=detail,
+                end_reason=end_reason,  # type: ignore[arg-type]
             )
         )
 
