@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ctld.sched.frag import Fragmentation, pending_demands
 from ctld.sched.model import (
     INFINITY,
     Forecast,
@@ -98,6 +99,7 @@ class _Pass:
         for node in self.nodes.values():
             self.buckets[len(node.free_gpus)][node.name] = node
         self.forecast_cache: dict[tuple[object, ...], tuple[int, Forecast | None]] = {}
+        self.frag = Fragmentation(snap.demands or pending_demands(snap))
         self.starts: list[Start] = []
         self.reasons: dict[int, str] = {}
         self.forecasts: dict[int, Forecast] = {}
@@ -343,7 +345,19 @@ class _Pass:
         if len(required) < len(cand.required):
             return None
         others = [f for f in fitting if f[0].name not in cand.required]
-        if self.settings.placement == "pack":
+        if self.settings.placement == "frag":
+            # the node where this job leaves the fewest GPUs that the jobs likely to
+            # come could not use; ties by best fit
+            others.sort(
+                key=lambda f: (
+                    self.frag.delta(f[1], shape),
+                    len(f[1].gpus),
+                    f[1].cpus,
+                    f[1].mem,
+                    f[0].index,
+                )
+            )
+        elif self.settings.placement == "pack":
             # best fit: the fullest node that still fits, so whole nodes stay free
             others.sort(key=lambda f: (len(f[1].gpus), f[1].cpus, f[1].mem, f[0].index))
         else:

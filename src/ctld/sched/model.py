@@ -130,6 +130,19 @@ class Settings:
 
 
 @dataclass(frozen=True)
+class Demand:
+    """What the jobs to come are expected to ask of one node, and how often (a weight).
+
+    Fragmentation-aware placement keeps nodes able to serve these.
+    """
+
+    gpus: int
+    cpus: int = 0
+    mem_mb: int = 0
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
 class Snapshot:
     version: int
     now: float
@@ -139,6 +152,8 @@ class Snapshot:
     running: tuple[RunningView, ...] = ()
     reservations: tuple[ReservationView, ...] = ()
     settings: Settings = field(default_factory=Settings)
+    # for placement "frag": the expected demand; empty: the pending jobs' own shapes
+    demands: tuple[Demand, ...] = ()
 
 
 @dataclass(frozen=True)
