@@ -136,9 +136,11 @@ class SchedulerConfig:
 
 @dataclass(frozen=True)
 class PriorityConfig:
-    weight_age: int = 1000
+    # the defaults are the policy measured best in replays (docs/simulator.md): age
+    # strong enough to overtake any fair-share gap within days, no job-size factor
+    weight_age: int = 20000
     weight_fairshare: int = 10000
-    weight_job_size: int = 1000
+    weight_job_size: int = 0
     weight_partition: int = 1000
     weight_qos: int = 1000
     max_age_s: int = 7 * 86400
