@@ -15,7 +15,7 @@ import time
 
 from client.jobopts import JOB_OPTIONS, to_spec
 from client.options import Option
-from corral.errors import CorralError
+from corral.errors import AllocationRevoked, CorralError
 from corral.rest import Client
 from corral.slurmfmt import compress_counts
 
@@ -43,10 +43,6 @@ NOT_FOR_ALLOCATIONS = {
 
 def allocation_options() -> list[Option]:
     return [o for o in JOB_OPTIONS if o.dest not in NOT_FOR_ALLOCATIONS]
-
-
-class AllocationRevoked(CorralError):
-    exit_code = 1
 
 
 def request_allocation(
