@@ -13,7 +13,7 @@ import os
 import socket
 
 from corral.errors import ControllerUnavailable, CorralError, from_wire
-from corral.identity import GID_KEY, UID_KEY, USER_KEY, Identity, current_identity
+from corral.identity import Identity, current_identity, identity_metadata
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
@@ -62,17 +62,21 @@ class Client:
         self.identity = identity or current_identity()
         self.timeout = timeout or float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
 
+    def headers(self) -> list[tuple[str, str]]:
+        """What every request carries besides the message: the caller's identity (the
+        one place a credential would be attached)."""
+        return identity_metadata(self.identity)
+
     def call(self, method: str, request: dict[str, Any]) -> dict[str, Any]:
         body = json.dumps(request, separators=(",", ":")).encode()
         host = self.address[0]
+        extra = "".join(f"{k}: {v}\r\n" for k, v in self.headers())
         head = (
             f"POST /corral.v1.Controller/{method} HTTP/1.1\r\n"
             f"Host: {host}\r\n"
             "Content-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n"
-            f"{USER_KEY}: {self.identity.user}\r\n"
-            f"{UID_KEY}: {self.identity.uid}\r\n"
-            f"{GID_KEY}: {self.identity.gid}\r\n"
+            f"{extra}"
             "Connection: close\r\n\r\n"
         ).encode()
         try:
