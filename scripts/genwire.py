@@ -82,7 +82,8 @@ class _Types:
         else:
             base = _SCALAR[f.type]
         if f.label == FD.LABEL_REPEATED:
-            return f"list[{base}]"
+            # a list is invariant: repeated 64-bit integers are the strings replies carry
+            return f"list[{'str' if base == 'int | str' else base}]"
         return base
 
 
@@ -91,7 +92,7 @@ def _json_types(types: _Types) -> str:
         '"""proto3 JSON mapping of every corral.v1 message, as TypedDicts (for type checking).',
         "",
         "Keys are camelCase, every key is optional (proto3 JSON omits defaults), enums",
-        "travel by name and 64-bit integers as strings (either is accepted in requests).",
+        "travel by name and 64-bit integers as strings (a single one may be sent as a number).",
         '"""',
         "",
         "from __future__ import annotations",

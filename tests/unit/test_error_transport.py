@@ -16,16 +16,17 @@ import pytest
 from aiohttp import web
 from google.protobuf.message import Message
 
+from corral.api import GrpcController, HttpController
 from corral.errors import (
     BY_NAME,
     ERROR_METADATA_KEY,
+    ControllerUnavailable,
     CorralError,
     InvalidRequest,
     StepBusy,
     all_errors,
     from_wire,
 )
-from corral.rest import Client
 from corral.wire import corral_pb2 as pb
 from corral.wire.methods import CONTROLLER, SERVICES
 from ctld.gateway import make_app
@@ -106,13 +107,26 @@ async def test_each_error_class_crosses_both_transports(
     assert status == cls.http_status
     assert body == {"error": name, "code": cls.grpc_code, "message": f"{name} from GetJobs"}
 
-    class Raising(Client):
+    class RaisingHttp(HttpController):
         def headers(self) -> list[tuple[str, str]]:
             return [*super().headers(), (RAISE_KEY, name)]
 
     with pytest.raises(CorralError) as http_err:
-        await asyncio.to_thread(Raising(servers.http_address).call, "GetJobs", {})
+        await asyncio.to_thread(RaisingHttp(servers.http_address).get_jobs, {})
     assert type(http_err.value) is cls and http_err.value.message == f"{name} from GetJobs"
+
+    # the typed client over gRPC rebuilds the same class
+    class RaisingGrpc(GrpcController):
+        def headers(self) -> list[tuple[str, str]]:
+            return [*super().headers(), (RAISE_KEY, name)]
+
+    grpc_api = RaisingGrpc(servers.grpc_target)
+    try:
+        with pytest.raises(CorralError) as grpc_err:
+            await asyncio.to_thread(grpc_api.cancel_jobs, {"filter": {"jobIds": ["1"]}})
+    finally:
+        grpc_api.close()
+    assert type(grpc_err.value) is cls and grpc_err.value.message == f"{name} from CancelJobs"
 
     # gRPC: status, details and the class in the trailing metadata
     async with grpc.aio.insecure_channel(servers.grpc_target) as channel:
@@ -154,3 +168,15 @@ async def test_garbled_requests_are_invalid_on_both_transports(servers: Servers)
             assert "malformed SubmitJobRequest" in (rpc_err.value.details() or "")
             trailing = dict(rpc_err.value.trailing_metadata() or ())
             assert trailing[ERROR_METADATA_KEY] == InvalidRequest.__name__
+
+
+async def test_no_controller_is_controller_unavailable_on_both_transports() -> None:
+    port = free_port()  # nothing listens there
+    with pytest.raises(ControllerUnavailable):
+        await asyncio.to_thread(HttpController(("127.0.0.1", port), timeout=5).get_nodes, {})
+    api = GrpcController(f"127.0.0.1:{port}", timeout=5)
+    try:
+        with pytest.raises(ControllerUnavailable, match="Unable to contact slurm controller"):
+            await asyncio.to_thread(api.get_nodes, {})
+    finally:
+        api.close()

@@ -1,6 +1,6 @@
 """The one error tree: every CorralError subclass lives in corral/errors.py, its
 docstring draws the real tree, and each class has a gRPC status, an HTTP status and
-an exit code that agree. (tests/integration/test_error_transport.py sends each class
+an exit code that agree. (tests/unit/test_error_transport.py sends each class
 over both transports.)"""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 """proto3 JSON mapping of every corral.v1 message, as TypedDicts (for type checking).
 
 Keys are camelCase, every key is optional (proto3 JSON omits defaults), enums
-travel by name and 64-bit integers as strings (either is accepted in requests).
+travel by name and 64-bit integers as strings (a single one may be sent as a number).
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class Job(TypedDict, total=False):
     cancelledByUid: int | str
     expectedStart: float
     forecastNodes: str
-    waitsFor: list[int | str]
+    waitsFor: list[str]
     priorityFactors: PriorityFactors
     adminPriority: int
     qos: str
@@ -268,7 +268,7 @@ class Node(TypedDict, total=False):
     version: str
     os: str
     reasonTime: float
-    jobIds: list[int | str]
+    jobIds: list[str]
     gpuType: str
     reasonUser: str
     reasonUid: int
@@ -301,7 +301,7 @@ class SubmitJobResponse(TypedDict, total=False):
 
 
 class JobFilter(TypedDict, total=False):
-    jobIds: list[int | str]
+    jobIds: list[str]
     users: list[str]
     states: list[JobState]
     names: list[str]
@@ -374,7 +374,7 @@ class GetPartitionsResponse(TypedDict, total=False):
 
 
 class UpdateJobRequest(TypedDict, total=False):
-    jobIds: list[int | str]
+    jobIds: list[str]
     action: JobUpdateAction
     timeLimitS: int | str
     partitions: list[str]
@@ -517,7 +517,7 @@ class RegisterNodeRequest(TypedDict, total=False):
     bootTime: float
     version: str
     os: str
-    runningJobIds: list[int | str]
+    runningJobIds: list[str]
     unreported: list[JobStatusUpdate]
     health: list[NodeHealthEvent]
 
@@ -529,7 +529,7 @@ class RegisterNodeResponse(TypedDict, total=False):
 
 class HeartbeatRequest(TypedDict, total=False):
     name: str
-    runningJobIds: list[int | str]
+    runningJobIds: list[str]
     health: list[NodeHealthEvent]
 
 
