@@ -7,9 +7,13 @@ import re
 import signal
 import sys
 
-from client.common import client, parse_job_state, run
+from client.common import client, outcome_error, parse_job_state, run
 from client.fmt import job_filter
-from corral.errors import InvalidOption, InvalidRequest
+from corral.errors import InvalidOption, InvalidRequest, JobStateConflict
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from corral.wire import json_types as t
 
 PROG = "scancel"
 
@@ -50,16 +54,16 @@ def cancel(argv: list[str]) -> int:
     p.add_argument("-Q", "--quiet", action="store_true")
     p.add_argument("-f", "--full", action="store_true")
     args = p.parse_args(argv)
-    flt: dict[str, object] = {}
+    flt: t.JobFilter = {}
     steps = [s for s in args.job_ids if re.fullmatch(r"\d+\.\d+", s)]
     args.job_ids = [s for s in args.job_ids if s not in steps]
     if steps:  # JOBID.STEP: those steps only
-        request_steps: dict[str, object] = {
+        request_steps: t.CancelJobsRequest = {
             "steps": [{"jobId": j, "stepId": int(st)} for j, st in (x.split(".") for x in steps)]
         }
         if args.signal:
             request_steps["signal"] = parse_signal(args.signal)
-        rc = report(client().call("CancelJobs", request_steps), args.quiet)
+        rc = report(client().cancel_jobs(request_steps), args.quiet)
         if not args.job_ids:
             return rc
     if args.job_ids:
@@ -82,23 +86,22 @@ def cancel(argv: list[str]) -> int:
     if not ({"jobIds", "arrayTasks", "users"} & flt.keys()) and api.identity.uid != 0:
         # filters without ids or users mean "my jobs", so nobody gets others' denials
         flt["users"] = [api.identity.user]
-    request: dict[str, object] = {"filter": flt}
+    request: t.CancelJobsRequest = {"filter": flt}
     if args.signal:
         request["signal"] = parse_signal(args.signal)
     if args.batch:
         request["batchOnly"] = True
         request.setdefault("signal", int(signal.SIGKILL))
-    return report(api.call("CancelJobs", request), args.quiet)
+    return report(api.cancel_jobs(request), args.quiet)
 
 
-def report(reply: dict[str, object], quiet: bool) -> int:
+def report(reply: t.CancelJobsResponse, quiet: bool) -> int:
     rc = 0
-    outcomes: list[dict[str, object]] = reply.get("outcomes", [])  # type: ignore[assignment]
-    for outcome in outcomes:
+    for outcome in reply.get("outcomes", []):
         if outcome.get("ok"):
             continue
         rc = 1
-        if not quiet or outcome.get("error") != "JobStateConflict":
+        if not quiet or not isinstance(outcome_error(outcome), JobStateConflict):
             sys.stderr.write(
                 f"{PROG}: error: Kill job error on job id {outcome.get('jobId')}: "
                 f"{outcome.get('message', '')}\n"

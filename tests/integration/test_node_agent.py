@@ -107,8 +107,7 @@ def throwaway_user() -> Iterator[pwd.struct_passwd]:
 def submit_as(cluster: LocalCluster, who: Identity, script: str, work: str, **spec: Any) -> str:
     client = cluster.client()
     client.identity = who
-    reply = client.call(
-        "SubmitJob",
+    reply = client.submit_job(
         {
             "spec": {
                 "script": script,
