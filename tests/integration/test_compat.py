@@ -68,3 +68,30 @@ def test_srun_multi_task_runs_never_fail_after_success(two: Commands) -> None:
     for _ in range(15):
         out = two("srun", "-n3", "-N2", "true", check=False)
         assert out.returncode == 0 and out.stderr == "", out.stderr
+
+
+def wait_done(c: Commands, job_id: str) -> str:
+    c.wait_state(job_id, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", timeout=60)
+    return (c.cwd / f"slurm-{job_id}.out").read_text()
+
+
+def test_launch_recipe_master_from_scontrol_hostnames_is_kept_by_srun(two: Commands) -> None:
+    # the multi-node recipe: MASTER_ADDR from `scontrol show hostnames`, MASTER_PORT
+    # from the job id; srun must not replace what the script exported
+    (two.cwd / "recipe.sh").write_text(
+        """#!/bin/sh
+#SBATCH -N2 --ntasks-per-node=1
+export MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))
+echo "nodes $(scontrol show hostnames | tr '\\n' ' ')"
+srun sh -c 'echo "task $RANK/$WORLD_SIZE $MASTER_ADDR:$MASTER_PORT"'
+"""
+    )
+    job_id = two("sbatch", "recipe.sh").stdout.split()[-1]
+    text = wait_done(two, job_id).splitlines()
+    assert "nodes node01 node02 " in text
+    port = 20000 + int(job_id) % 10000
+    assert sorted(x for x in text if x.startswith("task")) == [
+        f"task 0/2 node01:{port}",
+        f"task 1/2 node01:{port}",
+    ]
