@@ -95,3 +95,14 @@ srun sh -c 'echo "task $RANK/$WORLD_SIZE $MASTER_ADDR:$MASTER_PORT"'
         f"task 0/2 node01:{port}",
         f"task 1/2 node01:{port}",
     ]
+
+
+def test_sbatch_wait_returns_when_the_job_ends_with_its_exit_code(two: Commands) -> None:
+    # Slurm: "Do not exit until the submitted job terminates. The exit code of the
+    # sbatch command will be the same as the exit code of the submitted job."
+    out = shell(two, "sbatch --wait --wrap 'sleep 1; exit 3'; echo rc=$?; squeue -h -o %i | wc -l")
+    lines = out.stdout.split("\n")
+    assert lines[0].startswith("Submitted batch job ") and lines[1] == "rc=3", out.stderr
+    assert lines[2].strip() == "0"  # the job had ended when sbatch returned
+    ok = shell(two, "sbatch -W --parsable --array=0-2 --wrap true && echo next")
+    assert ok.stdout.split() == [ok.stdout.split()[0], "next"]
