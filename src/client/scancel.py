@@ -85,9 +85,11 @@ def cancel(argv: list[str]) -> int:
     request: dict[str, object] = {"filter": flt}
     if args.signal:
         request["signal"] = parse_signal(args.signal)
-    if args.batch:
+    if args.batch:  # the batch shell only; without -s, SIGKILL (a pending job: cancelled)
         request["batchOnly"] = True
         request.setdefault("signal", int(signal.SIGKILL))
+    elif args.full and "signal" in request:  # the batch shell and its children too
+        request["full"] = True
     return report(api.call("CancelJobs", request), args.quiet)
 
 

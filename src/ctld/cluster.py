@@ -490,9 +490,10 @@ class Cluster:
         for job in targets:
             try:
                 self.policy.check_job(who, job, "signal" if req.signal else "cancel")
-                if req.signal:
+                pending_kill = req.signal == signal_mod.SIGKILL and job.state == js.PENDING
+                if req.signal and not pending_kill:  # Slurm: SIGKILL cancels a pending job
                     self._pending_signals.append(
-                        self._signal_job(job, req.signal, req.batch_only, cause, now)
+                        self._signal_job(job, req.signal, req.batch_only, cause, now, req.full)
                     )
                 else:
                     sig = self._cancel_job(job, cause, now)
@@ -528,7 +529,7 @@ class Cluster:
         raise JobStateConflict()
 
     def _signal_job(
-        self, job: pb.Job, sig: int, batch_only: bool, cause: str, now: float
+        self, job: pb.Job, sig: int, batch_only: bool, cause: str, now: float, full: bool = False
     ) -> tuple[NodeRecord, pb.SignalJobRequest]:
         if not 0 < sig < 65:
             raise InvalidRequest(f"Invalid signal {sig}")
@@ -545,7 +546,7 @@ class Cluster:
                         (node, pb.SignalJobRequest(job_id=job.job_id, signal=sig))
                     )
         return self._batch_node(job), pb.SignalJobRequest(
-            job_id=job.job_id, signal=sig, batch_only=batch_only
+            job_id=job.job_id, signal=sig, batch_only=batch_only, full=full
         )
 
     def _terminate_request(self, job: pb.Job) -> pb.SignalJobRequest:

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from corral.errors import CorralError
+from corral.jobsyntax import parse_warn_signal
 from corral.tasks import task_gpus
 from corral.wire import corral_pb2 as pb
 from noded.env import step_environment
@@ -128,6 +130,9 @@ class StepRunner:
         try:
             port = start.master_port or free_port(start.master_addr or "0.0.0.0")
             await self._spawn_all(start, here, port, running)
+            warn = self._arm_warning(job, running)
+            if warn is not None:
+                workers.append(warn)
             yield pb.TaskEvent(
                 started=pb.TasksStarted(
                     master_port=port, pids=[t.process.pid for t in running.tasks]
@@ -240,6 +245,29 @@ class StepRunner:
             tasks=len(running.tasks),
             master=f"{master}:{port}",
         )
+
+    @staticmethod
+    def _arm_warning(job: pb.Job, running: RunningStep) -> asyncio.Task[None] | None:
+        """--signal=SIG@T without B: reaches the steps (not the batch shell) T seconds
+        before the time limit; each node's step signals its own tasks then."""
+        if not job.spec.signal or job.time_limit_s <= 0 or not job.start_time:
+            return None
+        try:
+            warn = parse_warn_signal(job.spec.signal)
+        except CorralError:
+            return None
+        if warn.batch_only:
+            return None
+        delay = job.start_time + job.time_limit_s - warn.seconds - time.time()
+        if delay <= 0:
+            return None  # a step started after the warning: Slurm sends it once
+
+        async def later() -> None:
+            await asyncio.sleep(delay)
+            log.info("signalling the step before the time limit", job_id=job.job_id)
+            running.signal(warn.signal)
+
+        return asyncio.create_task(later())
 
     @staticmethod
     def _close_gate(task: Task) -> None:

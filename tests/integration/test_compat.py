@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from corral.testing import LocalCluster
-from tests.conftest import BIN, Commands, print_logs
+from tests.conftest import BIN, Commands, print_logs, wait_for
 
 
 @pytest.fixture
@@ -106,3 +106,54 @@ def test_sbatch_wait_returns_when_the_job_ends_with_its_exit_code(two: Commands)
     assert lines[2].strip() == "0"  # the job had ended when sbatch returned
     ok = shell(two, "sbatch -W --parsable --array=0-2 --wrap true && echo next")
     assert ok.stdout.split() == [ok.stdout.split()[0], "next"]
+
+
+# ------------------------------------------------------------------ signals
+
+STEP_TRAPS_USR1 = """#!/bin/sh
+#SBATCH -t 1 {extra}
+srun sh -c 'trap "echo step-got-usr1; exit 0" USR1; echo ready; while :; do sleep 0.1; done'
+echo shell-survived
+"""
+
+
+def test_scancel_signal_reaches_the_steps_not_the_batch_shell(two: Commands) -> None:
+    # scancel(1) 22.05: "By default, signals other than SIGKILL are not sent to the
+    # batch step (the shell script)"; a script that traps USR1 in its step checkpoints
+    (two.cwd / "trap.sh").write_text(STEP_TRAPS_USR1.format(extra=""))
+    job_id = two("sbatch", "trap.sh").stdout.split()[-1]
+    out = two.cwd / f"slurm-{job_id}.out"
+    wait_for(lambda: out.exists() and "ready" in out.read_text(), 30, "the step to start")
+    two("scancel", "-s", "USR1", job_id)
+    assert wait_done(two, job_id).splitlines()[-2:] == ["step-got-usr1", "shell-survived"]
+    assert two.job(job_id)["state"] == "JOB_STATE_COMPLETED"
+
+
+def test_signal_option_without_b_reaches_the_steps_before_the_limit(two: Commands) -> None:
+    # sbatch(1): "By default all job steps will be signaled, but not the batch shell
+    # itself" (submitit's --signal=USR2@90 is handled in its srun step)
+    (two.cwd / "warn.sh").write_text(STEP_TRAPS_USR1.format(extra="--signal=USR1@58"))
+    job_id = two("sbatch", "warn.sh").stdout.split()[-1]
+    assert wait_done(two, job_id).splitlines()[-2:] == ["step-got-usr1", "shell-survived"]
+    assert two.job(job_id)["state"] == "JOB_STATE_COMPLETED"
+
+
+def test_scancel_full_reaches_the_shell_and_batch_without_signal_kills_it(
+    two: Commands,
+) -> None:
+    script = """#!/bin/sh
+trap 'echo shell-got-usr1' USR1
+srun sh -c 'trap "echo step-got-usr1; exit 0" USR1; echo ready; while :; do sleep 0.1; done'
+echo after-step
+"""
+    (two.cwd / "full.sh").write_text(script)
+    job_id = two("sbatch", "full.sh").stdout.split()[-1]
+    out = two.cwd / f"slurm-{job_id}.out"
+    wait_for(lambda: out.exists() and "ready" in out.read_text(), 30, "the step to start")
+    two("scancel", "--full", "-s", "USR1", job_id)
+    lines = wait_done(two, job_id).splitlines()
+    assert {"step-got-usr1", "shell-got-usr1", "after-step"} <= set(lines)
+    # -b with no -s: SIGKILL; a pending job is cancelled as by a plain scancel
+    held = two("sbatch", "--parsable", "-H", "--wrap", "true").stdout.strip()
+    two("scancel", "-b", held)
+    assert two.wait_state(held, "CANCELLED")["state"] == "JOB_STATE_CANCELLED"
