@@ -157,3 +157,61 @@ echo after-step
     held = two("sbatch", "--parsable", "-H", "--wrap", "true").stdout.strip()
     two("scancel", "-b", held)
     assert two.wait_state(held, "CANCELLED")["state"] == "JOB_STATE_CANCELLED"
+
+
+# ------------------------------------------------------------------ nodes reach the host
+
+
+def host_addresses() -> list[str]:
+    """The submitting host as a job would name it: its hostname and its outward address."""
+    import socket
+
+    names = [socket.gethostname()]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: only the route is chosen
+            names.append(probe.getsockname()[0])
+        except OSError:
+            pass
+    return names
+
+
+def test_jobs_on_fake_nodes_reach_a_service_on_the_submitting_host(two: Commands) -> None:
+    # on a real cluster compute nodes reach the login node (dask-jobqueue's workers
+    # connect back to the scheduler its client started there): so must fake ones
+    import socket
+    import threading
+
+    server = socket.create_server(("0.0.0.0", 0))
+    port = server.getsockname()[1]
+    got: list[bytes] = []
+
+    def serve() -> None:
+        server.settimeout(60)
+        for _ in host_addresses():
+            conn, _ = server.accept()
+            with conn:
+                got.append(conn.recv(100))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        (two.cwd / "connect.py").write_text(
+            "import os, socket, sys\n"
+            "for host in sys.argv[1:]:\n"
+            f"    s = socket.create_connection((host, {port}), 10)\n"
+            "    s.sendall(f'hello from {os.environ[\"SLURMD_NODENAME\"]} via {host}'.encode())\n"
+            "    s.close()\n"
+        )
+        hosts = " ".join(host_addresses())
+        job_id = two(
+            "sbatch", "-w", "node02", "--wrap", f"python3 connect.py {hosts}"
+        ).stdout.split()[-1]
+        state = two.wait_state(job_id, "COMPLETED", "FAILED", timeout=60)["state"]
+        assert state == "JOB_STATE_COMPLETED", (two.cwd / f"slurm-{job_id}.out").read_text()
+        thread.join(10)
+        assert sorted(got) == sorted(
+            f"hello from node02 via {h}".encode() for h in host_addresses()
+        )
+    finally:
+        server.close()
