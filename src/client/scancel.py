@@ -59,7 +59,7 @@ def cancel(argv: list[str]) -> int:
         }
         if args.signal:
             request_steps["signal"] = parse_signal(args.signal)
-        rc = report(client().call("CancelJobs", request_steps), args.quiet)
+        rc = report(client().call("CancelJobs", request_steps), args.quiet, args.verbose)
         if not args.job_ids:
             return rc
     if args.job_ids:
@@ -79,6 +79,13 @@ def cancel(argv: list[str]) -> int:
         flt["accounts"] = [x for x in args.account.split(",") if x]
     if not flt:
         raise InvalidRequest("No job identification provided")
+    if not ({"jobIds", "arrayTasks"} & flt.keys()):
+        # filters act on active jobs only: Slurm skips finished ones, silently
+        states: list[str] = flt.get("states") or sorted(ACTIVE_STATES)  # type: ignore[assignment]
+        active = [st for st in states if st in ACTIVE_STATES]
+        if not active:
+            return 0  # only finished states asked for: nothing to do
+        flt["states"] = active
     if not ({"jobIds", "arrayTasks", "users"} & flt.keys()) and api.identity.uid != 0:
         # filters without ids or users mean "my jobs", so nobody gets others' denials
         flt["users"] = [api.identity.user]
@@ -90,17 +97,29 @@ def cancel(argv: list[str]) -> int:
         request.setdefault("signal", int(signal.SIGKILL))
     elif args.full and "signal" in request:  # the batch shell and its children too
         request["full"] = True
-    return report(api.call("CancelJobs", request), args.quiet)
+    return report(api.call("CancelJobs", request), args.quiet, args.verbose)
 
 
-def report(reply: dict[str, object], quiet: bool) -> int:
+ACTIVE_STATES = {"JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_COMPLETING"}
+
+
+def _already_gone(outcome: dict[str, object]) -> bool:
+    """Slurm 22.05 says nothing (and exits 0) for an unknown or finished job."""
+    error = outcome.get("error")
+    message = str(outcome.get("message", ""))
+    return error == "InvalidJobId" or (error == "JobStateConflict" and "completed" in message)
+
+
+def report(reply: dict[str, object], quiet: bool, verbose: int = 0) -> int:
     rc = 0
     outcomes: list[dict[str, object]] = reply.get("outcomes", [])  # type: ignore[assignment]
     for outcome in outcomes:
         if outcome.get("ok"):
             continue
-        rc = 1
-        if not quiet or outcome.get("error") != "JobStateConflict":
+        gone = _already_gone(outcome)
+        if not gone:
+            rc = 1
+        if (not gone and not quiet) or (gone and verbose):
             sys.stderr.write(
                 f"{PROG}: error: Kill job error on job id {outcome.get('jobId')}: "
                 f"{outcome.get('message', '')}\n"
