@@ -215,3 +215,23 @@ def test_jobs_on_fake_nodes_reach_a_service_on_the_submitting_host(two: Commands
         )
     finally:
         server.close()
+
+
+# ------------------------------------------------------------------ sacct
+
+
+def test_sacct_array_steps_carry_the_tasks_id_and_the_array_id_lists_every_task(
+    two: Commands,
+) -> None:
+    # Slurm: steps of task 1 of array 11 are 11_1.batch, 11_1.0 (JobIDRaw: the task's
+    # own id); `sacct -j 11` lists every task, `sacct -j 11_1` that task only
+    array = two("sbatch", "--parsable", "--array=0-2", "--wrap", "srun true").stdout.strip()
+    for task in range(3):
+        two.wait_state(int(array) + task, "COMPLETED")
+    rows = two("sacct", "-P", "-n", "-o", "JobID,JobIDRaw", "-j", array).stdout.split()
+    a = int(array)
+    assert rows == [
+        f"{array}_{t}{suffix}|{a + t}{suffix}" for t in range(3) for suffix in ("", ".batch", ".0")
+    ]
+    one = two("sacct", "-P", "-n", "-o", "JobID", "-j", f"{array}_1").stdout.split()
+    assert one == [f"{array}_1", f"{array}_1.batch", f"{array}_1.0"]
