@@ -146,9 +146,9 @@ def test_metrics_endpoint(cluster: LocalCluster, cmd: Commands) -> None:
 
 
 def test_advance_reservation_keeps_its_node(cluster: LocalCluster, cmd: Commands) -> None:
+    from corral.api import HttpController as Client
     from corral.errors import PermissionDenied
     from corral.identity import current_identity
-    from corral.rest import Client
 
     out = cmd(
         "scontrol",
@@ -177,7 +177,7 @@ def test_advance_reservation_keeps_its_node(cluster: LocalCluster, cmd: Commands
     who = current_identity().__class__("m", 4242, 4242)
     mallory = Client(cluster.client().address, identity=who)
     try:
-        mallory.call("DeleteReservation", {"name": "maint"})
+        mallory.delete_reservation({"name": "maint"})
         raise AssertionError("a non-operator deleted a reservation")
     except PermissionDenied:
         pass
@@ -220,7 +220,7 @@ def test_job_array_with_throttle(cluster: LocalCluster, cmd: Commands) -> None:
     most = 0
 
     def tasks() -> list[dict[str, object]]:
-        return client.call("GetJobs", {"filter": {"jobIds": [first]}})["jobs"]
+        return client.get_jobs({"filter": {"jobIds": [first]}})["jobs"]
 
     def all_done() -> bool:
         nonlocal most
