@@ -28,6 +28,7 @@ from corral.errors import InvalidRequest
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from ctld.auth import Policy
+from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.intake import Intake
 from ctld.node_reports import NodeReports
@@ -41,7 +42,7 @@ from ctld.scheduling import MIN_PASS_GAP_S, Scheduler
 from ctld.snapshot import SnapshotBuilder, settings_from
 from ctld.state import Clock, State, user_name
 from ctld.step_ops import StepOps
-from ctld.store import Store
+from ctld.store import Op, Store
 from ctld.usage import UsageLedger
 
 __all__ = ["MIN_PASS_GAP_S", "Clock", "Cluster", "Dispatcher"]
@@ -156,7 +157,14 @@ class Cluster:
         self.state.touch(job)
 
     def purge_finished(self) -> None:
-        self.state.purge_finished()
+        self.state.forget_finished()
+        expired = self.reservations.expired()
+        if expired is not None:
+            self.state.spawn(self._commit(expired))
+
+    async def _commit(self, op: Op) -> None:
+        async with Change(self.state) as ch:
+            ch.put(op)
 
     async def run_scheduler(self) -> None:
         await self.scheduler.run()
@@ -169,17 +177,17 @@ class Cluster:
     async def create_reservation(self, who: Identity, spec: pb.Reservation) -> pb.Reservation:
         self.policy.check_operator(who, "creating a reservation")
         resv, op = self.reservations.create(who, spec, self._pick_nodes)
-        await self.state.commit_and_wake(op)
+        await self._commit(op)
         log.info("reservation created", reservation=resv.name, nodes=resv.nodes, user=who.user)
         return resv
 
     async def update_reservation(self, who: Identity, req: pb.UpdateReservationRequest) -> None:
         self.policy.check_operator(who, "updating a reservation")
-        await self.state.commit_and_wake(self.reservations.update(req))
+        await self._commit(self.reservations.update(req))
 
     async def delete_reservation(self, who: Identity, name: str) -> None:
         self.policy.check_operator(who, "deleting a reservation")
-        await self.state.commit_and_wake(self.reservations.delete(name))
+        await self._commit(self.reservations.delete(name))
 
     def reservation_list(self, names: Iterable[str]) -> list[pb.Reservation]:
         return self.queries.reservation_list(names)

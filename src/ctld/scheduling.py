@@ -18,11 +18,11 @@ from corral.errors import CorralError
 from corral.patterns import batch_output_paths
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
+from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.outbox import Dispatcher
 from ctld.sched import INFINITY, Plan, Snapshot, schedule
 from ctld.state import State
-from ctld.store import Op
 
 log = structlog.get_logger("ctld")
 
@@ -75,21 +75,18 @@ class Scheduler:
     async def _cancel_never_satisfied(self, jobs: list[pb.Job]) -> None:
         st = self.state
         now = st.clock()
-        ops = []
-        for job in jobs:
-            if job.state != js.PENDING:
-                continue
-            js.transition(
-                job,
-                "cancelled",
-                cause="sched:kill_invalid_depend",
-                now=now,
-                detail="dependency can never be satisfied",
-            )
-            job.end_time = now
-            ops.append(st.save(job))
-        if ops:
-            await st.store.commit(*ops)
+        async with Change(st) as ch:
+            for job in jobs:
+                if job.state != js.PENDING:
+                    continue
+                ch.transition(
+                    job,
+                    "cancelled",
+                    cause="sched:kill_invalid_depend",
+                    now=now,
+                    detail="dependency can never be satisfied",
+                )
+                job.end_time = now
 
     async def apply_plan(self, plan: Plan, *, pass_no: int) -> None:
         st = self.state
@@ -122,7 +119,7 @@ class Scheduler:
                 job.waits_for[:] = forecast.waits_for
             if changed:
                 st.touch(job)
-        ops: list[Op] = []
+        ch = Change(st, wake=False)
         launches: list[pb.Job] = []
         for start in plan.starts:
             job = st.jobs.get(start.job_id)
@@ -158,20 +155,18 @@ class Scheduler:
             job.expected_start, job.forecast_nodes = 0, ""
             job.forecast_reserved = False
             del job.waits_for[:]
-            js.transition(
+            ch.transition(
                 job,
                 "started",
                 cause=f"sched:pass={pass_no}",
                 now=now,
                 detail=f"nodes={job.nodelist}",
             )
-            ops.append(st.save(job))
             launches.append(job)
-        if not ops:
+        if not launches:
             return
-        st.version += 1
         self.starts_total += len(launches)
-        await st.store.commit(*ops)  # RUNNING is durable before any node hears of it
+        await ch.commit()  # RUNNING is durable before any node hears of it
         for job in launches:
             if job.spec.allocation_only:
                 continue  # salloc/srun hold it: nothing runs until they start steps
@@ -196,8 +191,9 @@ class Scheduler:
                 "launch failed, requeued", job_id=job.job_id, node=node.name, error=str(exc)
             )
             node.not_responding(st.clock())
-            self.endings.requeue(job, cause=f"dispatch:{node.name} unreachable", detail=str(exc))
-            await st.store.commit(st.save(job))
-            st.wake()
+            async with Change(st) as ch:
+                self.endings.requeue(
+                    ch, job, cause=f"dispatch:{node.name} unreachable", detail=str(exc)
+                )
         finally:
             st.launching.discard(job.job_id)

@@ -101,7 +101,7 @@ class State:
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()
 
-    def purge_finished(self) -> None:
+    def forget_finished(self) -> None:
         """Forget finished jobs older than min_job_age (they stay in the store for sacct)."""
         horizon = self.clock() - self.config.controller.min_job_age_s
         for job_id in [
@@ -110,9 +110,6 @@ class State:
             del self.jobs[job_id]
             self.saved_events.pop(job_id, None)
             self.revisions.pop(job_id, None)
-        expired = self.reservations.expired()
-        if expired is not None:
-            self.spawn(self.commit_and_wake(expired))
 
     # ------------------------------------------------------------ the queue
 
@@ -149,10 +146,6 @@ class State:
         op = insert_job(job) if new else update_job(job, job.events[start:])
         self.saved_events[job.job_id] = len(job.events)
         return op
-
-    async def commit_and_wake(self, *ops: Op) -> None:
-        await self.store.commit(*ops)
-        self.wake()
 
     # ------------------------------------------------------------ lookups
 
