@@ -72,7 +72,7 @@ class Cluster:
         self.node_reports = NodeReports(st, self.policy, self.endings, self.outbox, self.steps)
         self.settings = settings_from(st)
         self.scheduler = Scheduler(st, self.endings, dispatcher, lambda: self.snapshot())
-        self.snapshots = SnapshotBuilder(st, self.settings, self.scheduler.cancel_never_satisfied)
+        self.snapshots = SnapshotBuilder(st, self.settings)
         self.queries = Queries(st, lambda: self.snapshot())
 
     # ------------------------------------------------------------ state, as attributes

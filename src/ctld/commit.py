@@ -3,6 +3,8 @@
 A change is made in memory (``transition`` applies a jobstate event with its cause;
 steps start and end here too) and then committed as one unit, always in this order:
 
+0. the queue index follows the jobs (one that left PENDING leaves it) and a pending
+   job's reason is settled (``pending.settle``: a hold shows at once);
 1. persist: every job it touched (and any other row, e.g. a drain) in one store commit;
 2. bump ``State.version`` (a plan made before the change is stale);
 3. wake the scheduler, unless the change cannot let anything start (``wake=False``:
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.nodes import NodeRecord
+from ctld.pending import settle
 from ctld.state import State
 from ctld.store import Op
 
@@ -98,6 +101,12 @@ class Change:
     async def commit(self) -> None:
         st = self.state
         self.committed = True
+        for job in (*self._new, *self._jobs.values()):
+            if job.state == js.PENDING:
+                settle(job)
+            else:  # it left the queue
+                st.pending.pop(job.job_id, None)
+                st.requests.pop(job.job_id, None)
         ops = [st.save(job, new=True) for job in self._new]
         ops += [st.save(job) for job in self._jobs.values()]
         ops += self._ops

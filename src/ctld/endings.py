@@ -127,5 +127,4 @@ class Endings:
         job.restart_count += 1
         ch.transition(job, "requeued", cause=cause, detail=detail[:512])
         fill_request_totals(job)
-        job.reason = "Resources"
-        self.state.enqueue(job)
+        self.state.enqueue(job)  # its reason: Resources until a pass says (pending.settle)

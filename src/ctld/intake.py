@@ -99,8 +99,7 @@ class Intake:
             ch.submit(job, cause=cause, now=now)
             if spec.hold:
                 job.priority = 0
-                job.hold = pb.HOLD_USER
-                job.reason = "JobHeldUser"
+                job.hold = pb.HOLD_USER  # the commit step settles its reason (JobHeldUser)
                 ch.transition(job, "held", cause=cause, now=now, detail="sbatch --hold")
             made.append(job)
         await ch.commit()  # durable before it is answered; a held job needs no pass
@@ -313,14 +312,12 @@ class Intake:
         if action in (pb.JOB_UPDATE_HOLD, pb.JOB_UPDATE_USER_HOLD):
             admin = action == pb.JOB_UPDATE_HOLD and self.policy.is_operator(who)
             job.hold = pb.HOLD_ADMIN if admin else pb.HOLD_USER
-            job.reason = "JobHeldAdmin" if admin else "JobHeldUser"
             job.priority = 0
             ch.transition(job, "held", cause=cause, now=now)
         elif action == pb.JOB_UPDATE_RELEASE:
             if job.hold == pb.HOLD_ADMIN:
                 self.policy.check_operator(who, "releasing an admin hold")
             job.hold = pb.HOLD_NONE
-            job.reason = ""
             apply_factors(job, self.state.priorities.factors(job, now))
             ch.transition(job, "released", cause=cause, now=now)
         else:

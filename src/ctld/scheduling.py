@@ -1,7 +1,11 @@
 """The scheduling loop: snapshot -> ``sched.schedule`` -> apply the plan -> launch.
 
-Passes are woken by events and coalesced; a plan is applied only to the state it was
-made from, and a job's RUNNING row is durable before its node hears of it.
+Passes are woken by events and coalesced. The snapshot only reads; what a pass
+writes is written here, by the applier: recalculated priorities (before the
+snapshot), every pending job's reason and forecast, the starts, and the cancels of
+jobs whose dependency can never be satisfied (``kill_invalid_depend``). A plan is
+applied only to the state it was made from, and a job's RUNNING row is durable before
+its node hears of it.
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ import structlog
 from corral import hostlist
 from corral.errors import CorralError
 from corral.patterns import batch_output_paths
+from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
+from ctld import pending
 from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.outbox import Dispatcher
+from ctld.priorities import apply_factors
 from ctld.sched import INFINITY, Plan, Snapshot, schedule
 from ctld.state import State
 
@@ -63,14 +70,28 @@ class Scheduler:
     async def schedule_pass(self) -> None:
         self.passes += 1
         began = time.perf_counter()
+        self.refresh_priorities()
         snap = self.snapshot()
         plan = schedule(snap)
         self.last_pass_s = time.perf_counter() - began
-        self.last_considered = plan.considered
+        # jobs ctld held back are in the snapshot only to carry their reason
+        self.last_considered = plan.considered - sum(1 for r in snap.pending if r.blocked_reason)
         await self.apply_plan(plan, pass_no=self.passes)
 
-    def cancel_never_satisfied(self, jobs: list[pb.Job]) -> None:
-        self.state.spawn(self._cancel_never_satisfied(jobs))
+    def refresh_priorities(self) -> None:
+        """Fair-share and age move with time: recalculate now and then, before a snapshot."""
+        st = self.state
+        now = st.clock()
+        if not st.priorities.recalc_due(now):
+            return
+        st.priorities.cluster_cpus = sum(n.resources.cpus for n in st.nodes.values())
+        st.priorities.refresh(now, [j for j in st.jobs.values() if j.state in js.ON_NODE])
+        for job_id in st.pending:
+            job = st.jobs.get(job_id)
+            if job is None or job.state != js.PENDING or job.hold:
+                continue
+            if apply_factors(job, st.priorities.factors(job, now)):
+                st.touch(job)
 
     async def _cancel_never_satisfied(self, jobs: list[pb.Job]) -> None:
         st = self.state
@@ -95,13 +116,15 @@ class Scheduler:
             st.wake()
             return
         now = st.clock()
+        never: list[pb.Job] = []
         for job_id, reason in plan.reasons.items():
             job = st.jobs.get(job_id)
             if job is None or job.state != js.PENDING:
                 continue
+            if reason == Reason.DEPENDENCY_NEVER_SATISFIED:
+                never.append(job)
             forecast = plan.forecasts.get(job_id)
-            changed = job.reason != reason
-            job.reason = reason
+            changed = pending.write(job, reason)
             if forecast is None:
                 changed |= job.expected_start != 0 or bool(job.forecast_nodes)
                 job.expected_start, job.forecast_nodes = 0, ""
@@ -151,7 +174,7 @@ class Scheduler:
             job.mem_mb = sum(p.mem_mb for p in start.placements)
             job.num_gpus = sum(len(p.gpu_indices) for p in start.placements)
             job.start_time = now
-            job.reason = "None"
+            pending.write(job, "None")  # Slurm's reason for a job that runs
             job.expected_start, job.forecast_nodes = 0, ""
             job.forecast_reserved = False
             del job.waits_for[:]
@@ -163,10 +186,15 @@ class Scheduler:
                 detail=f"nodes={job.nodelist}",
             )
             launches.append(job)
-        if not launches:
-            return
-        self.starts_total += len(launches)
-        await ch.commit()  # RUNNING is durable before any node hears of it
+        if launches:
+            self.starts_total += len(launches)
+            await ch.commit()  # RUNNING is durable before any node hears of it
+            self._launch_all(launches)
+        if never and st.config.scheduler.kill_invalid_depend:
+            await self._cancel_never_satisfied(never)
+
+    def _launch_all(self, launches: list[pb.Job]) -> None:
+        st = self.state
         for job in launches:
             if job.spec.allocation_only:
                 continue  # salloc/srun hold it: nothing runs until they start steps

@@ -76,6 +76,27 @@ def test_only_the_commit_module_changes_job_state() -> None:
     assert problems == []
 
 
+# a pending job's reason is written by pending.py; these two set the reasons of jobs
+# that leave the queue or run (TimeLimit, IdleGPUs, "launch failed: ...")
+# (nodes.py: a node's own drain reason)
+REASON_WRITERS = {"pending.py", "endings.py", "node_reports.py", "nodes.py"}
+
+
+def test_only_the_applier_side_writes_reasons() -> None:
+    found = []
+    for path in _modules():
+        if path.name in REASON_WRITERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign):
+                found += [
+                    f"{path.name}:{node.lineno}"
+                    for t in _stores(list(node.targets))
+                    if isinstance(t, ast.Attribute) and t.attr == "reason"
+                ]
+    assert found == []
+
+
 def test_the_checker_sees_each_kind_of_bypass(tmp_path: pathlib.Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text(
