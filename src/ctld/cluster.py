@@ -271,8 +271,8 @@ class Cluster:
     async def schedule_pass(self) -> None:
         await self.scheduler.schedule_pass()
 
-    async def apply_plan(self, plan: Plan, *, pass_no: int) -> None:
-        await self.scheduler.apply_plan(plan, pass_no=pass_no)
+    async def apply_plan(self, plan: Plan, *, pass_no: int) -> bool:
+        return await self.scheduler.apply_plan(plan, pass_no=pass_no)
 
     # ------------------------------------------------------------ queries
 

@@ -28,7 +28,7 @@ from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.outbox import Dispatcher
 from ctld.priorities import apply_factors
-from ctld.sched import INFINITY, Plan, Snapshot, schedule
+from ctld.sched import INFINITY, Placement, Plan, Snapshot, schedule
 from ctld.state import State
 
 log = structlog.get_logger("ctld")
@@ -52,6 +52,7 @@ class Scheduler:
         self.last_pass_s = 0.0
         self.last_considered = 0
         self.starts_total = 0
+        self.stale_plans = 0  # plans (or starts) refused because the state had moved
 
     async def run(self) -> None:
         st = self.state
@@ -109,12 +110,20 @@ class Scheduler:
                 )
                 job.end_time = now
 
-    async def apply_plan(self, plan: Plan, *, pass_no: int) -> None:
+    async def apply_plan(self, plan: Plan, *, pass_no: int) -> bool:
+        """Apply ``plan`` if it is still true; False if it was refused as stale.
+
+        A plan is a function of its snapshot: once anything it read has changed (the
+        version moved), it is refused whole and a new pass is asked for. Each start is
+        checked again as well (the job still pending, its placements still free on
+        schedulable nodes), so that no plan, however made, can oversubscribe a node.
+        """
         st = self.state
         if plan.snapshot_version != st.version:
             log.info("stale plan dropped", plan_version=plan.snapshot_version, version=st.version)
+            self.stale_plans += 1
             st.wake()
-            return
+            return False
         now = st.clock()
         never: list[pb.Job] = []
         for job_id, reason in plan.reasons.items():
@@ -144,9 +153,15 @@ class Scheduler:
                 st.touch(job)
         ch = Change(st, wake=False)
         launches: list[pb.Job] = []
+        refused = 0
         for start in plan.starts:
             job = st.jobs.get(start.job_id)
             if job is None or job.state != js.PENDING:
+                refused += 1
+                continue
+            if not all(self._free(p) for p in start.placements) or not start.placements:
+                log.warning("start refused: its placement is taken", job_id=job.job_id)
+                refused += 1
                 continue
             for p in start.placements:
                 st.nodes[p.node].allocate(job.job_id, p.cpus, p.mem_mb, list(p.gpu_indices))
@@ -192,6 +207,24 @@ class Scheduler:
             self._launch_all(launches)
         if never and st.config.scheduler.kill_invalid_depend:
             await self._cancel_never_satisfied(never)
+        if refused:
+            self.stale_plans += 1
+            st.wake()  # what was refused gets a pass on the state as it is now
+        return True
+
+    def _free(self, p: Placement) -> bool:
+        """Whether ``p`` fits on its node now (after the starts applied before it)."""
+        node = self.state.nodes.get(p.node)
+        if node is None or not node.schedulable:
+            return False
+        res = node.resources
+        gpus = set(p.gpu_indices)
+        return (
+            node.alloc_cpus + p.cpus <= res.cpus
+            and node.alloc_mem_mb + p.mem_mb <= res.memory_mb
+            and not gpus & node.alloc_gpus
+            and gpus <= set(node.gpu_indices)
+        )
 
     def _launch_all(self, launches: list[pb.Job]) -> None:
         st = self.state
