@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import structlog
 
+from corral.clock import Clock, SystemClock
 from corral.config import ClusterConfig
 from corral.errors import InvalidRequest
 from corral.identity import Identity
@@ -40,7 +41,7 @@ from ctld.reservations import Reservations
 from ctld.sched import Plan, Snapshot
 from ctld.scheduling import MIN_PASS_GAP_S, Scheduler
 from ctld.snapshot import SnapshotBuilder, settings_from
-from ctld.state import Clock, State, user_name
+from ctld.state import State, user_name
 from ctld.step_ops import StepOps
 from ctld.store import Op, Store
 from ctld.usage import UsageLedger
@@ -57,14 +58,15 @@ class Cluster:
         store: Store,
         dispatcher: Dispatcher,
         *,
-        clock: Clock,
+        clock: Clock | Callable[[], float],
     ) -> None:
         self.config = config
         self.store = store
         self.dispatcher = dispatcher
-        self.clock = clock
+        # a bare time function (time.time) still works: it sleeps in real time
+        self.clock: Clock = clock if isinstance(clock, Clock) else _RealSleep(clock)
         self.policy = Policy(config.controller.operators)
-        self.state = st = State(config, store, clock=clock)
+        self.state = st = State(config, store, clock=self.clock)
         self.outbox = Outbox(st, dispatcher)
         self.endings = Endings(st, self.outbox)
         self.intake = Intake(st, self.policy, self.endings, self.outbox)
@@ -171,6 +173,12 @@ class Cluster:
 
     async def run_heartbeat_monitor(self) -> None:
         await self.node_reports.run_monitor()
+
+    async def run_purge(self, interval_s: float) -> None:
+        """Forget old finished jobs and expired reservations every ``interval_s``."""
+        while True:
+            await self.clock.sleep(interval_s)
+            self.purge_finished()
 
     # ------------------------------------------------------------ reservations
 
@@ -296,3 +304,11 @@ class Cluster:
 
     def partition_list(self, names: Iterable[str]) -> list[pb.Partition]:
         return self.queries.partition_list(names)
+
+
+class _RealSleep(SystemClock):
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+
+    def __call__(self) -> float:
+        return self._now()

@@ -6,7 +6,6 @@ end of a step's tasks); ``endings`` decides what an end means for the job.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 
 import structlog
@@ -109,10 +108,10 @@ class NodeReports:
 
     async def run_monitor(self) -> None:
         hb = self.state.config.heartbeat
-        while True:
-            await asyncio.sleep(min(hb.interval_s, hb.timeout_s / 4))
+        while True:  # check first: a clock already past a deadline is acted on at once
             await self.steps.enforce_allocation_limits()
             self.check_heartbeats()
+            await self.state.clock.sleep(min(hb.interval_s, hb.timeout_s / 4))
 
     def check_heartbeats(self) -> None:
         """Mark nodes silent for longer than the heartbeat timeout not responding."""

@@ -11,7 +11,6 @@ its node hears of it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
@@ -58,15 +57,27 @@ class Scheduler:
         st = self.state
         interval = st.config.controller.sched_interval_s
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(st.wake_event.wait(), timeout=interval)
+            await self._woken_or(interval)
             st.wake_event.clear()
             try:
                 await self.schedule_pass()
             except Exception:  # a failed pass must not stop scheduling
                 log.exception("scheduling pass failed")
             # a burst of events (submits, exits) then shares the next pass
-            await asyncio.sleep(MIN_PASS_GAP_S)
+            await st.clock.sleep(MIN_PASS_GAP_S)
+
+    async def _woken_or(self, seconds: float) -> None:
+        """Until something asks for a pass, or ``seconds`` on the clock have gone by."""
+        st = self.state
+        if st.wake_event.is_set():
+            return
+        woken = asyncio.ensure_future(st.wake_event.wait())
+        slept = asyncio.ensure_future(st.clock.sleep(seconds))
+        try:
+            await asyncio.wait((woken, slept), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            slept.cancel()
 
     async def schedule_pass(self) -> None:
         self.passes += 1

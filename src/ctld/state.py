@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import pwd
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import structlog
 
+from corral.clock import Clock
 from corral.config import ClusterConfig
 from corral.errors import InvalidJobId, InvalidNodeName
 from corral.wire import corral_pb2 as pb
@@ -30,8 +31,6 @@ from ctld.usage import UsageLedger
 from ctld.validate import NodeCapacity, request_from_spec
 
 log = structlog.get_logger("ctld")
-
-Clock = Callable[[], float]
 
 
 class State:
