@@ -104,6 +104,10 @@ class Scheduler:
                 continue
             if apply_factors(job, st.priorities.factors(job, now)):
                 st.touch(job)
+        # forget the predictions of jobs that left without running
+        active = set(st.pending) | {j.job_id for j in st.jobs.values() if j.state in js.ON_NODE}
+        for gone in [k for k in st.predicted if k not in active]:
+            del st.predicted[gone]
 
     async def _cancel_never_satisfied(self, jobs: list[pb.Job]) -> None:
         st = self.state

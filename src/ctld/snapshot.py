@@ -5,7 +5,8 @@ one ctld holds back (a hold, a --begin time, a dependency, its array's %N thrott
 carries that reason in ``JobRequest.blocked_reason`` and the core only passes it on,
 so every pending job's reason comes back in the plan and is written by its applier.
 The one thing kept between builds is a memo of each job's request (a pure function of
-the job, rebuilt when its priority changes or ctld drops it on an update).
+the job, rebuilt when its priority changes or ctld drops it on an update) and of the
+run time predicted for it then (what a running job's view carries).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def settings_from(state: State) -> Settings:
         reserve_depth=config.scheduler.reserve_depth,
         forecast_depth=config.scheduler.forecast_depth,
         placement=config.scheduler.placement,
+        predict=config.scheduler.predict,
+        backfill_order=config.scheduler.backfill_order,
         qos_max_jobs_per_user=tuple(
             (q.name, q.max_jobs_per_user) for q in config.qos if q.max_jobs_per_user
         ),
@@ -115,8 +118,10 @@ class SnapshotBuilder:
                     qos=job.qos,
                     reservation=job.spec.reservation,
                     submit_time=job.submit_time,
+                    predicted_s=st.predictor.predict(job.user, job.time_limit_s),
                 )
                 st.requests[job_id] = req
+                st.predicted[job_id] = req.predicted_s
             pending.append(req)
         pending.sort(key=lambda r: (-r.priority, r.submit_time, r.job_id))
         running = tuple(
@@ -128,6 +133,8 @@ class SnapshotBuilder:
                 ),
                 user=j.user,
                 qos=j.qos,
+                start_time=j.start_time,
+                predicted_s=st.predicted.get(j.job_id, 0),
             )
             for j in on_node
         )
