@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import pwd
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import structlog
 
+from corral.clock import Clock
 from corral.config import ClusterConfig
 from corral.errors import InvalidJobId, InvalidNodeName
 from corral.wire import corral_pb2 as pb
@@ -31,8 +32,6 @@ from ctld.usage import UsageLedger
 from ctld.validate import NodeCapacity, request_from_spec
 
 log = structlog.get_logger("ctld")
-
-Clock = Callable[[], float]
 
 
 class State:
@@ -106,7 +105,7 @@ class State:
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()
 
-    def purge_finished(self) -> None:
+    def forget_finished(self) -> None:
         """Forget finished jobs older than min_job_age (they stay in the store for sacct)."""
         horizon = self.clock() - self.config.controller.min_job_age_s
         for job_id in [
@@ -115,9 +114,6 @@ class State:
             del self.jobs[job_id]
             self.saved_events.pop(job_id, None)
             self.revisions.pop(job_id, None)
-        expired = self.reservations.expired()
-        if expired is not None:
-            self.spawn(self.commit_and_wake(expired))
 
     # ------------------------------------------------------------ the queue
 
@@ -154,10 +150,6 @@ class State:
         op = insert_job(job) if new else update_job(job, job.events[start:])
         self.saved_events[job.job_id] = len(job.events)
         return op
-
-    async def commit_and_wake(self, *ops: Op) -> None:
-        await self.store.commit(*ops)
-        self.wake()
 
     # ------------------------------------------------------------ lookups
 

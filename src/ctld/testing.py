@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from corral.clock import ManualClock
 from corral.config import ClusterConfig
 from corral.errors import NodeUnreachable
 from corral.wire import corral_pb2 as pb
@@ -41,17 +42,6 @@ class RecordingDispatcher:
     async def signal(self, node: NodeRecord, request: pb.SignalJobRequest) -> bool:
         self.signalled.append((node.name, request))
         return True
-
-
-@dataclass
-class ManualClock:
-    now: float = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def make_cluster(
