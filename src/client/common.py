@@ -126,6 +126,14 @@ def run(prog: str, body: Callable[[], int]) -> NoReturn:
         sys.exit(130)
     except BrokenPipeError:  # `squeue | head`
         sys.exit(0)
+    except Exception as exc:  # never a raw traceback to a user (CORRAL_DEBUG=1 shows it)
+        import os
+
+        if os.environ.get("CORRAL_DEBUG"):
+            raise
+        details = getattr(exc, "details", None)
+        message = details() if callable(details) else str(exc)
+        die(prog, f"{message or type(exc).__name__} (set CORRAL_DEBUG=1 for details)")
     sys.exit(code)
 
 

@@ -401,6 +401,8 @@ def show(words: Sequence[str], one_liner: bool) -> int:
     if len(args) > 1:
         raise Reported("too many arguments for keyword:show")
     name = args[0] if args else ""
+    if entity in ("hostnames", "hostlist", "hostlistsorted"):
+        return show_hosts(entity, name)
     if _is(entity, "jobs", 1):
         return show_jobs(name, one_liner)
     if _is(entity, "nodes", 1):
@@ -413,6 +415,35 @@ def show(words: Sequence[str], one_liner: bool) -> int:
         sys.stdout.write(scontrol_resv.show(name, one_liner))
         return 0
     raise Reported(f"invalid entity:{words[0]} for keyword:show ")
+
+
+def show_hosts(entity: str, expr: str) -> int:
+    """``hostnames``: one name a line; ``hostlist``/``hostlistsorted``: the expression.
+    With no list, SLURM_JOB_NODELIST (as Slurm's); a list starting with / is a file."""
+    import os
+
+    from corral import hostlist
+
+    expr = expr or os.environ.get("SLURM_JOB_NODELIST", "")
+    if expr.startswith("/"):
+        try:
+            with open(expr) as fh:
+                expr = ",".join(fh.read().split())
+        except OSError as exc:
+            raise Reported(f"Unable to read file {expr}: {exc.strerror}") from None
+    try:
+        names = hostlist.expand(expr) if expr else []
+    except CorralError as exc:
+        raise Reported(f"Invalid hostlist: {expr} ({exc})") from None
+    if not names:
+        raise Reported("host list is empty")
+    if entity == "hostnames":
+        sys.stdout.write("".join(n + "\n" for n in names))
+    else:
+        if entity == "hostlistsorted":
+            names.sort(key=hostlist.sort_key)
+        sys.stdout.write(hostlist.ranged(names) + "\n")
+    return 0
 
 
 def _is(word: str, keyword: str, least: int) -> bool:

@@ -218,6 +218,7 @@ class Step:
         self.api, self.job_id, self.cli, self.command, self.argv = api, job_id, cli, command, argv
         self.exits: dict[int, tuple[int, int]] = {}
         self.queues: dict[str, asyncio.Queue[Any]] = {}
+        self.started: dict[str, asyncio.Event] = {}
         self.done_nodes: set[str] = set()  # nodes whose tasks all ended
         self.interrupted_at = 0.0
         self.killed = False
@@ -319,6 +320,10 @@ class Step:
 
         async def requests(node: Any, port: int) -> AsyncIterator[Any]:
             yield start_for(node, port)
+            # nothing more before the node answered: a write racing a refusal would
+            # turn its reason into gRPC's INTERNAL. After that, noded keeps the stream
+            # open until this side half-closes, so no write can meet a finished call.
+            await self.started[node.node].wait()
             queue = self.queues[node.node]
             while True:
                 item = await queue.get()
@@ -346,6 +351,7 @@ class Step:
 
         for n in step.nodes:
             self.queues[n.node] = asyncio.Queue()
+            self.started[n.node] = asyncio.Event()
         stubs = {name: pbg.NodeAgentStub(ch) for name, ch in channels.items()}
         try:
             head = stubs[first.node].RunTasks(requests(first, 0))
@@ -355,7 +361,7 @@ class Step:
                 detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
                 raise CorralError(f"{first.node}: {detail}") from None
             port = getattr(getattr(started, "started", None), "master_port", 0)
-            workers = [asyncio.create_task(consume(first, head))]
+            workers = [asyncio.create_task(consume(first, head, started))]
             for n in step.nodes[1:]:
                 workers.append(
                     asyncio.create_task(consume(n, stubs[n.node].RunTasks(requests(n, port))))
@@ -403,7 +409,9 @@ class Step:
 
     def _event(self, node: Any, event: Any) -> None:
         what = event.WhichOneof("what")
-        if what == "output":
+        if what == "started":
+            self.started[node.node].set()
+        elif what == "output":
             self.output.write(event.output.rank, event.output.stderr, event.output.data)
         elif what == "exit":
             ex = event.exit
@@ -454,6 +462,7 @@ class Step:
         if name not in self.done_nodes:
             self.done_nodes.add(name)
             self.queues[name].put_nowait(None)  # ends that node's request stream
+            self.started[name].set()  # a node that failed before starting: end it too
 
     def _kill_all(self) -> None:
         self.killed = True

@@ -283,7 +283,8 @@ class Launcher:
             seconds_left=warn.seconds,
             batch_only=warn.batch_only,
         )
-        self._send(running, warn.signal, batch_only=warn.batch_only)
+        if warn.batch_only:  # without B: the steps get it, each from its own timer
+            self._send(running, warn.signal, batch_only=True)
 
     def _time_limit(self, running: RunningJob) -> None:
         log.info("time limit reached", job_id=running.job_id, limit_s=running.job.time_limit_s)
@@ -409,7 +410,8 @@ class Launcher:
             return True
         if not 0 < req.signal < signal.NSIG:
             raise LaunchError(f"invalid signal {req.signal}")
-        self._send(running, req.signal, batch_only=req.batch_only)
+        if req.batch_only or req.full:  # else only the steps get it (Slurm 22.05)
+            self._send(running, req.signal, batch_only=req.batch_only)
         return True
 
     def _send(self, running: RunningJob, sig: int, *, batch_only: bool) -> None:

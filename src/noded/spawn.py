@@ -162,10 +162,16 @@ class _ExitAware(asyncio.subprocess.SubprocessStreamProtocol):
 
 
 async def start_gated(
-    shim_argv: list[str], *, who: Identity, env: dict[str, str], stdout: int, what: str
+    shim_argv: list[str],
+    *,
+    who: Identity,
+    env: dict[str, str],
+    stdout: int,
+    what: str,
+    stderr: int = asyncio.subprocess.PIPE,
 ) -> tuple[asyncio.subprocess.Process, int, asyncio.Future[None]]:
     """Start ``/bin/sh -c SHIM ...`` as the user, in its own session, its stdin a pipe
-    whose other end (returned) is the gate. stderr is always a pipe to noded. Also
+    whose other end (returned) is the gate. stderr is a pipe to noded unless given. Also
     returns a future done when the process exits (its pipes may stay open)."""
     loop = asyncio.get_running_loop()
     protocol = _ExitAware(loop)
@@ -178,7 +184,7 @@ async def start_gated(
             *shim_argv,
             stdin=read_fd,
             stdout=stdout,
-            stderr=asyncio.subprocess.PIPE,
+            stderr=stderr,
             cwd="/",
             env=env,
             start_new_session=True,

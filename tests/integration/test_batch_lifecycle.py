@@ -115,10 +115,21 @@ def test_bad_requests_give_clear_errors_and_create_no_job(cmd: Commands) -> None
     assert cmd.cluster.client().get_jobs({}).get("jobs", []) == []
 
 
-def test_scancel_unknown_job(cmd: Commands) -> None:
+def test_scancel_unknown_or_finished_job_is_silent(cmd: Commands) -> None:
+    # Slurm 22.05 reports ESLURM_INVALID_JOB_ID / ESLURM_ALREADY_DONE only with -v
     proc = cmd("scancel", "424242", check=False)
-    assert proc.returncode == 1
+    assert (proc.returncode, proc.stderr) == (0, "")
+    done = cmd("sbatch", "--parsable", "--wrap", "true").stdout.strip()
+    cmd.wait_state(done, "COMPLETED")
+    proc = cmd("scancel", done, check=False)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    proc = cmd("scancel", "-v", "424242", check=False)
     assert "Kill job error on job id 424242: Invalid job id specified" in proc.stderr
+    # filters act on active jobs only, silently: the finished job is not an error
+    proc = cmd("scancel", "-n", "wrap", check=False)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert cmd.job(done)["state"] == "JOB_STATE_COMPLETED"
+    assert cmd("scancel", "-t", "CD", "-u", "root", check=False).returncode == 0
 
 
 def test_ctld_crash_loses_nothing_acknowledged(cluster: LocalCluster, cmd: Commands) -> None:

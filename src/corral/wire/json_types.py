@@ -314,6 +314,7 @@ class CancelJobsRequest(TypedDict, total=False):
     filter: JobFilter
     signal: int
     batchOnly: bool
+    full: bool
     steps: list[StepRef]
 
 
@@ -604,6 +605,7 @@ class SignalJobRequest(TypedDict, total=False):
     killWaitS: float
     batchOnly: bool
     stepId: int
+    full: bool
 
 
 class SignalJobResponse(TypedDict, total=False):
