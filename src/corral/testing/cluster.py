@@ -429,7 +429,12 @@ class ClusterFactory:
         self.started: list[LocalCluster] = []
         self.keep = False  # leave the state dirs (logs, store) for a look afterwards
 
-    def __call__(self, configure: Callable[[Any], None] | None = None, **kw: Any) -> LocalCluster:
+    def __call__(
+        self,
+        configure: Callable[[Any], None] | None = None,
+        start_timeout: float = 60.0,
+        **kw: Any,
+    ) -> LocalCluster:
         """A started cluster with these LocalCluster arguments; ``configure`` sees it
         before it starts."""
         kw.setdefault("kill_wait_s", 2.0)
@@ -437,7 +442,7 @@ class ClusterFactory:
         if configure is not None:
             configure(c)
         self.started.append(c)
-        c.start()
+        c.start(timeout=start_timeout)
         return c
 
     def close(self, *, logs: bool = True) -> None:
