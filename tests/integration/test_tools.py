@@ -20,11 +20,14 @@ from corral.testing import LocalCluster
 from tests.conftest import BIN, print_logs
 
 TOOLS_PY = os.environ.get("CORRAL_TOOLS_PYTHON", "")
-pytestmark = pytest.mark.skipif(
-    not TOOLS_PY,
-    reason="CORRAL_TOOLS_PYTHON unset: no environment with submitit, dask-jobqueue and "
-    "simple-slurm (.ci/run builds one; it says why when it could not)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not TOOLS_PY,
+        reason="CORRAL_TOOLS_PYTHON unset: no environment with submitit, dask-jobqueue and "
+        "simple-slurm (.ci/run builds one; it says why when it could not)",
+    ),
+    pytest.mark.timeout(300),
+]
 
 
 @pytest.fixture
@@ -151,7 +154,6 @@ from simple_slurm import Slurm
 
 slurm = Slurm(job_name="simple", output="simple-%j.out", ntasks=1, time="00:01:00")
 job_id = slurm.sbatch("echo hello from simple-slurm; sleep 5", verbose=False)
-queue = Slurm.squeue if hasattr(Slurm, "squeue") else None
 from simple_slurm.squeue import SlurmSqueueWrapper
 sq = SlurmSqueueWrapper()
 sq.update_squeue()
