@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from client.common import Json
+    from corral.wire import json_types as t
 
 PROG = "sacct"
 DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
@@ -443,8 +444,8 @@ def field_spec(opts: dict[str, Any]) -> str:
     return ",".join(parts)
 
 
-def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> Json:
-    flt: Json = {}
+def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> t.QueryAccountingRequest:
+    flt: t.JobFilter = {}
     if opts.get("jobs"):
         flt["jobIds"] = parse_job_ids(opts["jobs"])
     if opts.get("user"):
@@ -455,7 +456,7 @@ def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> Json:
         states = parse_states(opts["state"])
         if states is not None:
             flt["states"] = wire_states(states) or ["JOB_STATE_UNSPECIFIED"]
-    request: Json = {"filter": flt}
+    request: t.QueryAccountingRequest = {"filter": flt}
     start, end = window(opts, now)
     if start:
         request["startAfter"] = start
@@ -500,7 +501,7 @@ def with_array_tasks(api: Any, request: Json, reply: Json, wanted: str) -> Json:
     if not arrays:
         return reply
     ids = sorted({str(m + i) for m, n in arrays.items() for i in range(n)})
-    extra = api.call("QueryAccounting", {**request, "filter": {**request["filter"], "jobIds": ids}})
+    extra = api.query_accounting({**request, "filter": {**request["filter"], "jobIds": ids}})
     by_id = {num(j, "jobId"): j for j in [*reply.get("jobs", []), *extra.get("jobs", [])]}
     keep: list[Json] = []
     for item in split_list(wanted):
@@ -540,7 +541,7 @@ def main_body(argv: Sequence[str]) -> int:
     parse_acct_fields(fields)  # a bad field fails before the controller is asked
     api = client()
     request = build_request(opts, api.identity.user, api.identity.uid, time.time())
-    reply = api.call("QueryAccounting", request)
+    reply: Json = api.query_accounting(request)
     if opts.get("jobs"):
         reply = with_array_tasks(api, request, reply, opts["jobs"])
     reply = keep_matching(reply, opts)

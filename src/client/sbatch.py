@@ -9,7 +9,7 @@ import sys
 from client.common import client, run
 from client.jobopts import build_parser, merge, to_spec
 from corral import __version__
-from corral.errors import CorralError, InvalidOption
+from corral.errors import ControllerUnavailable, CorralError, InvalidOption
 
 PROG = "sbatch"
 WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
@@ -66,9 +66,9 @@ def submit(argv: list[str]) -> int:
     if script_path is not None:
         spec["command"] = os.path.abspath(script_path)
     try:
-        reply = client().call("SubmitJob", {"spec": spec})
+        reply = client().submit_job({"spec": spec})
     except CorralError as exc:
-        if type(exc).__name__ == "ControllerUnavailable":
+        if isinstance(exc, ControllerUnavailable):
             raise
         raise type(exc)(f"Batch job submission failed: {exc.message}") from None
     job_id = reply.get("jobId", "0")
@@ -78,7 +78,7 @@ def submit(argv: list[str]) -> int:
         sys.stdout.write(f"Submitted batch job {job_id}\n")
     sys.stdout.flush()
     if opts.get("wait"):
-        return wait_for_job(job_id)
+        return wait_for_job(str(job_id))
     return 0
 
 

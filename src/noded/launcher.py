@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from corral.config import IdleGpuConfig, NodedConfig
-from corral.errors import CorralError
+from corral.errors import CorralError, LaunchError
 from corral.jobsyntax import WarnSignal, parse_warn_signal
 from corral.wire import corral_pb2 as pb
 from noded.cgroups import CgroupManager, CgroupUnavailable, JobCgroup
@@ -32,7 +32,6 @@ from noded.limits import CoreAllocator, GpuStats
 from noded.scripts import run_script, script_environment
 from noded.spawn import (
     Gated,
-    LaunchError,
     identity_for,
     resolve_files,
     spawn_gated,

@@ -14,15 +14,11 @@ import os
 import pwd
 from dataclasses import dataclass
 
-from corral.errors import CorralError
+from corral.errors import LaunchError
 from corral.patterns import batch_output_paths, expand_pattern
 from corral.wire import corral_pb2 as pb
 
 GATE_FAILED_EXIT = 111
-
-
-class LaunchError(CorralError):
-    """The job could not be started on this node (reported to ctld as launch failed)."""
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from corral.errors import CorralError
+from corral.errors import CorralError, LaunchError
 from corral.jobsyntax import parse_warn_signal
 from corral.tasks import task_gpus
 from corral.wire import corral_pb2 as pb
 from noded.env import step_environment
-from noded.spawn import LaunchError, identity_for, start_gated
+from noded.spawn import identity_for, start_gated
 from noded.tracking import MARKER_VAR, STEP_MARKER_VAR, JobProcesses
 
 log = structlog.get_logger("noded")
