@@ -13,7 +13,7 @@ import socket
 import time
 
 from client.options import COUNT, FLAG, OPTIONAL, Option, OptionParser
-from corral.errors import InvalidOption
+from corral.errors import InvalidOption, InvalidRequest
 from corral.jobsyntax import parse_array, parse_dependency
 from corral.slurmfmt import parse_duration, parse_size_mb, parse_timestamp
 
@@ -164,13 +164,15 @@ _GPU_COUNT = re.compile(r"(?:([A-Za-z0-9_.\-]+):)?(\d+)")
 
 
 def parse_gres(value: str) -> tuple[str, int]:
-    """``gpu``, ``gpu:4``, ``gpu:h100:4`` -> (type, count). Only gpu GRES exist here."""
+    """``gpu``, ``gpu:4``, ``gpu:h100:4`` -> (type, count). Only gpu GRES exist here.
+    An unknown GRES is a refused request (exit 1, Slurm's controller says it), not a
+    malformed option (255)."""
     items = [v for v in value.split(",") if v]
     gpu: tuple[str, int] | None = None
     for item in items:
         parts = item.split(":")
         if parts[0] != "gpu" or len(parts) > 3:
-            raise InvalidOption(f"Invalid generic resource (gres) specification: {item}")
+            raise InvalidRequest(f"Invalid generic resource (gres) specification: {item}")
         if len(parts) == 1:
             gpu = ("", 1)
         elif len(parts) == 2:
@@ -178,13 +180,13 @@ def parse_gres(value: str) -> tuple[str, int]:
         else:
             gpu = (parts[1], _int(parts[2], item))
     if gpu is None:
-        raise InvalidOption(f"Invalid generic resource (gres) specification: {value}")
+        raise InvalidRequest(f"Invalid generic resource (gres) specification: {value}")
     return gpu
 
 
 def _int(text: str, whole: str) -> int:
     if not text.isdigit():
-        raise InvalidOption(f"Invalid generic resource (gres) specification: {whole}")
+        raise InvalidRequest(f"Invalid generic resource (gres) specification: {whole}")
     return int(text)
 
 

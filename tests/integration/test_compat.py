@@ -235,3 +235,20 @@ def test_sacct_array_steps_carry_the_tasks_id_and_the_array_id_lists_every_task(
     ]
     one = two("sacct", "-P", "-n", "-o", "JobID", "-j", f"{array}_1").stdout.split()
     assert one == [f"{array}_1", f"{array}_1.batch", f"{array}_1.0"]
+
+
+def test_option_and_time_errors_exit_255_for_sbatch_srun_salloc(two: Commands) -> None:
+    # Slurm's sbatch/srun/salloc exit(-1) on a bad option or time format
+    for argv in (
+        ["sbatch", "--time=soon", "--wrap", "true"],
+        ["sbatch", "--no-such-flag", "--wrap", "true"],
+        ["srun", "-t", "1:2:3:4", "true"],
+        ["srun", "--bogus", "true"],
+        ["srun", "-N", "lots", "true"],
+        ["salloc", "--time=later", "true"],
+        ["salloc", "--bogus", "true"],
+    ):
+        proc = two(*argv, check=False)
+        assert proc.returncode == 255, (argv, proc.returncode, proc.stderr)
+        assert proc.stderr.startswith(f"{argv[0]}: error: "), proc.stderr
+    assert two.cluster.client().get_jobs({}).get("jobs", []) == []  # nothing was submitted

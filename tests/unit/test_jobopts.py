@@ -78,7 +78,9 @@ def test_gres(value: str, expected: tuple[str, int]) -> None:
 
 @pytest.mark.parametrize("bad", ["tpu:1", "gpu:x:y", "gpu:1:2:3", ""])
 def test_bad_gres(bad: str) -> None:
-    with pytest.raises(InvalidOption, match="gres"):
+    from corral.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match="gres"):
         parse_gres(bad)
 
 
