@@ -252,3 +252,31 @@ def test_option_and_time_errors_exit_255_for_sbatch_srun_salloc(two: Commands) -
         assert proc.returncode == 255, (argv, proc.returncode, proc.stderr)
         assert proc.stderr.startswith(f"{argv[0]}: error: "), proc.stderr
     assert two.cluster.client().get_jobs({}).get("jobs", []) == []  # nothing was submitted
+
+
+def test_time_limit_and_cancel_leave_slurmstepds_line_and_timeout_shows_0_0(
+    two: Commands,
+) -> None:
+    import re
+
+    late = two("sbatch", "--parsable", "-t", "0:02", "--wrap", "echo up; sleep 60").stdout
+    late = late.strip()
+    two.wait_state(late, "TIMEOUT", timeout=60)
+    last = (two.cwd / f"slurm-{late}.out").read_text().splitlines()[-1]
+    assert re.fullmatch(
+        rf"slurmstepd: error: \*\*\* JOB {late} ON node0[12] CANCELLED AT "
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d DUE TO TIME LIMIT \*\*\*",
+        last,
+    ), last
+    rows = two("sacct", "-P", "-n", "-o", "JobID,State,ExitCode", "-j", late).stdout.split()
+    assert rows[:2] == [f"{late}|TIMEOUT|0:0", f"{late}.batch|CANCELLED|0:15"]
+
+    gone = two("sbatch", "--parsable", "--wrap", "echo up; sleep 60").stdout.strip()
+    out = two.cwd / f"slurm-{gone}.out"
+    wait_for(lambda: out.exists() and "up" in out.read_text(), 30, "the job to start")
+    two("scancel", gone)
+    two.wait_state(gone, "CANCELLED")
+    assert re.fullmatch(
+        rf"slurmstepd: error: \*\*\* JOB {gone} ON node0[12] CANCELLED AT \S+ \*\*\*",
+        out.read_text().splitlines()[-1],
+    )
