@@ -15,7 +15,7 @@ import time
 from client.options import COUNT, FLAG, OPTIONAL, Option, OptionParser
 from corral.errors import InvalidOption, InvalidRequest
 from corral.jobsyntax import parse_array, parse_dependency
-from corral.slurmfmt import parse_duration, parse_size_mb, parse_timestamp
+from corral.slurmfmt import UNLIMITED, parse_duration, parse_size_mb, parse_timestamp
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
@@ -305,9 +305,8 @@ def to_spec(
     if "gpus_per_task" in g:
         spec["gpuType"], spec["gpusPerTask"] = parse_gpus(g["gpus_per_task"], "--gpus-per-task")
     if "time" in g:
-        spec["timeLimitS"] = parse_duration(g["time"])
-        if spec["timeLimitS"] == 0:
-            raise InvalidOption(f"Invalid time limit specification: {g['time']!r}")
+        # Slurm: "A time limit of zero requests that no time limit be imposed"
+        spec["timeLimitS"] = parse_duration(g["time"]) or UNLIMITED
     if g.get("hold"):
         spec["hold"] = True
     if "dependency" in g:

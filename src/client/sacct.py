@@ -18,6 +18,7 @@ from client.fmt import (
     acct_lines,
     convert_mb,
     group_name,
+    limit_minutes,
     parse_acct_fields,
     parse_job_ids,
     parse_states,
@@ -115,7 +116,7 @@ def timelimit(job: Json, raw: bool = False) -> str:
         return "UNLIMITED"
     if not limit:
         return "Partition_Limit"
-    return str(limit // 60) if raw else format_elapsed(limit)
+    return str(limit_minutes(limit) // 60) if raw else format_elapsed(limit_minutes(limit))
 
 
 def job_values(job: Json, now: float) -> dict[str, str]:
