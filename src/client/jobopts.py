@@ -248,6 +248,7 @@ def to_spec(
     if not os.path.isabs(work_dir):
         work_dir = os.path.normpath(os.path.join(cwd, work_dir))
     spec["workDir"] = work_dir
+    spec["submitDir"] = cwd
     spec["name"] = g.get("job_name") or default_name
     spec["argv"] = argv
     spec["export"] = g.get("export", "ALL")

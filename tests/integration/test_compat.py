@@ -280,3 +280,39 @@ def test_time_limit_and_cancel_leave_slurmstepds_line_and_timeout_shows_0_0(
         rf"slurmstepd: error: \*\*\* JOB {gone} ON node0[12] CANCELLED AT \S+ \*\*\*",
         out.read_text().splitlines()[-1],
     )
+
+
+# ------------------------------------------------------------------ batch environment
+
+
+def test_batch_environment_has_slurms_variables(two: Commands) -> None:
+    # sbatch(1) OUTPUT ENVIRONMENT VARIABLES: SLURM_SUBMIT_DIR is where sbatch ran
+    # (even with -D), SLURM_JOB_QOS, SLURM_JOB_ACCOUNT, SLURM_GPUS for --gpus
+    run = two.cwd / "rundir"
+    run.mkdir()
+    job_id = two(
+        "sbatch",
+        "--parsable",
+        "-D",
+        "rundir",
+        "-A",
+        "vision",
+        "--gpus=2",
+        "--wrap",
+        "echo $SLURM_SUBMIT_DIR $PWD $SLURM_JOB_QOS $SLURM_JOB_ACCOUNT $SLURM_GPUS",
+    ).stdout.strip()
+    two.wait_state(job_id, "COMPLETED", "FAILED")
+    line = (run / f"slurm-{job_id}.out").read_text().split()
+    assert line == [str(two.cwd), str(run), "normal", "vision", "2"], line
+    # --export=NONE: the login basics, nothing of the submitting shell
+    job_id = two(
+        "sbatch",
+        "--parsable",
+        "--export=NONE",
+        "--wrap",
+        'echo "home=$HOME user=$USER path=${PATH:+set} secret=${SECRET:-unset}"',
+        env={"SECRET": "s3"},
+    ).stdout.strip()
+    two.wait_state(job_id, "COMPLETED", "FAILED")
+    text = (two.cwd / f"slurm-{job_id}.out").read_text().strip()
+    assert text.startswith("home=/") and " path=set secret=unset" in text, text
