@@ -102,6 +102,9 @@ class Scheduler:
             job = st.jobs.get(job_id)
             if job is None or job.state != js.PENDING:
                 continue
+            head, sep, names = reason.partition("UnavailableNodes:")
+            if sep:  # as Slurm prints it: ReqNodeNotAvail, UnavailableNodes:node[01-02]
+                reason = head + sep + hostlist.compress(names.split(","))
             forecast = plan.forecasts.get(job_id)
             changed = job.reason != reason
             job.reason = reason

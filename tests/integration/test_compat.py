@@ -316,3 +316,17 @@ def test_batch_environment_has_slurms_variables(two: Commands) -> None:
     two.wait_state(job_id, "COMPLETED", "FAILED")
     text = (two.cwd / f"slurm-{job_id}.out").read_text().strip()
     assert text.startswith("home=/") and " path=set secret=unset" in text, text
+
+
+def test_pending_on_drained_nodes_shows_req_node_not_avail(two: Commands) -> None:
+    # Slurm: a job whose usable nodes are all drained/down waits with
+    # "ReqNodeNotAvail, UnavailableNodes:node[01-02]", not Resources
+    two("scontrol", "update", "NodeName=node[01-02]", "State=DRAIN", "Reason=maintenance")
+    job_id = two("sbatch", "--parsable", "-N2", "--wrap", "true").stdout.strip()
+    wanted = "ReqNodeNotAvail, UnavailableNodes:node[01-02]"
+    wait_for(lambda: two.job(job_id).get("reason") == wanted, 30, "the reason")
+    assert two("squeue", "-h", "-o", "%R", "-j", job_id).stdout.strip() == f"({wanted})"
+    why = two("corral", "why", job_id).stdout
+    assert "down or drained (node[01-02])" in why and wanted in why
+    two("scontrol", "update", "NodeName=node[01-02]", "State=RESUME")
+    two.wait_state(job_id, "COMPLETED")

@@ -36,6 +36,15 @@ PARTITION_DOWN = "PartitionDown"
 PARTITION_TIME_LIMIT = "PartitionTimeLimit"
 PARTITION_NODE_LIMIT = "PartitionNodeLimit"
 REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
+UNAVAILABLE_NODES = "ReqNodeNotAvail, UnavailableNodes:"  # + the nodes, comma separated
+
+
+def _unavailable(names: list[str]) -> str:
+    """Slurm's reason when the nodes a job could use are down or drained (ctld prints
+    the names as a compressed hostlist)."""
+    return UNAVAILABLE_NODES + ",".join(names)
+
+
 RESERVATION = "Reservation"
 QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
 
@@ -260,9 +269,22 @@ class _Pass:
             and node.could_ever_fit(shape, req.gpu_type)
         )
         usable = {n.name for n in nodes}
+        # down or drained nodes that would otherwise do: Slurm names them in the reason
+        down = [
+            name
+            for name in part.nodes
+            if (node := self.nodes.get(name)) is not None
+            and not node.view.schedulable
+            and name not in excluded
+            and (allowed is None or name in allowed)
+            and node.could_ever_fit(shape, req.gpu_type)
+        ]
         if not required <= usable:
-            return REQ_NODE_NOT_AVAIL
+            unavailable = [n for n in down if n in required]
+            return _unavailable(unavailable) if unavailable else REQ_NODE_NOT_AVAIL
         if len(nodes) < shape.nodes:
+            if down and len(nodes) + len(down) >= shape.nodes:
+                return _unavailable(down)  # it would fit but for them
             return REQ_NODE_NOT_AVAIL if required or allowed is not None else RESOURCES
         return _Candidate(part, nodes, required, ignore, not_before, not_after, frozenset(usable))
 
