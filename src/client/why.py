@@ -45,9 +45,12 @@ def explain_text(reply: Json) -> str:
         where = f" on {text(job, 'nodelist')}" if text(job, "nodelist") else ""
         return f"Job {job_id} is not pending: it is {state}{where}.\n"
     reason = text(job, "reason") or "None"
+    key, _, nodes = reason.partition(", UnavailableNodes:")
+    meaning = REASONS.get(key, key)
+    if nodes:
+        meaning = f"the nodes it could run on are down or drained ({nodes})"
     lines = [
-        f"Job {job_id} ({text(job.get('spec') or {}, 'name')}) is pending: "
-        f"{REASONS.get(reason, reason)} [{reason}]."
+        f"Job {job_id} ({text(job.get('spec') or {}, 'name')}) is pending: {meaning} [{reason}]."
     ]
     if num(reply, "rank"):
         lines.append(

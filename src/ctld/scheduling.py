@@ -147,6 +147,9 @@ class Scheduler:
                 continue
             if reason == Reason.DEPENDENCY_NEVER_SATISFIED:
                 never.append(job)
+            head, sep, names = reason.partition("UnavailableNodes:")
+            if sep:  # as Slurm prints it: ReqNodeNotAvail, UnavailableNodes:node[01-02]
+                reason = head + sep + hostlist.compress(names.split(","))
             forecast = plan.forecasts.get(job_id)
             changed = pending.write(job, reason)
             if forecast is None:

@@ -39,6 +39,13 @@ PARTITION_NODE_LIMIT = Reason.PARTITION_NODE_LIMIT
 REQ_NODE_NOT_AVAIL = Reason.REQ_NODE_NOT_AVAIL
 RESERVATION = Reason.RESERVATION
 QOS_MAX_JOBS_PER_USER = Reason.QOS_MAX_JOBS_PER_USER
+UNAVAILABLE_NODES = f"{Reason.REQ_NODE_NOT_AVAIL}, UnavailableNodes:"  # + the nodes
+
+
+def _unavailable(names: list[str]) -> str:
+    """Slurm's reason when the nodes a job could use are down or drained (ctld prints
+    the names as a compressed hostlist)."""
+    return UNAVAILABLE_NODES + ",".join(names)
 
 
 @dataclass(frozen=True)
@@ -261,9 +268,22 @@ class _Pass:
             and node.could_ever_fit(shape, req.gpu_type)
         )
         usable = {n.name for n in nodes}
+        # down or drained nodes that would otherwise do: Slurm names them in the reason
+        down = [
+            name
+            for name in part.nodes
+            if (node := self.nodes.get(name)) is not None
+            and not node.view.schedulable
+            and name not in excluded
+            and (allowed is None or name in allowed)
+            and node.could_ever_fit(shape, req.gpu_type)
+        ]
         if not required <= usable:
-            return REQ_NODE_NOT_AVAIL
+            unavailable = [n for n in down if n in required]
+            return _unavailable(unavailable) if unavailable else REQ_NODE_NOT_AVAIL
         if len(nodes) < shape.nodes:
+            if down and len(nodes) + len(down) >= shape.nodes:
+                return _unavailable(down)  # it would fit but for them
             return REQ_NODE_NOT_AVAIL if required or allowed is not None else RESOURCES
         return _Candidate(part, nodes, required, ignore, not_before, not_after, frozenset(usable))
 
