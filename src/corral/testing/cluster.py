@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral.rest import Client
+from corral.api import GrpcController
+from corral.api import HttpController as Client
 from corral.testing import netns
 from corral.testing.netns import NodeNetwork
 
@@ -113,18 +114,28 @@ class LocalCluster:
     def http_address(self) -> str:
         return f"{self.controller_host}:{self.http_port}"
 
+    @property
+    def grpc_address(self) -> str:
+        return f"{self.controller_host}:{self.grpc_port}"
+
     def env(self) -> dict[str, str]:
         """Environment for commands that talk to this cluster."""
         env = dict(os.environ)
         env["CORRAL_CONF"] = str(self.config_path)
         env["CORRAL_CTLD_HTTP"] = self.http_address
+        env["CORRAL_CTLD_GRPC"] = self.grpc_address
         bindir = str(Path(self.python).parent)
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
         return env
 
     def client(self) -> Client:
+        """The typed Controller client, over the HTTP/JSON gateway (as the commands)."""
         host, _, port = self.http_address.rpartition(":")
         return Client((host, int(port)))
+
+    def grpc_client(self) -> GrpcController:
+        """The typed Controller client over gRPC (as srun and salloc)."""
+        return GrpcController(self.grpc_address)
 
     def write_config(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -184,6 +195,7 @@ max_time = "1-00:00:00"
             f"# source this to point the corral commands at the cluster in {self.state_dir}\n"
             f"export CORRAL_CONF={self.config_path}\n"
             f"export CORRAL_CTLD_HTTP={self.http_address}\n"
+            f"export CORRAL_CTLD_GRPC={self.grpc_address}\n"
             f'export PATH="{bindir}:$PATH"\n'
         )
 
@@ -343,7 +355,7 @@ max_time = "1-00:00:00"
     def wait_nodes_up(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            nodes = self.client().call("GetNodes", {}).get("nodes", [])
+            nodes = self.client().get_nodes({}).get("nodes", [])
             up = [
                 n
                 for n in nodes
