@@ -77,9 +77,13 @@ class NodeReports:
         st = self.state
         cause = f"node:{node.name} registered without it"
         async with Change(st, self.outbox) as ch:
-            for job in list(st.jobs.values()):
+            # only jobs holding this node can be its batch jobs: a registration storm after
+            # a restart then costs O(jobs on the node) per node, not O(all jobs) each
+            for job_id in sorted(node.job_ids):
+                job = st.jobs.get(job_id)
                 if (
-                    job.state not in js.ON_NODE
+                    job is None
+                    or job.state not in js.ON_NODE
                     or job.batch_host != node.name
                     or job.job_id in running
                     or job.job_id in st.launching

@@ -66,7 +66,7 @@ class SnapshotBuilder:
                 gpu_type=n.gpu_type,
                 schedulable=n.schedulable,
                 idle=not n.job_ids,
-                gpu_indices=tuple(n.gpu_indices),
+                gpu_indices=n.gpu_indices,
             )
             for n in st.nodes.values()
         )

@@ -51,6 +51,7 @@ class State:
         self.saved_events: dict[int, int] = {}
         # job id -> revision, bumped on every change (persisted or not) to the job
         self.revisions: dict[int, int] = {}
+        self._capacity: dict[str, tuple[pb.NodeResources, NodeCapacity]] = {}
         # pending job ids in queue order, and their scheduler requests (built once)
         self.pending: dict[int, None] = {}
         self.requests: dict[int, JobRequest] = {}
@@ -178,12 +179,20 @@ class State:
         return self.gone[job_id]
 
     def capacity(self) -> dict[str, NodeCapacity]:
-        return {
-            n.name: NodeCapacity(
-                n.name, n.resources.cpus, n.resources.memory_mb, len(n.resources.gpus), n.gpu_type
-            )
-            for n in self.nodes.values()
-        }
+        # every submit asks: each node's entry is rebuilt only when it registered anew
+        cache = self._capacity
+        out = {}
+        for n in self.nodes.values():
+            hit = cache.get(n.name)
+            if hit is None or hit[0] is not n.resources:
+                res = n.resources
+                hit = (
+                    res,
+                    NodeCapacity(n.name, res.cpus, res.memory_mb, len(res.gpus), n.gpu_type),
+                )
+                cache[n.name] = hit
+            out[n.name] = hit[1]
+        return out
 
     # ------------------------------------------------------------ shared bookkeeping
 
