@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from google.protobuf import json_format
 
 from corral.api import Controller
+from corral.clock import ManualClock
 from corral.config import load_config
 from corral.errors import InvalidRequest, NodeUnreachable
 from corral.identity import Identity, current_identity
@@ -70,19 +71,6 @@ class RecordingDispatcher:
     async def signal(self, node: NodeRecord, request: pb.SignalJobRequest) -> bool:
         self.signalled.append((node.name, request))
         return True
-
-
-@dataclass
-class ManualClock:
-    """A clock the test moves: ``Cluster(clock=...)`` takes any ``() -> float``."""
-
-    now: float = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class InProcessController(Controller):
