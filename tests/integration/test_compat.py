@@ -330,3 +330,19 @@ def test_pending_on_drained_nodes_shows_req_node_not_avail(two: Commands) -> Non
     assert "down or drained (node[01-02])" in why and wanted in why
     two("scontrol", "update", "NodeName=node[01-02]", "State=RESUME")
     two.wait_state(job_id, "COMPLETED")
+
+
+# ------------------------------------------------------------------ squeue -O, scontrol update
+
+
+def test_squeue_long_format_fields_with_widths(two: Commands) -> None:
+    # squeue(1) -O "type[:[.][size][suffix]]": SIZE wide (default 20), '.' right-justifies
+    job_id = two("sbatch", "--parsable", "-H", "-J", "fmtjob", "--wrap", "true").stdout.strip()
+    out = two("squeue", "-O", "JobID:8,Name:.10,State:10|,UserName", "-j", job_id).stdout
+    header, row = out.splitlines()
+    assert header == f"{'JOBID':<8}{'NAME':>10}{'STATE':<10}|{'USER':<20}"
+    import getpass
+
+    assert row == f"{job_id:<8}{'fmtjob':>10}{'PENDING':<10}|{getpass.getuser():<20}"
+    bad = two("squeue", "--Format=NoSuchField", check=False)
+    assert bad.returncode == 1 and "Invalid job format specification: NoSuchField" in bad.stderr
