@@ -265,6 +265,11 @@ class Intake:
                 raise InvalidRequest("Invalid nice value")
             spec.nice = req.nice
             changes.append(f"Nice={req.nice}")
+        if req.HasField("name"):
+            if not req.name or len(req.name) > 256:
+                raise InvalidRequest("Invalid job name")
+            spec.name = req.name
+            changes.append(f"JobName={req.name}")
         if req.HasField("priority"):
             if not operator and req.priority > job.priority:
                 raise PermissionDenied(

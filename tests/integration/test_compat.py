@@ -346,3 +346,18 @@ def test_squeue_long_format_fields_with_widths(two: Commands) -> None:
     assert row == f"{job_id:<8}{'fmtjob':>10}{'PENDING':<10}|{getpass.getuser():<20}"
     bad = two("squeue", "--Format=NoSuchField", check=False)
     assert bad.returncode == 1 and "Invalid job format specification: NoSuchField" in bad.stderr
+
+
+def test_scontrol_update_job_name_pending_and_running(two: Commands) -> None:
+    # scontrol(1): JobName=<name> (or Name=) may be changed, pending or running
+    held = two("sbatch", "--parsable", "-H", "-J", "old", "--wrap", "true").stdout.strip()
+    two("scontrol", "update", f"JobId={held}", "Name=renamed")
+    assert two("squeue", "-h", "-o", "%j", "-j", held).stdout.strip() == "renamed"
+    running = two("sbatch", "--parsable", "--wrap", "sleep 30").stdout.strip()
+    two.wait_state(running, "RUNNING")
+    two("scontrol", "update", "job", running, "JobName=later")
+    assert "JobName=later" in two("scontrol", "show", "job", running).stdout
+    two("scancel", held, running)
+    two.wait_state(running, "CANCELLED")
+    names = two("sacct", "-X", "-n", "-P", "-o", "JobName", "-j", f"{held},{running}").stdout
+    assert names.split() == ["renamed", "later"]

@@ -1698,6 +1698,7 @@ class UpdateJobRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     NICE_FIELD_NUMBER: _builtins.int
     NUM_NODES_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
     action: Global___JobUpdateAction.ValueType
     time_limit_s: _builtins.int
     """-- JOB_UPDATE_FIELDS (field numbers 100+) --
@@ -1708,6 +1709,8 @@ class UpdateJobRequest(_message.Message):
     nice: _builtins.int
     """negative: operators only"""
     num_nodes: _builtins.int
+    name: _builtins.str
+    """JobName=/Name=: pending or running"""
     @_builtins.property
     def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -1724,11 +1727,14 @@ class UpdateJobRequest(_message.Message):
         priority: _builtins.int | None = ...,
         nice: _builtins.int | None = ...,
         num_nodes: _builtins.int | None = ...,
+        name: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "nice", b"nice", "num_nodes", b"num_nodes", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_name", b"_name", "_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "name", b"name", "nice", b"nice", "num_nodes", b"num_nodes", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "action", b"action", "job_ids", b"job_ids", "nice", b"nice", "num_nodes", b"num_nodes", "partitions", b"partitions", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_name", b"_name", "_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "action", b"action", "job_ids", b"job_ids", "name", b"name", "nice", b"nice", "num_nodes", b"num_nodes", "partitions", b"partitions", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__name: _TypeAlias = _typing.Literal["name"]  # noqa: Y015
+    _WhichOneofArgType__name: _TypeAlias = _typing.Literal["_name", b"_name"]  # noqa: Y015
     _WhichOneofReturnType__nice: _TypeAlias = _typing.Literal["nice"]  # noqa: Y015
     _WhichOneofArgType__nice: _TypeAlias = _typing.Literal["_nice", b"_nice"]  # noqa: Y015
     _WhichOneofReturnType__num_nodes: _TypeAlias = _typing.Literal["num_nodes"]  # noqa: Y015
@@ -1737,6 +1743,8 @@ class UpdateJobRequest(_message.Message):
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
     _WhichOneofReturnType__time_limit_s: _TypeAlias = _typing.Literal["time_limit_s"]  # noqa: Y015
     _WhichOneofArgType__time_limit_s: _TypeAlias = _typing.Literal["_time_limit_s", b"_time_limit_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__name) -> _WhichOneofReturnType__name | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__nice) -> _WhichOneofReturnType__nice | None: ...
     @_typing.overload

@@ -383,6 +383,7 @@ class UpdateJobRequest(TypedDict, total=False):
     priority: int
     nice: int
     numNodes: int
+    name: str
 
 
 class UpdateJobResponse(TypedDict, total=False):
