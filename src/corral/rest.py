@@ -26,6 +26,7 @@ DEFAULT_TIMEOUT_S = 30.0
 # what a user who started a cluster with `corral up` and opened a new shell needs
 ENV_HINT = " (for a cluster started by `corral up`: source STATE_DIR/env.sh)"
 
+
 def controller_address() -> tuple[str, int]:
     """host and port of ctld's HTTP gateway: $CORRAL_CTLD_HTTP, else the config file."""
     value = os.environ.get(ADDRESS_ENV)

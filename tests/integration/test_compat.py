@@ -361,3 +361,84 @@ def test_scontrol_update_job_name_pending_and_running(two: Commands) -> None:
     two.wait_state(running, "CANCELLED")
     names = two("sacct", "-X", "-n", "-P", "-o", "JobName", "-j", f"{held},{running}").stdout
     assert names.split() == ["renamed", "later"]
+
+
+# ------------------------------------------------------------------ srun --pty
+
+
+def test_srun_pty_bash_is_a_real_terminal(two: Commands) -> None:
+    # srun(1) --pty: task zero in pseudo terminal mode; researchers run `srun --pty bash`
+    # for interactive sessions: job control, window size, Ctrl-C to the task
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+    proc = subprocess.Popen(
+        [str(BIN / "srun"), "--pty", "bash", "--norc", "--noprofile", "-i"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=two.cwd,
+        env={**two.env, "PS1": "prompt> ", "TERM": "xterm"},
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = b""
+
+    def expect(pattern: str, timeout: float = 30) -> str:
+        import re
+
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern.encode(), seen):
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {pattern!r} in {seen.decode(errors='replace')!r}"
+            if select.select([master], [], [], left)[0]:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:
+                    break
+        found = seen.decode(errors="replace")
+        seen = b""
+        return found
+
+    try:
+        expect("prompt> ")
+        os.write(master, b"tty; echo flags=$-; stty size\r")
+        out = expect(r"\d+ \d+\r\n.*prompt> ")
+        assert "/dev/pts/" in out and "not a tty" not in out, out
+        import re
+
+        flags = re.findall(r"flags=(\w+)", out)[-1]  # the echo's output, not the typed line
+        assert "m" in flags and "i" in flags, out  # job control is on
+        assert "33 101" in out, out
+        os.write(master, b"sleep 313\r")
+        expect("sleep 313")
+
+        def sleeping() -> bool:  # Ctrl-C before sleep runs would reach bash itself
+            for entry in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                        if fh.read() == b"sleep\x00313\x00":
+                            return True
+                except OSError:
+                    continue
+            return False
+
+        wait_for(sleeping, 20, "sleep to run")
+        os.write(master, b"\x03")  # Ctrl-C: a byte to the terminal, SIGINT to sleep
+        expect("prompt> ", timeout=20)  # sleep died: the shell is back
+        os.write(master, b"echo status=$?\r")
+        assert "status=130" in expect(r"status=\d+\r\n", timeout=20)
+        os.write(master, b"exit 0\r")
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)

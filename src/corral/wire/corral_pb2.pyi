@@ -2894,11 +2894,16 @@ class TaskInput(_message.Message):
     STDIN_FIELD_NUMBER: _builtins.int
     STDIN_EOF_FIELD_NUMBER: _builtins.int
     SIGNAL_FIELD_NUMBER: _builtins.int
+    WINDOW_FIELD_NUMBER: _builtins.int
     stdin: _builtins.bytes
     stdin_eof: _builtins.bool
     signal: _builtins.int
     @_builtins.property
     def start(self) -> Global___RunTasksRequest: ...
+    @_builtins.property
+    def window(self) -> Global___WindowSize:
+        """--pty: srun's terminal was resized"""
+
     def __init__(
         self,
         *,
@@ -2906,16 +2911,39 @@ class TaskInput(_message.Message):
         stdin: _builtins.bytes = ...,
         stdin_eof: _builtins.bool = ...,
         signal: _builtins.int = ...,
+        window: Global___WindowSize | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["signal", b"signal", "start", b"start", "stdin", b"stdin", "stdin_eof", b"stdin_eof", "what", b"what"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["signal", b"signal", "start", b"start", "stdin", b"stdin", "stdin_eof", b"stdin_eof", "what", b"what", "window", b"window"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["signal", b"signal", "start", b"start", "stdin", b"stdin", "stdin_eof", b"stdin_eof", "what", b"what"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["signal", b"signal", "start", b"start", "stdin", b"stdin", "stdin_eof", b"stdin_eof", "what", b"what", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_what: _TypeAlias = _typing.Literal["start", "stdin", "stdin_eof", "signal"]  # noqa: Y015
+    _WhichOneofReturnType_what: _TypeAlias = _typing.Literal["start", "stdin", "stdin_eof", "signal", "window"]  # noqa: Y015
     _WhichOneofArgType_what: _TypeAlias = _typing.Literal["what", b"what"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_what) -> _WhichOneofReturnType_what | None: ...
 
 Global___TaskInput: _TypeAlias = TaskInput  # noqa: Y015
+
+@_typing.final
+class WindowSize(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_FIELD_NUMBER: _builtins.int
+    COLS_FIELD_NUMBER: _builtins.int
+    rows: _builtins.int
+    cols: _builtins.int
+    def __init__(
+        self,
+        *,
+        rows: _builtins.int = ...,
+        cols: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cols", b"cols", "rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WindowSize: _TypeAlias = WindowSize  # noqa: Y015
 
 @_typing.final
 class RunTasksRequest(_message.Message):
@@ -2950,6 +2978,7 @@ class RunTasksRequest(_message.Message):
     MASTER_ADDR_FIELD_NUMBER: _builtins.int
     MASTER_PORT_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
+    PTY_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """which StepNode of the step this is"""
     cwd: _builtins.str
@@ -2971,6 +3000,12 @@ class RunTasksRequest(_message.Message):
     def stdin_ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """tasks that read srun's stdin (others get /dev/null)"""
 
+    @_builtins.property
+    def pty(self) -> Global___WindowSize:
+        """--pty: task 0 runs on a pseudo-terminal of this size (its session's controlling
+        terminal: job control, Ctrl-C as a byte); its stdin and output go through it
+        """
+
     def __init__(
         self,
         *,
@@ -2983,12 +3018,15 @@ class RunTasksRequest(_message.Message):
         master_addr: _builtins.str = ...,
         master_port: _builtins.int = ...,
         cluster: _builtins.str = ...,
+        pty: Global___WindowSize | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_pty", b"_pty", "job", b"job", "pty", b"pty", "step", b"step"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "cwd", b"cwd", "environment", b"environment", "job", b"job", "master_addr", b"master_addr", "master_port", b"master_port", "node", b"node", "stdin_ranks", b"stdin_ranks", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pty", b"_pty", "cluster", b"cluster", "cwd", b"cwd", "environment", b"environment", "job", b"job", "master_addr", b"master_addr", "master_port", b"master_port", "node", b"node", "pty", b"pty", "stdin_ranks", b"stdin_ranks", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__pty: _TypeAlias = _typing.Literal["pty"]  # noqa: Y015
+    _WhichOneofArgType__pty: _TypeAlias = _typing.Literal["_pty", b"_pty"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__pty) -> _WhichOneofReturnType__pty | None: ...
 
 Global___RunTasksRequest: _TypeAlias = RunTasksRequest  # noqa: Y015
 

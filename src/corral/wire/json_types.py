@@ -619,6 +619,12 @@ class TaskInput(TypedDict, total=False):
     stdin: str
     stdinEof: bool
     signal: int
+    window: WindowSize
+
+
+class WindowSize(TypedDict, total=False):
+    rows: int
+    cols: int
 
 
 class RunTasksRequest(TypedDict, total=False):
@@ -631,6 +637,7 @@ class RunTasksRequest(TypedDict, total=False):
     masterAddr: str
     masterPort: int
     cluster: str
+    pty: WindowSize
 
 
 class TaskEvent(TypedDict, total=False):
