@@ -442,3 +442,23 @@ def test_srun_pty_bash_is_a_real_terminal(two: Commands) -> None:
             proc.kill()
             proc.wait()
         os.close(master)
+
+
+def test_sbatch_test_only_estimates_and_submits_nothing(two: Commands) -> None:
+    # sbatch(1) --test-only: "return an estimate of when a job would be scheduled to
+    # run ... No job is actually submitted"; Slurm prints the start, CPUs, nodes and
+    # partition on stderr
+    import re
+
+    before = two.cluster.client().get_cluster_info({})["nextJobId"]
+    out = two("sbatch", "--test-only", "-N2", "-c", "2", "--wrap", "true")
+    assert out.stdout == ""
+    assert re.fullmatch(
+        rf"sbatch: Job {before} to start at \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d using 4 "
+        r"processors on nodes node\[01-02\] in partition debug\n",
+        out.stderr,
+    ), out.stderr
+    assert two.cluster.client().get_cluster_info({})["nextJobId"] == before
+    assert two.cluster.client().get_jobs({}).get("jobs", []) == []
+    bad = two("sbatch", "--test-only", "-p", "nosuch", "--wrap", "true", check=False)
+    assert bad.returncode == 1 and "Invalid partition name specified" in bad.stderr

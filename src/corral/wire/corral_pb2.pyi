@@ -1303,16 +1303,20 @@ class SubmitJobRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SPEC_FIELD_NUMBER: _builtins.int
+    TEST_ONLY_FIELD_NUMBER: _builtins.int
+    test_only: _builtins.bool
+    """sbatch --test-only: validate and estimate, submit nothing"""
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     def __init__(
         self,
         *,
         spec: Global___JobSpec | None = ...,
+        test_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec", "test_only", b"test_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1324,21 +1328,64 @@ class SubmitJobResponse(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
+    ESTIMATE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
+    """with test_only: the id the job would get"""
     cluster: _builtins.str
+    @_builtins.property
+    def estimate(self) -> Global___TestOnlyEstimate: ...
     def __init__(
         self,
         *,
         job_id: _builtins.int = ...,
         cluster: _builtins.str = ...,
+        estimate: Global___TestOnlyEstimate | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_estimate", b"_estimate", "estimate", b"estimate"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_estimate", b"_estimate", "cluster", b"cluster", "estimate", b"estimate", "job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__estimate: _TypeAlias = _typing.Literal["estimate"]  # noqa: Y015
+    _WhichOneofArgType__estimate: _TypeAlias = _typing.Literal["_estimate", b"_estimate"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__estimate) -> _WhichOneofReturnType__estimate | None: ...
+
+Global___SubmitJobResponse: _TypeAlias = SubmitJobResponse  # noqa: Y015
+
+@_typing.final
+class TestOnlyEstimate(_message.Message):
+    """When and where a job would start now (sbatch --test-only)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    CPUS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    start: _builtins.float
+    """0: not within the plan's horizon"""
+    partition: _builtins.str
+    nodes: _builtins.str
+    """hostlist"""
+    cpus: _builtins.int
+    reason: _builtins.str
+    """why it would wait, when it would not start at once"""
+    def __init__(
+        self,
+        *,
+        start: _builtins.float = ...,
+        partition: _builtins.str = ...,
+        nodes: _builtins.str = ...,
+        cpus: _builtins.int = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "job_id", b"job_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpus", b"cpus", "nodes", b"nodes", "partition", b"partition", "reason", b"reason", "start", b"start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___SubmitJobResponse: _TypeAlias = SubmitJobResponse  # noqa: Y015
+Global___TestOnlyEstimate: _TypeAlias = TestOnlyEstimate  # noqa: Y015
 
 @_typing.final
 class JobFilter(_message.Message):

@@ -294,11 +294,21 @@ class Partition(TypedDict, total=False):
 
 class SubmitJobRequest(TypedDict, total=False):
     spec: JobSpec
+    testOnly: bool
 
 
 class SubmitJobResponse(TypedDict, total=False):
     jobId: int | str
     cluster: str
+    estimate: TestOnlyEstimate
+
+
+class TestOnlyEstimate(TypedDict, total=False):
+    start: float
+    partition: str
+    nodes: str
+    cpus: int
+    reason: str
 
 
 class JobFilter(TypedDict, total=False):
