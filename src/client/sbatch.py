@@ -138,7 +138,7 @@ def wait_for_job(job_id: str) -> int:
     api = client()
     delay = 0.1
     while True:
-        jobs = api.call("GetJobs", {"filter": {"jobIds": [job_id]}}).get("jobs", [])
+        jobs = api.get_jobs({"filter": {"jobIds": [job_id]}}).get("jobs", [])
         if jobs and all(job_state(j) in FINAL for j in jobs):
             break
         time.sleep(delay)

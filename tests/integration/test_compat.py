@@ -8,27 +8,19 @@ from __future__ import annotations
 import os
 import pathlib
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
-from corral.testing import LocalCluster
-from tests.conftest import BIN, Commands, print_logs, wait_for
+from corral.testing.cluster import ClusterFactory
+from tests.conftest import BIN, Commands, wait_for
 
 
 @pytest.fixture
-def two(tmp_path: pathlib.Path) -> Iterator[Commands]:
-    c = LocalCluster(
-        tmp_path / "cluster", nodes=2, gpus_per_node=4, kill_wait_s=2.0, isolation="auto"
-    )
-    c.start()
+def two(tmp_path: pathlib.Path, cluster_factory: ClusterFactory) -> Commands:
+    c = cluster_factory(nodes=2, gpus_per_node=4, isolation="auto")
     work = tmp_path / "work"
     work.mkdir()
-    try:
-        yield Commands(c, work)
-    finally:
-        c.stop()
-        print_logs(c)
+    return Commands(c, work)
 
 
 def shell(c: Commands, script: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:

@@ -12,12 +12,12 @@ import os
 import pathlib
 import subprocess
 import textwrap
-from collections.abc import Iterator
 
 import pytest
 
 from corral.testing import LocalCluster
-from tests.conftest import BIN, print_logs
+from corral.testing.cluster import ClusterFactory
+from tests.conftest import BIN
 
 TOOLS_PY = os.environ.get("CORRAL_TOOLS_PYTHON", "")
 pytestmark = [
@@ -31,18 +31,13 @@ pytestmark = [
 
 
 @pytest.fixture
-def lab(tmp_path: pathlib.Path) -> Iterator[tuple[LocalCluster, pathlib.Path]]:
-    c = LocalCluster(
-        tmp_path / "cluster", nodes=2, gpus_per_node=2, kill_wait_s=2.0, isolation="auto"
-    )
-    c.start()
+def lab(
+    tmp_path: pathlib.Path, cluster_factory: ClusterFactory
+) -> tuple[LocalCluster, pathlib.Path]:
+    c = cluster_factory(nodes=2, gpus_per_node=2, isolation="auto")
     work = tmp_path / "work"
     work.mkdir()
-    try:
-        yield c, work
-    finally:
-        c.stop()
-        print_logs(c)
+    return c, work
 
 
 def drive(lab: tuple[LocalCluster, pathlib.Path], program: str, timeout: float = 240) -> list[str]:
@@ -144,7 +139,7 @@ def test_dask_jobqueue_scale_compute_close(lab: tuple[LocalCluster, pathlib.Path
     assert drive(lab, DASK) == ["> workers 2", "> compute 42", "> map 285", "> closed"]
     cluster, _ = lab
     # close cancelled the worker jobs: nothing is left running
-    jobs = cluster.client().call("GetJobs", {}).get("jobs", [])
+    jobs = cluster.client().get_jobs({}).get("jobs", [])
     assert jobs and all(j["state"] != "JOB_STATE_RUNNING" for j in jobs)
 
 
