@@ -239,7 +239,7 @@ class Cluster:
         )
         pending = sorted([*snap.pending, req], key=lambda r: (-r.priority, r.submit_time, r.job_id))
         plan = schedule(dataclasses.replace(snap, pending=tuple(pending)))
-        est = pb.TestOnlyEstimate(partition=job.partition)
+        est = pb.TestOnlyEstimate(partition=job.partition, reason=plan.reasons.get(job.job_id, ""))
         start = next((s for s in plan.starts if s.job_id == job.job_id), None)
         if start is not None:
             est.start, est.partition = snap.now, start.partition
@@ -252,7 +252,6 @@ class Cluster:
                 hostlist.compress(list(fc.nodes)),
             )
             est.cpus = job.num_cpus
-        est.reason = plan.reasons.get(job.job_id, "")
         return job, est
 
     async def cancel(self, who: Identity, req: pb.CancelJobsRequest) -> list[pb.CancelOutcome]:
