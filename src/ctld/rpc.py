@@ -101,6 +101,11 @@ class ControllerApi:
     async def submit_job(self, req: pb.SubmitJobRequest, who: Identity) -> pb.SubmitJobResponse:
         if not req.HasField("spec"):
             raise InvalidRequest("SubmitJob needs a job spec")
+        if req.test_only:
+            trial, estimate = self.cluster.test_only(who, req.spec)
+            return pb.SubmitJobResponse(
+                job_id=trial.job_id, cluster=trial.cluster, estimate=estimate
+            )
         job = await self.cluster.submit(who, req.spec)
         return pb.SubmitJobResponse(job_id=job.job_id, cluster=job.cluster)
 
