@@ -7,6 +7,7 @@ import pathlib
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,6 +16,49 @@ import pytest
 from corral.testing import LocalCluster
 
 BIN = pathlib.Path(sys.executable).parent
+
+# A PostgreSQL server the store tests may use: each test gets a schema of its own in it.
+# .ci/run starts one and sets this; in CI (CI=true) a missing one is an error, not a skip.
+PG_URL_ENV = "CORRAL_TEST_PG_URL"
+
+
+def pg_admin_url() -> str | None:
+    url = os.environ.get(PG_URL_ENV, "")
+    if url:
+        return url
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true but {PG_URL_ENV} is not set: the PostgreSQL store tests must run")
+    return None
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[str]:
+    """A fresh, empty store on each backend: a SQLite file, or a PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/ctld.db"
+        return
+    admin = pg_admin_url()
+    if admin is None:
+        pytest.skip(f"no PostgreSQL: set {PG_URL_ENV} (.ci/run does)")
+    yield from pg_schema(admin)
+
+
+def pg_schema(admin: str) -> Iterator[str]:
+    import sqlalchemy as sa
+
+    from ctld.store import normalize_url
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(normalize_url(admin))
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    sep = "&" if "?" in admin else "?"
+    try:
+        yield f"{admin}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+        engine.dispose()
 
 
 @pytest.fixture

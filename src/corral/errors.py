@@ -20,6 +20,7 @@ gateway and the commands agree without a lookup table elsewhere::
     ├── StepBusy                 RESOURCE_EXHAUSTED   exit 1  other steps hold what a step needs
     ├── InvalidTransition        INTERNAL             exit 1  state-machine bug (impossible move)
     ├── StoreError               UNAVAILABLE          exit 1  the durable store failed
+    │   └── StoreUnavailable     UNAVAILABLE          exit 1  the database is away: writes refused
     └── ControllerUnavailable    UNAVAILABLE          exit 1  "Unable to contact slurm controller"
 
 Slurm's commands end with exit code 1 for all of these; the messages above are
@@ -111,6 +112,10 @@ class InvalidTransition(CorralError):
 
 class StoreError(CorralError):
     grpc_code = "UNAVAILABLE"
+
+
+class StoreUnavailable(StoreError):
+    """The database is unreachable or full: ctld refuses changes until it is back."""
 
 
 class ControllerUnavailable(CorralError):

@@ -9,6 +9,12 @@ become durable before its submission.
 
 Rows keep the columns sacct filters on; the full job is the ``data`` blob (the
 serialized corral.v1.Job without its events, which live in ``job_events``).
+
+One code for SQLite (embedded, WAL) and PostgreSQL (psycopg 3), chosen by the URL. The
+schema is Alembic's (ctld.migrate). When the database goes away (unreachable, disk full)
+the store is *down*: every commit fails at once with StoreUnavailable, while the writer
+probes the database; the updates of commits that failed that way are kept and written
+first when it is back, so the store catches up with what ctld did in memory meanwhile.
 """
 
 from __future__ import annotations
@@ -18,18 +24,23 @@ import contextlib
 import os
 import queue
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
+import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from corral.errors import StoreError
+from corral.errors import StoreError, StoreUnavailable
 from corral.wire import corral_pb2 as pb
+from ctld import migrate
 
-SCHEMA_VERSION = 1
+log = structlog.get_logger("ctld")
+
 MAX_BATCH = 2048  # commit requests per transaction
+PROBE_INTERVAL_S = 0.5  # how often a down store retries its database
 
 metadata = sa.MetaData()
 
@@ -50,6 +61,20 @@ jobs = sa.Table(
     sa.Index("ix_jobs_state", "state"),
     sa.Index("ix_jobs_user", "user"),
     sa.Index("ix_jobs_end_time", "end_time"),
+    sa.Index("ix_jobs_account", "account"),
+)
+
+# A requeued job's earlier runs, each as the job stood when that run ended (sacct -D);
+# the current run is the jobs row. ``run`` counts from 0 (restart_count of that run).
+job_runs = sa.Table(
+    "job_runs",
+    metadata,
+    sa.Column("job_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("run", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("state", sa.Integer, nullable=False),
+    sa.Column("start_time", sa.Float, nullable=False),
+    sa.Column("end_time", sa.Float, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
 )
 
 job_events = sa.Table(
@@ -204,16 +229,54 @@ class _Request:
     future: asyncio.Future[None]
 
 
+def normalize_url(url: str) -> str:
+    """postgres:// and postgresql:// mean psycopg 3 (SQLAlchemy would pick psycopg2)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def _is_trouble(exc: BaseException) -> bool:
+    """The database is away or full (it may come back), not a bad request."""
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError | sa.exc.TimeoutError)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return (text.splitlines() or [type(exc).__name__])[0][:300]
+
+
+def _redact(url: str) -> str:
+    return sa.engine.make_url(url).render_as_string(hide_password=True)
+
+
 class Store:
     """The engine, the schema and the group-commit writer."""
 
-    def __init__(self, url: str, *, sqlite_synchronous: str = "FULL") -> None:
-        self.url = url
-        self.engine: Engine = self._make_engine(url, sqlite_synchronous)
+    def __init__(
+        self,
+        url: str,
+        *,
+        sqlite_synchronous: str = "FULL",
+        probe_interval_s: float = PROBE_INTERVAL_S,
+    ) -> None:
+        self.url = _redact(normalize_url(url))
+        self.engine: Engine = self._make_engine(normalize_url(url), sqlite_synchronous)
+        self.backend = self.engine.dialect.name  # "sqlite" or "postgresql"
         self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self.commits = 0  # transactions made durable
         self.requests = 0  # commit requests served (>= commits under load)
+        self.trouble = ""  # why the store is down; empty while it is up
+        self.down_since = 0.0
+        self.outages = 0
+        self._probe_interval_s = probe_interval_s
+        # what ctld changed in memory while the store was down, written first on return
+        self._backlog: list[Op] = []
+        self._backlog_lock = threading.Lock()
 
     @staticmethod
     def _make_engine(url: str, synchronous: str) -> Engine:
@@ -229,32 +292,27 @@ class Store:
                 cur.close()
 
             return engine
-        return sa.create_engine(url, pool_pre_ping=True)
+        # a short connect timeout: a down store must answer "down" quickly, not hang
+        return sa.create_engine(
+            url, pool_pre_ping=True, pool_size=4, connect_args={"connect_timeout": 5}
+        )
 
     def open(self) -> None:
         try:
-            metadata.create_all(self.engine)
+            migrate.check(self.engine, self.url)
             self._private_file()
-            with self.engine.begin() as conn:
-                row = conn.execute(
-                    sa.select(meta.c.value).where(meta.c.key == "schema_version")
-                ).first()
-                if row is None:
-                    conn.execute(
-                        meta.insert(), {"key": "schema_version", "value": str(SCHEMA_VERSION)}
-                    )
-                elif int(row[0]) != SCHEMA_VERSION:
-                    raise StoreError(
-                        f"{self.url}: schema version {row[0]}, this ctld knows {SCHEMA_VERSION}"
-                    )
         except sa.exc.SQLAlchemyError as exc:
+            self.engine.dispose()
             raise StoreError(f"cannot open the store {self.url}: {exc}") from exc
+        except StoreError:
+            self.engine.dispose()
+            raise
         self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
         self._writer.start()
 
     def _private_file(self) -> None:
         """The store holds every job's script and environment: owner-only (and its WAL)."""
-        url = sa.engine.make_url(self.url)
+        url = self.engine.url
         if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
             return
         for suffix in ("", "-wal", "-shm"):
@@ -266,20 +324,57 @@ class Store:
             self._queue.put(None)
             self._writer.join(timeout=30)
             self._writer = None
+        if self._backlog:
+            log.error("store closed while down: changes not written", ops=len(self._backlog))
         self.engine.dispose()
+
+    @property
+    def available(self) -> bool:
+        return not self.trouble
+
+    def check_writable(self) -> None:
+        """Raise StoreUnavailable while the store is down (before changing anything)."""
+        if self.trouble:
+            raise StoreUnavailable(self._down_message())
+
+    def _down_message(self) -> str:
+        return (
+            f"the store is unavailable ({self.trouble}): changes are refused until it is "
+            "back; queries answer from ctld's memory"
+        )
 
     # ------------------------------------------------------------ writes
 
     def commit(self, *ops: Op) -> asyncio.Future[None]:
-        """Queue ops for the next group commit; the future resolves once they are durable."""
+        """Queue ops for the next group commit; the future resolves once they are durable.
+
+        While the store is down it fails at once with StoreUnavailable."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
+        if self.trouble and self._keep(ops):
+            fut.set_exception(StoreUnavailable(self._down_message()))
+            return fut
         self._queue.put(_Request(list(ops), loop, fut))
         return fut
 
+    def _keep(self, ops: Iterable[Op]) -> bool:
+        """Keep what a refused commit changed in ctld's memory, to write on return.
+
+        New jobs are not kept: a submit whose commit failed was never acknowledged and
+        never entered memory."""
+        with self._backlog_lock:
+            if not self.trouble:  # came back meanwhile: commit normally
+                return False
+            self._backlog.extend(op for op in ops if not op.inserts)
+            return True
+
     def _write_loop(self) -> None:
         while True:
-            first = self._queue.get()
+            try:
+                first = self._queue.get(timeout=self._probe_interval_s if self.trouble else None)
+            except queue.Empty:
+                self._probe()
+                continue
             if first is None:
                 return
             batch = [first]
@@ -293,28 +388,90 @@ class Store:
                     stop = True
                     break
                 batch.append(item)
-            self._commit_batch(batch)
+            if self.trouble:
+                self._probe()
+            if self.trouble:
+                self._refuse(batch)
+            else:
+                self._commit_batch(batch)
             if stop:
                 return
+
+    def _go_down(self, exc: BaseException) -> None:
+        first = not self.trouble
+        self.trouble = _describe(exc)
+        if first:
+            self.down_since = time.time()
+            self.outages += 1
+            log.error("store down: refusing changes", store=self.url, error=self.trouble)
+            self.engine.dispose()  # its pooled connections are dead or stuck
+
+    def _refuse(self, batch: list[_Request]) -> None:
+        error = StoreUnavailable(self._down_message())
+        with self._backlog_lock:
+            for req in batch:
+                self._backlog.extend(op for op in req.ops if not op.inserts)
+        for req in batch:
+            self._finish(req, error)
+        self.requests += len(batch)
+
+    def _probe(self) -> None:
+        """Down: try the database; once it answers, write the backlog and come back up."""
+        replayed = 0
+        while True:
+            with self._backlog_lock:
+                backlog = list(self._backlog)
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(sa.text("SELECT 1"))
+                    _apply(conn, backlog)
+            except Exception as exc:
+                if _is_trouble(exc):
+                    self.trouble = _describe(exc)
+                    return
+                # not the database's absence: the backlog itself cannot be written; ctld's
+                # memory still has those changes and writes each job whole on its next change
+                log.error("store backlog dropped", error=str(exc), ops=len(backlog))
+            replayed += len(backlog)
+            with self._backlog_lock:
+                del self._backlog[: len(backlog)]
+                if not self._backlog:  # else refused while we wrote: once more
+                    self.trouble = ""
+                    break
+        log.warning(
+            "store back: accepting changes",
+            store=self.url,
+            down_s=round(time.time() - self.down_since, 1),
+            replayed=replayed,
+        )
 
     def _commit_batch(self, batch: list[_Request]) -> None:
         try:
             with self.engine.begin() as conn:
                 _apply(conn, (op for req in batch for op in req.ops))
         except Exception as exc:  # isolate the request that failed; the rest still commit
+            if _is_trouble(exc):
+                self._go_down(exc)
+                self._refuse(batch)
+                return
             if len(batch) == 1:
                 self._finish(batch[0], StoreError(f"store commit failed: {exc}"))
+                self.requests += 1
                 return
-            for req in batch:
+            for i, req in enumerate(batch):
                 try:
                     with self.engine.begin() as conn:
                         _apply(conn, req.ops)
                 except Exception as exc:
+                    if _is_trouble(exc):
+                        self._go_down(exc)
+                        self._refuse(batch[i:])
+                        return
                     self._finish(req, StoreError(f"store commit failed: {exc}"))
                 else:
                     self.commits += 1
                     self._finish(req, None)
-            self.requests += len(batch)
+                self.requests += 1
             return
         self.commits += 1
         self.requests += len(batch)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import pathlib
 
 import pytest
 
@@ -46,10 +45,10 @@ def spec(**kw: object) -> pb.JobSpec:
 
 
 @pytest.fixture
-async def env(tmp_path: pathlib.Path):  # type: ignore[no-untyped-def]
+async def env(store_url: str):  # type: ignore[no-untyped-def]
     clock = ManualClock()
     disp = RecordingDispatcher()
-    url = f"sqlite:///{tmp_path}/ctld.db"
+    url = store_url
     cluster = make_cluster(CONFIG, url, clock=clock, dispatcher=disp)
     await register_all(cluster)
     yield cluster, clock, disp, url
