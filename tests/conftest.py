@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import subprocess
@@ -62,14 +63,26 @@ def pg_schema(admin: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def cluster(tmp_path: pathlib.Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path / "cluster", nodes=2, gpus_per_node=8, kill_wait_s=2.0)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
-        print_logs(c)
+def cluster(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[LocalCluster]:
+    """A 2-node cluster; on SQLite, or on the backend an indirect parametrization names
+    (``@pytest.mark.parametrize("cluster", ["sqlite", "postgresql"], indirect=True)``)."""
+    backend = getattr(request, "param", "sqlite")
+    with contextlib.ExitStack() as stack:
+        url = ""
+        if backend == "postgresql":
+            admin = pg_admin_url()
+            if admin is None:
+                pytest.skip(f"no PostgreSQL: set {PG_URL_ENV} (.ci/run does)")
+            url = stack.enter_context(contextlib.contextmanager(pg_schema)(admin))
+        c = LocalCluster(
+            tmp_path / "cluster", nodes=2, gpus_per_node=8, kill_wait_s=2.0, store_url=url
+        )
+        c.start()
+        try:
+            yield c
+        finally:
+            c.stop()
+            print_logs(c)
 
 
 def print_logs(c: LocalCluster) -> None:

@@ -35,6 +35,7 @@ from corral.errors import (
     InvalidTransition,
     JobStateConflict,
     PermissionDenied,
+    StoreUnavailable,
 )
 from corral.identity import Identity
 from corral.jobsyntax import parse_array
@@ -1460,6 +1461,8 @@ class Cluster:
             await self.store.commit(*ops)
 
     async def schedule_pass(self) -> None:
+        if not self.store.available:  # nothing starts that cannot be made durable first
+            return
         self.passes += 1
         began = time.perf_counter()
         snap = self.snapshot()
@@ -1547,12 +1550,25 @@ class Cluster:
             return
         self.version += 1
         self.starts_total += len(launches)
-        await self.store.commit(*ops)  # RUNNING is durable before any node hears of it
+        try:
+            await self.store.commit(*ops)  # RUNNING is durable before any node hears of it
+        except StoreUnavailable:
+            # the store went away under this pass; it writes these starts first when it
+            # is back, and only then may the nodes hear of them
+            self._spawn(self._launch_when_durable(launches))
+            raise
+        self._launch_all(launches)
+
+    def _launch_all(self, launches: list[pb.Job]) -> None:
         for job in launches:
             if job.spec.allocation_only:
                 continue  # salloc/srun hold it: nothing runs until they start steps
             self._launching.add(job.job_id)  # from now until the node has answered
             self._spawn(self._launch(job))
+
+    async def _launch_when_durable(self, launches: list[pb.Job]) -> None:
+        await self.store.wait_available()
+        self._launch_all([j for j in launches if j.state == js.RUNNING])
 
     async def _launch(self, job: pb.Job) -> None:
         node = self.nodes[job.batch_host]

@@ -31,6 +31,23 @@ ERROR_KEY = "x-corral-error"  # trailing metadata: the CorralError class name
 
 Handler = Callable[[Any, Identity], Awaitable[Message]]
 
+# Requests that change state: refused up front while the store is down, before anything
+# changes in memory. Reports of what already happened (a step or an allocation that
+# ended, node reports) still go through: memory follows the facts, and the store
+# catches up when it returns.
+_CHANGES = frozenset(
+    {
+        "SubmitJob",
+        "CancelJobs",
+        "UpdateJob",
+        "CreateReservation",
+        "UpdateReservation",
+        "DeleteReservation",
+        "UpdateNode",
+        "CreateStep",
+    }
+)
+
 _HIDDEN_SPEC = frozenset({"script", "environment"})
 # (with_events, with_spec) -> fields a GetJobs reply leaves out; constants, so the
 # converter's plans are cached
@@ -77,6 +94,8 @@ class ControllerApi:
     async def call(self, method: str, request: Message, metadata: Mapping[str, str]) -> Message:
         who = self.auth.identify(metadata)
         _, handler = self.methods[method]
+        if method in _CHANGES:
+            self.cluster.store.check_writable()
         return await handler(request, who)
 
     async def call_json(self, method: str, request: Message, metadata: Mapping[str, str]) -> bytes:
@@ -86,6 +105,8 @@ class ControllerApi:
             assert isinstance(request, pb.GetJobsRequest)
             return self.get_jobs_json(request, who)
         _, handler = self.methods[method]
+        if method in _CHANGES:
+            self.cluster.store.check_writable()
         return _dumps(message_to_json(await handler(request, who)))
 
     def get_jobs_json(self, req: pb.GetJobsRequest, who: Identity) -> bytes:

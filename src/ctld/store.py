@@ -25,7 +25,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -249,6 +249,18 @@ def _describe(exc: BaseException) -> str:
     return (text.splitlines() or [type(exc).__name__])[0][:300]
 
 
+@contextlib.contextmanager
+def _read_errors(engine: Engine) -> Iterator[Connection]:
+    """A read connection whose database errors leave as StoreError, with the cause."""
+    try:
+        with engine.connect() as conn:
+            yield conn
+    except sa.exc.SQLAlchemyError as exc:
+        if _is_trouble(exc):
+            raise StoreUnavailable(f"the store cannot answer: {_describe(exc)}") from exc
+        raise StoreError(f"store query failed: {_describe(exc)}") from exc
+
+
 def _redact(url: str) -> str:
     return sa.engine.make_url(url).render_as_string(hide_password=True)
 
@@ -331,6 +343,11 @@ class Store:
     @property
     def available(self) -> bool:
         return not self.trouble
+
+    async def wait_available(self) -> None:
+        """Return once the store is up (at once if it is)."""
+        while self.trouble:
+            await asyncio.sleep(self._probe_interval_s)
 
     def check_writable(self) -> None:
         """Raise StoreUnavailable while the store is down (before changing anything)."""
@@ -508,31 +525,34 @@ class Store:
 
     # ------------------------------------------------------------ reads (any thread)
 
+    def _reading(self) -> contextlib.AbstractContextManager[Connection]:
+        return _read_errors(self.engine)
+
     def next_job_id(self) -> int:
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             value = conn.execute(sa.select(sa.func.max(jobs.c.job_id))).scalar()
         return int(value or 0) + 1
 
     def load_jobs(self, *, active_states: Iterable[int], finished_after: float) -> list[pb.Job]:
         """Active jobs, and finished ones that ended after ``finished_after``, with stories."""
         cond = sa.or_(jobs.c.state.in_(list(active_states)), jobs.c.end_time > finished_after)
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             return self._jobs_with_events(conn, sa.select(jobs.c.data).where(cond))
 
     def load_reservations(self) -> list[pb.Reservation]:
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             rows = conn.execute(sa.select(reservations.c.data).order_by(reservations.c.name))
             return [pb.Reservation.FromString(data) for (data,) in rows]
 
     def load_drains(self) -> list[NodeDrain]:
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             rows = conn.execute(sa.select(node_drains).order_by(node_drains.c.name))
             return [NodeDrain(r.name, r.reason, r.reason_time, r.reason_uid) for r in rows]
 
     def finished_since(self, horizon: float) -> list[pb.Job]:
         """Jobs that ran and ended after ``horizon`` (what fair-share usage is made of)."""
         stmt = sa.select(jobs.c.data).where(jobs.c.end_time > horizon, jobs.c.start_time > 0)
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             return self._jobs_with_events(conn, stmt, with_events=False)
 
     def query_jobs(
@@ -568,7 +588,7 @@ class Store:
             stmt = stmt.where(jobs.c.submit_time <= end_before)
         if limit:
             stmt = stmt.limit(limit)
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             return self._jobs_with_events(conn, stmt, with_events=False)
 
     @staticmethod

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from corral.testing import LocalCluster
 from tests.conftest import Commands, pid_alive, wait_for
 
@@ -121,6 +123,7 @@ def test_scancel_unknown_job(cmd: Commands) -> None:
     assert "Kill job error on job id 424242: Invalid job id specified" in proc.stderr
 
 
+@pytest.mark.parametrize("cluster", ["sqlite", "postgresql"], indirect=True)
 def test_ctld_crash_loses_nothing_acknowledged(cluster: LocalCluster, cmd: Commands) -> None:
     held = cmd("sbatch", "--parsable", "-H", "--wrap", "true").stdout.strip()
     running = cmd(
