@@ -12,7 +12,7 @@ import pytest
 from corral.errors import CorralError
 from corral.testing import LocalCluster
 from tests.conftest import Commands, print_logs, wait_for
-from tests.pg import TempPostgres
+from corral.testing.postgres import TempPostgres
 
 
 @pytest.fixture

@@ -277,7 +277,7 @@ async def test_a_full_disk_refuses_changes_keeps_state_whole_and_recovers(
 async def test_a_postgres_that_stops_refuses_then_recovers(tmp_path: pathlib.Path) -> None:
     """A private PostgreSQL stopped under load: acknowledged writes are all there, refused
     ones are not, and the store comes back by itself when the server does."""
-    from tests.pg import TempPostgres
+    from corral.testing.postgres import TempPostgres
 
     pg = TempPostgres.start(tmp_path / "pg")
     if pg is None:
