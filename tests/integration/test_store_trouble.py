@@ -11,8 +11,8 @@ import pytest
 
 from corral.errors import CorralError
 from corral.testing import LocalCluster
-from tests.conftest import Commands, print_logs, wait_for
 from corral.testing.postgres import TempPostgres
+from tests.conftest import Commands, print_logs, wait_for
 
 
 @pytest.fixture
@@ -35,7 +35,12 @@ def test_postgres_outage_under_load(tmp_path: pathlib.Path, pg: TempPostgres) ->
         cmd = Commands(c, work)
         # a job that ends while the database is away: its end is written when it returns
         ender = cmd(
-            "sbatch", "--parsable", "-o", "e.out", "--wrap", "touch go; sleep 2; echo done"
+            "sbatch",
+            "--parsable",
+            "-o",
+            "e.out",
+            "--wrap",
+            "touch go; while [ ! -e end ]; do sleep 0.05; done; echo done",
         ).stdout.strip()
         wait_for(lambda: (work / "go").exists(), 30, "the job to start")
 
@@ -67,7 +72,13 @@ def test_postgres_outage_under_load(tmp_path: pathlib.Path, pg: TempPostgres) ->
             # queries answer from memory
             assert ender in cmd("squeue", "-h", "-o", "%i").stdout.split()
             assert cmd("scontrol", "show", "job", ender).returncode == 0
-            wait_for(lambda: (work / "e.out").exists(), 30, "the job to end during the outage")
+            (work / "end").touch()
+            wait_for(
+                lambda: (work / "e.out").read_text() == "done\n", 30, "the job to end meanwhile"
+            )
+            wait_for(
+                lambda: cmd.job(ender)["state"] == "JOB_STATE_COMPLETED", 30, "ctld to hear of it"
+            )
             pg.start_again()
             during = len(acked)
             wait_for(lambda: len(acked) >= during + 30, 60, "submissions after the store returns")
