@@ -261,10 +261,6 @@ def _read_errors(engine: Engine) -> Iterator[Connection]:
         raise StoreError(f"store query failed: {_describe(exc)}") from exc
 
 
-def _redact(url: str) -> str:
-    return sa.engine.make_url(url).render_as_string(hide_password=True)
-
-
 class Store:
     """The engine, the schema and the group-commit writer."""
 
@@ -275,7 +271,15 @@ class Store:
         sqlite_synchronous: str = "FULL",
         probe_interval_s: float = PROBE_INTERVAL_S,
     ) -> None:
-        self.url = _redact(normalize_url(url))
+        try:
+            parsed = sa.engine.make_url(normalize_url(url))
+        except sa.exc.ArgumentError:
+            raise StoreError(f"store_url {url!r}: not a database URL") from None
+        self.url = parsed.render_as_string(hide_password=True)
+        if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+            raise StoreError(
+                f"store_url {self.url}: only sqlite:///PATH and postgresql://... are supported"
+            )
         self.engine: Engine = self._make_engine(normalize_url(url), sqlite_synchronous)
         self.backend = self.engine.dialect.name  # "sqlite" or "postgresql"
         self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()

@@ -107,6 +107,10 @@ def test_postgres_urls_mean_psycopg3() -> None:
     assert normalize_url("postgres://u@h/db") == "postgresql+psycopg://u@h/db"
     assert normalize_url("sqlite:////x.db") == "sqlite:////x.db"
     assert Store("postgresql://u:secret@h/db").url == "postgresql+psycopg://u:***@h/db"
+    with pytest.raises(StoreError, match="only sqlite:///PATH and postgresql://"):
+        Store("mysql://u:secret@h/db")
+    with pytest.raises(StoreError, match="not a database URL"):
+        Store("corral.db")
 
 
 # ------------------------------------------------------------ schema revisions
