@@ -14,7 +14,7 @@ import time
 
 from client.common import client, job_ref, job_state, num, real, run, text
 from client.fmt import (
-    ACCT_FIELDS,
+    SLURM_ACCT_FIELDS,
     acct_lines,
     convert_mb,
     group_name,
@@ -152,6 +152,7 @@ def job_values(job: Json, now: float) -> dict[str, str]:
         "Priority": str(num(job, "priority")),
         "QOS": text(spec, "qos"),
         "Reason": text(job, "reason") or "None",
+        "Restarts": str(num(job, "restartCount")),
         "ReqCPUS": str(cpus),
         "ReqMem": convert_mb(num(spec, "memPerNodeMb") or num(spec, "memPerCpuMb")),
         "ReqNodes": str(num(job, "numNodes")),
@@ -414,7 +415,7 @@ OPTIONS = (
     Option("u", "user", "user", help="only these users (names or uids)"),
     Option("v", "verbose", "verbose", COUNT, help="(accepted for compatibility)"),
     Option("X", "allocations", "allocations", FLAG, help="no step lines"),
-    Option("D", "duplicates", "duplicates", FLAG, help="(no effect: no requeued copies)"),
+    Option("D", "duplicates", "duplicates", FLAG, help="each earlier run of requeued jobs too"),
     Option("", "usage", "usage", FLAG, help="this help"),
     Option("V", "version", "version", FLAG, help="print the version"),
 )
@@ -422,7 +423,7 @@ OPTIONS = (
 
 def help_fields() -> str:
     """``-e``: every field name, four to a line, as Slurm lists them."""
-    names = [f"{name:<19}" for name, _, _ in ACCT_FIELDS]
+    names = [f"{name:<19}" for name, _, _ in SLURM_ACCT_FIELDS]
     rows = [" ".join(names[i : i + 4]) for i in range(0, len(names), 4)]
     return "\n".join(rows) + "\n"
 
@@ -456,6 +457,8 @@ def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> Json:
         if states is not None:
             flt["states"] = wire_states(states) or ["JOB_STATE_UNSPECIFIED"]
     request: Json = {"filter": flt}
+    if opts.get("duplicates"):
+        request["duplicates"] = True
     start, end = window(opts, now)
     if start:
         request["startAfter"] = start

@@ -122,9 +122,19 @@ class Endings:
                 step.state = js.CANCELLED if final != js.TIMEOUT else js.TIMEOUT
                 step.end_time = self.state.clock()
 
+    def record_run(self, job: pb.Job, state: int) -> None:
+        """Keep the run now ending as it stands (sacct -D shows it), for the next save."""
+        run = pb.Job()
+        run.CopyFrom(job)
+        del run.events[:]
+        run.state = state  # type: ignore[assignment]
+        run.end_time = run.end_time or self.state.clock()
+        self.state.ended_runs.setdefault(job.job_id, []).append(run)
+
     def requeue(self, job: pb.Job, *, cause: str, detail: str) -> None:
         """Put a RUNNING job back in the queue; it keeps its age and counts a restart."""
         js.check(job, "requeued", cause)  # before anything changes: never half a requeue
+        self.record_run(job, pb.JOB_STATE_REQUEUED)
         self.state.release(job)
         del job.allocations[:]
         job.nodelist = job.batch_host = ""

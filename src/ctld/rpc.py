@@ -170,8 +170,15 @@ class ControllerApi:
             end_before=req.end_before,
             limit=req.limit,
         )
+        runs: dict[int, list[pb.Job]] = {}
+        if req.duplicates and jobs:
+            for run in await asyncio.to_thread(
+                self.cluster.store.earlier_runs, [j.job_id for j in jobs]
+            ):
+                runs.setdefault(run.job_id, []).append(run)
         resp = pb.QueryAccountingResponse(now=self.cluster.clock())
         for job in jobs:
+            resp.jobs.extend(runs.get(job.job_id, ()))
             job.spec.ClearField("script")
             job.spec.ClearField("environment")
             resp.jobs.append(job)

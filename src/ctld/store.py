@@ -128,6 +128,7 @@ class Op:
     reservations_delete: list[str] = field(default_factory=list)
     drains_put: list[NodeDrain] = field(default_factory=list)
     drains_delete: list[str] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)  # job_runs rows
 
 
 @dataclass(frozen=True)
@@ -174,11 +175,32 @@ def insert_job(job: pb.Job) -> Op:
     return Op(inserts=[_job_row(job)], events=[_event_row(job.job_id, ev) for ev in job.events])
 
 
-def update_job(job: pb.Job, new_events: Iterable[pb.JobEvent]) -> Op:
-    """Op: the job's current row plus the events added since it was last written."""
+def update_job(job: pb.Job, new_events: Iterable[pb.JobEvent], runs: Iterable[pb.Job] = ()) -> Op:
+    """Op: the job's current row plus the events added since it was last written, and
+    the runs that ended since (a requeued job's earlier runs, as each stood at its end)."""
     row = _job_row(job)
     row["b_job_id"] = row.pop("job_id")
-    return Op(updates=[row], events=[_event_row(job.job_id, ev) for ev in new_events])
+    return Op(
+        updates=[row],
+        events=[_event_row(job.job_id, ev) for ev in new_events],
+        runs=[_run_row(r) for r in runs],
+    )
+
+
+def _run_row(run: pb.Job) -> dict[str, Any]:
+    bare = pb.Job()
+    bare.CopyFrom(run)
+    del bare.events[:]
+    bare.spec.ClearField("script")  # the job row keeps them; a run needs what sacct shows
+    bare.spec.ClearField("environment")
+    return {
+        "job_id": run.job_id,
+        "run": run.restart_count,
+        "state": int(run.state),
+        "start_time": run.start_time,
+        "end_time": run.end_time,
+        "data": bare.SerializeToString(),
+    }
 
 
 _UPDATE_JOB = jobs.update().where(jobs.c.job_id == sa.bindparam("b_job_id"))
@@ -190,16 +212,20 @@ def _apply(conn: Connection, ops: Iterable[Op]) -> None:
     inserts: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
     for op in ops:
         inserts.extend(op.inserts)
         updates.extend(op.updates)
         events.extend(op.events)
+        runs.extend(op.runs)
     if inserts:
         conn.execute(jobs.insert(), inserts)
     if updates:
         conn.execute(_UPDATE_JOB, updates)
     if events:
         conn.execute(job_events.insert(), events)
+    if runs:
+        conn.execute(job_runs.insert(), runs)
     for op in ops:  # rare: one statement each is fine
         for name in [*op.reservations_delete, *(r.name for r in op.reservations_put)]:
             conn.execute(reservations.delete().where(reservations.c.name == name))
@@ -594,6 +620,20 @@ class Store:
             stmt = stmt.limit(limit)
         with self._reading() as conn:
             return self._jobs_with_events(conn, stmt, with_events=False)
+
+    def earlier_runs(self, job_ids: Iterable[int]) -> list[pb.Job]:
+        """The earlier runs of these jobs (sacct -D), by job id and run."""
+        ids = list(job_ids)
+        out: list[pb.Job] = []
+        with self._reading() as conn:
+            for start in range(0, len(ids), 500):
+                stmt = (
+                    sa.select(job_runs.c.data)
+                    .where(job_runs.c.job_id.in_(ids[start : start + 500]))
+                    .order_by(job_runs.c.job_id, job_runs.c.run)
+                )
+                out.extend(pb.Job.FromString(data) for (data,) in conn.execute(stmt))
+        return out
 
     @staticmethod
     def _jobs_with_events(

@@ -1546,11 +1546,16 @@ class QueryAccountingRequest(_message.Message):
     START_AFTER_FIELD_NUMBER: _builtins.int
     END_BEFORE_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    DUPLICATES_FIELD_NUMBER: _builtins.int
     start_after: _builtins.float
     """-S: jobs that were eligible/running after this"""
     end_before: _builtins.float
     """-E"""
     limit: _builtins.int
+    duplicates: _builtins.bool
+    """-D: each earlier run of a requeued job too, before its current record (state
+    REQUEUED, restart_count = the run's number)
+    """
     @_builtins.property
     def filter(self) -> Global___JobFilter: ...
     def __init__(
@@ -1560,10 +1565,11 @@ class QueryAccountingRequest(_message.Message):
         start_after: _builtins.float = ...,
         end_before: _builtins.float = ...,
         limit: _builtins.int = ...,
+        duplicates: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_before", b"end_before", "filter", b"filter", "limit", b"limit", "start_after", b"start_after"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicates", b"duplicates", "end_before", b"end_before", "filter", b"filter", "limit", b"limit", "start_after", b"start_after"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
