@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ from sqlalchemy.engine import Connection, Engine
 from corral.errors import StoreError, StoreUnavailable
 from corral.wire import corral_pb2 as pb
 from ctld import migrate
+from ctld.jsonmap import message_to_json
 
 log = structlog.get_logger("ctld")
 
@@ -273,6 +275,37 @@ def _is_trouble(exc: BaseException) -> bool:
 def _describe(exc: BaseException) -> str:
     text = str(getattr(exc, "orig", None) or exc).strip()
     return (text.splitlines() or [type(exc).__name__])[0][:300]
+
+
+def _archive(
+    directory: str,
+    found: list[pb.Job],
+    runs: list[pb.Job],
+    to_json: Callable[[pb.Job], Any],
+) -> None:
+    by_job: dict[int, list[pb.Job]] = {}
+    for run in runs:
+        by_job.setdefault(run.job_id, []).append(run)
+    lines: dict[str, list[str]] = {}
+    for job in found:
+        month = time.strftime("%Y-%m", time.gmtime(job.end_time))
+        record = {
+            "job": to_json(job),
+            "earlierRuns": [to_json(r) for r in by_job.get(job.job_id, [])],
+        }
+        lines.setdefault(month, []).append(json.dumps(record, separators=(",", ":")))
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    for month, text in lines.items():
+        fd = os.open(
+            os.path.join(directory, f"jobs-{month}.jsonl"),
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+            0o600,
+        )
+        try:
+            os.write(fd, ("\n".join(text) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @contextlib.contextmanager
@@ -620,6 +653,47 @@ class Store:
             stmt = stmt.limit(limit)
         with self._reading() as conn:
             return self._jobs_with_events(conn, stmt, with_events=False)
+
+    def purge_jobs(
+        self,
+        *,
+        ended_before: float,
+        finished_states: Iterable[int],
+        archive_dir: str = "",
+        chunk: int = 2000,
+    ) -> int:
+        """Delete finished jobs that ended before ``ended_before`` (with their events and
+        earlier runs); with ``archive_dir``, first append each, whole, as a JSON line to
+        ``archive_dir/jobs-YYYY-MM.jsonl`` (the month it ended), made durable before the
+        delete commits: a crash between the two archives a job twice, never loses it."""
+        states = list(finished_states)
+        total = 0
+        while True:
+            cond = sa.and_(
+                jobs.c.state.in_(states), jobs.c.end_time > 0, jobs.c.end_time < ended_before
+            )
+            with self._reading() as conn:
+                ids = [
+                    r[0]
+                    for r in conn.execute(
+                        sa.select(jobs.c.job_id).where(cond).order_by(jobs.c.job_id).limit(chunk)
+                    )
+                ]
+                if not ids:
+                    return total
+                if archive_dir:
+                    found = self._jobs_with_events(
+                        conn, sa.select(jobs.c.data).where(jobs.c.job_id.in_(ids))
+                    )
+                    _archive(archive_dir, found, self.earlier_runs(ids), message_to_json)
+            try:
+                with self.engine.begin() as conn:
+                    for table in (job_events, job_runs):
+                        conn.execute(table.delete().where(table.c.job_id.in_(ids)))
+                    conn.execute(jobs.delete().where(jobs.c.job_id.in_(ids)))
+            except sa.exc.SQLAlchemyError as exc:
+                raise StoreError(f"purge failed: {_describe(exc)}") from exc
+            total += len(ids)
 
     def earlier_runs(self, job_ids: Iterable[int]) -> list[pb.Job]:
         """The earlier runs of these jobs (sacct -D), by job id and run."""

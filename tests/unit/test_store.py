@@ -329,3 +329,50 @@ async def test_a_postgres_that_stops_refuses_then_recovers(tmp_path: pathlib.Pat
     finally:
         store.close()
         pg.remove()
+
+
+async def test_old_finished_jobs_are_archived_then_purged(
+    store_url: str, tmp_path: pathlib.Path
+) -> None:
+    import json
+
+    store = Store(store_url)
+    store.open()
+    day = 86400.0
+    try:
+        ops = []
+        for job_id, state, end in (
+            (1, pb.JOB_STATE_COMPLETED, 10 * day),  # old: goes
+            (2, pb.JOB_STATE_FAILED, 11 * day),  # old: goes
+            (3, pb.JOB_STATE_COMPLETED, 40 * day),  # recent: stays
+            (4, pb.JOB_STATE_PENDING, 0.0),  # not finished: stays
+        ):
+            j = job(job_id, account="physics")
+            j.state, j.end_time = state, end  # type: ignore[assignment]
+            ops.append(insert_job(j))
+        await store.commit(*ops)
+        run = job(2)
+        run.state, run.end_time = pb.JOB_STATE_REQUEUED, 5 * day  # type: ignore[assignment]
+        last = job(2, end_time=11 * day)
+        last.state = pb.JOB_STATE_FAILED
+        await store.commit(update_job(last, [], [run]))
+        finished = [pb.JOB_STATE_COMPLETED, pb.JOB_STATE_FAILED]
+        archive = tmp_path / "archive"
+        purged = store.purge_jobs(
+            ended_before=30 * day, finished_states=finished, archive_dir=str(archive), chunk=1
+        )
+        assert purged == 2
+        left = store.query_jobs(
+            job_ids=[], users=[], states=[], start_after=0, end_before=0, limit=0
+        )
+        assert sorted(j.job_id for j in left) == [3, 4]
+        assert store.earlier_runs([2]) == []
+        (month,) = archive.iterdir()
+        assert month.name == "jobs-1970-01.jsonl" and month.stat().st_mode & 0o777 == 0o600
+        records = [json.loads(line) for line in month.read_text().splitlines()]
+        assert [r["job"]["jobId"] for r in records] == ["1", "2"]
+        assert records[0]["job"]["events"][0]["event"] == "submitted"
+        assert [r["state"] for r in records[1]["earlierRuns"]] == ["JOB_STATE_REQUEUED"]
+        assert store.purge_jobs(ended_before=30 * day, finished_states=finished) == 0
+    finally:
+        store.close()
