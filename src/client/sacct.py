@@ -456,6 +456,10 @@ def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> Json:
         states = parse_states(opts["state"])
         if states is not None:
             flt["states"] = wire_states(states) or ["JOB_STATE_UNSPECIFIED"]
+    # the store filters these too (indexed), so sacct -A over a big history stays small
+    for key, wire in (("accounts", "accounts"), ("partition", "partitions"), ("name", "names")):
+        if opts.get(key):
+            flt[wire] = split_list(opts[key])
     request: Json = {"filter": flt}
     if opts.get("duplicates"):
         request["duplicates"] = True

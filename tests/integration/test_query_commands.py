@@ -6,6 +6,7 @@ wait polls with a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from corral.testing import LocalCluster
+from tests.conftest import pg_admin_url, pg_schema
 
 BIN = pathlib.Path(sys.executable).parent
 HEADER = "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n"
@@ -23,10 +25,21 @@ HEADER = "             JOBID PARTITION     NAME     USER ST       TIME  NODES NO
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path_factory.mktemp("query") / "c", nodes=2, kill_wait_s=2.0) as c:
-        yield c
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    """One cluster per store backend: every query below runs on both."""
+    with contextlib.ExitStack() as stack:
+        url = ""
+        if request.param == "postgresql":
+            admin = pg_admin_url()
+            if admin is None:
+                pytest.skip("no PostgreSQL: set CORRAL_TEST_PG_URL (.ci/run does)")
+            url = stack.enter_context(contextlib.contextmanager(pg_schema)(admin))
+        where = tmp_path_factory.mktemp("query") / "c"
+        with LocalCluster(where, nodes=2, kill_wait_s=2.0, store_url=url) as c:
+            yield c
 
 
 def run(cluster: LocalCluster, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -168,5 +181,16 @@ def test_sacct_after_jobs_end(cluster: LocalCluster) -> None:
     assert f"{ok:<12}       fine      debug" in default
     today = out(cluster, "sacct", "-X", "-n", "-P", "-o", "JobID")  # root: every user's
     assert {ok, bad} <= set(today.split())
+    window = ["-X", "-n", "-S", "now-1days", "-E", "now", "-j", f"{ok},{bad}"]
+    assert out(cluster, "sacct", *window, "-s", "CD", "-p", "-o", "JobID,State") == (
+        f"{ok}|COMPLETED|\n"
+    )
+    assert out(cluster, "sacct", *window, "-P", "--delimiter=,", "-o", "JobID,JobName") == (
+        f"{ok},fine\n{bad},broken\n"
+    )
+    assert out(cluster, "sacct", *window, "-o", "JobID%8,JobName%-8,ExitCode%5") == (
+        f"{ok:>8} fine       0:0 \n{bad:>8} broken     3:0 \n"
+    )
+    assert out(cluster, "sacct", *window, "-A", "nosuchaccount") == ""
     proc = run(cluster, "sacct", "-o", "JobID,NoSuchField")
     assert proc.returncode == 1 and 'Invalid field requested: "NoSuchField"' in proc.stderr

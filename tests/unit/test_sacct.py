@@ -261,3 +261,12 @@ def test_duplicates_flag_asks_for_earlier_runs() -> None:
     opts = {"duplicates": True, "jobs": "7"}
     assert build_request(opts, "alice", 1000, NOW)["duplicates"] is True
     assert "duplicates" not in build_request({"jobs": "7"}, "alice", 1000, NOW)
+
+
+def test_accounts_partitions_and_names_are_filtered_by_the_store() -> None:
+    opts = {"accounts": "physics,bio", "partition": "gpu", "name": "train", "allusers": True}
+    assert build_request(opts, "alice", 1000, NOW)["filter"] == {
+        "accounts": ["physics", "bio"],
+        "partitions": ["gpu"],
+        "names": ["train"],
+    }
