@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 PROG = "sacct"
 DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
+PAGE = 5000  # jobs per QueryAccounting call (CORRAL_SACCT_PAGE overrides)
 BRIEF_FIELDS = "jobid,state,exitcode"
 LONG_FIELDS = (
     "jobid,jobidraw,jobname,partition,maxvmsize,maxvmsizenode,maxvmsizetask,avevmsize,"
@@ -507,19 +508,30 @@ def main_body(argv: Sequence[str]) -> int:
     parse_acct_fields(fields)  # a bad field fails before the controller is asked
     api = client()
     request = build_request(opts, api.identity.user, api.identity.uid, time.time())
-    reply = keep_matching(api.call("QueryAccounting", request), opts)
     parsable = "P" if opts.get("parsable2") else "p" if opts.get("parsable") else ""
-    sys.stdout.write(
-        format_accounting(
-            reply,
-            fields,
-            steps=not opts.get("allocations"),
-            header=not opts.get("noheader"),
-            parsable=parsable,
-            delimiter=opts.get("delimiter") or "|",
+    # page by page, each printed as it comes: the columns have fixed widths, so the
+    # first lines of a long history show at once and memory stays one page
+    page_size = int(os.environ.get("CORRAL_SACCT_PAGE") or PAGE)
+    request["limit"] = page_size
+    header = not opts.get("noheader")
+    while True:
+        reply = api.call("QueryAccounting", request)
+        page = reply.get("jobs", [])
+        sys.stdout.write(
+            format_accounting(
+                keep_matching(reply, opts),
+                fields,
+                steps=not opts.get("allocations"),
+                header=header,
+                parsable=parsable,
+                delimiter=opts.get("delimiter") or "|",
+            )
         )
-    )
-    return 0
+        header = False
+        if len({num(j, "jobId") for j in page}) < page_size:
+            return 0
+        sys.stdout.flush()
+        request["afterJobId"] = str(num(page[-1], "jobId"))
 
 
 def main() -> None:

@@ -169,6 +169,7 @@ class ControllerApi:
             start_after=req.start_after,
             end_before=req.end_before,
             limit=req.limit,
+            after_job_id=req.after_job_id,
         )
         runs: dict[int, list[pb.Job]] = {}
         if req.duplicates and jobs:

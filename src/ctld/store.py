@@ -630,8 +630,11 @@ class Store:
         start_after: float,
         end_before: float,
         limit: int,
+        after_job_id: int = 0,
     ) -> list[pb.Job]:
         stmt = sa.select(jobs.c.data).order_by(jobs.c.job_id)
+        if after_job_id:
+            stmt = stmt.where(jobs.c.job_id > after_job_id)
         if job_ids:
             stmt = stmt.where(jobs.c.job_id.in_(job_ids))
         if users:

@@ -42,10 +42,12 @@ def cluster(
             yield c
 
 
-def run(cluster: LocalCluster, *argv: str) -> subprocess.CompletedProcess[str]:
+def run(
+    cluster: LocalCluster, *argv: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(BIN / argv[0]), *argv[1:]],
-        env=cluster.env(),
+        env={**cluster.env(), **(env or {})},
         cwd=cluster.state_dir,
         capture_output=True,
         text=True,
@@ -192,5 +194,11 @@ def test_sacct_after_jobs_end(cluster: LocalCluster) -> None:
         f"{ok:>8} fine       0:0 \n{bad:>8} broken     3:0 \n"
     )
     assert out(cluster, "sacct", *window, "-A", "nosuchaccount") == ""
+    # page by page (one job a page here) prints what one answer would
+    paged = run(
+        cluster, "sacct", "-j", f"{ok},{bad}", "-o", "JobID,State", env={"CORRAL_SACCT_PAGE": "1"}
+    )
+    whole = out(cluster, "sacct", "-j", f"{ok},{bad}", "-o", "JobID,State")
+    assert paged.returncode == 0 and paged.stdout == whole
     proc = run(cluster, "sacct", "-o", "JobID,NoSuchField")
     assert proc.returncode == 1 and 'Invalid field requested: "NoSuchField"' in proc.stderr
