@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pathlib
 import threading
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +14,11 @@ from corral.errors import CorralError
 from corral.testing import LocalCluster
 from corral.testing.postgres import TempPostgres
 from tests.conftest import Commands, print_logs, wait_for
+
+
+def metrics(c: LocalCluster) -> str:
+    with urllib.request.urlopen(f"http://{c.http_address}/metrics", timeout=10) as resp:
+        return str(resp.read().decode())
 
 
 @pytest.fixture
@@ -69,6 +75,7 @@ def test_postgres_outage_under_load(tmp_path: pathlib.Path, pg: TempPostgres) ->
             assert "the store is unavailable" in out.stderr, out.stderr
             assert "changes are refused until it is back" in out.stderr
             assert cmd("scancel", ender, check=False).returncode == 1
+            assert "corral_store_up 0.0" in metrics(c)
             # queries answer from memory
             assert ender in cmd("squeue", "-h", "-o", "%i").stdout.split()
             assert cmd("scontrol", "show", "job", ender).returncode == 0
@@ -87,6 +94,8 @@ def test_postgres_outage_under_load(tmp_path: pathlib.Path, pg: TempPostgres) ->
             for t in threads:
                 t.join(30)
         assert all("the store is unavailable" in m for m in refused), set(refused)
+        text = metrics(c)
+        assert "corral_store_up 1.0" in text and "corral_store_outages 1.0" in text
         # every acknowledged job is in the store exactly once, nothing else was written
         ids = [
             line.split("|")[0]
