@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 PROG = "sacct"
 DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
 PAGE = 5000  # jobs per QueryAccounting call (CORRAL_SACCT_PAGE overrides)
+FIRST_PAGE = 200
 BRIEF_FIELDS = "jobid,state,exitcode"
 LONG_FIELDS = (
     "jobid,jobidraw,jobname,partition,maxvmsize,maxvmsizenode,maxvmsizetask,avevmsize,"
@@ -511,10 +512,11 @@ def main_body(argv: Sequence[str]) -> int:
     parsable = "P" if opts.get("parsable2") else "p" if opts.get("parsable") else ""
     # page by page, each printed as it comes: the columns have fixed widths, so the
     # first lines of a long history show at once and memory stays one page
-    page_size = int(os.environ.get("CORRAL_SACCT_PAGE") or PAGE)
-    request["limit"] = page_size
+    fixed = int(os.environ.get("CORRAL_SACCT_PAGE") or 0)
+    page_size = fixed or FIRST_PAGE  # a small first page: the first lines come quickly
     header = not opts.get("noheader")
     while True:
+        request["limit"] = page_size
         reply = api.call("QueryAccounting", request)
         page = reply.get("jobs", [])
         sys.stdout.write(
@@ -532,6 +534,7 @@ def main_body(argv: Sequence[str]) -> int:
             return 0
         sys.stdout.flush()
         request["afterJobId"] = str(num(page[-1], "jobId"))
+        page_size = fixed or PAGE
 
 
 def main() -> None:
