@@ -13,13 +13,15 @@ import socket
 import time
 
 from client.options import COUNT, FLAG, OPTIONAL, Option, OptionParser
-from corral.errors import InvalidOption
+from corral.errors import InvalidOption, InvalidRequest
 from corral.jobsyntax import parse_array, parse_dependency
-from corral.slurmfmt import parse_duration, parse_size_mb, parse_timestamp
+from corral.slurmfmt import UNLIMITED, parse_duration, parse_size_mb, parse_timestamp
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
     from typing import Any
+
+    from corral.wire import json_types as t
 
 #: Input environment variables sbatch reads, as Slurm documents them.
 SBATCH_ENV = {
@@ -162,13 +164,15 @@ _GPU_COUNT = re.compile(r"(?:([A-Za-z0-9_.\-]+):)?(\d+)")
 
 
 def parse_gres(value: str) -> tuple[str, int]:
-    """``gpu``, ``gpu:4``, ``gpu:h100:4`` -> (type, count). Only gpu GRES exist here."""
+    """``gpu``, ``gpu:4``, ``gpu:h100:4`` -> (type, count). Only gpu GRES exist here.
+    An unknown GRES is a refused request (exit 1, Slurm's controller says it), not a
+    malformed option (255)."""
     items = [v for v in value.split(",") if v]
     gpu: tuple[str, int] | None = None
     for item in items:
         parts = item.split(":")
         if parts[0] != "gpu" or len(parts) > 3:
-            raise InvalidOption(f"Invalid generic resource (gres) specification: {item}")
+            raise InvalidRequest(f"Invalid generic resource (gres) specification: {item}")
         if len(parts) == 1:
             gpu = ("", 1)
         elif len(parts) == 2:
@@ -176,13 +180,13 @@ def parse_gres(value: str) -> tuple[str, int]:
         else:
             gpu = (parts[1], _int(parts[2], item))
     if gpu is None:
-        raise InvalidOption(f"Invalid generic resource (gres) specification: {value}")
+        raise InvalidRequest(f"Invalid generic resource (gres) specification: {value}")
     return gpu
 
 
 def _int(text: str, whole: str) -> int:
     if not text.isdigit():
-        raise InvalidOption(f"Invalid generic resource (gres) specification: {whole}")
+        raise InvalidRequest(f"Invalid generic resource (gres) specification: {whole}")
     return int(text)
 
 
@@ -236,47 +240,59 @@ def to_spec(
     cwd: str,
     submit_line: str,
     default_name: str,
-) -> dict[str, Any]:
-    """The proto3-JSON JobSpec for these options (validated here for early, clear errors)."""
-    spec: dict[str, Any] = {"script": script}
+) -> t.JobSpec:
+    """The proto3-JSON JobSpec for these options (validated here for early, clear errors);
+    its keys are checked against the proto by mypy (corral/wire/json_types.py)."""
+    spec: t.JobSpec = {"script": script}
     work_dir = g.get("chdir") or cwd
     if not os.path.isabs(work_dir):
         work_dir = os.path.normpath(os.path.join(cwd, work_dir))
     spec["workDir"] = work_dir
+    spec["submitDir"] = cwd
     spec["name"] = g.get("job_name") or default_name
     spec["argv"] = argv
     spec["export"] = g.get("export", "ALL")
     spec["environment"] = export_environment(spec["export"], environ)
-    for key, field in (
-        ("output", "stdoutPattern"),
-        ("error", "stderrPattern"),
-        ("input", "stdinPath"),
-        ("account", "account"),
-        ("comment", "comment"),
-        ("nodelist", "nodelist"),
-        ("exclude", "exclude"),
-        ("signal", "signal"),
-        ("open_mode", "openMode"),
-        ("qos", "qos"),
-        ("reservation", "reservation"),
-        ("constraint", "constraint"),
-        ("wckey", "wckey"),
-        ("mail_type", "mailType"),
-        ("mail_user", "mailUser"),
-    ):
-        if key in g:
-            spec[field] = g[key]
+    if "output" in g:
+        spec["stdoutPattern"] = g["output"]
+    if "error" in g:
+        spec["stderrPattern"] = g["error"]
+    if "input" in g:
+        spec["stdinPath"] = g["input"]
+    if "account" in g:
+        spec["account"] = g["account"]
+    if "comment" in g:
+        spec["comment"] = g["comment"]
+    if "nodelist" in g:
+        spec["nodelist"] = g["nodelist"]
+    if "exclude" in g:
+        spec["exclude"] = g["exclude"]
+    if "signal" in g:
+        spec["signal"] = g["signal"]
+    if "open_mode" in g:
+        spec["openMode"] = g["open_mode"]
+    if "qos" in g:
+        spec["qos"] = g["qos"]
+    if "reservation" in g:
+        spec["reservation"] = g["reservation"]
+    if "constraint" in g:
+        spec["constraint"] = g["constraint"]
+    if "wckey" in g:
+        spec["wckey"] = g["wckey"]
+    if "mail_type" in g:
+        spec["mailType"] = g["mail_type"]
+    if "mail_user" in g:
+        spec["mailUser"] = g["mail_user"]
     if "partition" in g:
         spec["partitions"] = [p for p in g["partition"].split(",") if p]
     if "nodes" in g:
         spec["nodesMin"], spec["nodesMax"] = parse_nodes(g["nodes"])
-    for key, field in (
-        ("ntasks", "ntasks"),
-        ("ntasks_per_node", "ntasksPerNode"),
-        ("cpus_per_task", "cpusPerTask"),
-    ):
-        if key in g:
-            spec[field] = g[key]
+    if "ntasks" in g:
+        spec["ntasks"] = g["ntasks"]
+    if "ntasks_per_node" in g:
+        spec["ntasksPerNode"] = g["ntasks_per_node"]
+    if "cpus_per_task" in g:
+        spec["cpusPerTask"] = g["cpus_per_task"]
     if "mem" in g:
         spec["memPerNodeMb"] = parse_size_mb(g["mem"], what="--mem")
     if "mem_per_cpu" in g:
@@ -290,9 +306,8 @@ def to_spec(
     if "gpus_per_task" in g:
         spec["gpuType"], spec["gpusPerTask"] = parse_gpus(g["gpus_per_task"], "--gpus-per-task")
     if "time" in g:
-        spec["timeLimitS"] = parse_duration(g["time"])
-        if spec["timeLimitS"] == 0:
-            raise InvalidOption(f"Invalid time limit specification: {g['time']!r}")
+        # Slurm: "A time limit of zero requests that no time limit be imposed"
+        spec["timeLimitS"] = parse_duration(g["time"]) or UNLIMITED
     if g.get("hold"):
         spec["hold"] = True
     if "dependency" in g:

@@ -18,6 +18,7 @@ from client.fmt import (
     acct_lines,
     convert_mb,
     group_name,
+    limit_minutes,
     parse_acct_fields,
     parse_job_ids,
     parse_states,
@@ -27,7 +28,7 @@ from client.fmt import (
 )
 from client.options import COUNT, FLAG, Option, OptionParser
 from corral import __version__
-from corral.errors import InvalidOption
+from corral.errors import CorralError, InvalidOption
 from corral.slurmfmt import format_elapsed, format_timestamp, parse_timestamp
 
 TYPE_CHECKING = False
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from client.common import Json
+    from corral.wire import json_types as t
 
 PROG = "sacct"
 DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
@@ -116,7 +118,7 @@ def timelimit(job: Json, raw: bool = False) -> str:
         return "UNLIMITED"
     if not limit:
         return "Partition_Limit"
-    return str(limit // 60) if raw else format_elapsed(limit)
+    return str(limit_minutes(limit) // 60) if raw else format_elapsed(limit_minutes(limit))
 
 
 def job_values(job: Json, now: float) -> dict[str, str]:
@@ -141,7 +143,9 @@ def job_values(job: Json, now: float) -> dict[str, str]:
         "Eligible": format_timestamp(real(job, "eligibleTime")),
         "End": "Unknown" if state in ON_NODE else format_timestamp(real(job, "endTime")),
         # Slurm records a cancelled job's end when the cancel is asked: its code is 0:0
-        "ExitCode": "0:0" if state == "CANCELLED" else exit_code(job),
+        # Slurm's job line: 0:0 for a job ended by scancel or its time limit (the
+        # signal shows on its batch step, CANCELLED 0:15)
+        "ExitCode": "0:0" if state in ("CANCELLED", "TIMEOUT") else exit_code(job),
         "GID": str(num(job, "gid")),
         "Group": group_name(num(job, "gid")),
         "JobID": job_ref(job),
@@ -239,7 +243,7 @@ def step_values(job: Json, now: float) -> dict[str, str]:
     """The ``N.batch`` step line: the batch script on its host, as Slurm prints it."""
     cpus, mem_mb, gpus = batch_allocation(job)
     ran = elapsed(job, now)
-    step_id = f"{num(job, 'jobId')}.batch"
+    step_id = f"{job_ref(job)}.batch"  # 11_1.batch: tools group steps by their job's id
     state = job_state(job)
     start = real(job, "startTime")
     return {
@@ -255,14 +259,14 @@ def step_values(job: Json, now: float) -> dict[str, str]:
         "End": "Unknown" if state in ON_NODE else format_timestamp(real(job, "endTime")),
         "ExitCode": exit_code(job),
         "JobID": step_id,
-        "JobIDRaw": step_id,
+        "JobIDRaw": f"{num(job, 'jobId')}.batch",
         "JobName": "batch",
         "NCPUS": str(cpus),
         "NNodes": "1",
         "NodeList": text(job, "batchHost"),
         "NTasks": "1",
         "Start": format_timestamp(start),
-        "State": state,
+        "State": "CANCELLED" if state == "TIMEOUT" else state,
         "Submit": format_timestamp(start),
         "Suspended": "00:00:00",
         **usage_values(job),
@@ -277,7 +281,7 @@ def srun_step_values(job: Json, step: Json, now: float) -> dict[str, str]:
     nodes = step.get("nodes", [])
     cpus = sum(num(n, "cpus") for n in nodes)
     gpus = sum(len(n.get("gpuIndices", [])) for n in nodes)
-    step_id = f"{num(job, 'jobId')}.{num(step, 'stepId')}"
+    step_id = f"{job_ref(job)}.{num(step, 'stepId')}"
     return {
         "Account": text(job, "account"),
         "AllocCPUS": str(cpus),
@@ -290,7 +294,7 @@ def srun_step_values(job: Json, step: Json, now: float) -> dict[str, str]:
         "End": "Unknown" if state == "RUNNING" else format_timestamp(end),
         "ExitCode": f"{num(step, 'exitCode')}:{num(step, 'exitSignal')}",
         "JobID": step_id,
-        "JobIDRaw": step_id,
+        "JobIDRaw": f"{num(job, 'jobId')}.{num(step, 'stepId')}",
         "JobName": text(step, "name"),
         "NCPUS": str(cpus),
         "NNodes": str(len(step.get("nodes", []))),
@@ -446,8 +450,8 @@ def field_spec(opts: dict[str, Any]) -> str:
     return ",".join(parts)
 
 
-def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> Json:
-    flt: Json = {}
+def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> t.QueryAccountingRequest:
+    flt: t.JobFilter = {}
     if opts.get("jobs"):
         flt["jobIds"] = parse_job_ids(opts["jobs"])
     if opts.get("user"):
@@ -461,8 +465,8 @@ def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> Json:
     # the store filters these too (indexed), so sacct -A over a big history stays small
     for key, wire in (("accounts", "accounts"), ("partition", "partitions"), ("name", "names")):
         if opts.get(key):
-            flt[wire] = split_list(opts[key])
-    request: Json = {"filter": flt}
+            flt[wire] = split_list(opts[key])  # type: ignore[literal-required]
+    request: t.QueryAccountingRequest = {"filter": flt}
     if opts.get("duplicates"):
         request["duplicates"] = True
     start, end = window(opts, now)
@@ -491,6 +495,46 @@ def keep_matching(reply: Json, opts: dict[str, Any]) -> Json:
     return {**reply, "jobs": jobs}
 
 
+def with_array_tasks(api: Any, request: Json, reply: Json, wanted: str) -> Json:
+    """``-j 11`` of an array lists every task, ``-j 11_2`` that task only (Slurm's).
+
+    Tasks have consecutive raw ids from the array's id, as many as ``--array`` names,
+    so one more query over that range finds them all."""
+    from corral.jobsyntax import parse_array
+
+    arrays: dict[int, int] = {}  # array id -> task count
+    for job in reply.get("jobs", []):
+        master = num(job, "arrayJobId")
+        if master and master == num(job, "jobId"):
+            try:
+                arrays[master] = len(parse_array(text(spec_of(job), "array")).task_ids)
+            except CorralError:
+                continue
+    if not arrays:
+        return reply
+    ids = sorted({str(m + i) for m, n in arrays.items() for i in range(n)})
+    extra = api.query_accounting({**request, "filter": {**request["filter"], "jobIds": ids}})
+    by_id = {num(j, "jobId"): j for j in [*reply.get("jobs", []), *extra.get("jobs", [])]}
+    keep: list[Json] = []
+    for item in split_list(wanted):
+        base, _, task = item.split(".")[0].partition("_")
+        if not base.isdigit():
+            continue
+        for job in sorted(by_id.values(), key=lambda j: num(j, "jobId")):
+            whole = not task and (
+                num(job, "jobId") == int(base) or num(job, "arrayJobId") == int(base)
+            )
+            one = (
+                task.isdigit()
+                and num(job, "arrayJobId") == int(base)
+                and "arrayTaskId" in job
+                and num(job, "arrayTaskId") == int(task)
+            )
+            if (whole or one) and job not in keep:
+                keep.append(job)
+    return {**reply, "jobs": keep}
+
+
 def main_body(argv: Sequence[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [OPTIONS...]")
     opts, rest = parser.parse(argv)
@@ -517,8 +561,10 @@ def main_body(argv: Sequence[str]) -> int:
     header = not opts.get("noheader")
     while True:
         request["limit"] = page_size
-        reply = api.call("QueryAccounting", request)
+        reply: Json = api.query_accounting(request)
         page = reply.get("jobs", [])
+        if opts.get("jobs"):
+            reply = with_array_tasks(api, request, reply, opts["jobs"])
         sys.stdout.write(
             format_accounting(
                 keep_matching(reply, opts),

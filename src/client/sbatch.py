@@ -6,10 +6,16 @@ import os
 import shlex
 import sys
 
-from client.common import client, run
+from client.common import client, option_errors, run
 from client.jobopts import build_parser, merge, to_spec
 from corral import __version__
-from corral.errors import CorralError, InvalidOption
+from corral.errors import ControllerUnavailable, CorralError, InvalidOption, InvalidRequest
+
+TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
+if TYPE_CHECKING:
+    from typing import Any
+
+    from corral.wire import json_types as t
 
 PROG = "sbatch"
 WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
@@ -25,18 +31,27 @@ def _read_script(path: str | None) -> tuple[str, str]:
         with open(path, encoding="utf-8", errors="surrogateescape") as fh:
             return fh.read(), os.path.basename(path)
     except OSError as exc:
-        raise InvalidOption(f"Unable to open file {path}: {exc.strerror}") from None
+        raise InvalidRequest(f"Unable to open file {path}: {exc.strerror}") from None
 
 
 def submit(argv: list[str]) -> int:
+    with option_errors():  # a bad option or time: 255; the controller's refusals: 1
+        prepared = _prepare(argv)
+    if prepared is None:
+        return 0
+    return _send(*prepared)
+
+
+def _prepare(argv: list[str]) -> tuple[t.JobSpec, dict[str, Any]] | None:
+    """The job spec and options from the command line and script (None: help shown)."""
     parser = build_parser(PROG)
     cli, rest = parser.parse(argv)
     if cli.pop("help", False):
         sys.stdout.write(parser.help_text())
-        return 0
+        return None
     if cli.pop("version", False):
         sys.stdout.write(f"corral {__version__} (slurm-compatible sbatch)\n")
-        return 0
+        return None
     wrap = cli.pop("wrap", None)
     script_path = rest[0] if rest else None
     script_args = rest[1:]
@@ -47,7 +62,7 @@ def submit(argv: list[str]) -> int:
     else:
         script, default_name = _read_script(script_path)
     if not script.startswith("#!"):
-        raise InvalidOption(
+        raise InvalidRequest(
             "This does not look like a batch script.  The first line must "
             "start with #! followed by the path to an interpreter.\n"
             "For instance: #!/bin/sh"
@@ -65,10 +80,14 @@ def submit(argv: list[str]) -> int:
     )
     if script_path is not None:
         spec["command"] = os.path.abspath(script_path)
+    return spec, opts
+
+
+def _send(spec: t.JobSpec, opts: dict[str, Any]) -> int:
     try:
-        reply = client().call("SubmitJob", {"spec": spec})
+        reply = client().submit_job({"spec": spec})
     except CorralError as exc:
-        if type(exc).__name__ == "ControllerUnavailable":
+        if isinstance(exc, ControllerUnavailable):
             raise
         raise type(exc)(f"Batch job submission failed: {exc.message}") from None
     job_id = reply.get("jobId", "0")
@@ -76,7 +95,31 @@ def submit(argv: list[str]) -> int:
         sys.stdout.write(f"{job_id}\n")
     elif not opts.get("quiet"):
         sys.stdout.write(f"Submitted batch job {job_id}\n")
+    sys.stdout.flush()
+    if opts.get("wait"):
+        return wait_for_job(str(job_id))
     return 0
+
+
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
+
+
+def wait_for_job(job_id: str) -> int:
+    """-W: return when the job (every task of an array) has ended, with its exit code:
+    the highest of the tasks', 1 for one ended by a signal (Slurm's rule)."""
+    import time
+
+    from client.common import job_state, num
+
+    api = client()
+    delay = 0.1
+    while True:
+        jobs = api.get_jobs({"filter": {"jobIds": [job_id]}}).get("jobs", [])
+        if jobs and all(job_state(j) in FINAL for j in jobs):
+            break
+        time.sleep(delay)
+        delay = min(delay * 1.5, 2.0)  # short jobs return fast; long ones cost little
+    return max(1 if num(j, "exitSignal") else num(j, "exitCode") for j in jobs)
 
 
 def main() -> None:

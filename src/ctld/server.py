@@ -12,16 +12,16 @@ import structlog
 from aiohttp import web
 from grpc import aio
 
+from corral.clock import SystemClock
 from corral.config import ClusterConfig
 from corral.errors import CorralError
-from corral.wire import corral_pb2_grpc as pbg
 from ctld import jobstate as js
 from ctld.auth import ClaimedIdentity
 from ctld.cluster import Cluster
 from ctld.dispatch import GrpcDispatcher
 from ctld.gateway import make_app
 from ctld.metrics import add_metrics_route, make_registry
-from ctld.rpc import ControllerApi, ControllerServicer, NodeControllerServicer
+from ctld.rpc import ControllerApi, NodeControllerApi, add_servicers
 from ctld.store import Store
 
 log = structlog.get_logger("ctld")
@@ -35,13 +35,12 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
     store = Store(ctl.effective_store_url, sqlite_synchronous=ctl.sqlite_synchronous)
     store.open()
     dispatcher = GrpcDispatcher()
-    cluster = Cluster(config, store, dispatcher, clock=time.time)
+    cluster = Cluster(config, store, dispatcher, clock=SystemClock())
     cluster.load()
     api = ControllerApi(cluster, ClaimedIdentity())
 
     server = aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)])
-    pbg.add_ControllerServicer_to_server(ControllerServicer(api), server)
-    pbg.add_NodeControllerServicer_to_server(NodeControllerServicer(cluster), server)
+    add_servicers(server, api, NodeControllerApi(cluster))
     grpc_port = server.add_insecure_port(f"{ctl.bind_host}:{ctl.grpc_port}")
     if grpc_port == 0:
         raise SystemExit(f"ctld: cannot listen on {ctl.bind_host}:{ctl.grpc_port}")
@@ -78,11 +77,6 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    async def purge() -> None:
-        while True:
-            await asyncio.sleep(PURGE_INTERVAL_S)
-            cluster.purge_finished()
-
     async def retention() -> None:
         """Finished jobs older than purge_job_after leave the store (archived first)."""
         while ctl.purge_job_after_s:
@@ -103,7 +97,12 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
 
     tasks = [
         asyncio.create_task(t)
-        for t in (cluster.run_scheduler(), cluster.run_heartbeat_monitor(), purge(), retention())
+        for t in (
+            cluster.run_scheduler(),
+            cluster.run_heartbeat_monitor(),
+            cluster.run_purge(PURGE_INTERVAL_S),
+            retention(),
+        )
     ]
     if ready_file:
         with open(ready_file + ".tmp", "w") as fh:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import pwd
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import structlog
 
+from corral.clock import Clock
 from corral.config import ClusterConfig
 from corral.errors import InvalidJobId, InvalidNodeName
 from corral.wire import corral_pb2 as pb
@@ -25,13 +26,12 @@ from ctld.nodes import NodeRecord
 from ctld.priorities import Priorities
 from ctld.reservations import Reservations
 from ctld.sched import JobRequest, job_shape
+from ctld.sched.predict import RunTimePredictor
 from ctld.store import Op, Store, insert_job, update_job
 from ctld.usage import UsageLedger
 from ctld.validate import NodeCapacity, request_from_spec
 
 log = structlog.get_logger("ctld")
-
-Clock = Callable[[], float]
 
 
 class State:
@@ -53,6 +53,7 @@ class State:
         self.ended_runs: dict[int, list[pb.Job]] = {}
         # job id -> revision, bumped on every change (persisted or not) to the job
         self.revisions: dict[int, int] = {}
+        self._capacity: dict[str, tuple[pb.NodeResources, NodeCapacity]] = {}
         # pending job ids in queue order, and their scheduler requests (built once)
         self.pending: dict[int, None] = {}
         self.requests: dict[int, JobRequest] = {}
@@ -65,6 +66,10 @@ class State:
         self.gone: dict[int, pb.Job | None] = {}  # purged jobs a dependency asked about
         # (elapsed, time limit) of recently finished jobs: how far jobs run into limits
         self.history: collections.deque[tuple[float, float]] = collections.deque(maxlen=2000)
+        # run times per user, for predictions (scheduler.predict); a job's prediction
+        # as its request was last built, kept while it runs
+        self.predictor = RunTimePredictor()
+        self.predicted: dict[int, int] = {}
 
     # ------------------------------------------------------------ loading
 
@@ -103,7 +108,7 @@ class State:
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()
 
-    def purge_finished(self) -> None:
+    def forget_finished(self) -> None:
         """Forget finished jobs older than min_job_age (they stay in the store for sacct)."""
         horizon = self.clock() - self.config.controller.min_job_age_s
         for job_id in [
@@ -112,9 +117,6 @@ class State:
             del self.jobs[job_id]
             self.saved_events.pop(job_id, None)
             self.revisions.pop(job_id, None)
-        expired = self.reservations.expired()
-        if expired is not None:
-            self.spawn(self.commit_and_wake(expired))
 
     # ------------------------------------------------------------ the queue
 
@@ -156,10 +158,6 @@ class State:
         self.saved_events[job.job_id] = len(job.events)
         return op
 
-    async def commit_and_wake(self, *ops: Op) -> None:
-        await self.store.commit(*ops)
-        self.wake()
-
     # ------------------------------------------------------------ lookups
 
     def job(self, job_id: int) -> pb.Job:
@@ -187,12 +185,20 @@ class State:
         return self.gone[job_id]
 
     def capacity(self) -> dict[str, NodeCapacity]:
-        return {
-            n.name: NodeCapacity(
-                n.name, n.resources.cpus, n.resources.memory_mb, len(n.resources.gpus), n.gpu_type
-            )
-            for n in self.nodes.values()
-        }
+        # every submit asks: each node's entry is rebuilt only when it registered anew
+        cache = self._capacity
+        out = {}
+        for n in self.nodes.values():
+            hit = cache.get(n.name)
+            if hit is None or hit[0] is not n.resources:
+                res = n.resources
+                hit = (
+                    res,
+                    NodeCapacity(n.name, res.cpus, res.memory_mb, len(res.gpus), n.gpu_type),
+                )
+                cache[n.name] = hit
+            out[n.name] = hit[1]
+        return out
 
     # ------------------------------------------------------------ shared bookkeeping
 
@@ -203,8 +209,12 @@ class State:
                 node.release(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
 
     def remember_run(self, job: pb.Job) -> None:
-        if job.start_time > 0 and job.time_limit_s > 0 and job.end_time >= job.start_time:
-            self.history.append((job.end_time - job.start_time, float(job.time_limit_s)))
+        self.predicted.pop(job.job_id, None)
+        if job.start_time > 0 and job.end_time >= job.start_time:
+            elapsed = job.end_time - job.start_time
+            self.predictor.observe(job.user, elapsed, job.time_limit_s)
+            if job.time_limit_s > 0:
+                self.history.append((elapsed, float(job.time_limit_s)))
 
 
 def fill_request_totals(job: pb.Job) -> None:

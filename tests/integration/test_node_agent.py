@@ -25,7 +25,8 @@ import pytest
 
 from corral.identity import Identity
 from corral.testing import LocalCluster
-from tests.conftest import Commands, pid_alive, print_logs, wait_for
+from corral.testing.cluster import ClusterFactory
+from tests.conftest import Commands, pid_alive, wait_for
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CI runs as root)")
 PY = sys.executable
@@ -49,31 +50,19 @@ CONTAINMENT = [
 
 
 @pytest.fixture
-def make_cluster(tmp_path: pathlib.Path) -> Iterator[Any]:
-    started: list[LocalCluster] = []
-    # other users must reach the spool (their scripts live there); pytest's tmp is 0700
-    base = pathlib.Path(tempfile.mkdtemp(prefix="corral-test-"))
-    base.chmod(0o755)
+def make_cluster(tmp_path: pathlib.Path, cluster_factory: ClusterFactory) -> Any:
+    """One-node clusters (by default) and Commands in a work dir of their own."""
 
     def make(**kw: Any) -> tuple[LocalCluster, Commands]:
         kw.setdefault("nodes", 1)
         kw.setdefault("gpus_per_node", 4)
-        kw.setdefault("kill_wait_s", 2.0)
         kw.setdefault("sample_interval_s", 0.2)
-        c = LocalCluster(base / f"cluster{len(started)}", **kw)
-        started.append(c)
-        c.start()
-        work = tmp_path / f"work{len(started)}"
+        c = cluster_factory(**kw)
+        work = tmp_path / f"work{len(cluster_factory.started)}"
         work.mkdir()
         return c, Commands(c, work)
 
-    try:
-        yield make
-    finally:
-        for c in started:
-            c.stop()
-            print_logs(c)
-        shutil.rmtree(base, ignore_errors=True)
+    return make
 
 
 def job_id_of(out: subprocess.CompletedProcess[str]) -> str:
@@ -107,8 +96,7 @@ def throwaway_user() -> Iterator[pwd.struct_passwd]:
 def submit_as(cluster: LocalCluster, who: Identity, script: str, work: str, **spec: Any) -> str:
     client = cluster.client()
     client.identity = who
-    reply = client.call(
-        "SubmitJob",
+    reply = client.submit_job(
         {
             "spec": {
                 "script": script,
@@ -264,7 +252,7 @@ while [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
     assert 2 <= after <= 4  # 6 s limit, 3 s warning
 
 
-def test_scancel_signal_reaches_all_processes_and_batch_only_the_shell(
+def test_scancel_full_reaches_all_processes_and_batch_only_the_shell(
     make_cluster: Any,
 ) -> None:
     _, cmd = make_cluster(gpus_per_node=0)
@@ -279,11 +267,11 @@ while :; do sleep 0.1; done
     job_id = job_id_of(cmd("sbatch", "sig.sh"))
     out = cmd.cwd / f"slurm-{job_id}.out"
     wait_for(lambda: out.exists() and "child-ready" in out.read_text(), 20, "the child")
-    cmd("scancel", "-s", "USR1", job_id)
+    cmd("scancel", "--full", "-s", "USR1", job_id)
     wait_for(lambda: {"child USR1", "batch USR1"} <= set(out.read_text().splitlines()), 10, "USR1")
     cmd("scancel", "--batch", "-s", "USR2", job_id)
     wait_for(lambda: "batch USR2" in out.read_text(), 10, "USR2 at the batch shell")
-    cmd("scancel", "-s", "USR1", job_id)  # a fence: once this arrives, USR2 would have too
+    cmd("scancel", "-f", "-s", "USR1", job_id)  # a fence: once this arrives, USR2 would have
     wait_for(lambda: out.read_text().count("child USR1") == 2, 10, "the second USR1")
     assert "child USR2" not in out.read_text()
     cmd("scancel", job_id)

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from corral.testing import LocalCluster
-from tests.conftest import BIN, Commands, print_logs, wait_for
+from corral.testing.cluster import ClusterFactory
+from tests.conftest import BIN, Commands, wait_for
 
 PY = sys.executable
 # an interpreter with torch and lightning (optional: tests that need them skip without)
@@ -25,18 +25,12 @@ TORCH_PY = os.environ.get("CORRAL_TORCH_PYTHON", "")
 
 
 @pytest.fixture
-def two(tmp_path: pathlib.Path) -> Iterator[Commands]:
-    c = LocalCluster(
-        tmp_path / "cluster", nodes=2, gpus_per_node=4, kill_wait_s=2.0, isolation="auto"
-    )
-    c.start()
+def two(tmp_path: pathlib.Path, cluster_factory: ClusterFactory) -> Iterator[Commands]:
+    c = cluster_factory(nodes=2, gpus_per_node=4, isolation="auto")
     work = tmp_path / "work"
     work.mkdir()
-    try:
-        yield Commands(c, work)
-    finally:
-        c.stop()
-        print_logs(c)
+    yield Commands(c, work)
+    c.stop()  # (the factory prints the logs)
     if c.network is not None:  # nothing of the nodes' namespaces is left behind
         tag = f"crl{c.network.tag}"
 
@@ -354,7 +348,7 @@ def test_noded_runs_only_steps_ctld_knows(two: Commands, tmp_path: pathlib.Path)
     from corral.wire import corral_pb2 as pb
     from corral.wire import corral_pb2_grpc as pbg
 
-    node = two.cluster.client().call("GetNodes", {})["nodes"][0]
+    node = two.cluster.client().get_nodes({})["nodes"][0]
     marker = tmp_path / "forged-ran"
     forged = pb.Job(job_id=999, uid=0, user="root", nodelist=node["name"])
     step = pb.Step(
@@ -448,7 +442,7 @@ wait
 def test_a_killed_srun_does_not_hold_its_step(two: Commands) -> None:
     client = two.cluster.client()
     spec = {"workDir": str(two.cwd), "name": "held", "allocationOnly": True, "nodesMin": 1}
-    job_id = str(client.call("SubmitJob", {"spec": spec})["jobId"])
+    job_id = str(client.submit_job({"spec": spec})["jobId"])
     two.wait_state(job_id, "RUNNING")
     env = {**two.env, "SLURM_JOB_ID": job_id}
     proc = subprocess.Popen(
@@ -464,7 +458,7 @@ def test_a_killed_srun_does_not_hold_its_step(two: Commands) -> None:
     wait_for(lambda: two.job(job_id)["steps"][0]["state"] != "JOB_STATE_RUNNING", 20, "step 0 ends")
     out = two("srun", "-n1", "echo", "next", env=env)  # would wait for ever on a held step
     assert out.stdout == "next\n" and "temporarily disabled" not in out.stderr
-    client.call("CompleteJob", {"jobId": job_id})
+    client.complete_job({"jobId": job_id})
 
 
 def test_a_task_that_leaves_a_background_child_still_ends(two: Commands) -> None:

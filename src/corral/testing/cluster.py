@@ -1,11 +1,12 @@
 """LocalCluster: real ctld and noded processes under one state directory.
 
-The one harness behind ``corral up``, the integration tests and bench/. Each node is
-a separate noded process with fake GPUs on its own loopback address (127.0.0.2,
-127.0.0.3, ...); the controller's ports are picked free. Everything a cluster owns
-(config, store, logs, pid files, spool, job output) lives under ``state_dir``, so
-clusters in parallel never meet, and ``stop`` (or ``corral down``) ends exactly the
-processes that this state dir's pid files name.
+The real-process mode of the test harness (its helper API is harness.py's), behind
+``corral up``, the integration tests and bench/. Each node is a separate noded process
+with fake GPUs on its own loopback address (127.0.0.2, 127.0.0.3, ...); the
+controller's ports are picked free. Everything a cluster owns (config, store, logs,
+pid files, spool, job output) lives under ``state_dir``, so clusters in parallel never
+meet, and ``stop`` (or ``corral down``) ends exactly the processes that this state
+dir's pid files name.
 
 Only the standard library is used here: the harness starts the daemons as
 subprocesses (``python -m ctld``), it never imports them.
@@ -17,18 +18,22 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral.rest import Client
+from corral.api import GrpcController
+from corral.api import HttpController as Client
 from corral.testing import netns
+from corral.testing.harness import Harness, wait_for
 from corral.testing.netns import NodeNetwork
 
 DEFAULT_GPU_MODEL = "NVIDIA H100 80GB HBM3"
@@ -41,7 +46,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @dataclass
-class LocalCluster:
+class LocalCluster(Harness):
     state_dir: Path
     nodes: int = 2
     gpus_per_node: int = 8
@@ -62,12 +67,18 @@ class LocalCluster:
     # "loopback": nodes on 127.0.0.2, .3, ...; "netns": each node in a network namespace
     # of its own with its own hostname (root only); "auto": netns when possible
     isolation: str = "loopback"
+    # True: one node simulator process (corral.testing.simnodes) plays every node over
+    # the real protocol instead of one noded each; jobs are timers (see simnodes.py)
+    simulated: bool = False
+    sim_default_runtime_s: float = 1.0
     network: NodeNetwork | None = field(init=False, default=None)
     isolation_note: str = field(init=False, default="")
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).resolve()
+        if self.simulated and self.isolation != "loopback":
+            raise ValueError("simulated nodes run on loopback only")
         if self.isolation not in ("loopback", "netns", "auto"):
             raise ValueError(f"isolation {self.isolation!r}: loopback, netns or auto")
         if self.isolation != "loopback":
@@ -108,18 +119,28 @@ class LocalCluster:
     def http_address(self) -> str:
         return f"{self.controller_host}:{self.http_port}"
 
+    @property
+    def grpc_address(self) -> str:
+        return f"{self.controller_host}:{self.grpc_port}"
+
     def env(self) -> dict[str, str]:
         """Environment for commands that talk to this cluster."""
         env = dict(os.environ)
         env["CORRAL_CONF"] = str(self.config_path)
         env["CORRAL_CTLD_HTTP"] = self.http_address
+        env["CORRAL_CTLD_GRPC"] = self.grpc_address
         bindir = str(Path(self.python).parent)
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
         return env
 
     def client(self) -> Client:
+        """The typed Controller client, over the HTTP/JSON gateway (as the commands)."""
         host, _, port = self.http_address.rpartition(":")
         return Client((host, int(port)))
+
+    def grpc_client(self) -> GrpcController:
+        """The typed Controller client over gRPC (as srun and salloc)."""
+        return GrpcController(self.grpc_address)
 
     def write_config(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -180,6 +201,7 @@ max_time = "1-00:00:00"
             f"# source this to point the corral commands at the cluster in {self.state_dir}\n"
             f"export CORRAL_CONF={self.config_path}\n"
             f"export CORRAL_CTLD_HTTP={self.http_address}\n"
+            f"export CORRAL_CTLD_GRPC={self.grpc_address}\n"
             f'export PATH="{bindir}:$PATH"\n'
         )
 
@@ -237,6 +259,50 @@ max_time = "1-00:00:00"
         )
         self._wait_file(ready, name, timeout)
 
+    @property
+    def sim_control_path(self) -> Path:
+        return self.state_dir / "run" / "simnodes.sock"
+
+    def start_simulator(self, timeout: float = 300.0) -> None:
+        """One process plays every node; ready once they all registered."""
+        ready = self.state_dir / "run" / "simnodes.ready"
+        ready.unlink(missing_ok=True)
+        self._spawn(
+            "simnodes",
+            [
+                "-m",
+                "corral.testing.simnodes",
+                "-f",
+                str(self.config_path),
+                "--control",
+                str(self.sim_control_path),
+                "--default-runtime",
+                str(self.sim_default_runtime_s),
+                "--ready-file",
+                str(ready),
+                "--register-timeout",
+                str(timeout),
+            ],
+        )
+        self._wait_file(ready, "simnodes", timeout)
+
+    def sim(self, cmd: str, nodes: str = "", **extra: Any) -> dict[str, Any]:
+        """A command to the node simulator: crash, revive, fault (reason=...), stats."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(str(self.sim_control_path))
+            s.sendall(json.dumps({"cmd": cmd, "nodes": nodes, **extra}).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        reply: dict[str, Any] = json.loads(data)
+        if not reply.get("ok"):
+            raise RuntimeError(f"simnodes {cmd}: {reply.get('error')}")
+        return reply
+
     def _in_namespace(self, index: int) -> Callable[[list[str]], list[str]] | None:
         net = self.network
         if net is None:
@@ -281,8 +347,11 @@ max_time = "1-00:00:00"
         self.write_env_sh()
         try:
             self.start_ctld()
-            for i in range(self.nodes):
-                self.start_node(i)
+            if self.simulated:
+                self.start_simulator(max(timeout, 60.0 + self.nodes * 0.2))
+            else:
+                for i in range(self.nodes):
+                    self.start_node(i)
             self.wait_nodes_up(timeout)
         except BaseException:
             self.stop()
@@ -290,19 +359,19 @@ max_time = "1-00:00:00"
         return self
 
     def wait_nodes_up(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            nodes = self.client().call("GetNodes", {}).get("nodes", [])
-            up = [
-                n
-                for n in nodes
-                if n.get("state") in ("NODE_STATE_IDLE", "NODE_STATE_MIXED", "NODE_STATE_ALLOCATED")
-            ]
-            if len(up) == self.nodes:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"nodes not up after {timeout}s: {json.dumps(nodes)[:500]}")
-            time.sleep(0.05)
+        up_states = ("NODE_STATE_IDLE", "NODE_STATE_MIXED", "NODE_STATE_ALLOCATED")
+        nodes: list[Any] = []
+
+        def all_up() -> bool:
+            nodes[:] = self.client().get_nodes({}).get("nodes", [])
+            return sum(n.get("state") in up_states for n in nodes) == self.nodes
+
+        try:
+            wait_for(all_up, timeout, "nodes up", interval=0.05)
+        except AssertionError:
+            raise TimeoutError(
+                f"nodes not up after {timeout}s: {json.dumps(nodes)[:500]}"
+            ) from None
 
     def stop_process(self, name: str, timeout: float = 15.0) -> None:
         proc = self.procs.pop(name, None)
@@ -339,6 +408,58 @@ max_time = "1-00:00:00"
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def print_logs(c: LocalCluster) -> None:
+    """The daemons' last lines: pytest shows a test's captured output when it fails."""
+    for name in ["ctld", *c.node_names]:
+        print(f"----- {name} log -----\n{c.log_tail(name, 60)}")
+
+
+class ClusterFactory:
+    """Starts LocalClusters (or a subclass) under one private base directory, on free
+    ports, and stops them all on ``close`` (printing their last log lines); the pytest
+    fixtures and bench/ use it."""
+
+    def __init__(
+        self, cls: type[LocalCluster] = LocalCluster, prefix: str = "corral-test-"
+    ) -> None:
+        # world-readable: jobs of other users (tests that switch users) read the spool
+        self.base = Path(tempfile.mkdtemp(prefix=prefix))
+        self.base.chmod(0o755)
+        self.cls = cls
+        self.started: list[LocalCluster] = []
+        self.keep = False  # leave the state dirs (logs, store) for a look afterwards
+
+    def __call__(
+        self,
+        configure: Callable[[Any], None] | None = None,
+        start_timeout: float = 60.0,
+        **kw: Any,
+    ) -> LocalCluster:
+        """A started cluster with these LocalCluster arguments; ``configure`` sees it
+        before it starts."""
+        kw.setdefault("kill_wait_s", 2.0)
+        c = self.cls(self.base / f"cluster{len(self.started)}", **kw)
+        if configure is not None:
+            configure(c)
+        self.started.append(c)
+        c.start(timeout=start_timeout)
+        return c
+
+    def close(self, *, logs: bool = True) -> None:
+        for c in self.started:
+            c.stop()
+            if logs:
+                print_logs(c)
+        if not self.keep:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def __enter__(self) -> ClusterFactory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 # ---------------------------------------------------------------- by pid file (corral down)

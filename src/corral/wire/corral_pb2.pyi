@@ -228,6 +228,7 @@ class JobSpec(_message.Message):
     RESERVATION_FIELD_NUMBER: _builtins.int
     GPUS_PER_TASK_FIELD_NUMBER: _builtins.int
     ALLOCATION_ONLY_FIELD_NUMBER: _builtins.int
+    SUBMIT_DIR_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     script: _builtins.str
     """full batch script text, starts with #!"""
@@ -302,6 +303,10 @@ class JobSpec(_message.Message):
     """-- steps (field numbers 300+) --
     salloc / srun outside a job: no batch script runs
     """
+    submit_dir: _builtins.str
+    """-- Slurm compatibility (field numbers 400+) --
+    where sbatch ran (SLURM_SUBMIT_DIR; -D may differ)
+    """
     @_builtins.property
     def environment(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """environment to start the job with (after --export)"""
@@ -363,10 +368,11 @@ class JobSpec(_message.Message):
         reservation: _builtins.str = ...,
         gpus_per_task: _builtins.int = ...,
         allocation_only: _builtins.bool = ...,
+        submit_dir: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "qos", b"qos", "requeue", b"requeue", "reservation", b"reservation", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "qos", b"qos", "requeue", b"requeue", "reservation", b"reservation", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1389,10 +1395,15 @@ class CancelJobsRequest(_message.Message):
     FILTER_FIELD_NUMBER: _builtins.int
     SIGNAL_FIELD_NUMBER: _builtins.int
     BATCH_ONLY_FIELD_NUMBER: _builtins.int
+    FULL_FIELD_NUMBER: _builtins.int
     STEPS_FIELD_NUMBER: _builtins.int
     signal: _builtins.int
     """0: cancel (terminate); else deliver this signal and keep the job"""
     batch_only: _builtins.bool
+    """where a signal goes (Slurm 22.05): by default the job's steps only; batch_only:
+    the batch shell only; full: the batch shell with its children, and the steps
+    """
+    full: _builtins.bool
     @_builtins.property
     def filter(self) -> Global___JobFilter: ...
     @_builtins.property
@@ -1405,11 +1416,12 @@ class CancelJobsRequest(_message.Message):
         filter: Global___JobFilter | None = ...,
         signal: _builtins.int = ...,
         batch_only: _builtins.bool = ...,
+        full: _builtins.bool = ...,
         steps: _abc.Iterable[Global___StepRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_only", b"batch_only", "filter", b"filter", "signal", b"signal", "steps", b"steps"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_only", b"batch_only", "filter", b"filter", "full", b"full", "signal", b"signal", "steps", b"steps"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2819,14 +2831,18 @@ class SignalJobRequest(_message.Message):
     KILL_WAIT_S_FIELD_NUMBER: _builtins.int
     BATCH_ONLY_FIELD_NUMBER: _builtins.int
     STEP_ID_FIELD_NUMBER: _builtins.int
+    FULL_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     signal: _builtins.int
     terminate: _builtins.bool
     """cancel: SIGTERM now, SIGKILL after kill_wait_s"""
     kill_wait_s: _builtins.float
     batch_only: _builtins.bool
+    """the batch shell only"""
     step_id: _builtins.int
     """only this step's tasks"""
+    full: _builtins.bool
+    """the batch shell, its children and the steps (neither: the steps only)"""
     def __init__(
         self,
         *,
@@ -2836,10 +2852,11 @@ class SignalJobRequest(_message.Message):
         kill_wait_s: _builtins.float = ...,
         batch_only: _builtins.bool = ...,
         step_id: _builtins.int | None = ...,
+        full: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "step_id", b"step_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "batch_only", b"batch_only", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "batch_only", b"batch_only", "full", b"full", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__step_id: _TypeAlias = _typing.Literal["step_id"]  # noqa: Y015
     _WhichOneofArgType__step_id: _TypeAlias = _typing.Literal["_step_id", b"_step_id"]  # noqa: Y015
