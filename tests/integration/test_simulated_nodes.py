@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from corral.rest import Client
+from corral.api import HttpController as Client
 from corral.testing import LocalCluster
 from tests.conftest import print_logs, wait_for
 
