@@ -294,11 +294,21 @@ class Partition(TypedDict, total=False):
 
 class SubmitJobRequest(TypedDict, total=False):
     spec: JobSpec
+    testOnly: bool
 
 
 class SubmitJobResponse(TypedDict, total=False):
     jobId: int | str
     cluster: str
+    estimate: TestOnlyEstimate
+
+
+class TestOnlyEstimate(TypedDict, total=False):
+    start: float
+    partition: str
+    nodes: str
+    cpus: int
+    reason: str
 
 
 class JobFilter(TypedDict, total=False):
@@ -351,6 +361,8 @@ class QueryAccountingRequest(TypedDict, total=False):
     startAfter: float
     endBefore: float
     limit: int
+    duplicates: bool
+    afterJobId: int | str
 
 
 class QueryAccountingResponse(TypedDict, total=False):
@@ -383,6 +395,7 @@ class UpdateJobRequest(TypedDict, total=False):
     priority: int
     nice: int
     numNodes: int
+    name: str
 
 
 class UpdateJobResponse(TypedDict, total=False):
@@ -618,6 +631,12 @@ class TaskInput(TypedDict, total=False):
     stdin: str
     stdinEof: bool
     signal: int
+    window: WindowSize
+
+
+class WindowSize(TypedDict, total=False):
+    rows: int
+    cols: int
 
 
 class RunTasksRequest(TypedDict, total=False):
@@ -630,6 +649,7 @@ class RunTasksRequest(TypedDict, total=False):
     masterAddr: str
     masterPort: int
     cluster: str
+    pty: WindowSize
 
 
 class TaskEvent(TypedDict, total=False):
