@@ -120,6 +120,7 @@ class Endings:
     def requeue(self, ch: Change, job: pb.Job, *, cause: str, detail: str) -> None:
         """Put a RUNNING job back in the queue; it keeps its age and counts a restart."""
         js.check(job, "requeued", cause)  # before anything changes: never half a requeue
+        ch.end_run(job, pb.JOB_STATE_REQUEUED)
         self.state.release(job)
         del job.allocations[:]
         job.nodelist = job.batch_host = ""

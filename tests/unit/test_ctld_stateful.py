@@ -79,19 +79,24 @@ class CtldMachine(RuleBasedStateMachine):
         gpus=st.integers(0, GPUS),
         cpus=st.integers(1, CPUS),
         nodes=st.integers(1, NODES),
+        allocation=st.booleans(),
     )
-    def submit(self, user: Identity, hold: bool, gpus: int, cpus: int, nodes: int) -> int:
+    def submit(
+        self, user: Identity, hold: bool, gpus: int, cpus: int, nodes: int, allocation: bool
+    ) -> int:
+        """sbatch (a batch job) or salloc (an allocation: no script, released by salloc)."""
         reply = self.cluster.client(user).submit_job(
             {
                 "spec": {
                     "name": "prop",
-                    "script": "#!/bin/sh\ntrue\n",
+                    "script": "" if allocation else "#!/bin/sh\ntrue\n",
                     "workDir": "/tmp",
                     "hold": hold,
                     "nodesMin": nodes,
                     "cpusPerTask": cpus,
                     "gpusPerNode": gpus,
                     "timeLimitS": 600,
+                    "allocationOnly": allocation,
                 }
             }
         )
@@ -125,7 +130,8 @@ class CtldMachine(RuleBasedStateMachine):
 
     @rule(seconds=st.floats(0.5, 120))
     def time_passes(self, seconds: float) -> None:
-        self.cluster.clock.advance(seconds)
+        """The clock moves on, and ctld's timers (heartbeat check, time limits) run."""
+        self.cluster.tick(seconds)
 
     @rule()
     def heartbeats(self) -> None:
@@ -137,6 +143,16 @@ class CtldMachine(RuleBasedStateMachine):
         if job is None or job.state not in js.ON_NODE:
             return
         self.cluster.exit(job_id, exit_code=code)
+
+    @rule(job_id=jobs, code=st.integers(0, 2))
+    def allocation_released(self, job_id: int, code: int) -> None:
+        """salloc's command ended: it releases its allocation (CompleteJob)."""
+        job = self.cluster.cluster.jobs.get(job_id)
+        if job is None:
+            return
+        owner = Identity(job.user, job.uid, job.gid)
+        with contextlib.suppress(*EXPECTED_REFUSALS):  # not an allocation, or not running
+            self.cluster.client(owner).complete_job({"jobId": str(job_id), "exitCode": code})
 
     @rule(node=st.integers(0, NODES - 1))
     def node_registers_again(self, node: int) -> None:

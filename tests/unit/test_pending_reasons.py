@@ -124,3 +124,16 @@ async def test_never_satisfied_dependency_is_cancelled_by_the_applier(
     )
     assert stored[0].state == js.CANCELLED
     cluster.store.close()
+
+
+def test_settle_keeps_a_pending_reason_and_its_detail() -> None:
+    from ctld.pending import settle
+
+    job = pb.Job(state=js.PENDING, reason="ReqNodeNotAvail, UnavailableNodes:n[1-2]")
+    assert not settle(job) and job.reason == "ReqNodeNotAvail, UnavailableNodes:n[1-2]"
+    job.hold = pb.HOLD_USER
+    assert settle(job) and job.reason == Reason.JOB_HELD_USER
+    job.hold = pb.HOLD_NONE
+    assert settle(job) and job.reason == ""  # released: the next pass decides
+    job.reason = "None"  # what a running job shows, back in the queue
+    assert settle(job) and job.reason == Reason.RESOURCES

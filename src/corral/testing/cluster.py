@@ -63,6 +63,7 @@ class LocalCluster(Harness):
     sample_interval_s: float = 1.0
     grpc_port: int = 0
     http_port: int = 0
+    store_url: str = ""  # empty: SQLite in state_dir
     # "loopback": nodes on 127.0.0.2, .3, ...; "netns": each node in a network namespace
     # of its own with its own hostname (root only); "auto": netns when possible
     isolation: str = "loopback"
@@ -164,6 +165,7 @@ host = "{self.controller_host}"
 grpc_port = {self.grpc_port}
 http_port = {self.http_port}
 state_dir = "{self.state_dir}"
+store_url = "{self.store_url}"
 kill_wait_s = {self.kill_wait_s}
 sched_interval_s = 2.0
 

@@ -180,6 +180,19 @@ class InProcessCluster(Harness):
         for name in names or self.node_names:
             self.cluster.heartbeat(pb.HeartbeatRequest(name=name))
 
+    def tick(self, seconds: float = 0.0) -> None:
+        """Move the manual clock on and run what ctld's timers do at that time: the
+        heartbeat check (nodes that stopped answering) and the time limits of
+        allocations, with the signals they send."""
+        self.clock.advance(seconds)
+
+        async def timers() -> None:
+            self.cluster.check_heartbeats()
+            await self.cluster.enforce_allocation_limits()
+            await self._drain()
+
+        self.run(timers())
+
     def settle(self) -> None:
         """One scheduling pass, and every launch or signal it started."""
 

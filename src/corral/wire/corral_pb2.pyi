@@ -1605,11 +1605,19 @@ class QueryAccountingRequest(_message.Message):
     START_AFTER_FIELD_NUMBER: _builtins.int
     END_BEFORE_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    DUPLICATES_FIELD_NUMBER: _builtins.int
+    AFTER_JOB_ID_FIELD_NUMBER: _builtins.int
     start_after: _builtins.float
     """-S: jobs that were eligible/running after this"""
     end_before: _builtins.float
     """-E"""
     limit: _builtins.int
+    duplicates: _builtins.bool
+    """-D: each earlier run of a requeued job too, before its current record (state
+    REQUEUED, restart_count = the run's number)
+    """
+    after_job_id: _builtins.int
+    """paging: only jobs with a larger id (sacct reads a big history page by page)"""
     @_builtins.property
     def filter(self) -> Global___JobFilter: ...
     def __init__(
@@ -1619,10 +1627,12 @@ class QueryAccountingRequest(_message.Message):
         start_after: _builtins.float = ...,
         end_before: _builtins.float = ...,
         limit: _builtins.int = ...,
+        duplicates: _builtins.bool = ...,
+        after_job_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_before", b"end_before", "filter", b"filter", "limit", b"limit", "start_after", b"start_after"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_job_id", b"after_job_id", "duplicates", b"duplicates", "end_before", b"end_before", "filter", b"filter", "limit", b"limit", "start_after", b"start_after"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -361,6 +361,8 @@ class QueryAccountingRequest(TypedDict, total=False):
     startAfter: float
     endBefore: float
     limit: int
+    duplicates: bool
+    afterJobId: int | str
 
 
 class QueryAccountingResponse(TypedDict, total=False):
