@@ -93,6 +93,16 @@ class PermissionDenied(CorralError):
     slurm_message = "Access/permission denied"
 
 
+class Unauthenticated(PermissionDenied):
+    """The request proves no identity (no credential, or one that does not verify)."""
+
+    grpc_code = "UNAUTHENTICATED"
+
+
+class TooLarge(InvalidRequest):
+    """A field, list or message over its size limit (corral.limits)."""
+
+
 class JobStateConflict(CorralError):
     grpc_code = "FAILED_PRECONDITION"
     slurm_message = "Job/step already completing or completed"

@@ -43,7 +43,7 @@ from corral.tasks import validate_gpu_bind
 from corral.wire import corral_pb2 as pb
 from ctld import deps
 from ctld import jobstate as js
-from ctld.auth import Policy
+from ctld.authz import Policy
 from ctld.explain import explain as explain_job
 from ctld.explain import history_ratios
 from ctld.nodes import NodeRecord
@@ -96,7 +96,8 @@ class Cluster:
         self.store = store
         self.dispatcher = dispatcher
         self.clock = clock
-        self.policy = Policy(config.controller.operators)
+        ctl = config.controller
+        self.policy = Policy(ctl.operators, ctl.administrators, ctl.private_data)
         self.jobs: dict[int, pb.Job] = {}
         self.nodes: dict[str, NodeRecord] = {}
         for entry in config.nodes:
@@ -246,18 +247,18 @@ class Cluster:
     # ------------------------------------------------------------ reservations
 
     async def create_reservation(self, who: Identity, spec: pb.Reservation) -> pb.Reservation:
-        self.policy.check_operator(who, "creating a reservation")
+        self.policy.check_admin(who, "creating a reservation")
         resv, op = self.reservations.create(who, spec, self._pick_nodes)
         await self._commit_and_wake(op)
         log.info("reservation created", reservation=resv.name, nodes=resv.nodes, user=who.user)
         return resv
 
     async def update_reservation(self, who: Identity, req: pb.UpdateReservationRequest) -> None:
-        self.policy.check_operator(who, "updating a reservation")
+        self.policy.check_admin(who, "updating a reservation")
         await self._commit_and_wake(self.reservations.update(req))
 
     async def delete_reservation(self, who: Identity, name: str) -> None:
-        self.policy.check_operator(who, "deleting a reservation")
+        self.policy.check_admin(who, "deleting a reservation")
         await self._commit_and_wake(self.reservations.delete(name))
 
     def reservation_list(self, names: Iterable[str]) -> list[pb.Reservation]:
@@ -721,7 +722,10 @@ class Cluster:
         now = self.clock()
         if not req.address or len(req.address) > 256:
             raise InvalidRequest("a node must register the address of its agent")
+        if len(req.agent_address) > 256:
+            raise InvalidRequest("agent address too long")
         node.address = req.address
+        node.agent_address = req.agent_address
         node.resources = req.resources
         node.boot_time, node.version, node.os = req.boot_time, req.version, req.os
         node.registered = True

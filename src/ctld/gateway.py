@@ -9,15 +9,20 @@ imports grpc cannot start in under ~200 ms); the proto stays the one schema.
 
 from __future__ import annotations
 
+import socket
+
 import structlog
 from aiohttp import web
 from google.protobuf import json_format
 
-from corral.errors import CorralError, InvalidRequest
+from corral.auth.peercred import peer_credentials
+from corral.errors import CorralError, InvalidRequest, TooLarge
+from corral.limits import MAX_REQUEST_BYTES
+from ctld.auth import Caller
 from ctld.rpc import ControllerApi
 
 log = structlog.get_logger("ctld.gateway")
-MAX_BODY = 8 * 1024 * 1024  # a 4 MiB script plus its environment, with room
+MAX_BODY = MAX_REQUEST_BYTES
 
 _HTTP_STATUS = {
     "INVALID_ARGUMENT": 400,
@@ -36,6 +41,17 @@ def _error(exc: CorralError) -> web.Response:
     return web.json_response(body, status=_HTTP_STATUS.get(exc.grpc_code, 500))
 
 
+def _caller(request: web.Request, method: str) -> Caller:
+    """Metadata, plus the kernel's uid/gid when the request came over the Unix socket."""
+    metadata = {k.lower(): v for k, v in request.headers.items()}
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is not None and sock.family == socket.AF_UNIX:
+        _pid, uid, gid = peer_credentials(sock)
+        return Caller(metadata=metadata, method=method, peer_uid=uid, peer_gid=gid)
+    return Caller(metadata=metadata, method=method)
+
+
 def make_app(api: ControllerApi) -> web.Application:
     async def handle(request: web.Request) -> web.Response:
         method = request.match_info["method"]
@@ -45,14 +61,19 @@ def make_app(api: ControllerApi) -> web.Application:
         req_type, _ = entry
         try:
             raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            size = request.content_length or 0
+            return _error(
+                TooLarge(f"the request ({size} bytes) is larger than the limit of {MAX_BODY} bytes")
+            )
+        try:
             message = req_type()
             if raw.strip():
                 json_format.Parse(raw, message, ignore_unknown_fields=False, max_recursion_depth=32)
         except (json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
             return _error(InvalidRequest(f"malformed {req_type.__name__}: {exc}"))
-        metadata = {k.lower(): v for k, v in request.headers.items()}
         try:
-            payload = await api.call_json(method, message, metadata)
+            payload = await api.call_json(method, message, _caller(request, method))
         except CorralError as exc:
             return _error(exc)
         except Exception:

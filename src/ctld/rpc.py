@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 import structlog
 from google.protobuf.message import Message
 
-from corral import __version__
-from corral.errors import CorralError, InvalidRequest
+from corral import __version__, limits
+from corral.auth.tls import peer_name
+from corral.errors import CorralError, InvalidRequest, PermissionDenied, Unauthenticated
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
-from ctld.auth import Authenticator
+from ctld.auth import Authenticator, Caller
+from ctld.authz import scrub_submit_line
 from ctld.cluster import Cluster
 from ctld.jsonmap import Skip, message_to_json
 
@@ -52,7 +54,7 @@ class ControllerApi:
     def __init__(self, cluster: Cluster, auth: Authenticator) -> None:
         self.cluster = cluster
         self.auth = auth
-        self._job_json: dict[tuple[int, tuple[bool, bool]], tuple[int, bytes]] = {}
+        self._job_json: dict[tuple[int, tuple[bool, bool, bool]], tuple[int, bytes]] = {}
         self.methods: dict[str, tuple[type[Message], Handler]] = {
             "SubmitJob": (pb.SubmitJobRequest, self.submit_job),
             "CancelJobs": (pb.CancelJobsRequest, self.cancel_jobs),
@@ -74,14 +76,16 @@ class ControllerApi:
             "CompleteJob": (pb.CompleteJobRequest, self.complete_job),
         }
 
-    async def call(self, method: str, request: Message, metadata: Mapping[str, str]) -> Message:
-        who = self.auth.identify(metadata)
+    async def call(self, method: str, request: Message, caller: Caller) -> Message:
+        who = self.auth.identify(caller)
+        limits.check(request)
         _, handler = self.methods[method]
         return await handler(request, who)
 
-    async def call_json(self, method: str, request: Message, metadata: Mapping[str, str]) -> bytes:
+    async def call_json(self, method: str, request: Message, caller: Caller) -> bytes:
         """The reply as proto3 JSON text (for the gateway)."""
-        who = self.auth.identify(metadata)
+        who = self.auth.identify(caller)
+        limits.check(request)
         if method == "GetJobs":
             assert isinstance(request, pb.GetJobsRequest)
             return self.get_jobs_json(request, who)
@@ -91,16 +95,21 @@ class ControllerApi:
     def get_jobs_json(self, req: pb.GetJobsRequest, who: Identity) -> bytes:
         """GetJobs as JSON, each job encoded once per revision: squeue in a loop over
         thousands of unchanged pending jobs re-encodes none of them."""
-        key = (req.with_events, req.with_spec)
-        skip = _JOB_SKIPS[key]
+        policy = self.cluster.policy
         revisions = self.cluster.revisions
         cache = self._job_json
         parts: list[bytes] = []
         for job in sorted(self.cluster.select(req.filter), key=lambda j: j.job_id):
+            if not policy.may_see(who, job):
+                continue
+            own = policy.sees_spec(who, job)
+            # others' jobs: no script/environment, --export values hidden (cache key "own")
+            key = (req.with_events, req.with_spec and own, own)
             rev = revisions.get(job.job_id, 0)
             hit = cache.get((job.job_id, key))
             if hit is None or hit[0] != rev:
-                hit = (rev, _dumps(message_to_json(job, skip)))
+                shown = job if own else _scrubbed(job)
+                hit = (rev, _dumps(message_to_json(shown, _JOB_SKIPS[key[:2]])))
                 cache[(job.job_id, key)] = hit
             parts.append(hit[1])
         if len(cache) > 4 * len(self.cluster.jobs) + 1024:  # drop entries of purged jobs
@@ -123,9 +132,13 @@ class ControllerApi:
 
     async def get_jobs(self, req: pb.GetJobsRequest, who: Identity) -> pb.GetJobsResponse:
         resp = pb.GetJobsResponse(now=self.cluster.clock())
+        policy = self.cluster.policy
         for job in sorted(self.cluster.select(req.filter), key=lambda j: j.job_id):
+            if not policy.may_see(who, job):
+                continue
             out = resp.jobs.add()
-            out.CopyFrom(job)
+            own = policy.sees_spec(who, job)
+            out.CopyFrom(job if own else _scrubbed(job))
             if not req.with_events:
                 del out.events[:]
             if not req.with_spec:
@@ -150,9 +163,14 @@ class ControllerApi:
             limit=req.limit,
         )
         resp = pb.QueryAccountingResponse(now=self.cluster.clock())
+        policy = self.cluster.policy
         for job in jobs:
+            if not policy.may_see_accounting(who, job.uid):
+                continue
             job.spec.ClearField("script")
             job.spec.ClearField("environment")
+            if not policy.sees_spec(who, job):
+                job.spec.submit_line = scrub_submit_line(job.spec.submit_line)
             resp.jobs.append(job)
         return resp
 
@@ -242,8 +260,20 @@ class ControllerApi:
         return pb.GetSharesResponse(rows=self.cluster.share_rows(req.accounts, req.users))
 
 
-def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
-    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+def _scrubbed(job: pb.Job) -> pb.Job:
+    """Another user's job as a user sees it: no script, environment or --export values."""
+    out = pb.Job()
+    out.CopyFrom(job)
+    out.spec.ClearField("script")
+    out.spec.ClearField("environment")
+    out.spec.submit_line = scrub_submit_line(out.spec.submit_line)
+    return out
+
+
+def grpc_caller(context: grpc.aio.ServicerContext[Any, Any], method: str) -> Caller:
+    """A gRPC request's sender: its metadata (credentials); TCP gives no kernel identity."""
+    md = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+    return Caller(metadata=md, method=method)
 
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: CorralError) -> None:
@@ -261,7 +291,7 @@ class ControllerServicer(pbg.ControllerServicer):
         self, name: str, request: Message, context: grpc.aio.ServicerContext[Any, Any]
     ) -> Any:
         try:
-            return await self.api.call(name, request, _metadata(context))
+            return await self.api.call(name, request, grpc_caller(context, name))
         except CorralError as exc:
             await _abort(context, exc)
             raise  # unreachable: abort raises
@@ -322,14 +352,35 @@ class ControllerServicer(pbg.ControllerServicer):
 
 
 class NodeControllerServicer(pbg.NodeControllerServicer):
-    """noded -> ctld. Node authentication (munge/mTLS) slots in through ``auth`` later."""
+    """noded -> ctld. With TLS, a call is the node its certificate names, and only that
+    node: the name in a request must match (so a node registers, heartbeats and reports
+    jobs for itself only; ctld applies a report only to jobs on the reporting node)."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, *, verify_nodes: bool = True) -> None:
         self.cluster = cluster
+        self.verify_nodes = verify_nodes
+
+    async def _as_node(self, context: grpc.aio.ServicerContext[Any, Any], name: str) -> None:
+        if not self.verify_nodes:
+            return
+        cert = peer_name(context)
+        if not cert:
+            exc: CorralError = Unauthenticated(
+                "Access/permission denied: node calls need the node's certificate"
+            )
+        elif cert != name:
+            exc = PermissionDenied(
+                f"Access/permission denied: certificate of {cert!r} may not act as node {name!r}"
+            )
+        else:
+            return
+        log.warning("node call refused", claimed=name, certificate=cert, peer=context.peer())
+        await _abort(context, exc)
 
     async def GetStep(
         self, request: pb.GetStepRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetStepResponse:
+        await self._as_node(context, request.node)
         try:
             job, step = self.cluster.step_for_node(request.job_id, request.step_id, request.node)
         except CorralError as exc:
@@ -340,6 +391,7 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
     async def RegisterNode(
         self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RegisterNodeResponse:
+        await self._as_node(context, request.name)
         try:
             await self.cluster.register_node(request)
         except CorralError as exc:
@@ -352,6 +404,7 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
     async def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.HeartbeatResponse:
+        await self._as_node(context, request.name)
         try:
             known = self.cluster.heartbeat(request)
             if known and request.health:
@@ -364,6 +417,7 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
     async def ReportJobStatus(
         self, request: pb.ReportJobStatusRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ReportJobStatusResponse:
+        await self._as_node(context, request.node)
         try:
             await self.cluster.report_status(request)
         except CorralError as exc:
@@ -371,4 +425,10 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
         return pb.ReportJobStatusResponse()
 
 
-__all__ = ["ERROR_KEY", "ControllerApi", "ControllerServicer", "NodeControllerServicer"]
+__all__ = [
+    "ERROR_KEY",
+    "ControllerApi",
+    "ControllerServicer",
+    "NodeControllerServicer",
+    "grpc_caller",
+]

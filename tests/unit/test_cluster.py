@@ -28,7 +28,7 @@ from ctld.testing import (
 
 CONFIG = parse_config(
     {
-        "controller": {"operators": ["admin"]},
+        "controller": {"operators": ["daemon"]},  # roles by uid: a real user
         "heartbeat": {"interval_s": 0.05, "timeout_s": 1.0},
         "nodes": [{"names": "n[1-2]"}],
         "partitions": [{"name": "gpu", "nodes": "n[1-2]", "default": True, "max_time": "1:00:00"}],
@@ -36,7 +36,7 @@ CONFIG = parse_config(
 )
 ALICE = Identity("alice", 1000, 1000)
 BOB = Identity("bob", 1001, 1001)
-ADMIN = Identity("admin", 1002, 1002)
+ADMIN = Identity("daemon", 1, 1)
 
 
 def spec(**kw: object) -> pb.JobSpec:
@@ -256,11 +256,12 @@ async def test_cached_job_json_follows_every_change(env) -> None:  # type: ignor
 
     from google.protobuf import json_format
 
-    from ctld.auth import ClaimedIdentity
+    from corral.config import AuthConfig
+    from ctld.auth import ClusterAuthenticator
     from ctld.rpc import ControllerApi
 
     cluster, clock, *_ = env
-    api = ControllerApi(cluster, ClaimedIdentity())
+    api = ControllerApi(cluster, ClusterAuthenticator(AuthConfig()))
 
     def fresh() -> list[dict[str, object]]:
         out = []

@@ -58,6 +58,12 @@ class LocalCluster:
     sample_interval_s: float = 1.0
     grpc_port: int = 0
     http_port: int = 0
+    node_port: int = 0
+    # authentication: "local" (the Unix socket), "munge" or "jwt" for TCP clients; a JWT
+    # key and the cluster's certificates are always made (docs/security.md)
+    auth_type: str = "local"
+    munge_socket: str = ""
+    tls: bool = True
     # "loopback": nodes on 127.0.0.2, .3, ...; "netns": each node in a network namespace
     # of its own with its own hostname (root only); "auto": netns when possible
     isolation: str = "loopback"
@@ -107,18 +113,62 @@ class LocalCluster:
     def http_address(self) -> str:
         return f"{self.controller_host}:{self.http_port}"
 
+    @property
+    def socket(self) -> str:
+        """ctld's Unix socket: abstract (no path length or directory permissions to mind)."""
+        return "@corral-" + hashlib.sha1(str(self.state_dir).encode()).hexdigest()[:12]
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.state_dir / "tls"
+
+    @property
+    def jwt_key_path(self) -> Path:
+        return self.state_dir / "jwt.key"
+
     def env(self) -> dict[str, str]:
-        """Environment for commands that talk to this cluster."""
+        """Environment for commands that talk to this cluster (over its Unix socket)."""
         env = dict(os.environ)
         env["CORRAL_CONF"] = str(self.config_path)
         env["CORRAL_CTLD_HTTP"] = self.http_address
+        env["CORRAL_CTLD_SOCKET"] = self.socket
         bindir = str(Path(self.python).parent)
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
         return env
 
     def client(self) -> Client:
+        """A client of this cluster as this process's own user (the Unix socket)."""
+        return Client(socket_path=self.socket)
+
+    def tcp_client(self, token: str | None = None) -> Client:
+        """A client over TCP: it needs a credential (``token``, or munge)."""
         host, _, port = self.http_address.rpartition(":")
-        return Client((host, int(port)))
+        return Client((host, int(port)), socket_path="", token=token)
+
+    def token(self, user: str, lifetime_s: int = 3600) -> str:
+        """A JWT for ``user``, as ``corral token`` issues it."""
+        from corral.auth.tokens import issue, read_key
+
+        return issue(read_key(str(self.jwt_key_path)), user, lifetime_s)
+
+    def grpc_metadata(self, user: str = "") -> list[tuple[str, str]]:
+        """gRPC metadata that authenticates ``user`` (default: this process's user)."""
+        import pwd
+
+        name = user or pwd.getpwuid(os.getuid()).pw_name
+        return [("authorization", f"Bearer {self.token(name)}")]
+
+    def make_credentials(self) -> None:
+        """The cluster CA, ctld's and every node's certificate, and the JWT key."""
+        from corral.auth.tls import create_cluster_certs
+        from corral.auth.tokens import write_key
+
+        if self.tls and not (self.tls_dir / "ctld.crt").exists():
+            create_cluster_certs(
+                str(self.tls_dir), self.cluster_name, self.node_names, [self.controller_host]
+            )
+        if not self.jwt_key_path.exists():
+            write_key(str(self.jwt_key_path))
 
     def write_config(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -128,6 +178,11 @@ class LocalCluster:
             self.grpc_port = free_port()
         if not self.http_port:
             self.http_port = free_port()
+        if not self.node_port:
+            self.node_port = free_port()
+        self.make_credentials()
+        tls = f'\n[tls]\ndir = "{self.tls_dir}"\n' if self.tls else ""
+        munge = f'munge_socket = "{self.munge_socket}"\n' if self.munge_socket else ""
         nodes_expr = f"node[{self.node_names[0][4:]}-{self.node_names[-1][4:]}]"
         gpus = ""
         if self.gpus_per_node:
@@ -142,16 +197,23 @@ cluster_name = "{self.cluster_name}"
 host = "{self.controller_host}"
 grpc_port = {self.grpc_port}
 http_port = {self.http_port}
+node_port = {self.node_port}
+socket = "{self.socket}"
 state_dir = "{self.state_dir}"
 kill_wait_s = {self.kill_wait_s}
 sched_interval_s = 2.0
 
+[auth]
+type = "{self.auth_type}"
+jwt_key = "{self.jwt_key_path}"
+{munge}{tls}
 [heartbeat]
 interval_s = {self.heartbeat_interval_s}
 timeout_s = {self.heartbeat_timeout_s}
 
 [noded]
 port = 0
+step_port = 0
 spool_dir = "{self.state_dir / "spool"}"
 # one cgroup tree per local cluster, so clusters side by side never share one
 cgroup_root = "corral-{hashlib.sha1(str(self.state_dir).encode()).hexdigest()[:10]}"
@@ -178,6 +240,7 @@ max_time = "1-00:00:00"
             f"# source this to point the corral commands at the cluster in {self.state_dir}\n"
             f"export CORRAL_CONF={self.config_path}\n"
             f"export CORRAL_CTLD_HTTP={self.http_address}\n"
+            f"export CORRAL_CTLD_SOCKET={self.socket}\n"
             f'export PATH="{bindir}:$PATH"\n'
         )
 

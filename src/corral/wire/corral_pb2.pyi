@@ -2341,12 +2341,17 @@ class RegisterNodeRequest(_message.Message):
     RUNNING_JOB_IDS_FIELD_NUMBER: _builtins.int
     UNREPORTED_FIELD_NUMBER: _builtins.int
     HEALTH_FIELD_NUMBER: _builtins.int
+    AGENT_ADDRESS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port where its NodeAgent listens"""
     boot_time: _builtins.float
     version: _builtins.str
     os: _builtins.str
+    agent_address: _builtins.str
+    """With TLS: the agent port that takes LaunchJob/SignalJob from ctld only (mutual
+    TLS); ``address`` then serves srun's RunTasks. Empty: both on ``address``.
+    """
     @_builtins.property
     def resources(self) -> Global___NodeResources: ...
     @_builtins.property
@@ -2375,10 +2380,11 @@ class RegisterNodeRequest(_message.Message):
         running_job_ids: _abc.Iterable[_builtins.int] | None = ...,
         unreported: _abc.Iterable[Global___JobStatusUpdate] | None = ...,
         health: _abc.Iterable[Global___NodeHealthEvent] | None = ...,
+        agent_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "boot_time", b"boot_time", "health", b"health", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_address", b"agent_address", "boot_time", b"boot_time", "health", b"health", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
