@@ -21,6 +21,7 @@ MAX_SCRIPT_BYTES = 4 * MIB  # Slurm's default max_script_size
 MAX_ENV_BYTES = 1 * MIB  # the whole environment
 MAX_ENV_VALUE = 128 * KIB  # Linux's MAX_ARG_STRLEN: one longer variable cannot exec anyway
 MAX_ARGV_BYTES = 256 * KIB  # the script's arguments, all together
+MAX_SUBMIT_LINE = MAX_ARGV_BYTES + 64 * KIB  # the arguments fit in it
 MAX_STRING = 4096  # any other string field
 MAX_ITEMS = 10000  # any list or map
 MAX_SPEC_BYTES = 6 * MIB  # a serialized JobSpec
@@ -30,7 +31,7 @@ NODED_MAX_RECEIVE_BYTES = 16 * MIB  # a LaunchJob: a spec plus allocations and s
 # fields with their own string bound (message.field)
 _STRING_LIMITS = {
     "JobSpec.script": MAX_SCRIPT_BYTES,
-    "JobSpec.submit_line": 64 * KIB,
+    "JobSpec.submit_line": MAX_SUBMIT_LINE,
     "JobSpec.dependency": 64 * KIB,
     "JobSpec.array": 64 * KIB,
     "JobSpec.nodelist": 64 * KIB,

@@ -148,9 +148,10 @@ class Client:
     def call(self, method: str, request: dict[str, Any]) -> dict[str, Any]:
         body = json.dumps(request, separators=(",", ":")).encode()
         if len(body) > MAX_REQUEST_BYTES:
+            part, size = _largest_part(request)
             raise TooLarge(
-                f"the request is too large: {len(body)} bytes, the controller accepts at most "
-                f"{MAX_REQUEST_BYTES} bytes (a smaller script, environment or argument list)"
+                f"the request is too large: {len(body)} bytes (the largest part, {part}, is "
+                f"{size} bytes); the controller accepts at most {MAX_REQUEST_BYTES} bytes"
             )
         head = (
             f"POST /corral.v1.Controller/{method} HTTP/1.1\r\n"
@@ -175,6 +176,18 @@ class Client:
                 f"{self.where()}: {exc.strerror or exc}"
             ) from None
         return _parse_response(b"".join(chunks))
+
+
+def _largest_part(request: dict[str, Any]) -> tuple[str, int]:
+    """The biggest field of a request, two levels deep (to say what was too large)."""
+    best = ("", 0)
+    for key, value in request.items():
+        items = value.items() if isinstance(value, dict) else [(key, value)]
+        for name, item in items:
+            size = len(json.dumps(item, separators=(",", ":")))
+            if size > best[1]:
+                best = (name, size)
+    return best
 
 
 def _parse_response(raw: bytes) -> dict[str, Any]:

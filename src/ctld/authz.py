@@ -8,7 +8,7 @@ are operators; everyone else is a user. docs/security.md shows the table.
 from __future__ import annotations
 
 import enum
-import re
+import shlex
 from collections.abc import Iterable
 
 from corral.auth.users import uids_of
@@ -50,7 +50,8 @@ TABLE: dict[str, str | Role] = {
     "issue tokens": Role.ADMIN,
 }
 
-_EXPORT = re.compile(r"(--export[= ])(\S+)")
+_SECRET_OPTIONS = ("--export", "--wrap")  # values that may carry secrets or the script
+HIDDEN = "<hidden>"
 
 
 class Policy:
@@ -107,5 +108,34 @@ class Policy:
 
 
 def scrub_submit_line(line: str) -> str:
-    """A submit line as others may see it: ``--export`` values (often secrets) hidden."""
-    return _EXPORT.sub(lambda m: m.group(1) + "<hidden>", line)
+    """A submit line as others may see it: ``--export`` values (often secrets) and
+    ``--wrap`` scripts hidden."""
+    try:
+        words = shlex.split(line)
+    except ValueError:  # not shell syntax: keep only the command's name
+        return f"{line.split(' ', 1)[0]} {HIDDEN}"
+    out: list[str] = []
+    hide_next = False
+    for word in words:
+        if hide_next:
+            out.append(HIDDEN)
+            hide_next = False
+            continue
+        opt = next((o for o in _SECRET_OPTIONS if word == o or word.startswith(o + "=")), "")
+        if word == opt:
+            hide_next = True
+            out.append(word)
+        elif opt:
+            out.append(f"{opt}={HIDDEN}")
+        else:
+            out.append(shlex.quote(word))
+    return " ".join(out)
+
+
+def scrub_spec(spec: pb.JobSpec) -> None:
+    """What of a spec others may not see, removed in place."""
+    spec.ClearField("script")
+    spec.ClearField("environment")
+    spec.submit_line = scrub_submit_line(spec.submit_line)
+    if "=" in spec.export:  # NAME=value pairs: values only the owner sees
+        spec.export = HIDDEN

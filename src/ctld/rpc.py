@@ -24,7 +24,7 @@ from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from ctld.auth import Authenticator, Caller
-from ctld.authz import scrub_submit_line
+from ctld.authz import scrub_spec
 from ctld.cluster import Cluster
 from ctld.jsonmap import Skip, message_to_json
 
@@ -170,7 +170,7 @@ class ControllerApi:
             job.spec.ClearField("script")
             job.spec.ClearField("environment")
             if not policy.sees_spec(who, job):
-                job.spec.submit_line = scrub_submit_line(job.spec.submit_line)
+                scrub_spec(job.spec)
             resp.jobs.append(job)
         return resp
 
@@ -264,9 +264,7 @@ def _scrubbed(job: pb.Job) -> pb.Job:
     """Another user's job as a user sees it: no script, environment or --export values."""
     out = pb.Job()
     out.CopyFrom(job)
-    out.spec.ClearField("script")
-    out.spec.ClearField("environment")
-    out.spec.submit_line = scrub_submit_line(out.spec.submit_line)
+    scrub_spec(out.spec)
     return out
 
 

@@ -131,7 +131,7 @@ async def serve(
     if ready_file:
         await link.registered.wait()
         with open(ready_file + ".tmp", "w") as fh:
-            fh.write(f"{os.getpid()} {advertised}\n")
+            fh.write(f"{os.getpid()} {advertised} {link.agent_address or advertised}\n")
         os.replace(ready_file + ".tmp", ready_file)
     await stop.wait()
     log.info("noded stopping", node=name, running=len(launcher.jobs))

@@ -104,7 +104,7 @@ def test_private_data_and_spec_visibility() -> None:
 
 def test_export_values_are_hidden_from_others() -> None:
     line = "sbatch --export=ALL,TOKEN=s3cret --wrap 'x'"
-    assert scrub_submit_line(line) == "sbatch --export=<hidden> --wrap 'x'"
+    assert scrub_submit_line(line) == "sbatch --export=<hidden> --wrap <hidden>"
     assert "s3cret" not in scrub_submit_line("sbatch --export TOKEN=s3cret job.sh")
 
 

@@ -55,6 +55,7 @@ class LocalCluster:
     python: str = sys.executable
     extra_config: str = ""  # appended at the end (new tables)
     noded_config: str = ""  # more keys of the [noded] table
+    controller_config: str = ""  # more keys of the [controller] table
     sample_interval_s: float = 1.0
     grpc_port: int = 0
     http_port: int = 0
@@ -202,6 +203,7 @@ socket = "{self.socket}"
 state_dir = "{self.state_dir}"
 kill_wait_s = {self.kill_wait_s}
 sched_interval_s = 2.0
+{self.controller_config}
 
 [auth]
 type = "{self.auth_type}"
@@ -318,6 +320,11 @@ max_time = "1-00:00:00"
                     f"{name} not ready after {timeout}s; log:\n{self.log_tail(name)}"
                 )
             time.sleep(0.02)
+
+    def agent_address(self, name: str) -> str:
+        """Where node ``name``'s NodeAgent takes ctld's calls (its ready file says)."""
+        fields = (self.state_dir / "run" / f"{name}.ready").read_text().split()
+        return fields[2] if len(fields) > 2 else fields[1]
 
     def log_tail(self, name: str, lines: int = 40) -> str:
         path = self.state_dir / "log" / f"{name}.log"
