@@ -221,6 +221,7 @@ class Step:
         step = json_format.ParseDict(reply["step"], pb.Step())
         job = json_format.ParseDict(reply["job"], pb.Job())
         self.step, self.job, self.pb = step, job, pb
+        self.step_credential = str(reply.get("stepCredential", ""))
         self.output = Output(self.cli, job, step)
         self.name = f"StepId={job.job_id}.{step.step_id}"
         loop = asyncio.get_running_loop()
@@ -304,6 +305,7 @@ class Step:
                     master_addr=master_addr,
                     master_port=port,
                     cluster=cluster,
+                    step_credential=self.step_credential,
                 )
             )
 

@@ -16,6 +16,9 @@ only ever see an Identity; what it may do is ctld/authz.py's business.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -27,7 +30,28 @@ from corral.errors import Unauthenticated
 from corral.identity import Identity
 from ctld.authz import Policy
 
-__all__ = ["Authenticator", "Caller", "ClusterAuthenticator", "Policy", "munge_payload"]
+__all__ = [
+    "Authenticator",
+    "Caller",
+    "ClusterAuthenticator",
+    "Policy",
+    "StepCredentials",
+    "munge_payload",
+]
+
+
+class StepCredentials:
+    """An HMAC per step, keyed by a secret of this ctld process: CreateStep gives it to
+    the step's creator, GetStep (mutual TLS) to the nodes; noded runs a step's tasks
+    only for a RunTasks that shows it. A restarted ctld has a new key: steps already
+    started are unaffected."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self.key = key or os.urandom(32)
+
+    def issue(self, job_id: int, step_id: int) -> str:
+        msg = f"step:{job_id}.{step_id}".encode()
+        return hmac.new(self.key, msg, hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from corral.errors import CorralError, InvalidRequest, PermissionDenied, Unauthe
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
-from ctld.auth import Authenticator, Caller
+from ctld.auth import Authenticator, Caller, StepCredentials
 from ctld.authz import scrub_spec
 from ctld.cluster import Cluster
 from ctld.jsonmap import Skip, message_to_json
@@ -51,9 +51,12 @@ def _dumps(value: object) -> bytes:
 class ControllerApi:
     """The Controller service, as plain async methods (request, identity) -> response."""
 
-    def __init__(self, cluster: Cluster, auth: Authenticator) -> None:
+    def __init__(
+        self, cluster: Cluster, auth: Authenticator, steps: StepCredentials | None = None
+    ) -> None:
         self.cluster = cluster
         self.auth = auth
+        self.step_credentials = steps or StepCredentials()
         self._job_json: dict[tuple[int, tuple[bool, bool, bool]], tuple[int, bytes]] = {}
         self.methods: dict[str, tuple[type[Message], Handler]] = {
             "SubmitJob": (pb.SubmitJobRequest, self.submit_job),
@@ -231,7 +234,12 @@ class ControllerApi:
         job.spec.ClearField("environment")
         del job.events[:]
         del job.steps[:]
-        return pb.CreateStepResponse(step=step, job=job, cluster=self.cluster.config.cluster_name)
+        return pb.CreateStepResponse(
+            step=step,
+            job=job,
+            cluster=self.cluster.config.cluster_name,
+            step_credential=self.step_credentials.issue(step.job_id, step.step_id),
+        )
 
     async def complete_step(
         self, req: pb.CompleteStepRequest, who: Identity
@@ -354,9 +362,16 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
     node: the name in a request must match (so a node registers, heartbeats and reports
     jobs for itself only; ctld applies a report only to jobs on the reporting node)."""
 
-    def __init__(self, cluster: Cluster, *, verify_nodes: bool = True) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        verify_nodes: bool = True,
+        steps: StepCredentials | None = None,
+    ) -> None:
         self.cluster = cluster
         self.verify_nodes = verify_nodes
+        self.step_credentials = steps or StepCredentials()
 
     async def _as_node(self, context: grpc.aio.ServicerContext[Any, Any], name: str) -> None:
         if not self.verify_nodes:
@@ -384,7 +399,8 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
         except CorralError as exc:
             await _abort(context, exc)
             raise
-        return pb.GetStepResponse(job=job, step=step)
+        credential = self.step_credentials.issue(step.job_id, step.step_id)
+        return pb.GetStepResponse(job=job, step=step, step_credential=credential)
 
     async def RegisterNode(
         self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -19,7 +19,7 @@ from corral.auth.peercred import socket_address
 from corral.config import ClusterConfig
 from corral.limits import NODED_MAX_RECEIVE_BYTES
 from corral.wire import corral_pb2_grpc as pbg
-from ctld.auth import ClusterAuthenticator
+from ctld.auth import ClusterAuthenticator, StepCredentials
 from ctld.cluster import Cluster
 from ctld.dispatch import GrpcDispatcher
 from ctld.gateway import make_app
@@ -40,14 +40,16 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
     dispatcher = GrpcDispatcher(tls_dir)
     cluster = Cluster(config, store, dispatcher, clock=time.time)
     cluster.load()
-    api = ControllerApi(cluster, make_authenticator(config))
+    step_credentials = StepCredentials()
+    api = ControllerApi(cluster, make_authenticator(config), step_credentials)
     if not tls_dir:
         log.warning("no [tls] dir: daemons talk in plaintext and node calls are not authenticated")
 
     server = aio.server(options=[("grpc.max_receive_message_length", NODED_MAX_RECEIVE_BYTES)])
     pbg.add_ControllerServicer_to_server(ControllerServicer(api), server)
     pbg.add_NodeControllerServicer_to_server(
-        NodeControllerServicer(cluster, verify_nodes=bool(tls_dir)), server
+        NodeControllerServicer(cluster, verify_nodes=bool(tls_dir), steps=step_credentials),
+        server,
     )
     grpc_addr = f"{ctl.bind_host}:{ctl.grpc_port}"
     if config.tls.clients:

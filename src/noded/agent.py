@@ -135,8 +135,9 @@ class ControllerLink:
         self.outbox.append(update)
         self._outbox_ready.set()
 
-    async def get_step(self, job_id: int, step_id: int) -> tuple[pb.Job, pb.Step]:
-        """ctld's record of a step srun wants run here (LaunchError if ctld says no)."""
+    async def get_step(self, job_id: int, step_id: int) -> tuple[pb.Job, pb.Step, str]:
+        """ctld's record of a step srun wants run here, with the credential srun must
+        show (LaunchError if ctld says no)."""
         try:
             reply = await self.stub.GetStep(
                 pb.GetStepRequest(job_id=job_id, step_id=step_id, node=self.name),
@@ -144,7 +145,7 @@ class ControllerLink:
             )
         except grpc.RpcError as exc:
             raise LaunchError(f"ctld refuses step {job_id}.{step_id}: {_details(exc)}") from None
-        return reply.job, reply.step
+        return reply.job, reply.step, reply.step_credential
 
     def report_health(self, reason: str, detail: str) -> None:
         """A fault that should drain this node: sent with the next (immediate) heartbeat."""

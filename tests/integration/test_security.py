@@ -637,3 +637,46 @@ def test_private_data_hides_other_users_jobs(users: Users) -> None:
     finally:
         c.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_only_the_srun_that_created_a_step_starts_its_tasks(
+    secure: LocalCluster, users: Users, tmp_path: pathlib.Path
+) -> None:
+    # root's job (srun lives in this venv, which other users may not be able to run)
+    sbatch = str(pathlib.Path(sys.executable).parent / "sbatch")
+    out = subprocess.run(
+        [sbatch, "--parsable", "-w", "node01", "--wrap", "srun sleep 30"],
+        env=secure.env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    job_id = int(out.strip().split(";")[0])
+    seen = wait_for(lambda: (j := job(secure, job_id)).get("steps") and j, 30, "the step")
+    step_id = int(seen["steps"][0].get("stepId", 0))
+    address = job_step_address(secure, "node01")
+
+    async def attempt(credential: str) -> tuple[grpc.StatusCode, str]:
+        start = pb.RunTasksRequest(
+            job=pb.Job(job_id=job_id),
+            step=pb.Step(job_id=job_id, step_id=step_id),
+            node="node01",
+            environment={"LD_PRELOAD": "/tmp/not-alices.so"},
+            step_credential=credential,
+        )
+        async with grpc.aio.insecure_channel(address) as channel:
+            call = pbg.NodeAgentStub(channel).RunTasks(iter([pb.TaskInput(start=start)]))
+            try:
+                await call.read()
+            except grpc.aio.AioRpcError as exc:
+                return exc.code(), exc.details() or ""
+        return grpc.StatusCode.OK, ""
+
+    for credential in ("", "0" * 64):
+        code, details = asyncio.run(attempt(credential))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION
+        assert "step credential does not match" in details
+    secure.client().call("CancelJobs", {"filter": {"jobIds": [str(job_id)]}})
+    wait_state(secure, job_id, "CANCELLED", "COMPLETED", "FAILED")

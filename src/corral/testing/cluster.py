@@ -34,6 +34,19 @@ from corral.testing.netns import NodeNetwork
 DEFAULT_GPU_MODEL = "NVIDIA H100 80GB HBM3"
 
 
+def local_socket(state_dir: Path) -> str:
+    tag = hashlib.sha1(str(state_dir).encode()).hexdigest()[:12]
+    return f"/tmp/corral-{tag}/ctld.sock"
+
+
+def remove_socket(state_dir: Path) -> None:
+    path = local_socket(state_dir)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(path))
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -116,8 +129,10 @@ class LocalCluster:
 
     @property
     def socket(self) -> str:
-        """ctld's Unix socket: abstract (no path length or directory permissions to mind)."""
-        return "@corral-" + hashlib.sha1(str(self.state_dir).encode()).hexdigest()[:12]
+        """ctld's Unix socket: a short path any user can reach (a socket path has at most
+        107 bytes; a state dir may be long or private). A file, not an abstract socket:
+        those are per network namespace, and commands in jobs on netns nodes use it."""
+        return local_socket(self.state_dir)
 
     @property
     def tls_dir(self) -> Path:
@@ -401,6 +416,7 @@ max_time = "1-00:00:00"
             self.stop_process("ctld")
         if self.network is not None:
             self.network.destroy()
+        remove_socket(self.state_dir)
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -454,6 +470,7 @@ def stop_state_dir(state_dir: Path) -> list[str]:
     stopped = [n for n in names if n != "ctld" and stop_by_pidfile(state_dir, n)]
     if "ctld" in names and stop_by_pidfile(state_dir, "ctld"):
         stopped.append("ctld")
+    remove_socket(state_dir)
     if netns.available()[0]:  # namespaces and bridge of a netns cluster, if any
         stopped += NodeNetwork(state_dir, ()).destroy()
     return stopped

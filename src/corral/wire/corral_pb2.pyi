@@ -841,7 +841,12 @@ class CreateStepResponse(_message.Message):
     STEP_FIELD_NUMBER: _builtins.int
     JOB_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
+    STEP_CREDENTIAL_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
+    step_credential: _builtins.str
+    """Shown to each node in RunTasks: only the caller (the job's owner) gets it, so
+    nobody else can start the step's tasks with an environment of their own.
+    """
     @_builtins.property
     def step(self) -> Global___Step: ...
     @_builtins.property
@@ -854,10 +859,11 @@ class CreateStepResponse(_message.Message):
         step: Global___Step | None = ...,
         job: Global___Job | None = ...,
         cluster: _builtins.str = ...,
+        step_credential: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "job", b"job", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "job", b"job", "step", b"step", "step_credential", b"step_credential"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2713,6 +2719,9 @@ class GetStepResponse(_message.Message):
 
     JOB_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
+    STEP_CREDENTIAL_FIELD_NUMBER: _builtins.int
+    step_credential: _builtins.str
+    """what srun must show to start this step's tasks"""
     @_builtins.property
     def job(self) -> Global___Job:
         """without script, environment, events and steps"""
@@ -2724,10 +2733,11 @@ class GetStepResponse(_message.Message):
         *,
         job: Global___Job | None = ...,
         step: Global___Step | None = ...,
+        step_credential: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step", "step_credential", b"step_credential"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2931,6 +2941,7 @@ class RunTasksRequest(_message.Message):
     MASTER_ADDR_FIELD_NUMBER: _builtins.int
     MASTER_PORT_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
+    STEP_CREDENTIAL_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """which StepNode of the step this is"""
     cwd: _builtins.str
@@ -2938,6 +2949,8 @@ class RunTasksRequest(_message.Message):
     master_port: _builtins.int
     """0 on the step's first node: noded picks a free one"""
     cluster: _builtins.str
+    step_credential: _builtins.str
+    """from CreateStep: proves srun is the step's creator"""
     @_builtins.property
     def job(self) -> Global___Job:
         """the allocation, as CreateStep returned it"""
@@ -2964,10 +2977,11 @@ class RunTasksRequest(_message.Message):
         master_addr: _builtins.str = ...,
         master_port: _builtins.int = ...,
         cluster: _builtins.str = ...,
+        step_credential: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "cwd", b"cwd", "environment", b"environment", "job", b"job", "master_addr", b"master_addr", "master_port", b"master_port", "node", b"node", "stdin_ranks", b"stdin_ranks", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "cwd", b"cwd", "environment", b"environment", "job", b"job", "master_addr", b"master_addr", "master_port", b"master_port", "node", b"node", "stdin_ranks", b"stdin_ranks", "step", b"step", "step_credential", b"step_credential"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
