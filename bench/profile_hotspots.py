@@ -169,7 +169,7 @@ def leaf_category(frames: tuple[Frame, ...]) -> str:
 
 
 INCLUSIVE: list[tuple[str, Callable[[str, str], bool]]] = [
-    ("ControllerServicer._call (gRPC handlers)", lambda fn, f: fn == "ControllerServicer._call"),
+    ("controller_handler (gRPC handlers)", lambda fn, f: fn == "handle" and "rpc.py" in f),
     ("gateway handle (HTTP handlers)", lambda fn, f: f.startswith("ctld/gateway.py")),
     ("Cluster.submit", lambda fn, f: fn == "Cluster.submit"),
     ("validate_spec", lambda fn, f: fn == "validate_spec"),

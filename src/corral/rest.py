@@ -72,7 +72,7 @@ def controller_address() -> tuple[str, int]:
 
         return str(ctl.get("host", "127.0.0.1")), int(ctl.get("http_port", DEFAULT_HTTP_PORT))
     host, _, port = value.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdecimal():
         raise ControllerUnavailable(f"{ADDRESS_ENV}={value!r} is not host:port")
     return host.strip("[]"), int(port)
 
@@ -196,7 +196,7 @@ def _parse_response(raw: bytes) -> dict[str, Any]:
         raise ControllerUnavailable("the controller closed the connection without an answer")
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[1].isdigit():
+    if len(parts) < 2 or not parts[1].isdecimal():
         raise CorralError(f"the controller sent a malformed answer: {lines[0]!r}")
     status = int(parts[1])
     headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}

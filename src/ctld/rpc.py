@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 import structlog
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from corral import __version__, limits
 from corral.auth.tls import peer_name
@@ -287,74 +287,32 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: CorralError) 
     await context.abort(getattr(grpc.StatusCode, exc.grpc_code), exc.message)
 
 
-class ControllerServicer(pbg.ControllerServicer):
-    """gRPC adapter: metadata in, CorralError out as its status code."""
+def controller_handler(api: ControllerApi) -> grpc.GenericRpcHandler[Any, Any]:
+    """The Controller service over gRPC, one entry per ``api.methods``. Requests arrive
+    as bytes and are decoded here, so a corrupt message is INVALID_ARGUMENT (the
+    generated servicer would answer UNKNOWN)."""
 
-    def __init__(self, api: ControllerApi) -> None:
-        self.api = api
+    def unary(name: str, req_type: type[Message]) -> grpc.RpcMethodHandler[Any, Any]:
+        async def handle(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+            try:
+                request = req_type.FromString(raw)
+            except DecodeError as exc:
+                await _abort(context, InvalidRequest(f"malformed {req_type.__name__}: {exc}"))
+                raise  # unreachable: abort raises
+            try:
+                return await api.call(name, request, grpc_caller(context, name))
+            except CorralError as exc:
+                await _abort(context, exc)
+                raise  # unreachable: abort raises
 
-    async def _call(
-        self, name: str, request: Message, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> Any:
-        try:
-            return await self.api.call(name, request, grpc_caller(context, name))
-        except CorralError as exc:
-            await _abort(context, exc)
-            raise  # unreachable: abort raises
+        return grpc.unary_unary_rpc_method_handler(
+            handle, response_serializer=lambda m: m.SerializeToString()
+        )
 
-    async def SubmitJob(self, request: Any, context: Any) -> Any:
-        return await self._call("SubmitJob", request, context)
-
-    async def CancelJobs(self, request: Any, context: Any) -> Any:
-        return await self._call("CancelJobs", request, context)
-
-    async def GetJobs(self, request: Any, context: Any) -> Any:
-        return await self._call("GetJobs", request, context)
-
-    async def QueryAccounting(self, request: Any, context: Any) -> Any:
-        return await self._call("QueryAccounting", request, context)
-
-    async def GetNodes(self, request: Any, context: Any) -> Any:
-        return await self._call("GetNodes", request, context)
-
-    async def GetPartitions(self, request: Any, context: Any) -> Any:
-        return await self._call("GetPartitions", request, context)
-
-    async def CreateStep(self, request: Any, context: Any) -> Any:
-        return await self._call("CreateStep", request, context)
-
-    async def CompleteStep(self, request: Any, context: Any) -> Any:
-        return await self._call("CompleteStep", request, context)
-
-    async def CompleteJob(self, request: Any, context: Any) -> Any:
-        return await self._call("CompleteJob", request, context)
-
-    async def UpdateNode(self, request: Any, context: Any) -> Any:
-        return await self._call("UpdateNode", request, context)
-
-    async def UpdateJob(self, request: Any, context: Any) -> Any:
-        return await self._call("UpdateJob", request, context)
-
-    async def GetClusterInfo(self, request: Any, context: Any) -> Any:
-        return await self._call("GetClusterInfo", request, context)
-
-    async def GetShares(self, request: Any, context: Any) -> Any:
-        return await self._call("GetShares", request, context)
-
-    async def ExplainJob(self, request: Any, context: Any) -> Any:
-        return await self._call("ExplainJob", request, context)
-
-    async def CreateReservation(self, request: Any, context: Any) -> Any:
-        return await self._call("CreateReservation", request, context)
-
-    async def UpdateReservation(self, request: Any, context: Any) -> Any:
-        return await self._call("UpdateReservation", request, context)
-
-    async def DeleteReservation(self, request: Any, context: Any) -> Any:
-        return await self._call("DeleteReservation", request, context)
-
-    async def GetReservations(self, request: Any, context: Any) -> Any:
-        return await self._call("GetReservations", request, context)
+    return grpc.method_handlers_generic_handler(
+        "corral.v1.Controller",
+        {name: unary(name, req_type) for name, (req_type, _) in api.methods.items()},
+    )
 
 
 class NodeControllerServicer(pbg.NodeControllerServicer):
@@ -442,7 +400,7 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
 __all__ = [
     "ERROR_KEY",
     "ControllerApi",
-    "ControllerServicer",
     "NodeControllerServicer",
+    "controller_handler",
     "grpc_caller",
 ]

@@ -24,7 +24,7 @@ from ctld.cluster import Cluster
 from ctld.dispatch import GrpcDispatcher
 from ctld.gateway import make_app
 from ctld.metrics import add_metrics_route, make_registry
-from ctld.rpc import ControllerApi, ControllerServicer, NodeControllerServicer
+from ctld.rpc import ControllerApi, NodeControllerServicer, controller_handler
 from ctld.store import Store
 
 log = structlog.get_logger("ctld")
@@ -46,7 +46,7 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
         log.warning("no [tls] dir: daemons talk in plaintext and node calls are not authenticated")
 
     server = aio.server(options=[("grpc.max_receive_message_length", NODED_MAX_RECEIVE_BYTES)])
-    pbg.add_ControllerServicer_to_server(ControllerServicer(api), server)
+    server.add_generic_rpc_handlers((controller_handler(api),))
     pbg.add_NodeControllerServicer_to_server(
         NodeControllerServicer(cluster, verify_nodes=bool(tls_dir), steps=step_credentials),
         server,
