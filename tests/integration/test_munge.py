@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import ctypes  # noqa: F401  (loaded before a child becomes another user: /root is 0700)
 import os
-import pathlib
 import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 
@@ -20,65 +17,23 @@ import pytest
 from corral.auth import munge
 from corral.errors import CorralError, PermissionDenied
 from corral.testing import LocalCluster
-from tests.conftest import print_logs, wait_for
+from corral.testing.munge import Munged
+from corral.testing.munge import available as munge_available
+from tests.conftest import print_logs
 from tests.integration.test_security import Users, as_user, job, open_dir, raw, wait_state
 
 pytestmark = pytest.mark.timeout(120)
-MUNGED = shutil.which("munged") or "/usr/sbin/munged"
-
-
-class Munged:
-    """One munged with its own key, socket, pid, log and seed files under ``base``."""
-
-    def __init__(self, base: pathlib.Path, key: bytes | None = None) -> None:
-        if not os.path.exists(MUNGED):
-            pytest.fail("munged is not installed: apt-get install munge (CI installs it)")
-        self.base = base
-        base.chmod(0o711)  # munged wants its socket's directory reachable by all
-        self.socket = str(base / "munge.socket")
-        key_file = base / "munge.key"
-        key_file.write_bytes(key or os.urandom(1024))
-        key_file.chmod(0o400)
-        self.pid_file = base / "munged.pid"
-        subprocess.run(
-            [
-                MUNGED,
-                f"--key-file={key_file}",
-                f"--socket={self.socket}",
-                f"--pid-file={self.pid_file}",
-                f"--log-file={base / 'munged.log'}",
-                f"--seed-file={base / 'munged.seed'}",
-            ],
-            check=True,
-            timeout=30,
-        )
-        wait_for(lambda: os.path.exists(self.socket) and self.pid_file.exists(), 10, "munged")
-
-    def stop(self) -> None:
-        try:
-            pid = int(self.pid_file.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return
-        os.kill(pid, 15)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
-        os.kill(pid, 9)
 
 
 @pytest.fixture(scope="module")
 def munged() -> Iterator[Munged]:
-    base = pathlib.Path(tempfile.mkdtemp(prefix="corral-munge-"))
-    daemon = Munged(base)
+    if not munge_available():  # a failure, not a skip: CI installs munge
+        pytest.fail("munged is not installed: apt-get install munge (.ci/run installs it)")
+    daemon = Munged()
     try:
         yield daemon
     finally:
         daemon.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_credentials_carry_the_caller_and_are_good_once(munged: Munged) -> None:
@@ -98,15 +53,13 @@ def test_credentials_carry_the_caller_and_are_good_once(munged: Munged) -> None:
 
 
 def test_a_credential_from_another_key_is_refused(munged: Munged) -> None:
-    base = pathlib.Path(tempfile.mkdtemp(prefix="corral-munge-rogue-"))
-    rogue = Munged(base)
+    rogue = Munged()
     try:
         forged = munge.encode(b"corral:SubmitJob", rogue.socket)
         with pytest.raises(PermissionDenied, match="munge"):
             munge.Verifier(munged.socket).verify(forged, b"corral:SubmitJob")
     finally:
         rogue.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
