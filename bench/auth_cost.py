@@ -29,7 +29,7 @@ from bench.common import (
     run_cmd,
     summary,
 )
-from corral.rest import Client
+from corral.api import HttpController as Client
 
 
 def _spec(work_dir: str) -> dict[str, Any]:

@@ -1,14 +1,15 @@
-"""A tiny client for ctld's JSON gateway, standard library only.
+"""The HTTP/JSON transport to ctld's gateway, standard library only.
 
-The short-lived commands (sbatch, squeue, ...) call ctld through this instead of
-gRPC: ``import grpc`` alone costs more than the whole budget of a command. The
-messages are the proto's own, in proto3's JSON mapping (camelCase keys, enums as
+corral.api's HttpController (the typed client the short-lived commands use) sends
+through this instead of gRPC: ``import grpc`` alone costs more than the whole budget
+of a command. The messages are the proto's own, in proto3's JSON mapping (camelCase keys, enums as
 names, 64-bit integers as strings), posted to ``/corral.v1.Controller/<Method>``.
 
 Who calls is never stated: over ctld's Unix socket the kernel tells ctld
-(``auth.type = "local"``); over TCP the request carries a credential: a token from
-``SLURM_JWT`` (or the owner-only file ``CORRAL_TOKEN_FILE``), else a MUNGE credential
-when the cluster uses munge (docs/security.md).
+(``auth.type = "local"``); over TCP the request carries a credential
+(``credential_headers``): a token from ``SLURM_JWT`` (or the owner-only file
+``CORRAL_TOKEN_FILE``), else a MUNGE credential when the cluster uses munge
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import os
 import socket
 
 from corral.errors import ControllerUnavailable, CorralError, TooLarge, from_wire
-from corral.identity import Identity, current_identity
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ AUTH_ENV = "CORRAL_AUTH_TYPE"  # munge, jwt, local: what to send over TCP
 MUNGE_SOCKET_ENV = "CORRAL_MUNGE_SOCKET"
 CA_ENV = "CORRAL_CTLD_CA"  # the cluster CA: TLS to ctld's HTTP port
 TOKEN_FILE_ENV = "CORRAL_TOKEN_FILE"
+TOKEN_ENV = "SLURM_JWT"
 TIMEOUT_ENV = "CORRAL_TIMEOUT"
 DEFAULT_TIMEOUT_S = 30.0
 MAX_REQUEST_BYTES = 8 * 1024 * 1024  # corral.limits.MAX_REQUEST_BYTES (not imported: slow)
@@ -63,6 +64,31 @@ def controller_socket() -> str:
     return path if path.startswith("@") or os.path.exists(path) else ""
 
 
+def credential_headers(method: str, token: str | None = None) -> list[tuple[str, str]]:
+    """What proves who calls over TCP (HTTP headers or gRPC metadata, the same keys):
+    a token, else a MUNGE credential for ``method`` when the cluster uses munge."""
+    token = token or os.environ.get(TOKEN_ENV, "")
+    if not token and os.environ.get(TOKEN_FILE_ENV):
+        from corral.auth.tokens import read_token_file
+
+        token = read_token_file(os.environ[TOKEN_FILE_ENV])
+    if token:
+        return [("authorization", f"Bearer {token}")]
+    kind = os.environ.get(AUTH_ENV)
+    munge_socket = os.environ.get(MUNGE_SOCKET_ENV, "")
+    if kind is None and not os.environ.get(ADDRESS_ENV):
+        try:
+            auth = _config().get("auth", {})
+        except ControllerUnavailable:  # no config here: nothing to send but what we have
+            auth = {}
+        kind, munge_socket = str(auth.get("type", "local")), str(auth.get("munge_socket", ""))
+    if kind == "munge":
+        from corral.auth.munge import encode
+
+        return [("x-corral-munge", encode(f"corral:{method}".encode(), munge_socket))]
+    return []
+
+
 def controller_address() -> tuple[str, int]:
     """host and port of ctld's HTTP gateway: $CORRAL_CTLD_HTTP, else the config file."""
     value = os.environ.get(ADDRESS_ENV)
@@ -77,108 +103,77 @@ def controller_address() -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class Client:
-    """Calls one Controller method per request; each call is one short connection.
-
-    ``identity`` is who this process is (the commands use it to fill filters); it is
-    never sent: ctld learns it from the socket or from the credential.
-    """
-
-    def __init__(
-        self,
-        address: tuple[str, int] | None = None,
-        identity: Identity | None = None,
-        timeout: float | None = None,
-        *,
-        socket_path: str | None = None,
-        token: str | None = None,
-    ) -> None:
-        self.socket_path = socket_path if socket_path is not None else ""
-        if socket_path is None and address is None:
-            self.socket_path = controller_socket()
-        self.address = address or (("", 0) if self.socket_path else controller_address())
-        self.identity = identity or current_identity()
-        self.timeout = timeout or float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
-        self.token = token
-
-    def _credential(self, method: str) -> str:
-        """Header lines proving who calls over TCP (none on the Unix socket)."""
-        if self.socket_path:
-            return ""
-        token = self.token or os.environ.get("SLURM_JWT", "")
-        if not token and os.environ.get(TOKEN_FILE_ENV):
-            from corral.auth.tokens import read_token_file
-
-            token = read_token_file(os.environ[TOKEN_FILE_ENV])
-        if token:
-            return f"Authorization: Bearer {token}\r\n"
-        kind = os.environ.get(AUTH_ENV)
-        munge_socket = os.environ.get(MUNGE_SOCKET_ENV, "")
-        if kind is None and not os.environ.get(ADDRESS_ENV):
-            auth = _config().get("auth", {})
-            kind, munge_socket = str(auth.get("type", "local")), str(auth.get("munge_socket", ""))
-        if kind == "munge":
-            from corral.auth.munge import encode
-
-            return f"x-corral-munge: {encode(f'corral:{method}'.encode(), munge_socket)}\r\n"
-        return ""
-
-    def _connect(self) -> socket.socket:
-        if self.socket_path:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(self.timeout)
-            path = self.socket_path
-            sock.connect("\0" + path[1:] if path.startswith("@") else path)
-            return sock
-        host, port = self.address
-        # an ASCII host as bytes skips the idna codec import (~2.5 ms per command)
-        host_arg: str | bytes = host.encode() if host.isascii() else host
-        plain = socket.create_connection((host_arg, port), timeout=self.timeout)  # type: ignore[arg-type]
-        ca = os.environ.get(CA_ENV)
-        if not ca:
-            return plain
-        import ssl
-
-        ctx = ssl.create_default_context(cafile=ca)
-        return ctx.wrap_socket(plain, server_hostname="ctld")
-
-    def where(self) -> str:
-        return self.socket_path or f"{self.address[0]}:{self.address[1]}"
-
-    def call(self, method: str, request: dict[str, Any]) -> dict[str, Any]:
-        body = json.dumps(request, separators=(",", ":")).encode()
-        if len(body) > MAX_REQUEST_BYTES:
-            part, size = _largest_part(request)
-            raise TooLarge(
-                f"the request is too large: {len(body)} bytes (the largest part, {part}, is "
-                f"{size} bytes); the controller accepts at most {MAX_REQUEST_BYTES} bytes"
-            )
-        head = (
-            f"POST /corral.v1.Controller/{method} HTTP/1.1\r\n"
-            f"Host: {self.address[0] or 'ctld'}\r\n"
-            "Content-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n"
-            f"{self._credential(method)}"
-            "Connection: close\r\n\r\n"
-        ).encode()
+def _connect(address: tuple[str, int] | str, timeout: float) -> socket.socket:
+    if isinstance(address, str):  # ctld's Unix socket ("@name": abstract)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
         try:
-            with self._connect() as sock:
-                sock.sendall(head + body)
-                chunks = []
-                while True:
-                    chunk = sock.recv(262144)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-        except OSError as exc:
-            raise ControllerUnavailable(
-                f"Unable to contact slurm controller (connect failure) at "
-                f"{self.where()}: {exc.strerror or exc}"
-            ) from None
-        return _parse_response(b"".join(chunks))
+            sock.connect("\0" + address[1:] if address.startswith("@") else address)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+    host, port = address
+    # an ASCII host as bytes skips the idna codec import (~2.5 ms per command)
+    host_arg: str | bytes = host.encode() if host.isascii() else host
+    plain = socket.create_connection((host_arg, port), timeout=timeout)  # type: ignore[arg-type]
+    ca = os.environ.get(CA_ENV)
+    if not ca:
+        return plain
+    import ssl
+
+    return ssl.create_default_context(cafile=ca).wrap_socket(plain, server_hostname="ctld")
 
 
-def _largest_part(request: dict[str, Any]) -> tuple[str, int]:
+def where(address: tuple[str, int] | str) -> str:
+    return address if isinstance(address, str) else f"{address[0]}:{address[1]}"
+
+
+def post(
+    address: tuple[str, int] | str,
+    method: str,
+    request: Any,
+    headers: list[tuple[str, str]],
+    timeout: float,
+) -> Any:
+    """One Controller call: the request as proto3 JSON on one short connection (TCP, or
+    ctld's Unix socket when ``address`` is a path); the reply as parsed JSON, or the
+    CorralError the gateway named."""
+    body = json.dumps(request, separators=(",", ":")).encode()
+    if len(body) > MAX_REQUEST_BYTES:
+        part, size = _largest_part(request)
+        raise TooLarge(
+            f"the request is too large: {len(body)} bytes (the largest part, {part}, is "
+            f"{size} bytes); the controller accepts at most {MAX_REQUEST_BYTES} bytes"
+        )
+    host = "ctld" if isinstance(address, str) else address[0]
+    extra = "".join(f"{k}: {v}\r\n" for k, v in headers)
+    head = (
+        f"POST /corral.v1.Controller/{method} HTTP/1.1\r\n"
+        f"Host: {host}\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        f"{extra}"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    try:
+        with _connect(address, timeout) as sock:
+            sock.sendall(head + body)
+            chunks = []
+            while True:
+                chunk = sock.recv(262144)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except OSError as exc:
+        raise ControllerUnavailable(
+            f"Unable to contact slurm controller (connect failure) at "
+            f"{where(address)}: {exc.strerror or exc}"
+        ) from None
+    return _parse_response(b"".join(chunks))
+
+
+def _largest_part(request: Any) -> tuple[str, int]:
     """The biggest field of a request, two levels deep (to say what was too large)."""
     best = ("", 0)
     for key, value in request.items():

@@ -62,6 +62,7 @@ class Caller:
     method: str = ""
     peer_uid: int | None = None  # SO_PEERCRED, on the Unix socket only
     peer_gid: int | None = None
+    peer_cert: str = ""  # the common name of a verified TLS client certificate (daemons)
 
 
 class Authenticator(Protocol):

@@ -6,16 +6,12 @@ import grpc
 from grpc import aio
 
 from corral.auth import CONTROLLER_CN, tls
-from corral.errors import ControllerUnavailable, CorralError
+from corral.errors import CorralError, NodeUnreachable
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from ctld.nodes import NodeRecord
 
 RPC_TIMEOUT_S = 10.0
-
-
-class NodeUnreachable(ControllerUnavailable):
-    """A node agent did not answer (travels like ControllerUnavailable: UNAVAILABLE)."""
 
 
 class GrpcDispatcher:

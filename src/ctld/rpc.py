@@ -3,7 +3,9 @@
 ``ControllerApi`` holds the Controller methods, independent of transport: the gRPC
 servicer and the HTTP/JSON gateway both call it with a parsed request and the
 caller's metadata, so the two transports cannot drift apart. Errors leave as
-CorralError; each transport maps them with the class's own ``grpc_code``.
+CorralError; each transport maps them with the class's own ``grpc_code`` or
+``http_status``. Both services are registered from the generated method table
+(corral/wire/methods.py): one handler per RPC, found by its Python name.
 """
 
 from __future__ import annotations
@@ -19,17 +21,22 @@ from google.protobuf.message import DecodeError, Message
 
 from corral import __version__, limits
 from corral.auth.tls import peer_name
-from corral.errors import CorralError, InvalidRequest, PermissionDenied, Unauthenticated
+from corral.errors import (
+    ERROR_METADATA_KEY,
+    CorralError,
+    InvalidRequest,
+    PermissionDenied,
+    Unauthenticated,
+)
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
-from corral.wire import corral_pb2_grpc as pbg
+from corral.wire.methods import CONTROLLER, NODE_CONTROLLER, PYTHON_NAMES, SERVICES
 from ctld.auth import Authenticator, Caller, StepCredentials
 from ctld.authz import scrub_spec
 from ctld.cluster import Cluster
 from ctld.jsonmap import Skip, message_to_json
 
 log = structlog.get_logger("ctld.rpc")
-ERROR_KEY = "x-corral-error"  # trailing metadata: the CorralError class name
 
 Handler = Callable[[Any, Identity], Awaitable[Message]]
 
@@ -58,25 +65,10 @@ class ControllerApi:
         self.auth = auth
         self.step_credentials = steps or StepCredentials()
         self._job_json: dict[tuple[int, tuple[bool, bool, bool]], tuple[int, bytes]] = {}
+        # one handler per RPC of the generated table (a missing one fails here, at start)
         self.methods: dict[str, tuple[type[Message], Handler]] = {
-            "SubmitJob": (pb.SubmitJobRequest, self.submit_job),
-            "CancelJobs": (pb.CancelJobsRequest, self.cancel_jobs),
-            "GetJobs": (pb.GetJobsRequest, self.get_jobs),
-            "QueryAccounting": (pb.QueryAccountingRequest, self.query_accounting),
-            "GetNodes": (pb.GetNodesRequest, self.get_nodes),
-            "GetPartitions": (pb.GetPartitionsRequest, self.get_partitions),
-            "UpdateJob": (pb.UpdateJobRequest, self.update_job),
-            "GetClusterInfo": (pb.GetClusterInfoRequest, self.get_cluster_info),
-            "GetShares": (pb.GetSharesRequest, self.get_shares),
-            "ExplainJob": (pb.ExplainJobRequest, self.explain_job),
-            "CreateReservation": (pb.CreateReservationRequest, self.create_reservation),
-            "UpdateReservation": (pb.UpdateReservationRequest, self.update_reservation),
-            "DeleteReservation": (pb.DeleteReservationRequest, self.delete_reservation),
-            "GetReservations": (pb.GetReservationsRequest, self.get_reservations),
-            "UpdateNode": (pb.UpdateNodeRequest, self.update_node),
-            "CreateStep": (pb.CreateStepRequest, self.create_step),
-            "CompleteStep": (pb.CompleteStepRequest, self.complete_step),
-            "CompleteJob": (pb.CompleteJobRequest, self.complete_job),
+            name: (getattr(pb, req), getattr(self, PYTHON_NAMES[name]))
+            for name, (req, _resp, _cs, _ss) in SERVICES[CONTROLLER].items()
         }
 
     async def call(self, method: str, request: Message, caller: Caller) -> Message:
@@ -140,8 +132,7 @@ class ControllerApi:
             if not policy.may_see(who, job):
                 continue
             out = resp.jobs.add()
-            own = policy.sees_spec(who, job)
-            out.CopyFrom(job if own else _scrubbed(job))
+            out.CopyFrom(job if policy.sees_spec(who, job) else _scrubbed(job))
             if not req.with_events:
                 del out.events[:]
             if not req.with_spec:
@@ -277,45 +268,76 @@ def _scrubbed(job: pb.Job) -> pb.Job:
 
 
 def grpc_caller(context: grpc.aio.ServicerContext[Any, Any], method: str) -> Caller:
-    """A gRPC request's sender: its metadata (credentials); TCP gives no kernel identity."""
+    """A gRPC request's sender: its metadata (credentials) and the name in its verified
+    certificate, if any; TCP gives no kernel identity."""
     md = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
-    return Caller(metadata=md, method=method)
+    return Caller(metadata=md, method=method, peer_cert=peer_name(context))
 
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: CorralError) -> None:
-    context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
+    context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
     await context.abort(getattr(grpc.StatusCode, exc.grpc_code), exc.message)
 
 
-def controller_handler(api: ControllerApi) -> grpc.GenericRpcHandler[Any, Any]:
-    """The Controller service over gRPC, one entry per ``api.methods``. Requests arrive
-    as bytes and are decoded here, so a corrupt message is INVALID_ARGUMENT (the
-    generated servicer would answer UNKNOWN)."""
+class _Garbled:
+    """A request body that did not parse: the handler answers INVALID_ARGUMENT (grpc
+    itself would answer UNKNOWN for a deserializer that raises)."""
 
-    def unary(name: str, req_type: type[Message]) -> grpc.RpcMethodHandler[Any, Any]:
-        async def handle(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
-            try:
-                request = req_type.FromString(raw)
-            except DecodeError as exc:
-                await _abort(context, InvalidRequest(f"malformed {req_type.__name__}: {exc}"))
-                raise  # unreachable: abort raises
-            try:
-                return await api.call(name, request, grpc_caller(context, name))
-            except CorralError as exc:
-                await _abort(context, exc)
-                raise  # unreachable: abort raises
+    def __init__(self, type_name: str, error: Exception) -> None:
+        self.error = InvalidRequest(f"malformed {type_name}: {error or 'cannot parse'}")
 
-        return grpc.unary_unary_rpc_method_handler(
-            handle, response_serializer=lambda m: m.SerializeToString()
+
+def _parser(req_type: type[Message]) -> Callable[[bytes], Message | _Garbled]:
+    def parse(data: bytes) -> Message | _Garbled:
+        try:
+            return req_type.FromString(data)
+        except (DecodeError, ValueError) as exc:
+            return _Garbled(req_type.__name__, exc)
+
+    return parse
+
+
+Call = Callable[[str, Message, Caller], Awaitable[Message]]
+
+
+def _behavior(name: str, call: Call) -> Callable[..., Awaitable[Message]]:
+    async def behavior(
+        request: Message | _Garbled, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Message:
+        try:
+            if isinstance(request, _Garbled):
+                raise request.error
+            return await call(name, request, grpc_caller(context, name))
+        except CorralError as exc:
+            await _abort(context, exc)
+            raise  # unreachable: abort raises
+        except Exception:
+            log.exception("rpc handler failed", method=name)
+            await _abort(context, CorralError("internal error in ctld (see its log)"))
+            raise
+
+    return behavior
+
+
+def service_handler(service: str, call: Call) -> grpc.GenericRpcHandler[Any, Any]:
+    """gRPC handlers for every method of ``service`` in the generated method table,
+    each calling ``call(method, request, metadata)``; a CorralError leaves as its status
+    with its class name in the trailing metadata."""
+    handlers = {}
+    for name, (req_name, resp_name, client_streams, server_streams) in SERVICES[service].items():
+        if client_streams or server_streams:
+            raise TypeError(f"{service}/{name} streams: register it by hand")
+        req_type: type[Message] = getattr(pb, req_name)
+        resp_type: type[Message] = getattr(pb, resp_name)
+        handlers[name] = grpc.unary_unary_rpc_method_handler(
+            _behavior(name, call),
+            request_deserializer=_parser(req_type),
+            response_serializer=resp_type.SerializeToString,
         )
-
-    return grpc.method_handlers_generic_handler(
-        "corral.v1.Controller",
-        {name: unary(name, req_type) for name, (req_type, _) in api.methods.items()},
-    )
+    return grpc.method_handlers_generic_handler(service, handlers)
 
 
-class NodeControllerServicer(pbg.NodeControllerServicer):
+class NodeControllerApi:
     """noded -> ctld. With TLS, a call is the node its certificate names, and only that
     node: the name in a request must match (so a node registers, heartbeats and reports
     jobs for itself only; ctld applies a report only to jobs on the reporting node)."""
@@ -330,77 +352,61 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
         self.cluster = cluster
         self.verify_nodes = verify_nodes
         self.step_credentials = steps or StepCredentials()
+        self.methods: dict[str, Callable[[Any], Awaitable[Message]]] = {
+            name: getattr(self, PYTHON_NAMES[name]) for name in SERVICES[NODE_CONTROLLER]
+        }
 
-    async def _as_node(self, context: grpc.aio.ServicerContext[Any, Any], name: str) -> None:
-        if not self.verify_nodes:
-            return
-        cert = peer_name(context)
-        if not cert:
-            exc: CorralError = Unauthenticated(
-                "Access/permission denied: node calls need the node's certificate"
-            )
-        elif cert != name:
-            exc = PermissionDenied(
-                f"Access/permission denied: certificate of {cert!r} may not act as node {name!r}"
-            )
-        else:
-            return
-        log.warning("node call refused", claimed=name, certificate=cert, peer=context.peer())
-        await _abort(context, exc)
+    async def call(self, method: str, request: Message, caller: Caller) -> Message:
+        if self.verify_nodes:
+            claimed = str(getattr(request, "name", "") or getattr(request, "node", ""))
+            _check_node(caller, claimed)
+        return await self.methods[method](request)
 
-    async def GetStep(
-        self, request: pb.GetStepRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.GetStepResponse:
-        await self._as_node(context, request.node)
-        try:
-            job, step = self.cluster.step_for_node(request.job_id, request.step_id, request.node)
-        except CorralError as exc:
-            await _abort(context, exc)
-            raise
+    async def get_step(self, req: pb.GetStepRequest) -> pb.GetStepResponse:
+        job, step = self.cluster.step_for_node(req.job_id, req.step_id, req.node)
         credential = self.step_credentials.issue(step.job_id, step.step_id)
         return pb.GetStepResponse(job=job, step=step, step_credential=credential)
 
-    async def RegisterNode(
-        self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.RegisterNodeResponse:
-        await self._as_node(context, request.name)
-        try:
-            await self.cluster.register_node(request)
-        except CorralError as exc:
-            await _abort(context, exc)
+    async def register_node(self, req: pb.RegisterNodeRequest) -> pb.RegisterNodeResponse:
+        await self.cluster.register_node(req)
         return pb.RegisterNodeResponse(
             cluster=self.cluster.config.cluster_name,
             heartbeat_interval_s=self.cluster.config.heartbeat.interval_s,
         )
 
-    async def Heartbeat(
-        self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.HeartbeatResponse:
-        await self._as_node(context, request.name)
-        try:
-            known = self.cluster.heartbeat(request)
-            if known and request.health:
-                await self.cluster.node_faults(self.cluster.nodes[request.name], request.health)
-        except CorralError as exc:
-            await _abort(context, exc)
-            raise
+    async def heartbeat(self, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+        known = self.cluster.heartbeat(req)
+        if known and req.health:
+            await self.cluster.node_faults(self.cluster.nodes[req.name], req.health)
         return pb.HeartbeatResponse(reregister=not known)
 
-    async def ReportJobStatus(
-        self, request: pb.ReportJobStatusRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.ReportJobStatusResponse:
-        await self._as_node(context, request.node)
-        try:
-            await self.cluster.report_status(request)
-        except CorralError as exc:
-            await _abort(context, exc)
+    async def report_job_status(self, req: pb.ReportJobStatusRequest) -> pb.ReportJobStatusResponse:
+        await self.cluster.report_status(req)
         return pb.ReportJobStatusResponse()
 
 
+def _check_node(caller: Caller, claimed: str) -> None:
+    if not caller.peer_cert:
+        raise Unauthenticated("Access/permission denied: node calls need the node's certificate")
+    if caller.peer_cert != claimed:
+        log.warning("node call refused", claimed=claimed, certificate=caller.peer_cert)
+        raise PermissionDenied(
+            f"Access/permission denied: certificate of {caller.peer_cert!r} may not act as "
+            f"node {claimed!r}"
+        )
+
+
+def add_servicers(server: grpc.aio.Server, api: ControllerApi, nodes: NodeControllerApi) -> None:
+    """Register the Controller and NodeController services from the method table."""
+    server.add_generic_rpc_handlers(
+        (service_handler(CONTROLLER, api.call), service_handler(NODE_CONTROLLER, nodes.call))
+    )
+
+
 __all__ = [
-    "ERROR_KEY",
     "ControllerApi",
-    "NodeControllerServicer",
-    "controller_handler",
+    "NodeControllerApi",
+    "add_servicers",
     "grpc_caller",
+    "service_handler",
 ]

@@ -18,13 +18,12 @@ from corral.auth import CONTROLLER_CN, tls
 from corral.auth.peercred import socket_address
 from corral.config import ClusterConfig
 from corral.limits import NODED_MAX_RECEIVE_BYTES
-from corral.wire import corral_pb2_grpc as pbg
 from ctld.auth import ClusterAuthenticator, StepCredentials
 from ctld.cluster import Cluster
 from ctld.dispatch import GrpcDispatcher
 from ctld.gateway import make_app
 from ctld.metrics import add_metrics_route, make_registry
-from ctld.rpc import ControllerApi, NodeControllerServicer, controller_handler
+from ctld.rpc import ControllerApi, NodeControllerApi, add_servicers
 from ctld.store import Store
 
 log = structlog.get_logger("ctld")
@@ -46,11 +45,8 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
         log.warning("no [tls] dir: daemons talk in plaintext and node calls are not authenticated")
 
     server = aio.server(options=[("grpc.max_receive_message_length", NODED_MAX_RECEIVE_BYTES)])
-    server.add_generic_rpc_handlers((controller_handler(api),))
-    pbg.add_NodeControllerServicer_to_server(
-        NodeControllerServicer(cluster, verify_nodes=bool(tls_dir), steps=step_credentials),
-        server,
-    )
+    nodes = NodeControllerApi(cluster, verify_nodes=bool(tls_dir), steps=step_credentials)
+    add_servicers(server, api, nodes)
     grpc_addr = f"{ctl.bind_host}:{ctl.grpc_port}"
     if config.tls.clients:
         grpc_port = server.add_secure_port(grpc_addr, client_tls(tls_dir))

@@ -14,11 +14,12 @@ from grpc import aio
 
 from corral.auth import tls
 from corral.config import ClusterConfig, GpuConfig
+from corral.errors import GpuError
 from corral.limits import NODED_MAX_RECEIVE_BYTES
 from corral.wire import corral_pb2_grpc as pbg
 from noded.agent import ControllerLink, NodeAgentServicer
 from noded.cgroups import detect
-from noded.gpu import GpuBackend, GpuError
+from noded.gpu import GpuBackend
 from noded.launcher import Launcher
 from noded.resources import discover
 from noded.steps import StepRunner

@@ -91,7 +91,7 @@ def munge_cluster(munged: Munged, users: Users) -> Iterator[LocalCluster]:
 def test_a_user_submits_over_tcp_with_munge(
     munge_cluster: LocalCluster, munged: Munged, users: Users, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from corral.rest import Client
+    from corral.api import HttpController as Client
 
     bob = users.bob
     host, _, port = munge_cluster.http_address.rpartition(":")
@@ -106,8 +106,8 @@ def test_a_user_submits_over_tcp_with_munge(
         os.environ.update(env)
         client = Client((host, int(port)), socket_path="")
         # forged claims ride along; the credential decides
-        original = client._credential
-        client._credential = lambda m: original(m) + "x-corral-uid: 0\r\n"  # type: ignore[method-assign]
+        original = client.headers
+        client.headers = lambda m: [*original(m), ("x-corral-uid", "0")]  # type: ignore[method-assign]
         print(client.call("SubmitJob", {"spec": spec})["jobId"])
 
     code, out, err = as_user(bob, submit)

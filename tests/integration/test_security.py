@@ -26,10 +26,10 @@ from typing import Any
 import grpc
 import pytest
 
+from corral.api import HttpController as Client
 from corral.auth import CONTROLLER_CN
 from corral.auth import tls as ctls
 from corral.errors import CorralError
-from corral.rest import Client
 from corral.testing import LocalCluster
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
@@ -188,9 +188,9 @@ def raw(
     def body() -> None:
         client = Client(socket_path=cluster.socket)
         if headers:  # forged claims ride along with the request
-            original = client._credential
-            extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-            client._credential = lambda m: original(m) + extra  # type: ignore[method-assign]
+            original = client.headers
+            claims = list(headers.items())
+            client.headers = lambda m: original(m) + claims  # type: ignore[method-assign]
         try:
             print(json.dumps({"ok": client.call(method, request)}))
         except CorralError as exc:

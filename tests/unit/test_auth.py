@@ -155,7 +155,8 @@ def test_the_largest_accepted_job_fits_what_noded_receives() -> None:
 
 def test_client_limit_matches_the_servers() -> None:
     from corral import rest
+    from corral.api import HttpController
 
     assert rest.MAX_REQUEST_BYTES == limits.MAX_REQUEST_BYTES
     with pytest.raises(TooLarge, match="at most 8388608 bytes"):
-        rest.Client(("127.0.0.1", 1), socket_path="").call("SubmitJob", {"x": "y" * (9 << 20)})
+        HttpController(("127.0.0.1", 1), socket_path="").call("SubmitJob", {"x": "y" * (9 << 20)})

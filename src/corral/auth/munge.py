@@ -14,17 +14,13 @@ import threading
 import time
 from collections import OrderedDict
 
-from corral.errors import PermissionDenied
+from corral.errors import PermissionDenied, Unauthenticated
 
 _OPT_TTL = 4
 _OPT_ENCODE_TIME = 6
 _OPT_SOCKET = 8
 _EMUNGE_SUCCESS = 0
 MAX_CRED_CHARS = 8192
-
-
-class MungeUnavailable(PermissionDenied):
-    """libmunge or munged is not there."""
 
 
 _lib: ctypes.CDLL | None = None
@@ -36,7 +32,7 @@ def _libmunge() -> ctypes.CDLL:
         try:
             lib = ctypes.CDLL("libmunge.so.2")
         except OSError as exc:
-            raise MungeUnavailable(f"libmunge is not installed: {exc}") from None
+            raise Unauthenticated(f"libmunge is not installed: {exc}") from None
         lib.munge_ctx_create.restype = ctypes.c_void_p
         lib.munge_ctx_destroy.argtypes = [ctypes.c_void_p]
         lib.munge_ctx_destroy.restype = None
@@ -73,14 +69,14 @@ class _Context:
         self.lib = _libmunge()
         self.ctx = self.lib.munge_ctx_create()
         if not self.ctx:
-            raise MungeUnavailable("munge_ctx_create failed")
+            raise Unauthenticated("munge_ctx_create failed")
         if socket:
             self._set(_OPT_SOCKET, ctypes.c_char_p(socket.encode()))
 
     def _set(self, opt: int, value: object) -> None:
         rc = self.lib.munge_ctx_set(ctypes.c_void_p(self.ctx), ctypes.c_int(opt), value)
         if rc != _EMUNGE_SUCCESS:
-            raise MungeUnavailable(f"munge: {self.error(rc)}")
+            raise Unauthenticated(f"munge: {self.error(rc)}")
 
     def error(self, rc: int) -> str:
         text = self.lib.munge_ctx_strerror(self.ctx) or self.lib.munge_strerror(rc)
@@ -106,7 +102,7 @@ def encode(payload: bytes = b"", socket: str = "") -> str:
         cred = ctypes.c_char_p()
         rc = ctx.lib.munge_encode(ctypes.byref(cred), ctx.ctx, payload, len(payload))
         if rc != _EMUNGE_SUCCESS:
-            raise MungeUnavailable(f"munge: cannot make a credential: {ctx.error(rc)}")
+            raise Unauthenticated(f"munge: cannot make a credential: {ctx.error(rc)}")
         text = bytes(cred.value or b"").decode()
         _libc_free(ctypes.cast(cred, ctypes.c_void_p).value or 0)
         return text
