@@ -95,6 +95,10 @@ class LocalCluster:
         self.state_dir = Path(self.state_dir).resolve()
         if self.simulated and self.isolation != "loopback":
             raise ValueError("simulated nodes run on loopback only")
+        if self.simulated:
+            # one process plays every node over one channel: it holds no per-node
+            # certificate, so daemon TLS is off (ctld warns); users still authenticate
+            self.tls = False
         if self.isolation not in ("loopback", "netns", "auto"):
             raise ValueError(f"isolation {self.isolation!r}: loopback, netns or auto")
         if self.isolation != "loopback":
