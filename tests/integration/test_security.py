@@ -680,3 +680,33 @@ def test_only_the_srun_that_created_a_step_starts_its_tasks(
         assert "step credential does not match" in details
     secure.client().call("CancelJobs", {"filter": {"jobIds": [str(job_id)]}})
     wait_state(secure, job_id, "CANCELLED", "COMPLETED", "FAILED")
+
+
+def test_client_ports_speak_tls_when_configured(tmp_path: pathlib.Path) -> None:
+    c = LocalCluster(tmp_path / "tlsc", nodes=1, gpus_per_node=0, tls_clients=True)
+    c.start()
+    try:
+        ca = str(c.tls_dir / "ca.crt")
+        token = c.token(pwd.getpwuid(os.getuid()).pw_name)
+        os.environ["CORRAL_CTLD_CA"] = ca
+        try:
+            nodes = c.tcp_client(token=token).get_nodes({})["nodes"]
+            assert [n["name"] for n in nodes] == ["node01"]
+        finally:
+            del os.environ["CORRAL_CTLD_CA"]
+        with pytest.raises(CorralError):  # plaintext to a TLS port gets no answer
+            c.tcp_client(token=token).get_nodes({})
+
+        async def grpc_over_tls() -> int:
+            creds = grpc.ssl_channel_credentials((c.tls_dir / "ca.crt").read_bytes())
+            target = f"127.0.0.1:{c.grpc_port}"
+            opts = ctls.channel_options(CONTROLLER_CN)
+            async with grpc.aio.secure_channel(target, creds, options=opts) as channel:
+                reply = await pbg.ControllerStub(channel).GetNodes(
+                    pb.GetNodesRequest(), metadata=c.grpc_metadata(), timeout=10
+                )
+            return len(reply.nodes)
+
+        assert asyncio.run(grpc_over_tls()) == 1
+    finally:
+        c.stop()

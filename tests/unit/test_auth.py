@@ -160,3 +160,42 @@ def test_client_limit_matches_the_servers() -> None:
     assert rest.MAX_REQUEST_BYTES == limits.MAX_REQUEST_BYTES
     with pytest.raises(TooLarge, match="at most 8388608 bytes"):
         HttpController(("127.0.0.1", 1), socket_path="").call("SubmitJob", {"x": "y" * (9 << 20)})
+
+
+def test_corral_certs_makes_a_ca_and_one_certificate_per_daemon(tmp_path: pathlib.Path) -> None:
+    from cryptography import x509
+
+    from client.corral_cmd import main_args
+
+    conf = tmp_path / "corral.toml"
+    conf.write_text(
+        'cluster_name = "lab"\n[controller]\nhost = "10.0.0.1"\n[[nodes]]\nnames = "gpu[01-02]"\n'
+    )
+    out = tmp_path / "tls"
+    assert main_args(["certs", "-f", str(conf), "--dir", str(out)]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(
+        ["ca.crt", "ca.key"]
+        + [f"{n}.{e}" for n in ("ctld", "gpu01", "gpu02") for e in ("crt", "key")]
+    )
+    assert oct((out / "gpu01.key").stat().st_mode & 0o777) == "0o600"
+    cert = x509.load_pem_x509_certificate((out / "gpu02.crt").read_bytes())
+    assert cert.subject.rfc4514_string() == "CN=gpu02"
+    ca = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
+    assert cert.issuer == ca.subject
+    ctld = x509.load_pem_x509_certificate((out / "ctld.crt").read_bytes())
+    sans = ctld.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "ctld" in sans.get_values_for_type(x509.DNSName)
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["10.0.0.1"]
+
+
+def test_token_lifetimes() -> None:
+    from client.credentials import parse_lifetime
+    from corral.errors import InvalidOption
+
+    assert parse_lifetime("7d") == 7 * 86400
+    assert parse_lifetime("3600") == 3600
+    assert parse_lifetime("2w") == 14 * 86400
+    for bad in ("", "0", "-1d", "7 days", "400d"):
+        with pytest.raises(InvalidOption):
+            parse_lifetime(bad)

@@ -80,6 +80,7 @@ class LocalCluster:
     auth_type: str = "local"
     munge_socket: str = ""
     tls: bool = True
+    tls_clients: bool = False  # TLS on the client ports too (commands need CORRAL_CTLD_CA)
     # "loopback": nodes on 127.0.0.2, .3, ...; "netns": each node in a network namespace
     # of its own with its own hostname (root only); "auto": netns when possible
     isolation: str = "loopback"
@@ -219,6 +220,8 @@ class LocalCluster:
             self.node_port = free_port()
         self.make_credentials()
         tls = f'\n[tls]\ndir = "{self.tls_dir}"\n' if self.tls else ""
+        if self.tls and self.tls_clients:
+            tls += "clients = true\n"
         munge = f'munge_socket = "{self.munge_socket}"\n' if self.munge_socket else ""
         nodes_expr = f"node[{self.node_names[0][4:]}-{self.node_names[-1][4:]}]"
         gpus = ""
