@@ -1,37 +1,94 @@
-"""Shared fixtures: a real local cluster (ctld + noded processes) per test that asks."""
+"""Shared fixtures: the cluster fixture family of corral/testing (real processes and
+in-process), and ``Commands``, which runs the installed commands against a cluster."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from corral.testing import LocalCluster
+from corral.testing import LocalCluster, wait_for
+from corral.testing.cluster import ClusterFactory, print_logs
+
+pytest_plugins = ["corral.testing.fixtures"]
 
 BIN = pathlib.Path(sys.executable).parent
 
+__all__ = ["BIN", "Commands", "pg_admin_url", "pg_schema", "pid_alive", "print_logs", "wait_for"]
+
+# A PostgreSQL server the store tests may use: each test gets a schema of its own in it.
+# .ci/run starts one and sets this; in CI (CI=true) a missing one is an error, not a skip.
+PG_URL_ENV = "CORRAL_TEST_PG_URL"
+
+
+def pg_admin_url() -> str | None:
+    url = os.environ.get(PG_URL_ENV, "")
+    if url:
+        return url
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true but {PG_URL_ENV} is not set: the PostgreSQL store tests must run")
+    return None
+
+
+def pg_url_or_skip() -> str:
+    admin = pg_admin_url()
+    if admin is None:
+        pytest.skip(f"no PostgreSQL: set {PG_URL_ENV} (.ci/run does)")
+    return admin
+
+
+@contextlib.contextmanager
+def pg_schema(admin: str) -> Iterator[str]:
+    """A store URL on a fresh schema of the server of ``admin``, dropped afterwards."""
+    import sqlalchemy as sa
+
+    from ctld.store import normalize_url
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(normalize_url(admin))
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    sep = "&" if "?" in admin else "?"
+    try:
+        yield f"{admin}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+        engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[str]:
+    """A fresh, empty store on each backend: a SQLite file, or a PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/ctld.db"
+        return
+    with pg_schema(pg_url_or_skip()) as url:
+        yield url
+
 
 @pytest.fixture
-def cluster(tmp_path: pathlib.Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path / "cluster", nodes=2, gpus_per_node=8, kill_wait_s=2.0)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
-        print_logs(c)
-
-
-def print_logs(c: LocalCluster) -> None:
-    """The daemons' last lines: pytest shows a test's captured output when it fails."""
-    for name in ["ctld", *c.node_names]:
-        print(f"----- {name} log -----\n{c.log_tail(name, 60)}")
+def cluster(
+    request: pytest.FixtureRequest, cluster_factory: ClusterFactory
+) -> Iterator[LocalCluster]:
+    """2 nodes x 8 fake GPUs; on SQLite, or on the store an indirect parametrization
+    names (``@pytest.mark.parametrize("cluster", ["sqlite", "postgresql"], indirect=True)``)."""
+    if getattr(request, "param", "sqlite") == "sqlite":
+        yield cluster_factory(nodes=2, gpus_per_node=8)
+        return
+    with pg_schema(pg_url_or_skip()) as url:
+        c = cluster_factory(nodes=2, gpus_per_node=8, store_url=url)
+        try:
+            yield c
+        finally:
+            c.stop()  # before its schema goes
 
 
 class Commands:
@@ -63,18 +120,10 @@ class Commands:
         return proc
 
     def job(self, job_id: int | str) -> dict[str, Any]:
-        jobs = self.cluster.client().get_jobs(
-            {"filter": {"jobIds": [str(job_id)]}, "withEvents": True}
-        )["jobs"]
-        return dict(jobs[0])
+        return self.cluster.job(job_id)
 
     def wait_state(self, job_id: int | str, *states: str, timeout: float = 30) -> dict[str, Any]:
-        wanted = {f"JOB_STATE_{s}" for s in states}
-        return wait_for(
-            lambda: (j := self.job(job_id))["state"] in wanted and j,
-            timeout,
-            f"job {job_id} to reach {states}",
-        )
+        return self.cluster.wait_state(job_id, *states, timeout=timeout)
 
 
 @pytest.fixture
@@ -82,18 +131,6 @@ def cmd(cluster: LocalCluster, tmp_path: pathlib.Path) -> Commands:
     work = tmp_path / "work"
     work.mkdir()
     return Commands(cluster, work)
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def pid_alive(pid: int) -> bool:

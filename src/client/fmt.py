@@ -187,8 +187,15 @@ def or_null(value: str) -> str:
 
 
 def gpu_tres(count: int, gpu_type: str = "") -> str:
-    """A GPU count as a TRES per node/job: ``gres/gpu:2``, ``gres/gpu:h100:2``."""
-    return f"gres/gpu:{gpu_type}:{count}" if gpu_type else f"gres/gpu:{count}"
+    """A GPU count as a TRES per node/job, as 22.05 prints it (squeue %b, scontrol
+    TresPerNode): ``gres:gpu:2``, ``gres:gpu:h100:2``."""
+    return f"gres:gpu:{gpu_type}:{count}" if gpu_type else f"gres:gpu:{count}"
+
+
+def limit_minutes(seconds: int) -> int:
+    """A time limit as Slurm shows it: whole minutes, rounded up (Slurm keeps minutes;
+    corral enforces the seconds asked for, and shows the limit Slurm would)."""
+    return -(-seconds // 60) * 60
 
 
 def res(node: Json) -> Json:
@@ -359,12 +366,15 @@ TRESUsageOutMaxTask 19 s|TRESUsageOutMin 15 s|TRESUsageOutMinNode 19 s|
 TRESUsageOutMinTask 19 s|TRESUsageOutTot 15 s|UID 6 n|User 9 s|UserCPU 10 s|WCKey 10 s|
 WCKeyID 10 n|WorkDir 20 s
 """
-ACCT_FIELDS: tuple[tuple[str, int, str], ...] = tuple(
+SLURM_ACCT_FIELDS: tuple[tuple[str, int, str], ...] = tuple(
     (name, int(width), kind)
     for name, width, kind in (
         entry.split() for entry in _ACCT_TABLE.replace("\n", "").split("|") if entry
     )
 )
+# corral's own, after Slurm's so a prefix still means what it means to Slurm; -e lists
+# Slurm's only
+ACCT_FIELDS = (*SLURM_ACCT_FIELDS, ("Restarts", 8, "n"))
 
 
 class AcctField:

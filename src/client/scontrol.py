@@ -17,6 +17,7 @@ from client.fmt import (
     gpu_tres,
     group_name,
     job_filter,
+    limit_minutes,
     node_gres,
     or_null,
     parse_job_ids,
@@ -66,7 +67,7 @@ def hms(seconds: float) -> str:
 def limit_text(limit: int) -> str:
     if limit < 0:
         return "UNLIMITED"
-    return hms(limit) if limit else "Partition_Limit"
+    return hms(limit_minutes(limit)) if limit else "Partition_Limit"
 
 
 def run_time(job: Json, now: float) -> float:
@@ -541,7 +542,7 @@ OPTIONS = (
 )
 
 
-UPDATE_KEYS = {"timelimit", "partition", "priority", "nice", "numnodes"}
+UPDATE_KEYS = {"timelimit", "partition", "priority", "nice", "numnodes", "name", "jobname"}
 
 
 def update_request(words: Sequence[str]) -> t.UpdateJobRequest:
@@ -569,6 +570,8 @@ def update_request(words: Sequence[str]) -> t.UpdateJobRequest:
             request["timeLimitS"] = str(-1 if limit == UNLIMITED else limit)
         elif lower == "partition":
             request["partitions"] = split_list(value)
+        elif lower in ("name", "jobname"):
+            request["name"] = value
         elif lower in ("priority", "nice", "numnodes"):
             if not value.lstrip("-").isdigit():
                 raise Reported(f"Invalid {key} value: {value}")

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from client.alloc import allocation_options, release, request_allocation, say
-from client.common import run
+from client.common import option_errors, run
 from client.jobopts import export_environment, merge, parse_gpus
 from client.options import FLAG, OPTIONAL, Option, OptionParser
 from corral import __version__
@@ -56,7 +56,7 @@ STEP_OPTIONS = (
     Option("", "mpi", "mpi", help="accepted: no MPI plugins"),
     Option("", "cpu-bind", "cpu_bind", help="accepted: tasks inherit the job's cores"),
     Option("", "jobid", "jobid", help="run inside this allocation"),
-    Option("", "pty", "pty", FLAG, help="accepted: no terminal is allocated"),
+    Option("", "pty", "pty", FLAG, help="run task 0 in a pseudo-terminal (srun --pty bash)"),
     Option("Q", "quiet", "quiet", FLAG, help="fewer messages"),
     Option("v", "verbose", "verbose", FLAG, help="more messages"),
     Option("h", "help", "help", FLAG, help="show this help"),
@@ -78,13 +78,34 @@ def main() -> None:
 
 def srun(argv: list[str]) -> int:
     parser = build_parser()
-    cli, command = parser.parse(argv)
+    with option_errors():  # 255, as Slurm's srun
+        cli, command = _parse(parser, argv)
     if cli.pop("help", False):
         sys.stdout.write(parser.help_text())
         return 0
     if cli.pop("version", False):
         sys.stdout.write(f"slurm {__version__} (corral srun)\n")
         return 0
+    api = connect(grpc=True)  # srun streams over gRPC anyway: the controller too
+    job_id = str(cli.get("jobid") or os.environ.get("SLURM_JOB_ID", ""))
+    mine = not job_id
+    if mine:
+        with option_errors():
+            opts = merge(parser, {k: v for k, v in cli.items() if k not in _STEP_DESTS}, "", {})
+        job_id = request_allocation(api, PROG, opts, argv, os.path.basename(command[0]))
+    code, sig = 1, 0
+    try:
+        code, sig = asyncio.run(Step(api, job_id, cli, command, argv).run())
+    finally:
+        if mine:
+            release(api, PROG, job_id, code, sig)
+    return code
+
+
+def _parse(parser: OptionParser, argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    cli, command = parser.parse(argv)
+    if cli.get("help") or cli.get("version"):
+        return cli, command
     if not command:
         raise InvalidOption("No command given to execute.")
     if "gpu_bind" in cli:
@@ -94,19 +115,7 @@ def srun(argv: list[str]) -> int:
             float(cli["wait"])
         except ValueError:
             raise InvalidOption(f"Invalid --wait value: {cli['wait']}") from None
-    api = connect(grpc=True)  # srun streams over gRPC anyway: the controller too
-    job_id = str(cli.get("jobid") or os.environ.get("SLURM_JOB_ID", ""))
-    mine = not job_id
-    if mine:
-        opts = merge(parser, {k: v for k, v in cli.items() if k not in _STEP_DESTS}, "", {})
-        job_id = request_allocation(api, PROG, opts, argv, os.path.basename(command[0]))
-    code, sig = 1, 0
-    try:
-        code, sig = asyncio.run(Step(api, job_id, cli, command, argv).run())
-    finally:
-        if mine:
-            release(api, PROG, job_id, code, sig)
-    return code
+    return cli, command
 
 
 _STEP_DESTS = {o.dest for o in STEP_OPTIONS} | {"export"}
@@ -234,9 +243,13 @@ class Step:
         job = json_format.ParseDict(dict(reply["job"]), pb.Job())
         self.step, self.job, self.pb = step, job, pb
         self.step_credential = str(reply.get("stepCredential", ""))
+        if self.cli.get("pty"):
+            self.cli["unbuffered"] = True  # Slurm: --pty implies -u
+            self.cli.pop("label", None)
         self.output = Output(self.cli, job, step)
         self.name = f"StepId={job.job_id}.{step.step_id}"
         loop = asyncio.get_running_loop()
+        restore = self._raw_terminal(loop) if self.cli.get("pty") else None
         loop.add_signal_handler(signal.SIGINT, self._on_interrupt)
         for forwarded in (
             signal.SIGTERM,
@@ -250,6 +263,8 @@ class Step:
         try:
             code, sig = await self._run_streams(reply.get("cluster", ""))
         finally:
+            if restore is not None:
+                restore()
             self.output.close()
             codes = [c for c, killed in self.exits.values() if not killed]
             # the job may have ended (scancel): the step ended with it
@@ -266,7 +281,8 @@ class Step:
 
     async def _create_step(self) -> t.CreateStepResponse:
         """CreateStep; while other steps hold what this one needs, wait (Slurm's words)."""
-        spec = step_spec(self.job_id, self.cli, self.command, self.argv)
+        with option_errors():
+            spec = step_spec(self.job_id, self.cli, self.command, self.argv)
         waited = False
         while True:
             try:
@@ -305,20 +321,21 @@ class Step:
         failures: list[str] = []
 
         def start_for(node: Any, port: int) -> Any:
-            return pb.TaskInput(
-                start=pb.RunTasksRequest(
-                    job=self.job,
-                    step=step,
-                    node=node.node,
-                    environment=env,
-                    cwd=self.cli.get("chdir") or os.getcwd(),
-                    stdin_ranks=[r for r in node.ranks if r in stdin_ranks],
-                    master_addr=master_addr,
-                    master_port=port,
-                    cluster=cluster,
-                    step_credential=self.step_credential,
-                )
+            request = pb.RunTasksRequest(
+                job=self.job,
+                step=step,
+                node=node.node,
+                environment=env,
+                cwd=self.cli.get("chdir") or os.getcwd(),
+                stdin_ranks=[r for r in node.ranks if r in stdin_ranks],
+                master_addr=master_addr,
+                master_port=port,
+                cluster=cluster,
+                step_credential=self.step_credential,
             )
+            if self.cli.get("pty") and 0 in node.ranks:
+                request.pty.CopyFrom(self._window())
+            return pb.TaskInput(start=request)
 
         async def requests(node: Any, port: int) -> AsyncIterator[Any]:
             yield start_for(node, port)
@@ -381,7 +398,35 @@ class Step:
             say(PROG, f"error: {failure}")
         return self._result()
 
+    def _window(self) -> Any:
+        try:
+            cols, rows = os.get_terminal_size(0)
+        except OSError:
+            cols, rows = 80, 24
+        return self.pb.WindowSize(rows=rows, cols=cols)
+
+    def _raw_terminal(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """--pty: srun's terminal passes every key through (Ctrl-C, Ctrl-Z reach the
+        task's terminal, where they become its signals) and resizes follow. Returns
+        what restores the terminal."""
+        import termios
+        import tty
+
+        def resized() -> None:
+            node = next(n.node for n in self.step.nodes if 0 in n.ranks)
+            if node not in self.done_nodes and node in self.queues:
+                self.queues[node].put_nowait(self.pb.TaskInput(window=self._window()))
+
+        loop.add_signal_handler(signal.SIGWINCH, resized)
+        if not os.isatty(0):
+            return None
+        saved = termios.tcgetattr(0)
+        tty.setraw(0)
+        return lambda: termios.tcsetattr(0, termios.TCSADRAIN, saved)
+
     def _stdin_ranks(self) -> set[int]:
+        if self.cli.get("pty"):
+            return {0}
         mode = str(self.cli.get("input", "all")).lower()
         if mode == "none":
             return set()

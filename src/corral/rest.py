@@ -48,6 +48,7 @@ def _config() -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ControllerUnavailable(
             f"cannot find the controller: set {ADDRESS_ENV} or CORRAL_CONF ({path}: {exc})"
+            f"{ENV_HINT}"
         ) from None
 
 
@@ -87,6 +88,10 @@ def credential_headers(method: str, token: str | None = None) -> list[tuple[str,
 
         return [("x-corral-munge", encode(f"corral:{method}".encode(), munge_socket))]
     return []
+
+
+# what a user who started a cluster with `corral up` and opened a new shell needs
+ENV_HINT = " (for a cluster started by `corral up`: source STATE_DIR/env.sh)"
 
 
 def controller_address() -> tuple[str, int]:
@@ -168,7 +173,7 @@ def post(
     except OSError as exc:
         raise ControllerUnavailable(
             f"Unable to contact slurm controller (connect failure) at "
-            f"{where(address)}: {exc.strerror or exc}"
+            f"{where(address)}: {exc.strerror or exc}{ENV_HINT}"
         ) from None
     return _parse_response(b"".join(chunks))
 

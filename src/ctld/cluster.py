@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import structlog
 
+from corral import hostlist
+from corral.clock import Clock, SystemClock
 from corral.config import ClusterConfig
 from corral.errors import InvalidRequest
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from ctld.authz import Policy
+from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.intake import Intake
 from ctld.node_reports import NodeReports
@@ -39,9 +42,9 @@ from ctld.reservations import Reservations
 from ctld.sched import Plan, Snapshot
 from ctld.scheduling import MIN_PASS_GAP_S, Scheduler
 from ctld.snapshot import SnapshotBuilder, settings_from
-from ctld.state import Clock, State, user_name
+from ctld.state import State, user_name
 from ctld.step_ops import StepOps
-from ctld.store import Store
+from ctld.store import Op, Store
 from ctld.usage import UsageLedger
 
 __all__ = ["MIN_PASS_GAP_S", "Clock", "Cluster", "Dispatcher"]
@@ -56,15 +59,16 @@ class Cluster:
         store: Store,
         dispatcher: Dispatcher,
         *,
-        clock: Clock,
+        clock: Clock | Callable[[], float],
     ) -> None:
         self.config = config
         self.store = store
         self.dispatcher = dispatcher
-        self.clock = clock
+        # a bare time function (time.time) still works: it sleeps in real time
+        self.clock: Clock = clock if isinstance(clock, Clock) else _RealSleep(clock)
         ctl = config.controller
         self.policy = Policy(ctl.operators, ctl.administrators, ctl.private_data)
-        self.state = st = State(config, store, clock=clock)
+        self.state = st = State(config, store, clock=self.clock)
         self.outbox = Outbox(st, dispatcher)
         self.endings = Endings(st, self.outbox)
         self.intake = Intake(st, self.policy, self.endings, self.outbox)
@@ -72,7 +76,7 @@ class Cluster:
         self.node_reports = NodeReports(st, self.policy, self.endings, self.outbox, self.steps)
         self.settings = settings_from(st)
         self.scheduler = Scheduler(st, self.endings, dispatcher, lambda: self.snapshot())
-        self.snapshots = SnapshotBuilder(st, self.settings, self.scheduler.cancel_never_satisfied)
+        self.snapshots = SnapshotBuilder(st, self.settings)
         self.queries = Queries(st, lambda: self.snapshot())
 
     # ------------------------------------------------------------ state, as attributes
@@ -157,7 +161,14 @@ class Cluster:
         self.state.touch(job)
 
     def purge_finished(self) -> None:
-        self.state.purge_finished()
+        self.state.forget_finished()
+        expired = self.reservations.expired()
+        if expired is not None:
+            self.state.spawn(self._commit(expired))
+
+    async def _commit(self, op: Op) -> None:
+        async with Change(self.state) as ch:
+            ch.put(op)
 
     async def run_scheduler(self) -> None:
         await self.scheduler.run()
@@ -165,22 +176,28 @@ class Cluster:
     async def run_heartbeat_monitor(self) -> None:
         await self.node_reports.run_monitor()
 
+    async def run_purge(self, interval_s: float) -> None:
+        """Forget old finished jobs and expired reservations every ``interval_s``."""
+        while True:
+            await self.clock.sleep(interval_s)
+            self.purge_finished()
+
     # ------------------------------------------------------------ reservations
 
     async def create_reservation(self, who: Identity, spec: pb.Reservation) -> pb.Reservation:
         self.policy.check_admin(who, "creating a reservation")
         resv, op = self.reservations.create(who, spec, self._pick_nodes)
-        await self.state.commit_and_wake(op)
+        await self._commit(op)
         log.info("reservation created", reservation=resv.name, nodes=resv.nodes, user=who.user)
         return resv
 
     async def update_reservation(self, who: Identity, req: pb.UpdateReservationRequest) -> None:
         self.policy.check_admin(who, "updating a reservation")
-        await self.state.commit_and_wake(self.reservations.update(req))
+        await self._commit(self.reservations.update(req))
 
     async def delete_reservation(self, who: Identity, name: str) -> None:
         self.policy.check_admin(who, "deleting a reservation")
-        await self.state.commit_and_wake(self.reservations.delete(name))
+        await self._commit(self.reservations.delete(name))
 
     def reservation_list(self, names: Iterable[str]) -> list[pb.Reservation]:
         return self.queries.reservation_list(names)
@@ -201,6 +218,42 @@ class Cluster:
 
     async def submit(self, who: Identity, spec: pb.JobSpec) -> pb.Job:
         return await self.intake.submit(who, spec)
+
+    def test_only(self, who: Identity, spec: pb.JobSpec) -> tuple[pb.Job, pb.TestOnlyEstimate]:
+        """sbatch --test-only: one scheduler pass over the queue as it is plus this job,
+        whose plan is read and dropped (nothing is stored, started or queued)."""
+        import dataclasses
+
+        from ctld.sched import schedule
+        from ctld.validate import request_from_spec
+
+        job = self.intake.trial_job(who, spec)
+        snap = self.snapshots.build()
+        req = dataclasses.replace(
+            request_from_spec(job.spec, job.job_id, job.spec.partitions, job.time_limit_s),
+            priority=job.priority,
+            user=job.user,
+            account=job.account,
+            qos=job.qos,
+            reservation=job.spec.reservation,
+            submit_time=job.submit_time,
+        )
+        pending = sorted([*snap.pending, req], key=lambda r: (-r.priority, r.submit_time, r.job_id))
+        plan = schedule(dataclasses.replace(snap, pending=tuple(pending)))
+        est = pb.TestOnlyEstimate(partition=job.partition, reason=plan.reasons.get(job.job_id, ""))
+        start = next((s for s in plan.starts if s.job_id == job.job_id), None)
+        if start is not None:
+            est.start, est.partition = snap.now, start.partition
+            est.nodes = hostlist.compress([p.node for p in start.placements])
+            est.cpus = sum(p.cpus for p in start.placements)
+        elif (fc := plan.forecasts.get(job.job_id)) is not None:
+            est.start, est.partition, est.nodes = (
+                fc.start,
+                fc.partition,
+                hostlist.compress(list(fc.nodes)),
+            )
+            est.cpus = job.num_cpus
+        return job, est
 
     async def cancel(self, who: Identity, req: pb.CancelJobsRequest) -> list[pb.CancelOutcome]:
         if req.steps:
@@ -264,8 +317,8 @@ class Cluster:
     async def schedule_pass(self) -> None:
         await self.scheduler.schedule_pass()
 
-    async def apply_plan(self, plan: Plan, *, pass_no: int) -> None:
-        await self.scheduler.apply_plan(plan, pass_no=pass_no)
+    async def apply_plan(self, plan: Plan, *, pass_no: int) -> bool:
+        return await self.scheduler.apply_plan(plan, pass_no=pass_no)
 
     # ------------------------------------------------------------ queries
 
@@ -289,3 +342,11 @@ class Cluster:
 
     def partition_list(self, names: Iterable[str]) -> list[pb.Partition]:
         return self.queries.partition_list(names)
+
+
+class _RealSleep(SystemClock):
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+
+    def __call__(self) -> float:
+        return self._now()

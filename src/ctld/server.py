@@ -16,8 +16,11 @@ from grpc import aio
 
 from corral.auth import CONTROLLER_CN, tls
 from corral.auth.peercred import socket_address
+from corral.clock import SystemClock
 from corral.config import ClusterConfig
+from corral.errors import CorralError
 from corral.limits import NODED_MAX_RECEIVE_BYTES
+from ctld import jobstate as js
 from ctld.auth import ClusterAuthenticator, StepCredentials
 from ctld.cluster import Cluster
 from ctld.dispatch import GrpcDispatcher
@@ -28,6 +31,7 @@ from ctld.store import Store
 
 log = structlog.get_logger("ctld")
 PURGE_INTERVAL_S = 30.0
+RETENTION_INTERVAL_S = 3600.0  # how often old jobs are purged from the store
 
 
 async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
@@ -37,7 +41,7 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
     store.open()
     tls_dir = config.tls.dir
     dispatcher = GrpcDispatcher(tls_dir)
-    cluster = Cluster(config, store, dispatcher, clock=time.time)
+    cluster = Cluster(config, store, dispatcher, clock=SystemClock())
     cluster.load()
     step_credentials = StepCredentials()
     api = ControllerApi(cluster, make_authenticator(config), step_credentials)
@@ -105,14 +109,32 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    async def purge() -> None:
-        while True:
-            await asyncio.sleep(PURGE_INTERVAL_S)
-            cluster.purge_finished()
+    async def retention() -> None:
+        """Finished jobs older than purge_job_after leave the store (archived first)."""
+        while ctl.purge_job_after_s:
+            if store.available:
+                try:
+                    purged = await asyncio.to_thread(
+                        store.purge_jobs,
+                        ended_before=time.time() - ctl.purge_job_after_s,
+                        finished_states=js.FINISHED,
+                        archive_dir=ctl.archive_dir,
+                    )
+                except (CorralError, OSError) as exc:
+                    log.error("job purge failed", error=str(exc))
+                else:
+                    if purged:
+                        log.info("jobs purged", jobs=purged, archive_dir=ctl.archive_dir or None)
+            await asyncio.sleep(RETENTION_INTERVAL_S)
 
     tasks = [
         asyncio.create_task(t)
-        for t in (cluster.run_scheduler(), cluster.run_heartbeat_monitor(), purge())
+        for t in (
+            cluster.run_scheduler(),
+            cluster.run_heartbeat_monitor(),
+            cluster.run_purge(PURGE_INTERVAL_S),
+            retention(),
+        )
     ]
     if ready_file:
         with open(ready_file + ".tmp", "w") as fh:

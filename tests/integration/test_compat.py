@@ -8,27 +8,19 @@ from __future__ import annotations
 import os
 import pathlib
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
-from corral.testing import LocalCluster
-from tests.conftest import BIN, Commands, print_logs, wait_for
+from corral.testing.cluster import ClusterFactory
+from tests.conftest import BIN, Commands, wait_for
 
 
 @pytest.fixture
-def two(tmp_path: pathlib.Path) -> Iterator[Commands]:
-    c = LocalCluster(
-        tmp_path / "cluster", nodes=2, gpus_per_node=4, kill_wait_s=2.0, isolation="auto"
-    )
-    c.start()
+def two(tmp_path: pathlib.Path, cluster_factory: ClusterFactory) -> Commands:
+    c = cluster_factory(nodes=2, gpus_per_node=4, isolation="auto")
     work = tmp_path / "work"
     work.mkdir()
-    try:
-        yield Commands(c, work)
-    finally:
-        c.stop()
-        print_logs(c)
+    return Commands(c, work)
 
 
 def shell(c: Commands, script: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
@@ -235,3 +227,230 @@ def test_sacct_array_steps_carry_the_tasks_id_and_the_array_id_lists_every_task(
     ]
     one = two("sacct", "-P", "-n", "-o", "JobID", "-j", f"{array}_1").stdout.split()
     assert one == [f"{array}_1", f"{array}_1.batch", f"{array}_1.0"]
+
+
+def test_option_and_time_errors_exit_255_for_sbatch_srun_salloc(two: Commands) -> None:
+    # Slurm's sbatch/srun/salloc exit(-1) on a bad option or time format
+    for argv in (
+        ["sbatch", "--time=soon", "--wrap", "true"],
+        ["sbatch", "--no-such-flag", "--wrap", "true"],
+        ["srun", "-t", "1:2:3:4", "true"],
+        ["srun", "--bogus", "true"],
+        ["srun", "-N", "lots", "true"],
+        ["salloc", "--time=later", "true"],
+        ["salloc", "--bogus", "true"],
+    ):
+        proc = two(*argv, check=False)
+        assert proc.returncode == 255, (argv, proc.returncode, proc.stderr)
+        assert proc.stderr.startswith(f"{argv[0]}: error: "), proc.stderr
+    assert two.cluster.client().get_jobs({}).get("jobs", []) == []  # nothing was submitted
+
+
+def test_time_limit_and_cancel_leave_slurmstepds_line_and_timeout_shows_0_0(
+    two: Commands,
+) -> None:
+    import re
+
+    late = two("sbatch", "--parsable", "-t", "0:02", "--wrap", "echo up; sleep 60").stdout
+    late = late.strip()
+    two.wait_state(late, "TIMEOUT", timeout=60)
+    last = (two.cwd / f"slurm-{late}.out").read_text().splitlines()[-1]
+    assert re.fullmatch(
+        rf"slurmstepd: error: \*\*\* JOB {late} ON node0[12] CANCELLED AT "
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d DUE TO TIME LIMIT \*\*\*",
+        last,
+    ), last
+    rows = two("sacct", "-P", "-n", "-o", "JobID,State,ExitCode", "-j", late).stdout.split()
+    assert rows[:2] == [f"{late}|TIMEOUT|0:0", f"{late}.batch|CANCELLED|0:15"]
+
+    gone = two("sbatch", "--parsable", "--wrap", "echo up; sleep 60").stdout.strip()
+    out = two.cwd / f"slurm-{gone}.out"
+    wait_for(lambda: out.exists() and "up" in out.read_text(), 30, "the job to start")
+    two("scancel", gone)
+    two.wait_state(gone, "CANCELLED")
+    assert re.fullmatch(
+        rf"slurmstepd: error: \*\*\* JOB {gone} ON node0[12] CANCELLED AT \S+ \*\*\*",
+        out.read_text().splitlines()[-1],
+    )
+
+
+# ------------------------------------------------------------------ batch environment
+
+
+def test_batch_environment_has_slurms_variables(two: Commands) -> None:
+    # sbatch(1) OUTPUT ENVIRONMENT VARIABLES: SLURM_SUBMIT_DIR is where sbatch ran
+    # (even with -D), SLURM_JOB_QOS, SLURM_JOB_ACCOUNT, SLURM_GPUS for --gpus
+    run = two.cwd / "rundir"
+    run.mkdir()
+    job_id = two(
+        "sbatch",
+        "--parsable",
+        "-D",
+        "rundir",
+        "-A",
+        "vision",
+        "--gpus=2",
+        "--wrap",
+        "echo $SLURM_SUBMIT_DIR $PWD $SLURM_JOB_QOS $SLURM_JOB_ACCOUNT $SLURM_GPUS",
+    ).stdout.strip()
+    two.wait_state(job_id, "COMPLETED", "FAILED")
+    line = (run / f"slurm-{job_id}.out").read_text().split()
+    assert line == [str(two.cwd), str(run), "normal", "vision", "2"], line
+    # --export=NONE: the login basics, nothing of the submitting shell
+    job_id = two(
+        "sbatch",
+        "--parsable",
+        "--export=NONE",
+        "--wrap",
+        'echo "home=$HOME user=$USER path=${PATH:+set} secret=${SECRET:-unset}"',
+        env={"SECRET": "s3"},
+    ).stdout.strip()
+    two.wait_state(job_id, "COMPLETED", "FAILED")
+    text = (two.cwd / f"slurm-{job_id}.out").read_text().strip()
+    assert text.startswith("home=/") and " path=set secret=unset" in text, text
+
+
+def test_pending_on_drained_nodes_shows_req_node_not_avail(two: Commands) -> None:
+    # Slurm: a job whose usable nodes are all drained/down waits with
+    # "ReqNodeNotAvail, UnavailableNodes:node[01-02]", not Resources
+    two("scontrol", "update", "NodeName=node[01-02]", "State=DRAIN", "Reason=maintenance")
+    job_id = two("sbatch", "--parsable", "-N2", "--wrap", "true").stdout.strip()
+    wanted = "ReqNodeNotAvail, UnavailableNodes:node[01-02]"
+    wait_for(lambda: two.job(job_id).get("reason") == wanted, 30, "the reason")
+    assert two("squeue", "-h", "-o", "%R", "-j", job_id).stdout.strip() == f"({wanted})"
+    why = two("corral", "why", job_id).stdout
+    assert "down or drained (node[01-02])" in why and wanted in why
+    two("scontrol", "update", "NodeName=node[01-02]", "State=RESUME")
+    two.wait_state(job_id, "COMPLETED")
+
+
+# ------------------------------------------------------------------ squeue -O, scontrol update
+
+
+def test_squeue_long_format_fields_with_widths(two: Commands) -> None:
+    # squeue(1) -O "type[:[.][size][suffix]]": SIZE wide (default 20), '.' right-justifies
+    job_id = two("sbatch", "--parsable", "-H", "-J", "fmtjob", "--wrap", "true").stdout.strip()
+    out = two("squeue", "-O", "JobID:8,Name:.10,State:10|,UserName", "-j", job_id).stdout
+    header, row = out.splitlines()
+    assert header == f"{'JOBID':<8}{'NAME':>10}{'STATE':<10}|{'USER':<20}"
+    import getpass
+
+    assert row == f"{job_id:<8}{'fmtjob':>10}{'PENDING':<10}|{getpass.getuser():<20}"
+    bad = two("squeue", "--Format=NoSuchField", check=False)
+    assert bad.returncode == 1 and "Invalid job format specification: NoSuchField" in bad.stderr
+
+
+def test_scontrol_update_job_name_pending_and_running(two: Commands) -> None:
+    # scontrol(1): JobName=<name> (or Name=) may be changed, pending or running
+    held = two("sbatch", "--parsable", "-H", "-J", "old", "--wrap", "true").stdout.strip()
+    two("scontrol", "update", f"JobId={held}", "Name=renamed")
+    assert two("squeue", "-h", "-o", "%j", "-j", held).stdout.strip() == "renamed"
+    running = two("sbatch", "--parsable", "--wrap", "sleep 30").stdout.strip()
+    two.wait_state(running, "RUNNING")
+    two("scontrol", "update", "job", running, "JobName=later")
+    assert "JobName=later" in two("scontrol", "show", "job", running).stdout
+    two("scancel", held, running)
+    two.wait_state(running, "CANCELLED")
+    names = two("sacct", "-X", "-n", "-P", "-o", "JobName", "-j", f"{held},{running}").stdout
+    assert names.split() == ["renamed", "later"]
+
+
+# ------------------------------------------------------------------ srun --pty
+
+
+def test_srun_pty_bash_is_a_real_terminal(two: Commands) -> None:
+    # srun(1) --pty: task zero in pseudo terminal mode; researchers run `srun --pty bash`
+    # for interactive sessions: job control, window size, Ctrl-C to the task
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+    proc = subprocess.Popen(
+        [str(BIN / "srun"), "--pty", "bash", "--norc", "--noprofile", "-i"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=two.cwd,
+        env={**two.env, "PS1": "prompt> ", "TERM": "xterm"},
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = b""
+
+    def expect(pattern: str, timeout: float = 30) -> str:
+        import re
+
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern.encode(), seen):
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {pattern!r} in {seen.decode(errors='replace')!r}"
+            if select.select([master], [], [], left)[0]:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:
+                    break
+        found = seen.decode(errors="replace")
+        seen = b""
+        return found
+
+    try:
+        expect("prompt> ")
+        os.write(master, b"tty; echo flags=$-; stty size\r")
+        out = expect(r"\d+ \d+\r\n.*prompt> ")
+        assert "/dev/pts/" in out and "not a tty" not in out, out
+        import re
+
+        flags = re.findall(r"flags=(\w+)", out)[-1]  # the echo's output, not the typed line
+        assert "m" in flags and "i" in flags, out  # job control is on
+        assert "33 101" in out, out
+        os.write(master, b"sleep 313\r")
+        expect("sleep 313")
+
+        def sleeping() -> bool:  # Ctrl-C before sleep runs would reach bash itself
+            for entry in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                        if fh.read() == b"sleep\x00313\x00":
+                            return True
+                except OSError:
+                    continue
+            return False
+
+        wait_for(sleeping, 20, "sleep to run")
+        os.write(master, b"\x03")  # Ctrl-C: a byte to the terminal, SIGINT to sleep
+        expect("prompt> ", timeout=20)  # sleep died: the shell is back
+        os.write(master, b"echo status=$?\r")
+        assert "status=130" in expect(r"status=\d+\r\n", timeout=20)
+        os.write(master, b"exit 0\r")
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_sbatch_test_only_estimates_and_submits_nothing(two: Commands) -> None:
+    # sbatch(1) --test-only: "return an estimate of when a job would be scheduled to
+    # run ... No job is actually submitted"; Slurm prints the start, CPUs, nodes and
+    # partition on stderr
+    import re
+
+    before = two.cluster.client().get_cluster_info({})["nextJobId"]
+    out = two("sbatch", "--test-only", "-N2", "-c", "2", "--wrap", "true")
+    assert out.stdout == ""
+    assert re.fullmatch(
+        rf"sbatch: Job {before} to start at \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d using 4 "
+        r"processors on nodes node\[01-02\] in partition debug\n",
+        out.stderr,
+    ), out.stderr
+    assert two.cluster.client().get_cluster_info({})["nextJobId"] == before
+    assert two.cluster.client().get_jobs({}).get("jobs", []) == []
+    bad = two("sbatch", "--test-only", "-p", "nosuch", "--wrap", "true", check=False)
+    assert bad.returncode == 1 and "Invalid partition name specified" in bad.stderr

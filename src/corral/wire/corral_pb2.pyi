@@ -228,6 +228,7 @@ class JobSpec(_message.Message):
     RESERVATION_FIELD_NUMBER: _builtins.int
     GPUS_PER_TASK_FIELD_NUMBER: _builtins.int
     ALLOCATION_ONLY_FIELD_NUMBER: _builtins.int
+    SUBMIT_DIR_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     script: _builtins.str
     """full batch script text, starts with #!"""
@@ -302,6 +303,10 @@ class JobSpec(_message.Message):
     """-- steps (field numbers 300+) --
     salloc / srun outside a job: no batch script runs
     """
+    submit_dir: _builtins.str
+    """-- Slurm compatibility (field numbers 400+) --
+    where sbatch ran (SLURM_SUBMIT_DIR; -D may differ)
+    """
     @_builtins.property
     def environment(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """environment to start the job with (after --export)"""
@@ -363,10 +368,11 @@ class JobSpec(_message.Message):
         reservation: _builtins.str = ...,
         gpus_per_task: _builtins.int = ...,
         allocation_only: _builtins.bool = ...,
+        submit_dir: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "qos", b"qos", "requeue", b"requeue", "reservation", b"reservation", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "qos", b"qos", "requeue", b"requeue", "reservation", b"reservation", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1303,16 +1309,20 @@ class SubmitJobRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SPEC_FIELD_NUMBER: _builtins.int
+    TEST_ONLY_FIELD_NUMBER: _builtins.int
+    test_only: _builtins.bool
+    """sbatch --test-only: validate and estimate, submit nothing"""
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     def __init__(
         self,
         *,
         spec: Global___JobSpec | None = ...,
+        test_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec", "test_only", b"test_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1324,21 +1334,64 @@ class SubmitJobResponse(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
+    ESTIMATE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
+    """with test_only: the id the job would get"""
     cluster: _builtins.str
+    @_builtins.property
+    def estimate(self) -> Global___TestOnlyEstimate: ...
     def __init__(
         self,
         *,
         job_id: _builtins.int = ...,
         cluster: _builtins.str = ...,
+        estimate: Global___TestOnlyEstimate | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_estimate", b"_estimate", "estimate", b"estimate"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_estimate", b"_estimate", "cluster", b"cluster", "estimate", b"estimate", "job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__estimate: _TypeAlias = _typing.Literal["estimate"]  # noqa: Y015
+    _WhichOneofArgType__estimate: _TypeAlias = _typing.Literal["_estimate", b"_estimate"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__estimate) -> _WhichOneofReturnType__estimate | None: ...
+
+Global___SubmitJobResponse: _TypeAlias = SubmitJobResponse  # noqa: Y015
+
+@_typing.final
+class TestOnlyEstimate(_message.Message):
+    """When and where a job would start now (sbatch --test-only)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    CPUS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    start: _builtins.float
+    """0: not within the plan's horizon"""
+    partition: _builtins.str
+    nodes: _builtins.str
+    """hostlist"""
+    cpus: _builtins.int
+    reason: _builtins.str
+    """why it would wait, when it would not start at once"""
+    def __init__(
+        self,
+        *,
+        start: _builtins.float = ...,
+        partition: _builtins.str = ...,
+        nodes: _builtins.str = ...,
+        cpus: _builtins.int = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "job_id", b"job_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpus", b"cpus", "nodes", b"nodes", "partition", b"partition", "reason", b"reason", "start", b"start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___SubmitJobResponse: _TypeAlias = SubmitJobResponse  # noqa: Y015
+Global___TestOnlyEstimate: _TypeAlias = TestOnlyEstimate  # noqa: Y015
 
 @_typing.final
 class JobFilter(_message.Message):
@@ -1558,11 +1611,19 @@ class QueryAccountingRequest(_message.Message):
     START_AFTER_FIELD_NUMBER: _builtins.int
     END_BEFORE_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    DUPLICATES_FIELD_NUMBER: _builtins.int
+    AFTER_JOB_ID_FIELD_NUMBER: _builtins.int
     start_after: _builtins.float
     """-S: jobs that were eligible/running after this"""
     end_before: _builtins.float
     """-E"""
     limit: _builtins.int
+    duplicates: _builtins.bool
+    """-D: each earlier run of a requeued job too, before its current record (state
+    REQUEUED, restart_count = the run's number)
+    """
+    after_job_id: _builtins.int
+    """paging: only jobs with a larger id (sacct reads a big history page by page)"""
     @_builtins.property
     def filter(self) -> Global___JobFilter: ...
     def __init__(
@@ -1572,10 +1633,12 @@ class QueryAccountingRequest(_message.Message):
         start_after: _builtins.float = ...,
         end_before: _builtins.float = ...,
         limit: _builtins.int = ...,
+        duplicates: _builtins.bool = ...,
+        after_job_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_before", b"end_before", "filter", b"filter", "limit", b"limit", "start_after", b"start_after"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_job_id", b"after_job_id", "duplicates", b"duplicates", "end_before", b"end_before", "filter", b"filter", "limit", b"limit", "start_after", b"start_after"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1698,6 +1761,7 @@ class UpdateJobRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     NICE_FIELD_NUMBER: _builtins.int
     NUM_NODES_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
     action: Global___JobUpdateAction.ValueType
     time_limit_s: _builtins.int
     """-- JOB_UPDATE_FIELDS (field numbers 100+) --
@@ -1708,6 +1772,8 @@ class UpdateJobRequest(_message.Message):
     nice: _builtins.int
     """negative: operators only"""
     num_nodes: _builtins.int
+    name: _builtins.str
+    """JobName=/Name=: pending or running"""
     @_builtins.property
     def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -1724,11 +1790,14 @@ class UpdateJobRequest(_message.Message):
         priority: _builtins.int | None = ...,
         nice: _builtins.int | None = ...,
         num_nodes: _builtins.int | None = ...,
+        name: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "nice", b"nice", "num_nodes", b"num_nodes", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_name", b"_name", "_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "name", b"name", "nice", b"nice", "num_nodes", b"num_nodes", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "action", b"action", "job_ids", b"job_ids", "nice", b"nice", "num_nodes", b"num_nodes", "partitions", b"partitions", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_name", b"_name", "_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "action", b"action", "job_ids", b"job_ids", "name", b"name", "nice", b"nice", "num_nodes", b"num_nodes", "partitions", b"partitions", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__name: _TypeAlias = _typing.Literal["name"]  # noqa: Y015
+    _WhichOneofArgType__name: _TypeAlias = _typing.Literal["_name", b"_name"]  # noqa: Y015
     _WhichOneofReturnType__nice: _TypeAlias = _typing.Literal["nice"]  # noqa: Y015
     _WhichOneofArgType__nice: _TypeAlias = _typing.Literal["_nice", b"_nice"]  # noqa: Y015
     _WhichOneofReturnType__num_nodes: _TypeAlias = _typing.Literal["num_nodes"]  # noqa: Y015
@@ -1737,6 +1806,8 @@ class UpdateJobRequest(_message.Message):
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
     _WhichOneofReturnType__time_limit_s: _TypeAlias = _typing.Literal["time_limit_s"]  # noqa: Y015
     _WhichOneofArgType__time_limit_s: _TypeAlias = _typing.Literal["_time_limit_s", b"_time_limit_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__name) -> _WhichOneofReturnType__name | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__nice) -> _WhichOneofReturnType__nice | None: ...
     @_typing.overload
@@ -2896,11 +2967,16 @@ class TaskInput(_message.Message):
     STDIN_FIELD_NUMBER: _builtins.int
     STDIN_EOF_FIELD_NUMBER: _builtins.int
     SIGNAL_FIELD_NUMBER: _builtins.int
+    WINDOW_FIELD_NUMBER: _builtins.int
     stdin: _builtins.bytes
     stdin_eof: _builtins.bool
     signal: _builtins.int
     @_builtins.property
     def start(self) -> Global___RunTasksRequest: ...
+    @_builtins.property
+    def window(self) -> Global___WindowSize:
+        """--pty: srun's terminal was resized"""
+
     def __init__(
         self,
         *,
@@ -2908,16 +2984,39 @@ class TaskInput(_message.Message):
         stdin: _builtins.bytes = ...,
         stdin_eof: _builtins.bool = ...,
         signal: _builtins.int = ...,
+        window: Global___WindowSize | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["signal", b"signal", "start", b"start", "stdin", b"stdin", "stdin_eof", b"stdin_eof", "what", b"what"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["signal", b"signal", "start", b"start", "stdin", b"stdin", "stdin_eof", b"stdin_eof", "what", b"what", "window", b"window"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["signal", b"signal", "start", b"start", "stdin", b"stdin", "stdin_eof", b"stdin_eof", "what", b"what"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["signal", b"signal", "start", b"start", "stdin", b"stdin", "stdin_eof", b"stdin_eof", "what", b"what", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_what: _TypeAlias = _typing.Literal["start", "stdin", "stdin_eof", "signal"]  # noqa: Y015
+    _WhichOneofReturnType_what: _TypeAlias = _typing.Literal["start", "stdin", "stdin_eof", "signal", "window"]  # noqa: Y015
     _WhichOneofArgType_what: _TypeAlias = _typing.Literal["what", b"what"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_what) -> _WhichOneofReturnType_what | None: ...
 
 Global___TaskInput: _TypeAlias = TaskInput  # noqa: Y015
+
+@_typing.final
+class WindowSize(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_FIELD_NUMBER: _builtins.int
+    COLS_FIELD_NUMBER: _builtins.int
+    rows: _builtins.int
+    cols: _builtins.int
+    def __init__(
+        self,
+        *,
+        rows: _builtins.int = ...,
+        cols: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cols", b"cols", "rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WindowSize: _TypeAlias = WindowSize  # noqa: Y015
 
 @_typing.final
 class RunTasksRequest(_message.Message):
@@ -2952,6 +3051,7 @@ class RunTasksRequest(_message.Message):
     MASTER_ADDR_FIELD_NUMBER: _builtins.int
     MASTER_PORT_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
+    PTY_FIELD_NUMBER: _builtins.int
     STEP_CREDENTIAL_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """which StepNode of the step this is"""
@@ -2976,6 +3076,12 @@ class RunTasksRequest(_message.Message):
     def stdin_ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """tasks that read srun's stdin (others get /dev/null)"""
 
+    @_builtins.property
+    def pty(self) -> Global___WindowSize:
+        """--pty: task 0 runs on a pseudo-terminal of this size (its session's controlling
+        terminal: job control, Ctrl-C as a byte); its stdin and output go through it
+        """
+
     def __init__(
         self,
         *,
@@ -2988,13 +3094,16 @@ class RunTasksRequest(_message.Message):
         master_addr: _builtins.str = ...,
         master_port: _builtins.int = ...,
         cluster: _builtins.str = ...,
+        pty: Global___WindowSize | None = ...,
         step_credential: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_pty", b"_pty", "job", b"job", "pty", b"pty", "step", b"step"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "cwd", b"cwd", "environment", b"environment", "job", b"job", "master_addr", b"master_addr", "master_port", b"master_port", "node", b"node", "stdin_ranks", b"stdin_ranks", "step", b"step", "step_credential", b"step_credential"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pty", b"_pty", "cluster", b"cluster", "cwd", b"cwd", "environment", b"environment", "job", b"job", "master_addr", b"master_addr", "master_port", b"master_port", "node", b"node", "pty", b"pty", "stdin_ranks", b"stdin_ranks", "step", b"step", "step_credential", b"step_credential"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__pty: _TypeAlias = _typing.Literal["pty"]  # noqa: Y015
+    _WhichOneofArgType__pty: _TypeAlias = _typing.Literal["_pty", b"_pty"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__pty) -> _WhichOneofReturnType__pty | None: ...
 
 Global___RunTasksRequest: _TypeAlias = RunTasksRequest  # noqa: Y015
 

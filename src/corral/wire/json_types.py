@@ -70,6 +70,7 @@ class JobSpec(TypedDict, total=False):
     reservation: str
     gpusPerTask: int
     allocationOnly: bool
+    submitDir: str
 
 
 class NodeAllocation(TypedDict, total=False):
@@ -294,11 +295,21 @@ class Partition(TypedDict, total=False):
 
 class SubmitJobRequest(TypedDict, total=False):
     spec: JobSpec
+    testOnly: bool
 
 
 class SubmitJobResponse(TypedDict, total=False):
     jobId: int | str
     cluster: str
+    estimate: TestOnlyEstimate
+
+
+class TestOnlyEstimate(TypedDict, total=False):
+    start: float
+    partition: str
+    nodes: str
+    cpus: int
+    reason: str
 
 
 class JobFilter(TypedDict, total=False):
@@ -351,6 +362,8 @@ class QueryAccountingRequest(TypedDict, total=False):
     startAfter: float
     endBefore: float
     limit: int
+    duplicates: bool
+    afterJobId: int | str
 
 
 class QueryAccountingResponse(TypedDict, total=False):
@@ -383,6 +396,7 @@ class UpdateJobRequest(TypedDict, total=False):
     priority: int
     nice: int
     numNodes: int
+    name: str
 
 
 class UpdateJobResponse(TypedDict, total=False):
@@ -620,6 +634,12 @@ class TaskInput(TypedDict, total=False):
     stdin: str
     stdinEof: bool
     signal: int
+    window: WindowSize
+
+
+class WindowSize(TypedDict, total=False):
+    rows: int
+    cols: int
 
 
 class RunTasksRequest(TypedDict, total=False):
@@ -632,6 +652,7 @@ class RunTasksRequest(TypedDict, total=False):
     masterAddr: str
     masterPort: int
     cluster: str
+    pty: WindowSize
     stepCredential: str
 
 
