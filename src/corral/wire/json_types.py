@@ -187,6 +187,7 @@ class CreateStepResponse(TypedDict, total=False):
     step: Step
     job: Job
     cluster: str
+    stepCredential: str
 
 
 class CompleteStepRequest(TypedDict, total=False):
@@ -535,6 +536,7 @@ class RegisterNodeRequest(TypedDict, total=False):
     runningJobIds: list[str]
     unreported: list[JobStatusUpdate]
     health: list[NodeHealthEvent]
+    agentAddress: str
 
 
 class RegisterNodeResponse(TypedDict, total=False):
@@ -599,6 +601,7 @@ class GetStepRequest(TypedDict, total=False):
 class GetStepResponse(TypedDict, total=False):
     job: Job
     step: Step
+    stepCredential: str
 
 
 class LaunchJobRequest(TypedDict, total=False):
@@ -650,6 +653,7 @@ class RunTasksRequest(TypedDict, total=False):
     masterPort: int
     cluster: str
     pty: WindowSize
+    stepCredential: str
 
 
 class TaskEvent(TypedDict, total=False):
