@@ -159,10 +159,17 @@ class Scheduler:
             forecast = plan.forecasts.get(job_id)
             changed = pending.write(job, reason)
             if forecast is None:
-                changed |= job.expected_start != 0 or bool(job.forecast_nodes)
-                job.expected_start, job.forecast_nodes = 0, ""
-                job.forecast_reserved = False
-                del job.waits_for[:]
+                # (written only when set: most pending jobs have no forecast, pass after pass)
+                if (
+                    job.expected_start
+                    or job.forecast_nodes
+                    or job.forecast_reserved
+                    or job.waits_for
+                ):
+                    changed |= job.expected_start != 0 or bool(job.forecast_nodes)
+                    job.expected_start, job.forecast_nodes = 0, ""
+                    job.forecast_reserved = False
+                    del job.waits_for[:]
             elif (
                 job.expected_start != forecast.start
                 or list(job.waits_for) != list(forecast.waits_for)
