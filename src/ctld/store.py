@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -37,217 +36,29 @@ from sqlalchemy.engine import Connection, Engine
 from corral.errors import StoreError, StoreUnavailable
 from corral.wire import corral_pb2 as pb
 from ctld import migrate
+from ctld.archive import archive_jobs
 from ctld.jsonmap import message_to_json
+from ctld.store_rows import (
+    NodeDrain,
+    Op,
+    apply_ops,
+    insert_job,
+    job_events,
+    job_runs,
+    jobs,
+    metadata,
+    node_drains,
+    reservations,
+    update_job,
+)
 
 log = structlog.get_logger("ctld")
 
+# what other modules take from here (the rows live in store_rows)
+__all__ = ["NodeDrain", "Op", "Store", "insert_job", "jobs", "metadata", "update_job"]
+
 MAX_BATCH = 2048  # commit requests per transaction
 PROBE_INTERVAL_S = 0.5  # how often a down store retries its database
-
-metadata = sa.MetaData()
-
-jobs = sa.Table(
-    "jobs",
-    metadata,
-    sa.Column("job_id", sa.BigInteger, primary_key=True, autoincrement=False),
-    sa.Column("user", sa.String(64), nullable=False),
-    sa.Column("uid", sa.Integer, nullable=False),
-    sa.Column("name", sa.String(256), nullable=False),
-    sa.Column("partition", sa.String(64), nullable=False),
-    sa.Column("account", sa.String(64), nullable=False),
-    sa.Column("state", sa.Integer, nullable=False),
-    sa.Column("submit_time", sa.Float, nullable=False),
-    sa.Column("start_time", sa.Float, nullable=False),
-    sa.Column("end_time", sa.Float, nullable=False),
-    sa.Column("data", sa.LargeBinary, nullable=False),
-    sa.Index("ix_jobs_state", "state"),
-    sa.Index("ix_jobs_user", "user"),
-    sa.Index("ix_jobs_end_time", "end_time"),
-    sa.Index("ix_jobs_account", "account"),
-)
-
-# A requeued job's earlier runs, each as the job stood when that run ended (sacct -D);
-# the current run is the jobs row. ``run`` counts from 0 (restart_count of that run).
-job_runs = sa.Table(
-    "job_runs",
-    metadata,
-    sa.Column("job_id", sa.BigInteger, primary_key=True, autoincrement=False),
-    sa.Column("run", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("state", sa.Integer, nullable=False),
-    sa.Column("start_time", sa.Float, nullable=False),
-    sa.Column("end_time", sa.Float, nullable=False),
-    sa.Column("data", sa.LargeBinary, nullable=False),
-)
-
-job_events = sa.Table(
-    "job_events",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("job_id", sa.BigInteger, nullable=False),
-    sa.Column("time", sa.Float, nullable=False),
-    sa.Column("event", sa.String(32), nullable=False),
-    sa.Column("from_state", sa.Integer, nullable=False),
-    sa.Column("to_state", sa.Integer, nullable=False),
-    sa.Column("cause", sa.Text, nullable=False),
-    sa.Column("detail", sa.Text, nullable=False),
-    sa.Index("ix_job_events_job", "job_id"),
-)
-
-reservations = sa.Table(
-    "reservations",
-    metadata,
-    sa.Column("name", sa.String(64), primary_key=True),
-    sa.Column("end_time", sa.Float, nullable=False),
-    sa.Column("data", sa.LargeBinary, nullable=False),
-)
-
-# Operator and health drains: a drained node stays drained across ctld restarts.
-node_drains = sa.Table(
-    "node_drains",
-    metadata,
-    sa.Column("name", sa.String(64), primary_key=True),
-    sa.Column("reason", sa.Text, nullable=False),
-    sa.Column("reason_time", sa.Float, nullable=False),
-    sa.Column("reason_uid", sa.Integer, nullable=False),
-)
-
-meta = sa.Table(
-    "meta",
-    metadata,
-    sa.Column("key", sa.String(64), primary_key=True),
-    sa.Column("value", sa.Text, nullable=False),
-)
-
-
-@dataclass
-class Op:
-    """Rows one change writes; ops are data so a group commit can merge them."""
-
-    inserts: list[dict[str, Any]] = field(default_factory=list)
-    updates: list[dict[str, Any]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    reservations_put: list[pb.Reservation] = field(default_factory=list)
-    reservations_delete: list[str] = field(default_factory=list)
-    drains_put: list[NodeDrain] = field(default_factory=list)
-    drains_delete: list[str] = field(default_factory=list)
-    runs: list[dict[str, Any]] = field(default_factory=list)  # job_runs rows
-
-
-@dataclass(frozen=True)
-class NodeDrain:
-    name: str
-    reason: str
-    reason_time: float
-    reason_uid: int
-
-
-def _job_row(job: pb.Job) -> dict[str, Any]:
-    bare = pb.Job()
-    bare.CopyFrom(job)
-    del bare.events[:]
-    return {
-        "job_id": job.job_id,
-        "user": job.user,
-        "uid": job.uid,
-        "name": job.spec.name,
-        "partition": job.partition,
-        "account": job.account,
-        "state": int(job.state),
-        "submit_time": job.submit_time,
-        "start_time": job.start_time,
-        "end_time": job.end_time,
-        "data": bare.SerializeToString(),
-    }
-
-
-def _event_row(job_id: int, ev: pb.JobEvent) -> dict[str, Any]:
-    return {
-        "job_id": job_id,
-        "time": ev.time,
-        "event": ev.event,
-        "from_state": int(ev.from_state),
-        "to_state": int(ev.to_state),
-        "cause": ev.cause,
-        "detail": ev.detail,
-    }
-
-
-def insert_job(job: pb.Job) -> Op:
-    """Op: a new job with its whole story so far."""
-    return Op(inserts=[_job_row(job)], events=[_event_row(job.job_id, ev) for ev in job.events])
-
-
-def update_job(job: pb.Job, new_events: Iterable[pb.JobEvent], runs: Iterable[pb.Job] = ()) -> Op:
-    """Op: the job's current row plus the events added since it was last written, and
-    the runs that ended since (a requeued job's earlier runs, as each stood at its end)."""
-    row = _job_row(job)
-    row["b_job_id"] = row.pop("job_id")
-    return Op(
-        updates=[row],
-        events=[_event_row(job.job_id, ev) for ev in new_events],
-        runs=[_run_row(r) for r in runs],
-    )
-
-
-def _run_row(run: pb.Job) -> dict[str, Any]:
-    bare = pb.Job()
-    bare.CopyFrom(run)
-    del bare.events[:]
-    bare.spec.ClearField("script")  # the job row keeps them; a run needs what sacct shows
-    bare.spec.ClearField("environment")
-    return {
-        "job_id": run.job_id,
-        "run": run.restart_count,
-        "state": int(run.state),
-        "start_time": run.start_time,
-        "end_time": run.end_time,
-        "data": bare.SerializeToString(),
-    }
-
-
-_UPDATE_JOB = jobs.update().where(jobs.c.job_id == sa.bindparam("b_job_id"))
-
-
-def _apply(conn: Connection, ops: Iterable[Op]) -> None:
-    """All ops of a group commit as three executemany statements (inserts before updates)."""
-    ops = list(ops)
-    inserts: list[dict[str, Any]] = []
-    updates: list[dict[str, Any]] = []
-    events: list[dict[str, Any]] = []
-    runs: list[dict[str, Any]] = []
-    for op in ops:
-        inserts.extend(op.inserts)
-        updates.extend(op.updates)
-        events.extend(op.events)
-        runs.extend(op.runs)
-    if inserts:
-        conn.execute(jobs.insert(), inserts)
-    if updates:
-        conn.execute(_UPDATE_JOB, updates)
-    if events:
-        conn.execute(job_events.insert(), events)
-    if runs:
-        conn.execute(job_runs.insert(), runs)
-    for op in ops:  # rare: one statement each is fine
-        for name in [*op.reservations_delete, *(r.name for r in op.reservations_put)]:
-            conn.execute(reservations.delete().where(reservations.c.name == name))
-        for resv in op.reservations_put:
-            conn.execute(
-                reservations.insert(),
-                {"name": resv.name, "end_time": resv.end_time, "data": resv.SerializeToString()},
-            )
-        for name in [*op.drains_delete, *(d.name for d in op.drains_put)]:
-            conn.execute(node_drains.delete().where(node_drains.c.name == name))
-        for drain in op.drains_put:
-            conn.execute(
-                node_drains.insert(),
-                {
-                    "name": drain.name,
-                    "reason": drain.reason,
-                    "reason_time": drain.reason_time,
-                    "reason_uid": drain.reason_uid,
-                },
-            )
 
 
 @dataclass
@@ -275,37 +86,6 @@ def _is_trouble(exc: BaseException) -> bool:
 def _describe(exc: BaseException) -> str:
     text = str(getattr(exc, "orig", None) or exc).strip()
     return (text.splitlines() or [type(exc).__name__])[0][:300]
-
-
-def _archive(
-    directory: str,
-    found: list[pb.Job],
-    runs: list[pb.Job],
-    to_json: Callable[[pb.Job], Any],
-) -> None:
-    by_job: dict[int, list[pb.Job]] = {}
-    for run in runs:
-        by_job.setdefault(run.job_id, []).append(run)
-    lines: dict[str, list[str]] = {}
-    for job in found:
-        month = time.strftime("%Y-%m", time.gmtime(job.end_time))
-        record = {
-            "job": to_json(job),
-            "earlierRuns": [to_json(r) for r in by_job.get(job.job_id, [])],
-        }
-        lines.setdefault(month, []).append(json.dumps(record, separators=(",", ":")))
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    for month, text in lines.items():
-        fd = os.open(
-            os.path.join(directory, f"jobs-{month}.jsonl"),
-            os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-            0o600,
-        )
-        try:
-            os.write(fd, ("\n".join(text) + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 @contextlib.contextmanager
@@ -504,7 +284,7 @@ class Store:
             try:
                 with self.engine.begin() as conn:
                     conn.execute(sa.text("SELECT 1"))
-                    _apply(conn, backlog)
+                    apply_ops(conn, backlog)
             except Exception as exc:
                 if _is_trouble(exc):
                     self.trouble = _describe(exc)
@@ -528,7 +308,7 @@ class Store:
     def _commit_batch(self, batch: list[_Request]) -> None:
         try:
             with self.engine.begin() as conn:
-                _apply(conn, (op for req in batch for op in req.ops))
+                apply_ops(conn, (op for req in batch for op in req.ops))
         except Exception as exc:  # isolate the request that failed; the rest still commit
             if _is_trouble(exc):
                 self._go_down(exc)
@@ -541,7 +321,7 @@ class Store:
             for i, req in enumerate(batch):
                 try:
                     with self.engine.begin() as conn:
-                        _apply(conn, req.ops)
+                        apply_ops(conn, req.ops)
                 except Exception as exc:
                     if _is_trouble(exc):
                         self._go_down(exc)
@@ -688,7 +468,7 @@ class Store:
                     found = self._jobs_with_events(
                         conn, sa.select(jobs.c.data).where(jobs.c.job_id.in_(ids))
                     )
-                    _archive(archive_dir, found, self.earlier_runs(ids), message_to_json)
+                    archive_jobs(archive_dir, found, self.earlier_runs(ids), message_to_json)
             try:
                 with self.engine.begin() as conn:
                     for table in (job_events, job_runs):
