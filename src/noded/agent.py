@@ -83,8 +83,10 @@ class ControllerLink:
         resources: pb.NodeResources,
         launcher: Launcher,
         heartbeat_interval_s: float,
+        steps: StepRunner | None = None,
     ) -> None:
         self.name = name
+        self.steps = steps
         self.address = address
         self.resources = resources
         self.launcher = launcher
@@ -97,6 +99,20 @@ class ControllerLink:
         self.registered = asyncio.Event()
         self.health: list[pb.NodeHealthEvent] = []  # until a heartbeat carried them
         self._beat_now = asyncio.Event()
+
+    def running_job_ids(self) -> list[int]:
+        """Jobs with anything here: batch scripts and step tasks (fenced ones until gone)."""
+        steps = self.steps.job_ids() if self.steps is not None else set()
+        return sorted(set(self.launcher.running_job_ids()) | steps)
+
+    def fence(self, keep: set[int]) -> list[int]:
+        """ctld lets this node keep only ``keep``: everything else is killed now."""
+        fenced = self.launcher.fence(keep)
+        if self.steps is not None:
+            for job_id in self.steps.job_ids() - keep:
+                self.steps.terminate_job(job_id, 0.0)
+                fenced.append(job_id)
+        return sorted(set(fenced))
 
     def report(self, update: pb.JobStatusUpdate) -> None:
         self.outbox.append(update)
@@ -127,12 +143,16 @@ class ControllerLink:
             boot_time=self.boot_time,
             version=__version__,
             os=f"{platform.system()} {platform.release()}",
-            running_job_ids=self.launcher.running_job_ids(),
+            running_job_ids=self.running_job_ids(),
             unreported=list(self.outbox),  # the outbox delivers them again; ctld ignores repeats
             health=list(self.health),
         )
         reply = await self.stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
         del self.health[: len(req.health)]
+        fenced = self.fence(set(reply.keep_job_ids))
+        if fenced:
+            # until a heartbeat shows them gone, ctld places nothing here
+            log.warning("fenced jobs ctld gave to other nodes", node=self.name, jobs=fenced)
         if reply.heartbeat_interval_s > 0:
             self.interval = reply.heartbeat_interval_s
         self.registered.set()
@@ -147,7 +167,7 @@ class ControllerLink:
                 self._beat_now.clear()
                 beat = pb.HeartbeatRequest(
                     name=self.name,
-                    running_job_ids=self.launcher.running_job_ids(),
+                    running_job_ids=self.running_job_ids(),
                     health=list(self.health),
                 )
                 reply = await self.stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
@@ -194,4 +214,7 @@ class ControllerLink:
 
 
 def _details(exc: grpc.RpcError) -> str:
-    return exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    """The status text of a failed call, sync (grpc.Call) or asyncio (aio.AioRpcError)."""
+    if isinstance(exc, aio.AioRpcError | grpc.Call):
+        return f"{exc.code().name}: {exc.details()}"
+    return str(exc)

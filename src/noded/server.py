@@ -93,8 +93,11 @@ async def serve(
         found.resources,
         launcher,
         config.heartbeat.interval_s,
+        steps,
     )
     link_ref.append(link)
+    # an earlier noded's jobs are settled (killed, reported lost) before ctld hears of us
+    await launcher.recover()
     for reason, detail in startup_faults:
         link.report_health(reason, detail)
     log.info("noded listening", node=name, address=advertised, spool=spool)

@@ -39,6 +39,20 @@ class Usage:
         return user, system
 
 
+def marked_by_instance(tokens: set[str]) -> set[int]:
+    """Processes whose job marker (``node:job:instance``) names one of ``tokens``."""
+    found: set[int] = set()
+    me = os.getpid()
+    for proc in psutil.process_iter():
+        if proc.pid == me:
+            continue
+        with contextlib.suppress(psutil.Error):
+            marker = proc.environ().get(MARKER_VAR, "")
+            if marker and marker.rpartition(":")[2] in tokens:
+                found.add(proc.pid)
+    return found
+
+
 class JobProcesses:
     def __init__(
         self,
