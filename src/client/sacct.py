@@ -303,6 +303,22 @@ def srun_step_values(job: Json, step: Json, now: float) -> dict[str, str]:
     }
 
 
+def earlier_run(job: Json, run: Json) -> Json:
+    """The job as it was in one earlier run (its times, nodes and how that run ended)."""
+    view = {k: v for k, v in job.items() if k not in ("steps", "usage")}
+    view.update(
+        startTime=run.get("startTime", 0),
+        endTime=run.get("endTime", 0),
+        nodelist=run.get("nodelist", ""),
+        state=run.get("state", "JOB_STATE_REQUEUED"),
+        reason=run.get("reason", ""),
+        restartCount=run.get("restartCount", 0),
+        exitCode=0,
+        exitSignal=0,
+    )
+    return view
+
+
 def format_accounting(
     reply: Json,
     field_spec: str = DEFAULT_FIELDS,
@@ -311,12 +327,18 @@ def format_accounting(
     header: bool = True,
     parsable: str = "",
     delimiter: str = "|",
+    duplicates: bool = False,
 ) -> str:
     """The whole output (with newlines) for a QueryAccounting reply."""
     fields = parse_acct_fields(field_spec)
     now = real(reply, "now")
     rows: list[list[str]] = []
     for job in reply.get("jobs", []):
+        if duplicates:  # sacct -D: each earlier run of a requeued job, oldest first
+            for run in job.get("earlierRuns", []):
+                rows.append(
+                    [job_values(earlier_run(job, run), now).get(f.name, "") for f in fields]
+                )
         values = [job_values(job, now)]
         if steps and started(job) and not (job.get("spec") or {}).get("allocationOnly"):
             values.append(step_values(job, now))
@@ -414,7 +436,7 @@ OPTIONS = (
     Option("u", "user", "user", help="only these users (names or uids)"),
     Option("v", "verbose", "verbose", COUNT, help="(accepted for compatibility)"),
     Option("X", "allocations", "allocations", FLAG, help="no step lines"),
-    Option("D", "duplicates", "duplicates", FLAG, help="(no effect: no requeued copies)"),
+    Option("D", "duplicates", "duplicates", FLAG, help="every run of a requeued job"),
     Option("", "usage", "usage", FLAG, help="this help"),
     Option("V", "version", "version", FLAG, help="print the version"),
 )
@@ -510,6 +532,7 @@ def main_body(argv: Sequence[str]) -> int:
             header=not opts.get("noheader"),
             parsable=parsable,
             delimiter=opts.get("delimiter") or "|",
+            duplicates=bool(opts.get("duplicates")),
         )
     )
     return 0

@@ -43,6 +43,8 @@ HOLD_ACTIONS = {
     "hold": "JOB_UPDATE_HOLD",
     "uhold": "JOB_UPDATE_USER_HOLD",
     "release": "JOB_UPDATE_RELEASE",
+    "requeue": "JOB_UPDATE_REQUEUE",
+    "requeuehold": "JOB_UPDATE_REQUEUE_HOLD",
 }
 
 
@@ -270,6 +272,8 @@ def complete_state(node: Json) -> str:
     busy = "ALLOCATED" if num(node, "allocCpus") >= num(res(node), "cpus") else "MIXED"
     if text(node, "reservation"):
         state += "+MAINT+RESERVED" if node.get("maint") else "+RESERVED"
+    if node.get("notResponding") and state not in ("UNKNOWN", "DOWN"):
+        state += "+NOT_RESPONDING"
     return {
         "UNKNOWN": "UNKNOWN+NOT_RESPONDING",
         "DOWN": "DOWN+NOT_RESPONDING",

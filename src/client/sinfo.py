@@ -122,18 +122,23 @@ def _reserved(node: Json) -> tuple[str, str] | None:
     return ("maint", "maint") if node.get("maint") else ("resv", "reserved")
 
 
+def _late(node: Json, name: str) -> str:
+    """A node whose heartbeat is late, not yet DOWN, gets Slurm's '*' (idle*, mix*)."""
+    return name + "*" if node.get("notResponding") and not name.endswith("*") else name
+
+
 def short_state(node: Json) -> str:
     reserved = _reserved(node)
     if reserved:
-        return reserved[0]
-    return STATES.get(node_state(node), ("unk", "unknown", 0))[0]
+        return _late(node, reserved[0])
+    return _late(node, STATES.get(node_state(node), ("unk", "unknown", 0))[0])
 
 
 def long_state(node: Json) -> str:
     reserved = _reserved(node)
     if reserved:
-        return reserved[1]
-    return STATES.get(node_state(node), ("unk", "unknown", 0))[1]
+        return _late(node, reserved[1])
+    return _late(node, STATES.get(node_state(node), ("unk", "unknown", 0))[1])
 
 
 def state_rank(node: Json) -> int:

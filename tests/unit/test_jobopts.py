@@ -114,3 +114,17 @@ def test_dependency_and_array_are_stored() -> None:
     spec = spec_for(["-d", "afterok:12:13,afterany:14", "-a", "0-15:4%2"], script="#!/bin/sh\n")
     assert spec["dependency"] == "afterok:12:13,afterany:14"
     assert spec["array"] == "0-15:4%2"
+
+
+def test_requeue_no_requeue_and_expedite() -> None:
+    script = "#!/bin/bash\n#SBATCH --no-requeue\ntrue\n"
+    spec = spec_for([], script=script)
+    assert spec.get("noRequeue") is True and "requeue" not in spec
+    spec = spec_for(["--requeue"], script=script)  # the flag overrides the directive
+    assert spec["requeue"] is True and "noRequeue" not in spec
+    spec = spec_for(["--requeue=expedite"], script="true\n")
+    assert spec["requeue"] is True and spec["requeueExpedite"] is True
+    spec = spec_for([], script="true\n", environ={"SBATCH_NO_REQUEUE": "1"})
+    assert spec["noRequeue"] is True
+    with pytest.raises(InvalidOption, match="--requeue"):
+        spec_for(["--requeue=sometimes"], script="true\n")

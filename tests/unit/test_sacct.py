@@ -239,3 +239,32 @@ def test_start_and_end_times(text: str, when: float) -> None:
 def test_bad_time() -> None:
     with pytest.raises(InvalidOption, match="Invalid time specification: soon"):
         parse_when("soon", NOW)
+
+
+def test_duplicates_lists_each_run_of_a_requeued_job() -> None:
+    requeued = job(
+        7,
+        "COMPLETED",
+        startTime=NOW - 100,
+        endTime=NOW - 10,
+        nodelist="node03",
+        restartCount=1,
+        earlierRuns=[
+            {
+                "startTime": NOW - 300,
+                "endTime": NOW - 200,
+                "nodelist": "node01",
+                "state": "JOB_STATE_NODE_FAIL",
+                "reason": "node node01 DOWN",
+            }
+        ],
+    )
+    reply = {"jobs": [requeued], "now": NOW}
+    fields = "JobID,State,NodeList,Start"
+    latest = format_accounting(reply, fields, steps=False, parsable="P")
+    assert latest.splitlines()[1:] == ["7|COMPLETED|node03|2026-12-02T11:58:20"]
+    every = format_accounting(reply, fields, steps=False, parsable="P", duplicates=True)
+    assert every.splitlines()[1:] == [
+        "7|NODE_FAIL|node01|2026-12-02T11:55:00",
+        "7|COMPLETED|node03|2026-12-02T11:58:20",
+    ]

@@ -464,6 +464,45 @@ class JobEvent(_message.Message):
 Global___JobEvent: _TypeAlias = JobEvent  # noqa: Y015
 
 @_typing.final
+class JobRun(_message.Message):
+    """One earlier run of a requeued job, as sacct -D lists it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
+    NODELIST_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    RESTART_COUNT_FIELD_NUMBER: _builtins.int
+    start_time: _builtins.float
+    end_time: _builtins.float
+    nodelist: _builtins.str
+    state: Global___JobState.ValueType
+    """how the run ended: NODE_FAIL, REQUEUED"""
+    reason: _builtins.str
+    """why ("node node02 DOWN: Not responding", "scontrol requeue")"""
+    restart_count: _builtins.int
+    """which run it was (0: the first)"""
+    def __init__(
+        self,
+        *,
+        start_time: _builtins.float = ...,
+        end_time: _builtins.float = ...,
+        nodelist: _builtins.str = ...,
+        state: Global___JobState.ValueType = ...,
+        reason: _builtins.str = ...,
+        restart_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "nodelist", b"nodelist", "reason", b"reason", "restart_count", b"restart_count", "start_time", b"start_time", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobRun: _TypeAlias = JobRun  # noqa: Y015
+
+@_typing.final
 class Job(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -500,6 +539,7 @@ class Job(_message.Message):
     RESTART_COUNT_FIELD_NUMBER: _builtins.int
     CANCELLED_BY_UID_FIELD_NUMBER: _builtins.int
     FAILED_NODES_FIELD_NUMBER: _builtins.int
+    EARLIER_RUNS_FIELD_NUMBER: _builtins.int
     EXPECTED_START_FIELD_NUMBER: _builtins.int
     FORECAST_NODES_FIELD_NUMBER: _builtins.int
     WAITS_FOR_FIELD_NUMBER: _builtins.int
@@ -583,6 +623,10 @@ class Job(_message.Message):
         """
 
     @_builtins.property
+    def earlier_runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobRun]:
+        """runs before a requeue (sacct -D), oldest first"""
+
+    @_builtins.property
     def waits_for(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """running jobs whose end frees what it needs"""
 
@@ -634,6 +678,7 @@ class Job(_message.Message):
         restart_count: _builtins.int = ...,
         cancelled_by_uid: _builtins.int | None = ...,
         failed_nodes: _abc.Iterable[_builtins.str] | None = ...,
+        earlier_runs: _abc.Iterable[Global___JobRun] | None = ...,
         expected_start: _builtins.float = ...,
         forecast_nodes: _builtins.str = ...,
         waits_for: _abc.Iterable[_builtins.int] | None = ...,
@@ -650,7 +695,7 @@ class Job(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "priority_factors", b"priority_factors", "spec", b"spec", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "earlier_runs", b"earlier_runs", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__admin_priority: _TypeAlias = _typing.Literal["admin_priority"]  # noqa: Y015
     _WhichOneofArgType__admin_priority: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority"]  # noqa: Y015
