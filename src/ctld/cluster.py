@@ -25,6 +25,7 @@ import structlog
 from corral import hostlist
 from corral.config import ClusterConfig
 from corral.errors import (
+    ControllerUnavailable,
     CorralError,
     DependencyProblem,
     InvalidJobId,
@@ -41,7 +42,7 @@ from corral.jobsyntax import parse_array
 from corral.patterns import batch_output_paths
 from corral.tasks import validate_gpu_bind
 from corral.wire import corral_pb2 as pb
-from ctld import deps
+from ctld import deps, failures
 from ctld import jobstate as js
 from ctld.auth import Policy
 from ctld.explain import explain as explain_job
@@ -118,6 +119,7 @@ class Cluster:
         self._launching: set[int] = set()  # jobs whose LaunchJob RPC is in flight
         # running jobs the idle-GPU policy ended, to requeue when the node reports them gone
         self._requeue_on_exit: set[int] = set()
+        self._hold_on_requeue: dict[int, int] = {}  # scontrol requeuehold: job -> hold kind
         self._pending_signals: list[tuple[NodeRecord, pb.SignalJobRequest]] = []
         self._step_nodes_done: dict[tuple[int, int], set[str]] = {}  # nodes whose part ended
         self.ledger = UsageLedger(config.priority)
@@ -213,18 +215,73 @@ class Cluster:
     async def run_heartbeat_monitor(self) -> None:
         hb = self.config.heartbeat
         while True:
-            await asyncio.sleep(min(hb.interval_s, hb.timeout_s / 4))
-            now = self.clock()
+            await asyncio.sleep(min(hb.interval_s / 2, hb.timeout_s / 4))
             await self.enforce_allocation_limits()
-            for node in self.nodes.values():
-                if node.responding and now - node.last_heartbeat > hb.timeout_s:
-                    node.not_responding(now)
-                    log.warning(
-                        "node not responding",
-                        node=node.name,
-                        silent_s=round(now - node.last_heartbeat, 1),
-                    )
-                    self.wake()
+            await self.check_heartbeats()
+
+    async def check_heartbeats(self) -> None:
+        """Late nodes get NOT_RESPONDING; silent ones past the timeout go DOWN (jobs requeued).
+
+        A node not heard of since ctld started is timed from the start, so a node that
+        died while ctld was away goes DOWN too.
+        """
+        hb = self.config.heartbeat
+        now = self.clock()
+        for node in self.nodes.values():
+            if node.down:
+                continue
+            state = failures.liveness(node, now, hb, self.start_time)
+            if state is failures.Liveness.DEAD:
+                log.warning(
+                    "node not responding: DOWN",
+                    node=node.name,
+                    silent_s=round(now - (node.last_heartbeat or self.start_time), 1),
+                )
+                await self.node_down(node, failures.NOT_RESPONDING, cause="monitor:heartbeat")
+            elif state is failures.Liveness.LATE and not node.late:
+                node.late = True
+                log.warning("node heartbeat late", node=node.name)
+                self.wake()
+
+    async def node_down(self, node: NodeRecord, reason: str, *, cause: str) -> None:
+        """Declare ``node`` DOWN: every job on it is stopped elsewhere, then requeued or failed."""
+        now = self.clock()
+        node.not_responding(now, reason)
+        ops: list[Op] = []
+        for job in [j for j in self.jobs.values() if failures.on_node(j, node.name)]:
+            try:
+                self._node_failed(job, node, f"node {node.name} DOWN: {reason}", cause)
+            except InvalidTransition as exc:
+                log.error("job on a DOWN node not settled", job_id=job.job_id, error=str(exc))
+                continue
+            ops.append(self._save(job))
+        if ops:
+            await self.store.commit(*ops)
+        self.wake()
+        self._flush_signals()
+
+    def _node_failed(self, job: pb.Job, node: NodeRecord, why: str, cause: str) -> None:
+        """The job lost its copy on ``node``: kill it on its other nodes, requeue or NODE_FAIL."""
+        self._requeue_on_exit.discard(job.job_id)
+        if job.state == js.COMPLETING:  # cancelled before: nothing more to wait for
+            self._end_allocation(job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=9)
+            return
+        if not failures.may_requeue(job, self.config.controller.job_requeue):
+            log.warning("job ended by a node failure", job_id=job.job_id, node=node.name)
+            self._end_allocation(job, js.NODE_FAIL, cause=cause, exit_code=0, exit_signal=9)
+            job.reason = "NodeDown"
+            return
+        kill = self._terminate_request(job)
+        kill.kill_wait_s = 0.0  # the job restarts elsewhere: its other parts go at once
+        for alloc in job.allocations:
+            other = self.nodes.get(alloc.node)
+            if other is not None and other is not node:
+                self._pending_signals.append((other, kill))
+        self._end_running_steps(job, js.NODE_FAIL)
+        if node.name not in job.failed_nodes:
+            job.failed_nodes.append(node.name)
+        log.warning("job requeued after a node failure", job_id=job.job_id, node=node.name)
+        self._requeue(job, cause=cause, detail=why, run_state=js.NODE_FAIL)
 
     def purge_finished(self) -> None:
         """Forget finished jobs older than min_job_age (they stay in the store for sacct)."""
@@ -564,10 +621,30 @@ class Cluster:
         return node
 
     async def _send_signal(self, node: NodeRecord, req: pb.SignalJobRequest) -> None:
-        try:
-            await self.dispatcher.signal(node, req)
-        except CorralError as exc:
-            log.warning("signal not delivered", job_id=req.job_id, node=node.name, error=str(exc))
+        """Deliver; a kill to an unreachable node is retried until the node answers or is
+        declared DOWN (then fencing kills what is left when it comes back)."""
+        delay = 0.5
+        while True:
+            try:
+                await self.dispatcher.signal(node, req)
+                return
+            except ControllerUnavailable as exc:  # dispatch's NodeUnreachable
+                if not req.terminate or node.down:
+                    log.warning("signal not delivered", job_id=req.job_id, node=node.name)
+                    return
+                log.warning(
+                    "kill not delivered, will retry",
+                    job_id=req.job_id,
+                    node=node.name,
+                    error=str(exc),
+                )
+            except CorralError as exc:
+                log.warning(
+                    "signal not delivered", job_id=req.job_id, node=node.name, error=str(exc)
+                )
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.config.heartbeat.interval_s)
 
     async def update_hold(self, who: Identity, req: pb.UpdateJobRequest) -> list[pb.CancelOutcome]:
         outcomes: list[pb.CancelOutcome] = []
@@ -583,6 +660,8 @@ class Cluster:
                     changed = self._top(job, cause, now)
                 elif req.action == pb.JOB_UPDATE_FIELDS:
                     self._update_fields(who, job, req, cause, now)
+                elif req.action in (pb.JOB_UPDATE_REQUEUE, pb.JOB_UPDATE_REQUEUE_HOLD):
+                    self._requeue_request(who, job, req.action, cause, now)
                 else:
                     self._apply_hold(who, job, req.action, cause, now)
                 ops.extend(self._save(j) for j in changed)
@@ -592,6 +671,7 @@ class Cluster:
         if ops:
             await self.store.commit(*ops)
             self.wake()
+        self._flush_signals()  # scontrol requeue's kills, once the request is durable
         return outcomes
 
     def _update_fields(
@@ -687,6 +767,24 @@ class Cluster:
                 changed.append(peer)
         return changed
 
+    def _requeue_request(
+        self, who: Identity, job: pb.Job, action: int, cause: str, now: float
+    ) -> None:
+        """scontrol requeue[hold]: stop the job everywhere; its exit report requeues it."""
+        if job.state == js.PENDING:
+            raise JobStateConflict("Job is pending execution")
+        if job.state != js.RUNNING or job.spec.allocation_only:
+            raise JobStateConflict("Job is not running: only a running batch job is requeued")
+        if job.spec.no_requeue:
+            raise JobStateConflict("Requested operation is presently disabled (--no-requeue)")
+        js.transition(job, "updated", cause=cause, now=now, detail="requeue requested")
+        self._requeue_on_exit.add(job.job_id)
+        if action == pb.JOB_UPDATE_REQUEUE_HOLD:
+            admin = self.policy.is_operator(who)
+            self._hold_on_requeue[job.job_id] = pb.HOLD_ADMIN if admin else pb.HOLD_USER
+        self._terminate_steps_elsewhere(job)
+        self._pending_signals.append((self._batch_node(job), self._terminate_request(job)))
+
     def _apply_hold(self, who: Identity, job: pb.Job, action: int, cause: str, now: float) -> None:
         if job.state in js.FINISHED:
             raise JobStateConflict("Job has already finished")
@@ -738,8 +836,16 @@ class Cluster:
         await self._apply_updates(node, req.unreported)
         await self.node_faults(node, req.health)
         await self._reconcile(node, set(req.running_job_ids))
+        # fencing: what it runs beyond what it may keep is killed before it gets work
+        node.fencing = bool(set(req.running_job_ids) - set(self.jobs_kept_by(node.name)))
+        if node.fencing:
+            log.warning("node back with jobs it may not keep: fencing", node=node.name)
         self.wake()
         return node
+
+    def jobs_kept_by(self, name: str) -> list[int]:
+        """The jobs a registering node may keep running (it kills every other)."""
+        return failures.keep_for(name, self.jobs.values())
 
     async def _reconcile(self, node: NodeRecord, running: set[int]) -> None:
         """Settle jobs ctld places on ``node`` that the node, registering, does not run.
@@ -763,8 +869,8 @@ class Cluster:
             if job.state == js.COMPLETING:  # cancelled, and nothing is left to stop
                 self._finish(job, pb.JobStatusUpdate(job_id=job.job_id), cause)
             else:
-                log.warning("job missing on its node, requeued", job_id=job.job_id, node=node.name)
-                self._requeue(job, cause=cause, detail="the node does not run it")
+                log.warning("job missing on its node", job_id=job.job_id, node=node.name)
+                self._node_failed(job, node, f"node {node.name} does not run it", cause)
             ops.append(self._save(job))
         if ops:
             await self.store.commit(*ops)
@@ -772,12 +878,16 @@ class Cluster:
     def heartbeat(self, req: pb.HeartbeatRequest) -> bool:
         """Record a heartbeat; False means ctld wants the node to register again."""
         node = self._node(req.name)
-        if not node.registered:
-            return False
+        if not node.registered or node.down:
+            return False  # a node back from DOWN registers again, and is fenced then
         node.last_heartbeat = self.clock()
-        if not node.responding:
-            node.responding_again()
+        if node.late:
+            node.late = False
             log.info("node responding again", node=node.name)
+            self.wake()
+        if node.fencing and set(req.running_job_ids) <= set(self.jobs_kept_by(node.name)):
+            node.fencing = False
+            log.info("node fenced: only its own jobs run there", node=node.name)
             self.wake()
         return True
 
@@ -795,6 +905,8 @@ class Cluster:
                 continue
             if job is None or job.state not in js.ON_NODE or job.batch_host != node.name:
                 continue  # already finished (a retried report) or not this node's job
+            if failures.stale_report(job, upd):
+                continue  # about a copy from before a requeue
             cause = f"node:{node.name} report"
             try:
                 if job.state == js.COMPLETING and upd.kind in (
@@ -810,11 +922,22 @@ class Cluster:
                         ops.extend(self._drain(node, "Prolog error", upd.time or self.clock()))
                     ended = upd if upd.kind == Update.KIND_EXITED else Update(time=upd.time)
                     self._finish(job, ended, cause)
+                elif upd.kind == Update.KIND_EXITED and upd.end_reason in (
+                    Update.END_NODE_FAIL,
+                    Update.END_STALLED,
+                ):
+                    job.usage.CopyFrom(upd.usage)
+                    self._node_failed(job, node, upd.detail or "lost on its node", cause)
                 elif upd.kind == Update.KIND_EXITED:
                     if job.job_id in self._requeue_on_exit:
                         self._requeue_on_exit.discard(job.job_id)
                         job.usage.CopyFrom(upd.usage)
-                        self._requeue(job, cause=cause, detail="idle GPUs: requeued by policy")
+                        self._requeue(
+                            job,
+                            cause=cause,
+                            detail=upd.detail or "requeued on request",
+                            hold=self._hold_on_requeue.pop(job.job_id, pb.HOLD_NONE),
+                        )
                     else:
                         self._finish(job, upd, cause)
                 elif (
@@ -1176,19 +1299,36 @@ class Cluster:
             await self.store.commit(*ops)
 
     async def update_node(self, who: Identity, req: pb.UpdateNodeRequest) -> None:
-        """scontrol update NodeName=... State=DRAIN|RESUME|UNDRAIN Reason=..."""
+        """scontrol update NodeName=... State=DRAIN|RESUME|UNDRAIN|DOWN Reason=...
+
+        DRAIN lets running jobs finish and places nothing new; DOWN requeues (or fails)
+        its jobs now; RESUME returns it: a DOWN node registers again first (and is
+        fenced: what it still runs of jobs that moved is killed).
+        """
         self.policy.check_operator(who, "update node")
         state = req.state.upper()
-        if state not in ("DRAIN", "RESUME", "UNDRAIN"):
+        if state not in ("DRAIN", "RESUME", "UNDRAIN", "DOWN"):
             raise InvalidRequest(f"Invalid node state specified: {req.state}")
         if state == "DRAIN" and not req.reason.strip():
             raise InvalidRequest("You must specify a reason when DRAINING a node")
+        if state == "DOWN" and not req.reason.strip():
+            raise InvalidRequest("You must specify a reason when DOWNING a node")
         if not req.names:
             raise InvalidNodeName("No node name specified")
         nodes = [self._node(name) for name in req.names]
         now = self.clock()
         ops: list[Op] = []
         for node in nodes:
+            if state == "DOWN":
+                await self.node_down(node, req.reason.strip(), cause=f"rpc:UpdateNode {who.user}")
+                node.set_reason(req.reason.strip()[:256], now, user=who.user, uid=who.uid)
+                continue
+            if state in ("RESUME", "UNDRAIN") and node.down and state == "RESUME":
+                node.down = False
+                node.registered = False  # it registers again, and is fenced then
+                if not node.drain:
+                    node.set_reason("", 0.0, user="")
+                log.info("node resumed from DOWN", node=node.name, by=who.user)
             if state == "DRAIN":
                 if node.drain:  # an operator's drain replaces the reason
                     node.drain = False
@@ -1570,24 +1710,51 @@ class Cluster:
             log.warning(
                 "launch failed, requeued", job_id=job.job_id, node=node.name, error=str(exc)
             )
-            node.not_responding(self.clock())
+            node.late = True  # nothing more goes there until it heartbeats again
             self._requeue(job, cause=f"dispatch:{node.name} unreachable", detail=str(exc))
             await self.store.commit(self._save(job))
             self.wake()
         finally:
             self._launching.discard(job.job_id)
 
-    def _requeue(self, job: pb.Job, *, cause: str, detail: str) -> None:
-        """Put a RUNNING job back in the queue; it keeps its age and counts a restart."""
+    def _requeue(
+        self,
+        job: pb.Job,
+        *,
+        cause: str,
+        detail: str,
+        run_state: int = pb.JOB_STATE_REQUEUED,
+        hold: int = pb.HOLD_NONE,
+    ) -> None:
+        """Put a RUNNING job back in the queue; it keeps its age and counts a restart.
+
+        The run that ended is kept for sacct -D; with controller.requeue_delay_s the job
+        waits (reason BeginTime); --requeue=expedite puts it first in the queue.
+        """
         js.check(job, "requeued", cause)  # before anything changes: never half a requeue
+        now = self.clock()
+        failures.record_run(job, run_state, detail, now)
         self._release(job)
         del job.allocations[:]
         job.nodelist = job.batch_host = ""
         job.start_time = 0
         job.restart_count += 1
-        js.transition(job, "requeued", cause=cause, now=self.clock(), detail=detail[:512])
+        js.transition(job, "requeued", cause=cause, now=now, detail=detail[:512])
         self._fill_request_totals(job)
         job.reason = "Resources"
+        delay = self.config.controller.requeue_delay_s
+        if delay > 0:
+            job.eligible_time = now + delay
+            job.reason = "BeginTime"
+        if job.spec.requeue_expedite:
+            job.admin_priority = job.priority = failures.expedite_priority(
+                self.jobs[i] for i in self._pending if i in self.jobs
+            )
+        if hold != pb.HOLD_NONE:
+            job.hold = hold  # type: ignore[assignment]
+            job.reason = "JobHeldAdmin" if hold == pb.HOLD_ADMIN else "JobHeldUser"
+            job.priority = 0
+            js.transition(job, "held", cause=cause, now=now)
         self._enqueue(job)
 
     # ------------------------------------------------------------ queries

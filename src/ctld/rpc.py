@@ -347,6 +347,7 @@ class NodeControllerServicer(pbg.NodeControllerServicer):
         return pb.RegisterNodeResponse(
             cluster=self.cluster.config.cluster_name,
             heartbeat_interval_s=self.cluster.config.heartbeat.interval_s,
+            keep_job_ids=self.cluster.jobs_kept_by(request.name),
         )
 
     async def Heartbeat(

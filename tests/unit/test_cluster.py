@@ -203,7 +203,9 @@ async def test_unreachable_node_requeues_the_job(env) -> None:  # type: ignore[n
     await drain(cluster)
     assert job.state == js.PENDING and job.restart_count == 1
     assert [e.event for e in job.events] == ["submitted", "started", "requeued"]
-    assert cluster.nodes["n1"].state == pb.NODE_STATE_DOWN
+    # not answering once is NOT_RESPONDING ("idle*"), not DOWN: nothing more goes there
+    assert cluster.nodes["n1"].to_wire().not_responding
+    assert not cluster.nodes["n1"].schedulable
     assert cluster.nodes["n1"].job_ids == set()
 
 
@@ -217,6 +219,9 @@ async def test_heartbeat_timeout_marks_node_down(env) -> None:  # type: ignore[n
         await asyncio.sleep(0.01)
     task.cancel()
     assert cluster.nodes["n1"].reason == "Not responding"
+    # back from DOWN it must register again (and be fenced) before it is up
+    assert not cluster.heartbeat(pb.HeartbeatRequest(name="n1"))
+    await cluster.register_node(registration(cluster, "n1"))
     assert cluster.heartbeat(pb.HeartbeatRequest(name="n1"))
     assert cluster.nodes["n1"].responding
 
