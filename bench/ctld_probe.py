@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ctld import cluster as cluster_mod
+from ctld import scheduling as scheduling_mod
 from ctld import store as store_mod
 from ctld.__main__ import main
 
@@ -72,7 +73,7 @@ def _install() -> None:
 
     cluster_mod.Cluster.snapshot = snapshot  # type: ignore[method-assign]
 
-    orig_schedule = cluster_mod.schedule
+    orig_schedule = scheduling_mod.schedule
 
     def schedule(snap: Any) -> Any:
         t0 = time.perf_counter()
@@ -81,7 +82,7 @@ def _install() -> None:
         finally:
             _timing["plan_s"] += time.perf_counter() - t0
 
-    cluster_mod.schedule = schedule
+    scheduling_mod.schedule = schedule
 
 
 def _stats_writer(path: Path) -> Any:

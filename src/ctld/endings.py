@@ -1,0 +1,194 @@
+"""How a job leaves its nodes: it ends, is cancelled, or goes back to the queue.
+
+Shared by the operations that end jobs (a client's cancel, a node's exit report, an
+allocation's release or time limit, a failed launch). Each function changes the job
+in memory and queues the signals it needs; the caller commits the job and then
+flushes the outbox.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from corral.errors import JobStateConflict
+from corral.wire import corral_pb2 as pb
+from ctld import failures
+from ctld import jobstate as js
+from ctld.nodes import NodeRecord
+from ctld.outbox import Outbox
+from ctld.state import State, fill_request_totals
+
+Update = pb.JobStatusUpdate
+log = structlog.get_logger("ctld")
+
+
+class Endings:
+    def __init__(self, state: State, outbox: Outbox) -> None:
+        self.state = state
+        self.outbox = outbox
+        # running jobs being stopped to be requeued when their node reports them gone
+        # (the idle-GPU policy, scontrol requeue), and the hold scontrol requeuehold asks
+        self.requeue_on_exit: set[int] = set()
+        self.hold_on_requeue: dict[int, int] = {}
+
+    def cancel(self, job: pb.Job, cause: str, now: float) -> None:
+        """Cancel ``job``: a pending one ends now, a running one is asked to stop."""
+        if job.state == js.PENDING:
+            js.transition(job, "cancelled", cause=cause, now=now)
+            job.end_time = now
+            job.reason = "None"
+            return
+        if job.state == js.RUNNING and job.spec.allocation_only:
+            # no batch step to wait for: the allocation ends now, its steps are killed
+            self.end_allocation(job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=0)
+            return
+        if job.state == js.RUNNING:
+            js.transition(job, "cancel_requested", cause=cause, now=now)
+            self.outbox.terminate_steps_elsewhere(job)
+            self.outbox.terminate_batch(job)
+            return
+        raise JobStateConflict()
+
+    def finish(self, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> None:
+        """The node reports the job's end: its final state, exit and usage."""
+        now = self.state.clock()
+        job.usage.CopyFrom(upd.usage)
+        if upd.end_reason == Update.END_TIMEOUT:
+            final = js.TIMEOUT
+        elif upd.end_reason == Update.END_OUT_OF_MEMORY:
+            final = js.OUT_OF_MEMORY
+        elif job.state == js.COMPLETING or upd.signalled_by_request:
+            final = js.CANCELLED
+        elif upd.exit_signal:
+            final = js.FAILED
+        elif upd.exit_code == 0:
+            final = js.COMPLETED
+        else:
+            final = js.FAILED
+        job.exit_code = max(0, min(upd.exit_code, 255))
+        job.exit_signal = max(0, min(upd.exit_signal, 64))
+        job.end_time = max(upd.time, job.start_time) if upd.time else now
+        job.reason = {
+            js.TIMEOUT: "TimeLimit",
+            js.OUT_OF_MEMORY: "OutOfMemory",
+            js.FAILED: "NonZeroExitCode" if upd.exit_code else "None",
+        }.get(final, "None")
+        js.transition(
+            job,
+            "exited",
+            cause=cause,
+            now=self.state.clock(),
+            to=final,
+            detail=f"exit {job.exit_code}:{job.exit_signal}",
+        )
+        if any(step.state == js.RUNNING for step in job.steps):
+            # the batch script is gone: its steps on the other nodes go too (Slurm's rule)
+            self.outbox.terminate_steps_elsewhere(job)
+        self.end_running_steps(job, final)
+        self._ended(job)
+        log.info(
+            "job ended",
+            job_id=job.job_id,
+            node=job.batch_host,
+            state=js.state_name(final),
+            exit_code=job.exit_code,
+            signal=job.exit_signal,
+        )
+
+    def end_allocation(
+        self, job: pb.Job, final: int, *, cause: str, exit_code: int, exit_signal: int
+    ) -> None:
+        """An allocation (salloc/srun) ends: released, timed out or cancelled."""
+        job.exit_code = max(0, min(exit_code, 255))
+        job.exit_signal = max(0, min(exit_signal, 64))
+        job.end_time = self.state.clock()
+        reasons: dict[int, str] = {js.TIMEOUT: "TimeLimit", js.FAILED: "NonZeroExitCode"}
+        job.reason = reasons.get(final, "None")
+        self.end_running_steps(job, final)
+        self.outbox.terminate_everywhere(job)
+        js.transition(
+            job,
+            "exited",
+            cause=cause,
+            now=self.state.clock(),
+            to=final,
+            detail=f"allocation released, exit {job.exit_code}:{job.exit_signal}",
+        )
+        self._ended(job)
+
+    def _ended(self, job: pb.Job) -> None:
+        self.state.release(job)
+        self.state.ledger.add_finished(job)
+        self.state.remember_run(job)
+
+    def end_running_steps(self, job: pb.Job, final: int) -> None:
+        """A job that ends ends its steps (their tasks die with it)."""
+        for step in job.steps:
+            if step.state == js.RUNNING:
+                step.state = js.CANCELLED if final != js.TIMEOUT else js.TIMEOUT
+                step.end_time = self.state.clock()
+
+    def requeue(
+        self,
+        job: pb.Job,
+        *,
+        cause: str,
+        detail: str,
+        run_state: int = pb.JOB_STATE_REQUEUED,
+        hold: int = pb.HOLD_NONE,
+    ) -> None:
+        """Put a RUNNING job back in the queue; it keeps its age and counts a restart.
+
+        The run that ended is kept for sacct -D; with controller.requeue_delay_s the job
+        waits (reason BeginTime); --requeue=expedite puts it first in the queue.
+        """
+        js.check(job, "requeued", cause)  # before anything changes: never half a requeue
+        st = self.state
+        now = st.clock()
+        failures.record_run(job, run_state, detail, now)
+        st.release(job)
+        del job.allocations[:]
+        job.nodelist = job.batch_host = ""
+        job.start_time = 0
+        job.restart_count += 1
+        js.transition(job, "requeued", cause=cause, now=now, detail=detail[:512])
+        fill_request_totals(job)
+        job.reason = "Resources"
+        delay = st.config.controller.requeue_delay_s
+        if delay > 0:
+            job.eligible_time = now + delay
+            job.reason = "BeginTime"
+        if job.spec.requeue_expedite:
+            job.admin_priority = job.priority = failures.expedite_priority(
+                st.jobs[i] for i in st.pending if i in st.jobs
+            )
+        if hold != pb.HOLD_NONE:
+            job.hold = hold  # type: ignore[assignment]
+            job.reason = "JobHeldAdmin" if hold == pb.HOLD_ADMIN else "JobHeldUser"
+            job.priority = 0
+            js.transition(job, "held", cause=cause, now=now)
+        st.enqueue(job)
+
+    def node_failed(self, job: pb.Job, node: NodeRecord, why: str, cause: str) -> None:
+        """The job lost its copy on ``node``: kill it on its other nodes, requeue or NODE_FAIL."""
+        self.requeue_on_exit.discard(job.job_id)
+        self.hold_on_requeue.pop(job.job_id, None)
+        if job.state == js.COMPLETING:  # cancelled before: nothing more to wait for
+            self.end_allocation(job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=9)
+            return
+        if not failures.may_requeue(job, self.state.config.controller.job_requeue):
+            log.warning("job ended by a node failure", job_id=job.job_id, node=node.name)
+            self.end_allocation(job, js.NODE_FAIL, cause=cause, exit_code=0, exit_signal=9)
+            job.reason = "NodeDown"
+            return
+        kill = self.outbox.terminate_request(job)
+        kill.kill_wait_s = 0.0  # the job restarts elsewhere: its other parts go at once
+        for alloc in job.allocations:
+            other = self.state.nodes.get(alloc.node)
+            if other is not None and other is not node:
+                self.outbox.put(other, kill)
+        self.end_running_steps(job, js.NODE_FAIL)
+        if node.name not in job.failed_nodes:
+            job.failed_nodes.append(node.name)
+        log.warning("job requeued after a node failure", job_id=job.job_id, node=node.name)
+        self.requeue(job, cause=cause, detail=why, run_state=js.NODE_FAIL)

@@ -1,0 +1,357 @@
+"""What clients ask of jobs: submit, cancel and signal, hold and release, update, top.
+
+Each request checks who may do it (``Policy``), changes the jobs in memory, commits
+them, and only then wakes the scheduler and sends signals.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from corral.errors import (
+    CorralError,
+    DependencyProblem,
+    InvalidJobId,
+    InvalidOption,
+    InvalidQos,
+    InvalidRequest,
+    JobStateConflict,
+    PermissionDenied,
+)
+from corral.identity import Identity
+from corral.jobsyntax import parse_array
+from corral.wire import corral_pb2 as pb
+from ctld import deps
+from ctld import jobstate as js
+from ctld.auth import Policy
+from ctld.endings import Endings
+from ctld.outbox import Outbox
+from ctld.priorities import apply_factors
+from ctld.queries import select
+from ctld.state import State, fill_request_totals
+from ctld.store import Op
+from ctld.validate import user_groups, validate_spec
+
+log = structlog.get_logger("ctld")
+
+
+def failure(job_id: int, exc: CorralError) -> pb.CancelOutcome:
+    """A per-job failure in a multi-job request (scancel, scontrol hold/update/top)."""
+    return pb.CancelOutcome(job_id=job_id, ok=False, error=type(exc).__name__, message=exc.message)
+
+
+class Intake:
+    def __init__(self, state: State, policy: Policy, endings: Endings, outbox: Outbox) -> None:
+        self.state = state
+        self.policy = policy
+        self.endings = endings
+        self.outbox = outbox
+
+    async def submit(self, who: Identity, spec: pb.JobSpec) -> pb.Job:
+        st = self.state
+        accepted = validate_spec(
+            spec, st.config, st.capacity(), lambda: user_groups(who.user, who.gid)
+        )
+        qos = spec.qos or "normal"
+        if qos not in st.priorities.qos_priority:
+            raise InvalidQos()
+        if spec.dependency:
+            self._check_dependency(spec.dependency)
+        if spec.reservation:
+            st.reservations.check_job_access(spec.reservation, who.user, spec.account)
+        tasks: tuple[int | None, ...] = (None,)
+        if spec.array:
+            tasks = parse_array(spec.array).task_ids
+            limit = st.config.scheduler.max_array_size
+            if tasks[-1] >= limit:
+                raise InvalidOption(
+                    f"Invalid job array specification: task ids must be below MaxArraySize "
+                    f"({limit})"
+                )
+        now = st.clock()
+        first_id = st.next_job_id
+        st.next_job_id += len(tasks)  # an array's tasks get consecutive ids
+        cause = f"rpc:SubmitJob user={who.user}"
+        made: list[pb.Job] = []
+        for offset, task in enumerate(tasks):
+            job = pb.Job(
+                job_id=first_id + offset,
+                spec=spec,
+                user=who.user,
+                uid=who.uid,
+                gid=who.gid,
+                partition=accepted.partitions[0],
+                account=spec.account,
+                time_limit_s=accepted.time_limit_s,
+                submit_time=now,
+                eligible_time=max(now, spec.begin_time),
+                cluster=st.config.cluster_name,
+                qos=qos,
+            )
+            if task is not None:
+                job.array_job_id, job.array_task_id = first_id, task
+            job.spec.partitions[:] = accepted.partitions
+            fill_request_totals(job)
+            if not made:
+                st.priorities.with_users([(job.account, job.user)])
+            apply_factors(job, st.priorities.factors(job, now))
+            js.transition(job, "submitted", cause=cause, now=now)
+            if spec.hold:
+                job.priority = 0
+                job.hold = pb.HOLD_USER
+                job.reason = "JobHeldUser"
+                js.transition(job, "held", cause=cause, now=now, detail="sbatch --hold")
+            made.append(job)
+        await st.store.commit(*[st.save(j, new=True) for j in made])
+        for job in made:
+            st.jobs[job.job_id] = job
+            st.enqueue(job)
+        log.info(
+            "job submitted",
+            job_id=first_id,
+            user=who.user,
+            partition=made[0].partition,
+            tasks=len(made) if spec.array else None,
+        )
+        if spec.hold:
+            st.version += 1  # nothing new can start: no pass needed
+        else:
+            st.wake()
+        return made[0]
+
+    def _check_dependency(self, text: str) -> None:
+        try:
+            ids = deps.referenced_ids(text)
+        except CorralError as exc:
+            raise DependencyProblem(exc.message) from None
+        for job_id in ids:
+            if job_id >= self.state.next_job_id or self.state.lookup(job_id) is None:
+                raise DependencyProblem(f"Job dependency problem: job {job_id} does not exist")
+
+    async def cancel(self, who: Identity, req: pb.CancelJobsRequest) -> list[pb.CancelOutcome]:
+        st = self.state
+        flt = req.filter
+        if not (
+            flt.job_ids
+            or flt.array_tasks
+            or flt.users
+            or flt.names
+            or flt.states
+            or flt.partitions
+            or flt.accounts
+        ):
+            raise InvalidRequest("No job identification provided")
+        outcomes: list[pb.CancelOutcome] = []
+        ops: list[Op] = []
+        now = st.clock()
+        cause = f"rpc:CancelJobs user={who.user}"
+        known = set(st.jobs)
+        targets = select(st, flt, strict=False)
+        if flt.job_ids:
+            # a whole array named by its id: its tasks that already ended are no error
+            whole = set(flt.job_ids)
+            targets = [
+                j
+                for j in targets
+                if not (j.array_job_id in whole and j.state in js.FINISHED and flt.job_ids)
+            ]
+            arrays = {j.array_job_id for j in st.jobs.values() if j.array_job_id}
+            for missing in [i for i in flt.job_ids if i not in known and i not in arrays]:
+                outcomes.append(failure(missing, InvalidJobId()))
+        for job in targets:
+            try:
+                self.policy.check_job(who, job, "signal" if req.signal else "cancel")
+                if req.signal:
+                    self._signal_job(job, req.signal, req.batch_only, cause, now)
+                else:
+                    self.endings.cancel(job, cause, now)
+                    job.cancelled_by_uid = who.uid
+                ops.append(st.save(job))
+                outcomes.append(pb.CancelOutcome(job_id=job.job_id, ok=True))
+            except CorralError as exc:
+                outcomes.append(failure(job.job_id, exc))
+        if ops:
+            await st.store.commit(*ops)
+            st.wake()
+        self.outbox.flush()
+        return outcomes
+
+    def _signal_job(self, job: pb.Job, sig: int, batch_only: bool, cause: str, now: float) -> None:
+        if not 0 < sig < 65:
+            raise InvalidRequest(f"Invalid signal {sig}")
+        if job.state == js.PENDING:
+            raise JobStateConflict("Job is pending execution")
+        if job.state not in js.ON_NODE:
+            raise JobStateConflict()
+        js.transition(job, "signalled", cause=cause, now=now, detail=f"signal {sig}")
+        if not batch_only:  # step tasks on the job's other nodes get it too
+            for alloc in job.allocations:
+                node = self.state.nodes.get(alloc.node)
+                if node is not None and alloc.node != job.batch_host:
+                    self.outbox.put(node, pb.SignalJobRequest(job_id=job.job_id, signal=sig))
+        self.outbox.put(
+            self.outbox.batch_node(job),
+            pb.SignalJobRequest(job_id=job.job_id, signal=sig, batch_only=batch_only),
+        )
+
+    async def update_hold(self, who: Identity, req: pb.UpdateJobRequest) -> list[pb.CancelOutcome]:
+        st = self.state
+        outcomes: list[pb.CancelOutcome] = []
+        ops: list[Op] = []
+        now = st.clock()
+        cause = f"rpc:UpdateJob user={who.user}"
+        for job_id in req.job_ids:
+            try:
+                job = st.job(job_id)
+                self.policy.check_job(who, job, "update")
+                changed = [job]
+                if req.action == pb.JOB_UPDATE_TOP:
+                    changed = self._top(job, cause, now)
+                elif req.action == pb.JOB_UPDATE_FIELDS:
+                    self._update_fields(who, job, req, cause, now)
+                elif req.action in (pb.JOB_UPDATE_REQUEUE, pb.JOB_UPDATE_REQUEUE_HOLD):
+                    self._requeue_request(who, job, req.action, cause, now)
+                else:
+                    self._apply_hold(who, job, req.action, cause, now)
+                ops.extend(st.save(j) for j in changed)
+                outcomes.append(pb.CancelOutcome(job_id=job_id, ok=True))
+            except CorralError as exc:
+                outcomes.append(failure(job_id, exc))
+        if ops:
+            await st.store.commit(*ops)
+            st.wake()
+        self.outbox.flush()  # scontrol requeue's kills, once the request is durable
+        return outcomes
+
+    def _requeue_request(
+        self, who: Identity, job: pb.Job, action: int, cause: str, now: float
+    ) -> None:
+        """scontrol requeue[hold]: stop the job everywhere; its exit report requeues it."""
+        if job.state == js.PENDING:
+            raise JobStateConflict("Job is pending execution")
+        if job.state != js.RUNNING or job.spec.allocation_only:
+            raise JobStateConflict("Job is not running: only a running batch job is requeued")
+        if job.spec.no_requeue:
+            raise JobStateConflict("Requested operation is presently disabled (--no-requeue)")
+        js.transition(job, "updated", cause=cause, now=now, detail="requeue requested")
+        self.endings.requeue_on_exit.add(job.job_id)
+        if action == pb.JOB_UPDATE_REQUEUE_HOLD:
+            admin = self.policy.is_operator(who)
+            self.endings.hold_on_requeue[job.job_id] = pb.HOLD_ADMIN if admin else pb.HOLD_USER
+        self.outbox.terminate_steps_elsewhere(job)
+        self.outbox.terminate_batch(job)
+
+    def _update_fields(
+        self, who: Identity, job: pb.Job, req: pb.UpdateJobRequest, cause: str, now: float
+    ) -> None:
+        """scontrol update job: what a pending job asks for; a running job's limit."""
+        st = self.state
+        operator = self.policy.is_operator(who)
+        changes: list[str] = []
+        spec = pb.JobSpec()
+        spec.CopyFrom(job.spec)
+        if job.state in js.FINISHED:
+            raise JobStateConflict("Job has already finished")
+        pending_only = req.partitions or req.HasField("num_nodes")
+        if pending_only and job.state != js.PENDING:
+            raise JobStateConflict("Job is no longer pending execution")
+        if req.HasField("time_limit_s"):
+            limit = req.time_limit_s
+            longer = (limit < 0 and job.time_limit_s >= 0) or 0 <= job.time_limit_s < limit
+            if longer and not operator:
+                raise PermissionDenied(
+                    "Access/permission denied: only an operator may extend a time limit"
+                )
+            spec.time_limit_s = limit if limit != 0 else -1
+            changes.append(f"TimeLimit={limit}")
+        if req.partitions:
+            spec.partitions[:] = list(req.partitions)
+            changes.append(f"Partition={','.join(req.partitions)}")
+        if req.HasField("num_nodes"):
+            if req.num_nodes < 1:
+                raise InvalidRequest("Invalid node count specified")
+            spec.nodes_min = spec.nodes_max = req.num_nodes
+            changes.append(f"NumNodes={req.num_nodes}")
+        if req.HasField("nice"):
+            if req.nice < 0 and not operator:
+                raise PermissionDenied(
+                    "Access/permission denied: a negative nice needs an operator"
+                )
+            if abs(req.nice) > 2147483645:
+                raise InvalidRequest("Invalid nice value")
+            spec.nice = req.nice
+            changes.append(f"Nice={req.nice}")
+        if req.HasField("priority"):
+            if not operator and req.priority > job.priority:
+                raise PermissionDenied(
+                    "Access/permission denied: only an operator may raise a priority"
+                )
+            changes.append(f"Priority={req.priority}")
+        if not changes:
+            raise InvalidRequest("No changes specified")
+        if job.state == js.PENDING:
+            accepted = validate_spec(
+                spec, st.config, st.capacity(), lambda: user_groups(job.user, job.gid)
+            )
+            spec.partitions[:] = accepted.partitions
+            job.partition = accepted.partitions[0]
+            job.time_limit_s = accepted.time_limit_s
+        elif req.HasField("time_limit_s"):
+            job.time_limit_s = spec.time_limit_s
+        job.spec.CopyFrom(spec)
+        if req.HasField("priority"):
+            job.admin_priority = req.priority
+        if job.state == js.PENDING:
+            fill_request_totals(job)
+            st.requests.pop(job.job_id, None)
+            if not job.hold:
+                apply_factors(job, st.priorities.factors(job, now))
+        js.transition(job, "updated", cause=cause, now=now, detail=" ".join(changes))
+
+    def _top(self, job: pb.Job, cause: str, now: float) -> list[pb.Job]:
+        """Put ``job`` first among its owner's pending jobs with the same partition,
+        account and QOS, trading priorities within that set so nobody else loses.
+        Returns the jobs whose priority it set."""
+        if job.state != js.PENDING:
+            raise JobStateConflict("Job is no longer pending execution")
+        peers = [
+            j
+            for j in self.state.jobs.values()
+            if j.state == js.PENDING
+            and (not j.hold or j is job)
+            and (j.uid, j.partition, j.account, j.qos)
+            == (job.uid, job.partition, job.account, job.qos)
+        ]
+        ranked = sorted(peers, key=lambda j: (-j.priority, j.submit_time, j.job_id))
+        values = [j.priority for j in ranked]
+        ranked.remove(job)
+        changed = []
+        for peer, value in zip([job, *ranked], values, strict=True):
+            if peer.priority != value or peer is job:
+                peer.admin_priority = value
+                peer.priority = value
+                self.state.requests.pop(peer.job_id, None)
+                js.transition(peer, "updated", cause=cause, now=now, detail="top")
+                changed.append(peer)
+        return changed
+
+    def _apply_hold(self, who: Identity, job: pb.Job, action: int, cause: str, now: float) -> None:
+        if job.state in js.FINISHED:
+            raise JobStateConflict("Job has already finished")
+        if job.state != js.PENDING:
+            return  # Slurm accepts holding a running job: it only matters if it is requeued
+        if action in (pb.JOB_UPDATE_HOLD, pb.JOB_UPDATE_USER_HOLD):
+            admin = action == pb.JOB_UPDATE_HOLD and self.policy.is_operator(who)
+            job.hold = pb.HOLD_ADMIN if admin else pb.HOLD_USER
+            job.reason = "JobHeldAdmin" if admin else "JobHeldUser"
+            job.priority = 0
+            js.transition(job, "held", cause=cause, now=now)
+        elif action == pb.JOB_UPDATE_RELEASE:
+            if job.hold == pb.HOLD_ADMIN:
+                self.policy.check_operator(who, "releasing an admin hold")
+            job.hold = pb.HOLD_NONE
+            job.reason = ""
+            apply_factors(job, self.state.priorities.factors(job, now))
+            js.transition(job, "released", cause=cause, now=now)
+        else:
+            raise InvalidRequest("unknown job update action")

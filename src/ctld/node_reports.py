@@ -1,0 +1,345 @@
+"""What nodes tell ctld: registration, heartbeats, job reports, faults; and drains.
+
+A node's report is applied to its jobs here (exits, launch failures, idle GPUs, the
+end of a step's tasks); ``endings`` decides what an end means for the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+import structlog
+
+from corral.errors import InvalidNodeName, InvalidRequest, InvalidTransition
+from corral.identity import Identity
+from corral.wire import corral_pb2 as pb
+from ctld import failures
+from ctld import jobstate as js
+from ctld.auth import Policy
+from ctld.endings import Endings
+from ctld.nodes import NodeRecord
+from ctld.outbox import Outbox
+from ctld.state import State, user_name
+from ctld.step_ops import StepOps
+from ctld.store import NodeDrain, Op
+
+Update = pb.JobStatusUpdate
+END_PROLOG_FAILED = Update.END_PROLOG_FAILED
+log = structlog.get_logger("ctld")
+
+
+class NodeReports:
+    def __init__(
+        self, state: State, policy: Policy, endings: Endings, outbox: Outbox, steps: StepOps
+    ) -> None:
+        self.state = state
+        self.policy = policy
+        self.endings = endings
+        self.outbox = outbox
+        self.steps = steps
+        # running jobs being stopped, to requeue when the node reports them gone
+        self._requeue_on_exit = endings.requeue_on_exit
+
+    async def register_node(self, req: pb.RegisterNodeRequest) -> NodeRecord:
+        st = self.state
+        node = st.node(req.name)
+        now = st.clock()
+        if not req.address or len(req.address) > 256:
+            raise InvalidRequest("a node must register the address of its agent")
+        node.address = req.address
+        node.resources = req.resources
+        node.boot_time, node.version, node.os = req.boot_time, req.version, req.os
+        node.registered = True
+        node.responding_again()
+        node.last_heartbeat = now
+        log.info(
+            "node registered",
+            node=node.name,
+            address=node.address,
+            cpus=node.resources.cpus,
+            gpus=len(node.resources.gpus),
+            running=len(req.running_job_ids),
+        )
+        await self._apply_updates(node, req.unreported)
+        await self.node_faults(node, req.health)
+        await self._reconcile(node, set(req.running_job_ids))
+        # fencing: what it runs beyond what it may keep is killed before it gets work
+        node.fencing = bool(set(req.running_job_ids) - set(self.jobs_kept_by(node.name)))
+        if node.fencing:
+            log.warning("node back with jobs it may not keep: fencing", node=node.name)
+        st.wake()
+        return node
+
+    def jobs_kept_by(self, name: str) -> list[int]:
+        """The jobs a registering node may keep running (it kills every other)."""
+        return failures.keep_for(name, self.state.jobs.values())
+
+    async def _reconcile(self, node: NodeRecord, running: set[int]) -> None:
+        """Settle jobs ctld places on ``node`` that the node, registering, does not run.
+
+        With the node's unreported updates already applied, such a job never reached the
+        node (ctld died between committing RUNNING and dispatching it) or the node lost
+        it (noded restarted). A launch still in flight is not missing: the node's list
+        was taken before it arrived.
+        """
+        st = self.state
+        ops: list[Op] = []
+        cause = f"node:{node.name} registered without it"
+        for job in list(st.jobs.values()):
+            if (
+                job.state not in js.ON_NODE
+                or job.batch_host != node.name
+                or job.job_id in running
+                or job.job_id in st.launching
+                or job.spec.allocation_only  # no batch step on any node
+            ):
+                continue
+            if job.state == js.COMPLETING:  # cancelled, and nothing is left to stop
+                self.endings.finish(job, pb.JobStatusUpdate(job_id=job.job_id), cause)
+            else:
+                log.warning("job missing on its node", job_id=job.job_id, node=node.name)
+                self.endings.node_failed(job, node, f"node {node.name} does not run it", cause)
+            ops.append(st.save(job))
+        if ops:
+            await st.store.commit(*ops)
+        self.outbox.flush()
+
+    def heartbeat(self, req: pb.HeartbeatRequest) -> bool:
+        """Record a heartbeat; False means ctld wants the node to register again."""
+        node = self.state.node(req.name)
+        if not node.registered or node.down:
+            return False  # a node back from DOWN registers again, and is fenced then
+        node.last_heartbeat = self.state.clock()
+        if node.late:
+            node.late = False
+            log.info("node responding again", node=node.name)
+            self.state.wake()
+        if node.fencing and set(req.running_job_ids) <= set(self.jobs_kept_by(node.name)):
+            node.fencing = False
+            log.info("node fenced: only its own jobs run there", node=node.name)
+            self.state.wake()
+        return True
+
+    async def run_monitor(self) -> None:
+        hb = self.state.config.heartbeat
+        while True:
+            await asyncio.sleep(min(hb.interval_s / 2, hb.timeout_s / 4))
+            await self.steps.enforce_allocation_limits()
+            await self.check_heartbeats()
+
+    async def check_heartbeats(self) -> None:
+        """Late nodes get NOT_RESPONDING; silent ones past the timeout go DOWN (jobs requeued).
+
+        A node not heard of since ctld started is timed from the start, so a node that
+        died while ctld was away goes DOWN too.
+        """
+        st = self.state
+        hb = st.config.heartbeat
+        now = st.clock()
+        for node in st.nodes.values():
+            if node.down:
+                continue
+            state = failures.liveness(node, now, hb, st.start_time)
+            if state is failures.Liveness.DEAD:
+                log.warning(
+                    "node not responding: DOWN",
+                    node=node.name,
+                    silent_s=round(now - (node.last_heartbeat or st.start_time), 1),
+                )
+                await self.node_down(node, failures.NOT_RESPONDING, cause="monitor:heartbeat")
+            elif state is failures.Liveness.LATE and not node.late:
+                node.late = True
+                log.warning("node heartbeat late", node=node.name)
+                st.wake()
+
+    async def node_down(self, node: NodeRecord, reason: str, *, cause: str) -> None:
+        """Declare ``node`` DOWN: every job on it is stopped elsewhere, then requeued or failed."""
+        st = self.state
+        node.not_responding(st.clock(), reason)
+        ops: list[Op] = []
+        for job in [j for j in st.jobs.values() if failures.on_node(j, node.name)]:
+            try:
+                self.endings.node_failed(job, node, f"node {node.name} DOWN: {reason}", cause)
+            except InvalidTransition as exc:
+                log.error("job on a DOWN node not settled", job_id=job.job_id, error=str(exc))
+                continue
+            ops.append(st.save(job))
+        if ops:
+            await st.store.commit(*ops)
+        st.wake()
+        self.outbox.flush()
+
+    async def report_status(self, req: pb.ReportJobStatusRequest) -> None:
+        """Apply what a node reports about its jobs; repeats of a report change nothing."""
+        await self._apply_updates(self.state.node(req.node), req.updates)
+
+    async def _apply_updates(self, node: NodeRecord, updates: Iterable[pb.JobStatusUpdate]) -> None:
+        st = self.state
+        ops: list[Op] = []
+        for upd in updates:
+            job = st.jobs.get(upd.job_id)
+            if job is not None and upd.kind == Update.KIND_STEP_ENDED:
+                if self.steps.part_ended(job, node, upd):
+                    ops.append(st.save(job))
+                continue
+            if job is None or job.state not in js.ON_NODE or job.batch_host != node.name:
+                continue  # already finished (a retried report) or not this node's job
+            if failures.stale_report(job, upd):
+                continue  # about a copy from before a requeue
+            cause = f"node:{node.name} report"
+            try:
+                if job.state == js.COMPLETING and upd.kind in (
+                    Update.KIND_EXITED,
+                    Update.KIND_LAUNCH_FAILED,
+                ):
+                    # cancelled meanwhile: however it ended on the node, it ends CANCELLED
+                    self._requeue_on_exit.discard(job.job_id)
+                    if (
+                        upd.kind == Update.KIND_LAUNCH_FAILED
+                        and upd.end_reason == END_PROLOG_FAILED
+                    ):
+                        ops.extend(self.drain(node, "Prolog error", upd.time or st.clock()))
+                    ended = upd if upd.kind == Update.KIND_EXITED else Update(time=upd.time)
+                    self.endings.finish(job, ended, cause)
+                elif upd.kind == Update.KIND_EXITED and upd.end_reason in (
+                    Update.END_NODE_FAIL,
+                    Update.END_STALLED,
+                ):
+                    job.usage.CopyFrom(upd.usage)
+                    self.endings.node_failed(job, node, upd.detail or "lost on its node", cause)
+                elif upd.kind == Update.KIND_EXITED:
+                    if job.job_id in self._requeue_on_exit:
+                        self._requeue_on_exit.discard(job.job_id)
+                        job.usage.CopyFrom(upd.usage)
+                        self.endings.requeue(
+                            job,
+                            cause=cause,
+                            detail=upd.detail or "requeued on request",
+                            hold=self.endings.hold_on_requeue.pop(job.job_id, pb.HOLD_NONE),
+                        )
+                    else:
+                        self.endings.finish(job, upd, cause)
+                elif upd.kind == Update.KIND_LAUNCH_FAILED and upd.end_reason == END_PROLOG_FAILED:
+                    # Slurm's rule: the node is suspect, the job is not; it runs elsewhere
+                    self.endings.requeue(job, cause=cause, detail=upd.detail[:512])
+                    ops.extend(self.drain(node, "Prolog error", upd.time or st.clock()))
+                elif upd.kind == Update.KIND_LAUNCH_FAILED:
+                    js.transition(
+                        job, "launch_failed", cause=cause, now=st.clock(), detail=upd.detail[:1024]
+                    )
+                    job.end_time = upd.time or st.clock()
+                    job.exit_code = 1
+                    job.reason = f"launch failed: {upd.detail}"[:200]
+                    st.release(job)
+                elif upd.kind == Update.KIND_IDLE_GPUS:
+                    if not self._idle_gpus(job, upd, cause):
+                        continue
+                else:
+                    continue
+            except InvalidTransition as exc:
+                # one impossible report must not block the node's others (nor re-registration)
+                log.error("node report not applicable", node=node.name, error=str(exc))
+                continue
+            ops.append(st.save(job))
+        if ops:
+            await st.store.commit(*ops)
+            st.wake()
+        self.outbox.flush()
+
+    def _idle_gpus(self, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> bool:
+        """Flag (or clear) a job whose GPUs sit idle; cancel or requeue it if so configured."""
+        st = self.state
+        policy = st.config.idle_gpus
+        if upd.time <= 0:
+            if not job.idle_gpus_since:
+                return False
+            job.idle_gpus_since = 0
+            if job.reason == "IdleGPUs":
+                job.reason = "None"
+            js.transition(job, "updated", cause=cause, now=st.clock(), detail="GPUs busy again")
+            return True
+        if job.idle_gpus_since:
+            return False  # a repeat
+        job.idle_gpus_since = upd.time
+        job.reason = "IdleGPUs"  # squeue %r and scontrol's Reason= show the flag
+        detail = f"GPUs under {policy.threshold_pct:g}% since {upd.time:.0f}"
+        js.transition(job, "updated", cause=cause, now=st.clock(), detail="idle " + detail)
+        log.warning("idle GPUs", job_id=job.job_id, action=policy.action, since=upd.time)
+        if job.state == js.RUNNING and policy.action == "cancel":
+            self.endings.cancel(job, "policy:idle_gpus cancel", st.clock())
+        elif job.state == js.RUNNING and policy.action == "requeue":
+            # it stays RUNNING while the node stops it; its exit report requeues it
+            self._requeue_on_exit.add(job.job_id)
+            self.outbox.terminate_batch(job)
+        return True
+
+    # ------------------------------------------------------------ node health
+
+    def drain(self, node: NodeRecord, reason: str, when: float, uid: int = 0) -> list[Op]:
+        """Drain ``node`` (durably); a node already drained keeps its first reason."""
+        if node.drain:
+            return []
+        node.drain = True
+        user = user_name(uid)
+        node.set_reason(reason[:256], when, user=user, uid=uid)
+        log.warning("node drained", node=node.name, reason=reason, by=user)
+        self.state.wake()
+        return [Op(drains_put=[NodeDrain(node.name, node.reason, when, uid)])]
+
+    async def node_faults(self, node: NodeRecord, events: Iterable[pb.NodeHealthEvent]) -> None:
+        """A node reports faults (GPU XID, ECC, lost GPU, epilog): drain it."""
+        ops: list[Op] = []
+        for ev in events:
+            log.error("node fault", node=node.name, reason=ev.reason, detail=ev.detail[:512])
+            ops.extend(self.drain(node, ev.reason or "node fault", ev.time or self.state.clock()))
+        if ops:
+            await self.state.store.commit(*ops)
+
+    async def update_node(self, who: Identity, req: pb.UpdateNodeRequest) -> None:
+        """scontrol update NodeName=... State=DRAIN|RESUME|UNDRAIN|DOWN Reason=...
+
+        DRAIN lets running jobs finish and places nothing new; DOWN requeues (or fails)
+        its jobs now; RESUME returns it: a DOWN node registers again first (and is
+        fenced: what it still runs of jobs that moved is killed).
+        """
+        st = self.state
+        self.policy.check_operator(who, "update node")
+        state = req.state.upper()
+        if state not in ("DRAIN", "RESUME", "UNDRAIN", "DOWN"):
+            raise InvalidRequest(f"Invalid node state specified: {req.state}")
+        if state == "DRAIN" and not req.reason.strip():
+            raise InvalidRequest("You must specify a reason when DRAINING a node")
+        if state == "DOWN" and not req.reason.strip():
+            raise InvalidRequest("You must specify a reason when DOWNING a node")
+        if not req.names:
+            raise InvalidNodeName("No node name specified")
+        nodes = [st.node(name) for name in req.names]
+        now = st.clock()
+        ops: list[Op] = []
+        for node in nodes:
+            if state == "DOWN":
+                await self.node_down(node, req.reason.strip(), cause=f"rpc:UpdateNode {who.user}")
+                node.set_reason(req.reason.strip()[:256], now, user=who.user, uid=who.uid)
+                continue
+            if state == "RESUME" and node.down:
+                node.down = False
+                node.registered = False  # it registers again, and is fenced then
+                if not node.drain:
+                    node.set_reason("", 0.0, user="")
+                log.info("node resumed from DOWN", node=node.name, by=who.user)
+            if state == "DRAIN":
+                if node.drain:  # an operator's drain replaces the reason
+                    node.drain = False
+                ops.extend(self.drain(node, req.reason.strip(), now, who.uid))
+            elif node.drain:
+                node.drain = False
+                node.set_reason("", 0.0, user="")
+                if node.registered and not node.responding:
+                    node.set_reason("Not responding", now)
+                ops.append(Op(drains_delete=[node.name]))
+                log.info("node resumed", node=node.name, by=who.user)
+        if ops:
+            await st.store.commit(*ops)
+        st.version += 1
+        st.wake()

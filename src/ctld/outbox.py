@@ -1,0 +1,102 @@
+"""Signals ctld sends nodes: queued while a change is made, sent once it is committed.
+
+Nothing reaches a node before the change that asked for it is durable: operations
+queue their signals here and ``flush`` after their commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal as signal_mod
+from typing import Protocol
+
+import structlog
+
+from corral.errors import ControllerUnavailable, CorralError, JobStateConflict
+from corral.wire import corral_pb2 as pb
+from ctld.nodes import NodeRecord
+from ctld.state import State
+
+log = structlog.get_logger("ctld")
+
+
+class Dispatcher(Protocol):
+    """How ctld reaches nodes (ctld/dispatch.py over gRPC; tests may record instead)."""
+
+    async def launch(self, node: NodeRecord, request: pb.LaunchJobRequest) -> None: ...
+
+    async def signal(self, node: NodeRecord, request: pb.SignalJobRequest) -> bool: ...
+
+
+class Outbox:
+    def __init__(self, state: State, dispatcher: Dispatcher) -> None:
+        self.state = state
+        self.dispatcher = dispatcher
+        self.queued: list[tuple[NodeRecord, pb.SignalJobRequest]] = []
+
+    def put(self, node: NodeRecord, request: pb.SignalJobRequest) -> None:
+        self.queued.append((node, request))
+
+    def flush(self) -> None:
+        for node, request in self.queued:
+            self.state.spawn(self._send(node, request))
+        self.queued.clear()
+
+    async def _send(self, node: NodeRecord, req: pb.SignalJobRequest) -> None:
+        """Deliver; a kill to an unreachable node is retried until the node answers or is
+        declared DOWN (then fencing kills what is left when it comes back)."""
+        delay = 0.5
+        while True:
+            try:
+                await self.dispatcher.signal(node, req)
+                return
+            except ControllerUnavailable as exc:  # dispatch's NodeUnreachable
+                if not req.terminate or node.down:
+                    log.warning("signal not delivered", job_id=req.job_id, node=node.name)
+                    return
+                log.warning(
+                    "kill not delivered, will retry",
+                    job_id=req.job_id,
+                    node=node.name,
+                    error=str(exc),
+                )
+            except CorralError as exc:
+                log.warning(
+                    "signal not delivered", job_id=req.job_id, node=node.name, error=str(exc)
+                )
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.state.config.heartbeat.interval_s)
+
+    def terminate_request(self, job: pb.Job) -> pb.SignalJobRequest:
+        """End the job's processes on a node: SIGCONT+SIGTERM, SIGKILL after KillWait."""
+        return pb.SignalJobRequest(
+            job_id=job.job_id,
+            signal=int(signal_mod.SIGTERM),
+            terminate=True,
+            kill_wait_s=self.state.config.controller.kill_wait_s,
+        )
+
+    def batch_node(self, job: pb.Job) -> NodeRecord:
+        node = self.state.nodes.get(job.batch_host)
+        if node is None:
+            raise JobStateConflict(f"job {job.job_id} has no batch host")
+        return node
+
+    def terminate_batch(self, job: pb.Job) -> None:
+        self.put(self.batch_node(job), self.terminate_request(job))
+
+    def terminate_steps_elsewhere(self, job: pb.Job) -> None:
+        """Stop the job's step tasks on its nodes other than the batch host (which its
+        own terminate covers)."""
+        for alloc in job.allocations:
+            node = self.state.nodes.get(alloc.node)
+            if node is None or alloc.node == job.batch_host:
+                continue
+            self.put(node, self.terminate_request(job))
+
+    def terminate_everywhere(self, job: pb.Job) -> None:
+        for alloc in job.allocations:  # whatever steps still run there go
+            node = self.state.nodes.get(alloc.node)
+            if node is not None:
+                self.put(node, self.terminate_request(job))

@@ -1,0 +1,209 @@
+"""What clients read: job selections, nodes, partitions, reservations, shares, ``why``.
+
+Nothing here changes a job, a node or the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from corral import hostlist
+from corral.errors import InvalidJobId, InvalidRequest
+from corral.identity import Identity
+from corral.wire import corral_pb2 as pb
+from ctld import jobstate as js
+from ctld.explain import explain as explain_job
+from ctld.explain import history_ratios
+from ctld.sched import INFINITY, Snapshot
+from ctld.state import State
+
+
+def select(state: State, flt: pb.JobFilter, *, strict: bool = True) -> list[pb.Job]:
+    """The in-memory jobs matching ``flt`` (all given conditions must hold).
+
+    ``strict``: ids were given and none is known -> InvalidJobId, as squeue -j says."""
+    if flt.job_ids or flt.array_tasks:
+        jobs = _by_ids(state, flt.job_ids, flt.array_tasks)
+        if strict and not jobs:
+            raise InvalidJobId()
+    else:
+        jobs = list(state.jobs.values())
+    users, states = set(flt.users), set(flt.states)
+    names, parts, accts = set(flt.names), set(flt.partitions), set(flt.accounts)
+    return [
+        j
+        for j in jobs
+        if (not users or j.user in users)
+        and (not states or j.state in states)
+        and (not names or j.spec.name in names)
+        and (not parts or j.partition in parts)
+        and (not accts or j.account in accts)
+    ]
+
+
+def _by_ids(state: State, job_ids: Iterable[int], array_tasks: Iterable[str]) -> list[pb.Job]:
+    """Jobs named by id, where an array's master id names all its tasks, and
+    ``N_T`` names task T of array N."""
+    ids = set(job_ids)
+    tasks: set[tuple[int, int]] = set()
+    for ref in array_tasks:
+        base, _, task = ref.partition("_")
+        if not (base.isdigit() and task.isdigit()):
+            raise InvalidJobId(f"Invalid job id specified: {ref[:64]}")
+        tasks.add((int(base), int(task)))
+    out = []
+    for job in state.jobs.values():
+        if (
+            job.job_id in ids
+            or (job.array_job_id and job.array_job_id in ids)
+            or (job.HasField("array_task_id") and (job.array_job_id, job.array_task_id) in tasks)
+        ):
+            out.append(job)
+    return out
+
+
+class Queries:
+    def __init__(self, state: State, snapshot: Callable[[], Snapshot]) -> None:
+        self.state = state
+        self.snapshot = snapshot
+
+    def explain(self, who: Identity, job_id: int) -> pb.ExplainJobResponse:
+        """corral why: the job, its rank, what holds it up and what would help."""
+        st = self.state
+        job = st.job(job_id)
+        resp = pb.ExplainJobResponse(now=st.clock())
+        resp.job.CopyFrom(job)
+        del resp.job.events[:]
+        resp.job.spec.ClearField("script")
+        resp.job.spec.ClearField("environment")
+        if job.state != js.PENDING:
+            return resp
+        allowed = [
+            p.name
+            for p in st.config.partitions
+            if p.state == "UP" and (not p.allow_accounts or job.account in p.allow_accounts)
+        ]
+        found = explain_job(
+            self.snapshot(),
+            job_id,
+            history_ratios(list(st.history)),
+            lambda other: st.jobs[other].start_time if other in st.jobs else 0.0,
+            allowed,
+        )
+        if found is None:
+            return resp
+        resp.rank, resp.ahead = found.rank, found.ahead
+        if found.forecast is not None and found.forecast.start != INFINITY:
+            resp.forecast_start = found.forecast.start
+            resp.likely_start = found.likely_start
+            resp.earliest_start = found.earliest_start
+        resp.history_ratio, resp.history_jobs = found.history_ratio, found.history_jobs
+        for b in found.blockers:
+            other = st.jobs.get(b.job_id)
+            resp.blockers.add(
+                job_id=b.job_id,
+                user=other.user if other else "",
+                nodes=hostlist.compress(list(b.nodes)),
+                expected_end=b.expected_end if b.expected_end != INFINITY else 0,
+                likely_end=b.likely_end if b.likely_end != INFINITY else 0,
+            )
+        for a in found.alternatives:
+            resp.alternatives.add(change=a.change, start=a.start, now=a.now)
+        return resp
+
+    def priority_weights(self) -> dict[str, int]:
+        w = self.state.priorities.weights
+        return {
+            "AGE": w.age,
+            "FAIRSHARE": w.fairshare,
+            "JOBSIZE": w.job_size,
+            "PARTITION": w.partition,
+            "QOS": w.qos,
+        }
+
+    def share_rows(self, accounts: Iterable[str], users: Iterable[str]) -> list[pb.ShareRow]:
+        """sshare's rows, with usage as of now (running jobs counted so far)."""
+        st = self.state
+        now = st.clock()
+        st.priorities.refresh(now, [j for j in st.jobs.values() if j.state in js.ON_NODE])
+        want_accounts, want_users = set(accounts), set(users)
+        out = []
+        for row in st.priorities.rows:
+            if want_accounts and row.account not in want_accounts:
+                continue
+            if want_users and row.user and row.user not in want_users:
+                continue
+            out.append(
+                pb.ShareRow(
+                    account=row.account,
+                    user=row.user,
+                    depth=row.depth,
+                    raw_shares=row.raw_shares,
+                    norm_shares=row.norm_shares,
+                    raw_usage=row.raw_usage,
+                    norm_usage=row.norm_usage,
+                    effective_usage=row.effective_usage,
+                    fairshare=row.fairshare,
+                )
+            )
+        return out
+
+    def node_list(self, names: Iterable[str]) -> list[pb.Node]:
+        st = self.state
+        wanted = list(names)
+        if wanted:
+            expanded = [n for expr in wanted for n in hostlist.expand(expr)]
+            out = [st.node(n).to_wire() for n in expanded]
+        else:
+            out = [n.to_wire() for n in st.nodes.values()]
+        now = st.clock()
+        active: dict[str, pb.Reservation] = {}
+        for resv in st.reservations.by_name.values():
+            if resv.start_time <= now < resv.end_time:
+                for name in hostlist.expand(resv.nodes):
+                    active.setdefault(name, resv)
+        for node in out:
+            holder = active.get(node.name)
+            if holder is not None:
+                node.reservation, node.maint = holder.name, "MAINT" in holder.flags
+        return out
+
+    def partition_list(self, names: Iterable[str]) -> list[pb.Partition]:
+        st = self.state
+        wanted = set(names)
+        out = []
+        default = st.config.default_partition
+        for p in st.config.partitions:
+            if wanted and p.name not in wanted:
+                continue
+            members = [st.nodes[n] for n in p.nodes]
+            out.append(
+                pb.Partition(
+                    name=p.name,
+                    nodes=hostlist.compress(list(p.nodes)),
+                    is_default=default is not None and default.name == p.name,
+                    state=p.state,
+                    max_time_s=p.max_time_s,
+                    default_time_s=p.default_time_s,
+                    max_nodes=p.max_nodes,
+                    total_nodes=len(members),
+                    total_cpus=sum(n.resources.cpus for n in members),
+                    total_gpus=sum(len(n.resources.gpus) for n in members),
+                    priority_tier=p.priority_tier,
+                    allow_accounts=p.allow_accounts,
+                )
+            )
+        if wanted and not out:
+            raise InvalidRequest(f"Partition {sorted(wanted)[0]} not found")
+        return out
+
+    def reservation_list(self, names: Iterable[str]) -> list[pb.Reservation]:
+        wanted = set(names)
+        found = [
+            r
+            for n, r in sorted(self.state.reservations.by_name.items())
+            if not wanted or n in wanted
+        ]
+        if wanted and not found:
+            raise InvalidRequest(f"Reservation {sorted(wanted)[0]} not found")
+        return found

@@ -1,0 +1,178 @@
+"""The scheduler's input: a frozen picture of nodes, partitions, pending and running jobs."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from corral.jobsyntax import parse_array
+from corral.wire import corral_pb2 as pb
+from ctld import deps
+from ctld import jobstate as js
+from ctld.priorities import apply_factors
+from ctld.sched import (
+    INFINITY,
+    JobRequest,
+    NodeView,
+    PartitionView,
+    Placement,
+    RunningView,
+    Settings,
+    Snapshot,
+)
+from ctld.state import State
+from ctld.validate import request_from_spec
+
+
+def settings_from(state: State) -> Settings:
+    config = state.config
+    return Settings(
+        backfill=config.scheduler.backfill,
+        reserve_depth=config.scheduler.reserve_depth,
+        forecast_depth=config.scheduler.forecast_depth,
+        placement=config.scheduler.placement,
+        qos_max_jobs_per_user=tuple(
+            (q.name, q.max_jobs_per_user) for q in config.qos if q.max_jobs_per_user
+        ),
+    )
+
+
+class SnapshotBuilder:
+    def __init__(
+        self, state: State, settings: Settings, never_satisfied: Callable[[list[pb.Job]], None]
+    ) -> None:
+        self.state = state
+        self.settings = settings
+        self.never_satisfied = never_satisfied
+
+    def build(self) -> Snapshot:
+        st = self.state
+        nodes = tuple(
+            NodeView(
+                name=n.name,
+                cpus_total=n.resources.cpus,
+                mem_total_mb=n.resources.memory_mb,
+                gpus_total=len(n.resources.gpus),
+                cpus_free=max(0, n.resources.cpus - n.alloc_cpus),
+                mem_free_mb=max(0, n.resources.memory_mb - n.alloc_mem_mb),
+                gpus_free=tuple(i for i in n.gpu_indices if i not in n.alloc_gpus),
+                gpu_type=n.gpu_type,
+                schedulable=n.schedulable,
+                idle=not n.job_ids,
+                gpu_indices=tuple(n.gpu_indices),
+            )
+            for n in st.nodes.values()
+        )
+        parts = tuple(
+            PartitionView(p.name, p.nodes, p.state, p.max_nodes, p.max_time_s, p.priority_tier)
+            for p in st.config.partitions
+        )
+        now = st.clock()
+        on_node = [j for j in st.jobs.values() if j.state in js.ON_NODE]
+        recalc = st.priorities.recalc_due(now)
+        if recalc:
+            st.priorities.cluster_cpus = sum(n.resources.cpus for n in st.nodes.values())
+            st.priorities.refresh(now, on_node)
+        pending: list[JobRequest] = []
+        never: list[pb.Job] = []
+        # tasks an array may still start under its %N throttle, counted down this pass
+        array_room: dict[int, int] = {}
+        for j in on_node:
+            if j.array_job_id:
+                array_room[j.array_job_id] = array_room.get(j.array_job_id, 0) + 1
+        throttles: dict[int, int] = {}
+        for job_id in list(st.pending):
+            job = st.jobs.get(job_id)
+            if job is None or job.state != js.PENDING:
+                del st.pending[job_id]  # left the queue since: forget it lazily
+                st.requests.pop(job_id, None)
+                continue
+            if job.hold:
+                continue  # its reason (JobHeldUser/Admin) was set when it was held
+            if recalc and apply_factors(job, st.priorities.factors(job, now)):
+                st.touch(job)
+            blocked = self._blocked_reason(job, now)
+            if not blocked and job.array_job_id and "%" in job.spec.array:
+                if job.array_job_id not in throttles:
+                    limit = parse_array(job.spec.array).max_running
+                    throttles[job.array_job_id] = limit - array_room.get(job.array_job_id, 0)
+                if throttles[job.array_job_id] <= 0:
+                    blocked = "JobArrayTaskLimit"
+                else:
+                    throttles[job.array_job_id] -= 1
+            if blocked:
+                if job.reason != blocked:
+                    job.reason = blocked
+                    st.touch(job)
+                if blocked == "DependencyNeverSatisfied":
+                    never.append(job)
+                continue
+            req = st.requests.get(job_id)
+            if req is None or req.priority != job.priority:
+                req = request_from_spec(job.spec, job_id, job.spec.partitions, job.time_limit_s)
+                req = dataclasses.replace(
+                    req,
+                    priority=job.priority,
+                    user=job.user,
+                    account=job.account,
+                    qos=job.qos,
+                    reservation=job.spec.reservation,
+                    submit_time=job.submit_time,
+                )
+                st.requests[job_id] = req
+            pending.append(req)
+        if never and st.config.scheduler.kill_invalid_depend:
+            self.never_satisfied(never)
+        pending.sort(key=lambda r: (-r.priority, r.submit_time, r.job_id))
+        running = tuple(
+            RunningView(
+                job_id=j.job_id,
+                end_time=j.start_time + j.time_limit_s if j.time_limit_s >= 0 else INFINITY,
+                placements=tuple(
+                    Placement(a.node, a.cpus, a.mem_mb, tuple(a.gpu_indices)) for a in j.allocations
+                ),
+                user=j.user,
+                qos=j.qos,
+            )
+            for j in on_node
+        )
+        return Snapshot(
+            version=st.version,
+            now=now,
+            nodes=nodes,
+            partitions=parts,
+            pending=tuple(pending),
+            running=running,
+            reservations=st.reservations.views(),
+            settings=self.settings,
+        )
+
+    def _blocked_reason(self, job: pb.Job, now: float) -> str:
+        """Why a pending job cannot be considered at all this pass ("" if it can)."""
+        if job.eligible_time > now:
+            return "BeginTime"
+        if job.spec.dependency:
+            state = deps.evaluate(
+                job, self.state.lookup, now, self._singleton_held, self._array_tasks
+            )
+            if state is deps.DepState.WAITING:
+                return "Dependency"
+            if state is deps.DepState.NEVER:
+                return "DependencyNeverSatisfied"
+        return ""
+
+    def _array_tasks(self, array_id: int) -> list[pb.Job]:
+        jobs = self.state.jobs
+        first = jobs.get(array_id)
+        if first is None or not first.array_job_id:
+            return []
+        return [j for j in jobs.values() if j.array_job_id == array_id]
+
+    def _singleton_held(self, job: pb.Job) -> bool:
+        return any(
+            o.job_id < job.job_id
+            and o.user == job.user
+            and o.spec.name == job.spec.name
+            and o.state in js.ACTIVE
+            for o in self.state.jobs.values()
+        )

@@ -1,0 +1,218 @@
+"""What ctld knows: the job and node maps, the queue index, and how a change is committed.
+
+Every module that changes ctld's state gets this one object. The in-memory state is
+authoritative while ctld runs, and every change is committed to the store before it
+is acknowledged or acted on (write-ahead). All methods run on the one asyncio loop, so
+there is no locking; the only concurrency is the store's writer thread, which commits
+in queue order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import pwd
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import structlog
+
+from corral.config import ClusterConfig
+from corral.errors import InvalidJobId, InvalidNodeName
+from corral.wire import corral_pb2 as pb
+from ctld import jobstate as js
+from ctld.nodes import NodeRecord
+from ctld.priorities import Priorities
+from ctld.reservations import Reservations
+from ctld.sched import JobRequest, job_shape
+from ctld.store import Op, Store, insert_job, update_job
+from ctld.usage import UsageLedger
+from ctld.validate import NodeCapacity, request_from_spec
+
+log = structlog.get_logger("ctld")
+
+Clock = Callable[[], float]
+
+
+class State:
+    def __init__(self, config: ClusterConfig, store: Store, *, clock: Clock) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock
+        self.jobs: dict[int, pb.Job] = {}
+        self.nodes: dict[str, NodeRecord] = {}
+        for entry in config.nodes:
+            for name in entry.names:
+                parts = [p.name for p in config.partitions if name in p.nodes]
+                self.nodes[name] = NodeRecord(name=name, config=entry, partitions=parts)
+        self.next_job_id = 1
+        self.version = 0  # bumped on every change a scheduling pass depends on
+        self.start_time = clock()
+        self.saved_events: dict[int, int] = {}
+        # job id -> revision, bumped on every change (persisted or not) to the job
+        self.revisions: dict[int, int] = {}
+        # pending job ids in queue order, and their scheduler requests (built once)
+        self.pending: dict[int, None] = {}
+        self.requests: dict[int, JobRequest] = {}
+        self.wake_event = asyncio.Event()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.launching: set[int] = set()  # jobs whose LaunchJob RPC is in flight
+        self.ledger = UsageLedger(config.priority)
+        self.priorities = Priorities(config, self.ledger)
+        self.reservations = Reservations(config, clock)
+        self.gone: dict[int, pb.Job | None] = {}  # purged jobs a dependency asked about
+        # (elapsed, time limit) of recently finished jobs: how far jobs run into limits
+        self.history: collections.deque[tuple[float, float]] = collections.deque(maxlen=2000)
+
+    # ------------------------------------------------------------ loading
+
+    def load(self) -> None:
+        """Rebuild the state from the store (the truth) after a start or restart."""
+        now = self.clock()
+        self.next_job_id = self.store.next_job_id()
+        loaded = self.store.load_jobs(
+            active_states=js.ACTIVE, finished_after=now - self.config.controller.min_job_age_s
+        )
+        for job in loaded:
+            self.jobs[job.job_id] = job
+            self.saved_events[job.job_id] = len(job.events)
+            if job.state == js.PENDING:
+                self.enqueue(job)
+            if job.state in js.ON_NODE:
+                for alloc in job.allocations:
+                    node = self.nodes.get(alloc.node)
+                    if node is not None:
+                        node.allocate(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
+        self.reservations.load(self.store.load_reservations())
+        for drain in self.store.load_drains():
+            if (node := self.nodes.get(drain.name)) is not None:
+                node.drain = True
+                node.set_reason(
+                    drain.reason,
+                    drain.reason_time,
+                    user=user_name(drain.reason_uid),
+                    uid=drain.reason_uid,
+                )
+        horizon = now - 10 * self.config.priority.decay_half_life_s  # older adds < 0.1%
+        for job in sorted(self.store.finished_since(horizon), key=lambda j: j.end_time):
+            self.ledger.add_finished(job)
+            self.remember_run(job)
+        self.priorities.with_users((j.account, j.user) for j in loaded)
+        log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
+        self.wake()
+
+    def purge_finished(self) -> None:
+        """Forget finished jobs older than min_job_age (they stay in the store for sacct)."""
+        horizon = self.clock() - self.config.controller.min_job_age_s
+        for job_id in [
+            j.job_id for j in self.jobs.values() if j.state in js.FINISHED and j.end_time < horizon
+        ]:
+            del self.jobs[job_id]
+            self.saved_events.pop(job_id, None)
+            self.revisions.pop(job_id, None)
+        expired = self.reservations.expired()
+        if expired is not None:
+            self.spawn(self.commit_and_wake(expired))
+
+    # ------------------------------------------------------------ the queue
+
+    def enqueue(self, job: pb.Job) -> None:
+        """Put a PENDING job in the queue, ordered by submit time (requeues keep their age)."""
+        self.requests.pop(job.job_id, None)
+        last = self.jobs.get(next(reversed(self.pending))) if self.pending else None
+        if last is not None and job.submit_time < last.submit_time:
+            queued = [i for i in self.pending if i in self.jobs]
+            order = sorted([*queued, job.job_id], key=lambda i: (self.jobs[i].submit_time, i))
+            self.pending = dict.fromkeys(order)
+        else:
+            self.pending[job.job_id] = None
+
+    def wake(self) -> None:
+        """Ask for a scheduling pass; many wake-ups before it runs coalesce into one."""
+        self.version += 1
+        self.wake_event.set()
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    # ------------------------------------------------------------ persistence
+
+    def touch(self, job: pb.Job) -> None:
+        """Note that ``job`` changed (readers cache what they derive from it by revision)."""
+        self.revisions[job.job_id] = self.revisions.get(job.job_id, 0) + 1
+
+    def save(self, job: pb.Job, *, new: bool = False) -> Op:
+        self.touch(job)
+        start = self.saved_events.get(job.job_id, 0)
+        op = insert_job(job) if new else update_job(job, job.events[start:])
+        self.saved_events[job.job_id] = len(job.events)
+        return op
+
+    async def commit_and_wake(self, *ops: Op) -> None:
+        await self.store.commit(*ops)
+        self.wake()
+
+    # ------------------------------------------------------------ lookups
+
+    def job(self, job_id: int) -> pb.Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise InvalidJobId()
+        return job
+
+    def node(self, name: str) -> NodeRecord:
+        node = self.nodes.get(name)
+        if node is None:
+            raise InvalidNodeName(f"Invalid node name specified: {name}")
+        return node
+
+    def lookup(self, job_id: int) -> pb.Job | None:
+        """A job in memory, or (once, then cached: it has ended) from the store."""
+        job = self.jobs.get(job_id)
+        if job is not None:
+            return job
+        if job_id not in self.gone:
+            found = self.store.query_jobs(
+                job_ids=[job_id], users=[], states=[], start_after=0, end_before=0, limit=1
+            )
+            self.gone[job_id] = found[0] if found else None
+        return self.gone[job_id]
+
+    def capacity(self) -> dict[str, NodeCapacity]:
+        return {
+            n.name: NodeCapacity(
+                n.name, n.resources.cpus, n.resources.memory_mb, len(n.resources.gpus), n.gpu_type
+            )
+            for n in self.nodes.values()
+        }
+
+    # ------------------------------------------------------------ shared bookkeeping
+
+    def release(self, job: pb.Job) -> None:
+        for alloc in job.allocations:
+            node = self.nodes.get(alloc.node)
+            if node is not None:
+                node.release(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
+
+    def remember_run(self, job: pb.Job) -> None:
+        if job.start_time > 0 and job.time_limit_s > 0 and job.end_time >= job.start_time:
+            self.history.append((job.end_time - job.start_time, float(job.time_limit_s)))
+
+
+def fill_request_totals(job: pb.Job) -> None:
+    """What squeue shows for a pending job: requested nodes, CPUs, memory, GPUs."""
+    shape = job_shape(request_from_spec(job.spec))
+    job.num_nodes = shape.nodes
+    job.num_tasks = job.spec.ntasks or shape.nodes * shape.tasks_per_node  # -N2 -n5: 5
+    job.num_cpus = shape.nodes * shape.cpus_per_node
+    job.mem_mb = shape.nodes * shape.mem_per_node_mb
+    job.num_gpus = shape.nodes * shape.gpus_per_node
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)

@@ -1,0 +1,252 @@
+"""srun and salloc inside ctld: steps in an allocation, and allocations' ends.
+
+A step is recorded in its job (``Job.steps``), so every step change is a job change,
+committed like any other. Layouts come from ``ctld/steps.py``.
+"""
+
+from __future__ import annotations
+
+import signal as signal_mod
+
+import structlog
+
+from corral import hostlist
+from corral.errors import CorralError, InvalidJobId, InvalidOption, JobStateConflict
+from corral.identity import Identity
+from corral.tasks import validate_gpu_bind
+from corral.wire import corral_pb2 as pb
+from ctld import jobstate as js
+from ctld.auth import Policy
+from ctld.endings import Endings
+from ctld.intake import failure
+from ctld.nodes import NodeRecord
+from ctld.outbox import Outbox
+from ctld.state import State
+from ctld.steps import holdings, plan_step
+from ctld.store import Op
+
+log = structlog.get_logger("ctld")
+
+
+def find_step(job: pb.Job, step_id: int) -> pb.Step:
+    for step in job.steps:
+        if step.step_id == step_id:
+            return step
+    raise InvalidJobId(f"Invalid job id specified: step {job.job_id}.{step_id} does not exist")
+
+
+class StepOps:
+    def __init__(self, state: State, policy: Policy, endings: Endings, outbox: Outbox) -> None:
+        self.state = state
+        self.policy = policy
+        self.endings = endings
+        self.outbox = outbox
+        self._nodes_done: dict[tuple[int, int], set[str]] = {}  # nodes whose part ended
+
+    async def create_step(self, who: Identity, spec: pb.StepSpec) -> pb.Step:
+        """srun inside an allocation: lay the step out on the job's nodes and record it."""
+        st = self.state
+        job = st.job(spec.job_id)
+        self.policy.check_job(who, job, "run a step in")
+        if job.state != js.RUNNING:
+            raise JobStateConflict(
+                f"Job {job.job_id} is not running (it is {js.state_name(job.state)})"
+            )
+        validate_gpu_bind(spec.gpu_bind)
+        for what, value in (("step name", spec.name), ("submit line", spec.submit_line)):
+            if len(value) > 65536:
+                raise InvalidOption(f"the {what} is too long")
+        addresses = {
+            a.node: st.nodes[a.node].address for a in job.allocations if a.node in st.nodes
+        }
+        held: dict[str, tuple[int, set[int]]] = {}
+        for other in job.steps:
+            if other.state == js.RUNNING:
+                for node, (cpus, gpus) in holdings(other).items():
+                    have_cpus, have_gpus = held.get(node, (0, set()))
+                    held[node] = (have_cpus + cpus, have_gpus | gpus)
+        layout = plan_step(job, spec, addresses, held)
+        now = st.clock()
+        step = pb.Step(
+            job_id=job.job_id,
+            step_id=job.next_step_id,
+            name=spec.name[:256] or "step",
+            state=js.RUNNING,
+            start_time=now,
+            nodelist=hostlist.compress([n.node for n in layout]),
+            ntasks=sum(len(n.ranks) for n in layout),
+            nodes=layout,
+            spec=spec,
+        )
+        job.next_step_id += 1
+        job.steps.append(step)
+        js.transition(
+            job,
+            "updated",
+            cause=f"rpc:CreateStep user={who.user}",
+            now=now,
+            detail=f"step {step.step_id} started: {step.ntasks} task(s) on {step.nodelist}",
+        )
+        await st.store.commit(st.save(job))
+        return step
+
+    def step_for_node(self, job_id: int, step_id: int, node: str) -> tuple[pb.Job, pb.Step]:
+        """What a node may run for srun: a running step of a running job, with tasks there."""
+        job = self.state.job(job_id)
+        if job.state != js.RUNNING:
+            raise JobStateConflict(f"Job {job_id} is not running")
+        step = find_step(job, step_id)
+        if step.state != js.RUNNING:
+            raise JobStateConflict(f"Step {job_id}.{step_id} is not running")
+        if node not in {n.node for n in step.nodes}:
+            raise JobStateConflict(f"Step {job_id}.{step_id} has no tasks on {node}")
+        bare = pb.Job()
+        bare.CopyFrom(job)
+        bare.spec.ClearField("script")
+        bare.spec.ClearField("environment")
+        del bare.events[:]
+        del bare.steps[:]
+        return bare, step
+
+    async def complete_step(self, who: Identity, req: pb.CompleteStepRequest) -> None:
+        st = self.state
+        job = st.job(req.job_id)
+        self.policy.check_job(who, job, "complete a step of")
+        step = find_step(job, req.step_id)
+        if step.state != js.RUNNING:
+            return  # a repeat, or ended with its job
+        self._end_step(step, req.exit_code, req.exit_signal, req.cancelled)
+        js.transition(
+            job,
+            "updated",
+            cause=f"rpc:CompleteStep user={who.user}",
+            now=st.clock(),
+            detail=f"step {step.step_id} {js.state_name(step.state)} "
+            f"exit {step.exit_code}:{step.exit_signal}",
+        )
+        await st.store.commit(st.save(job))
+
+    def part_ended(self, job: pb.Job, node: NodeRecord, upd: pb.JobStatusUpdate) -> bool:
+        """A node's tasks of a step are gone. Once every node of the step said so, the step
+        has ended even if srun never reports (it was killed): it must not hold the job's
+        CPUs and GPUs for ever."""
+        try:
+            step = find_step(job, upd.step_id)
+        except CorralError:
+            return False
+        if step.state != js.RUNNING or node.name not in {n.node for n in step.nodes}:
+            return False
+        key = (job.job_id, step.step_id)
+        done = self._nodes_done.setdefault(key, set())
+        done.add(node.name)
+        step.exit_code = max(step.exit_code, max(0, min(upd.exit_code, 255)))
+        step.exit_signal = step.exit_signal or max(0, min(upd.exit_signal, 64))
+        if done < {n.node for n in step.nodes}:
+            return False
+        del self._nodes_done[key]
+        self._end_step(step, step.exit_code, step.exit_signal, cancelled=False)
+        js.transition(
+            job,
+            "updated",
+            cause=f"node:{node.name} report",
+            now=self.state.clock(),
+            detail=f"step {step.step_id} ended on every node",
+        )
+        self.state.wake()
+        return True
+
+    def _end_step(self, step: pb.Step, exit_code: int, exit_signal: int, cancelled: bool) -> None:
+        step.exit_code = max(0, min(exit_code, 255))
+        step.exit_signal = max(0, min(exit_signal, 64))
+        step.end_time = self.state.clock()
+        if cancelled:
+            step.state = js.CANCELLED
+        elif step.exit_code or step.exit_signal:
+            step.state = js.FAILED
+        else:
+            step.state = js.COMPLETED
+
+    async def cancel_steps(
+        self, who: Identity, req: pb.CancelJobsRequest
+    ) -> list[pb.CancelOutcome]:
+        """scancel JOBID.STEP (with -s: signal the step's tasks only)."""
+        st = self.state
+        outcomes: list[pb.CancelOutcome] = []
+        ops: list[Op] = []
+        for ref in req.steps:
+            try:
+                job = st.job(ref.job_id)
+                self.policy.check_job(who, job, "signal" if req.signal else "cancel")
+                step = find_step(job, ref.step_id)
+                if step.state != js.RUNNING or job.state not in js.ON_NODE:
+                    raise JobStateConflict()
+                sig = req.signal or int(signal_mod.SIGKILL)
+                if not req.signal:  # scancel N.S: the step ends CANCELLED whatever srun says
+                    self._end_step(step, 0, sig, cancelled=True)
+                for sn in step.nodes:
+                    node = st.nodes.get(sn.node)
+                    if node is not None:
+                        self.outbox.put(
+                            node,
+                            pb.SignalJobRequest(
+                                job_id=job.job_id, signal=sig, step_id=step.step_id
+                            ),
+                        )
+                js.transition(
+                    job,
+                    "signalled",
+                    cause=f"rpc:CancelJobs user={who.user}",
+                    now=st.clock(),
+                    detail=f"step {step.step_id} signal {sig}",
+                )
+                ops.append(st.save(job))
+                outcomes.append(pb.CancelOutcome(job_id=job.job_id, ok=True))
+            except CorralError as exc:
+                outcomes.append(failure(ref.job_id, exc))
+        if ops:
+            await st.store.commit(*ops)
+        self.outbox.flush()
+        return outcomes
+
+    async def complete_job(self, who: Identity, req: pb.CompleteJobRequest) -> None:
+        """salloc or srun releases the allocation it made."""
+        st = self.state
+        job = st.job(req.job_id)
+        self.policy.check_job(who, job, "complete")
+        if not job.spec.allocation_only:
+            raise JobStateConflict(f"Job {job.job_id} is a batch job: it ends when its script does")
+        if job.state != js.RUNNING:
+            return  # already ended (cancelled, timed out, or a repeat)
+        final = js.COMPLETED if not (req.exit_code or req.exit_signal) else js.FAILED
+        self.endings.end_allocation(
+            job,
+            final,
+            cause=f"rpc:CompleteJob user={who.user}",
+            exit_code=req.exit_code,
+            exit_signal=req.exit_signal,
+        )
+        await st.store.commit(st.save(job))
+        self.outbox.flush()
+        st.wake()
+
+    async def enforce_allocation_limits(self) -> None:
+        """salloc/srun allocations have no noded process to time them: ctld does."""
+        st = self.state
+        now = st.clock()
+        ops: list[Op] = []
+        for job in list(st.jobs.values()):
+            if (
+                job.spec.allocation_only
+                and job.state == js.RUNNING
+                and job.time_limit_s > 0
+                and now >= job.start_time + job.time_limit_s
+            ):
+                log.info("allocation reached its time limit", job_id=job.job_id)
+                self.endings.end_allocation(
+                    job, js.TIMEOUT, cause="ctld:time limit", exit_code=0, exit_signal=0
+                )
+                ops.append(st.save(job))
+        if ops:
+            await st.store.commit(*ops)
+            self.outbox.flush()
+            st.wake()
