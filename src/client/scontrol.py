@@ -551,7 +551,7 @@ def update_request(words: Sequence[str]) -> Json:
 
 
 def update_node_request(words: Sequence[str]) -> Json:
-    """``update NodeName=n[1-2] State=DRAIN|RESUME|UNDRAIN Reason=...`` as a request."""
+    """``update NodeName=n[1-2] State=DRAIN|RESUME|UNDRAIN|DOWN Reason=...`` as a request."""
     from corral import hostlist
 
     request: Json = {}
@@ -573,10 +573,10 @@ def update_node_request(words: Sequence[str]) -> Json:
             raise Reported(f"Update of this parameter is not supported: {word}\nRequest aborted")
     if not request.get("names"):
         raise Reported("No node name specified\nRequest aborted")
-    if request.get("state") not in ("DRAIN", "RESUME", "UNDRAIN"):
+    if request.get("state") not in ("DRAIN", "RESUME", "UNDRAIN", "DOWN"):
         raise Reported(
             f"Invalid node state specified: {request.get('state', '')} "
-            "(corral supports DRAIN, RESUME, UNDRAIN)"
+            "(corral supports DRAIN, RESUME, UNDRAIN, DOWN)"
         )
     return request
 

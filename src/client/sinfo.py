@@ -53,7 +53,7 @@ VIEWS = {
 }
 
 # corral state -> (sinfo short form, sinfo long form, Slurm's numeric state for sorting).
-# corral's DOWN and UNKNOWN are nodes that do not answer: Slurm marks those with '*'.
+# corral's DOWN and UNKNOWN get Slurm's '*'; a late node gets one too (idle*, mix*).
 STATES = {
     "UNKNOWN": ("unk*", "unknown*", 0x800),
     "DOWN": ("down*", "down*", 0x801),

@@ -75,6 +75,9 @@ class NodedConfig:
     # CORRAL_CHECKPOINT_DIR is <checkpoint_dir>/<job id>; shared storage lets a requeued
     # job find its files on another node. Empty: <the job's submit dir>/.checkpoints
     checkpoint_dir: str = ""
+    # cut off from ctld for heartbeat.timeout_s - interval_s, noded kills its jobs (ctld
+    # requeues them at the timeout): no job runs twice across a network partition
+    self_fence: bool = True
 
 
 @dataclass(frozen=True)
@@ -358,6 +361,7 @@ def _noded(sec: _Section) -> NodedConfig:
         epilog_timeout_s=sec.positive("epilog_timeout_s", d.epilog_timeout_s, allow_zero=False),
         default_path=sec.get("default_path", str, d.default_path),
         checkpoint_dir=sec.get("checkpoint_dir", str, d.checkpoint_dir),
+        self_fence=sec.get("self_fence", bool, d.self_fence),
     )
     sec.done()
     if cfg.cgroups not in ("auto", "v2", "v1", "none"):

@@ -108,7 +108,7 @@ class NodeReports:
     def heartbeat(self, req: pb.HeartbeatRequest) -> bool:
         """Record a heartbeat; False means ctld wants the node to register again."""
         node = self.state.node(req.name)
-        if not node.registered or node.down:
+        if not node.registered or (node.down and not node.admin_down):
             return False  # a node back from DOWN registers again, and is fenced then
         node.last_heartbeat = self.state.clock()
         if node.late:
@@ -320,10 +320,11 @@ class NodeReports:
         for node in nodes:
             if state == "DOWN":
                 await self.node_down(node, req.reason.strip(), cause=f"rpc:UpdateNode {who.user}")
+                node.admin_down = True
                 node.set_reason(req.reason.strip()[:256], now, user=who.user, uid=who.uid)
                 continue
             if state == "RESUME" and node.down:
-                node.down = False
+                node.down = node.admin_down = False
                 node.registered = False  # it registers again, and is fenced then
                 if not node.drain:
                     node.set_reason("", 0.0, user="")

@@ -22,6 +22,7 @@ class NodeRecord:
     responding: bool = False
     down: bool = False  # declared DOWN (silent past heartbeat.timeout_s, or an operator's)
     late: bool = False  # a heartbeat is overdue (Slurm's NOT_RESPONDING, "*")
+    admin_down: bool = False  # an operator's State=DOWN: it stays DOWN until RESUME
     fencing: bool = False  # back with jobs it may not keep: nothing placed until they are gone
     drain: bool = False
     reason: str = ""
@@ -115,7 +116,9 @@ class NodeRecord:
             gpu_type=self.gpu_type,
             reason_user=self.reason_user or ("root" if self.reason else ""),
             reason_uid=self.reason_uid,
-            not_responding=self.late or self.down or (self.registered and not self.responding),
+            not_responding=self.late
+            or (self.down and not self.admin_down)
+            or (self.registered and not self.responding),
         )
 
     def set_reason(self, reason: str, when: float, *, user: str = "root", uid: int = 0) -> None:
@@ -132,6 +135,7 @@ class NodeRecord:
 
     def responding_again(self) -> None:
         self.responding = True
-        self.down = self.late = False
+        self.late = False
+        self.down = self.admin_down
         if self.reason == "Not responding":
             self.set_reason("", 0.0, user="")

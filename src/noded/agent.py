@@ -84,9 +84,14 @@ class ControllerLink:
         launcher: Launcher,
         heartbeat_interval_s: float,
         steps: StepRunner | None = None,
+        fence_after_s: float = 0.0,
     ) -> None:
         self.name = name
         self.steps = steps
+        # cut off from ctld this long, its jobs are killed: ctld declares the node DOWN
+        # (and requeues them) only later, so two copies never run at once (0: never)
+        self.fence_after_s = fence_after_s
+        self.last_contact = time.monotonic()
         self.address = address
         self.resources = resources
         self.launcher = launcher
@@ -148,6 +153,7 @@ class ControllerLink:
             health=list(self.health),
         )
         reply = await self.stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
+        self.last_contact = time.monotonic()
         del self.health[: len(req.health)]
         fenced = self.fence(set(reply.keep_job_ids))
         if fenced:
@@ -171,6 +177,7 @@ class ControllerLink:
                     health=list(self.health),
                 )
                 reply = await self.stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
+                self.last_contact = time.monotonic()
                 if reply.reregister:
                     self.registered.clear()
                     continue
@@ -184,6 +191,25 @@ class ControllerLink:
                 self.registered.clear()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    async def run_self_fence(self) -> None:
+        """Watch the time since ctld last answered, apart from the RPCs (which may hang
+        for their whole deadline on a cut link): past fence_after_s, kill every job."""
+        if self.fence_after_s <= 0:
+            return
+        while True:
+            await asyncio.sleep(min(0.1, self.fence_after_s / 10))
+            silent = time.monotonic() - self.last_contact
+            if silent < self.fence_after_s:
+                continue
+            fenced = self.fence(set())
+            if fenced:
+                log.error(
+                    "ctld unreachable too long: jobs killed before ctld requeues them elsewhere",
+                    node=self.name,
+                    silent_s=round(silent, 1),
+                    jobs=fenced,
+                )
 
     async def run_outbox(self) -> None:
         backoff = 0.2

@@ -94,6 +94,11 @@ async def serve(
         launcher,
         config.heartbeat.interval_s,
         steps,
+        fence_after_s=(
+            config.heartbeat.timeout_s - config.heartbeat.interval_s
+            if config.noded.self_fence
+            else 0.0
+        ),
     )
     link_ref.append(link)
     # an earlier noded's jobs are settled (killed, reported lost) before ctld hears of us
@@ -109,6 +114,7 @@ async def serve(
     tasks = [
         asyncio.create_task(link.run_heartbeats()),
         asyncio.create_task(link.run_outbox()),
+        asyncio.create_task(link.run_self_fence()),
         asyncio.create_task(launcher.run_monitor()),
         asyncio.create_task(_watch_gpus(found.gpus, link, config.noded.health_interval_s)),
     ]
