@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import platform
 import time
 from collections.abc import AsyncIterator
@@ -85,13 +86,16 @@ class ControllerLink:
         heartbeat_interval_s: float,
         steps: StepRunner | None = None,
         fence_after_s: float = 0.0,
+        contact_file: str = "",
     ) -> None:
         self.name = name
         self.steps = steps
         # cut off from ctld this long, its jobs are killed: ctld declares the node DOWN
         # (and requeues them) only later, so two copies never run at once (0: never)
         self.fence_after_s = fence_after_s
+        self.contact_file = contact_file  # touched on each answer: the fence guard reads it
         self.last_contact = time.monotonic()
+        self._contacted()
         self.address = address
         self.resources = resources
         self.launcher = launcher
@@ -153,7 +157,7 @@ class ControllerLink:
             health=list(self.health),
         )
         reply = await self.stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
-        self.last_contact = time.monotonic()
+        self._contacted()
         del self.health[: len(req.health)]
         fenced = self.fence(set(reply.keep_job_ids))
         if fenced:
@@ -177,7 +181,7 @@ class ControllerLink:
                     health=list(self.health),
                 )
                 reply = await self.stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
-                self.last_contact = time.monotonic()
+                self._contacted()
                 if reply.reregister:
                     self.registered.clear()
                     continue
@@ -191,6 +195,15 @@ class ControllerLink:
                 self.registered.clear()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def _contacted(self) -> None:
+        self.last_contact = time.monotonic()
+        if self.contact_file:
+            try:
+                with open(self.contact_file, "a"):
+                    os.utime(self.contact_file)
+            except OSError as exc:
+                log.warning("contact file not touched", path=self.contact_file, error=str(exc))
 
     async def run_self_fence(self) -> None:
         """Watch the time since ctld last answered, apart from the RPCs (which may hang
