@@ -95,6 +95,12 @@ JOB_OPTIONS = (
     ),
     Option("", "no-requeue", "no_requeue", FLAG, help="never requeue"),
     Option("", "signal", "signal", help="[{R|B}:]SIG[@secs] before the time limit"),
+    Option(
+        "",
+        "progress-timeout",
+        "progress_timeout",
+        help="seconds without a touch of $CORRAL_PROGRESS_FILE (GPUs idle): stalled, requeued",
+    ),
     Option("", "open-mode", "open_mode", help="append or truncate the output files"),
     Option("q", "qos", "qos", help="quality of service"),
     Option("", "reservation", "reservation", help="run inside this advance reservation"),
@@ -293,6 +299,16 @@ def to_spec(
     ):
         if key in g:
             spec[field] = g[key]
+    if "progress_timeout" in g:
+        try:
+            seconds = int(g["progress_timeout"])
+        except ValueError:
+            seconds = -1
+        if seconds <= 0:
+            raise InvalidOption(
+                f"Invalid --progress-timeout: {g['progress_timeout']} (whole seconds > 0)"
+            )
+        spec["progressTimeoutS"] = seconds
     if "mem" in g:
         spec["memPerNodeMb"] = parse_size_mb(g["mem"], what="--mem")
     if "mem_per_cpu" in g:

@@ -78,6 +78,9 @@ class NodedConfig:
     # cut off from ctld for heartbeat.timeout_s - interval_s, noded kills its jobs (ctld
     # requeues them at the timeout): no job runs twice across a network partition
     self_fence: bool = True
+    # a job that touched $CORRAL_PROGRESS_FILE and then stops for this long while its
+    # GPUs idle is stalled: killed and requeued (0: only jobs with --progress-timeout)
+    progress_timeout_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -362,6 +365,7 @@ def _noded(sec: _Section) -> NodedConfig:
         default_path=sec.get("default_path", str, d.default_path),
         checkpoint_dir=sec.get("checkpoint_dir", str, d.checkpoint_dir),
         self_fence=sec.get("self_fence", bool, d.self_fence),
+        progress_timeout_s=sec.positive("progress_timeout_s", d.progress_timeout_s),
     )
     sec.done()
     if cfg.cgroups not in ("auto", "v2", "v1", "none"):

@@ -41,7 +41,7 @@ from noded.spawn import (
     spawn_gated,
     write_script,
 )
-from noded.tracking import MARKER_VAR, JobProcesses, Usage, marked_by_instance
+from noded.tracking import MARKER_VAR, PROGRESS_VAR, JobProcesses, Usage, marked_by_instance
 
 log = structlog.get_logger("noded")
 
@@ -72,6 +72,9 @@ class RunningJob:
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
     kill_task: asyncio.Task[None] | None = field(default=None, repr=False)
     fenced: bool = False  # ctld gave the job to others: killed, and nothing is reported
+    gpu_utils: list[float] = field(default_factory=list)  # the last GPU sample
+    progress_file: str = ""  # the opt-in progress heartbeat (CORRAL_PROGRESS_FILE)
+    stall: str = ""  # who stopped making progress (detail of the END_STALLED report)
 
     @property
     def job_id(self) -> int:
@@ -207,6 +210,9 @@ class Launcher:
             checkpoint_root=self.noded.checkpoint_dir,
         )
         _make_checkpoint_dir(env["CORRAL_CHECKPOINT_DIR"], who.uid, who.gid)
+        running.progress_file = env[PROGRESS_VAR] = _progress_file(
+            self._job_dir(job.job_id), who.uid, who.gid
+        )
         env[MARKER_VAR] = running.marker
         running.cgroup = self._make_cgroup(running)
         gated = await spawn_gated(
@@ -380,6 +386,7 @@ class Launcher:
                 end_reason=running.end_reason,  # type: ignore[arg-type]
                 usage=usage,
                 restart_count=running.restart_count,
+                detail=running.stall,
             )
         )
 
@@ -415,8 +422,9 @@ class Launcher:
                 await asyncio.sleep(0.02)  # the kernel finishes tearing dead tasks down
         job_dir = self._job_dir(running.job_id)
         spool.remove(self.spool_dir, running.job_id)  # last: until now a new noded must find it
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(job_dir, "script"))
+        for name in ("script", "progress"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(job_dir, name))
         with contextlib.suppress(OSError):
             os.rmdir(job_dir)
 
@@ -492,8 +500,9 @@ class Launcher:
             )
             spool.remove(self.spool_dir, st.job_id)
             job_dir = self._job_dir(st.job_id)
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(job_dir, "script"))
+            for name in ("script", "progress"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(job_dir, name))
             with contextlib.suppress(OSError):
                 os.rmdir(job_dir)
         spool.forget_instances(self.spool_dir, self.instance)
@@ -581,6 +590,7 @@ class Launcher:
             for running in list(self.jobs.values()):
                 try:
                     self.sample(running)
+                    self.check_progress(running, time.time())
                 except Exception:
                     log.exception("sampling failed", job_id=running.job_id)
 
@@ -609,7 +619,41 @@ class Launcher:
             return
         samples = self.gpus.sample(indices, procs.pids())
         running.gpu.add(samples)
+        running.gpu_utils = [s.util_pct for s in samples]
         self._check_idle(running, [s.util_pct for s in samples])
+
+    def check_progress(self, running: RunningJob, now: float) -> bool:
+        """A job that opted in (touched its progress file) and then stopped touching it
+        for its stall timeout, while its GPUs idle, is stalled: killed, reported
+        END_STALLED with the node and rank, and requeued by ctld."""
+        timeout = running.job.spec.progress_timeout_s or self.noded.progress_timeout_s
+        if timeout <= 0 or not running.progress_file or running.stall:
+            return False
+        if running.process is None or running.process.returncode is not None:
+            return False
+        try:
+            touched = os.stat(running.progress_file).st_mtime
+        except OSError:
+            return False
+        if touched <= 0 or now - touched < timeout:
+            return False  # never touched (not opted in), or recent
+        busy = [u for u in running.gpu_utils if u >= self.idle.threshold_pct]
+        if running.alloc.gpu_indices and (busy or not running.gpu_utils):
+            return False  # GPUs at work (or not sampled yet): slow, not hung
+        running.stall = (
+            f"progress stalled on node {self.node_name} rank 0 (batch script): "
+            f"no heartbeat for {now - touched:.0f}s"
+        )
+        log.error(
+            "job stalled: killed to be requeued",
+            job_id=running.job_id,
+            node=self.node_name,
+            rank=0,
+            silent_s=round(now - touched),
+        )
+        running.end_reason = Update.END_STALLED
+        self._terminate(running, running.kill_wait_s)
+        return True
 
     def _check_idle(self, running: RunningJob, utils: list[float]) -> None:
         if self.idle.window_s <= 0 or not utils:
@@ -633,6 +677,21 @@ class Launcher:
             self.report(
                 Update(job_id=running.job_id, kind=Update.KIND_IDLE_GPUS, time=running.idle_since)
             )
+
+
+def _progress_file(job_dir: str, uid: int, gid: int) -> str:
+    """The job's progress heartbeat file: made now, the user's, dated 1970 (untouched)."""
+    path = os.path.join(job_dir, "progress")
+    try:
+        with open(path, "a"):
+            pass
+        os.utime(path, (0, 0))
+        if os.geteuid() == 0:
+            os.chown(path, uid, gid)
+    except OSError as exc:
+        log.warning("progress file not made", path=path, error=str(exc))
+        return ""
+    return path
 
 
 def _make_checkpoint_dir(path: str, uid: int, gid: int) -> None:

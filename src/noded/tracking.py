@@ -18,6 +18,7 @@ from noded.cgroups import JobCgroup
 
 MARKER_VAR = "CORRAL_JOB_MARKER"
 STEP_MARKER_VAR = "CORRAL_STEP_MARKER"
+PROGRESS_VAR = "CORRAL_PROGRESS_FILE"  # a job touches it to say it makes progress
 
 
 @dataclass

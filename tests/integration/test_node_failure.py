@@ -9,8 +9,10 @@ of it ever ran at once.
 from __future__ import annotations
 
 import itertools
+import os
 import pathlib
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -258,3 +260,21 @@ def test_scontrol_requeue_and_state_down(make_cluster: Any) -> None:
 def assert_no_stray(cluster: LocalCluster) -> None:
     for i in range(cluster.nodes):
         wait_for(lambda i=i: not cluster.node_job_pids(i), 15, f"node {i} clean")
+
+
+def test_stalled_job_is_named_and_requeued(make_cluster: Any) -> None:
+    cluster, cmd = make_cluster(nodes=2, sample_interval_s=0.5)
+    job_id = submit_training(cmd, "--progress-timeout=2", steps=60, step_time=0.2)
+    host = cmd.wait_state(job_id, "RUNNING")["batchHost"]
+    index = cluster.node_names.index(host)
+    wait_steps(cluster, job_id, 3)
+    (pid,) = cluster.node_job_pids(index)  # the training process (exec'd by the script)
+    os.kill(pid, signal.SIGSTOP)  # hung: alive, but no more progress
+    wait_steps(cluster, job_id, 1, run="1")
+    job = cmd.job(job_id)
+    requeued = [e for e in job["events"] if e["event"] == "requeued"]
+    assert f"progress stalled on node {host} rank 0" in requeued[0]["detail"]
+    acct = cmd("sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State,Reason").stdout
+    assert f"NODE_FAIL|progress stalled on node {host} rank 0" in acct.splitlines()[0]
+    cmd.wait_state(job_id, "COMPLETED", timeout=90)
+    assert_ran_once(cluster, job_id, 60)
