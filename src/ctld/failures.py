@@ -12,6 +12,8 @@ functions, so the rules live in one place and are tested without daemons:
   ends NODE_FAIL. Each earlier run is kept for sacct -D.
 - fencing: on re-registration a node is told which jobs it may keep (those ctld still
   places on it); it kills every other before ctld places anything there again.
+- checkpoint warning: a job's --signal also comes before a maintenance reservation
+  starts on its nodes.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from collections.abc import Iterable
 from enum import Enum
 
 from corral.config import HeartbeatConfig
+from corral.errors import CorralError
+from corral.jobsyntax import WarnSignal, parse_warn_signal
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.nodes import NodeRecord
+from ctld.sched.model import ReservationView
 
 LATE_FACTOR = 1.5  # a heartbeat this many intervals old is overdue
 NOT_RESPONDING = "Not responding"
@@ -82,3 +87,28 @@ def stale_report(job: pb.Job, upd: pb.JobStatusUpdate) -> bool:
 def expedite_priority(pending: Iterable[pb.Job]) -> int:
     """A priority above every pending job's: --requeue=expedite puts the job first."""
     return min(max((j.priority for j in pending), default=0) + 1, 2**32 - 1)
+
+
+def maintenance_warnings(
+    jobs: Iterable[pb.Job], reservations: Iterable[ReservationView], now: float
+) -> list[tuple[pb.Job, WarnSignal, str]]:
+    """Running jobs to warn with their --signal: a MAINT reservation starts on one of
+    their nodes within the signal's lead time, before the job would end on its own."""
+    maint = [r for r in reservations if "MAINT" in r.flags and r.start > now]
+    out: list[tuple[pb.Job, WarnSignal, str]] = []
+    if not maint:
+        return out
+    for job in jobs:
+        if job.state != js.RUNNING or not job.spec.signal:
+            continue
+        try:
+            warn = parse_warn_signal(job.spec.signal)
+        except CorralError:
+            continue
+        ends = job.start_time + job.time_limit_s if job.time_limit_s > 0 else float("inf")
+        nodes = {a.node for a in job.allocations}
+        for r in maint:
+            if r.start <= now + warn.seconds and r.start < ends and nodes & set(r.nodes):
+                out.append((job, warn, r.name))
+                break
+    return out

@@ -40,6 +40,7 @@ class NodeReports:
         self.steps = steps
         # running jobs being stopped, to requeue when the node reports them gone
         self._requeue_on_exit = endings.requeue_on_exit
+        self._maint_warned: set[tuple[int, int, str]] = set()  # (job, run, reservation)
 
     async def register_node(self, req: pb.RegisterNodeRequest) -> NodeRecord:
         st = self.state
@@ -127,6 +128,27 @@ class NodeReports:
             await asyncio.sleep(min(hb.interval_s / 2, hb.timeout_s / 4))
             await self.steps.enforce_allocation_limits()
             await self.check_heartbeats()
+            self.warn_maintenance()
+
+    def warn_maintenance(self) -> None:
+        """Send a job's --signal before a maintenance reservation starts on its nodes."""
+        st = self.state
+        for job, warn, resv in failures.maintenance_warnings(
+            st.jobs.values(), st.reservations.views(), st.clock()
+        ):
+            key = (job.job_id, job.restart_count, resv)
+            if key in self._maint_warned:
+                continue
+            self._maint_warned.add(key)
+            log.info("signalling before maintenance", job_id=job.job_id, reservation=resv)
+            req = pb.SignalJobRequest(
+                job_id=job.job_id, signal=warn.signal, batch_only=warn.batch_only
+            )
+            for alloc in job.allocations:
+                node = st.nodes.get(alloc.node)
+                if node is not None and (alloc.node == job.batch_host or not warn.batch_only):
+                    self.outbox.put(node, req)
+        self.outbox.flush()
 
     async def check_heartbeats(self) -> None:
         """Late nodes get NOT_RESPONDING; silent ones past the timeout go DOWN (jobs requeued).

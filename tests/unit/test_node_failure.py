@@ -227,3 +227,29 @@ async def test_operator_down_requeues_now_and_resume_reregisters(tmp_path: pathl
     assert not node.down and not cluster.heartbeat(pb.HeartbeatRequest(name="n1"))
     await cluster.register_node(registration(cluster, "n1"))
     assert node.schedulable
+
+
+async def test_signal_before_a_maintenance_reservation(tmp_path: pathlib.Path) -> None:
+    cluster, clock, disp = await make(tmp_path)
+    warned = await cluster.submit(ALICE, spec(nodelist="n1", signal="B:USR1@60"))
+    quiet = await cluster.submit(ALICE, spec(nodelist="n2", signal="USR1@60"))
+    await settle(cluster)
+    maint = pb.Reservation(
+        name="fix",
+        start_time=clock.now + 120,
+        duration_s=600,
+        nodes="n1",
+        users=["root"],
+        flags=["MAINT"],
+    )
+    await cluster.create_reservation(ADMIN, maint)
+    cluster.node_reports.warn_maintenance()
+    assert not [r for _, r in disp.signalled if r.signal == 10]  # two minutes away
+    clock.advance(70)
+    for _ in range(2):  # once only
+        cluster.node_reports.warn_maintenance()
+        while cluster._tasks:
+            await asyncio.gather(*list(cluster._tasks))
+    sent = [(n, r) for n, r in disp.signalled if r.signal == 10]
+    assert sent == [("n1", pb.SignalJobRequest(job_id=warned.job_id, signal=10, batch_only=True))]
+    assert quiet.state == js.RUNNING
