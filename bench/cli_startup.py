@@ -141,7 +141,7 @@ def breakdown(cluster: BenchCluster, runs: int, data: dict[str, Any]) -> Table:
             if proc.returncode == 0 and i:
                 samples[key].append(dt)
         t0 = time.perf_counter()
-        client.call("SubmitJob", {"spec": spec})
+        client.submit_job({"spec": spec})
         if i:
             samples["rpc"].append(time.perf_counter() - t0)
     table = Table(
@@ -160,7 +160,9 @@ def breakdown(cluster: BenchCluster, runs: int, data: dict[str, Any]) -> Table:
     table.add(
         "imports (python3 -c 'import client.sbatch' minus the above)", ms(import_s), "fresh process"
     )
-    table.add("SubmitJob over the HTTP gateway", ms(rpc_s), "corral.rest.Client in this process")
+    table.add(
+        "SubmitJob over the HTTP gateway", ms(rpc_s), "corral.api.HttpController in this process"
+    )
     table.add("the rest (options, script, environment, output, exit)", ms(rest_s), "difference")
     table.add("total sbatch --wrap true", ms(med["sbatch"]), "fresh process")
     data["breakdown"] = {"medians_s": med, "samples_s": samples}
@@ -187,8 +189,7 @@ def run(quick: bool = False) -> PhaseResult:
 
         def prepare_scancel() -> None:
             for _ in range(runs + 1):
-                reply = client.call(
-                    "SubmitJob",
+                reply = client.submit_job(
                     {
                         "spec": {
                             "name": "held",
@@ -201,7 +202,7 @@ def run(quick: bool = False) -> PhaseResult:
                 held.append(str(reply["jobId"]))
 
         def sacct_id() -> str:
-            reply = client.call("GetJobs", {"filter": {"states": ["JOB_STATE_COMPLETED"]}})
+            reply = client.get_jobs({"filter": {"states": ["JOB_STATE_COMPLETED"]}})
             jobs = reply.get("jobs", [])
             return str(jobs[0]["jobId"]) if jobs else "1"
 

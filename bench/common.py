@@ -392,14 +392,14 @@ def cancel_all(cluster: BenchCluster) -> int:
     """Cancel every active job of ours (between runs, so queues start empty)."""
     from corral.identity import current_identity
 
-    reply = cluster.client().call(
-        "CancelJobs", {"filter": {"users": [current_identity().user], "states": ACTIVE_STATES}}
+    reply = cluster.client().cancel_jobs(
+        {"filter": {"users": [current_identity().user], "states": ACTIVE_STATES}}
     )
     return len(reply.get("outcomes", []))
 
 
 def count_jobs(cluster: BenchCluster, states: list[str]) -> int:
-    reply = cluster.client().call("GetJobs", {"filter": {"states": states}})
+    reply = cluster.client().get_jobs({"filter": {"states": states}})
     return len(reply.get("jobs", []))
 
 

@@ -169,7 +169,7 @@ def leaf_category(frames: tuple[Frame, ...]) -> str:
 
 
 INCLUSIVE: list[tuple[str, Callable[[str, str], bool]]] = [
-    ("ControllerServicer._call (gRPC handlers)", lambda fn, f: fn == "ControllerServicer._call"),
+    ("rpc behavior (gRPC handlers)", lambda fn, f: fn.endswith("behavior") and "rpc.py" in f),
     ("gateway handle (HTTP handlers)", lambda fn, f: f.startswith("ctld/gateway.py")),
     ("Cluster.submit", lambda fn, f: fn == "Cluster.submit"),
     ("validate_spec", lambda fn, f: fn == "validate_spec"),
@@ -395,7 +395,7 @@ def _sbatch_tables(
         ("sbatch submit()", cum(named("client/sbatch.py", "submit"))),
         ("  option parsing (parser, #SBATCH merge)", parse),
         ("  to_spec (spec dict incl. environment)", cum(named("client/jobopts.py", "to_spec"))),
-        ("  rest.Client.call (HTTP round trip)", cum(named("corral/rest.py", "call"))),
+        ("  rest.post (HTTP round trip)", cum(named("corral/rest.py", "post"))),
         ("    socket connect", cum(named("socket.py", "create_connection"))),
         ("    sendall", tot(builtin("sendall"))),
         ("    recv (waiting for ctld: parse, commit, reply)", tot(builtin("recv"))),
@@ -479,14 +479,14 @@ def run(quick: bool = False) -> PhaseResult:
             result.data["submit_burst_native"] = data
 
             client = cluster.client()
-            in_memory = len(client.call("GetJobs", {}).get("jobs", []))
+            in_memory = len(client.get_jobs({}).get("jobs", []))
             log(f"profile: py-spy on ctld during GetJobs x10 ({in_memory} jobs in memory)")
             getjobs_s: list[float] = []
 
             def getjobs() -> None:
                 for _ in range(10):
                     t0 = time.perf_counter()
-                    client.call("GetJobs", {})
+                    client.get_jobs({})
                     getjobs_s.append(time.perf_counter() - t0)
 
             stacks = record(cluster, getjobs)
@@ -506,7 +506,7 @@ def run(quick: bool = False) -> PhaseResult:
                 deadline = time.monotonic() + 300
                 states = ["JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_COMPLETING"]
                 while time.monotonic() < deadline:
-                    left = client.call("GetJobs", {"filter": {"states": states}}).get("jobs", [])
+                    left = client.get_jobs({"filter": {"states": states}}).get("jobs", [])
                     if not left:
                         break
                     time.sleep(0.1)

@@ -58,7 +58,7 @@ def time_getjobs(cluster: BenchCluster, runs: int) -> dict[str, Any]:
     size = 0
     for i in range(runs + 1):
         t0 = time.perf_counter()
-        reply = client.call("GetJobs", {})
+        reply = client.get_jobs({})
         dt = time.perf_counter() - t0
         size = len(reply.get("jobs", []))
         if i:

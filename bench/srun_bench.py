@@ -34,9 +34,9 @@ def _allocation(cluster: Any) -> str:
         "allocationOnly": True,
         "nodesMin": 2,
     }
-    job_id = str(client.call("SubmitJob", {"spec": spec})["jobId"])
+    job_id = str(client.submit_job({"spec": spec})["jobId"])
     deadline = time.monotonic() + 30
-    while client.call("GetJobs", {"filter": {"jobIds": [job_id]}})["jobs"][0]["state"] != (
+    while client.get_jobs({"filter": {"jobIds": [job_id]}})["jobs"][0]["state"] != (
         "JOB_STATE_RUNNING"
     ):
         if time.monotonic() > deadline:
@@ -107,7 +107,7 @@ def run(quick: bool = False) -> PhaseResult:
         io.notes.append("line-buffered per task by srun (Slurm's default), written to a pipe")
         result.tables.append(io)
         result.data = data
-        cluster.client().call("CompleteJob", {"jobId": job_id})
+        cluster.client().complete_job({"jobId": job_id})
     return result
 
 

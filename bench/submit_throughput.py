@@ -2,7 +2,7 @@
 
 * gRPC (grpc.aio ``ControllerStub.SubmitJob`` over one channel) with 1, 16 and 64
   calls in flight;
-* the HTTP JSON gateway (``corral.rest.Client``, one connection per call), sequential;
+* the HTTP JSON gateway (``corral.api.HttpController``, one connection per call), sequential;
 * the ``sbatch -H`` command with 1, 2 and 4 parallel submitters.
 
 Every job is held (``hold=True`` / ``-H``), so the scheduler never runs one. Between
@@ -95,13 +95,13 @@ def http_run(cluster: BenchCluster, table: Table, data: dict[str, Any], quick: b
     t0 = time.perf_counter()
     for _ in range(n):
         t1 = time.perf_counter()
-        client.call("SubmitJob", spec)
+        client.submit_job(spec)
         lat.append(time.perf_counter() - t1)
     elapsed = time.perf_counter() - t0
     gc = group_commit(before, cluster.store_stats())
     s = summary(lat)
     table.add(
-        "HTTP gateway (corral.rest.Client), sequential",
+        "HTTP gateway (corral.api.HttpController), sequential",
         n,
         f"{rate(n, elapsed):.0f}",
         ms(s["median"]),

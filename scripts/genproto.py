@@ -2,6 +2,10 @@
 
 The generated modules import each other as ``corral.v1``; they are flattened into
 ``corral.wire`` and their imports rewritten so the wire package is self-contained.
+Beside protoc's modules it writes three light ones from the same descriptors
+(scripts/genwire.py): ``methods`` (the method table of every service), ``json_types``
+(a TypedDict per message in proto3's JSON mapping) and ``controller`` (the typed
+client surface, one method per Controller RPC).
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ import re
 import shutil
 import sys
 import tempfile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import genwire
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
@@ -37,6 +44,8 @@ def generate(out: pathlib.Path) -> None:
             f"--plugin=protoc-gen-mypy_grpc={bindir / 'protoc-gen-mypy_grpc'}",
             f"--mypy_out={raw}",
             f"--mypy_grpc_out={raw}",
+            f"--descriptor_set_out={raw}/descriptors.pb",
+            "--include_imports",
             *protos,
         ]
         if protoc.main(args) != 0:
@@ -48,6 +57,9 @@ def generate(out: pathlib.Path) -> None:
             text = re.sub(r"\bimport corral\.v1\.", "import corral.wire.", text)
             text = re.sub(r"\bcorral\.v1\.corral_pb2\b", "corral.wire.corral_pb2", text)
             (out / path.name).write_text(HEADER + text)
+        descriptors = (pathlib.Path(raw) / "descriptors.pb").read_bytes()
+        for name, text in genwire.render(descriptors).items():
+            (out / name).write_text(HEADER + text)
     (out / "__init__.py").write_text(
         HEADER + '"""Generated protobuf and gRPC modules for the corral.v1 contract."""\n'
     )

@@ -63,8 +63,8 @@ class Commands:
         return proc
 
     def job(self, job_id: int | str) -> dict[str, Any]:
-        jobs = self.cluster.client().call(
-            "GetJobs", {"filter": {"jobIds": [str(job_id)]}, "withEvents": True}
+        jobs = self.cluster.client().get_jobs(
+            {"filter": {"jobIds": [str(job_id)]}, "withEvents": True}
         )["jobs"]
         return dict(jobs[0])
 

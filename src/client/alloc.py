@@ -15,13 +15,16 @@ import time
 
 from client.jobopts import JOB_OPTIONS, to_spec
 from client.options import Option
-from corral.errors import CorralError
-from corral.rest import Client
+from corral.errors import AllocationRevoked, CorralError
 from corral.slurmfmt import compress_counts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from client.common import Json
+    from corral.api import Controller
+    from corral.wire import json_types as t
 
 #: sbatch options that mean nothing for an allocation (or mean something else in srun)
 NOT_FOR_ALLOCATIONS = {
@@ -45,12 +48,8 @@ def allocation_options() -> list[Option]:
     return [o for o in JOB_OPTIONS if o.dest not in NOT_FOR_ALLOCATIONS]
 
 
-class AllocationRevoked(CorralError):
-    exit_code = 1
-
-
 def request_allocation(
-    api: Client, prog: str, opts: dict[str, Any], argv: list[str], name: str
+    api: Controller, prog: str, opts: dict[str, Any], argv: list[str], name: str
 ) -> str:
     """Submit an allocation-only job and wait until it runs; returns its id."""
     environ = dict(os.environ)
@@ -66,7 +65,7 @@ def request_allocation(
     spec["allocationOnly"] = True
     spec.pop("argv", None)
     try:
-        reply = api.call("SubmitJob", {"spec": spec})
+        reply = api.submit_job({"spec": spec})
     except CorralError as exc:
         raise type(exc)(f"Unable to allocate resources: {exc.message}") from None
     job_id = str(reply.get("jobId", "0"))
@@ -76,7 +75,7 @@ def request_allocation(
     try:
         wait_running(api, prog, job_id)
     except KeyboardInterrupt:
-        api.call("CancelJobs", {"filter": {"jobIds": [job_id]}})
+        api.cancel_jobs({"filter": {"jobIds": [job_id]}})
         say(prog, f"Job allocation {job_id} has been revoked.")
         raise
     finally:
@@ -90,12 +89,12 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def wait_running(api: Client, prog: str, job_id: str) -> dict[str, Any]:
+def wait_running(api: Controller, prog: str, job_id: str) -> t.Job:
     queued_said = False
     started = time.monotonic()
     while True:
-        jobs = api.call("GetJobs", {"filter": {"jobIds": [job_id]}}).get("jobs", [])
-        job: dict[str, Any] = jobs[0] if jobs else {}
+        jobs = api.get_jobs({"filter": {"jobIds": [job_id]}}).get("jobs", [])
+        job: t.Job = jobs[0] if jobs else {}
         state = job.get("state", "")
         if state == "JOB_STATE_RUNNING":
             if queued_said:
@@ -114,11 +113,11 @@ def wait_running(api: Client, prog: str, job_id: str) -> dict[str, Any]:
         time.sleep(0.05 if time.monotonic() - started < 2 else 0.5)
 
 
-def release(api: Client, prog: str, job_id: str, exit_code: int, exit_signal: int = 0) -> None:
+def release(api: Controller, prog: str, job_id: str, exit_code: int, exit_signal: int = 0) -> None:
     if prog == "salloc":
         say(prog, f"Relinquishing job allocation {job_id}")
     try:
-        api.call("CompleteJob", {"jobId": job_id, "exitCode": exit_code, "exitSignal": exit_signal})
+        api.complete_job({"jobId": job_id, "exitCode": exit_code, "exitSignal": exit_signal})
     except CorralError as exc:
         say(prog, f"error: releasing job {job_id}: {exc.message}")
 
@@ -128,7 +127,7 @@ def say(prog: str, message: str) -> None:
     sys.stderr.flush()
 
 
-def allocation_environment(job: dict[str, Any], cluster: str) -> dict[str, str]:
+def allocation_environment(job: Json, cluster: str) -> dict[str, str]:
     """What salloc puts in its command's environment (Slurm's SLURM_* for an allocation)."""
     from client.common import num, text
 

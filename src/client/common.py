@@ -11,14 +11,17 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from corral.errors import CorralError
-from corral.rest import Client
+from corral.api import Controller, HttpController
+from corral.errors import CorralError, from_wire
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any, NoReturn
 
-    Json = dict[str, Any]  # a proto3-JSON object
+    from corral.wire import json_types as t
+
+    Json = Mapping[str, Any]  # a proto3-JSON object (a reply's TypedDict, or any dict)
 else:
     Json = dict
 
@@ -39,6 +42,20 @@ JOB_STATE_CODES = {
     "SUSPENDED": "S",
 }
 JOB_STATE_BY_CODE = {v: k for k, v in JOB_STATE_CODES.items()}
+# the states the contract has, as its enum names (SUSPENDED has none: corral never suspends)
+WIRE_JOB_STATE: dict[str, t.JobState] = {
+    "PENDING": "JOB_STATE_PENDING",
+    "RUNNING": "JOB_STATE_RUNNING",
+    "COMPLETING": "JOB_STATE_COMPLETING",
+    "COMPLETED": "JOB_STATE_COMPLETED",
+    "FAILED": "JOB_STATE_FAILED",
+    "CANCELLED": "JOB_STATE_CANCELLED",
+    "TIMEOUT": "JOB_STATE_TIMEOUT",
+    "NODE_FAIL": "JOB_STATE_NODE_FAIL",
+    "PREEMPTED": "JOB_STATE_PREEMPTED",
+    "OUT_OF_MEMORY": "JOB_STATE_OUT_OF_MEMORY",
+    "REQUEUED": "JOB_STATE_REQUEUED",
+}
 
 
 def num(obj: Json, key: str, default: int = 0) -> int:
@@ -78,13 +95,20 @@ def node_state(node: Json) -> str:
     return text(node, "state", "NODE_STATE_UNKNOWN").removeprefix("NODE_STATE_")
 
 
-def parse_job_state(name: str) -> str:
+def parse_job_state(name: str) -> t.JobState:
     """A user's state name or code ('pd', 'running') as the proto enum name."""
     upper = name.strip().upper()
     full = JOB_STATE_BY_CODE.get(upper, upper)
-    if full not in JOB_STATE_CODES:
+    if full not in WIRE_JOB_STATE:
         raise CorralError(f"Invalid job state specified: {name}")
-    return f"JOB_STATE_{full}"
+    return WIRE_JOB_STATE[full]
+
+
+def outcome_error(outcome: t.CancelOutcome) -> CorralError | None:
+    """The error of one job's failed outcome (cancel, hold, update), as its class."""
+    if outcome.get("ok"):
+        return None
+    return from_wire(outcome.get("error", ""), outcome.get("message", ""))
 
 
 def die(prog: str, message: str, code: int = 1) -> NoReturn:
@@ -102,8 +126,17 @@ def run(prog: str, body: Callable[[], int]) -> NoReturn:
         sys.exit(130)
     except BrokenPipeError:  # `squeue | head`
         sys.exit(0)
+    except Exception as exc:  # never a raw traceback to a user (CORRAL_DEBUG=1 shows it)
+        import os
+
+        if os.environ.get("CORRAL_DEBUG"):
+            raise
+        details = getattr(exc, "details", None)
+        message = details() if callable(details) else str(exc)
+        die(prog, f"{message or type(exc).__name__} (set CORRAL_DEBUG=1 for details)")
     sys.exit(code)
 
 
-def client() -> Client:
-    return Client()
+def client() -> Controller:
+    """The controller's typed client over HTTP/JSON (corral/api.py)."""
+    return HttpController()

@@ -1,6 +1,7 @@
 """corral: the operator's command (local clusters, the daemons in the foreground).
 
 corral up [--nodes N] [--gpus-per-node G] [--state-dir DIR]   start a local cluster
+corral up --simulated-nodes N [...]                           ... whose N nodes are simulated
 corral down [--state-dir DIR]                                 stop exactly that cluster
 corral ctld [ctld options]                                    run the controller
 corral noded [noded options]                                  run a node agent
@@ -42,16 +43,25 @@ def _up(args: argparse.Namespace) -> int:
         raise CorralError(
             f"a cluster already runs from {state_dir} (corral down --state-dir {state_dir} first)"
         )
-    if args.nodes < 1 or args.nodes > 250:
+    simulated = args.simulated_nodes is not None
+    if simulated:
+        if args.simulated_nodes < 1 or args.simulated_nodes > 10000:
+            raise InvalidOption("--simulated-nodes must be between 1 and 10000")
+        args.nodes = args.simulated_nodes
+    elif args.nodes < 1 or args.nodes > 250:
         raise InvalidOption("--nodes must be between 1 and 250 (one loopback address each)")
     cluster = LocalCluster(
         state_dir,
         nodes=args.nodes,
+        simulated=simulated,
+        # a thousand simulated nodes beating every 2 s would be most of ctld's work
+        heartbeat_interval_s=10.0 if simulated else 2.0,
+        heartbeat_timeout_s=60.0 if simulated else 10.0,
         gpus_per_node=args.gpus_per_node,
         cpus_per_node=args.cpus_per_node,
         memory_mb_per_node=args.mem_per_node_mb,
         cluster_name=args.cluster_name,
-        isolation=args.isolation,
+        isolation="loopback" if simulated else args.isolation,
     )
     if cluster.isolation_note:
         print(f"corral: {cluster.isolation_note}")
@@ -61,8 +71,14 @@ def _up(args: argparse.Namespace) -> int:
     print(
         f"corral: cluster {args.cluster_name!r} is up in {state_dir}: ctld on "
         f"{cluster.http_address} (HTTP) and {cluster.controller_host}:{cluster.grpc_port} "
-        f"(gRPC), {args.nodes} node(s) with {args.gpus_per_node} fake GPU(s) each"
+        f"(gRPC), {args.nodes} {'simulated ' if simulated else ''}node(s) with "
+        f"{args.gpus_per_node} fake GPU(s) each"
     )
+    if simulated:
+        print(
+            "corral: simulated nodes run no processes: a job lasts its '#SIM runtime=S' "
+            "line or first 'sleep S' (else 1 s); see python -m corral.testing.simnodes -h"
+        )
     if cluster.network is not None:
         net = cluster.network
         print(
@@ -101,6 +117,12 @@ def main_args(argv: list[str]) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start a local cluster (ctld + N noded, SQLite)")
     up.add_argument("--nodes", type=int, default=2)
+    up.add_argument(
+        "--simulated-nodes",
+        type=int,
+        metavar="N",
+        help="N simulated nodes (one process plays them all over the real protocol)",
+    )
     up.add_argument("--gpus-per-node", type=int, default=8)
     up.add_argument("--cpus-per-node", type=int, default=16)
     up.add_argument("--mem-per-node-mb", type=int, default=64 * 1024)

@@ -14,17 +14,19 @@ from __future__ import annotations
 import pwd
 import time
 
-from client.common import JOB_STATE_BY_CODE, JOB_STATE_CODES
+from client.common import JOB_STATE_BY_CODE, JOB_STATE_CODES, WIRE_JOB_STATE
 from corral.errors import CorralError, InvalidOption
 from corral.slurmfmt import format_duration
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
-    from typing import Any
+    from typing import Any, TypeVar
 
     from client.common import Json
-    from corral.rest import Client
+    from corral.wire import json_types as t
+
+    Reply = TypeVar("Reply")
 
 YEAR_S = 365 * 86400  # squeue prints longer durations as INVALID, as Slurm does
 
@@ -223,7 +225,7 @@ OTHER_JOB_STATES = {
 }
 _OTHER_BY_CODE = {v: k for k, v in OTHER_JOB_STATES.items()}
 #: The states the wire contract has (JobState without the JOB_STATE_ prefix).
-WIRE_JOB_STATES = frozenset(JOB_STATE_CODES) - {"SUSPENDED"}
+WIRE_JOB_STATES = frozenset(WIRE_JOB_STATE)
 
 
 class Reported(Exception):
@@ -235,16 +237,15 @@ class Reported(Exception):
 
 
 def call(
-    api: Client,
-    method: str,
-    request: Json,
+    rpc: Callable[[], Reply],
     what: str,
     keep: tuple[type[CorralError], ...] = (),
-) -> Json:
-    """One controller call; a failure becomes ``what: message`` (``slurm_load_jobs
+) -> Reply:
+    """One controller call (``rpc``: a typed call of corral.api's client, e.g. ``lambda:
+    api.get_jobs(request)``); a failure becomes ``what: message`` (``slurm_load_jobs
     error: ...``), which scripts grep for. Errors of the ``keep`` types pass unchanged."""
     try:
-        return api.call(method, request)
+        return rpc()
     except keep:
         raise
     except CorralError as exc:
@@ -271,9 +272,9 @@ def parse_states(value: str) -> set[str] | None:
     return out
 
 
-def wire_states(states: Iterable[str]) -> list[str]:
+def wire_states(states: Iterable[str]) -> list[t.JobState]:
     """The enum names to send for a state filter (states outside the contract dropped)."""
-    return sorted(f"JOB_STATE_{s}" for s in states if s in WIRE_JOB_STATES)
+    return sorted(WIRE_JOB_STATE[s] for s in states if s in WIRE_JOB_STATE)
 
 
 def parse_job_ids(value: str | Iterable[str]) -> list[str]:
@@ -287,7 +288,7 @@ def parse_job_ids(value: str | Iterable[str]) -> list[str]:
     return ids
 
 
-def job_filter(value: str | Iterable[str]) -> Json:
+def job_filter(value: str | Iterable[str]) -> t.JobFilter:
     """``-j``/scancel ids as a JobFilter: ``5`` (a job, or every task of array 5),
     ``5_3`` (task 3 of array 5), ``5.batch`` (job 5)."""
     ids: list[str] = []
@@ -300,7 +301,7 @@ def job_filter(value: str | Iterable[str]) -> Json:
             tasks.append(f"{int(base)}_{int(task)}")
         else:
             ids.append(str(int(base)))
-    flt: Json = {}
+    flt: t.JobFilter = {}
     if ids:
         flt["jobIds"] = ids
     if tasks:

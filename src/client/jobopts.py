@@ -21,6 +21,8 @@ TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
     from typing import Any
 
+    from corral.wire import json_types as t
+
 #: Input environment variables sbatch reads, as Slurm documents them.
 SBATCH_ENV = {
     "SBATCH_ACCOUNT": "account",
@@ -258,9 +260,10 @@ def to_spec(
     cwd: str,
     submit_line: str,
     default_name: str,
-) -> dict[str, Any]:
-    """The proto3-JSON JobSpec for these options (validated here for early, clear errors)."""
-    spec: dict[str, Any] = {"script": script}
+) -> t.JobSpec:
+    """The proto3-JSON JobSpec for these options (validated here for early, clear errors);
+    its keys are checked against the proto by mypy (corral/wire/json_types.py)."""
+    spec: t.JobSpec = {"script": script}
     work_dir = g.get("chdir") or cwd
     if not os.path.isabs(work_dir):
         work_dir = os.path.normpath(os.path.join(cwd, work_dir))
@@ -269,36 +272,46 @@ def to_spec(
     spec["argv"] = argv
     spec["export"] = g.get("export", "ALL")
     spec["environment"] = export_environment(spec["export"], environ)
-    for key, field in (
-        ("output", "stdoutPattern"),
-        ("error", "stderrPattern"),
-        ("input", "stdinPath"),
-        ("account", "account"),
-        ("comment", "comment"),
-        ("nodelist", "nodelist"),
-        ("exclude", "exclude"),
-        ("signal", "signal"),
-        ("open_mode", "openMode"),
-        ("qos", "qos"),
-        ("reservation", "reservation"),
-        ("constraint", "constraint"),
-        ("wckey", "wckey"),
-        ("mail_type", "mailType"),
-        ("mail_user", "mailUser"),
-    ):
-        if key in g:
-            spec[field] = g[key]
+    if "output" in g:
+        spec["stdoutPattern"] = g["output"]
+    if "error" in g:
+        spec["stderrPattern"] = g["error"]
+    if "input" in g:
+        spec["stdinPath"] = g["input"]
+    if "account" in g:
+        spec["account"] = g["account"]
+    if "comment" in g:
+        spec["comment"] = g["comment"]
+    if "nodelist" in g:
+        spec["nodelist"] = g["nodelist"]
+    if "exclude" in g:
+        spec["exclude"] = g["exclude"]
+    if "signal" in g:
+        spec["signal"] = g["signal"]
+    if "open_mode" in g:
+        spec["openMode"] = g["open_mode"]
+    if "qos" in g:
+        spec["qos"] = g["qos"]
+    if "reservation" in g:
+        spec["reservation"] = g["reservation"]
+    if "constraint" in g:
+        spec["constraint"] = g["constraint"]
+    if "wckey" in g:
+        spec["wckey"] = g["wckey"]
+    if "mail_type" in g:
+        spec["mailType"] = g["mail_type"]
+    if "mail_user" in g:
+        spec["mailUser"] = g["mail_user"]
     if "partition" in g:
         spec["partitions"] = [p for p in g["partition"].split(",") if p]
     if "nodes" in g:
         spec["nodesMin"], spec["nodesMax"] = parse_nodes(g["nodes"])
-    for key, field in (
-        ("ntasks", "ntasks"),
-        ("ntasks_per_node", "ntasksPerNode"),
-        ("cpus_per_task", "cpusPerTask"),
-    ):
-        if key in g:
-            spec[field] = g[key]
+    if "ntasks" in g:
+        spec["ntasks"] = g["ntasks"]
+    if "ntasks_per_node" in g:
+        spec["ntasksPerNode"] = g["ntasks_per_node"]
+    if "cpus_per_task" in g:
+        spec["cpusPerTask"] = g["cpus_per_task"]
     if "progress_timeout" in g:
         try:
             seconds = int(g["progress_timeout"])

@@ -27,7 +27,7 @@ from client.fmt import (
 )
 from client.options import COUNT, FLAG, Option, OptionParser
 from corral import __version__
-from corral.errors import InvalidOption
+from corral.errors import CorralError, InvalidOption
 from corral.slurmfmt import format_elapsed, format_timestamp, parse_timestamp
 
 TYPE_CHECKING = False
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from client.common import Json
+    from corral.wire import json_types as t
 
 PROG = "sacct"
 DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
@@ -236,7 +237,7 @@ def step_values(job: Json, now: float) -> dict[str, str]:
     """The ``N.batch`` step line: the batch script on its host, as Slurm prints it."""
     cpus, mem_mb, gpus = batch_allocation(job)
     ran = elapsed(job, now)
-    step_id = f"{num(job, 'jobId')}.batch"
+    step_id = f"{job_ref(job)}.batch"  # 11_1.batch: tools group steps by their job's id
     state = job_state(job)
     start = real(job, "startTime")
     return {
@@ -252,7 +253,7 @@ def step_values(job: Json, now: float) -> dict[str, str]:
         "End": "Unknown" if state in ON_NODE else format_timestamp(real(job, "endTime")),
         "ExitCode": exit_code(job),
         "JobID": step_id,
-        "JobIDRaw": step_id,
+        "JobIDRaw": f"{num(job, 'jobId')}.batch",
         "JobName": "batch",
         "NCPUS": str(cpus),
         "NNodes": "1",
@@ -274,7 +275,7 @@ def srun_step_values(job: Json, step: Json, now: float) -> dict[str, str]:
     nodes = step.get("nodes", [])
     cpus = sum(num(n, "cpus") for n in nodes)
     gpus = sum(len(n.get("gpuIndices", [])) for n in nodes)
-    step_id = f"{num(job, 'jobId')}.{num(step, 'stepId')}"
+    step_id = f"{job_ref(job)}.{num(step, 'stepId')}"
     return {
         "Account": text(job, "account"),
         "AllocCPUS": str(cpus),
@@ -287,7 +288,7 @@ def srun_step_values(job: Json, step: Json, now: float) -> dict[str, str]:
         "End": "Unknown" if state == "RUNNING" else format_timestamp(end),
         "ExitCode": f"{num(step, 'exitCode')}:{num(step, 'exitSignal')}",
         "JobID": step_id,
-        "JobIDRaw": step_id,
+        "JobIDRaw": f"{num(job, 'jobId')}.{num(step, 'stepId')}",
         "JobName": text(step, "name"),
         "NCPUS": str(cpus),
         "NNodes": str(len(step.get("nodes", []))),
@@ -465,8 +466,8 @@ def field_spec(opts: dict[str, Any]) -> str:
     return ",".join(parts)
 
 
-def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> Json:
-    flt: Json = {}
+def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> t.QueryAccountingRequest:
+    flt: t.JobFilter = {}
     if opts.get("jobs"):
         flt["jobIds"] = parse_job_ids(opts["jobs"])
     if opts.get("user"):
@@ -477,7 +478,7 @@ def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> Json:
         states = parse_states(opts["state"])
         if states is not None:
             flt["states"] = wire_states(states) or ["JOB_STATE_UNSPECIFIED"]
-    request: Json = {"filter": flt}
+    request: t.QueryAccountingRequest = {"filter": flt}
     start, end = window(opts, now)
     if start:
         request["startAfter"] = start
@@ -504,6 +505,46 @@ def keep_matching(reply: Json, opts: dict[str, Any]) -> Json:
     return {**reply, "jobs": jobs}
 
 
+def with_array_tasks(api: Any, request: Json, reply: Json, wanted: str) -> Json:
+    """``-j 11`` of an array lists every task, ``-j 11_2`` that task only (Slurm's).
+
+    Tasks have consecutive raw ids from the array's id, as many as ``--array`` names,
+    so one more query over that range finds them all."""
+    from corral.jobsyntax import parse_array
+
+    arrays: dict[int, int] = {}  # array id -> task count
+    for job in reply.get("jobs", []):
+        master = num(job, "arrayJobId")
+        if master and master == num(job, "jobId"):
+            try:
+                arrays[master] = len(parse_array(text(spec_of(job), "array")).task_ids)
+            except CorralError:
+                continue
+    if not arrays:
+        return reply
+    ids = sorted({str(m + i) for m, n in arrays.items() for i in range(n)})
+    extra = api.query_accounting({**request, "filter": {**request["filter"], "jobIds": ids}})
+    by_id = {num(j, "jobId"): j for j in [*reply.get("jobs", []), *extra.get("jobs", [])]}
+    keep: list[Json] = []
+    for item in split_list(wanted):
+        base, _, task = item.split(".")[0].partition("_")
+        if not base.isdigit():
+            continue
+        for job in sorted(by_id.values(), key=lambda j: num(j, "jobId")):
+            whole = not task and (
+                num(job, "jobId") == int(base) or num(job, "arrayJobId") == int(base)
+            )
+            one = (
+                task.isdigit()
+                and num(job, "arrayJobId") == int(base)
+                and "arrayTaskId" in job
+                and num(job, "arrayTaskId") == int(task)
+            )
+            if (whole or one) and job not in keep:
+                keep.append(job)
+    return {**reply, "jobs": keep}
+
+
 def main_body(argv: Sequence[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [OPTIONS...]")
     opts, rest = parser.parse(argv)
@@ -522,7 +563,10 @@ def main_body(argv: Sequence[str]) -> int:
     parse_acct_fields(fields)  # a bad field fails before the controller is asked
     api = client()
     request = build_request(opts, api.identity.user, api.identity.uid, time.time())
-    reply = keep_matching(api.call("QueryAccounting", request), opts)
+    reply: Json = api.query_accounting(request)
+    if opts.get("jobs"):
+        reply = with_array_tasks(api, request, reply, opts["jobs"])
+    reply = keep_matching(reply, opts)
     parsable = "P" if opts.get("parsable2") else "p" if opts.get("parsable") else ""
     sys.stdout.write(
         format_accounting(

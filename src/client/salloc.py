@@ -17,10 +17,11 @@ from client.alloc import (
     release,
     request_allocation,
 )
-from client.common import client, run
+from client.common import run
 from client.jobopts import merge
 from client.options import FLAG, Option, OptionParser
 from corral import __version__
+from corral.api import connect
 
 PROG = "salloc"
 OPTIONS = (
@@ -45,12 +46,12 @@ def salloc(argv: list[str]) -> int:
         cli.pop(key, None)
     if not command:
         command = [os.environ.get("SHELL") or "/bin/sh"]
-    api = client()
+    api = connect(grpc=True)  # long-lived: gRPC, as srun inside it
     opts = merge(parser, cli, "", {})
     job_id = request_allocation(api, PROG, opts, argv, os.path.basename(command[0]))
     code, sig = 1, 0
     try:
-        job = api.call("GetJobs", {"filter": {"jobIds": [job_id]}})["jobs"][0]
+        job = api.get_jobs({"filter": {"jobIds": [job_id]}})["jobs"][0]
         env = {**os.environ, **allocation_environment(job, "")}
         proc = subprocess.Popen(command, env=env)
         # Ctrl-C is the command's (the terminal sends it there too); SIGTERM and SIGHUP

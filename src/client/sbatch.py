@@ -9,7 +9,7 @@ import sys
 from client.common import client, run
 from client.jobopts import build_parser, merge, to_spec
 from corral import __version__
-from corral.errors import CorralError, InvalidOption
+from corral.errors import ControllerUnavailable, CorralError, InvalidOption
 
 PROG = "sbatch"
 WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
@@ -66,9 +66,9 @@ def submit(argv: list[str]) -> int:
     if script_path is not None:
         spec["command"] = os.path.abspath(script_path)
     try:
-        reply = client().call("SubmitJob", {"spec": spec})
+        reply = client().submit_job({"spec": spec})
     except CorralError as exc:
-        if type(exc).__name__ == "ControllerUnavailable":
+        if isinstance(exc, ControllerUnavailable):
             raise
         raise type(exc)(f"Batch job submission failed: {exc.message}") from None
     job_id = reply.get("jobId", "0")
@@ -76,7 +76,31 @@ def submit(argv: list[str]) -> int:
         sys.stdout.write(f"{job_id}\n")
     elif not opts.get("quiet"):
         sys.stdout.write(f"Submitted batch job {job_id}\n")
+    sys.stdout.flush()
+    if opts.get("wait"):
+        return wait_for_job(str(job_id))
     return 0
+
+
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
+
+
+def wait_for_job(job_id: str) -> int:
+    """-W: return when the job (every task of an array) has ended, with its exit code:
+    the highest of the tasks', 1 for one ended by a signal (Slurm's rule)."""
+    import time
+
+    from client.common import job_state, num
+
+    api = client()
+    delay = 0.1
+    while True:
+        jobs = api.call("GetJobs", {"filter": {"jobIds": [job_id]}}).get("jobs", [])
+        if jobs and all(job_state(j) in FINAL for j in jobs):
+            break
+        time.sleep(delay)
+        delay = min(delay * 1.5, 2.0)  # short jobs return fast; long ones cost little
+    return max(1 if num(j, "exitSignal") else num(j, "exitCode") for j in jobs)
 
 
 def main() -> None:

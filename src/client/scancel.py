@@ -7,9 +7,19 @@ import re
 import signal
 import sys
 
-from client.common import client, parse_job_state, run
+from client.common import client, outcome_error, parse_job_state, run
 from client.fmt import job_filter
-from corral.errors import InvalidOption, InvalidRequest
+from corral.errors import (
+    CorralError,
+    InvalidJobId,
+    InvalidOption,
+    InvalidRequest,
+    JobStateConflict,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from corral.wire import json_types as t
 
 PROG = "scancel"
 
@@ -50,16 +60,16 @@ def cancel(argv: list[str]) -> int:
     p.add_argument("-Q", "--quiet", action="store_true")
     p.add_argument("-f", "--full", action="store_true")
     args = p.parse_args(argv)
-    flt: dict[str, object] = {}
+    flt: t.JobFilter = {}
     steps = [s for s in args.job_ids if re.fullmatch(r"\d+\.\d+", s)]
     args.job_ids = [s for s in args.job_ids if s not in steps]
     if steps:  # JOBID.STEP: those steps only
-        request_steps: dict[str, object] = {
+        request_steps: t.CancelJobsRequest = {
             "steps": [{"jobId": j, "stepId": int(st)} for j, st in (x.split(".") for x in steps)]
         }
         if args.signal:
             request_steps["signal"] = parse_signal(args.signal)
-        rc = report(client().call("CancelJobs", request_steps), args.quiet)
+        rc = report(client().cancel_jobs(request_steps), args.quiet, args.verbose)
         if not args.job_ids:
             return rc
     if args.job_ids:
@@ -79,26 +89,46 @@ def cancel(argv: list[str]) -> int:
         flt["accounts"] = [x for x in args.account.split(",") if x]
     if not flt:
         raise InvalidRequest("No job identification provided")
+    if not ({"jobIds", "arrayTasks"} & flt.keys()):
+        # filters act on active jobs only: Slurm skips finished ones, silently
+        states = flt.get("states") or sorted(ACTIVE_STATES)
+        active = [st for st in states if st in ACTIVE_STATES]
+        if not active:
+            return 0  # only finished states asked for: nothing to do
+        flt["states"] = active
     if not ({"jobIds", "arrayTasks", "users"} & flt.keys()) and api.identity.uid != 0:
         # filters without ids or users mean "my jobs", so nobody gets others' denials
         flt["users"] = [api.identity.user]
-    request: dict[str, object] = {"filter": flt}
+    request: t.CancelJobsRequest = {"filter": flt}
     if args.signal:
         request["signal"] = parse_signal(args.signal)
-    if args.batch:
+    if args.batch:  # the batch shell only; without -s, SIGKILL (a pending job: cancelled)
         request["batchOnly"] = True
         request.setdefault("signal", int(signal.SIGKILL))
-    return report(api.call("CancelJobs", request), args.quiet)
+    elif args.full and "signal" in request:  # the batch shell and its children too
+        request["full"] = True
+    return report(api.cancel_jobs(request), args.quiet, args.verbose)
 
 
-def report(reply: dict[str, object], quiet: bool) -> int:
+ACTIVE_STATES: set[t.JobState] = {"JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_COMPLETING"}
+
+
+def _already_gone(error: CorralError | None) -> bool:
+    """Slurm 22.05 says nothing (and exits 0) for an unknown or finished job."""
+    return isinstance(error, InvalidJobId) or (
+        isinstance(error, JobStateConflict) and "completed" in error.message
+    )
+
+
+def report(reply: t.CancelJobsResponse, quiet: bool, verbose: int = 0) -> int:
     rc = 0
-    outcomes: list[dict[str, object]] = reply.get("outcomes", [])  # type: ignore[assignment]
-    for outcome in outcomes:
+    for outcome in reply.get("outcomes", []):
         if outcome.get("ok"):
             continue
-        rc = 1
-        if not quiet or outcome.get("error") != "JobStateConflict":
+        gone = _already_gone(outcome_error(outcome))
+        if not gone:
+            rc = 1
+        if (not gone and not quiet) or (gone and verbose):
             sys.stderr.write(
                 f"{PROG}: error: Kill job error on job id {outcome.get('jobId')}: "
                 f"{outcome.get('message', '')}\n"

@@ -32,14 +32,17 @@ from corral.slurmfmt import format_elapsed, format_timestamp
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Any
+    from collections.abc import Callable, Sequence
+    from typing import Any, TypeVar
 
     from client.common import Json
+    from corral.wire import json_types as t
+
+    Reply = TypeVar("Reply")
 
 PROG = "scontrol"
 ON_NODE = frozenset({"RUNNING", "COMPLETING", "SUSPENDED"})
-HOLD_ACTIONS = {
+HOLD_ACTIONS: dict[str, t.JobUpdateAction] = {
     "hold": "JOB_UPDATE_HOLD",
     "uhold": "JOB_UPDATE_USER_HOLD",
     "release": "JOB_UPDATE_RELEASE",
@@ -402,6 +405,8 @@ def show(words: Sequence[str], one_liner: bool) -> int:
     if len(args) > 1:
         raise Reported("too many arguments for keyword:show")
     name = args[0] if args else ""
+    if entity in ("hostnames", "hostlist", "hostlistsorted"):
+        return show_hosts(entity, name)
     if _is(entity, "jobs", 1):
         return show_jobs(name, one_liner)
     if _is(entity, "nodes", 1):
@@ -416,30 +421,60 @@ def show(words: Sequence[str], one_liner: bool) -> int:
     raise Reported(f"invalid entity:{words[0]} for keyword:show ")
 
 
+def show_hosts(entity: str, expr: str) -> int:
+    """``hostnames``: one name a line; ``hostlist``/``hostlistsorted``: the expression.
+    With no list, SLURM_JOB_NODELIST (as Slurm's); a list starting with / is a file."""
+    import os
+
+    from corral import hostlist
+
+    expr = expr or os.environ.get("SLURM_JOB_NODELIST", "")
+    if expr.startswith("/"):
+        try:
+            with open(expr) as fh:
+                expr = ",".join(fh.read().split())
+        except OSError as exc:
+            raise Reported(f"Unable to read file {expr}: {exc.strerror}") from None
+    try:
+        names = hostlist.expand(expr) if expr else []
+    except CorralError as exc:
+        raise Reported(f"Invalid hostlist: {expr} ({exc})") from None
+    if not names:
+        raise Reported("host list is empty")
+    if entity == "hostnames":
+        sys.stdout.write("".join(n + "\n" for n in names))
+    else:
+        if entity == "hostlistsorted":
+            names.sort(key=hostlist.sort_key)
+        sys.stdout.write(hostlist.ranged(names) + "\n")
+    return 0
+
+
 def _is(word: str, keyword: str, least: int) -> bool:
     """Slurm accepts any unambiguous prefix of a keyword (``sh j``, ``show part``)."""
     return len(word) >= least and keyword.startswith(word)
 
 
-def load(method: str, request: Json, what: str) -> Json:
-    return call(client(), method, request, f"{what} error", keep=(InvalidNodeName,))
+def load(rpc: Callable[[], Reply], what: str) -> Reply:
+    return call(rpc, f"{what} error", keep=(InvalidNodeName,))
 
 
 def show_jobs(job_id: str, one_liner: bool) -> int:
-    request: Json = {}
+    request: t.GetJobsRequest = {}
     if job_id:
         try:
             request["filter"] = job_filter(job_id)
         except InvalidOption:
             raise Reported("scontrol_print_job error: Invalid job id specified") from None
-    reply = load("GetJobs", request, "slurm_load_jobs")
+    reply = load(lambda: client().get_jobs(request), "slurm_load_jobs")
     sys.stdout.write(format_jobs(reply, one_liner))
     return 0
 
 
 def show_nodes(name: str, one_liner: bool) -> int:
     try:
-        reply = load("GetNodes", {"names": [name]} if name else {}, "slurm_load_node")
+        nodes: t.GetNodesRequest = {"names": [name]} if name else {}
+        reply = load(lambda: client().get_nodes(nodes), "slurm_load_node")
     except InvalidNodeName:
         raise Reported(f"Node {name} not found") from None
     sys.stdout.write(format_nodes(reply, one_liner))
@@ -448,7 +483,8 @@ def show_nodes(name: str, one_liner: bool) -> int:
 
 def show_partitions(name: str, one_liner: bool) -> int:
     try:
-        reply = load("GetPartitions", {"names": [name]} if name else {}, "slurm_load_partitions")
+        request: t.GetPartitionsRequest = {"names": [name]} if name else {}
+        reply = load(lambda: client().get_partitions(request), "slurm_load_partitions")
     except Reported:
         if name:
             raise Reported(f"Partition {name} not found") from None  # Slurm's words
@@ -493,7 +529,7 @@ def _hold(action: str, word: str) -> list[Json]:
             bad.append({"jobId": item, "message": "Invalid job id specified"})
     outcomes: list[Json] = []
     if ids:
-        reply = client().call("UpdateJob", {"jobIds": ids, "action": HOLD_ACTIONS[action]})
+        reply = client().update_job({"jobIds": ids, "action": HOLD_ACTIONS[action]})
         outcomes = list(reply.get("outcomes", []))
     return outcomes + bad
 
@@ -512,12 +548,12 @@ OPTIONS = (
 UPDATE_KEYS = {"timelimit", "partition", "priority", "nice", "numnodes"}
 
 
-def update_request(words: Sequence[str]) -> Json:
+def update_request(words: Sequence[str]) -> t.UpdateJobRequest:
     """``update job N Key=Value...`` or ``update JobId=N Key=Value...`` as a request."""
     from corral.slurmfmt import UNLIMITED, parse_duration
 
     ids: list[str] = []
-    request: Json = {"action": "JOB_UPDATE_FIELDS"}
+    request: t.UpdateJobRequest = {"action": "JOB_UPDATE_FIELDS"}
     rest = list(words)
     if rest and rest[0].lower() == "job" and len(rest) > 1:
         ids = parse_job_ids(rest[1])
@@ -540,8 +576,12 @@ def update_request(words: Sequence[str]) -> Json:
         elif lower in ("priority", "nice", "numnodes"):
             if not value.lstrip("-").isdigit():
                 raise Reported(f"Invalid {key} value: {value}")
-            field = {"priority": "priority", "nice": "nice", "numnodes": "numNodes"}[lower]
-            request[field] = int(value)
+            if lower == "priority":
+                request["priority"] = int(value)
+            elif lower == "nice":
+                request["nice"] = int(value)
+            else:
+                request["numNodes"] = int(value)
         else:
             raise Reported(f"Update of this parameter is not supported: {word}\nRequest aborted")
     if not ids:
@@ -550,11 +590,11 @@ def update_request(words: Sequence[str]) -> Json:
     return request
 
 
-def update_node_request(words: Sequence[str]) -> Json:
+def update_node_request(words: Sequence[str]) -> t.UpdateNodeRequest:
     """``update NodeName=n[1-2] State=DRAIN|RESUME|UNDRAIN|DOWN Reason=...`` as a request."""
     from corral import hostlist
 
-    request: Json = {}
+    request: t.UpdateNodeRequest = {}
     for word in words:
         key, eq, value = word.partition("=")
         lower = key.lower()
@@ -585,10 +625,10 @@ def update(words: Sequence[str]) -> int:
     if not words:
         raise Reported("too few arguments for keyword:update")
     if any(w.lower().startswith(("nodename=", "node=")) for w in words):
-        client().call("UpdateNode", update_node_request(words))
+        client().update_node(update_node_request(words))
         return 0
     request = update_request(words)
-    reply = client().call("UpdateJob", request)
+    reply = client().update_job(request)
     lines = hold_messages(reply.get("outcomes", []))
     if lines:
         sys.stderr.write(
@@ -602,7 +642,7 @@ def top(words: Sequence[str]) -> int:
     if not words:
         raise Reported("too few arguments for keyword:top")
     ids = [i for w in words for i in parse_job_ids(w)]
-    reply = client().call("UpdateJob", {"jobIds": ids, "action": "JOB_UPDATE_TOP"})
+    reply = client().update_job({"jobIds": ids, "action": "JOB_UPDATE_TOP"})
     lines = hold_messages(reply.get("outcomes", []))
     if lines:
         sys.stderr.write("".join(line + "\n" for line in lines))

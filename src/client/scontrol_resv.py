@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from client.common import Json
+    from corral.wire import json_types as t
 
 TEN_YEARS_S = 10 * 365 * 86400
 
@@ -62,9 +63,9 @@ def _duration(value: str) -> int:
     return TEN_YEARS_S if seconds == UNLIMITED else seconds
 
 
-def reservation_from(words: Sequence[str]) -> Json:
+def reservation_from(words: Sequence[str]) -> t.Reservation:
     p = _pairs(words)
-    resv: Json = {}
+    resv: t.Reservation = {}
     known = {
         "reservationname",
         "starttime",
@@ -110,7 +111,7 @@ def create(words: Sequence[str]) -> str:
         words = words[1:]
     resv = reservation_from(words)
     reply = call(
-        client(), "CreateReservation", {"reservation": resv}, "Error creating the reservation"
+        lambda: client().create_reservation({"reservation": resv}), "Error creating the reservation"
     )
     return f"Reservation created: {text(reply, 'name')}\n"
 
@@ -119,13 +120,24 @@ def update(words: Sequence[str]) -> None:
     resv = reservation_from(words)
     if "name" not in resv:
         raise Reported("Reservation name missing\nRequest aborted")
-    request: Json = {"name": resv.pop("name")}
-    for key in ("startTime", "endTime", "durationS", "nodes", "users", "accounts", "flags"):
-        if key in resv:
-            request[key] = resv.pop(key)
+    request: t.UpdateReservationRequest = {"name": resv.pop("name")}
+    if "startTime" in resv:
+        request["startTime"] = resv.pop("startTime")
+    if "endTime" in resv:
+        request["endTime"] = resv.pop("endTime")
+    if "durationS" in resv:
+        request["durationS"] = resv.pop("durationS")
+    if "nodes" in resv:
+        request["nodes"] = resv.pop("nodes")
+    if "users" in resv:
+        request["users"] = resv.pop("users")
+    if "accounts" in resv:
+        request["accounts"] = resv.pop("accounts")
+    if "flags" in resv:
+        request["flags"] = resv.pop("flags")
     if resv:
         raise Reported(f"Update of {sorted(resv)[0]} is not supported\nRequest aborted")
-    call(client(), "UpdateReservation", request, "Error updating the reservation")
+    call(lambda: client().update_reservation(request), "Error updating the reservation")
 
 
 def delete(words: Sequence[str]) -> None:
@@ -133,7 +145,7 @@ def delete(words: Sequence[str]) -> None:
     name = p.get("reservationname") or (words[1] if len(words) > 1 else "")
     if not name:
         raise Reported("invalid delete request: give ReservationName=NAME")
-    call(client(), "DeleteReservation", {"name": name}, "Error deleting the reservation")
+    call(lambda: client().delete_reservation({"name": name}), "Error deleting the reservation")
 
 
 def _hms(seconds: float) -> str:
@@ -173,9 +185,9 @@ def format_reservations(reply: Json, one_liner: bool = False) -> str:
 
 
 def show(name: str, one_liner: bool) -> str:
-    request: Json = {"names": [name]} if name else {}
+    request: t.GetReservationsRequest = {"names": [name]} if name else {}
     try:
-        reply = call(client(), "GetReservations", request, "slurm_load_reservations error")
+        reply = call(lambda: client().get_reservations(request), "slurm_load_reservations error")
     except Reported:
         if name:
             raise Reported(f"Reservation {name} not found") from None

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from client.common import Json
+    from corral.wire import json_types as t
 
 PROG = "sinfo"
 MIN_FIELD = 9  # the narrowest PARTITION / NODELIST column Slurm sizes to fit
@@ -494,12 +495,12 @@ def main_body(argv: Sequence[str]) -> int:
     if opts is None:
         return 0
     api = client()
-    request: Json = {}
+    request: t.GetPartitionsRequest = {}
     if opts.get("partition"):
         request["names"] = split_list(opts["partition"])
     try:
-        partitions = call(api, "GetPartitions", request, "slurm_load_partitions")
-        reply = call(api, "GetNodes", {}, "slurm_load_node")
+        partitions = call(lambda: api.get_partitions(request), "slurm_load_partitions")
+        reply = call(lambda: api.get_nodes({}), "slurm_load_node")
     except Reported as exc:
         sys.stderr.write(exc.message + "\n")
         return 1

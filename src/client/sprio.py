@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from client.common import Json
+    from corral.wire import json_types as t
 
 PROG = "sprio"
 DEFAULT_FORMAT = "%.15i %9r %.10Y %.10S %.10A %.10B %.10F %.10J %.10P %.10Q %20T"
@@ -163,19 +164,19 @@ def main_body(argv: Sequence[str]) -> int:
         return 0
     api = client()
     try:
-        info = call(api, "GetClusterInfo", {}, "sprio")
+        info = call(lambda: api.get_cluster_info({}), "sprio")
         weights = {k: int(v) for k, v in (info.get("priorityWeights") or {}).items()}
         if opts.get("weights"):
             sys.stdout.write(format_weights(weights))
             return 0
-        flt: Json = {"states": ["JOB_STATE_PENDING"]}
+        flt: t.JobFilter = {"states": ["JOB_STATE_PENDING"]}
         if opts.get("jobs"):
             flt["jobIds"] = parse_job_ids(opts["jobs"])
         if opts.get("user"):
             flt["users"] = parse_users(opts["user"])
         if opts.get("partition"):
             flt["partitions"] = split_list(opts["partition"])
-        jobs = call(api, "GetJobs", {"filter": flt}, "sprio")
+        jobs = call(lambda: api.get_jobs({"filter": flt}), "sprio")
     except Reported as exc:
         sys.stderr.write(exc.message + "\n")
         return 1

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from client.common import Json
+    from corral.wire import json_types as t
 
 PROG = "squeue"
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
@@ -362,18 +363,21 @@ OPTIONS = (
 )
 
 
-def build_filter(opts: dict[str, Any], me: str) -> tuple[Json, set[str] | None]:
+def build_filter(opts: dict[str, Any], me: str) -> tuple[t.JobFilter, set[str] | None]:
     """The GetJobs filter, and the state set to show (None: all)."""
-    flt: Json = {}
+    flt: t.JobFilter = {}
     if opts.get("jobs"):
         flt.update(job_filter(opts["jobs"]))
     if opts.get("user"):
         flt["users"] = parse_users(opts["user"])
     if opts.get("me"):
         flt["users"] = [me]
-    for opt, key in (("name", "names"), ("partition", "partitions"), ("account", "accounts")):
-        if opts.get(opt):
-            flt[key] = split_list(opts[opt])
+    if opts.get("name"):
+        flt["names"] = split_list(opts["name"])
+    if opts.get("partition"):
+        flt["partitions"] = split_list(opts["partition"])
+    if opts.get("account"):
+        flt["accounts"] = split_list(opts["account"])
     states: set[str] | None = set(ACTIVE_STATES)
     if opts.get("start"):
         states = {"PENDING"}
@@ -384,7 +388,7 @@ def build_filter(opts: dict[str, Any], me: str) -> tuple[Json, set[str] | None]:
     return flt, states
 
 
-def on_nodes(reply: Json, nodelist: str) -> Json:
+def on_nodes(reply: t.GetJobsResponse, nodelist: str) -> t.GetJobsResponse:
     """Only the jobs that run on one of ``nodelist``'s nodes (``-w``)."""
     from corral import hostlist
 
@@ -426,7 +430,7 @@ def main_body(argv: Sequence[str]) -> int:
     api = client()
     flt, states = build_filter(opts, api.identity.user)
     try:
-        reply = call(api, "GetJobs", {"filter": flt}, "slurm_load_jobs error")
+        reply = call(lambda: api.get_jobs({"filter": flt}), "slurm_load_jobs error")
     except Reported as exc:
         sys.stderr.write(exc.message + "\n")
         return 1

@@ -18,16 +18,20 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from client.alloc import allocation_options, release, request_allocation, say
-from client.common import client, run
+from client.common import run
 from client.jobopts import export_environment, merge, parse_gpus
 from client.options import FLAG, OPTIONAL, Option, OptionParser
 from corral import __version__
+from corral.api import Controller, connect
 from corral.errors import CorralError, InvalidOption, StepBusy
 from corral.patterns import expand_pattern
 from corral.tasks import validate_gpu_bind
+
+if TYPE_CHECKING:
+    from corral.wire import json_types as t
 
 PROG = "srun"
 STEP_OPTIONS = (
@@ -90,7 +94,7 @@ def srun(argv: list[str]) -> int:
             float(cli["wait"])
         except ValueError:
             raise InvalidOption(f"Invalid --wait value: {cli['wait']}") from None
-    api = client()
+    api = connect(grpc=True)  # srun streams over gRPC anyway: the controller too
     job_id = str(cli.get("jobid") or os.environ.get("SLURM_JOB_ID", ""))
     mine = not job_id
     if mine:
@@ -108,10 +112,8 @@ def srun(argv: list[str]) -> int:
 _STEP_DESTS = {o.dest for o in STEP_OPTIONS} | {"export"}
 
 
-def step_spec(
-    job_id: str, cli: dict[str, Any], command: list[str], argv: list[str]
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {
+def step_spec(job_id: str, cli: dict[str, Any], command: list[str], argv: list[str]) -> t.StepSpec:
+    spec: t.StepSpec = {
         "jobId": job_id,
         "name": os.path.basename(command[0]),
         "argv": command,
@@ -122,22 +124,26 @@ def step_spec(
         if not low.isdigit() or int(low) < 1:
             raise InvalidOption(f"Invalid node count specification: {cli['nodes']}")
         spec["numNodes"] = int(low)
-    for dest, field in (
-        ("ntasks", "ntasks"),
-        ("ntasks_per_node", "ntasksPerNode"),
-        ("cpus_per_task", "cpusPerTask"),
-        ("nodelist", "nodelist"),
-        ("exclude", "exclude"),
-        ("distribution", "distribution"),
-        ("gpu_bind", "gpuBind"),
-    ):
-        if dest in cli:
-            spec[field] = cli[dest]
+    if "ntasks" in cli:
+        spec["ntasks"] = cli["ntasks"]
+    if "ntasks_per_node" in cli:
+        spec["ntasksPerNode"] = cli["ntasks_per_node"]
+    if "cpus_per_task" in cli:
+        spec["cpusPerTask"] = cli["cpus_per_task"]
+    if "nodelist" in cli:
+        spec["nodelist"] = cli["nodelist"]
+    if "exclude" in cli:
+        spec["exclude"] = cli["exclude"]
+    if "distribution" in cli:
+        spec["distribution"] = cli["distribution"]
+    if "gpu_bind" in cli:
+        spec["gpuBind"] = cli["gpu_bind"]
     if "gpus_per_task" in cli:
         spec["gpusPerTask"] = parse_gpus(cli["gpus_per_task"], "--gpus-per-task")[1]
-    for flag in ("exact", "overlap"):
-        if cli.get(flag):
-            spec[flag] = True
+    if cli.get("exact"):
+        spec["exact"] = True
+    if cli.get("overlap"):
+        spec["overlap"] = True
     return spec
 
 
@@ -202,11 +208,17 @@ class Output:
 
 class Step:
     def __init__(
-        self, api: Any, job_id: str, cli: dict[str, Any], command: list[str], argv: list[str]
+        self,
+        api: Controller,
+        job_id: str,
+        cli: dict[str, Any],
+        command: list[str],
+        argv: list[str],
     ) -> None:
         self.api, self.job_id, self.cli, self.command, self.argv = api, job_id, cli, command, argv
         self.exits: dict[int, tuple[int, int]] = {}
         self.queues: dict[str, asyncio.Queue[Any]] = {}
+        self.started: dict[str, asyncio.Event] = {}
         self.done_nodes: set[str] = set()  # nodes whose tasks all ended
         self.interrupted_at = 0.0
         self.killed = False
@@ -218,8 +230,8 @@ class Step:
         from corral.wire import corral_pb2 as pb
 
         reply = await self._create_step()
-        step = json_format.ParseDict(reply["step"], pb.Step())
-        job = json_format.ParseDict(reply["job"], pb.Job())
+        step = json_format.ParseDict(dict(reply["step"]), pb.Step())
+        job = json_format.ParseDict(dict(reply["job"]), pb.Job())
         self.step, self.job, self.pb = step, job, pb
         self.output = Output(self.cli, job, step)
         self.name = f"StepId={job.job_id}.{step.step_id}"
@@ -241,8 +253,7 @@ class Step:
             codes = [c for c, killed in self.exits.values() if not killed]
             # the job may have ended (scancel): the step ended with it
             with contextlib.suppress(CorralError):
-                self.api.call(
-                    "CompleteStep",
+                self.api.complete_step(
                     {
                         "jobId": str(job.job_id),
                         "stepId": step.step_id,
@@ -252,13 +263,13 @@ class Step:
                 )
         return code, sig
 
-    async def _create_step(self) -> dict[str, Any]:
+    async def _create_step(self) -> t.CreateStepResponse:
         """CreateStep; while other steps hold what this one needs, wait (Slurm's words)."""
         spec = step_spec(self.job_id, self.cli, self.command, self.argv)
         waited = False
         while True:
             try:
-                reply: dict[str, Any] = self.api.call("CreateStep", {"spec": spec})
+                reply = self.api.create_step({"spec": spec})
             except StepBusy:
                 if not waited:
                     say(
@@ -309,6 +320,10 @@ class Step:
 
         async def requests(node: Any, port: int) -> AsyncIterator[Any]:
             yield start_for(node, port)
+            # nothing more before the node answered: a write racing a refusal would
+            # turn its reason into gRPC's INTERNAL. After that, noded keeps the stream
+            # open until this side half-closes, so no write can meet a finished call.
+            await self.started[node.node].wait()
             queue = self.queues[node.node]
             while True:
                 item = await queue.get()
@@ -336,6 +351,7 @@ class Step:
 
         for n in step.nodes:
             self.queues[n.node] = asyncio.Queue()
+            self.started[n.node] = asyncio.Event()
         stubs = {name: pbg.NodeAgentStub(ch) for name, ch in channels.items()}
         try:
             head = stubs[first.node].RunTasks(requests(first, 0))
@@ -345,7 +361,7 @@ class Step:
                 detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
                 raise CorralError(f"{first.node}: {detail}") from None
             port = getattr(getattr(started, "started", None), "master_port", 0)
-            workers = [asyncio.create_task(consume(first, head))]
+            workers = [asyncio.create_task(consume(first, head, started))]
             for n in step.nodes[1:]:
                 workers.append(
                     asyncio.create_task(consume(n, stubs[n.node].RunTasks(requests(n, port))))
@@ -393,7 +409,9 @@ class Step:
 
     def _event(self, node: Any, event: Any) -> None:
         what = event.WhichOneof("what")
-        if what == "output":
+        if what == "started":
+            self.started[node.node].set()
+        elif what == "output":
             self.output.write(event.output.rank, event.output.stderr, event.output.data)
         elif what == "exit":
             ex = event.exit
@@ -444,6 +462,7 @@ class Step:
         if name not in self.done_nodes:
             self.done_nodes.add(name)
             self.queues[name].put_nowait(None)  # ends that node's request stream
+            self.started[name].set()  # a node that failed before starting: end it too
 
     def _kill_all(self) -> None:
         self.killed = True

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from client.common import Json
+    from corral.wire import json_types as t
 
 PROG = "sshare"
 # (header, width, right-justified)
@@ -103,7 +104,7 @@ def main_body(argv: Sequence[str]) -> int:
     if opts is None:
         return 0
     api = client()
-    request: Json = {}
+    request: t.GetSharesRequest = {}
     if opts.get("accounts"):
         request["accounts"] = split_list(opts["accounts"])
     if opts.get("users"):
@@ -111,7 +112,7 @@ def main_body(argv: Sequence[str]) -> int:
     elif not opts.get("all"):
         request["users"] = [api.identity.user]
     try:
-        reply = call(api, "GetShares", request, "sshare")
+        reply = call(lambda: api.get_shares(request), "sshare")
     except Reported as exc:
         sys.stderr.write(exc.message + "\n")
         return 1

@@ -105,7 +105,7 @@ def main_args(argv: list[str]) -> int:
         raise InvalidOption("usage: corral why JOBID")
     (job_id,) = parse_job_ids(argv[0])
     try:
-        reply = call(client(), "ExplainJob", {"jobId": job_id}, "corral why")
+        reply = call(lambda: client().explain_job({"jobId": job_id}), "corral why")
     except Reported as exc:
         sys.stderr.write(exc.message + "\n")
         return 1

@@ -134,16 +134,24 @@ class SchedulerConfig:
     backfill: bool = True
     reserve_depth: int = 1  # 1: EASY backfill; large: conservative
     forecast_depth: int = 100  # further blocked jobs that get an expected start
-    placement: str = "pack"  # "pack" (best fit) or "firstfit"
+    placement: str = "pack"  # "pack" (best fit), "firstfit" or "frag" (fragmentation-aware)
     kill_invalid_depend: bool = False  # cancel jobs whose dependency can never be met
     max_array_size: int = 1001  # Slurm's MaxArraySize: array task ids stay below it
+    # plan backfill and forecasts with run times predicted from each user's history
+    # (false: by time limits only); jobs are always killed at their own limits
+    predict: bool = True
+    backfill_order: str = (
+        "shortest"  # backfill candidates: "shortest" predicted first, or "priority"
+    )
 
 
 @dataclass(frozen=True)
 class PriorityConfig:
-    weight_age: int = 1000
+    # the defaults are the policy measured best in replays (docs/simulator.md): age
+    # strong enough to overtake any fair-share gap within days, no job-size factor
+    weight_age: int = 20000
     weight_fairshare: int = 10000
-    weight_job_size: int = 1000
+    weight_job_size: int = 0
     weight_partition: int = 1000
     weight_qos: int = 1000
     max_age_s: int = 7 * 86400
@@ -464,8 +472,11 @@ def _partition(sec: _Section, known_nodes: set[str]) -> PartitionConfig:
 def _scheduler(sec: _Section) -> SchedulerConfig:
     d = SchedulerConfig()
     placement = sec.get("placement", str, d.placement)
-    if placement not in ("pack", "firstfit"):
-        raise ConfigError(f"{sec.key('placement')}: must be pack or firstfit")
+    if placement not in ("pack", "firstfit", "frag"):
+        raise ConfigError(f"{sec.key('placement')}: must be pack, firstfit or frag")
+    order = sec.get("backfill_order", str, d.backfill_order)
+    if order not in ("shortest", "priority"):
+        raise ConfigError(f"{sec.key('backfill_order')}: must be shortest or priority")
     cfg = SchedulerConfig(
         backfill=sec.get("backfill", bool, d.backfill),
         reserve_depth=sec.positive("reserve_depth", d.reserve_depth),
@@ -473,6 +484,8 @@ def _scheduler(sec: _Section) -> SchedulerConfig:
         placement=placement,
         kill_invalid_depend=sec.get("kill_invalid_depend", bool, d.kill_invalid_depend),
         max_array_size=sec.positive("max_array_size", d.max_array_size, allow_zero=False),
+        predict=sec.get("predict", bool, d.predict),
+        backfill_order=order,
     )
     sec.done()
     return cfg

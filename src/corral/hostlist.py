@@ -129,3 +129,48 @@ def _ranges(numbers: list[int], width: int) -> str:
         if n is not None:
             start = prev = n
     return ",".join(spans)
+
+
+def ranged(names: list[str]) -> str:
+    """Slurm's ``scontrol show hostlist``: names in their given order, duplicates kept;
+    neighbours that continue a run merge (``n1,n2,n3`` -> ``n[1-3]``), and runs that
+    follow each other with one prefix share brackets (``n3,n1,n2`` -> ``n[3,1-2]``)."""
+    groups: list[tuple[str, int, list[list[int]]] | str] = []
+    for name in names:
+        m = _NUMERIC_TAIL.match(name)
+        if not m:
+            groups.append(name)
+            continue
+        prefix, digits = m.group(1), m.group(2)
+        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
+        n = int(digits)
+        last = groups[-1] if groups else None
+        if isinstance(last, tuple) and last[:2] == (prefix, width):
+            spans = last[2]
+            if spans[-1][1] + 1 == n:
+                spans[-1][1] = n
+            else:
+                spans.append([n, n])
+        else:
+            groups.append((prefix, width, [[n, n]]))
+    out: list[str] = []
+    for g in groups:
+        if isinstance(g, str):
+            out.append(g)
+            continue
+        prefix, width, spans = g
+        text = ",".join(
+            str(lo).zfill(width) if lo == hi else f"{str(lo).zfill(width)}-{str(hi).zfill(width)}"
+            for lo, hi in spans
+        )
+        single = len(spans) == 1 and spans[0][0] == spans[0][1]
+        out.append(f"{prefix}{text}" if single else f"{prefix}[{text}]")
+    return ",".join(out)
+
+
+def sort_key(name: str) -> tuple[str, int, int, str]:
+    """Slurm's hostlist order: by prefix, then number (``n2`` before ``n10``)."""
+    m = _NUMERIC_TAIL.match(name)
+    if not m:
+        return (name, -1, 0, name)
+    return (m.group(1), len(m.group(2)) if m.group(2).startswith("0") else 0, int(m.group(2)), name)

@@ -1,8 +1,8 @@
-"""A tiny client for ctld's JSON gateway, standard library only.
+"""The HTTP/JSON transport to ctld's gateway, standard library only.
 
-The short-lived commands (sbatch, squeue, ...) call ctld through this instead of
-gRPC: ``import grpc`` alone costs more than the whole budget of a command. The
-messages are the proto's own, in proto3's JSON mapping (camelCase keys, enums as
+corral.api's HttpController (the typed client the short-lived commands use) sends
+through this instead of gRPC: ``import grpc`` alone costs more than the whole budget
+of a command. The messages are the proto's own, in proto3's JSON mapping (camelCase keys, enums as
 names, 64-bit integers as strings), posted to ``/corral.v1.Controller/<Method>``.
 """
 
@@ -13,7 +13,6 @@ import os
 import socket
 
 from corral.errors import ControllerUnavailable, CorralError, from_wire
-from corral.identity import GID_KEY, UID_KEY, USER_KEY, Identity, current_identity
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
@@ -49,50 +48,43 @@ def controller_address() -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class Client:
-    """Calls one Controller method per request; each call is one short connection."""
-
-    def __init__(
-        self,
-        address: tuple[str, int] | None = None,
-        identity: Identity | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        self.address = address or controller_address()
-        self.identity = identity or current_identity()
-        self.timeout = timeout or float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
-
-    def call(self, method: str, request: dict[str, Any]) -> dict[str, Any]:
-        body = json.dumps(request, separators=(",", ":")).encode()
-        host = self.address[0]
-        head = (
-            f"POST /corral.v1.Controller/{method} HTTP/1.1\r\n"
-            f"Host: {host}\r\n"
-            "Content-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n"
-            f"{USER_KEY}: {self.identity.user}\r\n"
-            f"{UID_KEY}: {self.identity.uid}\r\n"
-            f"{GID_KEY}: {self.identity.gid}\r\n"
-            "Connection: close\r\n\r\n"
-        ).encode()
-        try:
-            # an ASCII host as bytes skips the idna codec import (~2.5 ms per command)
-            host_arg: str | bytes = host.encode() if host.isascii() else host
-            port = self.address[1]
-            with socket.create_connection((host_arg, port), timeout=self.timeout) as sock:  # type: ignore[arg-type]
-                sock.sendall(head + body)
-                chunks = []
-                while True:
-                    chunk = sock.recv(262144)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-        except OSError as exc:
-            raise ControllerUnavailable(
-                f"Unable to contact slurm controller (connect failure) at "
-                f"{self.address[0]}:{self.address[1]}: {exc.strerror or exc}"
-            ) from None
-        return _parse_response(b"".join(chunks))
+def post(
+    address: tuple[str, int],
+    method: str,
+    request: Any,
+    headers: list[tuple[str, str]],
+    timeout: float,
+) -> Any:
+    """One Controller call: the request as proto3 JSON on one short connection; the
+    reply as parsed JSON, or the CorralError the gateway named."""
+    body = json.dumps(request, separators=(",", ":")).encode()
+    host = address[0]
+    extra = "".join(f"{k}: {v}\r\n" for k, v in headers)
+    head = (
+        f"POST /corral.v1.Controller/{method} HTTP/1.1\r\n"
+        f"Host: {host}\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        f"{extra}"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    try:
+        # an ASCII host as bytes skips the idna codec import (~2.5 ms per command)
+        host_arg: str | bytes = host.encode() if host.isascii() else host
+        with socket.create_connection((host_arg, address[1]), timeout=timeout) as sock:  # type: ignore[arg-type]
+            sock.sendall(head + body)
+            chunks = []
+            while True:
+                chunk = sock.recv(262144)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except OSError as exc:
+        raise ControllerUnavailable(
+            f"Unable to contact slurm controller (connect failure) at "
+            f"{address[0]}:{address[1]}: {exc.strerror or exc}"
+        ) from None
+    return _parse_response(b"".join(chunks))
 
 
 def _parse_response(raw: bytes) -> dict[str, Any]:

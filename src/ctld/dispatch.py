@@ -5,16 +5,12 @@ from __future__ import annotations
 import grpc
 from grpc import aio
 
-from corral.errors import ControllerUnavailable, CorralError
+from corral.errors import CorralError, NodeUnreachable
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from ctld.nodes import NodeRecord
 
 RPC_TIMEOUT_S = 10.0
-
-
-class NodeUnreachable(ControllerUnavailable):
-    """A node agent did not answer (travels like ControllerUnavailable: UNAVAILABLE)."""
 
 
 class GrpcDispatcher:

@@ -3,8 +3,10 @@
 Everything here is read off a plan or computed by running the same pure ``schedule``
 on a copy of the snapshot with one thing changed (fewer GPUs, a shorter limit, another
 partition), so a suggestion is never a guess. The plan assumes every running job runs
-to its time limit; the "likely" start corrects that with how long recently finished
-jobs really ran against their limits.
+to its time limit, unless the scheduler plans with predicted run times
+(``scheduler.predict``): then the plan already is the likely start, and a blocker's
+likely end is its prediction. By limits only, the "likely" start corrects the plan with
+how long recently finished jobs really ran against their limits.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 from ctld.sched import INFINITY, JobRequest, Plan, Snapshot, schedule
 from ctld.sched.model import Forecast
+from ctld.sched.predict import expected_end
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,10 +80,15 @@ def explain(
             continue
         began = starts_of(other)
         limit = run.end_time - began
-        likely = max(snap.now, began + median * limit) if run.end_time != INFINITY else INFINITY
+        if snap.settings.predict and run.predicted_s > 0:
+            likely = expected_end(began, run.predicted_s, run.end_time, snap.now)
+        elif run.end_time != INFINITY:
+            likely = max(snap.now, began + median * limit)
+        else:
+            likely = INFINITY
         blockers.append(Blocker(other, tuple(p.node for p in run.placements), run.end_time, likely))
     likely_start = earliest = forecast.start if forecast else 0.0
-    if forecast and blockers and forecast.start != INFINITY:
+    if forecast and blockers and forecast.start != INFINITY and not snap.settings.predict:
         # When running jobs end early, the whole plan behind them moves up by as much
         # (reservations of jobs ahead included): shift the forecast by their slack.
         last = max(b.expected_end for b in blockers)

@@ -2,9 +2,10 @@
 
 ``POST /corral.v1.Controller/<Method>`` with the request message in proto3's JSON
 mapping returns the response message the same way; errors return a JSON object
-``{"error": <CorralError class>, "code": <gRPC status>, "message": ...}`` with an
-HTTP status to match. The short-lived commands use it (a Python command that
-imports grpc cannot start in under ~200 ms); the proto stays the one schema.
+``{"error": <CorralError class>, "code": <gRPC status>, "message": ...}`` with the
+class's own ``http_status`` (corral/errors.py holds the one table). The short-lived
+commands use it (a Python command that imports grpc cannot start in under ~200 ms);
+the proto stays the one schema.
 """
 
 from __future__ import annotations
@@ -19,21 +20,10 @@ from ctld.rpc import ControllerApi
 log = structlog.get_logger("ctld.gateway")
 MAX_BODY = 8 * 1024 * 1024  # a 4 MiB script plus its environment, with room
 
-_HTTP_STATUS = {
-    "INVALID_ARGUMENT": 400,
-    "NOT_FOUND": 404,
-    "PERMISSION_DENIED": 403,
-    "UNAUTHENTICATED": 401,
-    "FAILED_PRECONDITION": 409,
-    "UNAVAILABLE": 503,
-    "INTERNAL": 500,
-    "UNKNOWN": 500,
-}
-
 
 def _error(exc: CorralError) -> web.Response:
     body = {"error": type(exc).__name__, "code": exc.grpc_code, "message": exc.message}
-    return web.json_response(body, status=_HTTP_STATUS.get(exc.grpc_code, 500))
+    return web.json_response(body, status=exc.http_status)
 
 
 def make_app(api: ControllerApi) -> web.Application:

@@ -6,6 +6,8 @@ them, and only then wakes the scheduler and sends signals.
 
 from __future__ import annotations
 
+import signal
+
 import structlog
 
 from corral.errors import (
@@ -161,8 +163,9 @@ class Intake:
         for job in targets:
             try:
                 self.policy.check_job(who, job, "signal" if req.signal else "cancel")
-                if req.signal:
-                    self._signal_job(job, req.signal, req.batch_only, cause, now)
+                pending_kill = req.signal == signal.SIGKILL and job.state == js.PENDING
+                if req.signal and not pending_kill:  # Slurm: SIGKILL cancels a pending job
+                    self._signal_job(job, req.signal, req.batch_only, cause, now, req.full)
                 else:
                     self.endings.cancel(job, cause, now)
                     job.cancelled_by_uid = who.uid
@@ -176,7 +179,9 @@ class Intake:
         self.outbox.flush()
         return outcomes
 
-    def _signal_job(self, job: pb.Job, sig: int, batch_only: bool, cause: str, now: float) -> None:
+    def _signal_job(
+        self, job: pb.Job, sig: int, batch_only: bool, cause: str, now: float, full: bool
+    ) -> None:
         if not 0 < sig < 65:
             raise InvalidRequest(f"Invalid signal {sig}")
         if job.state == js.PENDING:
@@ -191,7 +196,7 @@ class Intake:
                     self.outbox.put(node, pb.SignalJobRequest(job_id=job.job_id, signal=sig))
         self.outbox.put(
             self.outbox.batch_node(job),
-            pb.SignalJobRequest(job_id=job.job_id, signal=sig, batch_only=batch_only),
+            pb.SignalJobRequest(job_id=job.job_id, signal=sig, batch_only=batch_only, full=full),
         )
 
     async def update_hold(self, who: Identity, req: pb.UpdateJobRequest) -> list[pb.CancelOutcome]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 
 from corral import hostlist
 from corral.config import ClusterConfig
-from corral.errors import CorralError, InvalidRequest
+from corral.errors import CorralError, ReservationInvalid
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from ctld.sched import ReservationView
@@ -24,10 +24,6 @@ KNOWN_FLAGS = frozenset(
 )
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 MAX_WINDOW_S = 10 * 365 * 86400
-
-
-class ReservationInvalid(InvalidRequest):
-    slurm_message = "Requested reservation is invalid"
 
 
 class Reservations:

@@ -3,7 +3,9 @@
 ``ControllerApi`` holds the Controller methods, independent of transport: the gRPC
 servicer and the HTTP/JSON gateway both call it with a parsed request and the
 caller's metadata, so the two transports cannot drift apart. Errors leave as
-CorralError; each transport maps them with the class's own ``grpc_code``.
+CorralError; each transport maps them with the class's own ``grpc_code`` or
+``http_status``. Both services are registered from the generated method table
+(corral/wire/methods.py): one handler per RPC, found by its Python name.
 """
 
 from __future__ import annotations
@@ -15,19 +17,18 @@ from typing import Any
 
 import grpc
 import structlog
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from corral import __version__
-from corral.errors import CorralError, InvalidRequest
+from corral.errors import ERROR_METADATA_KEY, CorralError, InvalidRequest
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
-from corral.wire import corral_pb2_grpc as pbg
+from corral.wire.methods import CONTROLLER, NODE_CONTROLLER, PYTHON_NAMES, SERVICES
 from ctld.auth import Authenticator
 from ctld.cluster import Cluster
 from ctld.jsonmap import Skip, message_to_json
 
 log = structlog.get_logger("ctld.rpc")
-ERROR_KEY = "x-corral-error"  # trailing metadata: the CorralError class name
 
 Handler = Callable[[Any, Identity], Awaitable[Message]]
 
@@ -53,25 +54,10 @@ class ControllerApi:
         self.cluster = cluster
         self.auth = auth
         self._job_json: dict[tuple[int, tuple[bool, bool]], tuple[int, bytes]] = {}
+        # one handler per RPC of the generated table (a missing one fails here, at start)
         self.methods: dict[str, tuple[type[Message], Handler]] = {
-            "SubmitJob": (pb.SubmitJobRequest, self.submit_job),
-            "CancelJobs": (pb.CancelJobsRequest, self.cancel_jobs),
-            "GetJobs": (pb.GetJobsRequest, self.get_jobs),
-            "QueryAccounting": (pb.QueryAccountingRequest, self.query_accounting),
-            "GetNodes": (pb.GetNodesRequest, self.get_nodes),
-            "GetPartitions": (pb.GetPartitionsRequest, self.get_partitions),
-            "UpdateJob": (pb.UpdateJobRequest, self.update_job),
-            "GetClusterInfo": (pb.GetClusterInfoRequest, self.get_cluster_info),
-            "GetShares": (pb.GetSharesRequest, self.get_shares),
-            "ExplainJob": (pb.ExplainJobRequest, self.explain_job),
-            "CreateReservation": (pb.CreateReservationRequest, self.create_reservation),
-            "UpdateReservation": (pb.UpdateReservationRequest, self.update_reservation),
-            "DeleteReservation": (pb.DeleteReservationRequest, self.delete_reservation),
-            "GetReservations": (pb.GetReservationsRequest, self.get_reservations),
-            "UpdateNode": (pb.UpdateNodeRequest, self.update_node),
-            "CreateStep": (pb.CreateStepRequest, self.create_step),
-            "CompleteStep": (pb.CompleteStepRequest, self.complete_step),
-            "CompleteJob": (pb.CompleteJobRequest, self.complete_job),
+            name: (getattr(pb, req), getattr(self, PYTHON_NAMES[name]))
+            for name, (req, _resp, _cs, _ss) in SERVICES[CONTROLLER].items()
         }
 
     async def call(self, method: str, request: Message, metadata: Mapping[str, str]) -> Message:
@@ -247,129 +233,108 @@ def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
 
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: CorralError) -> None:
-    context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
+    context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
     await context.abort(getattr(grpc.StatusCode, exc.grpc_code), exc.message)
 
 
-class ControllerServicer(pbg.ControllerServicer):
-    """gRPC adapter: metadata in, CorralError out as its status code."""
+class _Garbled:
+    """A request body that did not parse: the handler answers INVALID_ARGUMENT (grpc
+    itself would answer UNKNOWN for a deserializer that raises)."""
 
-    def __init__(self, api: ControllerApi) -> None:
-        self.api = api
+    def __init__(self, type_name: str, error: Exception) -> None:
+        self.error = InvalidRequest(f"malformed {type_name}: {error or 'cannot parse'}")
 
-    async def _call(
-        self, name: str, request: Message, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> Any:
+
+def _parser(req_type: type[Message]) -> Callable[[bytes], Message | _Garbled]:
+    def parse(data: bytes) -> Message | _Garbled:
         try:
-            return await self.api.call(name, request, _metadata(context))
+            return req_type.FromString(data)
+        except (DecodeError, ValueError) as exc:
+            return _Garbled(req_type.__name__, exc)
+
+    return parse
+
+
+Call = Callable[[str, Message, Mapping[str, str]], Awaitable[Message]]
+
+
+def _behavior(name: str, call: Call) -> Callable[..., Awaitable[Message]]:
+    async def behavior(
+        request: Message | _Garbled, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Message:
+        try:
+            if isinstance(request, _Garbled):
+                raise request.error
+            return await call(name, request, _metadata(context))
         except CorralError as exc:
             await _abort(context, exc)
             raise  # unreachable: abort raises
+        except Exception:
+            log.exception("rpc handler failed", method=name)
+            await _abort(context, CorralError("internal error in ctld (see its log)"))
+            raise
 
-    async def SubmitJob(self, request: Any, context: Any) -> Any:
-        return await self._call("SubmitJob", request, context)
-
-    async def CancelJobs(self, request: Any, context: Any) -> Any:
-        return await self._call("CancelJobs", request, context)
-
-    async def GetJobs(self, request: Any, context: Any) -> Any:
-        return await self._call("GetJobs", request, context)
-
-    async def QueryAccounting(self, request: Any, context: Any) -> Any:
-        return await self._call("QueryAccounting", request, context)
-
-    async def GetNodes(self, request: Any, context: Any) -> Any:
-        return await self._call("GetNodes", request, context)
-
-    async def GetPartitions(self, request: Any, context: Any) -> Any:
-        return await self._call("GetPartitions", request, context)
-
-    async def CreateStep(self, request: Any, context: Any) -> Any:
-        return await self._call("CreateStep", request, context)
-
-    async def CompleteStep(self, request: Any, context: Any) -> Any:
-        return await self._call("CompleteStep", request, context)
-
-    async def CompleteJob(self, request: Any, context: Any) -> Any:
-        return await self._call("CompleteJob", request, context)
-
-    async def UpdateNode(self, request: Any, context: Any) -> Any:
-        return await self._call("UpdateNode", request, context)
-
-    async def UpdateJob(self, request: Any, context: Any) -> Any:
-        return await self._call("UpdateJob", request, context)
-
-    async def GetClusterInfo(self, request: Any, context: Any) -> Any:
-        return await self._call("GetClusterInfo", request, context)
-
-    async def GetShares(self, request: Any, context: Any) -> Any:
-        return await self._call("GetShares", request, context)
-
-    async def ExplainJob(self, request: Any, context: Any) -> Any:
-        return await self._call("ExplainJob", request, context)
-
-    async def CreateReservation(self, request: Any, context: Any) -> Any:
-        return await self._call("CreateReservation", request, context)
-
-    async def UpdateReservation(self, request: Any, context: Any) -> Any:
-        return await self._call("UpdateReservation", request, context)
-
-    async def DeleteReservation(self, request: Any, context: Any) -> Any:
-        return await self._call("DeleteReservation", request, context)
-
-    async def GetReservations(self, request: Any, context: Any) -> Any:
-        return await self._call("GetReservations", request, context)
+    return behavior
 
 
-class NodeControllerServicer(pbg.NodeControllerServicer):
-    """noded -> ctld. Node authentication (munge/mTLS) slots in through ``auth`` later."""
+def service_handler(service: str, call: Call) -> grpc.GenericRpcHandler[Any, Any]:
+    """gRPC handlers for every method of ``service`` in the generated method table,
+    each calling ``call(method, request, metadata)``; a CorralError leaves as its status
+    with its class name in the trailing metadata."""
+    handlers = {}
+    for name, (req_name, resp_name, client_streams, server_streams) in SERVICES[service].items():
+        if client_streams or server_streams:
+            raise TypeError(f"{service}/{name} streams: register it by hand")
+        req_type: type[Message] = getattr(pb, req_name)
+        resp_type: type[Message] = getattr(pb, resp_name)
+        handlers[name] = grpc.unary_unary_rpc_method_handler(
+            _behavior(name, call),
+            request_deserializer=_parser(req_type),
+            response_serializer=resp_type.SerializeToString,
+        )
+    return grpc.method_handlers_generic_handler(service, handlers)
+
+
+class NodeControllerApi:
+    """noded -> ctld. Node authentication (munge/mTLS) slots in through ``call`` later."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self.methods: dict[str, Callable[[Any], Awaitable[Message]]] = {
+            name: getattr(self, PYTHON_NAMES[name]) for name in SERVICES[NODE_CONTROLLER]
+        }
 
-    async def GetStep(
-        self, request: pb.GetStepRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.GetStepResponse:
-        try:
-            job, step = self.cluster.step_for_node(request.job_id, request.step_id, request.node)
-        except CorralError as exc:
-            await _abort(context, exc)
-            raise
+    async def call(self, method: str, request: Message, metadata: Mapping[str, str]) -> Message:
+        return await self.methods[method](request)
+
+    async def get_step(self, req: pb.GetStepRequest) -> pb.GetStepResponse:
+        job, step = self.cluster.step_for_node(req.job_id, req.step_id, req.node)
         return pb.GetStepResponse(job=job, step=step)
 
-    async def RegisterNode(
-        self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.RegisterNodeResponse:
-        try:
-            await self.cluster.register_node(request)
-        except CorralError as exc:
-            await _abort(context, exc)
+    async def register_node(self, req: pb.RegisterNodeRequest) -> pb.RegisterNodeResponse:
+        await self.cluster.register_node(req)
         return pb.RegisterNodeResponse(
             cluster=self.cluster.config.cluster_name,
             heartbeat_interval_s=self.cluster.config.heartbeat.interval_s,
-            keep_job_ids=self.cluster.jobs_kept_by(request.name),
+            keep_job_ids=self.cluster.jobs_kept_by(req.name),
         )
 
-    async def Heartbeat(
-        self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.HeartbeatResponse:
-        try:
-            known = self.cluster.heartbeat(request)
-            if known and request.health:
-                await self.cluster.node_faults(self.cluster.nodes[request.name], request.health)
-        except CorralError as exc:
-            await _abort(context, exc)
-            raise
+    async def heartbeat(self, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+        known = self.cluster.heartbeat(req)
+        if known and req.health:
+            await self.cluster.node_faults(self.cluster.nodes[req.name], req.health)
         return pb.HeartbeatResponse(reregister=not known)
 
-    async def ReportJobStatus(
-        self, request: pb.ReportJobStatusRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.ReportJobStatusResponse:
-        try:
-            await self.cluster.report_status(request)
-        except CorralError as exc:
-            await _abort(context, exc)
+    async def report_job_status(self, req: pb.ReportJobStatusRequest) -> pb.ReportJobStatusResponse:
+        await self.cluster.report_status(req)
         return pb.ReportJobStatusResponse()
 
 
-__all__ = ["ERROR_KEY", "ControllerApi", "ControllerServicer", "NodeControllerServicer"]
+def add_servicers(server: grpc.aio.Server, api: ControllerApi, nodes: NodeControllerApi) -> None:
+    """Register the Controller and NodeController services from the method table."""
+    server.add_generic_rpc_handlers(
+        (service_handler(CONTROLLER, api.call), service_handler(NODE_CONTROLLER, nodes.call))
+    )
+
+
+__all__ = ["ControllerApi", "NodeControllerApi", "add_servicers", "service_handler"]

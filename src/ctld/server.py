@@ -13,13 +13,12 @@ from aiohttp import web
 from grpc import aio
 
 from corral.config import ClusterConfig
-from corral.wire import corral_pb2_grpc as pbg
 from ctld.auth import ClaimedIdentity
 from ctld.cluster import Cluster
 from ctld.dispatch import GrpcDispatcher
 from ctld.gateway import make_app
 from ctld.metrics import add_metrics_route, make_registry
-from ctld.rpc import ControllerApi, ControllerServicer, NodeControllerServicer
+from ctld.rpc import ControllerApi, NodeControllerApi, add_servicers
 from ctld.store import Store
 
 log = structlog.get_logger("ctld")
@@ -37,8 +36,7 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
     api = ControllerApi(cluster, ClaimedIdentity())
 
     server = aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)])
-    pbg.add_ControllerServicer_to_server(ControllerServicer(api), server)
-    pbg.add_NodeControllerServicer_to_server(NodeControllerServicer(cluster), server)
+    add_servicers(server, api, NodeControllerApi(cluster))
     grpc_port = server.add_insecure_port(f"{ctl.bind_host}:{ctl.grpc_port}")
     if grpc_port == 0:
         raise SystemExit(f"ctld: cannot listen on {ctl.bind_host}:{ctl.grpc_port}")

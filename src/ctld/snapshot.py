@@ -31,6 +31,8 @@ def settings_from(state: State) -> Settings:
         reserve_depth=config.scheduler.reserve_depth,
         forecast_depth=config.scheduler.forecast_depth,
         placement=config.scheduler.placement,
+        predict=config.scheduler.predict,
+        backfill_order=config.scheduler.backfill_order,
         qos_max_jobs_per_user=tuple(
             (q.name, q.max_jobs_per_user) for q in config.qos if q.max_jobs_per_user
         ),
@@ -118,8 +120,10 @@ class SnapshotBuilder:
                     qos=job.qos,
                     reservation=job.spec.reservation,
                     submit_time=job.submit_time,
+                    predicted_s=st.predictor.predict(job.user, job.time_limit_s),
                 )
                 st.requests[job_id] = req
+                st.predicted[job_id] = req.predicted_s
             pending.append(req)
         if never and st.config.scheduler.kill_invalid_depend:
             self.never_satisfied(never)
@@ -133,9 +137,15 @@ class SnapshotBuilder:
                 ),
                 user=j.user,
                 qos=j.qos,
+                start_time=j.start_time,
+                predicted_s=st.predicted.get(j.job_id, 0),
             )
             for j in on_node
         )
+        if recalc:  # forget the predictions of jobs that left without running
+            active = {j.job_id for j in on_node} | set(st.pending)
+            for gone in [k for k in st.predicted if k not in active]:
+                del st.predicted[gone]
         return Snapshot(
             version=st.version,
             now=now,

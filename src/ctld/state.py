@@ -25,6 +25,7 @@ from ctld.nodes import NodeRecord
 from ctld.priorities import Priorities
 from ctld.reservations import Reservations
 from ctld.sched import JobRequest, job_shape
+from ctld.sched.predict import RunTimePredictor
 from ctld.store import Op, Store, insert_job, update_job
 from ctld.usage import UsageLedger
 from ctld.validate import NodeCapacity, request_from_spec
@@ -63,6 +64,10 @@ class State:
         self.gone: dict[int, pb.Job | None] = {}  # purged jobs a dependency asked about
         # (elapsed, time limit) of recently finished jobs: how far jobs run into limits
         self.history: collections.deque[tuple[float, float]] = collections.deque(maxlen=2000)
+        # run times per user, for predictions (scheduler.predict); a job's prediction
+        # as its request was last built, kept while it runs
+        self.predictor = RunTimePredictor()
+        self.predicted: dict[int, int] = {}
 
     # ------------------------------------------------------------ loading
 
@@ -197,8 +202,12 @@ class State:
                 node.release(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
 
     def remember_run(self, job: pb.Job) -> None:
-        if job.start_time > 0 and job.time_limit_s > 0 and job.end_time >= job.start_time:
-            self.history.append((job.end_time - job.start_time, float(job.time_limit_s)))
+        self.predicted.pop(job.job_id, None)
+        if job.start_time > 0 and job.end_time >= job.start_time:
+            elapsed = job.end_time - job.start_time
+            self.predictor.observe(job.user, elapsed, job.time_limit_s)
+            if job.time_limit_s > 0:
+                self.history.append((elapsed, float(job.time_limit_s)))
 
 
 def fill_request_totals(job: pb.Job) -> None:

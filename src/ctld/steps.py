@@ -11,16 +11,10 @@ the running steps gets StepBusy, and srun waits and retries, as Slurm's does.
 from __future__ import annotations
 
 from corral import hostlist
-from corral.errors import CorralError, InvalidOption, StepBusy
+from corral.errors import CorralError, InvalidOption, StepBusy, StepLayoutError
 from corral.wire import corral_pb2 as pb
 
 MAX_TASKS = 65536
-
-
-class StepLayoutError(CorralError):
-    """The step does not fit the allocation (srun: Unable to create step ...)."""
-
-    exit_code = 1
 
 
 Held = dict[str, tuple[int, set[int]]]  # node -> (CPUs, GPU indices) running steps hold

@@ -10,6 +10,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from corral.config import ClusterConfig
+from corral.errors import NodeUnreachable
 from corral.wire import corral_pb2 as pb
 from ctld.cluster import Cluster
 from ctld.nodes import NodeRecord
@@ -34,8 +35,6 @@ class RecordingDispatcher:
         if self.hold_launches:
             await self.launch_gate.wait()
         if self.fail_launch:
-            from ctld.dispatch import NodeUnreachable
-
             raise NodeUnreachable(f"node {node.name} unreachable (test)")
         self.launched.append((node.name, request))
 

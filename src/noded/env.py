@@ -178,15 +178,20 @@ def step_environment(
             "SLURMD_NODENAME": here.node,
             "SLURM_CPUS_ON_NODE": str(alloc.cpus if alloc else here.cpus),
             "SLURM_DISTRIBUTION": step.spec.distribution or "block",
-            "RANK": str(rank),
-            "LOCAL_RANK": str(local_id),
-            "WORLD_SIZE": str(step.ntasks),
-            "LOCAL_WORLD_SIZE": str(len(here.ranks)),
-            "GROUP_RANK": str(here.node_id),
-            "MASTER_ADDR": master_addr,
-            "MASTER_PORT": str(master_port),
         }
     )
+    # PyTorch's rendezvous: only where the user's environment lacks them, so a script
+    # that exports MASTER_PORT (or MASTER_ADDR from `scontrol show hostnames`) keeps it
+    for key, value in (
+        ("RANK", str(rank)),
+        ("LOCAL_RANK", str(local_id)),
+        ("WORLD_SIZE", str(step.ntasks)),
+        ("LOCAL_WORLD_SIZE", str(len(here.ranks))),
+        ("GROUP_RANK", str(here.node_id)),
+        ("MASTER_ADDR", master_addr),
+        ("MASTER_PORT", str(master_port)),
+    ):
+        env.setdefault(key, value)
     if step.spec.cpus_per_task:
         env["SLURM_CPUS_PER_TASK"] = str(step.spec.cpus_per_task)
     if step.spec.ntasks_per_node:

@@ -24,7 +24,7 @@ import psutil
 import structlog
 
 from corral.config import IdleGpuConfig, NodedConfig
-from corral.errors import CorralError
+from corral.errors import CorralError, LaunchError
 from corral.jobsyntax import WarnSignal, parse_warn_signal
 from corral.wire import corral_pb2 as pb
 from noded import spool
@@ -35,7 +35,6 @@ from noded.limits import CoreAllocator, GpuStats
 from noded.scripts import run_script, script_environment
 from noded.spawn import (
     Gated,
-    LaunchError,
     identity_for,
     resolve_files,
     spawn_gated,
@@ -310,7 +309,8 @@ class Launcher:
             seconds_left=warn.seconds,
             batch_only=warn.batch_only,
         )
-        self._send(running, warn.signal, batch_only=warn.batch_only)
+        if warn.batch_only:  # without B: the steps get it, each from its own timer
+            self._send(running, warn.signal, batch_only=True)
 
     def _time_limit(self, running: RunningJob) -> None:
         log.info("time limit reached", job_id=running.job_id, limit_s=running.job.time_limit_s)
@@ -545,7 +545,8 @@ class Launcher:
             return True
         if not 0 < req.signal < signal.NSIG:
             raise LaunchError(f"invalid signal {req.signal}")
-        self._send(running, req.signal, batch_only=req.batch_only)
+        if req.batch_only or req.full:  # else only the steps get it (Slurm 22.05)
+            self._send(running, req.signal, batch_only=req.batch_only)
         return True
 
     def _send(self, running: RunningJob, sig: int, *, batch_only: bool) -> None:

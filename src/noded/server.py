@@ -15,11 +15,12 @@ import structlog
 from grpc import aio
 
 from corral.config import ClusterConfig, GpuConfig
+from corral.errors import GpuError
 from corral.wire import corral_pb2_grpc as pbg
 from noded import spool as spool_mod
 from noded.agent import ControllerLink, NodeAgentServicer
 from noded.cgroups import detect
-from noded.gpu import GpuBackend, GpuError
+from noded.gpu import GpuBackend
 from noded.guard import CONTACT_FILE
 from noded.launcher import Launcher
 from noded.resources import discover

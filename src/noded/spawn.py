@@ -14,15 +14,11 @@ import os
 import pwd
 from dataclasses import dataclass
 
-from corral.errors import CorralError
+from corral.errors import LaunchError
 from corral.patterns import batch_output_paths, expand_pattern
 from corral.wire import corral_pb2 as pb
 
 GATE_FAILED_EXIT = 111
-
-
-class LaunchError(CorralError):
-    """The job could not be started on this node (reported to ctld as launch failed)."""
 
 
 @dataclass(frozen=True)
@@ -166,10 +162,16 @@ class _ExitAware(asyncio.subprocess.SubprocessStreamProtocol):
 
 
 async def start_gated(
-    shim_argv: list[str], *, who: Identity, env: dict[str, str], stdout: int, what: str
+    shim_argv: list[str],
+    *,
+    who: Identity,
+    env: dict[str, str],
+    stdout: int,
+    what: str,
+    stderr: int = asyncio.subprocess.PIPE,
 ) -> tuple[asyncio.subprocess.Process, int, asyncio.Future[None]]:
     """Start ``/bin/sh -c SHIM ...`` as the user, in its own session, its stdin a pipe
-    whose other end (returned) is the gate. stderr is always a pipe to noded. Also
+    whose other end (returned) is the gate. stderr is a pipe to noded unless given. Also
     returns a future done when the process exits (its pipes may stay open)."""
     loop = asyncio.get_running_loop()
     protocol = _ExitAware(loop)
@@ -182,7 +184,7 @@ async def start_gated(
             *shim_argv,
             stdin=read_fd,
             stdout=stdout,
-            stderr=asyncio.subprocess.PIPE,
+            stderr=stderr,
             cwd="/",
             env=env,
             start_new_session=True,

@@ -5,7 +5,11 @@ the same gate as a batch script (its stdin pipe is the gate: noded writes one li
 release it, then srun's input follows). Output goes back in chunks, in order per
 task; a bounded queue between the pipe readers and the stream makes a slow srun slow
 the tasks down instead of losing output. A task's exit is sent only after its pipes
-reached end-of-file, so nothing printed just before exiting is lost.
+reached end-of-file, so nothing printed just before exiting is lost; when a background
+child keeps a pipe open past DRAIN_S, the pipe is still read until empty (everything
+the task wrote before it exited is in it by then), never cut mid-way. The stream ends
+only after srun half-closed it (it does once it saw every exit here), so srun never
+writes to a finished stream (gRPC then reports INTERNAL over the real status).
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from corral.errors import CorralError, LaunchError
+from corral.jobsyntax import parse_warn_signal
 from corral.tasks import task_gpus
 from corral.wire import corral_pb2 as pb
 from noded.env import step_environment
-from noded.spawn import LaunchError, identity_for, start_gated
+from noded.spawn import identity_for, start_gated
 from noded.tracking import MARKER_VAR, STEP_MARKER_VAR, JobProcesses
 
 log = structlog.get_logger("noded")
@@ -32,6 +38,7 @@ log = structlog.get_logger("noded")
 CHUNK = 64 * 1024
 DRAIN_S = 2.0  # how long after a task exits its pipes may still deliver output
 QUEUE_DEPTH = 256  # chunks in flight per node before readers wait for srun
+HALF_CLOSE_WAIT_S = 30.0  # after the last exit, how long srun has to half-close
 TASK_SHIM = (
     "read _ || exit 111; SLURM_TASK_PID=$$; export SLURM_TASK_PID; "
     'cd "$1" 2>/dev/null || cd /tmp; shift; exec "$@"'
@@ -44,6 +51,8 @@ class Task:
     process: asyncio.subprocess.Process
     gate_fd: int
     exited: asyncio.Future[None]
+    out_fds: tuple[int, int]  # read ends of its stdout and stderr pipes
+    drain: asyncio.Event = field(default_factory=asyncio.Event)  # read what is there, stop
 
 
 @dataclass
@@ -121,6 +130,9 @@ class StepRunner:
         try:
             port = start.master_port or free_port(start.master_addr or "0.0.0.0")
             await self._spawn_all(start, here, port, running)
+            warn = self._arm_warning(job, running)
+            if warn is not None:
+                workers.append(warn)
             yield pb.TaskEvent(
                 started=pb.TasksStarted(
                     master_port=port, pids=[t.process.pid for t in running.tasks]
@@ -140,6 +152,10 @@ class StepRunner:
                     pending -= 1
                     continue
                 yield event
+            # srun half-closes once it has every exit from here; ending first would
+            # race its last writes (bounded: an srun that never does is not waited for)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(feeder), HALF_CLOSE_WAIT_S)
         finally:
             for w in workers:
                 w.cancel()
@@ -150,6 +166,10 @@ class StepRunner:
             await self._reap(running)
             for task in running.tasks:
                 self._close_gate(task)
+                for fd in task.out_fds:  # a task whose watcher never started
+                    if fd >= 0:
+                        os.close(fd)
+                task.out_fds = (-1, -1)
             self.steps.pop(key, None)
             codes = [c for c, sig in running.exits.values() if not sig]
             signals = [sig for _, sig in running.exits.values() if sig]
@@ -190,18 +210,31 @@ class StepRunner:
             )
             env[MARKER_VAR] = self.marker(job.job_id)
             env[STEP_MARKER_VAR] = step_marker
-            proc, write_fd, exited = await start_gated(
-                [TASK_SHIM, "corral-task", start.cwd or "/", *step.spec.argv],
-                who=who,
-                env=env,
-                stdout=asyncio.subprocess.PIPE,
-                what=f"task {rank}",
-            )
+            # plain pipes read here (not asyncio's): their read ends can be drained to
+            # empty without blocking, so the last output is never cut off
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            try:
+                proc, write_fd, exited = await start_gated(
+                    [TASK_SHIM, "corral-task", start.cwd or "/", *step.spec.argv],
+                    who=who,
+                    env=env,
+                    stdout=out_w,
+                    stderr=err_w,
+                    what=f"task {rank}",
+                )
+            except BaseException:
+                os.close(out_r)
+                os.close(err_r)
+                raise
+            finally:
+                os.close(out_w)
+                os.close(err_w)
             try:
                 self.contain(job.job_id, proc.pid)
             except OSError as exc:
                 log.warning("step task not confined", job_id=job.job_id, error=str(exc))
-            running.tasks.append(Task(rank, proc, write_fd, exited))
+            running.tasks.append(Task(rank, proc, write_fd, exited, (out_r, err_r)))
             with contextlib.suppress(OSError):
                 os.write(write_fd, b"go\n")
         log.info(
@@ -214,6 +247,29 @@ class StepRunner:
         )
 
     @staticmethod
+    def _arm_warning(job: pb.Job, running: RunningStep) -> asyncio.Task[None] | None:
+        """--signal=SIG@T without B: reaches the steps (not the batch shell) T seconds
+        before the time limit; each node's step signals its own tasks then."""
+        if not job.spec.signal or job.time_limit_s <= 0 or not job.start_time:
+            return None
+        try:
+            warn = parse_warn_signal(job.spec.signal)
+        except CorralError:
+            return None
+        if warn.batch_only:
+            return None
+        delay = job.start_time + job.time_limit_s - warn.seconds - time.time()
+        if delay <= 0:
+            return None  # a step started after the warning: Slurm sends it once
+
+        async def later() -> None:
+            await asyncio.sleep(delay)
+            log.info("signalling the step before the time limit", job_id=job.job_id)
+            running.signal(warn.signal)
+
+        return asyncio.create_task(later())
+
+    @staticmethod
     def _close_gate(task: Task) -> None:
         if task.gate_fd >= 0:
             with contextlib.suppress(OSError):
@@ -223,23 +279,26 @@ class StepRunner:
     async def _watch(
         self, task: Task, running: RunningStep, queue: asyncio.Queue[pb.TaskEvent | None]
     ) -> None:
-        async def pump(reader: asyncio.StreamReader | None, is_err: bool) -> None:
-            if reader is None:
-                return
-            while chunk := await reader.read(CHUNK):
-                await queue.put(
-                    pb.TaskEvent(output=pb.TaskOutput(rank=task.rank, stderr=is_err, data=chunk))
-                )
-
-        pumps = asyncio.gather(pump(task.process.stdout, False), pump(task.process.stderr, True))
-        await task.exited
+        (out_fd, err_fd), task.out_fds = task.out_fds, (-1, -1)  # closed here
+        pumps = asyncio.gather(
+            self._pump(task, out_fd, False, queue), self._pump(task, err_fd, True, queue)
+        )
         try:
-            await asyncio.wait_for(pumps, DRAIN_S)
-        except TimeoutError:
-            # a background child still holds the pipes: the task has ended all the same
-            # (Slurm's rule); the child dies with the step
-            with contextlib.suppress(asyncio.CancelledError):
+            await task.exited
+            done, _ = await asyncio.wait({pumps}, timeout=DRAIN_S)
+            if not done:
+                # a background child still holds the pipes: the task has ended all the
+                # same (Slurm's rule; the child dies with the step). What it wrote is in
+                # the pipes: read them to empty, then stop
+                task.drain.set()
                 await pumps
+        finally:
+            if not pumps.done():  # srun went away: nobody reads the queue any more
+                pumps.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pumps
+            os.close(out_fd)
+            os.close(err_fd)
         rc = task.process.returncode
         assert rc is not None  # set when it exited
         code, sig = (0, -rc) if rc < 0 else (rc, 0)
@@ -248,6 +307,37 @@ class StepRunner:
             pb.TaskEvent(exit=pb.TaskExit(rank=task.rank, exit_code=code, exit_signal=sig))
         )
         await queue.put(None)
+
+    @staticmethod
+    async def _pump(
+        task: Task, fd: int, is_err: bool, queue: asyncio.Queue[pb.TaskEvent | None]
+    ) -> None:
+        """Send what the pipe gives until end-of-file, or until it is empty once the task
+        is being drained. Never cancelled mid-chunk: a chunk read is a chunk sent."""
+        loop = asyncio.get_running_loop()
+        readable = asyncio.Event()
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, readable.set)
+        wake = asyncio.ensure_future(task.drain.wait())
+        wake.add_done_callback(lambda _: readable.set())
+        try:
+            while True:
+                try:
+                    chunk = os.read(fd, CHUNK)
+                except BlockingIOError:
+                    if task.drain.is_set():
+                        return
+                    readable.clear()
+                    await readable.wait()
+                    continue
+                if not chunk:
+                    return
+                await queue.put(
+                    pb.TaskEvent(output=pb.TaskOutput(rank=task.rank, stderr=is_err, data=chunk))
+                )
+        finally:
+            wake.cancel()
+            loop.remove_reader(fd)
 
     async def _feed(
         self, inputs: AsyncIterator[pb.TaskInput], running: RunningStep, stdin_ranks: set[int]

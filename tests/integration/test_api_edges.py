@@ -8,9 +8,9 @@ import socket
 import grpc
 import pytest
 
+from corral.api import HttpController as Client
 from corral.errors import InvalidRequest, PermissionDenied
 from corral.identity import current_identity, identity_metadata
-from corral.rest import Client
 from corral.testing import LocalCluster
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
@@ -46,18 +46,18 @@ def test_gateway_rejects_malformed_and_anonymous_requests(cluster: LocalCluster)
     assert status == 403 and body["error"] == "PermissionDenied"
     status, body = raw_post(cluster, "NoSuchMethod", b"{}", who)
     assert status == 400 and "unknown method" in body["message"]
-    assert cluster.client().call("GetJobs", {}).get("jobs", []) == []
+    assert cluster.client().get_jobs({}).get("jobs", []) == []
 
 
 def test_rest_client_maps_errors_to_the_hierarchy(cluster: LocalCluster) -> None:
     client = cluster.client()
     with pytest.raises(InvalidRequest, match="working directory"):
-        client.call("SubmitJob", {"spec": {"script": "#!/bin/sh\n", "workDir": "rel"}})
+        client.submit_job({"spec": {"script": "#!/bin/sh\n", "workDir": "rel"}})
     other = Client(client.address, identity=current_identity().__class__("mallory", 4242, 4242))
-    job_id = client.call(
-        "SubmitJob", {"spec": {"script": "#!/bin/sh\n", "workDir": "/tmp", "hold": True}}
+    job_id = client.submit_job(
+        {"spec": {"script": "#!/bin/sh\n", "workDir": "/tmp", "hold": True}}
     )["jobId"]
-    out = other.call("CancelJobs", {"filter": {"jobIds": [job_id]}})["outcomes"]
+    out = other.cancel_jobs({"filter": {"jobIds": [job_id]}})["outcomes"]
     assert out[0]["error"] == "PermissionDenied"
     with pytest.raises(PermissionDenied):
         raise PermissionDenied(out[0]["message"])

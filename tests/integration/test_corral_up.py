@@ -78,3 +78,41 @@ def test_ctld_refuses_a_bad_config_naming_the_key(tmp_path: pathlib.Path) -> Non
     )
     assert proc.returncode == 1
     assert "controller.grpc_port: expected an integer, got str" in proc.stderr
+
+
+def test_up_with_simulated_nodes_runs_jobs_on_them(tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    corral = str(BIN / "corral")
+    up = subprocess.run(
+        [corral, "up", "--simulated-nodes", "50", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "50 simulated node(s)" in up.stdout
+        pids = [int((state / "run" / f"{n}.pid").read_text()) for n in ("ctld", "simnodes")]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL")}
+        script = (
+            f"source {state}/env.sh && cd {tmp_path} && "
+            "sbatch --parsable -N50 --gres=gpu:8 --wrap 'sleep 1'"
+        )
+        out = subprocess.run(
+            ["bash", "-c", script], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert out.returncode == 0, out.stderr
+        job = out.stdout.strip()
+
+        def state_of() -> str:
+            q = f"source {state}/env.sh && sacct -n -X -P -o State -j {job}"
+            got = subprocess.run(["bash", "-c", q], capture_output=True, text=True, env=env)
+            return got.stdout.strip()
+
+        wait_for(lambda: state_of() == "COMPLETED", 30, "the 50-node job to complete")
+    finally:
+        down = subprocess.run(
+            [corral, "down", "--state-dir", str(state)], capture_output=True, text=True, timeout=60
+        )
+    assert down.returncode == 0 and "simnodes" in down.stdout
+    wait_for(lambda: not any(pid_alive(p) for p in pids), 20, "daemons to exit")

@@ -61,11 +61,11 @@ def submit(cluster: LocalCluster, script: str, **spec: Any) -> str:
     work = cluster.state_dir / "work"
     work.mkdir(exist_ok=True)
     full = {"name": "q", "script": script, "workDir": str(work), **spec}
-    return str(cluster.client().call("SubmitJob", {"spec": full})["jobId"])
+    return str(cluster.client().submit_job({"spec": full})["jobId"])
 
 
 def state(cluster: LocalCluster, job_id: str) -> str:
-    jobs = cluster.client().call("GetJobs", {"filter": {"jobIds": [job_id]}})["jobs"]
+    jobs = cluster.client().get_jobs({"filter": {"jobIds": [job_id]}})["jobs"]
     return str(jobs[0]["state"]).removeprefix("JOB_STATE_")
 
 
@@ -101,7 +101,7 @@ def test_squeue_shows_running_job_in_slurms_columns(cluster: LocalCluster) -> No
         assert out(cluster, "squeue", "-h", "-j", job_id, "-t", "PD,CD", "-o", "%i") == ""
         assert " mix " in out(cluster, "sinfo", "-h")
     finally:
-        cluster.client().call("CancelJobs", {"filter": {"jobIds": [job_id]}})
+        cluster.client().cancel_jobs({"filter": {"jobIds": [job_id]}})
     wait_for(lambda: state(cluster, job_id) == "CANCELLED", "the cancel")
     assert out(cluster, "squeue", "-h", "-j", job_id) == ""
     sacct = out(cluster, "sacct", "-j", job_id, "-P", "-n", "-o", "JobID,State")

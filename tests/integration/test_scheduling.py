@@ -3,19 +3,44 @@ forecasts in squeue --start, reasons, sprio/sshare, dependencies, updates."""
 
 from __future__ import annotations
 
+import pathlib
 import time
+from collections.abc import Iterator
+
+import pytest
 
 from corral.testing import LocalCluster
-from tests.conftest import Commands, wait_for
+from tests.conftest import Commands, print_logs, wait_for
 
 
 def submit(cmd: Commands, *args: str) -> str:
     return cmd("sbatch", "--parsable", *args).stdout.strip()
 
 
+@pytest.fixture
+def limits_only(tmp_path: pathlib.Path) -> Iterator[tuple[LocalCluster, Commands]]:
+    """A cluster whose scheduler backfills by time limits only (scheduler.predict off)."""
+    c = LocalCluster(
+        tmp_path / "cluster",
+        nodes=2,
+        gpus_per_node=8,
+        kill_wait_s=2.0,
+        extra_config="\n[scheduler]\npredict = false\n",
+    )
+    c.start()
+    try:
+        work = tmp_path / "work"
+        work.mkdir()
+        yield c, Commands(c, work)
+    finally:
+        c.stop()
+        print_logs(c)
+
+
 def test_short_jobs_backfill_around_a_waiting_two_node_job(
-    cluster: LocalCluster, cmd: Commands
+    limits_only: tuple[LocalCluster, Commands],
 ) -> None:
+    _cluster, cmd = limits_only
     # node01's GPUs are busy for at most 8 s: a 2-node, 8-GPU job must wait for it
     first = submit(cmd, "--gres=gpu:8", "-t", "0:08", "--wrap", "sleep 5")
     cmd.wait_state(first, "RUNNING")
@@ -51,6 +76,24 @@ def test_short_jobs_backfill_around_a_waiting_two_node_job(
     job = cmd.wait_state(big, "COMPLETED", timeout=60)
     assert float(job["startTime"]) <= forecast + 3  # started at (or before) its forecast
     assert float(cmd.job(short)["endTime"]) <= float(job["startTime"])
+
+
+def test_forecasts_use_the_users_run_time_history(cluster: LocalCluster, cmd: Commands) -> None:
+    # two 3-second runs under a 1-minute limit: the next such job is predicted at ~3 s
+    for _ in range(2):
+        cmd.wait_state(submit(cmd, "-t", "1:00", "--wrap", "sleep 3"), "COMPLETED", timeout=60)
+    first = submit(cmd, "--gres=gpu:8", "-t", "1:00", "--wrap", "sleep 3")
+    cmd.wait_state(first, "RUNNING")
+    started = float(cmd.job(first)["startTime"])
+    big = submit(cmd, "-N2", "--gres=gpu:8", "-t", "0:20", "--wrap", "true")
+    wait_for(lambda: cmd.job(big).get("expectedStart"), 30, "the big job's forecast")
+    forecast = float(cmd.job(big)["expectedStart"])
+    # by its limit the plan would say started + 60; the prediction says about started + 3
+    assert forecast < started + 20
+    start = cmd("squeue", "--start", "-h", "-j", big, "-o", "%i %S").stdout.split()
+    assert start[1] == time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(int(forecast)))
+    job = cmd.wait_state(big, "COMPLETED", timeout=60)
+    assert float(job["startTime"]) < started + 30  # it did not wait for the limit either
 
 
 def test_dependencies_hold_until_met_and_never_satisfied(
@@ -103,9 +146,9 @@ def test_metrics_endpoint(cluster: LocalCluster, cmd: Commands) -> None:
 
 
 def test_advance_reservation_keeps_its_node(cluster: LocalCluster, cmd: Commands) -> None:
+    from corral.api import HttpController as Client
     from corral.errors import PermissionDenied
     from corral.identity import current_identity
-    from corral.rest import Client
 
     out = cmd(
         "scontrol",
@@ -134,7 +177,7 @@ def test_advance_reservation_keeps_its_node(cluster: LocalCluster, cmd: Commands
     who = current_identity().__class__("m", 4242, 4242)
     mallory = Client(cluster.client().address, identity=who)
     try:
-        mallory.call("DeleteReservation", {"name": "maint"})
+        mallory.delete_reservation({"name": "maint"})
         raise AssertionError("a non-operator deleted a reservation")
     except PermissionDenied:
         pass
@@ -177,7 +220,7 @@ def test_job_array_with_throttle(cluster: LocalCluster, cmd: Commands) -> None:
     most = 0
 
     def tasks() -> list[dict[str, object]]:
-        return client.call("GetJobs", {"filter": {"jobIds": [first]}})["jobs"]
+        return client.get_jobs({"filter": {"jobIds": [first]}})["jobs"]
 
     def all_done() -> bool:
         nonlocal most

@@ -354,7 +354,7 @@ def test_noded_runs_only_steps_ctld_knows(two: Commands, tmp_path: pathlib.Path)
     from corral.wire import corral_pb2 as pb
     from corral.wire import corral_pb2_grpc as pbg
 
-    node = two.cluster.client().call("GetNodes", {})["nodes"][0]
+    node = two.cluster.client().get_nodes({})["nodes"][0]
     marker = tmp_path / "forged-ran"
     forged = pb.Job(job_id=999, uid=0, user="root", nodelist=node["name"])
     step = pb.Step(
@@ -448,7 +448,7 @@ wait
 def test_a_killed_srun_does_not_hold_its_step(two: Commands) -> None:
     client = two.cluster.client()
     spec = {"workDir": str(two.cwd), "name": "held", "allocationOnly": True, "nodesMin": 1}
-    job_id = str(client.call("SubmitJob", {"spec": spec})["jobId"])
+    job_id = str(client.submit_job({"spec": spec})["jobId"])
     two.wait_state(job_id, "RUNNING")
     env = {**two.env, "SLURM_JOB_ID": job_id}
     proc = subprocess.Popen(
@@ -464,7 +464,7 @@ def test_a_killed_srun_does_not_hold_its_step(two: Commands) -> None:
     wait_for(lambda: two.job(job_id)["steps"][0]["state"] != "JOB_STATE_RUNNING", 20, "step 0 ends")
     out = two("srun", "-n1", "echo", "next", env=env)  # would wait for ever on a held step
     assert out.stdout == "next\n" and "temporarily disabled" not in out.stderr
-    client.call("CompleteJob", {"jobId": job_id})
+    client.complete_job({"jobId": job_id})
 
 
 def test_a_task_that_leaves_a_background_child_still_ends(two: Commands) -> None:

@@ -14,6 +14,7 @@ from ctld.sched import (
     job_shape,
     schedule,
 )
+from ctld.sched.predict import expected_end
 
 
 def node(name: str, cpus: int = 8, gpus: int = 4, gtype: str = "h100") -> NodeView:
@@ -288,7 +289,13 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             job_id += 1
             end = draw(st.sampled_from([10.0, 50.0, 100.0, INFINITY]))
             runs.append(
-                RunningView(job_id, end, (Placement(name, used_c, 0, tuple(range(used_g))),))
+                RunningView(
+                    job_id,
+                    end,
+                    (Placement(name, used_c, 0, tuple(range(used_g))),),
+                    start_time=-10.0,
+                    predicted_s=draw(st.sampled_from([0.0, 5.0, 15.0, 40.0])),
+                )
             )
     names = tuple(n.name for n in nodes)
     jobs = tuple(
@@ -300,13 +307,16 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             gpus_per_node=draw(st.integers(0, 3)),
             time_limit_s=draw(st.sampled_from([5, 30, 60, 200, -1])),
             exclusive=draw(st.booleans()),
+            predicted_s=draw(st.sampled_from([0, 3, 20, 100])),
         )
         for j in range(1, draw(st.integers(1, 8)) + 1)
     )
     settings = Settings(
         backfill=draw(st.booleans()),
         reserve_depth=draw(st.integers(0, 3)),
-        placement=draw(st.sampled_from(["pack", "firstfit"])),
+        placement=draw(st.sampled_from(["pack", "firstfit", "frag"])),
+        predict=draw(st.booleans()),
+        backfill_order=draw(st.sampled_from(["priority", "shortest"])),
     )
     return Snapshot(
         1, 0.0, tuple(nodes), (PartitionView("p", names),), jobs, tuple(runs), settings=settings
@@ -346,12 +356,23 @@ def test_backfill_never_delays_the_reservation(s: Snapshot) -> None:
     top = reserved[0]
     req = next(j for j in s.pending if j.job_id == top.job_id)
     shape = job_shape(req)
-    limits = {j.job_id: j.time_limit_s for j in s.pending}
-    ends = [(r.end_time, r.placements) for r in s.running]
-    ends += [
-        (INFINITY if limits[st_.job_id] < 0 else float(limits[st_.job_id]), st_.placements)
-        for st_ in plan.starts
+    # replaying every time limit; with predictions, every prediction (when they are
+    # right the reservation holds; when wrong, only advance reservations are safe)
+    predict = s.settings.predict
+
+    def run_for(j: JobRequest) -> float:
+        limit = INFINITY if j.time_limit_s < 0 else float(max(j.time_limit_s, 1))
+        return min(float(j.predicted_s), limit) if predict and j.predicted_s > 0 else limit
+
+    runs = {j.job_id: run_for(j) for j in s.pending}
+    ends = [
+        (
+            expected_end(r.start_time, r.predicted_s, r.end_time, s.now) if predict else r.end_time,
+            r.placements,
+        )
+        for r in s.running
     ]
+    ends += [(runs[st_.job_id], st_.placements) for st_ in plan.starts]
     views = {n.name: n for n in s.nodes}
     for name in top.nodes:
         # what still holds this node at the reserved start, replaying every time limit
@@ -396,6 +417,7 @@ def snapshots_with_rules(draw: st.DrawFn) -> Snapshot:
             gpus_per_node=j.gpus_per_node,
             time_limit_s=j.time_limit_s,
             reservation="r" if resv and draw(st.booleans()) else "",
+            predicted_s=j.predicted_s,
         )
         for j in base.pending
     )
@@ -430,4 +452,6 @@ def test_partition_and_reservation_rules_hold(s: Snapshot) -> None:
         if job.reservation:
             assert nodes <= set(resv.nodes) and resv.start <= 0.0 and end <= resv.end
         elif nodes & set(resv.nodes):
-            assert end <= resv.start  # ends before the reservation begins
+            # ends before the reservation begins, to its limit: a prediction (however
+            # short) never lets a job run into an advance reservation
+            assert end <= resv.start

@@ -26,6 +26,7 @@ from client.fmt import (
     squeue_secs,
     wire_states,
 )
+from corral.api import Controller
 from corral.errors import ControllerUnavailable, InvalidNodeName, InvalidOption
 
 
@@ -203,21 +204,21 @@ def test_acct_parsable_forms() -> None:
     ]
 
 
-class _FailingClient:
+class _FailingClient(Controller):
     def __init__(self, error: Exception) -> None:
         self.error = error
 
-    def call(self, method: str, request: dict[str, object]) -> dict[str, object]:
+    def call(self, method: str, request: Any) -> Any:
         raise self.error
 
 
 def test_call_words_failures_as_slurm() -> None:
-    api: Any = _FailingClient(ControllerUnavailable())
+    api = _FailingClient(ControllerUnavailable())
     with pytest.raises(Reported) as info:
-        call(api, "GetJobs", {}, "slurm_load_jobs error")
+        call(lambda: api.get_jobs({}), "slurm_load_jobs error")
     assert info.value.message == (
         "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
     )
     api = _FailingClient(InvalidNodeName("Invalid node name specified: x"))
     with pytest.raises(InvalidNodeName):
-        call(api, "GetNodes", {}, "slurm_load_node error", keep=(InvalidNodeName,))
+        call(lambda: api.get_nodes({}), "slurm_load_node error", keep=(InvalidNodeName,))

@@ -13,7 +13,8 @@ import pytest
 import structlog
 
 from corral.config import GpuConfig
-from noded.gpu import GpuError, GpuSample, HealthEvent, NoGpus, make_backend
+from corral.errors import GpuError
+from noded.gpu import GpuSample, HealthEvent, NoGpus, make_backend
 from noded.gpu.fake import FakeGpus
 from noded.gpu.nvml import APPLICATION_XIDS, NvmlGpus, nvml_error_text, to_gpu_error
 

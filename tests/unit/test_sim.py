@@ -52,3 +52,13 @@ def test_jobs_are_killed_at_their_estimate_and_metrics() -> None:
     assert bounded_slowdown(wait=0, run=100) == 1.0
     s = summarize(replay(trace.jobs, 2, "easy"), warmup=0)
     assert s.jobs == 1 and s.utilization == pytest.approx(0.5) and s.wait_mean_s == 0
+
+
+def test_max_procs_wins_over_an_earlier_max_nodes() -> None:
+    header = [
+        "; MaxNodes: 144",
+        "; MaxProcs: 1152",
+        "1 0 -1 10 8 -1 -1 8 60 -1 1 1 -1 -1 -1 -1 -1 -1",
+    ]
+    assert swf.parse(header).max_procs == 1152
+    assert swf.parse(["; MaxNodes: 144", *header[2:]]).max_procs == 144

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from corral.errors import InvalidOption
+from corral.errors import InvalidOption, StepLayoutError
 from corral.tasks import task_gpus, validate_gpu_bind
 from corral.wire import corral_pb2 as pb
-from ctld.steps import StepLayoutError, plan_step
+from ctld.steps import plan_step
 
 
 def job(nodes: int = 2, gpus: int = 4, cpus: int = 8, tasks: int = 0) -> pb.Job:

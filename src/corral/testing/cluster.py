@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral.rest import Client
+from corral.api import GrpcController
+from corral.api import HttpController as Client
 from corral.testing import netns
 from corral.testing.netns import NodeNetwork
 
@@ -61,12 +62,18 @@ class LocalCluster:
     # "loopback": nodes on 127.0.0.2, .3, ...; "netns": each node in a network namespace
     # of its own with its own hostname (root only); "auto": netns when possible
     isolation: str = "loopback"
+    # True: one node simulator process (corral.testing.simnodes) plays every node over
+    # the real protocol instead of one noded each; jobs are timers (see simnodes.py)
+    simulated: bool = False
+    sim_default_runtime_s: float = 1.0
     network: NodeNetwork | None = field(init=False, default=None)
     isolation_note: str = field(init=False, default="")
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).resolve()
+        if self.simulated and self.isolation != "loopback":
+            raise ValueError("simulated nodes run on loopback only")
         if self.isolation not in ("loopback", "netns", "auto"):
             raise ValueError(f"isolation {self.isolation!r}: loopback, netns or auto")
         if self.isolation != "loopback":
@@ -107,18 +114,28 @@ class LocalCluster:
     def http_address(self) -> str:
         return f"{self.controller_host}:{self.http_port}"
 
+    @property
+    def grpc_address(self) -> str:
+        return f"{self.controller_host}:{self.grpc_port}"
+
     def env(self) -> dict[str, str]:
         """Environment for commands that talk to this cluster."""
         env = dict(os.environ)
         env["CORRAL_CONF"] = str(self.config_path)
         env["CORRAL_CTLD_HTTP"] = self.http_address
+        env["CORRAL_CTLD_GRPC"] = self.grpc_address
         bindir = str(Path(self.python).parent)
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
         return env
 
     def client(self) -> Client:
+        """The typed Controller client, over the HTTP/JSON gateway (as the commands)."""
         host, _, port = self.http_address.rpartition(":")
         return Client((host, int(port)))
+
+    def grpc_client(self) -> GrpcController:
+        """The typed Controller client over gRPC (as srun and salloc)."""
+        return GrpcController(self.grpc_address)
 
     def write_config(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -178,6 +195,7 @@ max_time = "1-00:00:00"
             f"# source this to point the corral commands at the cluster in {self.state_dir}\n"
             f"export CORRAL_CONF={self.config_path}\n"
             f"export CORRAL_CTLD_HTTP={self.http_address}\n"
+            f"export CORRAL_CTLD_GRPC={self.grpc_address}\n"
             f'export PATH="{bindir}:$PATH"\n'
         )
 
@@ -235,6 +253,50 @@ max_time = "1-00:00:00"
         )
         self._wait_file(ready, name, timeout)
 
+    @property
+    def sim_control_path(self) -> Path:
+        return self.state_dir / "run" / "simnodes.sock"
+
+    def start_simulator(self, timeout: float = 300.0) -> None:
+        """One process plays every node; ready once they all registered."""
+        ready = self.state_dir / "run" / "simnodes.ready"
+        ready.unlink(missing_ok=True)
+        self._spawn(
+            "simnodes",
+            [
+                "-m",
+                "corral.testing.simnodes",
+                "-f",
+                str(self.config_path),
+                "--control",
+                str(self.sim_control_path),
+                "--default-runtime",
+                str(self.sim_default_runtime_s),
+                "--ready-file",
+                str(ready),
+                "--register-timeout",
+                str(timeout),
+            ],
+        )
+        self._wait_file(ready, "simnodes", timeout)
+
+    def sim(self, cmd: str, nodes: str = "", **extra: Any) -> dict[str, Any]:
+        """A command to the node simulator: crash, revive, fault (reason=...), stats."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(str(self.sim_control_path))
+            s.sendall(json.dumps({"cmd": cmd, "nodes": nodes, **extra}).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        reply: dict[str, Any] = json.loads(data)
+        if not reply.get("ok"):
+            raise RuntimeError(f"simnodes {cmd}: {reply.get('error')}")
+        return reply
+
     def _in_namespace(self, index: int) -> Callable[[list[str]], list[str]] | None:
         net = self.network
         if net is None:
@@ -279,8 +341,11 @@ max_time = "1-00:00:00"
         self.write_env_sh()
         try:
             self.start_ctld()
-            for i in range(self.nodes):
-                self.start_node(i)
+            if self.simulated:
+                self.start_simulator(max(timeout, 60.0 + self.nodes * 0.2))
+            else:
+                for i in range(self.nodes):
+                    self.start_node(i)
             self.wait_nodes_up(timeout)
         except BaseException:
             self.stop()
@@ -290,7 +355,7 @@ max_time = "1-00:00:00"
     def wait_nodes_up(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            nodes = self.client().call("GetNodes", {}).get("nodes", [])
+            nodes = self.client().get_nodes({}).get("nodes", [])
             up = [
                 n
                 for n in nodes

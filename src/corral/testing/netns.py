@@ -4,8 +4,12 @@ namespace (for /etc/hosts) each.
 Every local cluster gets one bridge on the host (``crl<tag>``, 10.X.Y.1/24) and one
 namespace per node (``crl<tag>-<node>``) joined to it by a veth pair, so each node has
 an address of its own (10.X.Y.2, .3, ...) that the others reach over the bridge, and
-MASTER_ADDR really is another host. The tag comes from the state directory, so a
-leftover of a crashed run is found and removed by the next start or ``corral down``.
+MASTER_ADDR really is another host. The nodes reach the host itself as a compute
+node reaches its login node: by any of its addresses (their default route is the
+bridge) and by its hostname (which their /etc/hosts maps to the bridge address), so
+a service a client starts on the host (dask's scheduler) is reachable from jobs when
+it listens on the host's addresses, not on loopback only. The tag comes from the state
+directory, so a leftover of a crashed run is found and removed by the next start or ``corral down``.
 Needs root and iproute2; ``available`` says why not otherwise.
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,7 +134,11 @@ class NodeNetwork:
     def write_hosts(self) -> None:
         """Node names resolve to their namespace addresses inside every node (the file is
         bind-mounted over /etc/hosts in each node's own mount namespace)."""
-        lines = ["127.0.0.1\tlocalhost", f"{self.bridge_ip}\tcorral-controller"]
+        host = socket.gethostname()
+        # the host as the nodes see it (a login node): its own name, often 127.0.1.1 in
+        # its /etc/hosts, must lead to the bridge, not to the node's loopback
+        aliases = "corral-controller" if host in self.nodes else f"corral-controller {host}"
+        lines = ["127.0.0.1\tlocalhost", f"{self.bridge_ip}\t{aliases}"]
         lines += [f"{self.node_ip(i)}\t{name}" for i, name in enumerate(self.nodes)]
         self.hosts_file.parent.mkdir(parents=True, exist_ok=True)
         self.hosts_file.write_text("\n".join(lines) + "\n")

@@ -1470,10 +1470,15 @@ class CancelJobsRequest(_message.Message):
     FILTER_FIELD_NUMBER: _builtins.int
     SIGNAL_FIELD_NUMBER: _builtins.int
     BATCH_ONLY_FIELD_NUMBER: _builtins.int
+    FULL_FIELD_NUMBER: _builtins.int
     STEPS_FIELD_NUMBER: _builtins.int
     signal: _builtins.int
     """0: cancel (terminate); else deliver this signal and keep the job"""
     batch_only: _builtins.bool
+    """where a signal goes (Slurm 22.05): by default the job's steps only; batch_only:
+    the batch shell only; full: the batch shell with its children, and the steps
+    """
+    full: _builtins.bool
     @_builtins.property
     def filter(self) -> Global___JobFilter: ...
     @_builtins.property
@@ -1486,11 +1491,12 @@ class CancelJobsRequest(_message.Message):
         filter: Global___JobFilter | None = ...,
         signal: _builtins.int = ...,
         batch_only: _builtins.bool = ...,
+        full: _builtins.bool = ...,
         steps: _abc.Iterable[Global___StepRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_only", b"batch_only", "filter", b"filter", "signal", b"signal", "steps", b"steps"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_only", b"batch_only", "filter", b"filter", "full", b"full", "signal", b"signal", "steps", b"steps"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2917,14 +2923,18 @@ class SignalJobRequest(_message.Message):
     KILL_WAIT_S_FIELD_NUMBER: _builtins.int
     BATCH_ONLY_FIELD_NUMBER: _builtins.int
     STEP_ID_FIELD_NUMBER: _builtins.int
+    FULL_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     signal: _builtins.int
     terminate: _builtins.bool
     """cancel: SIGTERM now, SIGKILL after kill_wait_s"""
     kill_wait_s: _builtins.float
     batch_only: _builtins.bool
+    """the batch shell only"""
     step_id: _builtins.int
     """only this step's tasks"""
+    full: _builtins.bool
+    """the batch shell, its children and the steps (neither: the steps only)"""
     def __init__(
         self,
         *,
@@ -2934,10 +2944,11 @@ class SignalJobRequest(_message.Message):
         kill_wait_s: _builtins.float = ...,
         batch_only: _builtins.bool = ...,
         step_id: _builtins.int | None = ...,
+        full: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "step_id", b"step_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "batch_only", b"batch_only", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "batch_only", b"batch_only", "full", b"full", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__step_id: _TypeAlias = _typing.Literal["step_id"]  # noqa: Y015
     _WhichOneofArgType__step_id: _TypeAlias = _typing.Literal["_step_id", b"_step_id"]  # noqa: Y015

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ctld.sched.frag import Fragmentation, pending_demands
 from ctld.sched.model import (
     INFINITY,
     Forecast,
@@ -24,6 +25,7 @@ from ctld.sched.model import (
     Snapshot,
     Start,
 )
+from ctld.sched.predict import expected_end
 from ctld.sched.profile import Avail, Hold, NodeProfile, Release
 from ctld.sched.shape import Shape, job_shape
 
@@ -59,8 +61,12 @@ class _Pass:
         self.reservations = {r.name: r for r in snap.reservations}
         self.qos_limits = dict(snap.settings.qos_max_jobs_per_user)
         self.user_jobs: dict[tuple[str, str], int] = {}
+        self.predict = snap.settings.predict
         for run in snap.running:
-            end = max(run.end_time, self.now + 1.0)  # overrunning: about to end
+            end = run.end_time
+            if self.predict and run.predicted_s > 0:
+                end = expected_end(run.start_time, run.predicted_s, run.end_time, self.now)
+            end = max(end, self.now + 1.0)  # overrunning: about to end
             for p in run.placements:
                 node = self.nodes.get(p.node)
                 if node is not None:
@@ -93,6 +99,7 @@ class _Pass:
         for node in self.nodes.values():
             self.buckets[len(node.free_gpus)][node.name] = node
         self.forecast_cache: dict[tuple[object, ...], tuple[int, Forecast | None]] = {}
+        self.frag = Fragmentation(snap.demands or pending_demands(snap))
         self.starts: list[Start] = []
         self.reasons: dict[int, str] = {}
         self.forecasts: dict[int, Forecast] = {}
@@ -105,7 +112,15 @@ class _Pass:
 
     def run(self) -> Plan:
         considered = 0
-        for req in self.snap.pending:
+        pending = self.snap.pending
+        shortest = self.settings.backfill_order == "shortest" and self.settings.backfill
+        for i, req in enumerate(pending):
+            if shortest and self.reserved >= self.settings.reserve_depth:
+                # the reserved jobs are placed: everything behind them is a backfill
+                # candidate, tried shortest predicted run first (EASY-SJBF)
+                self.backfill_shortest_first(pending[i:])
+                considered = len(pending)
+                break
             considered += 1
             if req.blocked_reason:
                 self.reasons[req.job_id] = req.blocked_reason
@@ -119,13 +134,39 @@ class _Pass:
             considered=considered,
         )
 
-    def consider(self, req: JobRequest) -> None:
+    def backfill_shortest_first(self, rest: tuple[JobRequest, ...]) -> None:
+        order = sorted(
+            range(len(rest)), key=lambda i: (self.durations(rest[i])[1], i)
+        )  # stable: equal predictions keep their priority order
+        waiting: list[tuple[int, tuple[Shape, list[_Candidate], float, float]]] = []
+        for i in order:
+            req = rest[i]
+            if req.blocked_reason:
+                self.reasons[req.job_id] = req.blocked_reason
+                continue
+            prepared = self.prepare(req)
+            if prepared is not None and not self.try_start(req, *prepared):
+                waiting.append((i, prepared))
+        # reasons and forecasts for the ones left, in priority order again
+        for i, prepared in sorted(waiting, key=lambda w: w[0]):
+            self.blocked(rest[i], *prepared)
+
+    def durations(self, req: JobRequest) -> tuple[float, float]:
+        """(its limit, what the plan expects it to run): the prediction when planning
+        with predictions, never more than the limit."""
+        duration = INFINITY if req.time_limit_s < 0 else float(max(req.time_limit_s, 1))
+        if self.predict and req.predicted_s > 0:
+            return duration, min(float(req.predicted_s), duration)
+        return duration, duration
+
+    def prepare(self, req: JobRequest) -> tuple[Shape, list[_Candidate], float, float] | None:
+        """Its shape, candidate partitions and durations; None (reason set) if it has none."""
         limit = self.qos_limits.get(req.qos, 0)
         if limit and self.user_jobs.get((req.qos, req.user), 0) >= limit:
             self.reasons[req.job_id] = QOS_MAX_JOBS_PER_USER
-            return
+            return None
         shape = job_shape(req)
-        duration = INFINITY if req.time_limit_s < 0 else float(max(req.time_limit_s, 1))
+        duration, expected = self.durations(req)
         candidates: list[_Candidate] = []
         reason = RESOURCES
         for part_name in req.partitions:
@@ -136,18 +177,45 @@ class _Pass:
             candidates.append(cand_or_reason)
         if not candidates:
             self.reasons[req.job_id] = reason
-            return
+            return None
         if self.fcfs_blocked:
             self.reasons[req.job_id] = PRIORITY
-            return
+            return None
+        return shape, candidates, duration, expected
+
+    def try_start(
+        self,
+        req: JobRequest,
+        shape: Shape,
+        candidates: list[_Candidate],
+        duration: float,
+        expected: float,
+    ) -> bool:
         for cand in candidates:
             if self.now < cand.not_before:
                 continue
-            chosen = self.fit_now(req, shape, cand, duration)
+            chosen = self.fit_now(req, shape, cand, duration, expected)
             if chosen is not None:
-                self.start(req, shape, cand, chosen, duration)
-                return
-        self.blocked(req, shape, candidates, duration)
+                # whether it fits only by its prediction (not to its limit)
+                relied = expected < duration and any(
+                    node.holds
+                    and not node.fits(
+                        node.window(self.now, self.now + duration, cand.ignore),
+                        shape,
+                        req.exclusive,
+                    )
+                    for node, _ in chosen
+                )
+                self.start(req, shape, cand, chosen, expected, relied)
+                return True
+        return False
+
+    def consider(self, req: JobRequest) -> None:
+        prepared = self.prepare(req)
+        if prepared is None:
+            return
+        if not self.try_start(req, *prepared):
+            self.blocked(req, *prepared)
 
     def candidate(self, req: JobRequest, shape: Shape, part_name: str) -> _Candidate | str:
         part = self.partitions.get(part_name)
@@ -201,7 +269,7 @@ class _Pass:
     # ------------------------------------------------------------ now
 
     def fit_now(
-        self, req: JobRequest, shape: Shape, cand: _Candidate, duration: float
+        self, req: JobRequest, shape: Shape, cand: _Candidate, duration: float, expected: float
     ) -> list[tuple[NodeProfile, Avail]] | None:
         # the same shape that found no room now finds none later in this pass either:
         # a pass only ever takes resources away from "now"
@@ -212,8 +280,11 @@ class _Pass:
         end = self.now + duration
         if end > cand.not_after:
             return None
+        # advance reservations are kept against the limit, the reserved jobs ahead
+        # against the prediction (a wrong one can delay them, never an advance one)
+        job_end = self.now + expected
         if self.settings.placement == "pack" and not req.exclusive and not cand.required:
-            return self._fit_now_packed(shape, cand, end, key)
+            return self._fit_now_packed(shape, cand, end, job_end, key)
         fitting = []
         free_now = 0
         required_free = 0
@@ -225,7 +296,7 @@ class _Pass:
                 continue
             free_now += 1
             required_free += node.name in cand.required
-            avail = node.window(self.now, end, cand.ignore) if node.holds else now_avail
+            avail = node.window(self.now, end, cand.ignore, job_end) if node.holds else now_avail
             if node.fits(avail, shape, req.exclusive):
                 fitting.append((node, avail))
         if free_now < shape.nodes or required_free < len(cand.required):
@@ -233,7 +304,7 @@ class _Pass:
         return self.choose(fitting, shape, cand)
 
     def _fit_now_packed(
-        self, shape: Shape, cand: _Candidate, end: float, key: tuple[object, ...]
+        self, shape: Shape, cand: _Candidate, end: float, job_end: float, key: tuple[object, ...]
     ) -> list[tuple[NodeProfile, Avail]] | None:
         fitting: list[tuple[NodeProfile, Avail]] = []
         free_now = 0
@@ -249,7 +320,9 @@ class _Pass:
                 now_avail = Avail(
                     node.free_cpus, node.free_mem, frozenset(node.free_gpus), not node.busy
                 )
-                avail = node.window(self.now, end, cand.ignore) if node.holds else now_avail
+                avail = (
+                    node.window(self.now, end, cand.ignore, job_end) if node.holds else now_avail
+                )
                 if node.fits(avail, shape, False):
                     fitting.append((node, avail))
                     if free_gpus == self.max_gpus and len(fitting) >= shape.nodes:
@@ -272,7 +345,19 @@ class _Pass:
         if len(required) < len(cand.required):
             return None
         others = [f for f in fitting if f[0].name not in cand.required]
-        if self.settings.placement == "pack":
+        if self.settings.placement == "frag":
+            # the node where this job leaves the fewest GPUs that the jobs likely to
+            # come could not use; ties by best fit
+            others.sort(
+                key=lambda f: (
+                    self.frag.delta(f[1], shape),
+                    len(f[1].gpus),
+                    f[1].cpus,
+                    f[1].mem,
+                    f[0].index,
+                )
+            )
+        elif self.settings.placement == "pack":
             # best fit: the fullest node that still fits, so whole nodes stay free
             others.sort(key=lambda f: (len(f[1].gpus), f[1].cpus, f[1].mem, f[0].index))
         else:
@@ -286,6 +371,7 @@ class _Pass:
         cand: _Candidate,
         chosen: list[tuple[NodeProfile, Avail]],
         duration: float,
+        on_prediction: bool = False,
     ) -> None:
         placements = []
         end = self.now + duration
@@ -302,7 +388,7 @@ class _Pass:
                 del self.buckets[before][node.name]
                 self.buckets[len(node.free_gpus)][node.name] = node
             placements.append(Placement(node.name, cpus, mem, gpus))
-        self.starts.append(Start(req.job_id, cand.partition.name, tuple(placements)))
+        self.starts.append(Start(req.job_id, cand.partition.name, tuple(placements), on_prediction))
         key = (req.qos, req.user)
         self.user_jobs[key] = self.user_jobs.get(key, 0) + 1
         self.profile_version += 1
@@ -310,7 +396,12 @@ class _Pass:
     # ------------------------------------------------------------ later
 
     def blocked(
-        self, req: JobRequest, shape: Shape, candidates: list[_Candidate], duration: float
+        self,
+        req: JobRequest,
+        shape: Shape,
+        candidates: list[_Candidate],
+        duration: float,
+        expected: float,
     ) -> None:
         queued_behind = any(c.partition.name in self.blocked_partitions for c in candidates)
         waiting_for_resv = all(self.now < c.not_before for c in candidates)
@@ -319,7 +410,7 @@ class _Pass:
             self.fcfs_blocked = True
         reserve = self.reserved < self.settings.reserve_depth
         if reserve or self.forecasted < self.settings.forecast_depth:
-            forecast = self.earliest(req, shape, candidates, duration, reserve)
+            forecast = self.earliest(req, shape, candidates, duration, expected, reserve)
             if forecast is not None:
                 self.forecasts[req.job_id] = forecast
                 if reserve:
@@ -339,11 +430,12 @@ class _Pass:
         shape: Shape,
         candidates: list[_Candidate],
         duration: float,
+        expected: float,
         reserve: bool,
     ) -> Forecast | None:
         best: tuple[float, _Candidate, list[tuple[NodeProfile, Avail]]] | None = None
         for cand in candidates:
-            found = self.earliest_in(req, shape, cand, duration)
+            found = self.earliest_in(req, shape, cand, duration, expected)
             if found is not None and (best is None or found[0] < best[0]):
                 best = (found[0], cand, found[1])
         if best is None:
@@ -364,7 +456,7 @@ class _Pass:
                 else:
                     cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
                     gpus = frozenset(_pick_gpus(avail.gpus, shape.gpus_per_node))
-                node.hold(Hold(t, t + duration, cpus, mem, gpus, owner=f"job:{req.job_id}"))
+                node.hold(Hold(t, t + expected, cpus, mem, gpus, owner=f"job:{req.job_id}"))
             self.profile_version += 1
         return Forecast(
             job_id=req.job_id,
@@ -376,21 +468,21 @@ class _Pass:
         )
 
     def earliest_in(
-        self, req: JobRequest, shape: Shape, cand: _Candidate, duration: float
+        self, req: JobRequest, shape: Shape, cand: _Candidate, duration: float, expected: float
     ) -> tuple[float, list[tuple[NodeProfile, Avail]]] | None:
         key: tuple[object, ...] = (cand.partition.name, shape, req.gpu_type, req.exclusive)
-        key += (cand.required, req.exclude, cand.ignore, duration)
+        key += (cand.required, req.exclude, cand.ignore, duration, expected)
         cached = self.forecast_cache.get(key)
         if cached is not None and cached[0] == self.profile_version and cached[1] is not None:
             hit = cached[1]
-            end = hit.start + duration
+            end, job_end = hit.start + duration, hit.start + expected
             return hit.start, [
-                (self.nodes[n], self.nodes[n].window(hit.start, end, cand.ignore))
+                (self.nodes[n], self.nodes[n].window(hit.start, end, cand.ignore, job_end))
                 for n in hit.nodes
             ]
         if cached is not None and cached[0] == self.profile_version:
             return None
-        result = self._search(req, shape, cand, duration)
+        result = self._search(req, shape, cand, duration, expected)
         if result is None:
             self.forecast_cache[key] = (self.profile_version, None)
         else:
@@ -402,7 +494,7 @@ class _Pass:
         return result
 
     def _search(
-        self, req: JobRequest, shape: Shape, cand: _Candidate, duration: float
+        self, req: JobRequest, shape: Shape, cand: _Candidate, duration: float, expected: float
     ) -> tuple[float, list[tuple[NodeProfile, Avail]]] | None:
         # Walk the instants where something frees up; between them nothing can change,
         # except on nodes with holds (a sliding window may reach a hold's start).
@@ -421,7 +513,7 @@ class _Pass:
 
         def check(nodes: Iterable[NodeProfile], t: float) -> None:
             for node in nodes:
-                avail = node.window(t, t + duration, cand.ignore)
+                avail = node.window(t, t + duration, cand.ignore, t + expected)
                 if node.fits(avail, shape, req.exclusive):
                     fitting[node.name] = (node, avail)
                 else:

@@ -54,6 +54,8 @@ class RunningView:
     placements: tuple[Placement, ...]
     user: str = ""
     qos: str = ""
+    start_time: float = 0.0
+    predicted_s: float = 0.0  # its predicted run time (predict.py); 0: none, use the limit
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class JobRequest:
     qos: str = ""
     reservation: str = ""
     submit_time: float = 0.0
+    predicted_s: int = 0  # predicted run time (predict.py), <= the limit; 0: the limit
 
 
 @dataclass(frozen=True)
@@ -107,15 +110,36 @@ class Settings:
     that lower jobs must not delay (1: EASY; a large number: conservative; 0 with
     ``backfill`` off: strict first come first served). ``forecast_depth``: how many
     further blocked jobs get an expected start (the costly part of a pass).
-    ``placement``: "pack" (best fit: small GPU jobs onto partly used nodes) or
-    "firstfit" (the first nodes that fit, in name order).
+    ``placement``: "pack" (best fit: small GPU jobs onto partly used nodes),
+    "firstfit" (the first nodes that fit, in name order) or "frag" (the node whose
+    free GPUs are least likely to be needed whole by the jobs still to come).
+    ``predict``: plan with predicted run times (``predicted_s``) instead of limits for
+    backfill fits and forecasts; advance reservations are always checked against
+    limits, and jobs are still killed at their limits. ``backfill_order``: "priority"
+    or "shortest" (backfill candidates behind the reserved jobs tried shortest
+    predicted run first, as EASY-SJBF).
     """
 
     backfill: bool = True
     reserve_depth: int = 1
     forecast_depth: int = 100
     placement: str = "pack"
+    predict: bool = False
+    backfill_order: str = "priority"
     qos_max_jobs_per_user: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What the jobs to come are expected to ask of one node, and how often (a weight).
+
+    Fragmentation-aware placement keeps nodes able to serve these.
+    """
+
+    gpus: int
+    cpus: int = 0
+    mem_mb: int = 0
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +152,8 @@ class Snapshot:
     running: tuple[RunningView, ...] = ()
     reservations: tuple[ReservationView, ...] = ()
     settings: Settings = field(default_factory=Settings)
+    # for placement "frag": the expected demand; empty: the pending jobs' own shapes
+    demands: tuple[Demand, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -135,6 +161,9 @@ class Start:
     job_id: int
     partition: str
     placements: tuple[Placement, ...]
+    # it fits in front of a reserved job only by its predicted run time (to its limit
+    # it would overlap the reservation): a wrong prediction may delay that job
+    on_prediction: bool = False
 
 
 @dataclass(frozen=True)

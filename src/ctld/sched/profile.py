@@ -99,11 +99,17 @@ class NodeProfile:
                 held = True
         return Avail(cpus, mem, frozenset(gpus), empty=not running and not held)
 
-    def window(self, t0: float, t1: float, ignore: str = "") -> Avail:
-        """What stays available for the whole of [t0, t1)."""
+    def window(self, t0: float, t1: float, ignore: str = "", t1_jobs: float | None = None) -> Avail:
+        """What stays available for the whole of [t0, t1).
+
+        With ``t1_jobs`` the reserved jobs' holds ("job:") are only checked up to it (a
+        predicted end), advance reservations' ("resv:") up to ``t1`` (the limit).
+        """
+        jobs_end = t1 if t1_jobs is None else min(t1_jobs, t1)
         best = self._at(t0, ignore)
         for h in self.holds:
-            if h.owner != ignore and t0 < h.start < t1:
+            horizon = jobs_end if h.owner.startswith("job:") else t1
+            if h.owner != ignore and t0 < h.start < horizon:
                 at = self._at(h.start, ignore)
                 best = Avail(
                     min(best.cpus, at.cpus),

@@ -34,17 +34,23 @@ def main(argv: list[str]) -> int:
         return 1
     print(f"{args.trace.name}: {len(trace.jobs)} jobs on {procs} processors\n")
     print(
-        "| policy | jobs | utilization | mean wait min | p95 wait min | mean bsld "
-        "| pass ms mean / max | forecast MAE min |"
+        "| policy | jobs | utilization | mean wait min | p95 wait min | max wait h | mean bsld "
+        "| forecast error median / p90 min | top jobs: backfilled on predictions "
+        "/ delayed (mean, max min) | pass ms mean |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for policy in args.policy or ["fcfs", "easy", "corral"]:
         s = summarize(replay(trace.jobs, procs, policy))
+        delayed = (
+            f"{s.top_delayed} ({s.top_delay_mean_s / 60:.0f}, {s.top_delay_max_s / 60:.0f})"
+            if s.top_delayed
+            else "0"
+        )
         print(
-            f"| {policy} | {s.jobs} | {s.utilization:.2f} | {s.wait_mean_s / 60:.1f} | "
-            f"{s.wait_p95_s / 60:.1f} | {s.bsld_mean:.1f} | "
-            f"{s.pass_mean_ms:.2f} / {s.pass_max_ms:.1f} | {s.forecast_mae_s / 60:.1f} | "
-            f"{s.corrected_mae_s / 60:.1f} |",
+            f"| {policy} | {s.jobs} | {s.utilization:.3f} | {s.wait_mean_s / 60:.1f} | "
+            f"{s.wait_p95_s / 60:.1f} | {s.wait_max_s / 3600:.1f} | {s.bsld_mean:.1f} | "
+            f"{s.forecast_median_s / 60:.1f} / {s.forecast_p90_s / 60:.1f} | "
+            f"{s.top_jobs}: {s.top_backfilled} / {delayed} | {s.pass_mean_ms:.2f} |",
             flush=True,
         )
     return 0

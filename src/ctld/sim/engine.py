@@ -5,15 +5,23 @@ not placements), each job asks for its processors for its user estimate, and rea
 ends at min(run, estimate), killed at its limit as in Tsafrir et al. After each batch
 of events at one instant the core makes one pass and its starts are applied. The
 expected start the core first gives each job is kept, to measure forecast error.
+
+Policy ``corral`` is what ctld runs with its default configuration: the scheduler
+settings and priority weights are read from ``corral.config``'s defaults, run times are
+predicted by the same ``RunTimePredictor`` ctld feeds, and fair-share is on, with every
+trace user given one share under root (what ctld does when no ``[[accounts]]`` are
+configured) and usage decayed with the configured half-life.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from corral.config import PriorityConfig, SchedulerConfig
 from ctld.sched import (
     JobRequest,
     NodeView,
@@ -24,19 +32,66 @@ from ctld.sched import (
     Snapshot,
     schedule,
 )
+from ctld.sched.fairshare import AccountShare, share_rows
+from ctld.sched.predict import RunTimePredictor
 from ctld.sched.priority import Weights, factors
 from ctld.sim.swf import TraceJob
 
-POLICIES: dict[str, Settings] = {
-    "fcfs": Settings(backfill=False, reserve_depth=0, forecast_depth=0),
-    "easy": Settings(reserve_depth=1, forecast_depth=50),
-    "conservative": Settings(reserve_depth=100_000, forecast_depth=0),
-    "corral": Settings(reserve_depth=1, forecast_depth=50, placement="pack"),
-}
-# corral's default: age and job size (small first), no fair-share in a replay
-CORRAL_WEIGHTS = Weights(
-    age=1000, fairshare=0, job_size=1000, partition=0, qos=0, max_age_s=86400, favor_small=True
-)
+RECALC_S = 30.0  # ctld recomputes the queue's priorities at most this often
+FORECAST_DEPTH = 50  # the replays' forecast depth (ctld's default is 100: cost)
+
+
+@dataclass(frozen=True)
+class Policy:
+    settings: Settings
+    weights: Weights | None = None  # None: first come, first served
+    fairshare: bool = False
+    half_life_s: float = 7 * 86400.0
+
+
+def ctld_default() -> Policy:
+    """The policy ctld runs when its config says nothing: read off corral.config."""
+    sc, pc = SchedulerConfig(), PriorityConfig()
+    settings = Settings(
+        backfill=sc.backfill,
+        reserve_depth=sc.reserve_depth,
+        forecast_depth=FORECAST_DEPTH,
+        placement=sc.placement,
+        predict=sc.predict,
+        backfill_order=sc.backfill_order,
+    )
+    weights = Weights(
+        age=pc.weight_age,
+        fairshare=pc.weight_fairshare,
+        job_size=pc.weight_job_size,
+        partition=0,  # one partition: a constant
+        qos=0,
+        max_age_s=pc.max_age_s,
+        favor_small=pc.favor_small,
+    )
+    return Policy(
+        settings, weights, fairshare=pc.weight_fairshare > 0, half_life_s=pc.decay_half_life_s
+    )
+
+
+def _policies() -> dict[str, Policy]:
+    easy = Settings(reserve_depth=1, forecast_depth=FORECAST_DEPTH)
+    corral = ctld_default()
+    return {
+        "fcfs": Policy(Settings(backfill=False, reserve_depth=0, forecast_depth=0)),
+        "easy": Policy(easy),
+        "conservative": Policy(Settings(reserve_depth=100_000, forecast_depth=0)),
+        # EASY-SJBF: backfill candidates shortest limit first
+        "easy-sjbf": Policy(replace(easy, backfill_order="shortest")),
+        # EASY++ (Tsafrir et al.): predictions, their correction, shortest-predicted-first
+        "easy++": Policy(replace(easy, predict=True, backfill_order="shortest")),
+        "corral": corral,
+        # ctld's default with scheduler.predict = false: backfill by limits only
+        "corral-limits": replace(corral, settings=replace(corral.settings, predict=False)),
+    }
+
+
+POLICIES: dict[str, Policy] = _policies()
 
 
 @dataclass
@@ -49,52 +104,127 @@ class Outcome:
 
 
 @dataclass
+class TopJobDelay:
+    """A job reserved at the top of the queue while jobs backfilled on predictions."""
+
+    job_id: int
+    reserved_start: float  # its reservation when the first such job was started
+    start: float  # when it really started
+    overran: bool  # a job backfilled on its prediction still ran at the reserved start
+
+    @property
+    def delay(self) -> float:
+        return max(0.0, self.start - self.reserved_start) if self.overran else 0.0
+
+
+@dataclass
 class Result:
     outcomes: list[Outcome] = field(default_factory=list)
     pass_times: list[float] = field(default_factory=list)
     procs: int = 0
+    top_jobs: int = 0  # jobs that held the reservation at some pass
+    top_delays: list[TopJobDelay] = field(default_factory=list)
 
 
-def replay(jobs: tuple[TraceJob, ...], procs: int, policy: str) -> Result:
-    settings = POLICIES[policy]
+class _Fairshare:
+    """Decayed usage per user and the classic fair-share factor, as ctld computes it."""
+
+    def __init__(self, half_life_s: float) -> None:
+        self.half_life = half_life_s
+        self.value: dict[str, float] = {}
+        self.as_of: dict[str, float] = {}
+        self.factor: dict[str, float] = {}
+
+    def add(self, user: str, amount: float, at: float) -> None:
+        old = self.value.get(user, 0.0)
+        if old:
+            old *= math.pow(0.5, max(at - self.as_of[user], 0.0) / self.half_life)
+        self.value[user] = old + amount
+        self.as_of[user] = at
+
+    def refresh(self, now: float, users: set[str], running: list[tuple[str, float]]) -> None:
+        usage = {
+            ("root", u): v * math.pow(0.5, max(now - self.as_of[u], 0.0) / self.half_life)
+            for u, v in self.value.items()
+        }
+        for user, used in running:
+            usage[("root", user)] = usage.get(("root", user), 0.0) + used
+        everyone = users | {u for _a, u in usage}
+        tree = [AccountShare("root", "", 1, tuple((u, 1) for u in sorted(everyone)))]
+        self.factor = {r.user: r.fairshare for r in share_rows(tree, usage) if r.user}
+
+
+def replay(jobs: tuple[TraceJob, ...], procs: int, policy: str | Policy) -> Result:
+    pol = POLICIES[policy] if isinstance(policy, str) else policy
+    settings = pol.settings
     result = Result(procs=procs)
     part = (PartitionView("p", ("m",)),)
     by_id = {j.job_id: j for j in jobs}
     forecasts: dict[int, float] = {}
     corrected: dict[int, float] = {}
     ratios: list[float] = []  # run / estimate of finished jobs, kept sorted
+    predictor = RunTimePredictor()
+    predicted: dict[int, int] = {}  # made when the job enters the queue, as ctld does
+    share = _Fairshare(pol.half_life_s)
+    last_recalc = -math.inf
+    prio: dict[int, int] = {}
     pending: dict[int, TraceJob] = {}
     running: dict[int, tuple[float, int]] = {}  # job -> (limit end, procs)
     ends: list[tuple[float, int]] = []
     starts: dict[int, float] = {}
+    # top-of-queue jobs -> (their reservation when jobs were first backfilled in front
+    # of them on predictions, those jobs)
+    watched: dict[int, tuple[float, set[int]]] = {}
+    ever_top: set[int] = set()
     free = procs
     i = 0
     while i < len(jobs) or ends:
-        now = min(
-            jobs[i].submit if i < len(jobs) else float("inf"), ends[0][0] if ends else float("inf")
-        )
+        now = min(jobs[i].submit if i < len(jobs) else math.inf, ends[0][0] if ends else math.inf)
         while ends and ends[0][0] <= now:
             _, jid = heapq.heappop(ends)
             free += running.pop(jid)[1]
             job = by_id[jid]
+            elapsed = now - starts[jid]
+            predictor.observe(str(job.user), elapsed, int(job.estimate))
+            if pol.fairshare:
+                share.add(str(job.user), elapsed * job.procs, now)
             bisect.insort(ratios, min(job.run / job.estimate, 1.0))
             result.outcomes.append(
                 Outcome(job, starts[jid], now, forecasts.get(jid, 0.0), corrected.get(jid, 0.0))
             )
         while i < len(jobs) and jobs[i].submit <= now:
-            if jobs[i].procs <= procs:
-                pending[jobs[i].job_id] = jobs[i]
+            job = jobs[i]
+            if job.procs <= procs:
+                pending[job.job_id] = job
+                predicted[job.job_id] = predictor.predict(str(job.user), int(job.estimate))
+                if pol.weights is not None:
+                    prio[job.job_id] = _priority(pol.weights, job, now, procs, share.factor)
             i += 1
         if not pending:
             continue
+        if pol.weights is not None and now - last_recalc >= RECALC_S:
+            last_recalc = now
+            if pol.fairshare:
+                share.refresh(
+                    now,
+                    {str(j.user) for j in pending.values()},
+                    [
+                        (str(by_id[jid].user), (now - starts[jid]) * n)
+                        for jid, (_e, n) in running.items()
+                    ],
+                )
+            for jid, job in pending.items():
+                prio[jid] = _priority(pol.weights, job, now, procs, share.factor)
         reqs = [
             JobRequest(
                 j.job_id,
                 ("p",),
                 ntasks=j.procs,
                 time_limit_s=int(j.estimate),
-                priority=_priority(j, now, procs) if policy == "corral" else 0,
+                priority=prio.get(j.job_id, 0),
                 submit_time=j.submit,
+                user=str(j.user),
+                predicted_s=predicted[j.job_id],
             )
             for j in pending.values()
         ]
@@ -106,7 +236,13 @@ def replay(jobs: tuple[TraceJob, ...], procs: int, policy: str) -> Result:
             part,
             tuple(reqs),
             tuple(
-                RunningView(jid, end, (Placement("m", n, 0, ()),))
+                RunningView(
+                    jid,
+                    end,
+                    (Placement("m", n, 0, ()),),
+                    start_time=starts[jid],
+                    predicted_s=predicted[jid],
+                )
                 for jid, (end, n) in running.items()
             ),
             (),
@@ -129,14 +265,33 @@ def replay(jobs: tuple[TraceJob, ...], procs: int, policy: str) -> Result:
             corrected.setdefault(job.job_id, now)
             running[job.job_id] = (now + job.estimate, n)
             heapq.heappush(ends, (now + min(job.run, job.estimate), job.job_id))
+            held = watched.pop(job.job_id, None)
+            if held is not None:
+                reserved_at, backfilled = held
+                overran = any(
+                    starts[b] + min(by_id[b].run, by_id[b].estimate) > reserved_at
+                    for b in backfilled
+                )
+                result.top_delays.append(TopJobDelay(job.job_id, reserved_at, now, overran))
+        on_prediction = {s.job_id for s in plan.starts if s.on_prediction}
+        for f in plan.forecasts.values():
+            if not f.reserved:
+                continue
+            ever_top.add(f.job_id)
+            if on_prediction:
+                held = watched.setdefault(f.job_id, (f.start, set()))
+                held[1].update(on_prediction)
+    result.top_jobs = len(ever_top)
     return result
 
 
-def _priority(job: TraceJob, now: float, procs: int) -> int:
+def _priority(
+    weights: Weights, job: TraceJob, now: float, procs: int, fairshare: dict[str, float]
+) -> int:
     f = factors(
-        CORRAL_WEIGHTS,
+        weights,
         age_s=now - job.submit,
-        fairshare=0.0,
+        fairshare=fairshare.get(str(job.user), 1.0),
         cpus=job.procs,
         cluster_cpus=procs,
         partition_tier=0,

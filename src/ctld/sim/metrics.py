@@ -21,6 +21,14 @@ class Summary:
     pass_max_ms: float
     forecast_mae_s: float  # |first expected start - actual start|, jobs that waited
     corrected_mae_s: float  # the same for the history-corrected forecast
+    wait_max_s: float = 0.0
+    forecast_median_s: float = 0.0  # median |first expected start - actual start|
+    forecast_p90_s: float = 0.0
+    top_jobs: int = 0  # jobs that held the top reservation at some pass
+    top_backfilled: int = 0  # ... with jobs backfilled in front on predictions
+    top_delayed: int = 0  # ... one of which still ran at the reserved start, delaying it
+    top_delay_mean_s: float = 0.0  # over the delayed ones: start - reserved start
+    top_delay_max_s: float = 0.0
 
 
 def bounded_slowdown(wait: float, run: float) -> float:
@@ -42,6 +50,8 @@ def summarize(result: Result, warmup: float = 0.01) -> Summary:
     corrected = (
         statistics.fmean(abs(o.corrected_forecast - o.start) for o in waited) if waited else 0.0
     )
+    errors = sorted(abs(o.first_forecast - o.start) for o in waited)
+    delays = [d.delay for d in result.top_delays if d.delay > 0]
     times = result.pass_times or [0.0]
     return Summary(
         jobs=len(done),
@@ -53,4 +63,16 @@ def summarize(result: Result, warmup: float = 0.01) -> Summary:
         pass_max_ms=1000 * max(times),
         forecast_mae_s=mae,
         corrected_mae_s=corrected,
+        wait_max_s=waits[-1] if waits else 0.0,
+        forecast_median_s=_pct(errors, 0.5),
+        forecast_p90_s=_pct(errors, 0.9),
+        top_jobs=result.top_jobs,
+        top_backfilled=len(result.top_delays),
+        top_delayed=len(delays),
+        top_delay_mean_s=statistics.fmean(delays) if delays else 0.0,
+        top_delay_max_s=max(delays, default=0.0),
     )
+
+
+def _pct(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else 0.0

@@ -33,7 +33,7 @@ def _lines(path: Path) -> Iterator[str]:
 
 def parse(lines: Iterator[str] | list[str], limit: int = 0) -> Trace:
     """Jobs with a positive run time and processor count, in submit order."""
-    max_procs = 0
+    max_procs = max_nodes = 0
     jobs: list[TraceJob] = []
     for line in lines:
         text = line.strip()
@@ -41,9 +41,12 @@ def parse(lines: Iterator[str] | list[str], limit: int = 0) -> Trace:
             continue
         if text.startswith(";"):
             key, _, value = text[1:].partition(":")
-            if key.strip() in ("MaxProcs", "MaxNodes") and not max_procs:
-                with contextlib.suppress(ValueError, IndexError):
+            # MaxProcs wins wherever it comes (SDSC-BLUE lists MaxNodes: 144 first)
+            with contextlib.suppress(ValueError, IndexError):
+                if key.strip() == "MaxProcs" and not max_procs:
                     max_procs = int(value.split()[0])
+                elif key.strip() == "MaxNodes" and not max_nodes:
+                    max_nodes = int(value.split()[0])
             continue
         f = text.split()
         if len(f) < 12:
@@ -62,7 +65,7 @@ def parse(lines: Iterator[str] | list[str], limit: int = 0) -> Trace:
         if limit and len(jobs) >= limit:
             break
     jobs.sort(key=lambda j: (j.submit, j.job_id))
-    return Trace(tuple(jobs), max_procs)
+    return Trace(tuple(jobs), max_procs or max_nodes)
 
 
 def load(path: Path, limit: int = 0) -> Trace:

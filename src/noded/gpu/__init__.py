@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from corral.config import GpuConfig
-from corral.errors import CorralError
+from corral.errors import GpuError
 
 REASON_MAX = 60  # sinfo -R shows the reason in a narrow column
 
@@ -69,10 +69,6 @@ class GpuSample:
     index: int
     util_pct: float
     memory_used_mb: float
-
-
-class GpuError(CorralError):
-    """The GPU backend cannot be used (NVML missing, driver not loaded, ...)."""
 
 
 class GpuBackend(Protocol):

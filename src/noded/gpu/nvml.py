@@ -15,7 +15,8 @@ from typing import Any
 
 import structlog
 
-from noded.gpu import GpuDevice, GpuError, GpuSample, HealthEvent, MigDevice
+from corral.errors import GpuError
+from noded.gpu import GpuDevice, GpuSample, HealthEvent, MigDevice
 
 log = structlog.get_logger("noded")
 

@@ -1,0 +1,600 @@
+"""A node simulator: one process that plays many nodes over the real protocol.
+
+Each simulated node registers with ctld, heartbeats, accepts ``LaunchJob`` and
+``SignalJob`` on the simulator's NodeAgent server, "runs" each job for its scripted
+time and reports its exit and usage through a per-node outbox, exactly as noded does.
+Nothing is forked: a job is a timer. So one machine can drive ctld as a 1,000-node x
+8-GPU cluster (tests that need more than a few nodes, bench/, ``corral up
+--simulated-nodes N``). ctld is the real one; only the nodes are pretend.
+
+How long a job runs and how it ends, first match wins:
+
+- ``#SIM runtime=SECONDS exit=CODE rss_mb=N gpu_util=PCT`` anywhere in the script
+  (any subset of the keys);
+- ``CORRAL_SIM_RUNTIME`` / ``CORRAL_SIM_EXIT`` in the job's environment;
+- the first ``sleep N`` in the script (so ``sbatch --wrap 'sleep 5'`` takes 5 s);
+- the simulator's default runtime.
+
+A job that would run past its time limit ends at the limit as TIMEOUT. ``SignalJob``
+with ``terminate`` (scancel) ends it at once; SIGINT/SIGTERM/SIGKILL end it with that
+signal; other signals are delivered to nothing and the job keeps running.
+
+The simulator also checks what a real node would feel: a launch that would give a
+node more CPUs, memory or GPUs than it has, or a GPU another job holds, is counted
+as an oversubscription (``stats()``), so tests can assert ctld never does it.
+
+Failure on command (``crash``, ``revive``, ``fault``): a crashed node stops
+heartbeating and answering, and forgets its jobs (as a noded restart would); a revived
+one registers again; a fault is a health event (GPU XID, ...) that ctld drains the
+node for. Run as a process, commands arrive as JSON lines on a Unix socket
+(``--control``); see ``control()``.
+
+All nodes share one NodeAgent server (one port): ctld's requests name their job, and
+the simulator knows which nodes each job holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from corral import __version__, hostlist
+from corral.config import ClusterConfig, load_config
+from corral.wire import corral_pb2 as pb
+from corral.wire import corral_pb2_grpc as pbg
+
+Update = pb.JobStatusUpdate
+RPC_TIMEOUT_S = 30.0
+MAX_BACKOFF_S = 5.0
+ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
+_SIM_LINE = re.compile(r"^\s*#SIM\b(.*)$", re.MULTILINE)
+_SLEEP = re.compile(r"(?:^|[;&|\s])sleep\s+([0-9]+(?:\.[0-9]+)?)\b")
+
+
+@dataclass
+class Script:
+    """What a simulated job does: how long it runs, how it exits, what it uses."""
+
+    runtime_s: float
+    exit_code: int = 0
+    rss_mb: float = 0.0
+    gpu_util: float = 0.0
+
+
+def parse_script(job: pb.Job, environment: dict[str, str], default_runtime_s: float) -> Script:
+    text = job.spec.script
+    script = Script(runtime_s=default_runtime_s)
+    found = False
+    for line in _SIM_LINE.findall(text):
+        for word in line.split():
+            key, _, value = word.partition("=")
+            try:
+                if key == "runtime":
+                    script.runtime_s, found = float(value), True
+                elif key == "exit":
+                    script.exit_code = int(value)
+                elif key == "rss_mb":
+                    script.rss_mb = float(value)
+                elif key == "gpu_util":
+                    script.gpu_util = float(value)
+            except ValueError:
+                continue  # a bad directive is ignored, as a shell ignores a comment
+    env = {**dict(job.spec.environment), **environment}
+    if not found and "CORRAL_SIM_RUNTIME" in env:
+        with contextlib.suppress(ValueError):
+            script.runtime_s, found = float(env["CORRAL_SIM_RUNTIME"]), True
+    if "CORRAL_SIM_EXIT" in env:
+        with contextlib.suppress(ValueError):
+            script.exit_code = int(env["CORRAL_SIM_EXIT"])
+    if not found:
+        m = _SLEEP.search(text)
+        if m:
+            script.runtime_s = float(m.group(1))
+    return script
+
+
+@dataclass
+class SimJob:
+    job: pb.Job
+    script: Script
+    started: float
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class SimNode:
+    name: str
+    cpus: int
+    memory_mb: int
+    gpus: int
+    resources: pb.NodeResources
+    boot_time: float = field(default_factory=time.time)
+    registered: bool = False
+    crashed: bool = False
+    jobs: set[int] = field(default_factory=set)  # jobs whose batch step runs here
+    used_cpus: int = 0
+    used_mem_mb: int = 0
+    used_gpus: set[int] = field(default_factory=set)
+    outbox: list[pb.JobStatusUpdate] = field(default_factory=list)
+    health: list[pb.NodeHealthEvent] = field(default_factory=list)
+    beat_now: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def _resources(cpus: int, memory_mb: int, gpus: int, model: str) -> pb.NodeResources:
+    res = pb.NodeResources(
+        cpus=cpus,
+        memory_mb=memory_mb,
+        sockets=2 if cpus % 2 == 0 and cpus > 1 else 1,
+        threads_per_core=1,
+        gpu_backend="fake" if gpus else "none",
+    )
+    res.cores_per_socket = cpus // res.sockets
+    for i in range(gpus):
+        res.gpus.add(
+            index=i,
+            model=model,
+            memory_mb=81559,
+            uuid=f"GPU-sim-{i:04d}",
+            pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
+            minor=i,
+        )
+    return res
+
+
+class SimulatedNodes:
+    """Many simulated nodes in one asyncio loop; ``start`` then ``stop``."""
+
+    def __init__(
+        self,
+        ctld_address: str,
+        nodes: list[tuple[str, int, int, int, str]],  # name, cpus, memory_mb, gpus, model
+        *,
+        listen: str = "127.0.0.1",
+        port: int = 0,
+        heartbeat_interval_s: float = 10.0,
+        default_runtime_s: float = 1.0,
+    ) -> None:
+        self.ctld_address = ctld_address
+        self.listen = listen
+        self.port = port
+        self.interval = heartbeat_interval_s
+        self.default_runtime_s = default_runtime_s
+        self.nodes: dict[str, SimNode] = {}
+        for name, cpus, mem, gpus, model in nodes:
+            self.nodes[name] = SimNode(name, cpus, mem, gpus, _resources(cpus, mem, gpus, model))
+        self.jobs: dict[int, SimJob] = {}
+        self.address = ""
+        self.counters = {
+            "launched": 0,
+            "finished": 0,
+            "signalled": 0,
+            "oversubscribed": 0,
+            "registrations": 0,
+            "heartbeats": 0,
+            "reports": 0,
+            "gpus_in_use": 0,
+            "peak_gpus_in_use": 0,
+        }
+        self.violations: list[str] = []
+        self._server: aio.Server | None = None
+        self._channel: aio.Channel | None = None
+        self._stub: pbg.NodeControllerAsyncStub | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._outbox_ready = asyncio.Event()
+
+    # ------------------------------------------------------------ life
+
+    async def start(self) -> None:
+        server = aio.server(options=[("grpc.so_reuseport", 0)])
+        pbg.add_NodeAgentServicer_to_server(_Servicer(self), server)
+        bound = server.add_insecure_port(f"{self.listen}:{self.port}")
+        if bound == 0:
+            raise RuntimeError(f"simnodes: cannot listen on {self.listen}:{self.port}")
+        await server.start()
+        self._server = server
+        self.address = f"{self.listen}:{bound}"
+        self._channel = aio.insecure_channel(self.ctld_address)
+        self._stub = pbg.NodeControllerStub(self._channel)
+        count = max(1, len(self.nodes))
+        for i, node in enumerate(self.nodes.values()):
+            # spread the first beats over one interval, as nodes booted at different times
+            offset = self.interval * i / count
+            self._tasks.append(asyncio.create_task(self._heartbeats(node, offset)))
+        self._tasks.append(asyncio.create_task(self._run_outbox()))
+
+    async def wait_registered(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not all(n.registered or n.crashed for n in self.nodes.values()):
+            if time.monotonic() > deadline:
+                missing = [n.name for n in self.nodes.values() if not n.registered]
+                raise TimeoutError(f"{len(missing)} nodes not registered: {missing[:5]}")
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks.clear()
+        for sim in self.jobs.values():
+            if sim.timer is not None:
+                sim.timer.cancel()
+        if self._server is not None:
+            await self._server.stop(grace=0.5)
+        if self._channel is not None:
+            await self._channel.close(None)
+
+    # ------------------------------------------------------------ jobs
+
+    def launch(self, request: pb.LaunchJobRequest) -> None:
+        job = request.job
+        host = self.nodes.get(job.batch_host)
+        if host is None or host.crashed:
+            raise _Unavailable(f"no simulated node {job.batch_host!r} up here")
+        if job.job_id in self.jobs:
+            return  # a retried launch
+        for alloc in job.allocations:
+            node = self.nodes.get(alloc.node)
+            if node is None:
+                continue
+            over = [
+                what
+                for what, used, have in (
+                    ("cpus", node.used_cpus + alloc.cpus, node.cpus),
+                    ("memory", node.used_mem_mb + alloc.mem_mb, node.memory_mb),
+                    ("gpus", len(node.used_gpus) + len(alloc.gpu_indices), node.gpus),
+                )
+                if used > have
+            ]
+            taken = node.used_gpus.intersection(alloc.gpu_indices)
+            if over or taken or any(g >= node.gpus for g in alloc.gpu_indices):
+                self.counters["oversubscribed"] += 1
+                self.violations.append(
+                    f"job {job.job_id} on {node.name}: over {over}, GPUs held {sorted(taken)}"
+                )
+            node.used_cpus += alloc.cpus
+            node.used_mem_mb += alloc.mem_mb
+            node.used_gpus.update(alloc.gpu_indices)
+        self._count_gpus(sum(len(a.gpu_indices) for a in job.allocations))
+        script = parse_script(job, dict(request.environment), self.default_runtime_s)
+        sim = SimJob(job=job, script=script, started=time.time())
+        self.jobs[job.job_id] = sim
+        host.jobs.add(job.job_id)
+        self.counters["launched"] += 1
+        loop = asyncio.get_running_loop()
+        limit = job.time_limit_s
+        if 0 < limit < script.runtime_s:
+            sim.timer = loop.call_later(limit, self._end, job.job_id, "timeout", signal.SIGTERM)
+        else:
+            sim.timer = loop.call_later(
+                max(0.0, script.runtime_s), self._end, job.job_id, "exit", 0
+            )
+
+    def signal(self, request: pb.SignalJobRequest) -> bool:
+        sim = self.jobs.get(request.job_id)
+        if sim is None:
+            return False
+        self.counters["signalled"] += 1
+        if request.HasField("step_id"):
+            return True  # simulated jobs run no steps
+        if request.terminate:
+            self._end(request.job_id, "signal", signal.SIGTERM, by_request=True)
+        elif request.signal in ENDING_SIGNALS:
+            self._end(request.job_id, "signal", request.signal, by_request=True)
+        return True
+
+    def _end(self, job_id: int, how: str, sig: int, *, by_request: bool = False) -> None:
+        sim = self.jobs.pop(job_id, None)
+        if sim is None:
+            return
+        if sim.timer is not None:
+            sim.timer.cancel()
+        job = sim.job
+        self._release(job)
+        host = self.nodes.get(job.batch_host)
+        if host is None or host.crashed:
+            return  # a crashed node forgot it
+        host.jobs.discard(job_id)
+        elapsed = max(0.0, time.time() - sim.started)
+        cpus = job.num_cpus or 1
+        rss_kb = int((sim.script.rss_mb or min(job.mem_mb or 256, 1024) / 2) * 1024)
+        usage = pb.JobUsage(
+            max_rss_kb=rss_kb,
+            ave_rss_kb=rss_kb * 3 // 4,
+            user_cpu_s=elapsed * cpus * 0.9,
+            system_cpu_s=elapsed * cpus * 0.05,
+            samples=max(1, int(elapsed)),
+        )
+        if job.num_gpus:
+            util = sim.script.gpu_util or 75.0
+            usage.gpu_util_max, usage.gpu_util_mean = min(100.0, util * 1.2), util
+            usage.gpu_mem_max_mb, usage.gpu_mem_mean_mb = 40000.0, 30000.0
+        update = Update(job_id=job_id, kind=Update.KIND_EXITED, time=time.time(), usage=usage)
+        if how == "exit":
+            update.exit_code = sim.script.exit_code
+        else:
+            update.exit_signal = sig
+            update.signalled_by_request = by_request
+            if how == "timeout":
+                update.end_reason = Update.END_TIMEOUT
+        self.counters["finished"] += 1
+        self._report(host, update)
+
+    def _count_gpus(self, delta: int) -> None:
+        c = self.counters
+        c["gpus_in_use"] += delta
+        c["peak_gpus_in_use"] = max(c["peak_gpus_in_use"], c["gpus_in_use"])
+
+    def _release(self, job: pb.Job) -> None:
+        self._count_gpus(-sum(len(a.gpu_indices) for a in job.allocations))
+        for alloc in job.allocations:
+            node = self.nodes.get(alloc.node)
+            if node is None:
+                continue
+            node.used_cpus -= alloc.cpus
+            node.used_mem_mb -= alloc.mem_mb
+            node.used_gpus.difference_update(alloc.gpu_indices)
+
+    def _report(self, node: SimNode, update: pb.JobStatusUpdate) -> None:
+        node.outbox.append(update)
+        self._outbox_ready.set()
+
+    # ------------------------------------------------------------ the link to ctld
+
+    def _request(self, node: SimNode) -> pb.RegisterNodeRequest:
+        return pb.RegisterNodeRequest(
+            name=node.name,
+            address=self.address,
+            resources=node.resources,
+            boot_time=node.boot_time,
+            version=__version__,
+            os="simulated",
+            running_job_ids=sorted(node.jobs),
+            unreported=list(node.outbox),
+            health=list(node.health),
+        )
+
+    async def _heartbeats(self, node: SimNode, offset: float) -> None:
+        assert self._stub is not None
+        stub = self._stub
+        await asyncio.sleep(offset)
+        backoff = 0.2
+        while True:
+            if node.crashed:
+                await node.beat_now.wait()
+                node.beat_now.clear()
+                continue
+            try:
+                if not node.registered:
+                    req = self._request(node)
+                    await stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
+                    del node.health[: len(req.health)]
+                    node.registered = True
+                    self.counters["registrations"] += 1
+                node.beat_now.clear()
+                beat = pb.HeartbeatRequest(
+                    name=node.name, running_job_ids=sorted(node.jobs), health=list(node.health)
+                )
+                reply = await stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
+                self.counters["heartbeats"] += 1
+                if reply.reregister:
+                    node.registered = False
+                    continue
+                del node.health[: len(beat.health)]
+                backoff = 0.2
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(node.beat_now.wait(), self.interval)
+            except grpc.RpcError:
+                node.registered = False
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    async def _run_outbox(self) -> None:
+        """Deliver every node's pending updates, one ReportJobStatus per node, in parallel."""
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            busy = [n for n in self.nodes.values() if n.outbox and not n.crashed]
+            results = await asyncio.gather(*(self._deliver(n) for n in busy))
+            if not all(results):
+                await asyncio.sleep(0.5)
+                self._outbox_ready.set()
+
+    async def _deliver(self, node: SimNode) -> bool:
+        assert self._stub is not None
+        batch = list(node.outbox)
+        try:
+            await self._stub.ReportJobStatus(
+                pb.ReportJobStatusRequest(node=node.name, updates=batch), timeout=RPC_TIMEOUT_S
+            )
+        except grpc.RpcError:
+            return False
+        del node.outbox[: len(batch)]
+        self.counters["reports"] += len(batch)
+        return True
+
+    # ------------------------------------------------------------ failure on command
+
+    def crash(self, names: list[str]) -> None:
+        """The nodes die: no heartbeats, no answers, their jobs and outboxes forgotten."""
+        for name in names:
+            node = self.nodes[name]
+            node.crashed, node.registered = True, False
+            for job_id in list(node.jobs):
+                sim = self.jobs.pop(job_id, None)
+                if sim is not None:
+                    if sim.timer is not None:
+                        sim.timer.cancel()
+                    self._release(sim.job)
+            node.jobs.clear()
+            node.outbox.clear()
+
+    def revive(self, names: list[str]) -> None:
+        """The nodes boot again and register (with nothing running)."""
+        for name in names:
+            node = self.nodes[name]
+            node.crashed = False
+            node.boot_time = time.time()
+            node.beat_now.set()
+
+    def fault(self, names: list[str], reason: str, detail: str = "") -> None:
+        """A health event (e.g. "GPU 3 XID 79"), sent with an immediate heartbeat."""
+        for name in names:
+            node = self.nodes[name]
+            node.health.append(
+                pb.NodeHealthEvent(reason=reason, detail=detail or reason, time=time.time())
+            )
+            node.beat_now.set()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            **self.counters,
+            "running": len(self.jobs),
+            "nodes": len(self.nodes),
+            "registered": sum(1 for n in self.nodes.values() if n.registered),
+            "violations": self.violations[:20],
+        }
+
+    def control(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One command: {"cmd": "crash"|"revive"|"fault"|"stats", "nodes": "hostlist", ...}."""
+        cmd = request.get("cmd")
+        names = hostlist.expand(str(request.get("nodes", ""))) if request.get("nodes") else []
+        unknown = [n for n in names if n not in self.nodes]
+        if unknown:
+            return {"ok": False, "error": f"unknown nodes: {unknown[:5]}"}
+        if cmd == "crash":
+            self.crash(names)
+        elif cmd == "revive":
+            self.revive(names)
+        elif cmd == "fault":
+            self.fault(names, str(request.get("reason", "simulated fault")))
+        elif cmd != "stats":
+            return {"ok": False, "error": f"unknown command {cmd!r}"}
+        return {"ok": True, "stats": self.stats()}
+
+
+class _Unavailable(Exception):
+    pass
+
+
+class _Servicer(pbg.NodeAgentServicer):
+    def __init__(self, sim: SimulatedNodes) -> None:
+        self.sim = sim
+
+    async def LaunchJob(
+        self, request: pb.LaunchJobRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.LaunchJobResponse:
+        try:
+            self.sim.launch(request)
+        except _Unavailable as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        return pb.LaunchJobResponse()
+
+    async def SignalJob(
+        self, request: pb.SignalJobRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.SignalJobResponse:
+        return pb.SignalJobResponse(found=self.sim.signal(request))
+
+    async def RunTasks(
+        self,
+        request_iterator: AsyncIterator[pb.TaskInput],
+        context: aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.TaskEvent]:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "simulated nodes run no job steps")
+        yield pb.TaskEvent()  # pragma: no cover - abort raises
+
+
+# ---------------------------------------------------------------- as a process
+
+
+def nodes_from_config(
+    config: ClusterConfig, names: list[str]
+) -> list[tuple[str, int, int, int, str]]:
+    out = []
+    for name in names:
+        cfg = config.node(name)
+        gpus = cfg.gpus.count if cfg.gpus.backend == "fake" else 0
+        out.append((name, cfg.cpus or 16, cfg.memory_mb or 64 * 1024, gpus, cfg.gpus.model))
+    return out
+
+
+async def _serve_control(sim: SimulatedNodes, path: str) -> asyncio.AbstractServer:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while line := await reader.readline():
+                try:
+                    reply = sim.control(json.loads(line))
+                except (ValueError, TypeError, AttributeError) as exc:
+                    reply = {"ok": False, "error": f"bad command: {exc}"}
+                writer.write(json.dumps(reply).encode() + b"\n")
+                await writer.drain()
+        writer.close()
+
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return await asyncio.start_unix_server(handle, path)
+
+
+async def _main(args: argparse.Namespace) -> None:
+    config = load_config(args.config)
+    names = hostlist.expand(args.nodes) if args.nodes else config.node_names
+    ctl = config.controller
+    sim = SimulatedNodes(
+        f"{ctl.host}:{ctl.grpc_port}",
+        nodes_from_config(config, names),
+        listen=args.listen,
+        port=args.port,
+        heartbeat_interval_s=args.heartbeat_interval or config.heartbeat.interval_s,
+        default_runtime_s=args.default_runtime,
+    )
+    await sim.start()
+    control = await _serve_control(sim, args.control) if args.control else None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if args.ready_file:
+        await sim.wait_registered(args.register_timeout)
+        tmp = Path(args.ready_file + ".tmp")
+        tmp.write_text(f"{os.getpid()} {sim.address}\n")
+        tmp.replace(args.ready_file)
+    print(f"simnodes: {len(names)} nodes on {sim.address}", file=sys.stderr, flush=True)
+    await stop.wait()
+    if control is not None:
+        control.close()
+    await sim.stop()
+    print(f"simnodes: stopped {json.dumps(sim.stats())}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m corral.testing.simnodes", description=__doc__)
+    p.add_argument("-f", "--config", help="corral.toml (default: $CORRAL_CONF)")
+    p.add_argument("--nodes", default="", help="hostlist of nodes to play (default: all)")
+    p.add_argument("--listen", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--heartbeat-interval", type=float, default=0.0)
+    p.add_argument("--default-runtime", type=float, default=1.0)
+    p.add_argument("--control", default="", help="Unix socket for commands (JSON lines)")
+    p.add_argument("--ready-file", default="")
+    p.add_argument("--register-timeout", type=float, default=300.0)
+    args = p.parse_args(argv)
+    asyncio.run(_main(args))
+
+
+if __name__ == "__main__":
+    main()

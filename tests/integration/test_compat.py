@@ -1,0 +1,237 @@
+"""Slurm 22.05 behaviour that scripts and tools rely on, checked through the real daemons.
+
+Each test names the Slurm behaviour it compares against (man pages of 22.05).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from corral.testing import LocalCluster
+from tests.conftest import BIN, Commands, print_logs, wait_for
+
+
+@pytest.fixture
+def two(tmp_path: pathlib.Path) -> Iterator[Commands]:
+    c = LocalCluster(
+        tmp_path / "cluster", nodes=2, gpus_per_node=4, kill_wait_s=2.0, isolation="auto"
+    )
+    c.start()
+    work = tmp_path / "work"
+    work.mkdir()
+    try:
+        yield Commands(c, work)
+    finally:
+        c.stop()
+        print_logs(c)
+
+
+def shell(c: Commands, script: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """A shell pipeline with our commands first on PATH, as a user's script runs them."""
+    env = {**c.env, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    return subprocess.run(
+        ["/bin/sh", "-c", script],
+        cwd=c.cwd,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
+
+
+# ------------------------------------------------------------------ srun streams
+
+
+def test_srun_loses_no_output_when_the_reader_is_slow_and_a_child_holds_the_pipe(
+    two: Commands,
+) -> None:
+    # the task ends long before srun reads (its stdout stalls 4 s), and a background
+    # child keeps the pipe open: every line the task wrote still arrives
+    out = shell(
+        two,
+        "srun -n1 sh -c 'sleep 8 & yes 0123456789abcdef | head -n 2000000; echo END' "
+        "| (sleep 4; awk 'END { print NR, $0 }')",
+    )
+    assert out.returncode == 0, out.stderr
+    count, last = out.stdout.split()
+    assert (int(count), last) == (2000001, "END")
+
+
+def test_srun_multi_task_runs_never_fail_after_success(two: Commands) -> None:
+    # a late write meeting a finished stream used to surface as a raw gRPC INTERNAL
+    # error with exit 1 after every task succeeded
+    for _ in range(15):
+        out = two("srun", "-n3", "-N2", "true", check=False)
+        assert out.returncode == 0 and out.stderr == "", out.stderr
+
+
+def wait_done(c: Commands, job_id: str) -> str:
+    c.wait_state(job_id, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", timeout=60)
+    return (c.cwd / f"slurm-{job_id}.out").read_text()
+
+
+def test_launch_recipe_master_from_scontrol_hostnames_is_kept_by_srun(two: Commands) -> None:
+    # the multi-node recipe: MASTER_ADDR from `scontrol show hostnames`, MASTER_PORT
+    # from the job id; srun must not replace what the script exported
+    (two.cwd / "recipe.sh").write_text(
+        """#!/bin/sh
+#SBATCH -N2 --ntasks-per-node=1
+export MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))
+echo "nodes $(scontrol show hostnames | tr '\\n' ' ')"
+srun sh -c 'echo "task $RANK/$WORLD_SIZE $MASTER_ADDR:$MASTER_PORT"'
+"""
+    )
+    job_id = two("sbatch", "recipe.sh").stdout.split()[-1]
+    text = wait_done(two, job_id).splitlines()
+    assert "nodes node01 node02 " in text
+    port = 20000 + int(job_id) % 10000
+    assert sorted(x for x in text if x.startswith("task")) == [
+        f"task 0/2 node01:{port}",
+        f"task 1/2 node01:{port}",
+    ]
+
+
+def test_sbatch_wait_returns_when_the_job_ends_with_its_exit_code(two: Commands) -> None:
+    # Slurm: "Do not exit until the submitted job terminates. The exit code of the
+    # sbatch command will be the same as the exit code of the submitted job."
+    out = shell(two, "sbatch --wait --wrap 'sleep 1; exit 3'; echo rc=$?; squeue -h -o %i | wc -l")
+    lines = out.stdout.split("\n")
+    assert lines[0].startswith("Submitted batch job ") and lines[1] == "rc=3", out.stderr
+    assert lines[2].strip() == "0"  # the job had ended when sbatch returned
+    ok = shell(two, "sbatch -W --parsable --array=0-2 --wrap true && echo next")
+    assert ok.stdout.split() == [ok.stdout.split()[0], "next"]
+
+
+# ------------------------------------------------------------------ signals
+
+STEP_TRAPS_USR1 = """#!/bin/sh
+#SBATCH -t 1 {extra}
+srun sh -c 'trap "echo step-got-usr1; exit 0" USR1; echo ready; while :; do sleep 0.1; done'
+echo shell-survived
+"""
+
+
+def test_scancel_signal_reaches_the_steps_not_the_batch_shell(two: Commands) -> None:
+    # scancel(1) 22.05: "By default, signals other than SIGKILL are not sent to the
+    # batch step (the shell script)"; a script that traps USR1 in its step checkpoints
+    (two.cwd / "trap.sh").write_text(STEP_TRAPS_USR1.format(extra=""))
+    job_id = two("sbatch", "trap.sh").stdout.split()[-1]
+    out = two.cwd / f"slurm-{job_id}.out"
+    wait_for(lambda: out.exists() and "ready" in out.read_text(), 30, "the step to start")
+    two("scancel", "-s", "USR1", job_id)
+    assert wait_done(two, job_id).splitlines()[-2:] == ["step-got-usr1", "shell-survived"]
+    assert two.job(job_id)["state"] == "JOB_STATE_COMPLETED"
+
+
+def test_signal_option_without_b_reaches_the_steps_before_the_limit(two: Commands) -> None:
+    # sbatch(1): "By default all job steps will be signaled, but not the batch shell
+    # itself" (submitit's --signal=USR2@90 is handled in its srun step)
+    (two.cwd / "warn.sh").write_text(STEP_TRAPS_USR1.format(extra="--signal=USR1@58"))
+    job_id = two("sbatch", "warn.sh").stdout.split()[-1]
+    assert wait_done(two, job_id).splitlines()[-2:] == ["step-got-usr1", "shell-survived"]
+    assert two.job(job_id)["state"] == "JOB_STATE_COMPLETED"
+
+
+def test_scancel_full_reaches_the_shell_and_batch_without_signal_kills_it(
+    two: Commands,
+) -> None:
+    script = """#!/bin/sh
+trap 'echo shell-got-usr1' USR1
+srun sh -c 'trap "echo step-got-usr1; exit 0" USR1; echo ready; while :; do sleep 0.1; done'
+echo after-step
+"""
+    (two.cwd / "full.sh").write_text(script)
+    job_id = two("sbatch", "full.sh").stdout.split()[-1]
+    out = two.cwd / f"slurm-{job_id}.out"
+    wait_for(lambda: out.exists() and "ready" in out.read_text(), 30, "the step to start")
+    two("scancel", "--full", "-s", "USR1", job_id)
+    lines = wait_done(two, job_id).splitlines()
+    assert {"step-got-usr1", "shell-got-usr1", "after-step"} <= set(lines)
+    # -b with no -s: SIGKILL; a pending job is cancelled as by a plain scancel
+    held = two("sbatch", "--parsable", "-H", "--wrap", "true").stdout.strip()
+    two("scancel", "-b", held)
+    assert two.wait_state(held, "CANCELLED")["state"] == "JOB_STATE_CANCELLED"
+
+
+# ------------------------------------------------------------------ nodes reach the host
+
+
+def host_addresses() -> list[str]:
+    """The submitting host as a job would name it: its hostname and its outward address."""
+    import socket
+
+    names = [socket.gethostname()]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: only the route is chosen
+            names.append(probe.getsockname()[0])
+        except OSError:
+            pass
+    return names
+
+
+def test_jobs_on_fake_nodes_reach_a_service_on_the_submitting_host(two: Commands) -> None:
+    # on a real cluster compute nodes reach the login node (dask-jobqueue's workers
+    # connect back to the scheduler its client started there): so must fake ones
+    import socket
+    import threading
+
+    server = socket.create_server(("0.0.0.0", 0))
+    port = server.getsockname()[1]
+    got: list[bytes] = []
+
+    def serve() -> None:
+        server.settimeout(60)
+        for _ in host_addresses():
+            conn, _ = server.accept()
+            with conn:
+                got.append(conn.recv(100))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        (two.cwd / "connect.py").write_text(
+            "import os, socket, sys\n"
+            "for host in sys.argv[1:]:\n"
+            f"    s = socket.create_connection((host, {port}), 10)\n"
+            "    s.sendall(f'hello from {os.environ[\"SLURMD_NODENAME\"]} via {host}'.encode())\n"
+            "    s.close()\n"
+        )
+        hosts = " ".join(host_addresses())
+        job_id = two(
+            "sbatch", "-w", "node02", "--wrap", f"python3 connect.py {hosts}"
+        ).stdout.split()[-1]
+        state = two.wait_state(job_id, "COMPLETED", "FAILED", timeout=60)["state"]
+        assert state == "JOB_STATE_COMPLETED", (two.cwd / f"slurm-{job_id}.out").read_text()
+        thread.join(10)
+        assert sorted(got) == sorted(
+            f"hello from node02 via {h}".encode() for h in host_addresses()
+        )
+    finally:
+        server.close()
+
+
+# ------------------------------------------------------------------ sacct
+
+
+def test_sacct_array_steps_carry_the_tasks_id_and_the_array_id_lists_every_task(
+    two: Commands,
+) -> None:
+    # Slurm: steps of task 1 of array 11 are 11_1.batch, 11_1.0 (JobIDRaw: the task's
+    # own id); `sacct -j 11` lists every task, `sacct -j 11_1` that task only
+    array = two("sbatch", "--parsable", "--array=0-2", "--wrap", "srun true").stdout.strip()
+    for task in range(3):
+        two.wait_state(int(array) + task, "COMPLETED")
+    rows = two("sacct", "-P", "-n", "-o", "JobID,JobIDRaw", "-j", array).stdout.split()
+    a = int(array)
+    assert rows == [
+        f"{array}_{t}{suffix}|{a + t}{suffix}" for t in range(3) for suffix in ("", ".batch", ".0")
+    ]
+    one = two("sacct", "-P", "-n", "-o", "JobID", "-j", f"{array}_1").stdout.split()
+    assert one == [f"{array}_1", f"{array}_1.batch", f"{array}_1.0"]

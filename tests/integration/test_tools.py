@@ -1,0 +1,175 @@
+"""The Python tools that drive Slurm, through their public APIs, against a local cluster.
+
+submitit, dask-jobqueue and simple-slurm run in a test-only environment (CI builds it
+from PyPI, see .ci/run, and names its interpreter in CORRAL_TOOLS_PYTHON), never in
+the project's own: they are test tools, not dependencies. Each tool calls our sbatch,
+squeue, sacct, srun and scancel exactly as it calls Slurm's.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+
+from corral.testing import LocalCluster
+from tests.conftest import BIN, print_logs
+
+TOOLS_PY = os.environ.get("CORRAL_TOOLS_PYTHON", "")
+pytestmark = pytest.mark.skipif(
+    not TOOLS_PY,
+    reason="CORRAL_TOOLS_PYTHON unset: no environment with submitit, dask-jobqueue and "
+    "simple-slurm (.ci/run builds one; it says why when it could not)",
+)
+
+
+@pytest.fixture
+def lab(tmp_path: pathlib.Path) -> Iterator[tuple[LocalCluster, pathlib.Path]]:
+    c = LocalCluster(
+        tmp_path / "cluster", nodes=2, gpus_per_node=2, kill_wait_s=2.0, isolation="auto"
+    )
+    c.start()
+    work = tmp_path / "work"
+    work.mkdir()
+    try:
+        yield c, work
+    finally:
+        c.stop()
+        print_logs(c)
+
+
+def drive(lab: tuple[LocalCluster, pathlib.Path], program: str, timeout: float = 240) -> list[str]:
+    """Run a driver program with the tool's interpreter, our commands first on PATH."""
+    cluster, work = lab
+    env = {**cluster.env(), "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    proc = subprocess.run(
+        [TOOLS_PY, "-c", textwrap.dedent(program)],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    return [line for line in proc.stdout.splitlines() if line.startswith("> ")]
+
+
+SUBMITIT = """
+import time
+import submitit
+
+def add(a, b):
+    return a + b
+
+def boom():
+    raise ValueError("boom from the job")
+
+def sleepy():
+    time.sleep(300)
+
+def settled(job):  # the result file is written just before the job ends
+    deadline = time.time() + 60
+    while job.state in ("PENDING", "RUNNING", "UNKNOWN") and time.time() < deadline:
+        time.sleep(0.3)
+    return job.state
+
+ex = submitit.AutoExecutor(folder="sub")
+print("> cluster", ex.cluster)
+ex.update_parameters(timeout_min=5, slurm_signal_delay_s=30)
+job = ex.submit(add, 2, 3)
+print("> result", job.result(), settled(job))
+bad = ex.submit(boom)
+try:
+    bad.result()
+except Exception as exc:  # submitit's FailedJobError carries the job's traceback
+    print("> exception", "boom from the job" in str(exc), settled(bad))
+jobs = ex.map_array(add, [1, 2, 3], [10, 20, 30])
+print("> array", [j.result() for j in jobs], sorted({settled(j) for j in jobs}))
+long = ex.submit(sleepy)
+deadline = time.time() + 60
+while long.state != "RUNNING" and time.time() < deadline:
+    time.sleep(0.5)
+print("> before cancel", long.state)
+long.cancel()
+deadline = time.time() + 60
+while not long.state.startswith("CANCELLED") and time.time() < deadline:
+    time.sleep(0.5)
+print("> after cancel", long.state.split()[0])
+"""
+
+
+def test_submitit_result_exception_map_array_cancel_and_state(
+    lab: tuple[LocalCluster, pathlib.Path],
+) -> None:
+    assert drive(lab, SUBMITIT) == [
+        "> cluster slurm",
+        "> result 5 COMPLETED",
+        "> exception True FAILED",
+        "> array [11, 22, 33] ['COMPLETED']",
+        "> before cancel RUNNING",
+        "> after cancel CANCELLED",
+    ]
+
+
+DASK = """
+import sys
+from dask.distributed import Client
+from dask_jobqueue import SLURMCluster
+
+cluster = SLURMCluster(
+    cores=1, processes=1, memory="512MB", walltime="00:05:00", python=sys.executable,
+    log_directory="dask-logs", local_directory="dask-tmp",
+)
+print(cluster.job_script(), file=sys.stderr)
+cluster.scale(2)
+client = Client(cluster)
+client.wait_for_workers(2, timeout=120)
+print("> workers", len(client.scheduler_info()["workers"]))
+print("> compute", client.submit(lambda x: x + 1, 41).result())
+print("> map", sum(client.gather(client.map(lambda x: x * x, range(10)))))
+client.close()
+cluster.close()
+print("> closed")
+"""
+
+
+def test_dask_jobqueue_scale_compute_close(lab: tuple[LocalCluster, pathlib.Path]) -> None:
+    assert drive(lab, DASK) == ["> workers 2", "> compute 42", "> map 285", "> closed"]
+    cluster, _ = lab
+    # close cancelled the worker jobs: nothing is left running
+    jobs = cluster.client().call("GetJobs", {}).get("jobs", [])
+    assert jobs and all(j["state"] != "JOB_STATE_RUNNING" for j in jobs)
+
+
+SIMPLE = """
+import time
+from simple_slurm import Slurm
+
+slurm = Slurm(job_name="simple", output="simple-%j.out", ntasks=1, time="00:01:00")
+job_id = slurm.sbatch("echo hello from simple-slurm; sleep 5", verbose=False)
+queue = Slurm.squeue if hasattr(Slurm, "squeue") else None
+from simple_slurm.squeue import SlurmSqueueWrapper
+sq = SlurmSqueueWrapper()
+sq.update_squeue()
+row = sq.jobs[job_id]
+print("> squeue", row["NAME"], row["ST"] in ("PD", "R"), row["NODES"], row["TRES_PER_NODE"])
+while True:
+    sq.update_squeue()
+    if job_id not in sq.jobs:
+        break
+    time.sleep(0.2)
+print("> output", open(f"simple-{job_id}.out").read().strip())
+print("> srun", Slurm(ntasks=2, nodes=2).srun("true"))
+"""
+
+
+def test_simple_slurm_sbatch_squeue_csv_srun(lab: tuple[LocalCluster, pathlib.Path]) -> None:
+    assert drive(lab, SIMPLE) == [
+        "> squeue simple True 1 N/A",
+        "> output hello from simple-slurm",
+        "> srun 0",
+    ]

@@ -1,0 +1,141 @@
+"""Run-time predictions (EASY++'s rule), shortest-predicted-first backfill, and
+fragmentation-aware placement in the pure core."""
+
+from __future__ import annotations
+
+from ctld.sched import (
+    JobRequest,
+    NodeView,
+    PartitionView,
+    Placement,
+    Plan,
+    RunningView,
+    Settings,
+    Snapshot,
+    schedule,
+)
+from ctld.sched.model import Demand
+from ctld.sched.predict import RunTimePredictor, expected_end
+
+
+def test_prediction_is_the_mean_of_the_users_last_two_runs_capped_by_the_limit() -> None:
+    p = RunTimePredictor()
+    assert p.predict("al", 3600) == 3600  # no history: the limit
+    assert p.predict("al", -1) == 0  # no history, no limit: none
+    p.observe("al", 100, 3600)
+    p.observe("al", 300, 3600)
+    p.observe("al", 500, 3600)  # only the last two count
+    assert p.predict("al", 3600) == 400
+    assert p.predict("al", 200) == 200  # never past the job's own limit
+    p.observe("al", 50, 600)
+    assert p.predict("al", 600) == 50  # the same limit's history first
+    assert p.predict("al", 7200) == 275  # else the user's last two of any limit
+    assert p.predict("bo", 60) == 60
+
+
+def test_a_job_that_outlives_its_prediction_is_expected_a_step_later_never_past_its_limit() -> None:
+    assert expected_end(start=0, predicted_s=100, limit_end=1000, now=50) == 100
+    assert expected_end(start=0, predicted_s=100, limit_end=1000, now=100) == 300
+    assert expected_end(start=0, predicted_s=100, limit_end=1000, now=400) == 900
+    assert expected_end(start=0, predicted_s=100, limit_end=1000, now=950) == 1000
+    assert expected_end(start=0, predicted_s=0, limit_end=1000, now=10) == 1000
+
+
+def one_node(cpus_free: int = 0) -> tuple[NodeView, ...]:
+    return (NodeView("n", 4, 1000, 0, cpus_free, 1000, (), idle=cpus_free == 4),)
+
+
+def test_predictions_backfill_where_limits_would_not_and_say_so() -> None:
+    # 2 of 4 CPUs run until t=1000 by its limit, t=100 as predicted; the top job needs
+    # all 4; a 2-CPU job with a 500 s limit but a 50 s prediction fits before t=100
+    running = (
+        RunningView(9, 1000.0, (Placement("n", 2, 0, ()),), start_time=0.0, predicted_s=100),
+    )
+    pending = (
+        JobRequest(1, ("p",), ntasks=4, time_limit_s=1000, predicted_s=500),
+        JobRequest(2, ("p",), ntasks=2, time_limit_s=1500, predicted_s=50),
+    )
+
+    def plan(predict: bool) -> Plan:
+        return schedule(
+            Snapshot(
+                1,
+                10.0,
+                one_node(2),
+                (PartitionView("p", ("n",)),),
+                pending,
+                running,
+                settings=Settings(predict=predict),
+            )
+        )
+
+    by_limits = plan(False)
+    assert by_limits.starts == () and by_limits.forecasts[1].start == 1000.0
+    by_predictions = plan(True)
+    (start,) = by_predictions.starts
+    assert start.job_id == 2 and start.on_prediction
+    assert by_predictions.forecasts[1].start == 100.0  # the running job's predicted end
+
+
+def test_shortest_predicted_backfill_candidate_goes_first() -> None:
+    # 1 CPU free now; the top job waits for all 4; two 1-CPU candidates: the shorter
+    # prediction wins the free CPU though it is lower in priority
+    running = (RunningView(9, 100.0, (Placement("n", 3, 0, ()),)),)
+    pending = (
+        JobRequest(1, ("p",), ntasks=4, time_limit_s=100),
+        JobRequest(2, ("p",), ntasks=1, time_limit_s=90, predicted_s=80),
+        JobRequest(3, ("p",), ntasks=1, time_limit_s=90, predicted_s=10),
+    )
+    for order, winner in (("priority", 2), ("shortest", 3)):
+        plan = schedule(
+            Snapshot(
+                1,
+                0.0,
+                one_node(1),
+                (PartitionView("p", ("n",)),),
+                pending,
+                running,
+                settings=Settings(predict=True, backfill_order=order),
+            )
+        )
+        assert [s.job_id for s in plan.starts] == [winner]
+        assert plan.forecasts[1].reserved
+        assert plan.reasons[5 - winner] == "Priority"
+
+
+def gpu_node(name: str, free: int) -> NodeView:
+    return NodeView(name, 64, 100_000, 8, 64, 100_000, tuple(range(8 - free, 8)), idle=free == 8)
+
+
+def test_frag_placement_keeps_nodes_usable_for_the_expected_jobs() -> None:
+    # a 1-GPU job; node a has 2 GPUs free, node b 5. Best fit takes a (leaving 1 GPU no
+    # 2-GPU job can use); with 2-GPU jobs expected, frag takes b
+    nodes = (gpu_node("a", 2), gpu_node("b", 5))
+    job = (JobRequest(1, ("p",), gpus_per_node=1),)
+    part = (PartitionView("p", ("a", "b")),)
+    for placement, node in (("pack", "a"), ("frag", "b")):
+        plan = schedule(
+            Snapshot(
+                1,
+                0.0,
+                nodes,
+                part,
+                job,
+                settings=Settings(placement=placement),
+                demands=(Demand(2),),
+            )
+        )
+        assert plan.starts[0].placements[0].node == node
+    # a 2-GPU job fills a's 2 GPUs exactly under either
+    plan = schedule(
+        Snapshot(
+            1,
+            0.0,
+            nodes,
+            part,
+            (JobRequest(1, ("p",), gpus_per_node=2),),
+            settings=Settings(placement="frag"),
+            demands=(Demand(2), Demand(8)),
+        )
+    )
+    assert plan.starts[0].placements[0].node == "a"
