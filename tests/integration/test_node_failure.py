@@ -14,12 +14,14 @@ import pathlib
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from corral.errors import CorralError
 from corral.testing import LocalCluster
 from corral.testing.netns import available as netns_available
 from tests.conftest import Commands, print_logs, wait_for
@@ -278,3 +280,47 @@ def test_stalled_job_is_named_and_requeued(make_cluster: Any) -> None:
     assert f"NODE_FAIL|progress stalled on node {host} rank 0" in acct.splitlines()[0]
     cmd.wait_state(job_id, "COMPLETED", timeout=90)
     assert_ran_once(cluster, job_id, 60)
+
+
+def test_ctld_killed_during_concurrent_submits_loses_and_doubles_nothing(
+    make_cluster: Any, tmp_path: pathlib.Path
+) -> None:
+    cluster, _ = make_cluster(nodes=1)
+    acked: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def submitter(thread: int) -> None:
+        client = cluster.client()
+        for i in range(250):
+            name = f"t{thread}-{i}"
+            spec = {"name": name, "script": "#!/bin/sh\ntrue\n", "workDir": str(tmp_path)}
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    reply = client.call("SubmitJob", {"spec": {**spec, "hold": True}})
+                except (OSError, CorralError):
+                    time.sleep(0.05)  # ctld is away; this submit was not acknowledged
+                    name = f"{name}+"  # a new request: the lost one may or may not exist
+                    spec["name"] = name
+                    continue
+                with lock:
+                    acked[name] = int(reply["jobId"])
+                break
+
+    threads = [threading.Thread(target=submitter, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: len(acked) >= 300, 60, "300 acknowledged submits")
+    cluster.kill_process("ctld")  # SIGKILL mid-stream
+    cluster.start_ctld()
+    for t in threads:
+        t.join(120)
+    assert len(acked) == 1000
+    jobs = cluster.client().call("GetJobs", {})["jobs"]
+    by_name: dict[str, list[int]] = {}
+    for j in jobs:
+        by_name.setdefault(j["spec"]["name"], []).append(int(j["jobId"]))
+    missing = [n for n in acked if n not in by_name]
+    doubled = {n: ids for n, ids in by_name.items() if len(ids) > 1}
+    assert not missing and not doubled, (missing[:5], doubled)
+    assert all(by_name[n] == [i] for n, i in acked.items())
