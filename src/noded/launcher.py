@@ -29,6 +29,7 @@ from corral.jobsyntax import WarnSignal, parse_warn_signal
 from corral.wire import corral_pb2 as pb
 from noded import spool
 from noded.cgroups import CgroupManager, CgroupUnavailable, JobCgroup
+from noded.clock import Clock, RealClock, Timer
 from noded.env import batch_environment
 from noded.gpu import GpuBackend, GpuDevice
 from noded.limits import CoreAllocator, GpuStats
@@ -68,7 +69,7 @@ class RunningJob:
     gpu: GpuStats = field(default_factory=GpuStats)
     idle_since: float = 0.0
     idle_reported: bool = False
-    timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    timers: list[Timer] = field(default_factory=list)
     kill_task: asyncio.Task[None] | None = field(default=None, repr=False)
     fenced: bool = False  # ctld gave the job to others: killed, and nothing is reported
     gpu_utils: list[float] = field(default_factory=list)  # the last GPU sample
@@ -102,8 +103,10 @@ class Launcher:
         gpu_devices: list[GpuDevice] | None = None,
         health: HealthSink | None = None,
         cores: CoreAllocator | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.node_name = node_name
+        self.clock: Clock = clock or RealClock()  # timers and windows (tests: ManualClock)
         self.spool_dir = spool_dir
         self.report = report
         self.noded = noded or NodedConfig()
@@ -290,8 +293,7 @@ class Launcher:
         limit = running.job.time_limit_s
         if limit <= 0:
             return
-        loop = asyncio.get_running_loop()
-        running.timers.append(loop.call_later(limit, self._time_limit, running))
+        running.timers.append(self.clock.call_later(limit, self._time_limit, running))
         if running.job.spec.signal:
             try:
                 warn = parse_warn_signal(running.job.spec.signal)
@@ -299,7 +301,7 @@ class Launcher:
                 log.warning("bad --signal ignored", job_id=running.job_id, error=str(exc))
             else:
                 at = max(0.0, limit - warn.seconds)
-                running.timers.append(loop.call_later(at, self._warn, running, warn))
+                running.timers.append(self.clock.call_later(at, self._warn, running, warn))
 
     def _warn(self, running: RunningJob, warn: WarnSignal) -> None:
         log.info(
@@ -591,7 +593,7 @@ class Launcher:
             for running in list(self.jobs.values()):
                 try:
                     self.sample(running)
-                    self.check_progress(running, time.time())
+                    self.check_progress(running, self.clock.now())
                 except Exception:
                     log.exception("sampling failed", job_id=running.job_id)
 
@@ -659,7 +661,7 @@ class Launcher:
     def _check_idle(self, running: RunningJob, utils: list[float]) -> None:
         if self.idle.window_s <= 0 or not utils:
             return
-        now = time.time()
+        now = self.clock.now()
         if max(utils) >= self.idle.threshold_pct:
             if running.idle_reported:
                 self.report(Update(job_id=running.job_id, kind=Update.KIND_IDLE_GPUS, time=0))

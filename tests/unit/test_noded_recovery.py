@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
+import signal
 import subprocess
 
 import psutil
 import pytest
 
+from corral.config import IdleGpuConfig
 from corral.wire import corral_pb2 as pb
 from noded import cgroups, spool
-from noded.launcher import Launcher
+from noded.clock import ManualClock
+from noded.launcher import Launcher, RunningJob
 from noded.tracking import MARKER_VAR
 
 Update = pb.JobStatusUpdate
@@ -87,3 +90,38 @@ def test_a_stale_job_cgroup_is_never_shared(tmp_path: pathlib.Path) -> None:
     (empty_stale / "cgroup.procs").write_text("")
     with pytest.raises(cgroups.CgroupUnavailable):
         manager.create(3)
+
+
+async def test_time_limit_signal_and_idle_window_on_virtual_time(tmp_path: pathlib.Path) -> None:
+    clock = ManualClock()
+    reports: list[pb.JobStatusUpdate] = []
+    launcher = Launcher(
+        "n1",
+        str(tmp_path),
+        reports.append,
+        idle=IdleGpuConfig(window_s=60, threshold_pct=5.0),
+        clock=clock,
+    )
+    job = pb.Job(job_id=3, time_limit_s=600, spec=pb.JobSpec(signal="B:USR1@120"))
+    running = RunningJob(
+        job=job, cluster="c", kill_wait_s=1.0, marker="m", alloc=pb.NodeAllocation()
+    )
+    warned: list[int] = []
+    launcher._send = lambda r, sig, batch_only: warned.append(sig)  # type: ignore[method-assign]
+    launcher._arm_timers(running)
+    clock.advance(479)
+    assert not warned and running.end_reason == Update.END_NONE
+    clock.advance(1)
+    assert warned == [signal.SIGUSR1]
+    clock.advance(120)
+    assert running.end_reason == Update.END_TIMEOUT
+    assert running.kill_task is not None
+    running.kill_task.cancel()
+    # the idle-GPU window runs on the same clock
+    launcher._check_idle(running, [0.0])
+    clock.advance(59)
+    launcher._check_idle(running, [0.0])
+    assert not reports
+    clock.advance(1)
+    launcher._check_idle(running, [0.0])
+    assert [r.kind for r in reports] == [Update.KIND_IDLE_GPUS]
