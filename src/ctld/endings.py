@@ -182,11 +182,13 @@ class Endings:
             job.reason = "NodeDown"
             return
         kill = self.outbox.terminate_request(job)
-        kill.kill_wait_s = 0.0  # the job restarts elsewhere: its other parts go at once
+        kill.kill_wait_s = 0.0  # the job restarts elsewhere: every part of it goes at once
         for alloc in job.allocations:
-            other = self.state.nodes.get(alloc.node)
-            if other is not None and other is not node:
-                self.outbox.put(other, kill)
+            # the failed node too: one taken DOWN by an operator still answers (a dead
+            # one does not: the kill is dropped, and fencing finishes it on its return)
+            part = self.state.nodes.get(alloc.node)
+            if part is not None:
+                self.outbox.put(part, kill)
         self.end_running_steps(job, js.NODE_FAIL)
         if node.name not in job.failed_nodes:
             job.failed_nodes.append(node.name)

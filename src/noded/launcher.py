@@ -211,7 +211,8 @@ class Launcher:
             default_path=self.noded.default_path,
             checkpoint_root=self.noded.checkpoint_dir,
         )
-        _make_checkpoint_dir(env["CORRAL_CHECKPOINT_DIR"], who.uid, who.gid)
+        if self.noded.checkpoint_dir:  # the default, in the user's submit dir, is theirs
+            _make_checkpoint_dir(env["CORRAL_CHECKPOINT_DIR"], who.uid, who.gid)
         running.progress_file = env[PROGRESS_VAR] = _progress_file(
             self._job_dir(job.job_id), who.uid, who.gid
         )

@@ -152,7 +152,7 @@ def test_dead_node_job_requeued_resumes_and_no_requeue_ends_node_fail(
     assert "starting fresh (run 0" in out  # appended: the first run's output is kept
     resumed = [line for line in out.splitlines() if line.startswith("resumed from step")]
     assert len(resumed) == 1 and "(run 1 on" in resumed[0]
-    assert int(resumed[0].split()[3]) >= 6
+    assert int(resumed[0].split()[3]) >= 5  # 6 steps logged; the 6th maybe not saved
     assert_ran_once(cluster, job_id, 40)
     gone = cmd.wait_state(plain, "NODE_FAIL")
     assert gone["reason"] == "NodeDown"
