@@ -12,19 +12,17 @@ import importlib.util
 import json
 import math
 import os
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral.testing.cluster import LocalCluster
+from corral.testing.cluster import ClusterFactory, LocalCluster
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
@@ -263,24 +261,32 @@ def bench_cluster(
     log_level: str = "",
     **kw: Any,
 ) -> Iterator[BenchCluster]:
-    """A fresh cluster in a private temp dir, on free ports; stopped and removed after."""
-    state = tempfile.mkdtemp(prefix=f"corral-bench-{name}-")
-    cluster = BenchCluster(
-        Path(state), nodes=nodes, cpus_per_node=cpus_per_node, python=PYTHON, **kw
-    )
-    cluster.cprofile = cprofile
-    cluster.switchinterval = switchinterval
-    cluster.log_level = log_level
-    log(f"{name}: starting cluster ({nodes} nodes x {cpus_per_node} CPUs) in {state}")
+    """A fresh cluster in a private temp dir, on free ports; stopped and removed after
+    (corral.testing's ClusterFactory, as the tests' fixtures)."""
+
+    def configure(c: Any) -> None:
+        c.cprofile = cprofile
+        c.switchinterval = switchinterval
+        c.log_level = log_level
+
+    factory = ClusterFactory(BenchCluster, prefix=f"corral-bench-{name}-")
+    factory.keep = bool(os.environ.get("CORRAL_BENCH_KEEP"))
+    log(f"{name}: starting cluster ({nodes} nodes x {cpus_per_node} CPUs) in {factory.base}")
     try:
-        cluster.start()
+        cluster = factory(
+            configure,
+            nodes=nodes,
+            cpus_per_node=cpus_per_node,
+            python=PYTHON,
+            kill_wait_s=kw.pop("kill_wait_s", 5.0),
+            **kw,
+        )
+        assert isinstance(cluster, BenchCluster)
         yield cluster
     finally:
-        cluster.stop()
-        if os.environ.get("CORRAL_BENCH_KEEP"):
-            log(f"{name}: kept {state}")
-        else:
-            shutil.rmtree(state, ignore_errors=True)
+        factory.close(logs=False)
+        if factory.keep:
+            log(f"{name}: kept {factory.base}")
 
 
 def group_commit(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real local cluster (ctld + noded processes) per test that asks."""
+"""Shared fixtures: the cluster fixture family of corral/testing (real processes and
+in-process), and ``Commands``, which runs the installed commands against a cluster."""
 
 from __future__ import annotations
 
@@ -6,32 +7,18 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from corral.testing import LocalCluster
+from corral.testing import LocalCluster, wait_for
+from corral.testing.cluster import print_logs
+
+pytest_plugins = ["corral.testing.fixtures"]
 
 BIN = pathlib.Path(sys.executable).parent
 
-
-@pytest.fixture
-def cluster(tmp_path: pathlib.Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path / "cluster", nodes=2, gpus_per_node=8, kill_wait_s=2.0)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
-        print_logs(c)
-
-
-def print_logs(c: LocalCluster) -> None:
-    """The daemons' last lines: pytest shows a test's captured output when it fails."""
-    for name in ["ctld", *c.node_names]:
-        print(f"----- {name} log -----\n{c.log_tail(name, 60)}")
+__all__ = ["BIN", "Commands", "pid_alive", "print_logs", "wait_for"]
 
 
 class Commands:
@@ -63,18 +50,10 @@ class Commands:
         return proc
 
     def job(self, job_id: int | str) -> dict[str, Any]:
-        jobs = self.cluster.client().get_jobs(
-            {"filter": {"jobIds": [str(job_id)]}, "withEvents": True}
-        )["jobs"]
-        return dict(jobs[0])
+        return self.cluster.job(job_id)
 
     def wait_state(self, job_id: int | str, *states: str, timeout: float = 30) -> dict[str, Any]:
-        wanted = {f"JOB_STATE_{s}" for s in states}
-        return wait_for(
-            lambda: (j := self.job(job_id))["state"] in wanted and j,
-            timeout,
-            f"job {job_id} to reach {states}",
-        )
+        return self.cluster.wait_state(job_id, *states, timeout=timeout)
 
 
 @pytest.fixture
@@ -82,18 +61,6 @@ def cmd(cluster: LocalCluster, tmp_path: pathlib.Path) -> Commands:
     work = tmp_path / "work"
     work.mkdir()
     return Commands(cluster, work)
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def pid_alive(pid: int) -> bool:

@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 
+from client.common import option_errors
 from client.jobopts import JOB_OPTIONS, to_spec
 from client.options import Option
 from corral.errors import AllocationRevoked, CorralError
@@ -53,15 +54,16 @@ def request_allocation(
 ) -> str:
     """Submit an allocation-only job and wait until it runs; returns its id."""
     environ = dict(os.environ)
-    spec = to_spec(
-        opts,
-        script="",
-        argv=[],
-        environ=environ,
-        cwd=os.getcwd(),
-        submit_line=shlex.join([prog, *argv]),
-        default_name=name,
-    )
+    with option_errors():  # a bad time or option: 255, as Slurm's srun/salloc
+        spec = to_spec(
+            opts,
+            script="",
+            argv=[],
+            environ=environ,
+            cwd=os.getcwd(),
+            submit_line=shlex.join([prog, *argv]),
+            default_name=name,
+        )
     spec["allocationOnly"] = True
     spec.pop("argv", None)
     try:

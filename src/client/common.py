@@ -137,6 +137,23 @@ def run(prog: str, body: Callable[[], int]) -> NoReturn:
     sys.exit(code)
 
 
+OPTION_ERROR_EXIT = 255  # sbatch, srun and salloc exit(-1) on a bad option or time
+
+
+class option_errors:  # a context manager, used as a statement
+    """Bad options and time formats found before anything is submitted end the
+    command with 255, as Slurm's sbatch/srun/salloc; errors from the controller keep 1."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        from corral.errors import InvalidOption
+
+        if isinstance(exc, InvalidOption):
+            exc.exit_code = OPTION_ERROR_EXIT
+
+
 def client() -> Controller:
     """The controller's typed client over HTTP/JSON (corral/api.py)."""
     return HttpController()

@@ -187,8 +187,15 @@ def or_null(value: str) -> str:
 
 
 def gpu_tres(count: int, gpu_type: str = "") -> str:
-    """A GPU count as a TRES per node/job: ``gres/gpu:2``, ``gres/gpu:h100:2``."""
-    return f"gres/gpu:{gpu_type}:{count}" if gpu_type else f"gres/gpu:{count}"
+    """A GPU count as a TRES per node/job, as 22.05 prints it (squeue %b, scontrol
+    TresPerNode): ``gres:gpu:2``, ``gres:gpu:h100:2``."""
+    return f"gres:gpu:{gpu_type}:{count}" if gpu_type else f"gres:gpu:{count}"
+
+
+def limit_minutes(seconds: int) -> int:
+    """A time limit as Slurm shows it: whole minutes, rounded up (Slurm keeps minutes;
+    corral enforces the seconds asked for, and shows the limit Slurm would)."""
+    return -(-seconds // 60) * 60
 
 
 def res(node: Json) -> Json:

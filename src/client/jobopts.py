@@ -13,9 +13,9 @@ import socket
 import time
 
 from client.options import COUNT, FLAG, OPTIONAL, Option, OptionParser
-from corral.errors import InvalidOption
+from corral.errors import InvalidOption, InvalidRequest
 from corral.jobsyntax import parse_array, parse_dependency
-from corral.slurmfmt import parse_duration, parse_size_mb, parse_timestamp
+from corral.slurmfmt import UNLIMITED, parse_duration, parse_size_mb, parse_timestamp
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
@@ -186,13 +186,15 @@ _GPU_COUNT = re.compile(r"(?:([A-Za-z0-9_.\-]+):)?(\d+)")
 
 
 def parse_gres(value: str) -> tuple[str, int]:
-    """``gpu``, ``gpu:4``, ``gpu:h100:4`` -> (type, count). Only gpu GRES exist here."""
+    """``gpu``, ``gpu:4``, ``gpu:h100:4`` -> (type, count). Only gpu GRES exist here.
+    An unknown GRES is a refused request (exit 1, Slurm's controller says it), not a
+    malformed option (255)."""
     items = [v for v in value.split(",") if v]
     gpu: tuple[str, int] | None = None
     for item in items:
         parts = item.split(":")
         if parts[0] != "gpu" or len(parts) > 3:
-            raise InvalidOption(f"Invalid generic resource (gres) specification: {item}")
+            raise InvalidRequest(f"Invalid generic resource (gres) specification: {item}")
         if len(parts) == 1:
             gpu = ("", 1)
         elif len(parts) == 2:
@@ -200,13 +202,13 @@ def parse_gres(value: str) -> tuple[str, int]:
         else:
             gpu = (parts[1], _int(parts[2], item))
     if gpu is None:
-        raise InvalidOption(f"Invalid generic resource (gres) specification: {value}")
+        raise InvalidRequest(f"Invalid generic resource (gres) specification: {value}")
     return gpu
 
 
 def _int(text: str, whole: str) -> int:
     if not text.isdigit():
-        raise InvalidOption(f"Invalid generic resource (gres) specification: {whole}")
+        raise InvalidRequest(f"Invalid generic resource (gres) specification: {whole}")
     return int(text)
 
 
@@ -268,6 +270,7 @@ def to_spec(
     if not os.path.isabs(work_dir):
         work_dir = os.path.normpath(os.path.join(cwd, work_dir))
     spec["workDir"] = work_dir
+    spec["submitDir"] = cwd
     spec["name"] = g.get("job_name") or default_name
     spec["argv"] = argv
     spec["export"] = g.get("export", "ALL")
@@ -335,9 +338,8 @@ def to_spec(
     if "gpus_per_task" in g:
         spec["gpuType"], spec["gpusPerTask"] = parse_gpus(g["gpus_per_task"], "--gpus-per-task")
     if "time" in g:
-        spec["timeLimitS"] = parse_duration(g["time"])
-        if spec["timeLimitS"] == 0:
-            raise InvalidOption(f"Invalid time limit specification: {g['time']!r}")
+        # Slurm: "A time limit of zero requests that no time limit be imposed"
+        spec["timeLimitS"] = parse_duration(g["time"]) or UNLIMITED
     if g.get("hold"):
         spec["hold"] = True
     if "dependency" in g:

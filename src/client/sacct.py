@@ -18,6 +18,7 @@ from client.fmt import (
     acct_lines,
     convert_mb,
     group_name,
+    limit_minutes,
     parse_acct_fields,
     parse_job_ids,
     parse_states,
@@ -115,7 +116,7 @@ def timelimit(job: Json, raw: bool = False) -> str:
         return "UNLIMITED"
     if not limit:
         return "Partition_Limit"
-    return str(limit // 60) if raw else format_elapsed(limit)
+    return str(limit_minutes(limit) // 60) if raw else format_elapsed(limit_minutes(limit))
 
 
 def job_values(job: Json, now: float) -> dict[str, str]:
@@ -140,7 +141,9 @@ def job_values(job: Json, now: float) -> dict[str, str]:
         "Eligible": format_timestamp(real(job, "eligibleTime")),
         "End": "Unknown" if state in ON_NODE else format_timestamp(real(job, "endTime")),
         # Slurm records a cancelled job's end when the cancel is asked: its code is 0:0
-        "ExitCode": "0:0" if state == "CANCELLED" else exit_code(job),
+        # Slurm's job line: 0:0 for a job ended by scancel or its time limit (the
+        # signal shows on its batch step, CANCELLED 0:15)
+        "ExitCode": "0:0" if state in ("CANCELLED", "TIMEOUT") else exit_code(job),
         "GID": str(num(job, "gid")),
         "Group": group_name(num(job, "gid")),
         "JobID": job_ref(job),
@@ -260,7 +263,7 @@ def step_values(job: Json, now: float) -> dict[str, str]:
         "NodeList": text(job, "batchHost"),
         "NTasks": "1",
         "Start": format_timestamp(start),
-        "State": state,
+        "State": "CANCELLED" if state == "TIMEOUT" else state,
         "Submit": format_timestamp(start),
         "Suspended": "00:00:00",
         **usage_values(job),

@@ -17,7 +17,7 @@ from client.alloc import (
     release,
     request_allocation,
 )
-from client.common import run
+from client.common import option_errors, run
 from client.jobopts import merge
 from client.options import FLAG, Option, OptionParser
 from corral import __version__
@@ -35,7 +35,8 @@ OPTIONS = (
 
 def salloc(argv: list[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [OPTIONS...] [command [args...]]")
-    cli, command = parser.parse(argv)
+    with option_errors():  # 255, as Slurm's salloc
+        cli, command = parser.parse(argv)
     if cli.pop("help", False):
         sys.stdout.write(parser.help_text())
         return 0
@@ -47,7 +48,8 @@ def salloc(argv: list[str]) -> int:
     if not command:
         command = [os.environ.get("SHELL") or "/bin/sh"]
     api = connect(grpc=True)  # long-lived: gRPC, as srun inside it
-    opts = merge(parser, cli, "", {})
+    with option_errors():
+        opts = merge(parser, cli, "", {})
     job_id = request_allocation(api, PROG, opts, argv, os.path.basename(command[0]))
     code, sig = 1, 0
     try:

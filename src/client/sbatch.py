@@ -6,10 +6,16 @@ import os
 import shlex
 import sys
 
-from client.common import client, run
+from client.common import client, option_errors, run
 from client.jobopts import build_parser, merge, to_spec
 from corral import __version__
-from corral.errors import ControllerUnavailable, CorralError, InvalidOption
+from corral.errors import ControllerUnavailable, CorralError, InvalidOption, InvalidRequest
+
+TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
+if TYPE_CHECKING:
+    from typing import Any
+
+    from corral.wire import json_types as t
 
 PROG = "sbatch"
 WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
@@ -25,18 +31,27 @@ def _read_script(path: str | None) -> tuple[str, str]:
         with open(path, encoding="utf-8", errors="surrogateescape") as fh:
             return fh.read(), os.path.basename(path)
     except OSError as exc:
-        raise InvalidOption(f"Unable to open file {path}: {exc.strerror}") from None
+        raise InvalidRequest(f"Unable to open file {path}: {exc.strerror}") from None
 
 
 def submit(argv: list[str]) -> int:
+    with option_errors():  # a bad option or time: 255; the controller's refusals: 1
+        prepared = _prepare(argv)
+    if prepared is None:
+        return 0
+    return _send(*prepared)
+
+
+def _prepare(argv: list[str]) -> tuple[t.JobSpec, dict[str, Any]] | None:
+    """The job spec and options from the command line and script (None: help shown)."""
     parser = build_parser(PROG)
     cli, rest = parser.parse(argv)
     if cli.pop("help", False):
         sys.stdout.write(parser.help_text())
-        return 0
+        return None
     if cli.pop("version", False):
         sys.stdout.write(f"corral {__version__} (slurm-compatible sbatch)\n")
-        return 0
+        return None
     wrap = cli.pop("wrap", None)
     script_path = rest[0] if rest else None
     script_args = rest[1:]
@@ -47,7 +62,7 @@ def submit(argv: list[str]) -> int:
     else:
         script, default_name = _read_script(script_path)
     if not script.startswith("#!"):
-        raise InvalidOption(
+        raise InvalidRequest(
             "This does not look like a batch script.  The first line must "
             "start with #! followed by the path to an interpreter.\n"
             "For instance: #!/bin/sh"
@@ -65,6 +80,10 @@ def submit(argv: list[str]) -> int:
     )
     if script_path is not None:
         spec["command"] = os.path.abspath(script_path)
+    return spec, opts
+
+
+def _send(spec: t.JobSpec, opts: dict[str, Any]) -> int:
     try:
         reply = client().submit_job({"spec": spec})
     except CorralError as exc:
@@ -95,7 +114,7 @@ def wait_for_job(job_id: str) -> int:
     api = client()
     delay = 0.1
     while True:
-        jobs = api.call("GetJobs", {"filter": {"jobIds": [job_id]}}).get("jobs", [])
+        jobs = api.get_jobs({"filter": {"jobIds": [job_id]}}).get("jobs", [])
         if jobs and all(job_state(j) in FINAL for j in jobs):
             break
         time.sleep(delay)

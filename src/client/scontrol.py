@@ -17,6 +17,7 @@ from client.fmt import (
     gpu_tres,
     group_name,
     job_filter,
+    limit_minutes,
     node_gres,
     or_null,
     parse_job_ids,
@@ -68,7 +69,7 @@ def hms(seconds: float) -> str:
 def limit_text(limit: int) -> str:
     if limit < 0:
         return "UNLIMITED"
-    return hms(limit) if limit else "Partition_Limit"
+    return hms(limit_minutes(limit)) if limit else "Partition_Limit"
 
 
 def run_time(job: Json, now: float) -> float:

@@ -21,6 +21,7 @@ from client.fmt import (
     gpu_tres,
     group_name,
     job_filter,
+    limit_minutes,
     or_null,
     parse_format,
     parse_states,
@@ -85,7 +86,7 @@ def time_limit(job: Json) -> str:
     limit = num(job, "timeLimitS")
     if limit < 0:
         return "UNLIMITED"
-    return squeue_secs(limit) if limit else "NOT_SET"
+    return squeue_secs(limit_minutes(limit)) if limit else "NOT_SET"
 
 
 def time_left(row: Row) -> str:

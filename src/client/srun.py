@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from client.alloc import allocation_options, release, request_allocation, say
-from client.common import run
+from client.common import option_errors, run
 from client.jobopts import export_environment, merge, parse_gpus
 from client.options import FLAG, OPTIONAL, Option, OptionParser
 from corral import __version__
@@ -78,13 +78,34 @@ def main() -> None:
 
 def srun(argv: list[str]) -> int:
     parser = build_parser()
-    cli, command = parser.parse(argv)
+    with option_errors():  # 255, as Slurm's srun
+        cli, command = _parse(parser, argv)
     if cli.pop("help", False):
         sys.stdout.write(parser.help_text())
         return 0
     if cli.pop("version", False):
         sys.stdout.write(f"slurm {__version__} (corral srun)\n")
         return 0
+    api = connect(grpc=True)  # srun streams over gRPC anyway: the controller too
+    job_id = str(cli.get("jobid") or os.environ.get("SLURM_JOB_ID", ""))
+    mine = not job_id
+    if mine:
+        with option_errors():
+            opts = merge(parser, {k: v for k, v in cli.items() if k not in _STEP_DESTS}, "", {})
+        job_id = request_allocation(api, PROG, opts, argv, os.path.basename(command[0]))
+    code, sig = 1, 0
+    try:
+        code, sig = asyncio.run(Step(api, job_id, cli, command, argv).run())
+    finally:
+        if mine:
+            release(api, PROG, job_id, code, sig)
+    return code
+
+
+def _parse(parser: OptionParser, argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    cli, command = parser.parse(argv)
+    if cli.get("help") or cli.get("version"):
+        return cli, command
     if not command:
         raise InvalidOption("No command given to execute.")
     if "gpu_bind" in cli:
@@ -94,19 +115,7 @@ def srun(argv: list[str]) -> int:
             float(cli["wait"])
         except ValueError:
             raise InvalidOption(f"Invalid --wait value: {cli['wait']}") from None
-    api = connect(grpc=True)  # srun streams over gRPC anyway: the controller too
-    job_id = str(cli.get("jobid") or os.environ.get("SLURM_JOB_ID", ""))
-    mine = not job_id
-    if mine:
-        opts = merge(parser, {k: v for k, v in cli.items() if k not in _STEP_DESTS}, "", {})
-        job_id = request_allocation(api, PROG, opts, argv, os.path.basename(command[0]))
-    code, sig = 1, 0
-    try:
-        code, sig = asyncio.run(Step(api, job_id, cli, command, argv).run())
-    finally:
-        if mine:
-            release(api, PROG, job_id, code, sig)
-    return code
+    return cli, command
 
 
 _STEP_DESTS = {o.dest for o in STEP_OPTIONS} | {"export"}
@@ -265,7 +274,8 @@ class Step:
 
     async def _create_step(self) -> t.CreateStepResponse:
         """CreateStep; while other steps hold what this one needs, wait (Slurm's words)."""
-        spec = step_spec(self.job_id, self.cli, self.command, self.argv)
+        with option_errors():
+            spec = step_spec(self.job_id, self.cli, self.command, self.argv)
         waited = False
         while True:
             try:

@@ -13,27 +13,14 @@ import sys
 from client.common import client, job_state, num, real, text
 from client.fmt import Reported, call, parse_job_ids
 from corral.errors import InvalidOption
+from corral.reasons import EXPLAINED, Reason
 from corral.slurmfmt import format_timestamp
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from client.common import Json
 
-REASONS = {
-    "Resources": "the resources it asks for are busy",
-    "Priority": "jobs with a higher priority are ahead of it for the same resources",
-    "Dependency": "it waits for its --dependency to be met",
-    "DependencyNeverSatisfied": "its --dependency can never be met (cancel it or change it)",
-    "JobHeldUser": "you held it (scontrol release to let it run)",
-    "JobHeldAdmin": "an operator held it",
-    "BeginTime": "its --begin time has not come yet",
-    "PartitionTimeLimit": "its time limit is above the partition's MaxTime",
-    "PartitionNodeLimit": "it asks for more nodes than the partition allows",
-    "PartitionDown": "its partition is down",
-    "ReqNodeNotAvail": "a node it requires (-w, or its reservation's) is not available",
-    "Reservation": "it waits for its reservation to begin",
-    "QOSMaxJobsPerUserLimit": "you already run as many jobs as your QOS allows",
-}
+REASONS = EXPLAINED  # the one list of reasons, shared with ctld and its core
 
 
 def _when(epoch: float, now: float) -> str:
@@ -58,9 +45,12 @@ def explain_text(reply: Json) -> str:
         where = f" on {text(job, 'nodelist')}" if text(job, "nodelist") else ""
         return f"Job {job_id} is not pending: it is {state}{where}.\n"
     reason = text(job, "reason") or "None"
+    key, _, nodes = reason.partition(", UnavailableNodes:")
+    meaning = REASONS.get(key, key)
+    if nodes:
+        meaning = f"the nodes it could run on are down or drained ({nodes})"
     lines = [
-        f"Job {job_id} ({text(job.get('spec') or {}, 'name')}) is pending: "
-        f"{REASONS.get(reason, reason)} [{reason}]."
+        f"Job {job_id} ({text(job.get('spec') or {}, 'name')}) is pending: {meaning} [{reason}]."
     ]
     if num(reply, "rank"):
         lines.append(
@@ -89,7 +79,7 @@ def explain_text(reply: Json) -> str:
                 f"likely {_when(real(reply, 'likelyStart'), now)}, possibly as early as "
                 f"{_when(real(reply, 'earliestStart'), now)}."
             )
-    elif reason in ("Resources", "Priority"):
+    elif reason in (Reason.RESOURCES, Reason.PRIORITY):
         lines.append("No start time is forecast yet (it is beyond the backfill plan's depth).")
     alternatives = reply.get("alternatives") or []
     if alternatives:

@@ -7,7 +7,6 @@ the shortest expression that keeps their order, as Slurm prints them.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from itertools import product
 
 from corral.errors import InvalidRequest
@@ -83,11 +82,14 @@ def expand(expr: str) -> list[str]:
 _NUMERIC_TAIL = re.compile(r"^(.*?)(\d+)$")
 
 
-@dataclass
 class _Run:
-    prefix: str
-    width: int
-    numbers: list[int]
+    # a plain class: sinfo imports this module, and dataclasses costs ~6 ms of start-up
+    __slots__ = ("numbers", "prefix", "width")
+
+    def __init__(self, prefix: str, width: int, numbers: list[int]) -> None:
+        self.prefix = prefix
+        self.width = width
+        self.numbers = numbers
 
 
 def compress(names: list[str]) -> str:

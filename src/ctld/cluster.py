@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import structlog
 
+from corral.clock import Clock, SystemClock
 from corral.config import ClusterConfig
 from corral.errors import InvalidRequest
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from ctld.auth import Policy
+from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.intake import Intake
 from ctld.node_reports import NodeReports
@@ -39,9 +41,9 @@ from ctld.reservations import Reservations
 from ctld.sched import Plan, Snapshot
 from ctld.scheduling import MIN_PASS_GAP_S, Scheduler
 from ctld.snapshot import SnapshotBuilder, settings_from
-from ctld.state import Clock, State, user_name
+from ctld.state import State, user_name
 from ctld.step_ops import StepOps
-from ctld.store import Store
+from ctld.store import Op, Store
 from ctld.usage import UsageLedger
 
 __all__ = ["MIN_PASS_GAP_S", "Clock", "Cluster", "Dispatcher"]
@@ -56,14 +58,15 @@ class Cluster:
         store: Store,
         dispatcher: Dispatcher,
         *,
-        clock: Clock,
+        clock: Clock | Callable[[], float],
     ) -> None:
         self.config = config
         self.store = store
         self.dispatcher = dispatcher
-        self.clock = clock
+        # a bare time function (time.time) still works: it sleeps in real time
+        self.clock: Clock = clock if isinstance(clock, Clock) else _RealSleep(clock)
         self.policy = Policy(config.controller.operators)
-        self.state = st = State(config, store, clock=clock)
+        self.state = st = State(config, store, clock=self.clock)
         self.outbox = Outbox(st, dispatcher)
         self.endings = Endings(st, self.outbox)
         self.intake = Intake(st, self.policy, self.endings, self.outbox)
@@ -71,7 +74,7 @@ class Cluster:
         self.node_reports = NodeReports(st, self.policy, self.endings, self.outbox, self.steps)
         self.settings = settings_from(st)
         self.scheduler = Scheduler(st, self.endings, dispatcher, lambda: self.snapshot())
-        self.snapshots = SnapshotBuilder(st, self.settings, self.scheduler.cancel_never_satisfied)
+        self.snapshots = SnapshotBuilder(st, self.settings)
         self.queries = Queries(st, lambda: self.snapshot())
 
     # ------------------------------------------------------------ state, as attributes
@@ -156,7 +159,14 @@ class Cluster:
         self.state.touch(job)
 
     def purge_finished(self) -> None:
-        self.state.purge_finished()
+        self.state.forget_finished()
+        expired = self.reservations.expired()
+        if expired is not None:
+            self.state.spawn(self._commit(expired))
+
+    async def _commit(self, op: Op) -> None:
+        async with Change(self.state) as ch:
+            ch.put(op)
 
     async def run_scheduler(self) -> None:
         await self.scheduler.run()
@@ -164,22 +174,28 @@ class Cluster:
     async def run_heartbeat_monitor(self) -> None:
         await self.node_reports.run_monitor()
 
+    async def run_purge(self, interval_s: float) -> None:
+        """Forget old finished jobs and expired reservations every ``interval_s``."""
+        while True:
+            await self.clock.sleep(interval_s)
+            self.purge_finished()
+
     # ------------------------------------------------------------ reservations
 
     async def create_reservation(self, who: Identity, spec: pb.Reservation) -> pb.Reservation:
         self.policy.check_operator(who, "creating a reservation")
         resv, op = self.reservations.create(who, spec, self._pick_nodes)
-        await self.state.commit_and_wake(op)
+        await self._commit(op)
         log.info("reservation created", reservation=resv.name, nodes=resv.nodes, user=who.user)
         return resv
 
     async def update_reservation(self, who: Identity, req: pb.UpdateReservationRequest) -> None:
         self.policy.check_operator(who, "updating a reservation")
-        await self.state.commit_and_wake(self.reservations.update(req))
+        await self._commit(self.reservations.update(req))
 
     async def delete_reservation(self, who: Identity, name: str) -> None:
         self.policy.check_operator(who, "deleting a reservation")
-        await self.state.commit_and_wake(self.reservations.delete(name))
+        await self._commit(self.reservations.delete(name))
 
     def reservation_list(self, names: Iterable[str]) -> list[pb.Reservation]:
         return self.queries.reservation_list(names)
@@ -266,8 +282,8 @@ class Cluster:
     async def schedule_pass(self) -> None:
         await self.scheduler.schedule_pass()
 
-    async def apply_plan(self, plan: Plan, *, pass_no: int) -> None:
-        await self.scheduler.apply_plan(plan, pass_no=pass_no)
+    async def apply_plan(self, plan: Plan, *, pass_no: int) -> bool:
+        return await self.scheduler.apply_plan(plan, pass_no=pass_no)
 
     # ------------------------------------------------------------ queries
 
@@ -291,3 +307,11 @@ class Cluster:
 
     def partition_list(self, names: Iterable[str]) -> list[pb.Partition]:
         return self.queries.partition_list(names)
+
+
+class _RealSleep(SystemClock):
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+
+    def __call__(self) -> float:
+        return self._now()

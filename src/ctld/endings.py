@@ -1,9 +1,8 @@
 """How a job leaves its nodes: it ends, is cancelled, or goes back to the queue.
 
 Shared by the operations that end jobs (a client's cancel, a node's exit report, an
-allocation's release or time limit, a failed launch). Each function changes the job
-in memory and queues the signals it needs; the caller commits the job and then
-flushes the outbox.
+allocation's release or time limit, a failed launch). Each function makes its part
+of a ``Change`` (the transition and the signals it needs); the caller commits it.
 """
 
 from __future__ import annotations
@@ -11,9 +10,11 @@ from __future__ import annotations
 import structlog
 
 from corral.errors import JobStateConflict
+from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
 from ctld import failures
 from ctld import jobstate as js
+from ctld.commit import Change
 from ctld.nodes import NodeRecord
 from ctld.outbox import Outbox
 from ctld.state import State, fill_request_totals
@@ -31,25 +32,25 @@ class Endings:
         self.requeue_on_exit: set[int] = set()
         self.hold_on_requeue: dict[int, int] = {}
 
-    def cancel(self, job: pb.Job, cause: str, now: float) -> None:
+    def cancel(self, ch: Change, job: pb.Job, cause: str, now: float) -> None:
         """Cancel ``job``: a pending one ends now, a running one is asked to stop."""
         if job.state == js.PENDING:
-            js.transition(job, "cancelled", cause=cause, now=now)
+            ch.transition(job, "cancelled", cause=cause, now=now)
             job.end_time = now
             job.reason = "None"
             return
         if job.state == js.RUNNING and job.spec.allocation_only:
             # no batch step to wait for: the allocation ends now, its steps are killed
-            self.end_allocation(job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=0)
+            self.end_allocation(ch, job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=0)
             return
         if job.state == js.RUNNING:
-            js.transition(job, "cancel_requested", cause=cause, now=now)
-            self.outbox.terminate_steps_elsewhere(job)
-            self.outbox.terminate_batch(job)
+            ch.transition(job, "cancel_requested", cause=cause, now=now)
+            ch.signal_all(self.outbox.terminate_elsewhere(job))
+            ch.signal(*self.outbox.terminate_batch(job))
             return
         raise JobStateConflict()
 
-    def finish(self, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> None:
+    def finish(self, ch: Change, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> None:
         """The node reports the job's end: its final state, exit and usage."""
         now = self.state.clock()
         job.usage.CopyFrom(upd.usage)
@@ -73,18 +74,13 @@ class Endings:
             js.OUT_OF_MEMORY: "OutOfMemory",
             js.FAILED: "NonZeroExitCode" if upd.exit_code else "None",
         }.get(final, "None")
-        js.transition(
-            job,
-            "exited",
-            cause=cause,
-            now=self.state.clock(),
-            to=final,
-            detail=f"exit {job.exit_code}:{job.exit_signal}",
+        ch.transition(
+            job, "exited", cause=cause, to=final, detail=f"exit {job.exit_code}:{job.exit_signal}"
         )
         if any(step.state == js.RUNNING for step in job.steps):
             # the batch script is gone: its steps on the other nodes go too (Slurm's rule)
-            self.outbox.terminate_steps_elsewhere(job)
-        self.end_running_steps(job, final)
+            ch.signal_all(self.outbox.terminate_elsewhere(job))
+        self.end_running_steps(ch, job, final)
         self._ended(job)
         log.info(
             "job ended",
@@ -96,7 +92,7 @@ class Endings:
         )
 
     def end_allocation(
-        self, job: pb.Job, final: int, *, cause: str, exit_code: int, exit_signal: int
+        self, ch: Change, job: pb.Job, final: int, *, cause: str, exit_code: int, exit_signal: int
     ) -> None:
         """An allocation (salloc/srun) ends: released, timed out or cancelled."""
         job.exit_code = max(0, min(exit_code, 255))
@@ -104,13 +100,12 @@ class Endings:
         job.end_time = self.state.clock()
         reasons: dict[int, str] = {js.TIMEOUT: "TimeLimit", js.FAILED: "NonZeroExitCode"}
         job.reason = reasons.get(final, "None")
-        self.end_running_steps(job, final)
-        self.outbox.terminate_everywhere(job)
-        js.transition(
+        self.end_running_steps(ch, job, final)
+        ch.signal_all(self.outbox.terminate_everywhere(job))
+        ch.transition(
             job,
             "exited",
             cause=cause,
-            now=self.state.clock(),
             to=final,
             detail=f"allocation released, exit {job.exit_code}:{job.exit_signal}",
         )
@@ -121,15 +116,17 @@ class Endings:
         self.state.ledger.add_finished(job)
         self.state.remember_run(job)
 
-    def end_running_steps(self, job: pb.Job, final: int) -> None:
+    def end_running_steps(self, ch: Change, job: pb.Job, final: int) -> None:
         """A job that ends ends its steps (their tasks die with it)."""
         for step in job.steps:
             if step.state == js.RUNNING:
-                step.state = js.CANCELLED if final != js.TIMEOUT else js.TIMEOUT
-                step.end_time = self.state.clock()
+                ch.end_step(
+                    step, js.CANCELLED if final != js.TIMEOUT else js.TIMEOUT, self.state.clock()
+                )
 
     def requeue(
         self,
+        ch: Change,
         job: pb.Job,
         *,
         cause: str,
@@ -151,46 +148,41 @@ class Endings:
         job.nodelist = job.batch_host = ""
         job.start_time = 0
         job.restart_count += 1
-        js.transition(job, "requeued", cause=cause, now=now, detail=detail[:512])
+        ch.transition(job, "requeued", cause=cause, now=now, detail=detail[:512])
         fill_request_totals(job)
-        job.reason = "Resources"
         delay = st.config.controller.requeue_delay_s
         if delay > 0:
             job.eligible_time = now + delay
-            job.reason = "BeginTime"
+            job.reason = Reason.BEGIN_TIME
         if job.spec.requeue_expedite:
             job.admin_priority = job.priority = failures.expedite_priority(
                 st.jobs[i] for i in st.pending if i in st.jobs
             )
         if hold != pb.HOLD_NONE:
             job.hold = hold  # type: ignore[assignment]
-            job.reason = "JobHeldAdmin" if hold == pb.HOLD_ADMIN else "JobHeldUser"
             job.priority = 0
-            js.transition(job, "held", cause=cause, now=now)
-        st.enqueue(job)
+            ch.transition(job, "held", cause=cause, now=now)
+        st.enqueue(job)  # its reason: Resources until a pass says (pending.settle)
 
-    def node_failed(self, job: pb.Job, node: NodeRecord, why: str, cause: str) -> None:
-        """The job lost its copy on ``node``: kill it on its other nodes, requeue or NODE_FAIL."""
+    def node_failed(self, ch: Change, job: pb.Job, node: NodeRecord, why: str, cause: str) -> None:
+        """The job lost its copy on ``node``: kill every part of it, requeue it or NODE_FAIL."""
         self.requeue_on_exit.discard(job.job_id)
         self.hold_on_requeue.pop(job.job_id, None)
         if job.state == js.COMPLETING:  # cancelled before: nothing more to wait for
-            self.end_allocation(job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=9)
+            self.end_allocation(ch, job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=9)
             return
         if not failures.may_requeue(job, self.state.config.controller.job_requeue):
             log.warning("job ended by a node failure", job_id=job.job_id, node=node.name)
-            self.end_allocation(job, js.NODE_FAIL, cause=cause, exit_code=0, exit_signal=9)
+            self.end_allocation(ch, job, js.NODE_FAIL, cause=cause, exit_code=0, exit_signal=9)
             job.reason = "NodeDown"
             return
-        kill = self.outbox.terminate_request(job)
-        kill.kill_wait_s = 0.0  # the job restarts elsewhere: every part of it goes at once
-        for alloc in job.allocations:
-            # the failed node too: one taken DOWN by an operator still answers (a dead
-            # one does not: the kill is dropped, and fencing finishes it on its return)
-            part = self.state.nodes.get(alloc.node)
-            if part is not None:
-                self.outbox.put(part, kill)
-        self.end_running_steps(job, js.NODE_FAIL)
+        # every part of it goes at once (no KillWait): the failed node too, since one an
+        # operator took DOWN still answers (a dead one does not: fencing finishes it)
+        for part, kill in self.outbox.terminate_everywhere(job):
+            kill.kill_wait_s = 0.0
+            ch.signal(part, kill)
+        self.end_running_steps(ch, job, js.NODE_FAIL)
         if node.name not in job.failed_nodes:
             job.failed_nodes.append(node.name)
         log.warning("job requeued after a node failure", job_id=job.job_id, node=node.name)
-        self.requeue(job, cause=cause, detail=why, run_state=js.NODE_FAIL)
+        self.requeue(ch, job, cause=cause, detail=why, run_state=js.NODE_FAIL)

@@ -26,12 +26,12 @@ from corral.wire import corral_pb2 as pb
 from ctld import deps
 from ctld import jobstate as js
 from ctld.auth import Policy
+from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.outbox import Outbox
 from ctld.priorities import apply_factors
 from ctld.queries import select
 from ctld.state import State, fill_request_totals
-from ctld.store import Op
 from ctld.validate import user_groups, validate_spec
 
 log = structlog.get_logger("ctld")
@@ -75,6 +75,7 @@ class Intake:
         st.next_job_id += len(tasks)  # an array's tasks get consecutive ids
         cause = f"rpc:SubmitJob user={who.user}"
         made: list[pb.Job] = []
+        ch = Change(st, wake=not spec.hold)
         for offset, task in enumerate(tasks):
             job = pb.Job(
                 job_id=first_id + offset,
@@ -97,17 +98,13 @@ class Intake:
             if not made:
                 st.priorities.with_users([(job.account, job.user)])
             apply_factors(job, st.priorities.factors(job, now))
-            js.transition(job, "submitted", cause=cause, now=now)
+            ch.submit(job, cause=cause, now=now)
             if spec.hold:
                 job.priority = 0
-                job.hold = pb.HOLD_USER
-                job.reason = "JobHeldUser"
-                js.transition(job, "held", cause=cause, now=now, detail="sbatch --hold")
+                job.hold = pb.HOLD_USER  # the commit step settles its reason (JobHeldUser)
+                ch.transition(job, "held", cause=cause, now=now, detail="sbatch --hold")
             made.append(job)
-        await st.store.commit(*[st.save(j, new=True) for j in made])
-        for job in made:
-            st.jobs[job.job_id] = job
-            st.enqueue(job)
+        await ch.commit()  # durable before it is answered; a held job needs no pass
         log.info(
             "job submitted",
             job_id=first_id,
@@ -115,10 +112,6 @@ class Intake:
             partition=made[0].partition,
             tasks=len(made) if spec.array else None,
         )
-        if spec.hold:
-            st.version += 1  # nothing new can start: no pass needed
-        else:
-            st.wake()
         return made[0]
 
     def _check_dependency(self, text: str) -> None:
@@ -144,7 +137,6 @@ class Intake:
         ):
             raise InvalidRequest("No job identification provided")
         outcomes: list[pb.CancelOutcome] = []
-        ops: list[Op] = []
         now = st.clock()
         cause = f"rpc:CancelJobs user={who.user}"
         known = set(st.jobs)
@@ -160,27 +152,30 @@ class Intake:
             arrays = {j.array_job_id for j in st.jobs.values() if j.array_job_id}
             for missing in [i for i in flt.job_ids if i not in known and i not in arrays]:
                 outcomes.append(failure(missing, InvalidJobId()))
-        for job in targets:
-            try:
-                self.policy.check_job(who, job, "signal" if req.signal else "cancel")
-                pending_kill = req.signal == signal.SIGKILL and job.state == js.PENDING
-                if req.signal and not pending_kill:  # Slurm: SIGKILL cancels a pending job
-                    self._signal_job(job, req.signal, req.batch_only, cause, now, req.full)
-                else:
-                    self.endings.cancel(job, cause, now)
-                    job.cancelled_by_uid = who.uid
-                ops.append(st.save(job))
-                outcomes.append(pb.CancelOutcome(job_id=job.job_id, ok=True))
-            except CorralError as exc:
-                outcomes.append(failure(job.job_id, exc))
-        if ops:
-            await st.store.commit(*ops)
-            st.wake()
-        self.outbox.flush()
+        async with Change(st, self.outbox) as ch:
+            for job in targets:
+                try:
+                    self.policy.check_job(who, job, "signal" if req.signal else "cancel")
+                    pending_kill = req.signal == signal.SIGKILL and job.state == js.PENDING
+                    if req.signal and not pending_kill:  # Slurm: SIGKILL cancels a pending job
+                        self._signal_job(ch, job, req.signal, req.batch_only, cause, now, req.full)
+                    else:
+                        self.endings.cancel(ch, job, cause, now)
+                        job.cancelled_by_uid = who.uid
+                    outcomes.append(pb.CancelOutcome(job_id=job.job_id, ok=True))
+                except CorralError as exc:
+                    outcomes.append(failure(job.job_id, exc))
         return outcomes
 
     def _signal_job(
-        self, job: pb.Job, sig: int, batch_only: bool, cause: str, now: float, full: bool
+        self,
+        ch: Change,
+        job: pb.Job,
+        sig: int,
+        batch_only: bool,
+        cause: str,
+        now: float,
+        full: bool,
     ) -> None:
         if not 0 < sig < 65:
             raise InvalidRequest(f"Invalid signal {sig}")
@@ -188,13 +183,13 @@ class Intake:
             raise JobStateConflict("Job is pending execution")
         if job.state not in js.ON_NODE:
             raise JobStateConflict()
-        js.transition(job, "signalled", cause=cause, now=now, detail=f"signal {sig}")
+        ch.transition(job, "signalled", cause=cause, now=now, detail=f"signal {sig}")
         if not batch_only:  # step tasks on the job's other nodes get it too
             for alloc in job.allocations:
                 node = self.state.nodes.get(alloc.node)
                 if node is not None and alloc.node != job.batch_host:
-                    self.outbox.put(node, pb.SignalJobRequest(job_id=job.job_id, signal=sig))
-        self.outbox.put(
+                    ch.signal(node, pb.SignalJobRequest(job_id=job.job_id, signal=sig))
+        ch.signal(
             self.outbox.batch_node(job),
             pb.SignalJobRequest(job_id=job.job_id, signal=sig, batch_only=batch_only, full=full),
         )
@@ -202,34 +197,28 @@ class Intake:
     async def update_hold(self, who: Identity, req: pb.UpdateJobRequest) -> list[pb.CancelOutcome]:
         st = self.state
         outcomes: list[pb.CancelOutcome] = []
-        ops: list[Op] = []
         now = st.clock()
         cause = f"rpc:UpdateJob user={who.user}"
-        for job_id in req.job_ids:
-            try:
-                job = st.job(job_id)
-                self.policy.check_job(who, job, "update")
-                changed = [job]
-                if req.action == pb.JOB_UPDATE_TOP:
-                    changed = self._top(job, cause, now)
-                elif req.action == pb.JOB_UPDATE_FIELDS:
-                    self._update_fields(who, job, req, cause, now)
-                elif req.action in (pb.JOB_UPDATE_REQUEUE, pb.JOB_UPDATE_REQUEUE_HOLD):
-                    self._requeue_request(who, job, req.action, cause, now)
-                else:
-                    self._apply_hold(who, job, req.action, cause, now)
-                ops.extend(st.save(j) for j in changed)
-                outcomes.append(pb.CancelOutcome(job_id=job_id, ok=True))
-            except CorralError as exc:
-                outcomes.append(failure(job_id, exc))
-        if ops:
-            await st.store.commit(*ops)
-            st.wake()
-        self.outbox.flush()  # scontrol requeue's kills, once the request is durable
+        async with Change(st, self.outbox) as ch:
+            for job_id in req.job_ids:
+                try:
+                    job = st.job(job_id)
+                    self.policy.check_job(who, job, "update")
+                    if req.action == pb.JOB_UPDATE_TOP:
+                        self._top(ch, job, cause, now)
+                    elif req.action == pb.JOB_UPDATE_FIELDS:
+                        self._update_fields(ch, who, job, req, cause, now)
+                    elif req.action in (pb.JOB_UPDATE_REQUEUE, pb.JOB_UPDATE_REQUEUE_HOLD):
+                        self._requeue_request(ch, who, job, req.action, cause, now)
+                    else:
+                        self._apply_hold(ch, who, job, req.action, cause, now)
+                    outcomes.append(pb.CancelOutcome(job_id=job_id, ok=True))
+                except CorralError as exc:
+                    outcomes.append(failure(job_id, exc))
         return outcomes
 
     def _requeue_request(
-        self, who: Identity, job: pb.Job, action: int, cause: str, now: float
+        self, ch: Change, who: Identity, job: pb.Job, action: int, cause: str, now: float
     ) -> None:
         """scontrol requeue[hold]: stop the job everywhere; its exit report requeues it."""
         if job.state == js.PENDING:
@@ -238,16 +227,22 @@ class Intake:
             raise JobStateConflict("Job is not running: only a running batch job is requeued")
         if job.spec.no_requeue:
             raise JobStateConflict("Requested operation is presently disabled (--no-requeue)")
-        js.transition(job, "updated", cause=cause, now=now, detail="requeue requested")
+        ch.transition(job, "updated", cause=cause, now=now, detail="requeue requested")
         self.endings.requeue_on_exit.add(job.job_id)
         if action == pb.JOB_UPDATE_REQUEUE_HOLD:
             admin = self.policy.is_operator(who)
             self.endings.hold_on_requeue[job.job_id] = pb.HOLD_ADMIN if admin else pb.HOLD_USER
-        self.outbox.terminate_steps_elsewhere(job)
-        self.outbox.terminate_batch(job)
+        ch.signal_all(self.outbox.terminate_elsewhere(job))
+        ch.signal(*self.outbox.terminate_batch(job))
 
     def _update_fields(
-        self, who: Identity, job: pb.Job, req: pb.UpdateJobRequest, cause: str, now: float
+        self,
+        ch: Change,
+        who: Identity,
+        job: pb.Job,
+        req: pb.UpdateJobRequest,
+        cause: str,
+        now: float,
     ) -> None:
         """scontrol update job: what a pending job asks for; a running job's limit."""
         st = self.state
@@ -311,12 +306,12 @@ class Intake:
             st.requests.pop(job.job_id, None)
             if not job.hold:
                 apply_factors(job, st.priorities.factors(job, now))
-        js.transition(job, "updated", cause=cause, now=now, detail=" ".join(changes))
+        ch.transition(job, "updated", cause=cause, now=now, detail=" ".join(changes))
 
-    def _top(self, job: pb.Job, cause: str, now: float) -> list[pb.Job]:
+    def _top(self, ch: Change, job: pb.Job, cause: str, now: float) -> None:
         """Put ``job`` first among its owner's pending jobs with the same partition,
         account and QOS, trading priorities within that set so nobody else loses.
-        Returns the jobs whose priority it set."""
+        """
         if job.state != js.PENDING:
             raise JobStateConflict("Job is no longer pending execution")
         peers = [
@@ -330,17 +325,16 @@ class Intake:
         ranked = sorted(peers, key=lambda j: (-j.priority, j.submit_time, j.job_id))
         values = [j.priority for j in ranked]
         ranked.remove(job)
-        changed = []
         for peer, value in zip([job, *ranked], values, strict=True):
             if peer.priority != value or peer is job:
                 peer.admin_priority = value
                 peer.priority = value
                 self.state.requests.pop(peer.job_id, None)
-                js.transition(peer, "updated", cause=cause, now=now, detail="top")
-                changed.append(peer)
-        return changed
+                ch.transition(peer, "updated", cause=cause, now=now, detail="top")
 
-    def _apply_hold(self, who: Identity, job: pb.Job, action: int, cause: str, now: float) -> None:
+    def _apply_hold(
+        self, ch: Change, who: Identity, job: pb.Job, action: int, cause: str, now: float
+    ) -> None:
         if job.state in js.FINISHED:
             raise JobStateConflict("Job has already finished")
         if job.state != js.PENDING:
@@ -348,15 +342,13 @@ class Intake:
         if action in (pb.JOB_UPDATE_HOLD, pb.JOB_UPDATE_USER_HOLD):
             admin = action == pb.JOB_UPDATE_HOLD and self.policy.is_operator(who)
             job.hold = pb.HOLD_ADMIN if admin else pb.HOLD_USER
-            job.reason = "JobHeldAdmin" if admin else "JobHeldUser"
             job.priority = 0
-            js.transition(job, "held", cause=cause, now=now)
+            ch.transition(job, "held", cause=cause, now=now)
         elif action == pb.JOB_UPDATE_RELEASE:
             if job.hold == pb.HOLD_ADMIN:
                 self.policy.check_operator(who, "releasing an admin hold")
             job.hold = pb.HOLD_NONE
-            job.reason = ""
             apply_factors(job, self.state.priorities.factors(job, now))
-            js.transition(job, "released", cause=cause, now=now)
+            ch.transition(job, "released", cause=cause, now=now)
         else:
             raise InvalidRequest("unknown job update action")

@@ -6,7 +6,6 @@ end of a step's tasks); ``endings`` decides what an end means for the job.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 
 import structlog
@@ -17,6 +16,7 @@ from corral.wire import corral_pb2 as pb
 from ctld import failures
 from ctld import jobstate as js
 from ctld.auth import Policy
+from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.nodes import NodeRecord
 from ctld.outbox import Outbox
@@ -74,7 +74,10 @@ class NodeReports:
 
     def jobs_kept_by(self, name: str) -> list[int]:
         """The jobs a registering node may keep running (it kills every other)."""
-        return failures.keep_for(name, self.state.jobs.values())
+        st = self.state
+        node = st.nodes.get(name)
+        jobs = [st.jobs[i] for i in sorted(node.job_ids) if i in st.jobs] if node else []
+        return failures.keep_for(name, jobs)
 
     async def _reconcile(self, node: NodeRecord, running: set[int]) -> None:
         """Settle jobs ctld places on ``node`` that the node, registering, does not run.
@@ -85,26 +88,28 @@ class NodeReports:
         was taken before it arrived.
         """
         st = self.state
-        ops: list[Op] = []
         cause = f"node:{node.name} registered without it"
-        for job in list(st.jobs.values()):
-            if (
-                job.state not in js.ON_NODE
-                or job.batch_host != node.name
-                or job.job_id in running
-                or job.job_id in st.launching
-                or job.spec.allocation_only  # no batch step on any node
-            ):
-                continue
-            if job.state == js.COMPLETING:  # cancelled, and nothing is left to stop
-                self.endings.finish(job, pb.JobStatusUpdate(job_id=job.job_id), cause)
-            else:
-                log.warning("job missing on its node", job_id=job.job_id, node=node.name)
-                self.endings.node_failed(job, node, f"node {node.name} does not run it", cause)
-            ops.append(st.save(job))
-        if ops:
-            await st.store.commit(*ops)
-        self.outbox.flush()
+        async with Change(st, self.outbox) as ch:
+            # only jobs holding this node can be its batch jobs: a registration storm after
+            # a restart then costs O(jobs on the node) per node, not O(all jobs) each
+            for job_id in sorted(node.job_ids):
+                job = st.jobs.get(job_id)
+                if (
+                    job is None
+                    or job.state not in js.ON_NODE
+                    or job.batch_host != node.name
+                    or job.job_id in running
+                    or job.job_id in st.launching
+                    or job.spec.allocation_only  # no batch step on any node
+                ):
+                    continue
+                if job.state == js.COMPLETING:  # cancelled, and nothing is left to stop
+                    self.endings.finish(ch, job, pb.JobStatusUpdate(job_id=job.job_id), cause)
+                else:
+                    log.warning("job missing on its node", job_id=job.job_id, node=node.name)
+                    self.endings.node_failed(
+                        ch, job, node, f"node {node.name} does not run it", cause
+                    )
 
     def heartbeat(self, req: pb.HeartbeatRequest) -> bool:
         """Record a heartbeat; False means ctld wants the node to register again."""
@@ -124,31 +129,11 @@ class NodeReports:
 
     async def run_monitor(self) -> None:
         hb = self.state.config.heartbeat
-        while True:
-            await asyncio.sleep(min(hb.interval_s / 2, hb.timeout_s / 4))
+        while True:  # check first: a clock already past a deadline is acted on at once
             await self.steps.enforce_allocation_limits()
             await self.check_heartbeats()
-            self.warn_maintenance()
-
-    def warn_maintenance(self) -> None:
-        """Send a job's --signal before a maintenance reservation starts on its nodes."""
-        st = self.state
-        for job, warn, resv in failures.maintenance_warnings(
-            st.jobs.values(), st.reservations.views(), st.clock()
-        ):
-            key = (job.job_id, job.restart_count, resv)
-            if key in self._maint_warned:
-                continue
-            self._maint_warned.add(key)
-            log.info("signalling before maintenance", job_id=job.job_id, reservation=resv)
-            req = pb.SignalJobRequest(
-                job_id=job.job_id, signal=warn.signal, batch_only=warn.batch_only
-            )
-            for alloc in job.allocations:
-                node = st.nodes.get(alloc.node)
-                if node is not None and (alloc.node == job.batch_host or not warn.batch_only):
-                    self.outbox.put(node, req)
-        self.outbox.flush()
+            await self.warn_maintenance()
+            await self.state.clock.sleep(min(hb.interval_s / 2, hb.timeout_s / 4))
 
     async def check_heartbeats(self) -> None:
         """Late nodes get NOT_RESPONDING; silent ones past the timeout go DOWN (jobs requeued).
@@ -176,125 +161,138 @@ class NodeReports:
                 st.wake()
 
     async def node_down(self, node: NodeRecord, reason: str, *, cause: str) -> None:
-        """Declare ``node`` DOWN: every job on it is stopped elsewhere, then requeued or failed."""
+        """Declare ``node`` DOWN: every job on it is stopped everywhere, requeued or failed."""
         st = self.state
         node.not_responding(st.clock(), reason)
-        ops: list[Op] = []
-        for job in [j for j in st.jobs.values() if failures.on_node(j, node.name)]:
-            try:
-                self.endings.node_failed(job, node, f"node {node.name} DOWN: {reason}", cause)
-            except InvalidTransition as exc:
-                log.error("job on a DOWN node not settled", job_id=job.job_id, error=str(exc))
-                continue
-            ops.append(st.save(job))
-        if ops:
-            await st.store.commit(*ops)
+        async with Change(st, self.outbox) as ch:
+            for job_id in sorted(node.job_ids):
+                job = st.jobs.get(job_id)
+                if job is None or not failures.on_node(job, node.name):
+                    continue
+                try:
+                    self.endings.node_failed(
+                        ch, job, node, f"node {node.name} DOWN: {reason}", cause
+                    )
+                except InvalidTransition as exc:
+                    log.error("job on a DOWN node not settled", job_id=job_id, error=str(exc))
         st.wake()
-        self.outbox.flush()
+
+    async def warn_maintenance(self) -> None:
+        """Send a job's --signal before a maintenance reservation starts on its nodes."""
+        st = self.state
+        warnings = failures.maintenance_warnings(
+            st.jobs.values(), st.reservations.views(), st.clock()
+        )
+        fresh = [
+            (job, warn, resv)
+            for job, warn, resv in warnings
+            if (job.job_id, job.restart_count, resv) not in self._maint_warned
+        ]
+        if not fresh:
+            return
+        async with Change(st, self.outbox, wake=False) as ch:
+            for job, warn, resv in fresh:
+                self._maint_warned.add((job.job_id, job.restart_count, resv))
+                log.info("signalling before maintenance", job_id=job.job_id, reservation=resv)
+                req = pb.SignalJobRequest(
+                    job_id=job.job_id, signal=warn.signal, batch_only=warn.batch_only
+                )
+                for alloc in job.allocations:
+                    node = st.nodes.get(alloc.node)
+                    if node is not None and (alloc.node == job.batch_host or not warn.batch_only):
+                        ch.signal(node, req)
 
     async def report_status(self, req: pb.ReportJobStatusRequest) -> None:
         """Apply what a node reports about its jobs; repeats of a report change nothing."""
         await self._apply_updates(self.state.node(req.node), req.updates)
 
     async def _apply_updates(self, node: NodeRecord, updates: Iterable[pb.JobStatusUpdate]) -> None:
-        st = self.state
-        ops: list[Op] = []
-        for upd in updates:
-            job = st.jobs.get(upd.job_id)
-            if job is not None and upd.kind == Update.KIND_STEP_ENDED:
-                if self.steps.part_ended(job, node, upd):
-                    ops.append(st.save(job))
-                continue
-            if job is None or job.state not in js.ON_NODE or job.batch_host != node.name:
-                continue  # already finished (a retried report) or not this node's job
-            if failures.stale_report(job, upd):
-                continue  # about a copy from before a requeue
-            cause = f"node:{node.name} report"
-            try:
-                if job.state == js.COMPLETING and upd.kind in (
-                    Update.KIND_EXITED,
-                    Update.KIND_LAUNCH_FAILED,
-                ):
-                    # cancelled meanwhile: however it ended on the node, it ends CANCELLED
-                    self._requeue_on_exit.discard(job.job_id)
-                    if (
-                        upd.kind == Update.KIND_LAUNCH_FAILED
-                        and upd.end_reason == END_PROLOG_FAILED
-                    ):
-                        ops.extend(self.drain(node, "Prolog error", upd.time or st.clock()))
-                    ended = upd if upd.kind == Update.KIND_EXITED else Update(time=upd.time)
-                    self.endings.finish(job, ended, cause)
-                elif upd.kind == Update.KIND_EXITED and upd.end_reason in (
-                    Update.END_NODE_FAIL,
-                    Update.END_STALLED,
-                ):
-                    job.usage.CopyFrom(upd.usage)
-                    self.endings.node_failed(job, node, upd.detail or "lost on its node", cause)
-                elif upd.kind == Update.KIND_EXITED:
-                    if job.job_id in self._requeue_on_exit:
-                        self._requeue_on_exit.discard(job.job_id)
-                        job.usage.CopyFrom(upd.usage)
-                        self.endings.requeue(
-                            job,
-                            cause=cause,
-                            detail=upd.detail or "requeued on request",
-                            hold=self.endings.hold_on_requeue.pop(job.job_id, pb.HOLD_NONE),
-                        )
-                    else:
-                        self.endings.finish(job, upd, cause)
-                elif upd.kind == Update.KIND_LAUNCH_FAILED and upd.end_reason == END_PROLOG_FAILED:
-                    # Slurm's rule: the node is suspect, the job is not; it runs elsewhere
-                    self.endings.requeue(job, cause=cause, detail=upd.detail[:512])
-                    ops.extend(self.drain(node, "Prolog error", upd.time or st.clock()))
-                elif upd.kind == Update.KIND_LAUNCH_FAILED:
-                    js.transition(
-                        job, "launch_failed", cause=cause, now=st.clock(), detail=upd.detail[:1024]
-                    )
-                    job.end_time = upd.time or st.clock()
-                    job.exit_code = 1
-                    job.reason = f"launch failed: {upd.detail}"[:200]
-                    st.release(job)
-                elif upd.kind == Update.KIND_IDLE_GPUS:
-                    if not self._idle_gpus(job, upd, cause):
-                        continue
-                else:
-                    continue
-            except InvalidTransition as exc:
-                # one impossible report must not block the node's others (nor re-registration)
-                log.error("node report not applicable", node=node.name, error=str(exc))
-                continue
-            ops.append(st.save(job))
-        if ops:
-            await st.store.commit(*ops)
-            st.wake()
-        self.outbox.flush()
+        async with Change(self.state, self.outbox) as ch:
+            for upd in updates:
+                self._apply_update(ch, node, upd)
 
-    def _idle_gpus(self, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> bool:
+    def _apply_update(self, ch: Change, node: NodeRecord, upd: pb.JobStatusUpdate) -> None:
+        st = self.state
+        job = st.jobs.get(upd.job_id)
+        if job is not None and upd.kind == Update.KIND_STEP_ENDED:
+            self.steps.part_ended(ch, job, node, upd)
+            return
+        if job is None or job.state not in js.ON_NODE or job.batch_host != node.name:
+            return  # already finished (a retried report) or not this node's job
+        if failures.stale_report(job, upd):
+            return  # about a copy from before a requeue
+        cause = f"node:{node.name} report"
+        try:
+            if job.state == js.COMPLETING and upd.kind in (
+                Update.KIND_EXITED,
+                Update.KIND_LAUNCH_FAILED,
+            ):
+                # cancelled meanwhile: however it ended on the node, it ends CANCELLED
+                self._requeue_on_exit.discard(job.job_id)
+                if upd.kind == Update.KIND_LAUNCH_FAILED and upd.end_reason == END_PROLOG_FAILED:
+                    ch.put(*self.drain(node, "Prolog error", upd.time or st.clock()))
+                ended = upd if upd.kind == Update.KIND_EXITED else Update(time=upd.time)
+                self.endings.finish(ch, job, ended, cause)
+            elif upd.kind == Update.KIND_EXITED and upd.end_reason in (
+                Update.END_NODE_FAIL,
+                Update.END_STALLED,
+            ):
+                job.usage.CopyFrom(upd.usage)
+                self.endings.node_failed(ch, job, node, upd.detail or "lost on its node", cause)
+            elif upd.kind == Update.KIND_EXITED:
+                if job.job_id in self._requeue_on_exit:
+                    self._requeue_on_exit.discard(job.job_id)
+                    job.usage.CopyFrom(upd.usage)
+                    self.endings.requeue(
+                        ch,
+                        job,
+                        cause=cause,
+                        detail=upd.detail or "requeued on request",
+                        hold=self.endings.hold_on_requeue.pop(job.job_id, pb.HOLD_NONE),
+                    )
+                else:
+                    self.endings.finish(ch, job, upd, cause)
+            elif upd.kind == Update.KIND_LAUNCH_FAILED and upd.end_reason == END_PROLOG_FAILED:
+                # Slurm's rule: the node is suspect, the job is not; it runs elsewhere
+                self.endings.requeue(ch, job, cause=cause, detail=upd.detail[:512])
+                ch.put(*self.drain(node, "Prolog error", upd.time or st.clock()))
+            elif upd.kind == Update.KIND_LAUNCH_FAILED:
+                ch.transition(job, "launch_failed", cause=cause, detail=upd.detail[:1024])
+                job.end_time = upd.time or st.clock()
+                job.exit_code = 1
+                job.reason = f"launch failed: {upd.detail}"[:200]
+                st.release(job)
+            elif upd.kind == Update.KIND_IDLE_GPUS:
+                self._idle_gpus(ch, job, upd, cause)
+        except InvalidTransition as exc:
+            # one impossible report must not block the node's others (nor re-registration)
+            log.error("node report not applicable", node=node.name, error=str(exc))
+
+    def _idle_gpus(self, ch: Change, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> None:
         """Flag (or clear) a job whose GPUs sit idle; cancel or requeue it if so configured."""
         st = self.state
         policy = st.config.idle_gpus
         if upd.time <= 0:
             if not job.idle_gpus_since:
-                return False
+                return
             job.idle_gpus_since = 0
             if job.reason == "IdleGPUs":
                 job.reason = "None"
-            js.transition(job, "updated", cause=cause, now=st.clock(), detail="GPUs busy again")
-            return True
+            ch.transition(job, "updated", cause=cause, detail="GPUs busy again")
+            return
         if job.idle_gpus_since:
-            return False  # a repeat
+            return  # a repeat
         job.idle_gpus_since = upd.time
         job.reason = "IdleGPUs"  # squeue %r and scontrol's Reason= show the flag
         detail = f"GPUs under {policy.threshold_pct:g}% since {upd.time:.0f}"
-        js.transition(job, "updated", cause=cause, now=st.clock(), detail="idle " + detail)
+        ch.transition(job, "updated", cause=cause, detail="idle " + detail)
         log.warning("idle GPUs", job_id=job.job_id, action=policy.action, since=upd.time)
         if job.state == js.RUNNING and policy.action == "cancel":
-            self.endings.cancel(job, "policy:idle_gpus cancel", st.clock())
+            self.endings.cancel(ch, job, "policy:idle_gpus cancel", st.clock())
         elif job.state == js.RUNNING and policy.action == "requeue":
             # it stays RUNNING while the node stops it; its exit report requeues it
             self._requeue_on_exit.add(job.job_id)
-            self.outbox.terminate_batch(job)
-        return True
+            ch.signal(*self.outbox.terminate_batch(job))
 
     # ------------------------------------------------------------ node health
 
@@ -311,12 +309,10 @@ class NodeReports:
 
     async def node_faults(self, node: NodeRecord, events: Iterable[pb.NodeHealthEvent]) -> None:
         """A node reports faults (GPU XID, ECC, lost GPU, epilog): drain it."""
-        ops: list[Op] = []
-        for ev in events:
-            log.error("node fault", node=node.name, reason=ev.reason, detail=ev.detail[:512])
-            ops.extend(self.drain(node, ev.reason or "node fault", ev.time or self.state.clock()))
-        if ops:
-            await self.state.store.commit(*ops)
+        async with Change(self.state, wake=False) as ch:  # drain() wakes the scheduler
+            for ev in events:
+                log.error("node fault", node=node.name, reason=ev.reason, detail=ev.detail[:512])
+                ch.put(*self.drain(node, ev.reason or "node fault", ev.time or self.state.clock()))
 
     async def update_node(self, who: Identity, req: pb.UpdateNodeRequest) -> None:
         """scontrol update NodeName=... State=DRAIN|RESUME|UNDRAIN|DOWN Reason=...
@@ -338,7 +334,7 @@ class NodeReports:
             raise InvalidNodeName("No node name specified")
         nodes = [st.node(name) for name in req.names]
         now = st.clock()
-        ops: list[Op] = []
+        ch = Change(st)
         for node in nodes:
             if state == "DOWN":
                 await self.node_down(node, req.reason.strip(), cause=f"rpc:UpdateNode {who.user}")
@@ -354,15 +350,13 @@ class NodeReports:
             if state == "DRAIN":
                 if node.drain:  # an operator's drain replaces the reason
                     node.drain = False
-                ops.extend(self.drain(node, req.reason.strip(), now, who.uid))
+                ch.put(*self.drain(node, req.reason.strip(), now, who.uid))
             elif node.drain:
                 node.drain = False
                 node.set_reason("", 0.0, user="")
                 if node.registered and not node.responding:
                     node.set_reason("Not responding", now)
-                ops.append(Op(drains_delete=[node.name]))
+                ch.put(Op(drains_delete=[node.name]))
                 log.info("node resumed", node=node.name, by=who.user)
-        if ops:
-            await st.store.commit(*ops)
-        st.version += 1
-        st.wake()
+        await ch.commit()
+        st.wake()  # a resumed or drained node changes what can start

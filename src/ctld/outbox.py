@@ -1,13 +1,14 @@
-"""Signals ctld sends nodes: queued while a change is made, sent once it is committed.
+"""Signals ctld sends nodes, and the requests it builds for them.
 
-Nothing reaches a node before the change that asked for it is durable: operations
-queue their signals here and ``flush`` after their commit.
+A change queues its signals (``Change.signal``); they are sent here only once the
+change is durable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal as signal_mod
+from collections.abc import Iterable
 from typing import Protocol
 
 import structlog
@@ -18,6 +19,8 @@ from ctld.nodes import NodeRecord
 from ctld.state import State
 
 log = structlog.get_logger("ctld")
+
+Signal = tuple[NodeRecord, pb.SignalJobRequest]
 
 
 class Dispatcher(Protocol):
@@ -32,15 +35,10 @@ class Outbox:
     def __init__(self, state: State, dispatcher: Dispatcher) -> None:
         self.state = state
         self.dispatcher = dispatcher
-        self.queued: list[tuple[NodeRecord, pb.SignalJobRequest]] = []
 
-    def put(self, node: NodeRecord, request: pb.SignalJobRequest) -> None:
-        self.queued.append((node, request))
-
-    def flush(self) -> None:
-        for node, request in self.queued:
+    def send(self, signals: Iterable[Signal]) -> None:
+        for node, request in signals:
             self.state.spawn(self._send(node, request))
-        self.queued.clear()
 
     async def _send(self, node: NodeRecord, req: pb.SignalJobRequest) -> None:
         """Deliver; a kill to an unreachable node is retried until the node answers or is
@@ -83,20 +81,23 @@ class Outbox:
             raise JobStateConflict(f"job {job.job_id} has no batch host")
         return node
 
-    def terminate_batch(self, job: pb.Job) -> None:
-        self.put(self.batch_node(job), self.terminate_request(job))
+    def terminate_batch(self, job: pb.Job) -> Signal:
+        return self.batch_node(job), self.terminate_request(job)
 
-    def terminate_steps_elsewhere(self, job: pb.Job) -> None:
+    def terminate_elsewhere(self, job: pb.Job) -> list[Signal]:
         """Stop the job's step tasks on its nodes other than the batch host (which its
         own terminate covers)."""
-        for alloc in job.allocations:
-            node = self.state.nodes.get(alloc.node)
-            if node is None or alloc.node == job.batch_host:
-                continue
-            self.put(node, self.terminate_request(job))
+        return [
+            (node, self.terminate_request(job))
+            for alloc in job.allocations
+            if (node := self.state.nodes.get(alloc.node)) is not None
+            and alloc.node != job.batch_host
+        ]
 
-    def terminate_everywhere(self, job: pb.Job) -> None:
-        for alloc in job.allocations:  # whatever steps still run there go
-            node = self.state.nodes.get(alloc.node)
-            if node is not None:
-                self.put(node, self.terminate_request(job))
+    def terminate_everywhere(self, job: pb.Job) -> list[Signal]:
+        """Whatever still runs for the job on any of its nodes goes."""
+        return [
+            (node, self.terminate_request(job))
+            for alloc in job.allocations
+            if (node := self.state.nodes.get(alloc.node)) is not None
+        ]

@@ -5,6 +5,7 @@ Nothing here changes a job, a node or the store.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 
 from corral import hostlist
@@ -83,8 +84,13 @@ class Queries:
             for p in st.config.partitions
             if p.state == "UP" and (not p.allow_accounts or job.account in p.allow_accounts)
         ]
+        snap = self.snapshot()
+        # jobs ctld holds back are in a snapshot only to carry their reason: not in the queue
+        snap = dataclasses.replace(
+            snap, pending=tuple(r for r in snap.pending if not r.blocked_reason)
+        )
         found = explain_job(
-            self.snapshot(),
+            snap,
             job_id,
             history_ratios(list(st.history)),
             lambda other: st.jobs[other].start_time if other in st.jobs else 0.0,

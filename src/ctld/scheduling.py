@@ -1,13 +1,16 @@
 """The scheduling loop: snapshot -> ``sched.schedule`` -> apply the plan -> launch.
 
-Passes are woken by events and coalesced; a plan is applied only to the state it was
-made from, and a job's RUNNING row is durable before its node hears of it.
+Passes are woken by events and coalesced. The snapshot only reads; what a pass
+writes is written here, by the applier: recalculated priorities (before the
+snapshot), every pending job's reason and forecast, the starts, and the cancels of
+jobs whose dependency can never be satisfied (``kill_invalid_depend``). A plan is
+applied only to the state it was made from, and a job's RUNNING row is durable before
+its node hears of it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
@@ -16,13 +19,16 @@ import structlog
 from corral import hostlist
 from corral.errors import CorralError
 from corral.patterns import batch_output_paths
+from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
+from ctld import pending
+from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.outbox import Dispatcher
-from ctld.sched import INFINITY, Plan, Snapshot, schedule
+from ctld.priorities import apply_factors
+from ctld.sched import INFINITY, Placement, Plan, Snapshot, schedule
 from ctld.state import State
-from ctld.store import Op
 
 log = structlog.get_logger("ctld")
 
@@ -45,66 +51,107 @@ class Scheduler:
         self.last_pass_s = 0.0
         self.last_considered = 0
         self.starts_total = 0
+        self.stale_plans = 0  # plans (or starts) refused because the state had moved
 
     async def run(self) -> None:
         st = self.state
         interval = st.config.controller.sched_interval_s
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(st.wake_event.wait(), timeout=interval)
+            await self._woken_or(interval)
             st.wake_event.clear()
             try:
                 await self.schedule_pass()
             except Exception:  # a failed pass must not stop scheduling
                 log.exception("scheduling pass failed")
             # a burst of events (submits, exits) then shares the next pass
-            await asyncio.sleep(MIN_PASS_GAP_S)
+            await st.clock.sleep(MIN_PASS_GAP_S)
+
+    async def _woken_or(self, seconds: float) -> None:
+        """Until something asks for a pass, or ``seconds`` on the clock have gone by."""
+        st = self.state
+        if st.wake_event.is_set():
+            return
+        woken = asyncio.ensure_future(st.wake_event.wait())
+        slept = asyncio.ensure_future(st.clock.sleep(seconds))
+        try:
+            await asyncio.wait((woken, slept), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            slept.cancel()
 
     async def schedule_pass(self) -> None:
         self.passes += 1
         began = time.perf_counter()
+        self.refresh_priorities()
         snap = self.snapshot()
         plan = schedule(snap)
         self.last_pass_s = time.perf_counter() - began
-        self.last_considered = plan.considered
+        # jobs ctld held back are in the snapshot only to carry their reason
+        self.last_considered = plan.considered - sum(1 for r in snap.pending if r.blocked_reason)
         await self.apply_plan(plan, pass_no=self.passes)
 
-    def cancel_never_satisfied(self, jobs: list[pb.Job]) -> None:
-        self.state.spawn(self._cancel_never_satisfied(jobs))
+    def refresh_priorities(self) -> None:
+        """Fair-share and age move with time: recalculate now and then, before a snapshot."""
+        st = self.state
+        now = st.clock()
+        if not st.priorities.recalc_due(now):
+            return
+        st.priorities.cluster_cpus = sum(n.resources.cpus for n in st.nodes.values())
+        st.priorities.refresh(now, [j for j in st.jobs.values() if j.state in js.ON_NODE])
+        for job_id in st.pending:
+            job = st.jobs.get(job_id)
+            if job is None or job.state != js.PENDING or job.hold:
+                continue
+            if apply_factors(job, st.priorities.factors(job, now)):
+                st.touch(job)
+        # forget the predictions of jobs that left without running
+        active = set(st.pending) | {j.job_id for j in st.jobs.values() if j.state in js.ON_NODE}
+        for gone in [k for k in st.predicted if k not in active]:
+            del st.predicted[gone]
 
     async def _cancel_never_satisfied(self, jobs: list[pb.Job]) -> None:
         st = self.state
         now = st.clock()
-        ops = []
-        for job in jobs:
-            if job.state != js.PENDING:
-                continue
-            js.transition(
-                job,
-                "cancelled",
-                cause="sched:kill_invalid_depend",
-                now=now,
-                detail="dependency can never be satisfied",
-            )
-            job.end_time = now
-            ops.append(st.save(job))
-        if ops:
-            await st.store.commit(*ops)
+        async with Change(st) as ch:
+            for job in jobs:
+                if job.state != js.PENDING:
+                    continue
+                ch.transition(
+                    job,
+                    "cancelled",
+                    cause="sched:kill_invalid_depend",
+                    now=now,
+                    detail="dependency can never be satisfied",
+                )
+                job.end_time = now
 
-    async def apply_plan(self, plan: Plan, *, pass_no: int) -> None:
+    async def apply_plan(self, plan: Plan, *, pass_no: int) -> bool:
+        """Apply ``plan`` if it is still true; False if it was refused as stale.
+
+        A plan is a function of its snapshot: once anything it read has changed (the
+        version moved), it is refused whole and a new pass is asked for. Each start is
+        checked again as well (the job still pending, its placements still free on
+        schedulable nodes), so that no plan, however made, can oversubscribe a node.
+        """
         st = self.state
         if plan.snapshot_version != st.version:
             log.info("stale plan dropped", plan_version=plan.snapshot_version, version=st.version)
+            self.stale_plans += 1
             st.wake()
-            return
+            return False
         now = st.clock()
+        never: list[pb.Job] = []
         for job_id, reason in plan.reasons.items():
             job = st.jobs.get(job_id)
             if job is None or job.state != js.PENDING:
                 continue
+            if reason == Reason.DEPENDENCY_NEVER_SATISFIED:
+                never.append(job)
+            head, sep, names = reason.partition("UnavailableNodes:")
+            if sep:  # as Slurm prints it: ReqNodeNotAvail, UnavailableNodes:node[01-02]
+                reason = head + sep + hostlist.compress(names.split(","))
             forecast = plan.forecasts.get(job_id)
-            changed = job.reason != reason
-            job.reason = reason
+            changed = pending.write(job, reason)
             if forecast is None:
                 changed |= job.expected_start != 0 or bool(job.forecast_nodes)
                 job.expected_start, job.forecast_nodes = 0, ""
@@ -122,11 +169,17 @@ class Scheduler:
                 job.waits_for[:] = forecast.waits_for
             if changed:
                 st.touch(job)
-        ops: list[Op] = []
+        ch = Change(st, wake=False)
         launches: list[pb.Job] = []
+        refused = 0
         for start in plan.starts:
             job = st.jobs.get(start.job_id)
             if job is None or job.state != js.PENDING:
+                refused += 1
+                continue
+            if not all(self._free(p) for p in start.placements) or not start.placements:
+                log.warning("start refused: its placement is taken", job_id=job.job_id)
+                refused += 1
                 continue
             for p in start.placements:
                 st.nodes[p.node].allocate(job.job_id, p.cpus, p.mem_mb, list(p.gpu_indices))
@@ -154,24 +207,45 @@ class Scheduler:
             job.mem_mb = sum(p.mem_mb for p in start.placements)
             job.num_gpus = sum(len(p.gpu_indices) for p in start.placements)
             job.start_time = now
-            job.reason = "None"
+            pending.write(job, "None")  # Slurm's reason for a job that runs
             job.expected_start, job.forecast_nodes = 0, ""
             job.forecast_reserved = False
             del job.waits_for[:]
-            js.transition(
+            ch.transition(
                 job,
                 "started",
                 cause=f"sched:pass={pass_no}",
                 now=now,
                 detail=f"nodes={job.nodelist}",
             )
-            ops.append(st.save(job))
             launches.append(job)
-        if not ops:
-            return
-        st.version += 1
-        self.starts_total += len(launches)
-        await st.store.commit(*ops)  # RUNNING is durable before any node hears of it
+        if launches:
+            self.starts_total += len(launches)
+            await ch.commit()  # RUNNING is durable before any node hears of it
+            self._launch_all(launches)
+        if never and st.config.scheduler.kill_invalid_depend:
+            await self._cancel_never_satisfied(never)
+        if refused:
+            self.stale_plans += 1
+            st.wake()  # what was refused gets a pass on the state as it is now
+        return True
+
+    def _free(self, p: Placement) -> bool:
+        """Whether ``p`` fits on its node now (after the starts applied before it)."""
+        node = self.state.nodes.get(p.node)
+        if node is None or not node.schedulable:
+            return False
+        res = node.resources
+        gpus = set(p.gpu_indices)
+        return (
+            node.alloc_cpus + p.cpus <= res.cpus
+            and node.alloc_mem_mb + p.mem_mb <= res.memory_mb
+            and not gpus & node.alloc_gpus
+            and gpus <= set(node.gpu_indices)
+        )
+
+    def _launch_all(self, launches: list[pb.Job]) -> None:
+        st = self.state
         for job in launches:
             if job.spec.allocation_only:
                 continue  # salloc/srun hold it: nothing runs until they start steps
@@ -196,8 +270,9 @@ class Scheduler:
                 "launch failed, requeued", job_id=job.job_id, node=node.name, error=str(exc)
             )
             node.late = True  # nothing more goes there until it heartbeats again
-            self.endings.requeue(job, cause=f"dispatch:{node.name} unreachable", detail=str(exc))
-            await st.store.commit(st.save(job))
-            st.wake()
+            async with Change(st) as ch:
+                self.endings.requeue(
+                    ch, job, cause=f"dispatch:{node.name} unreachable", detail=str(exc)
+                )
         finally:
             st.launching.discard(job.job_id)

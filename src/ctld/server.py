@@ -6,12 +6,12 @@ import asyncio
 import contextlib
 import os
 import signal
-import time
 
 import structlog
 from aiohttp import web
 from grpc import aio
 
+from corral.clock import SystemClock
 from corral.config import ClusterConfig
 from ctld.auth import ClaimedIdentity
 from ctld.cluster import Cluster
@@ -31,7 +31,7 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
     store = Store(ctl.effective_store_url, sqlite_synchronous=ctl.sqlite_synchronous)
     store.open()
     dispatcher = GrpcDispatcher()
-    cluster = Cluster(config, store, dispatcher, clock=time.time)
+    cluster = Cluster(config, store, dispatcher, clock=SystemClock())
     cluster.load()
     api = ControllerApi(cluster, ClaimedIdentity())
 
@@ -73,14 +73,13 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    async def purge() -> None:
-        while True:
-            await asyncio.sleep(PURGE_INTERVAL_S)
-            cluster.purge_finished()
-
     tasks = [
         asyncio.create_task(t)
-        for t in (cluster.run_scheduler(), cluster.run_heartbeat_monitor(), purge())
+        for t in (
+            cluster.run_scheduler(),
+            cluster.run_heartbeat_monitor(),
+            cluster.run_purge(PURGE_INTERVAL_S),
+        )
     ]
     if ready_file:
         with open(ready_file + ".tmp", "w") as fh:

@@ -1,15 +1,23 @@
-"""The scheduler's input: a frozen picture of nodes, partitions, pending and running jobs."""
+"""The scheduler's input: a frozen picture of nodes, partitions, pending and running jobs.
+
+Building it changes nothing (``explain`` builds one too). Every pending job is in it:
+one ctld holds back (a hold, a --begin time, a dependency, its array's %N throttle)
+carries that reason in ``JobRequest.blocked_reason`` and the core only passes it on,
+so every pending job's reason comes back in the plan and is written by its applier.
+The one thing kept between builds is a memo of each job's request (a pure function of
+the job, rebuilt when its priority changes or ctld drops it on an update) and of the
+run time predicted for it then (what a running job's view carries).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 from corral.jobsyntax import parse_array
+from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
 from ctld import deps
 from ctld import jobstate as js
-from ctld.priorities import apply_factors
 from ctld.sched import (
     INFINITY,
     JobRequest,
@@ -40,12 +48,9 @@ def settings_from(state: State) -> Settings:
 
 
 class SnapshotBuilder:
-    def __init__(
-        self, state: State, settings: Settings, never_satisfied: Callable[[list[pb.Job]], None]
-    ) -> None:
+    def __init__(self, state: State, settings: Settings) -> None:
         self.state = state
         self.settings = settings
-        self.never_satisfied = never_satisfied
 
     def build(self) -> Snapshot:
         st = self.state
@@ -61,7 +66,7 @@ class SnapshotBuilder:
                 gpu_type=n.gpu_type,
                 schedulable=n.schedulable,
                 idle=not n.job_ids,
-                gpu_indices=tuple(n.gpu_indices),
+                gpu_indices=n.gpu_indices,
             )
             for n in st.nodes.values()
         )
@@ -71,43 +76,36 @@ class SnapshotBuilder:
         )
         now = st.clock()
         on_node = [j for j in st.jobs.values() if j.state in js.ON_NODE]
-        recalc = st.priorities.recalc_due(now)
-        if recalc:
-            st.priorities.cluster_cpus = sum(n.resources.cpus for n in st.nodes.values())
-            st.priorities.refresh(now, on_node)
         pending: list[JobRequest] = []
-        never: list[pb.Job] = []
         # tasks an array may still start under its %N throttle, counted down this pass
         array_room: dict[int, int] = {}
         for j in on_node:
             if j.array_job_id:
                 array_room[j.array_job_id] = array_room.get(j.array_job_id, 0) + 1
         throttles: dict[int, int] = {}
-        for job_id in list(st.pending):
+        for job_id in st.pending:
             job = st.jobs.get(job_id)
             if job is None or job.state != js.PENDING:
-                del st.pending[job_id]  # left the queue since: forget it lazily
-                st.requests.pop(job_id, None)
                 continue
-            if job.hold:
-                continue  # its reason (JobHeldUser/Admin) was set when it was held
-            if recalc and apply_factors(job, st.priorities.factors(job, now)):
-                st.touch(job)
             blocked = self._blocked_reason(job, now)
             if not blocked and job.array_job_id and "%" in job.spec.array:
                 if job.array_job_id not in throttles:
                     limit = parse_array(job.spec.array).max_running
                     throttles[job.array_job_id] = limit - array_room.get(job.array_job_id, 0)
                 if throttles[job.array_job_id] <= 0:
-                    blocked = "JobArrayTaskLimit"
+                    blocked = Reason.JOB_ARRAY_TASK_LIMIT
                 else:
                     throttles[job.array_job_id] -= 1
             if blocked:
-                if job.reason != blocked:
-                    job.reason = blocked
-                    st.touch(job)
-                if blocked == "DependencyNeverSatisfied":
-                    never.append(job)
+                pending.append(
+                    JobRequest(
+                        job_id=job_id,
+                        partitions=tuple(job.spec.partitions),
+                        priority=job.priority,
+                        submit_time=job.submit_time,
+                        blocked_reason=blocked,
+                    )
+                )
                 continue
             req = st.requests.get(job_id)
             if req is None or req.priority != job.priority:
@@ -125,8 +123,6 @@ class SnapshotBuilder:
                 st.requests[job_id] = req
                 st.predicted[job_id] = req.predicted_s
             pending.append(req)
-        if never and st.config.scheduler.kill_invalid_depend:
-            self.never_satisfied(never)
         pending.sort(key=lambda r: (-r.priority, r.submit_time, r.job_id))
         running = tuple(
             RunningView(
@@ -142,10 +138,6 @@ class SnapshotBuilder:
             )
             for j in on_node
         )
-        if recalc:  # forget the predictions of jobs that left without running
-            active = {j.job_id for j in on_node} | set(st.pending)
-            for gone in [k for k in st.predicted if k not in active]:
-                del st.predicted[gone]
         return Snapshot(
             version=st.version,
             now=now,
@@ -158,17 +150,19 @@ class SnapshotBuilder:
         )
 
     def _blocked_reason(self, job: pb.Job, now: float) -> str:
-        """Why a pending job cannot be considered at all this pass ("" if it can)."""
+        """Why ctld holds a pending job back from this pass ("" if it does not)."""
+        if job.hold:
+            return Reason.JOB_HELD_ADMIN if job.hold == pb.HOLD_ADMIN else Reason.JOB_HELD_USER
         if job.eligible_time > now:
-            return "BeginTime"
+            return Reason.BEGIN_TIME
         if job.spec.dependency:
             state = deps.evaluate(
                 job, self.state.lookup, now, self._singleton_held, self._array_tasks
             )
             if state is deps.DepState.WAITING:
-                return "Dependency"
+                return Reason.DEPENDENCY
             if state is deps.DepState.NEVER:
-                return "DependencyNeverSatisfied"
+                return Reason.DEPENDENCY_NEVER_SATISFIED
         return ""
 
     def _array_tasks(self, array_id: int) -> list[pb.Job]:

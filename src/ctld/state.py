@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import pwd
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import structlog
 
+from corral.clock import Clock
 from corral.config import ClusterConfig
 from corral.errors import InvalidJobId, InvalidNodeName
 from corral.wire import corral_pb2 as pb
@@ -31,8 +32,6 @@ from ctld.usage import UsageLedger
 from ctld.validate import NodeCapacity, request_from_spec
 
 log = structlog.get_logger("ctld")
-
-Clock = Callable[[], float]
 
 
 class State:
@@ -52,6 +51,7 @@ class State:
         self.saved_events: dict[int, int] = {}
         # job id -> revision, bumped on every change (persisted or not) to the job
         self.revisions: dict[int, int] = {}
+        self._capacity: dict[str, tuple[pb.NodeResources, NodeCapacity]] = {}
         # pending job ids in queue order, and their scheduler requests (built once)
         self.pending: dict[int, None] = {}
         self.requests: dict[int, JobRequest] = {}
@@ -106,7 +106,7 @@ class State:
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()
 
-    def purge_finished(self) -> None:
+    def forget_finished(self) -> None:
         """Forget finished jobs older than min_job_age (they stay in the store for sacct)."""
         horizon = self.clock() - self.config.controller.min_job_age_s
         for job_id in [
@@ -115,9 +115,6 @@ class State:
             del self.jobs[job_id]
             self.saved_events.pop(job_id, None)
             self.revisions.pop(job_id, None)
-        expired = self.reservations.expired()
-        if expired is not None:
-            self.spawn(self.commit_and_wake(expired))
 
     # ------------------------------------------------------------ the queue
 
@@ -155,10 +152,6 @@ class State:
         self.saved_events[job.job_id] = len(job.events)
         return op
 
-    async def commit_and_wake(self, *ops: Op) -> None:
-        await self.store.commit(*ops)
-        self.wake()
-
     # ------------------------------------------------------------ lookups
 
     def job(self, job_id: int) -> pb.Job:
@@ -186,12 +179,20 @@ class State:
         return self.gone[job_id]
 
     def capacity(self) -> dict[str, NodeCapacity]:
-        return {
-            n.name: NodeCapacity(
-                n.name, n.resources.cpus, n.resources.memory_mb, len(n.resources.gpus), n.gpu_type
-            )
-            for n in self.nodes.values()
-        }
+        # every submit asks: each node's entry is rebuilt only when it registered anew
+        cache = self._capacity
+        out = {}
+        for n in self.nodes.values():
+            hit = cache.get(n.name)
+            if hit is None or hit[0] is not n.resources:
+                res = n.resources
+                hit = (
+                    res,
+                    NodeCapacity(n.name, res.cpus, res.memory_mb, len(res.gpus), n.gpu_type),
+                )
+                cache[n.name] = hit
+            out[n.name] = hit[1]
+        return out
 
     # ------------------------------------------------------------ shared bookkeeping
 

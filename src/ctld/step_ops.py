@@ -17,13 +17,13 @@ from corral.tasks import validate_gpu_bind
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.auth import Policy
+from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.intake import failure
 from ctld.nodes import NodeRecord
 from ctld.outbox import Outbox
 from ctld.state import State
 from ctld.steps import holdings, plan_step
-from ctld.store import Op
 
 log = structlog.get_logger("ctld")
 
@@ -71,7 +71,6 @@ class StepOps:
             job_id=job.job_id,
             step_id=job.next_step_id,
             name=spec.name[:256] or "step",
-            state=js.RUNNING,
             start_time=now,
             nodelist=hostlist.compress([n.node for n in layout]),
             ntasks=sum(len(n.ranks) for n in layout),
@@ -79,15 +78,15 @@ class StepOps:
             spec=spec,
         )
         job.next_step_id += 1
-        job.steps.append(step)
-        js.transition(
-            job,
-            "updated",
-            cause=f"rpc:CreateStep user={who.user}",
-            now=now,
-            detail=f"step {step.step_id} started: {step.ntasks} task(s) on {step.nodelist}",
-        )
-        await st.store.commit(st.save(job))
+        async with Change(st, wake=False) as ch:  # the allocation's resources stay as they are
+            ch.start_step(job, step)
+            ch.transition(
+                job,
+                "updated",
+                cause=f"rpc:CreateStep user={who.user}",
+                now=now,
+                detail=f"step {step.step_id} started: {step.ntasks} task(s) on {step.nodelist}",
+            )
         return step
 
     def step_for_node(self, job_id: int, step_id: int, node: str) -> tuple[pb.Job, pb.Step]:
@@ -115,18 +114,19 @@ class StepOps:
         step = find_step(job, req.step_id)
         if step.state != js.RUNNING:
             return  # a repeat, or ended with its job
-        self._end_step(step, req.exit_code, req.exit_signal, req.cancelled)
-        js.transition(
-            job,
-            "updated",
-            cause=f"rpc:CompleteStep user={who.user}",
-            now=st.clock(),
-            detail=f"step {step.step_id} {js.state_name(step.state)} "
-            f"exit {step.exit_code}:{step.exit_signal}",
-        )
-        await st.store.commit(st.save(job))
+        async with Change(st, wake=False) as ch:
+            self._end_step(ch, step, req.exit_code, req.exit_signal, req.cancelled)
+            ch.transition(
+                job,
+                "updated",
+                cause=f"rpc:CompleteStep user={who.user}",
+                detail=f"step {step.step_id} {js.state_name(step.state)} "
+                f"exit {step.exit_code}:{step.exit_signal}",
+            )
 
-    def part_ended(self, job: pb.Job, node: NodeRecord, upd: pb.JobStatusUpdate) -> bool:
+    def part_ended(
+        self, ch: Change, job: pb.Job, node: NodeRecord, upd: pb.JobStatusUpdate
+    ) -> bool:
         """A node's tasks of a step are gone. Once every node of the step said so, the step
         has ended even if srun never reports (it was killed): it must not hold the job's
         CPUs and GPUs for ever."""
@@ -144,27 +144,27 @@ class StepOps:
         if done < {n.node for n in step.nodes}:
             return False
         del self._nodes_done[key]
-        self._end_step(step, step.exit_code, step.exit_signal, cancelled=False)
-        js.transition(
+        self._end_step(ch, step, step.exit_code, step.exit_signal, cancelled=False)
+        ch.transition(
             job,
             "updated",
             cause=f"node:{node.name} report",
-            now=self.state.clock(),
             detail=f"step {step.step_id} ended on every node",
         )
-        self.state.wake()
         return True
 
-    def _end_step(self, step: pb.Step, exit_code: int, exit_signal: int, cancelled: bool) -> None:
+    def _end_step(
+        self, ch: Change, step: pb.Step, exit_code: int, exit_signal: int, cancelled: bool
+    ) -> None:
         step.exit_code = max(0, min(exit_code, 255))
         step.exit_signal = max(0, min(exit_signal, 64))
-        step.end_time = self.state.clock()
         if cancelled:
-            step.state = js.CANCELLED
+            final = js.CANCELLED
         elif step.exit_code or step.exit_signal:
-            step.state = js.FAILED
+            final = js.FAILED
         else:
-            step.state = js.COMPLETED
+            final = js.COMPLETED
+        ch.end_step(step, final, self.state.clock())
 
     async def cancel_steps(
         self, who: Identity, req: pb.CancelJobsRequest
@@ -172,41 +172,45 @@ class StepOps:
         """scancel JOBID.STEP (with -s: signal the step's tasks only)."""
         st = self.state
         outcomes: list[pb.CancelOutcome] = []
-        ops: list[Op] = []
-        for ref in req.steps:
-            try:
-                job = st.job(ref.job_id)
-                self.policy.check_job(who, job, "signal" if req.signal else "cancel")
-                step = find_step(job, ref.step_id)
-                if step.state != js.RUNNING or job.state not in js.ON_NODE:
-                    raise JobStateConflict()
-                sig = req.signal or int(signal_mod.SIGKILL)
-                if not req.signal:  # scancel N.S: the step ends CANCELLED whatever srun says
-                    self._end_step(step, 0, sig, cancelled=True)
-                for sn in step.nodes:
-                    node = st.nodes.get(sn.node)
-                    if node is not None:
-                        self.outbox.put(
-                            node,
-                            pb.SignalJobRequest(
-                                job_id=job.job_id, signal=sig, step_id=step.step_id
-                            ),
-                        )
-                js.transition(
-                    job,
-                    "signalled",
-                    cause=f"rpc:CancelJobs user={who.user}",
-                    now=st.clock(),
-                    detail=f"step {step.step_id} signal {sig}",
-                )
-                ops.append(st.save(job))
-                outcomes.append(pb.CancelOutcome(job_id=job.job_id, ok=True))
-            except CorralError as exc:
-                outcomes.append(failure(ref.job_id, exc))
-        if ops:
-            await st.store.commit(*ops)
-        self.outbox.flush()
+        async with Change(st, self.outbox, wake=False) as ch:
+            for ref in req.steps:
+                self._cancel_step(ch, who, req, ref, outcomes)
         return outcomes
+
+    def _cancel_step(
+        self,
+        ch: Change,
+        who: Identity,
+        req: pb.CancelJobsRequest,
+        ref: pb.StepRef,
+        outcomes: list[pb.CancelOutcome],
+    ) -> None:
+        st = self.state
+        try:
+            job = st.job(ref.job_id)
+            self.policy.check_job(who, job, "signal" if req.signal else "cancel")
+            step = find_step(job, ref.step_id)
+            if step.state != js.RUNNING or job.state not in js.ON_NODE:
+                raise JobStateConflict()
+            sig = req.signal or int(signal_mod.SIGKILL)
+            if not req.signal:  # scancel N.S: the step ends CANCELLED whatever srun says
+                self._end_step(ch, step, 0, sig, cancelled=True)
+            for sn in step.nodes:
+                node = st.nodes.get(sn.node)
+                if node is not None:
+                    ch.signal(
+                        node,
+                        pb.SignalJobRequest(job_id=job.job_id, signal=sig, step_id=step.step_id),
+                    )
+            ch.transition(
+                job,
+                "signalled",
+                cause=f"rpc:CancelJobs user={who.user}",
+                detail=f"step {step.step_id} signal {sig}",
+            )
+            outcomes.append(pb.CancelOutcome(job_id=job.job_id, ok=True))
+        except CorralError as exc:
+            outcomes.append(failure(ref.job_id, exc))
 
     async def complete_job(self, who: Identity, req: pb.CompleteJobRequest) -> None:
         """salloc or srun releases the allocation it made."""
@@ -218,35 +222,29 @@ class StepOps:
         if job.state != js.RUNNING:
             return  # already ended (cancelled, timed out, or a repeat)
         final = js.COMPLETED if not (req.exit_code or req.exit_signal) else js.FAILED
-        self.endings.end_allocation(
-            job,
-            final,
-            cause=f"rpc:CompleteJob user={who.user}",
-            exit_code=req.exit_code,
-            exit_signal=req.exit_signal,
-        )
-        await st.store.commit(st.save(job))
-        self.outbox.flush()
-        st.wake()
+        async with Change(st, self.outbox) as ch:
+            self.endings.end_allocation(
+                ch,
+                job,
+                final,
+                cause=f"rpc:CompleteJob user={who.user}",
+                exit_code=req.exit_code,
+                exit_signal=req.exit_signal,
+            )
 
     async def enforce_allocation_limits(self) -> None:
         """salloc/srun allocations have no noded process to time them: ctld does."""
         st = self.state
         now = st.clock()
-        ops: list[Op] = []
-        for job in list(st.jobs.values()):
-            if (
-                job.spec.allocation_only
-                and job.state == js.RUNNING
-                and job.time_limit_s > 0
-                and now >= job.start_time + job.time_limit_s
-            ):
-                log.info("allocation reached its time limit", job_id=job.job_id)
-                self.endings.end_allocation(
-                    job, js.TIMEOUT, cause="ctld:time limit", exit_code=0, exit_signal=0
-                )
-                ops.append(st.save(job))
-        if ops:
-            await st.store.commit(*ops)
-            self.outbox.flush()
-            st.wake()
+        async with Change(st, self.outbox) as ch:
+            for job in list(st.jobs.values()):
+                if (
+                    job.spec.allocation_only
+                    and job.state == js.RUNNING
+                    and job.time_limit_s > 0
+                    and now >= job.start_time + job.time_limit_s
+                ):
+                    log.info("allocation reached its time limit", job_id=job.job_id)
+                    self.endings.end_allocation(
+                        ch, job, js.TIMEOUT, cause="ctld:time limit", exit_code=0, exit_signal=0
+                    )

@@ -1,57 +1,18 @@
-"""An in-process ctld for fast tests of its logic: a real store, a recording dispatcher.
+"""Pieces for tests that drive ctld's Cluster directly (async tests of its logic).
 
-Nomad's scheduler harness and dask's gen_cluster are the models: everything but the
-network is real, and the clock is a number the test moves.
+The in-process harness itself (``InProcessCluster``, its ``RecordingDispatcher`` and
+``ManualClock``) lives in corral/testing/inprocess.py, beside the real-process one.
 """
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field
-
 from corral.config import ClusterConfig
-from corral.errors import NodeUnreachable
+from corral.testing.inprocess import ManualClock, RecordingDispatcher
 from corral.wire import corral_pb2 as pb
 from ctld.cluster import Cluster
-from ctld.nodes import NodeRecord
 from ctld.store import Store
 
-
-@dataclass
-class RecordingDispatcher:
-    """Records what ctld would send to nodes.
-
-    ``fail_launch`` simulates an unreachable node; while ``hold_launches`` is set, a
-    launch waits for ``launch_gate``, so a test can act while a LaunchJob is in flight.
-    """
-
-    launched: list[tuple[str, pb.LaunchJobRequest]] = field(default_factory=list)
-    signalled: list[tuple[str, pb.SignalJobRequest]] = field(default_factory=list)
-    fail_launch: bool = False
-    hold_launches: bool = False
-    launch_gate: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def launch(self, node: NodeRecord, request: pb.LaunchJobRequest) -> None:
-        if self.hold_launches:
-            await self.launch_gate.wait()
-        if self.fail_launch:
-            raise NodeUnreachable(f"node {node.name} unreachable (test)")
-        self.launched.append((node.name, request))
-
-    async def signal(self, node: NodeRecord, request: pb.SignalJobRequest) -> bool:
-        self.signalled.append((node.name, request))
-        return True
-
-
-@dataclass
-class ManualClock:
-    now: float = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+__all__ = ["ManualClock", "RecordingDispatcher", "make_cluster", "register_all", "registration"]
 
 
 def make_cluster(

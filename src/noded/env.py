@@ -77,7 +77,7 @@ def batch_environment(
         "SLURM_JOB_USER": job.user,
         "SLURM_JOB_UID": str(job.uid),
         "SLURM_JOB_GID": str(job.gid),
-        "SLURM_SUBMIT_DIR": spec.work_dir,
+        "SLURM_SUBMIT_DIR": spec.submit_dir or spec.work_dir,
         "SLURM_SUBMIT_HOST": spec.submit_host,
         "SLURM_JOB_NODELIST": job.nodelist,
         "SLURM_NODELIST": job.nodelist,
@@ -107,6 +107,11 @@ def batch_environment(
         slurm["SLURM_JOB_END_TIME"] = str(int(job.start_time + job.time_limit_s))
     if job.account:
         slurm["SLURM_JOB_ACCOUNT"] = job.account
+    slurm["SLURM_JOB_QOS"] = spec.qos or "normal"
+    if spec.gpus:
+        slurm["SLURM_GPUS"] = str(spec.gpus)
+    if spec.gpus_per_node:
+        slurm["SLURM_GPUS_PER_NODE"] = str(spec.gpus_per_node)
     if spec.cpus_per_task:
         slurm["SLURM_CPUS_PER_TASK"] = str(spec.cpus_per_task)
     if spec.ntasks_per_node:

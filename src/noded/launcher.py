@@ -15,6 +15,7 @@ import contextlib
 import os
 import secrets
 import signal
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -318,7 +319,33 @@ class Launcher:
     def _time_limit(self, running: RunningJob) -> None:
         log.info("time limit reached", job_id=running.job_id, limit_s=running.job.time_limit_s)
         running.end_reason = Update.END_TIMEOUT
+        self._notice(running, " DUE TO TIME LIMIT")
         self._terminate(running, running.kill_wait_s)
+
+    def _notice(self, running: RunningJob, why: str) -> None:
+        """slurmstepd's line at the end of the job's stderr, which scripts and people
+        grep for: ``*** JOB N ON node CANCELLED AT time [DUE TO TIME LIMIT] ***``.
+        noded is root: it appends only to a regular file of the job's user, never
+        through a link, and never creates one."""
+        files = resolve_files(running.job, self.node_name)
+        path = os.path.join(files.workdir, files.stderr)  # an absolute stderr stays as is
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        line = (
+            f"slurmstepd: error: *** JOB {running.job_id} ON {self.node_name} "
+            f"CANCELLED AT {stamp}{why} ***\n"
+        )
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == running.job.uid:
+                os.write(fd, line.encode())
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     # ------------------------------------------------------------ ending
 
@@ -543,6 +570,8 @@ class Launcher:
         if running is None:
             return False
         if req.terminate:
+            if not running.cancel_requested:
+                self._notice(running, "")
             running.cancel_requested = True
             self._terminate(running, req.kill_wait_s)
             return True

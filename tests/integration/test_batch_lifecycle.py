@@ -91,21 +91,28 @@ def test_two_jobs_get_distinct_gpus(cmd: Commands) -> None:
 def test_bad_requests_give_clear_errors_and_create_no_job(cmd: Commands) -> None:
     before = cmd.cluster.client().get_cluster_info({})["nextJobId"]
     (cmd.cwd / "bad.sh").write_text("#!/bin/sh\n#SBATCH --nodes=lots\ntrue\n")
+    # Slurm's sbatch exits 255 (exit(-1)) on a bad option or time format, 1 when the
+    # controller refuses the job
     cases = [
-        (["sbatch", "bad.sh"], "Invalid node count specification: lots"),
-        (["sbatch", "--bogus-flag", "--wrap", "true"], "unrecognized option '--bogus-flag'"),
-        (["sbatch", "-p", "nosuch", "--wrap", "true"], "Invalid partition name specified"),
+        (["sbatch", "bad.sh"], "Invalid node count specification: lots", 255),
+        (["sbatch", "--bogus-flag", "--wrap", "true"], "unrecognized option '--bogus-flag'", 255),
+        (["sbatch", "-p", "nosuch", "--wrap", "true"], "Invalid partition name specified", 1),
         (
             ["sbatch", "--gres=gpu:16", "--wrap", "true"],
             "Requested node configuration is not available",
+            1,
         ),
-        (["sbatch", "-N", "3", "--wrap", "true"], "Requested node configuration is not available"),
-        (["sbatch", "--time=soon", "--wrap", "true"], "Invalid time limit specification"),
-        (["sbatch", "--gres=tpu:1", "--wrap", "true"], "Invalid generic resource"),
+        (
+            ["sbatch", "-N", "3", "--wrap", "true"],
+            "Requested node configuration is not available",
+            1,
+        ),
+        (["sbatch", "--time=soon", "--wrap", "true"], "Invalid time limit specification", 255),
+        (["sbatch", "--gres=tpu:1", "--wrap", "true"], "Invalid generic resource", 1),
     ]
-    for argv, message in cases:
+    for argv, message, code in cases:
         proc = cmd(*argv, check=False)
-        assert proc.returncode == 1, argv
+        assert proc.returncode == code, (argv, proc.returncode)
         assert proc.stderr.startswith("sbatch: error: "), proc.stderr
         assert message in proc.stderr, (argv, proc.stderr)
     (cmd.cwd / "noshebang.sh").write_text("echo hi\n")

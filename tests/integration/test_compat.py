@@ -8,27 +8,19 @@ from __future__ import annotations
 import os
 import pathlib
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
-from corral.testing import LocalCluster
-from tests.conftest import BIN, Commands, print_logs, wait_for
+from corral.testing.cluster import ClusterFactory
+from tests.conftest import BIN, Commands, wait_for
 
 
 @pytest.fixture
-def two(tmp_path: pathlib.Path) -> Iterator[Commands]:
-    c = LocalCluster(
-        tmp_path / "cluster", nodes=2, gpus_per_node=4, kill_wait_s=2.0, isolation="auto"
-    )
-    c.start()
+def two(tmp_path: pathlib.Path, cluster_factory: ClusterFactory) -> Commands:
+    c = cluster_factory(nodes=2, gpus_per_node=4, isolation="auto")
     work = tmp_path / "work"
     work.mkdir()
-    try:
-        yield Commands(c, work)
-    finally:
-        c.stop()
-        print_logs(c)
+    return Commands(c, work)
 
 
 def shell(c: Commands, script: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
@@ -235,3 +227,98 @@ def test_sacct_array_steps_carry_the_tasks_id_and_the_array_id_lists_every_task(
     ]
     one = two("sacct", "-P", "-n", "-o", "JobID", "-j", f"{array}_1").stdout.split()
     assert one == [f"{array}_1", f"{array}_1.batch", f"{array}_1.0"]
+
+
+def test_option_and_time_errors_exit_255_for_sbatch_srun_salloc(two: Commands) -> None:
+    # Slurm's sbatch/srun/salloc exit(-1) on a bad option or time format
+    for argv in (
+        ["sbatch", "--time=soon", "--wrap", "true"],
+        ["sbatch", "--no-such-flag", "--wrap", "true"],
+        ["srun", "-t", "1:2:3:4", "true"],
+        ["srun", "--bogus", "true"],
+        ["srun", "-N", "lots", "true"],
+        ["salloc", "--time=later", "true"],
+        ["salloc", "--bogus", "true"],
+    ):
+        proc = two(*argv, check=False)
+        assert proc.returncode == 255, (argv, proc.returncode, proc.stderr)
+        assert proc.stderr.startswith(f"{argv[0]}: error: "), proc.stderr
+    assert two.cluster.client().get_jobs({}).get("jobs", []) == []  # nothing was submitted
+
+
+def test_time_limit_and_cancel_leave_slurmstepds_line_and_timeout_shows_0_0(
+    two: Commands,
+) -> None:
+    import re
+
+    late = two("sbatch", "--parsable", "-t", "0:02", "--wrap", "echo up; sleep 60").stdout
+    late = late.strip()
+    two.wait_state(late, "TIMEOUT", timeout=60)
+    last = (two.cwd / f"slurm-{late}.out").read_text().splitlines()[-1]
+    assert re.fullmatch(
+        rf"slurmstepd: error: \*\*\* JOB {late} ON node0[12] CANCELLED AT "
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d DUE TO TIME LIMIT \*\*\*",
+        last,
+    ), last
+    rows = two("sacct", "-P", "-n", "-o", "JobID,State,ExitCode", "-j", late).stdout.split()
+    assert rows[:2] == [f"{late}|TIMEOUT|0:0", f"{late}.batch|CANCELLED|0:15"]
+
+    gone = two("sbatch", "--parsable", "--wrap", "echo up; sleep 60").stdout.strip()
+    out = two.cwd / f"slurm-{gone}.out"
+    wait_for(lambda: out.exists() and "up" in out.read_text(), 30, "the job to start")
+    two("scancel", gone)
+    two.wait_state(gone, "CANCELLED")
+    assert re.fullmatch(
+        rf"slurmstepd: error: \*\*\* JOB {gone} ON node0[12] CANCELLED AT \S+ \*\*\*",
+        out.read_text().splitlines()[-1],
+    )
+
+
+# ------------------------------------------------------------------ batch environment
+
+
+def test_batch_environment_has_slurms_variables(two: Commands) -> None:
+    # sbatch(1) OUTPUT ENVIRONMENT VARIABLES: SLURM_SUBMIT_DIR is where sbatch ran
+    # (even with -D), SLURM_JOB_QOS, SLURM_JOB_ACCOUNT, SLURM_GPUS for --gpus
+    run = two.cwd / "rundir"
+    run.mkdir()
+    job_id = two(
+        "sbatch",
+        "--parsable",
+        "-D",
+        "rundir",
+        "-A",
+        "vision",
+        "--gpus=2",
+        "--wrap",
+        "echo $SLURM_SUBMIT_DIR $PWD $SLURM_JOB_QOS $SLURM_JOB_ACCOUNT $SLURM_GPUS",
+    ).stdout.strip()
+    two.wait_state(job_id, "COMPLETED", "FAILED")
+    line = (run / f"slurm-{job_id}.out").read_text().split()
+    assert line == [str(two.cwd), str(run), "normal", "vision", "2"], line
+    # --export=NONE: the login basics, nothing of the submitting shell
+    job_id = two(
+        "sbatch",
+        "--parsable",
+        "--export=NONE",
+        "--wrap",
+        'echo "home=$HOME user=$USER path=${PATH:+set} secret=${SECRET:-unset}"',
+        env={"SECRET": "s3"},
+    ).stdout.strip()
+    two.wait_state(job_id, "COMPLETED", "FAILED")
+    text = (two.cwd / f"slurm-{job_id}.out").read_text().strip()
+    assert text.startswith("home=/") and " path=set secret=unset" in text, text
+
+
+def test_pending_on_drained_nodes_shows_req_node_not_avail(two: Commands) -> None:
+    # Slurm: a job whose usable nodes are all drained/down waits with
+    # "ReqNodeNotAvail, UnavailableNodes:node[01-02]", not Resources
+    two("scontrol", "update", "NodeName=node[01-02]", "State=DRAIN", "Reason=maintenance")
+    job_id = two("sbatch", "--parsable", "-N2", "--wrap", "true").stdout.strip()
+    wanted = "ReqNodeNotAvail, UnavailableNodes:node[01-02]"
+    wait_for(lambda: two.job(job_id).get("reason") == wanted, 30, "the reason")
+    assert two("squeue", "-h", "-o", "%R", "-j", job_id).stdout.strip() == f"({wanted})"
+    why = two("corral", "why", job_id).stdout
+    assert "down or drained (node[01-02])" in why and wanted in why
+    two("scontrol", "update", "NodeName=node[01-02]", "State=RESUME")
+    two.wait_state(job_id, "COMPLETED")

@@ -25,7 +25,8 @@ import pytest
 
 from corral.identity import Identity
 from corral.testing import LocalCluster
-from tests.conftest import Commands, pid_alive, print_logs, wait_for
+from corral.testing.cluster import ClusterFactory
+from tests.conftest import Commands, pid_alive, wait_for
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CI runs as root)")
 PY = sys.executable
@@ -49,31 +50,19 @@ CONTAINMENT = [
 
 
 @pytest.fixture
-def make_cluster(tmp_path: pathlib.Path) -> Iterator[Any]:
-    started: list[LocalCluster] = []
-    # other users must reach the spool (their scripts live there); pytest's tmp is 0700
-    base = pathlib.Path(tempfile.mkdtemp(prefix="corral-test-"))
-    base.chmod(0o755)
+def make_cluster(tmp_path: pathlib.Path, cluster_factory: ClusterFactory) -> Any:
+    """One-node clusters (by default) and Commands in a work dir of their own."""
 
     def make(**kw: Any) -> tuple[LocalCluster, Commands]:
         kw.setdefault("nodes", 1)
         kw.setdefault("gpus_per_node", 4)
-        kw.setdefault("kill_wait_s", 2.0)
         kw.setdefault("sample_interval_s", 0.2)
-        c = LocalCluster(base / f"cluster{len(started)}", **kw)
-        started.append(c)
-        c.start()
-        work = tmp_path / f"work{len(started)}"
+        c = cluster_factory(**kw)
+        work = tmp_path / f"work{len(cluster_factory.started)}"
         work.mkdir()
         return c, Commands(c, work)
 
-    try:
-        yield make
-    finally:
-        for c in started:
-            c.stop()
-            print_logs(c)
-        shutil.rmtree(base, ignore_errors=True)
+    return make
 
 
 def job_id_of(out: subprocess.CompletedProcess[str]) -> str:

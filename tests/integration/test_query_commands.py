@@ -9,13 +9,12 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from corral.testing import LocalCluster
+from corral.testing import LocalCluster, wait_for
+from corral.testing.cluster import ClusterFactory
 
 BIN = pathlib.Path(sys.executable).parent
 HEADER = "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n"
@@ -24,9 +23,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path_factory.mktemp("query") / "c", nodes=2, kill_wait_s=2.0) as c:
-        yield c
+def cluster(module_cluster_factory: ClusterFactory) -> LocalCluster:
+    return module_cluster_factory(nodes=2)
 
 
 def run(cluster: LocalCluster, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -46,17 +44,6 @@ def out(cluster: LocalCluster, *argv: str) -> str:
     return proc.stdout
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-
-
 def submit(cluster: LocalCluster, script: str, **spec: Any) -> str:
     work = cluster.state_dir / "work"
     work.mkdir(exist_ok=True)
@@ -71,7 +58,7 @@ def state(cluster: LocalCluster, job_id: str) -> str:
 
 def test_sinfo_shows_idle_nodes(cluster: LocalCluster) -> None:
     idle = "debug*       up 1-00:00:00      2   idle node[01-02]\n"
-    wait_for(lambda: out(cluster, "sinfo", "-h") == idle, "both nodes idle")
+    wait_for(lambda: out(cluster, "sinfo", "-h") == idle, what="both nodes idle")
     assert out(cluster, "sinfo").startswith("PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n")
     assert out(cluster, "sinfo", "-h", "-N", "-o", "%N %t %c") == "node01 idle 16\nnode02 idle 16\n"
     node = out(cluster, "scontrol", "show", "node", "node01")
@@ -85,14 +72,14 @@ def test_squeue_shows_running_job_in_slurms_columns(cluster: LocalCluster) -> No
     try:
         line = wait_for(
             lambda: out(cluster, "squeue", "-h", "-j", job_id, "-o", "%i %t %j %N"),
-            "the job to show",
+            what="the job to show",
         )
         wait_for(
             lambda: (
                 out(cluster, "squeue", "-h", "-j", job_id, "-o", "%i %t %j %N")
                 in (f"{job_id} R sleeper node01\n", f"{job_id} R sleeper node02\n")
             ),
-            f"job {job_id} running (last: {line!r})",
+            what=f"job {job_id} running (last: {line!r})",
         )
         listing = out(cluster, "squeue")
         assert listing.startswith(HEADER)
@@ -102,7 +89,7 @@ def test_squeue_shows_running_job_in_slurms_columns(cluster: LocalCluster) -> No
         assert " mix " in out(cluster, "sinfo", "-h")
     finally:
         cluster.client().cancel_jobs({"filter": {"jobIds": [job_id]}})
-    wait_for(lambda: state(cluster, job_id) == "CANCELLED", "the cancel")
+    wait_for(lambda: state(cluster, job_id) == "CANCELLED", what="the cancel")
     assert out(cluster, "squeue", "-h", "-j", job_id) == ""
     sacct = out(cluster, "sacct", "-j", job_id, "-P", "-n", "-o", "JobID,State")
     assert sacct.splitlines()[0] == f"{job_id}|CANCELLED by 0"
@@ -134,7 +121,7 @@ def test_hold_and_release_change_the_reason(cluster: LocalCluster) -> None:
         "Invalid job id specified for job 424242\nslurm_suspend error: Invalid job id specified\n"
     )
     assert out(cluster, "scontrol", "release", job_id) == ""
-    wait_for(lambda: state(cluster, job_id) == "COMPLETED", "the released job to run")
+    wait_for(lambda: state(cluster, job_id) == "COMPLETED", what="the released job to run")
     shown = out(cluster, "scontrol", "show", "job", job_id)
     assert shown.startswith(f"JobId={job_id} JobName=held\n   UserId=root(0) GroupId=")
     assert "\n   JobState=COMPLETED Reason=None Dependency=(null)\n" in shown
@@ -157,7 +144,7 @@ def test_sacct_after_jobs_end(cluster: LocalCluster) -> None:
         text = out(cluster, "sacct", "-j", f"{ok},{bad}", "-P", "-n", "-o", "JobID,State,ExitCode")
         return text.splitlines()
 
-    wait_for(lambda: listing() == expected, f"sacct to show {expected}")
+    wait_for(lambda: listing() == expected, what=f"sacct to show {expected}")
     alloc = out(cluster, "sacct", "-X", "-j", f"{ok},{bad}", "-P", "-n", "-o", "jobid,state")
     assert alloc == f"{ok}|COMPLETED\n{bad}|FAILED\n"
     default = out(cluster, "sacct", "-j", ok)

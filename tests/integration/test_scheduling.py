@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pathlib
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from corral.testing import LocalCluster
-from tests.conftest import Commands, print_logs, wait_for
+from corral.testing.cluster import ClusterFactory
+from tests.conftest import Commands, wait_for
 
 
 def submit(cmd: Commands, *args: str) -> str:
@@ -18,23 +18,14 @@ def submit(cmd: Commands, *args: str) -> str:
 
 
 @pytest.fixture
-def limits_only(tmp_path: pathlib.Path) -> Iterator[tuple[LocalCluster, Commands]]:
+def limits_only(
+    tmp_path: pathlib.Path, cluster_factory: ClusterFactory
+) -> tuple[LocalCluster, Commands]:
     """A cluster whose scheduler backfills by time limits only (scheduler.predict off)."""
-    c = LocalCluster(
-        tmp_path / "cluster",
-        nodes=2,
-        gpus_per_node=8,
-        kill_wait_s=2.0,
-        extra_config="\n[scheduler]\npredict = false\n",
-    )
-    c.start()
-    try:
-        work = tmp_path / "work"
-        work.mkdir()
-        yield c, Commands(c, work)
-    finally:
-        c.stop()
-        print_logs(c)
+    c = cluster_factory(nodes=2, gpus_per_node=8, extra_config="\n[scheduler]\npredict = false\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    return c, Commands(c, work)
 
 
 def test_short_jobs_backfill_around_a_waiting_two_node_job(

@@ -9,41 +9,38 @@ from __future__ import annotations
 
 import pathlib
 import random
-from collections.abc import Iterator
 
 import pytest
 
-from corral.rest import Client
+from corral.api import Controller as Client
 from corral.testing import LocalCluster
-from tests.conftest import print_logs, wait_for
+from corral.testing.cluster import ClusterFactory
+from tests.conftest import wait_for
 
 ACTIVE = ["JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_COMPLETING"]
 
 
-def _start(tmp_path: pathlib.Path, nodes: int, **kw: object) -> LocalCluster:
-    c = LocalCluster(tmp_path / "cluster", nodes=nodes, simulated=True, **kw)  # type: ignore[arg-type]
-    c.start(timeout=120)
-    return c
+@pytest.fixture
+def big(cluster_factory: ClusterFactory) -> LocalCluster:
+    return cluster_factory(
+        start_timeout=120,
+        nodes=200,
+        simulated=True,
+        heartbeat_interval_s=5.0,
+        heartbeat_timeout_s=60.0,
+    )
 
 
 @pytest.fixture
-def big(tmp_path: pathlib.Path) -> Iterator[LocalCluster]:
-    c = _start(tmp_path, 200, heartbeat_interval_s=5.0, heartbeat_timeout_s=60.0)
-    try:
-        yield c
-    finally:
-        c.stop()
-        print(f"----- ctld log -----\n{c.log_tail('ctld', 60)}")
-
-
-@pytest.fixture
-def small(tmp_path: pathlib.Path) -> Iterator[LocalCluster]:
-    c = _start(tmp_path, 4, heartbeat_interval_s=0.5, heartbeat_timeout_s=2.0, kill_wait_s=1.0)
-    try:
-        yield c
-    finally:
-        c.stop()
-        print_logs(c)
+def small(cluster_factory: ClusterFactory) -> LocalCluster:
+    return cluster_factory(
+        start_timeout=120,
+        nodes=4,
+        simulated=True,
+        heartbeat_interval_s=0.5,
+        heartbeat_timeout_s=2.0,
+        kill_wait_s=1.0,
+    )
 
 
 def _spec(work: pathlib.Path, script: str, **kw: object) -> dict[str, object]:

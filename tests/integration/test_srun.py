@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from corral.testing import LocalCluster
-from tests.conftest import BIN, Commands, print_logs, wait_for
+from corral.testing.cluster import ClusterFactory
+from tests.conftest import BIN, Commands, wait_for
 
 PY = sys.executable
 # an interpreter with torch and lightning (optional: tests that need them skip without)
@@ -25,18 +25,12 @@ TORCH_PY = os.environ.get("CORRAL_TORCH_PYTHON", "")
 
 
 @pytest.fixture
-def two(tmp_path: pathlib.Path) -> Iterator[Commands]:
-    c = LocalCluster(
-        tmp_path / "cluster", nodes=2, gpus_per_node=4, kill_wait_s=2.0, isolation="auto"
-    )
-    c.start()
+def two(tmp_path: pathlib.Path, cluster_factory: ClusterFactory) -> Iterator[Commands]:
+    c = cluster_factory(nodes=2, gpus_per_node=4, isolation="auto")
     work = tmp_path / "work"
     work.mkdir()
-    try:
-        yield Commands(c, work)
-    finally:
-        c.stop()
-        print_logs(c)
+    yield Commands(c, work)
+    c.stop()  # (the factory prints the logs)
     if c.network is not None:  # nothing of the nodes' namespaces is left behind
         tag = f"crl{c.network.tag}"
 

@@ -12,34 +12,32 @@ import os
 import pathlib
 import subprocess
 import textwrap
-from collections.abc import Iterator
 
 import pytest
 
 from corral.testing import LocalCluster
-from tests.conftest import BIN, print_logs
+from corral.testing.cluster import ClusterFactory
+from tests.conftest import BIN
 
 TOOLS_PY = os.environ.get("CORRAL_TOOLS_PYTHON", "")
-pytestmark = pytest.mark.skipif(
-    not TOOLS_PY,
-    reason="CORRAL_TOOLS_PYTHON unset: no environment with submitit, dask-jobqueue and "
-    "simple-slurm (.ci/run builds one; it says why when it could not)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not TOOLS_PY,
+        reason="CORRAL_TOOLS_PYTHON unset: no environment with submitit, dask-jobqueue and "
+        "simple-slurm (.ci/run builds one; it says why when it could not)",
+    ),
+    pytest.mark.timeout(300),
+]
 
 
 @pytest.fixture
-def lab(tmp_path: pathlib.Path) -> Iterator[tuple[LocalCluster, pathlib.Path]]:
-    c = LocalCluster(
-        tmp_path / "cluster", nodes=2, gpus_per_node=2, kill_wait_s=2.0, isolation="auto"
-    )
-    c.start()
+def lab(
+    tmp_path: pathlib.Path, cluster_factory: ClusterFactory
+) -> tuple[LocalCluster, pathlib.Path]:
+    c = cluster_factory(nodes=2, gpus_per_node=2, isolation="auto")
     work = tmp_path / "work"
     work.mkdir()
-    try:
-        yield c, work
-    finally:
-        c.stop()
-        print_logs(c)
+    return c, work
 
 
 def drive(lab: tuple[LocalCluster, pathlib.Path], program: str, timeout: float = 240) -> list[str]:
@@ -141,7 +139,7 @@ def test_dask_jobqueue_scale_compute_close(lab: tuple[LocalCluster, pathlib.Path
     assert drive(lab, DASK) == ["> workers 2", "> compute 42", "> map 285", "> closed"]
     cluster, _ = lab
     # close cancelled the worker jobs: nothing is left running
-    jobs = cluster.client().call("GetJobs", {}).get("jobs", [])
+    jobs = cluster.client().get_jobs({}).get("jobs", [])
     assert jobs and all(j["state"] != "JOB_STATE_RUNNING" for j in jobs)
 
 
@@ -151,7 +149,6 @@ from simple_slurm import Slurm
 
 slurm = Slurm(job_name="simple", output="simple-%j.out", ntasks=1, time="00:01:00")
 job_id = slurm.sbatch("echo hello from simple-slurm; sleep 5", verbose=False)
-queue = Slurm.squeue if hasattr(Slurm, "squeue") else None
 from simple_slurm.squeue import SlurmSqueueWrapper
 sq = SlurmSqueueWrapper()
 sq.update_squeue()
@@ -172,4 +169,51 @@ def test_simple_slurm_sbatch_squeue_csv_srun(lab: tuple[LocalCluster, pathlib.Pa
         "> squeue simple True 1 N/A",
         "> output hello from simple-slurm",
         "> srun 0",
+    ]
+
+
+TORCH_PY = os.environ.get("CORRAL_TORCH_PYTHON", "")
+
+GLOO = r"""
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="env://")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()} via "
+      f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}: sum {int(t.item())}")
+dist.destroy_process_group()
+"""
+
+RECIPE = """#!/bin/sh
+#SBATCH -N2 --ntasks-per-node=2
+export MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))
+srun {python} gloo.py
+"""
+
+
+@pytest.mark.skipif(not TORCH_PY, reason="set CORRAL_TORCH_PYTHON to a python with torch")
+def test_torch_gloo_all_reduce_launched_with_the_scontrol_hostnames_recipe(
+    lab: tuple[LocalCluster, pathlib.Path],
+) -> None:
+    cluster, work = lab
+    if cluster.network is None:
+        pytest.skip("node names resolve to their addresses only with network namespaces")
+    (work / "gloo.py").write_text(GLOO)
+    (work / "recipe.sh").write_text(RECIPE.format(python=TORCH_PY))
+    env = {**cluster.env(), "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    submitted = subprocess.run(
+        [str(BIN / "sbatch"), "--parsable", "--wait", "recipe.sh"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    job_id = submitted.stdout.strip()
+    text = (work / f"slurm-{job_id}.out").read_text()
+    assert submitted.returncode == 0, text
+    port = 20000 + int(job_id) % 10000
+    assert sorted(line for line in text.splitlines() if line.startswith("rank")) == [
+        f"rank {r} of 4 via node01:{port}: sum 10" for r in range(4)
     ]

@@ -260,6 +260,24 @@ def test_required_and_excluded_nodes() -> None:
     assert plan.reasons == {3: "ReqNodeNotAvail"}
 
 
+def test_down_or_drained_nodes_are_named_as_slurm_does() -> None:
+    import dataclasses
+
+    drained = dataclasses.replace(node("n2"), schedulable=False)
+    s = snap(
+        JobRequest(1, ("p",), nodes_min=2),  # would fit but for n2
+        JobRequest(2, ("p",), nodelist=("n2",)),
+        JobRequest(3, ("p",), nodes_min=3),  # never fits: the usual reason
+        nodes=(node("n1"), drained),
+    )
+    plan = schedule(s)
+    assert plan.reasons == {
+        1: "ReqNodeNotAvail, UnavailableNodes:n2",
+        2: "ReqNodeNotAvail, UnavailableNodes:n2",
+        3: "Resources",
+    }
+
+
 # ---------------------------------------------------------------- properties
 
 

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from client.why import explain_text
 from ctld.explain import explain, history_ratios
-from ctld.sched import JobRequest, NodeView, PartitionView, Placement, RunningView, Snapshot
+from ctld.sched import (
+    JobRequest,
+    NodeView,
+    PartitionView,
+    Placement,
+    RunningView,
+    Settings,
+    Snapshot,
+)
 
 
 def _node(name: str, gpus_free: int) -> NodeView:
@@ -37,6 +47,29 @@ def test_blockers_forecast_range_and_checked_alternatives() -> None:
     assert changes["-N 1"].now  # one node is free now
     assert "-p q" not in changes  # q has one node: it could never run there as is
     assert "--gres=gpu:4 (instead of 8 per node)" not in changes  # n1 has no GPU free at all
+
+
+def test_with_predictions_the_plan_is_the_likely_start() -> None:
+    # the blocker is predicted to end at 300 (its limit says 1000): the plan says 300
+    snap = dataclasses.replace(
+        SNAP,
+        running=(
+            RunningView(
+                9,
+                1000.0,
+                (Placement("n1", 1, 0, tuple(range(8))),),
+                start_time=0.0,
+                predicted_s=300,
+            ),
+        ),
+        settings=Settings(predict=True),
+    )
+    out = explain(snap, 5, history_ratios([(50.0, 100.0)]), lambda job: 0.0, ["p"])
+    assert out is not None and out.forecast is not None
+    assert out.forecast.start == 300.0
+    (blocker,) = out.blockers
+    assert blocker.expected_end == 1000.0 and blocker.likely_end == 300.0
+    assert out.likely_start == out.earliest_start == 300.0  # not corrected a second time
 
 
 def test_explain_text_words_it() -> None:

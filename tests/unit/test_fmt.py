@@ -222,3 +222,15 @@ def test_call_words_failures_as_slurm() -> None:
     api = _FailingClient(InvalidNodeName("Invalid node name specified: x"))
     with pytest.raises(InvalidNodeName):
         call(lambda: api.get_nodes({}), "slurm_load_node error", keep=(InvalidNodeName,))
+
+
+def test_limits_show_in_whole_minutes_rounded_up_and_gpu_tres_as_22_05() -> None:
+    from client.fmt import gpu_tres, limit_minutes
+    from client.sacct import timelimit
+    from client.squeue import time_limit
+
+    assert [limit_minutes(s) for s in (1, 60, 61, 3600)] == [60, 60, 120, 3600]
+    assert time_limit({"timeLimitS": "30"}) == "1:00"
+    assert timelimit({"timeLimitS": "90"}) == "00:02:00"
+    assert timelimit({"timeLimitS": "90"}, raw=True) == "2"
+    assert (gpu_tres(2), gpu_tres(1, "h100")) == ("gres:gpu:2", "gres:gpu:h100:1")

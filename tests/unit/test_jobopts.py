@@ -78,7 +78,9 @@ def test_gres(value: str, expected: tuple[str, int]) -> None:
 
 @pytest.mark.parametrize("bad", ["tpu:1", "gpu:x:y", "gpu:1:2:3", ""])
 def test_bad_gres(bad: str) -> None:
-    with pytest.raises(InvalidOption, match="gres"):
+    from corral.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match="gres"):
         parse_gres(bad)
 
 
@@ -102,7 +104,6 @@ def test_export_forms() -> None:
         (["--array", "1-"], "array"),
         (["--mem", "lots"], "--mem"),
         (["--begin", "someday"], "begin"),
-        (["-t", "0"], "time limit"),
     ],
 )
 def test_bad_options_are_named(argv: list[str], message: str) -> None:
@@ -128,3 +129,21 @@ def test_requeue_no_requeue_and_expedite() -> None:
     assert spec["noRequeue"] is True
     with pytest.raises(InvalidOption, match="--requeue"):
         spec_for(["--requeue=sometimes"], script="true\n")
+
+
+def test_time_zero_means_no_limit() -> None:
+    # sbatch(1): "A time limit of zero requests that no time limit be imposed"
+    from client.jobopts import build_parser, merge, to_spec
+
+    parser = build_parser("sbatch")
+    cli, _ = parser.parse(["-t", "0"])
+    spec = to_spec(
+        merge(parser, cli, "#!/bin/sh\n", {}),
+        script="#!/bin/sh\n",
+        argv=[],
+        environ={},
+        cwd="/tmp",
+        submit_line="sbatch -t 0",
+        default_name="x",
+    )
+    assert spec["timeLimitS"] == -1

@@ -112,7 +112,7 @@ def test_running_job_record_is_slurms_layout() -> None:
         "   StdIn=/dev/null\n"
         "   StdOut=/home/alice/run/train-7.out\n"
         "   Power=\n"
-        "   TresPerNode=gres/gpu:2\n"
+        "   TresPerNode=gres:gpu:2\n"
         "   \n"
         "\n"
     )
@@ -144,7 +144,7 @@ def test_finished_job_and_one_liner() -> None:
     assert " JobState=FAILED Reason=NonZeroExitCode " in first
     assert " ExitCode=3:0 RunTime=00:03:20 " in first
     assert " EndTime=2026-12-02T11:58:20 " in first
-    assert first.endswith(" Power= TresPerNode=gres/gpu:2 ")
+    assert first.endswith(" Power= TresPerNode=gres:gpu:2 ")
     assert second.startswith("JobId=8 JobName=held ")
 
 

@@ -149,8 +149,8 @@ def test_resource_columns() -> None:
     )
     out = format_jobs(jobs, "%i|%C|%D|%b|%m|%c|%N|%a|%y|%Z|%P|%u|%j", header=False, sort="i")
     assert out == (
-        "1|8|2|gres/gpu:2|2G|4|node[01-02]|(null)|0|/home/alice|debug|alice|job1\n"
-        "2|1|1|gres/gpu:h100:1|0|1|node01|(null)|10|/home/alice|debug|alice|job2\n"
+        "1|8|2|gres:gpu:2|2G|4|node[01-02]|(null)|0|/home/alice|debug|alice|job1\n"
+        "2|1|1|gres:gpu:h100:1|0|1|node01|(null)|10|/home/alice|debug|alice|job2\n"
         "3|1|1|N/A|0|1|node01|physics|0|/home/alice|debug|alice|job3\n"
     )
 

@@ -1,11 +1,12 @@
 """LocalCluster: real ctld and noded processes under one state directory.
 
-The one harness behind ``corral up``, the integration tests and bench/. Each node is
-a separate noded process with fake GPUs on its own loopback address (127.0.0.2,
-127.0.0.3, ...); the controller's ports are picked free. Everything a cluster owns
-(config, store, logs, pid files, spool, job output) lives under ``state_dir``, so
-clusters in parallel never meet, and ``stop`` (or ``corral down``) ends exactly the
-processes that this state dir's pid files name.
+The real-process mode of the test harness (its helper API is harness.py's), behind
+``corral up``, the integration tests and bench/. Each node is a separate noded process
+with fake GPUs on its own loopback address (127.0.0.2, 127.0.0.3, ...); the
+controller's ports are picked free. Everything a cluster owns (config, store, logs,
+pid files, spool, job output) lives under ``state_dir``, so clusters in parallel never
+meet, and ``stop`` (or ``corral down``) ends exactly the processes that this state
+dir's pid files name.
 
 Only the standard library is used here: the harness starts the daemons as
 subprocesses (``python -m ctld``), it never imports them.
@@ -17,10 +18,12 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +33,7 @@ from typing import Any
 from corral.api import GrpcController
 from corral.api import HttpController as Client
 from corral.testing import netns
+from corral.testing.harness import Harness, wait_for
 from corral.testing.netns import NodeNetwork
 
 DEFAULT_GPU_MODEL = "NVIDIA H100 80GB HBM3"
@@ -42,7 +46,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @dataclass
-class LocalCluster:
+class LocalCluster(Harness):
     state_dir: Path
     nodes: int = 2
     gpus_per_node: int = 8
@@ -353,19 +357,19 @@ max_time = "1-00:00:00"
         return self
 
     def wait_nodes_up(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            nodes = self.client().get_nodes({}).get("nodes", [])
-            up = [
-                n
-                for n in nodes
-                if n.get("state") in ("NODE_STATE_IDLE", "NODE_STATE_MIXED", "NODE_STATE_ALLOCATED")
-            ]
-            if len(up) == self.nodes:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"nodes not up after {timeout}s: {json.dumps(nodes)[:500]}")
-            time.sleep(0.05)
+        up_states = ("NODE_STATE_IDLE", "NODE_STATE_MIXED", "NODE_STATE_ALLOCATED")
+        nodes: list[Any] = []
+
+        def all_up() -> bool:
+            nodes[:] = self.client().get_nodes({}).get("nodes", [])
+            return sum(n.get("state") in up_states for n in nodes) == self.nodes
+
+        try:
+            wait_for(all_up, timeout, "nodes up", interval=0.05)
+        except AssertionError:
+            raise TimeoutError(
+                f"nodes not up after {timeout}s: {json.dumps(nodes)[:500]}"
+            ) from None
 
     def stop_process(self, name: str, timeout: float = 15.0) -> None:
         proc = self.procs.pop(name, None)
@@ -451,6 +455,58 @@ max_time = "1-00:00:00"
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def print_logs(c: LocalCluster) -> None:
+    """The daemons' last lines: pytest shows a test's captured output when it fails."""
+    for name in ["ctld", *c.node_names]:
+        print(f"----- {name} log -----\n{c.log_tail(name, 60)}")
+
+
+class ClusterFactory:
+    """Starts LocalClusters (or a subclass) under one private base directory, on free
+    ports, and stops them all on ``close`` (printing their last log lines); the pytest
+    fixtures and bench/ use it."""
+
+    def __init__(
+        self, cls: type[LocalCluster] = LocalCluster, prefix: str = "corral-test-"
+    ) -> None:
+        # world-readable: jobs of other users (tests that switch users) read the spool
+        self.base = Path(tempfile.mkdtemp(prefix=prefix))
+        self.base.chmod(0o755)
+        self.cls = cls
+        self.started: list[LocalCluster] = []
+        self.keep = False  # leave the state dirs (logs, store) for a look afterwards
+
+    def __call__(
+        self,
+        configure: Callable[[Any], None] | None = None,
+        start_timeout: float = 60.0,
+        **kw: Any,
+    ) -> LocalCluster:
+        """A started cluster with these LocalCluster arguments; ``configure`` sees it
+        before it starts."""
+        kw.setdefault("kill_wait_s", 2.0)
+        c = self.cls(self.base / f"cluster{len(self.started)}", **kw)
+        if configure is not None:
+            configure(c)
+        self.started.append(c)
+        c.start(timeout=start_timeout)
+        return c
+
+    def close(self, *, logs: bool = True) -> None:
+        for c in self.started:
+            c.stop()
+            if logs:
+                print_logs(c)
+        if not self.keep:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def __enter__(self) -> ClusterFactory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 # ---------------------------------------------------------------- by pid file (corral down)

@@ -139,9 +139,9 @@ class _JobUpdateActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobUp
     """scontrol update job: the optional fields below that are set"""
     JOB_UPDATE_TOP: _JobUpdateAction.ValueType  # 101
     """scontrol top: first among the owner's like jobs"""
-    JOB_UPDATE_REQUEUE: _JobUpdateAction.ValueType  # 400
+    JOB_UPDATE_REQUEUE: _JobUpdateAction.ValueType  # 500
     """scontrol requeue: a running job back to PENDING"""
-    JOB_UPDATE_REQUEUE_HOLD: _JobUpdateAction.ValueType  # 401
+    JOB_UPDATE_REQUEUE_HOLD: _JobUpdateAction.ValueType  # 501
     """scontrol requeuehold: the same, held"""
 
 class JobUpdateAction(_JobUpdateAction, metaclass=_JobUpdateActionEnumTypeWrapper): ...
@@ -155,9 +155,9 @@ JOB_UPDATE_FIELDS: JobUpdateAction.ValueType  # 100
 """scontrol update job: the optional fields below that are set"""
 JOB_UPDATE_TOP: JobUpdateAction.ValueType  # 101
 """scontrol top: first among the owner's like jobs"""
-JOB_UPDATE_REQUEUE: JobUpdateAction.ValueType  # 400
+JOB_UPDATE_REQUEUE: JobUpdateAction.ValueType  # 500
 """scontrol requeue: a running job back to PENDING"""
-JOB_UPDATE_REQUEUE_HOLD: JobUpdateAction.ValueType  # 401
+JOB_UPDATE_REQUEUE_HOLD: JobUpdateAction.ValueType  # 501
 """scontrol requeuehold: the same, held"""
 Global___JobUpdateAction: _TypeAlias = JobUpdateAction  # noqa: Y015
 
@@ -236,6 +236,7 @@ class JobSpec(_message.Message):
     RESERVATION_FIELD_NUMBER: _builtins.int
     GPUS_PER_TASK_FIELD_NUMBER: _builtins.int
     ALLOCATION_ONLY_FIELD_NUMBER: _builtins.int
+    SUBMIT_DIR_FIELD_NUMBER: _builtins.int
     NO_REQUEUE_FIELD_NUMBER: _builtins.int
     REQUEUE_EXPEDITE_FIELD_NUMBER: _builtins.int
     PROGRESS_TIMEOUT_S_FIELD_NUMBER: _builtins.int
@@ -313,8 +314,12 @@ class JobSpec(_message.Message):
     """-- steps (field numbers 300+) --
     salloc / srun outside a job: no batch script runs
     """
+    submit_dir: _builtins.str
+    """-- Slurm compatibility (field numbers 400+) --
+    where sbatch ran (SLURM_SUBMIT_DIR; -D may differ)
+    """
     no_requeue: _builtins.bool
-    """-- node failure (field numbers 400+) --
+    """-- node failure (field numbers 500+) --
     --no-requeue: a node failure ends it NODE_FAIL
     """
     requeue_expedite: _builtins.bool
@@ -382,13 +387,14 @@ class JobSpec(_message.Message):
         reservation: _builtins.str = ...,
         gpus_per_task: _builtins.int = ...,
         allocation_only: _builtins.bool = ...,
+        submit_dir: _builtins.str = ...,
         no_requeue: _builtins.bool = ...,
         requeue_expedite: _builtins.bool = ...,
         progress_timeout_s: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "no_requeue", b"no_requeue", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "progress_timeout_s", b"progress_timeout_s", "qos", b"qos", "requeue", b"requeue", "requeue_expedite", b"requeue_expedite", "reservation", b"reservation", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "no_requeue", b"no_requeue", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "progress_timeout_s", b"progress_timeout_s", "qos", b"qos", "requeue", b"requeue", "requeue_expedite", b"requeue_expedite", "reservation", b"reservation", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -618,7 +624,7 @@ class Job(_message.Message):
 
     @_builtins.property
     def failed_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """-- node failure (field numbers 400+) --
+        """-- node failure (field numbers 500+) --
         nodes it failed on: a requeue places it elsewhere
         """
 
@@ -1269,7 +1275,7 @@ class Node(_message.Message):
     maint: _builtins.bool
     """that reservation has the MAINT flag"""
     not_responding: _builtins.bool
-    """-- node failure (field numbers 400+) --
+    """-- node failure (field numbers 500+) --
     a heartbeat is late (Slurm's "*"); DOWN after heartbeat.timeout_s
     """
     @_builtins.property
@@ -2671,7 +2677,7 @@ class JobStatusUpdate(_message.Message):
     step_id: _builtins.int
     """KIND_STEP_ENDED"""
     restart_count: _builtins.int
-    """-- node failure (field numbers 400+) --
+    """-- node failure (field numbers 500+) --
     which run of the job: a stale copy's report is ignored
     """
     @_builtins.property

@@ -70,6 +70,7 @@ class JobSpec(TypedDict, total=False):
     reservation: str
     gpusPerTask: int
     allocationOnly: bool
+    submitDir: str
     noRequeue: bool
     requeueExpedite: bool
     progressTimeoutS: int

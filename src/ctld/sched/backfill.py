@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from corral.reasons import Reason
 from ctld.sched.frag import Fragmentation, pending_demands
 from ctld.sched.model import (
     INFINITY,
@@ -29,15 +30,22 @@ from ctld.sched.predict import expected_end
 from ctld.sched.profile import Avail, Hold, NodeProfile, Release
 from ctld.sched.shape import Shape, job_shape
 
-# Slurm's pending reasons used here
-RESOURCES = "Resources"
-PRIORITY = "Priority"
-PARTITION_DOWN = "PartitionDown"
-PARTITION_TIME_LIMIT = "PartitionTimeLimit"
-PARTITION_NODE_LIMIT = "PartitionNodeLimit"
-REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
-RESERVATION = "Reservation"
-QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
+# Slurm's pending reasons used here (the one list: corral/reasons.py)
+RESOURCES = Reason.RESOURCES
+PRIORITY = Reason.PRIORITY
+PARTITION_DOWN = Reason.PARTITION_DOWN
+PARTITION_TIME_LIMIT = Reason.PARTITION_TIME_LIMIT
+PARTITION_NODE_LIMIT = Reason.PARTITION_NODE_LIMIT
+REQ_NODE_NOT_AVAIL = Reason.REQ_NODE_NOT_AVAIL
+RESERVATION = Reason.RESERVATION
+QOS_MAX_JOBS_PER_USER = Reason.QOS_MAX_JOBS_PER_USER
+UNAVAILABLE_NODES = f"{Reason.REQ_NODE_NOT_AVAIL}, UnavailableNodes:"  # + the nodes
+
+
+def _unavailable(names: list[str]) -> str:
+    """Slurm's reason when the nodes a job could use are down or drained (ctld prints
+    the names as a compressed hostlist)."""
+    return UNAVAILABLE_NODES + ",".join(names)
 
 
 @dataclass(frozen=True)
@@ -168,7 +176,7 @@ class _Pass:
         shape = job_shape(req)
         duration, expected = self.durations(req)
         candidates: list[_Candidate] = []
-        reason = RESOURCES
+        reason: str = RESOURCES
         for part_name in req.partitions:
             cand_or_reason = self.candidate(req, shape, part_name)
             if isinstance(cand_or_reason, str):
@@ -260,9 +268,22 @@ class _Pass:
             and node.could_ever_fit(shape, req.gpu_type)
         )
         usable = {n.name for n in nodes}
+        # down or drained nodes that would otherwise do: Slurm names them in the reason
+        down = [
+            name
+            for name in part.nodes
+            if (node := self.nodes.get(name)) is not None
+            and not node.view.schedulable
+            and name not in excluded
+            and (allowed is None or name in allowed)
+            and node.could_ever_fit(shape, req.gpu_type)
+        ]
         if not required <= usable:
-            return REQ_NODE_NOT_AVAIL
+            unavailable = [n for n in down if n in required]
+            return _unavailable(unavailable) if unavailable else REQ_NODE_NOT_AVAIL
         if len(nodes) < shape.nodes:
+            if down and len(nodes) + len(down) >= shape.nodes:
+                return _unavailable(down)  # it would fit but for them
             return REQ_NODE_NOT_AVAIL if required or allowed is not None else RESOURCES
         return _Candidate(part, nodes, required, ignore, not_before, not_after, frozenset(usable))
 

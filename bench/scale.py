@@ -1,0 +1,339 @@
+"""ctld at scale: simulated nodes (corral.testing.simnodes), deep queues.
+
+    .venv/bin/python -m bench.scale                          # 100 and 1,000 nodes
+    .venv/bin/python -m bench.scale --nodes 1000 --pending 1000,10000,50000,100000
+    .venv/bin/python -m bench.scale --quick                  # 100 nodes, 1k/5k pending
+
+For each node count: a real ctld (bench/ctld_probe.py) and one simulator process
+playing every node (8 fake GPUs, 64 CPUs each; heartbeats every 10 s, the config
+default). Every node is first filled with one long 8-GPU job, so the pending jobs (each
+wanting 8 GPUs) cannot start and every pass weighs all of them. Then, at each queue
+depth (pending jobs submitted held over gRPC, then released in one UpdateJob):
+
+- ctld CPU per second over a quiet window (heartbeats and the periodic pass);
+- one scheduling pass (snapshot + plan, ctld's own timers), alone and with a busy
+  process spinning beside it;
+- submit to start of a job that fits (1 CPU, no GPU, backfilled beside the 8-GPU
+  jobs), p50 / p99 over sequential probes: from before SubmitJob is sent to ctld's
+  recorded start_time;
+- ctld RSS, and RSS per pending job over the 0-pending baseline;
+- ``squeue`` / ``squeue -h -o "%i %T"`` / ``sacct -X`` wall time (fresh processes);
+- a ctld restart: time until every node has registered again (the storm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import (
+    PYTHON,
+    VENV_BIN,
+    BenchCluster,
+    PhaseResult,
+    Table,
+    bench_cluster,
+    grpc_metadata,
+    log,
+    ms,
+    percentile,
+    run_cmd,
+    save_result,
+)
+
+CPUS = 64
+GPUS = 8
+HEARTBEAT_S = 10.0
+QUIET_S = 10.0
+SLURM_RSS = "36 MiB at 5,000 pending (~5 KiB/job)"
+SLURM_SQUEUE = {1000: "26 ms", 5000: "101 ms"}
+
+
+def _spec(cluster: BenchCluster, *, runtime: float, gpus: int, limit: int, hold: bool) -> Any:
+    from corral.wire import corral_pb2 as pb
+
+    return pb.JobSpec(
+        name="scale",
+        script=f"#!/bin/sh\n#SIM runtime={runtime}\ntrue\n",
+        work_dir=str(cluster.work_dir),
+        stdout_pattern="/dev/null",
+        environment={"PATH": "/usr/bin:/bin"},
+        export="ALL",
+        gpus_per_node=gpus,
+        time_limit_s=limit,
+        hold=hold,
+        submit_line="bench.scale",
+    )
+
+
+async def _submit(cluster: BenchCluster, spec: Any, n: int, inflight: int = 64) -> list[int]:
+    import grpc
+
+    from corral.wire import corral_pb2 as pb
+    from corral.wire import corral_pb2_grpc as pbg
+
+    md = grpc_metadata()
+    ids: list[int] = []
+    left = [n]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{cluster.grpc_port}") as channel:
+        stub = pbg.ControllerStub(channel)
+
+        async def worker() -> None:
+            while left[0] > 0:
+                left[0] -= 1
+                reply = await stub.SubmitJob(pb.SubmitJobRequest(spec=spec), metadata=md)
+                ids.append(int(reply.job_id))
+
+        await asyncio.gather(*(worker() for _ in range(inflight)))
+    return ids
+
+
+async def _release(cluster: BenchCluster, ids: list[int]) -> None:
+    import grpc
+
+    from corral.wire import corral_pb2 as pb
+    from corral.wire import corral_pb2_grpc as pbg
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{cluster.grpc_port}") as channel:
+        stub = pbg.ControllerStub(channel)
+        for i in range(0, len(ids), 5000):
+            await stub.UpdateJob(
+                pb.UpdateJobRequest(job_ids=ids[i : i + 5000], action=pb.JOB_UPDATE_RELEASE),
+                metadata=grpc_metadata(),
+                timeout=300,
+            )
+
+
+async def _submit_to_start(cluster: BenchCluster, n: int) -> list[float]:
+    """Sequential probes: a 1-CPU job that fits now; submit sent -> ctld's start_time."""
+    import grpc
+
+    from corral.wire import corral_pb2 as pb
+    from corral.wire import corral_pb2_grpc as pbg
+
+    md = grpc_metadata()
+    spec = _spec(cluster, runtime=0.01, gpus=0, limit=60, hold=False)
+    out: list[float] = []
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{cluster.grpc_port}") as channel:
+        stub = pbg.ControllerStub(channel)
+        for _ in range(n):
+            t0 = time.time()
+            reply = await stub.SubmitJob(pb.SubmitJobRequest(spec=spec), metadata=md)
+            get = pb.GetJobsRequest(filter=pb.JobFilter(job_ids=[reply.job_id]))
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                jobs = (await stub.GetJobs(get, metadata=md)).jobs
+                if jobs and jobs[0].start_time > 0:
+                    out.append(jobs[0].start_time - t0)
+                    break
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.05)
+    return out
+
+
+def _cpu_s(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
+def _quiet_cpu(cluster: BenchCluster, seconds: float) -> float:
+    before, t0 = _cpu_s(cluster.ctld_pid), time.monotonic()
+    time.sleep(seconds)
+    return (_cpu_s(cluster.ctld_pid) - before) / (time.monotonic() - t0)
+
+
+def _pass_ms(cluster: BenchCluster, seconds: float, *, busy: bool) -> tuple[float, int]:
+    """Mean snapshot + plan time of the passes ctld ran in a window (periodic ones)."""
+    burner = None
+    if busy:
+        burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        a = cluster.store_stats()
+        time.sleep(seconds)
+        b = cluster.store_stats()
+    finally:
+        if burner is not None:
+            burner.kill()
+            burner.wait()
+    passes = int(b["passes"]) - int(a["passes"])
+    spent = (
+        float(b["snapshot_s"]) - float(a["snapshot_s"]) + float(b["plan_s"]) - float(a["plan_s"])
+    )
+    return (spent / passes * 1000 if passes else float("nan")), passes
+
+
+def _command_ms(cluster: BenchCluster, argv: list[str], runs: int = 3) -> str:
+    samples = []
+    for _ in range(runs):
+        dt, proc = run_cmd([str(VENV_BIN / argv[0]), *argv[1:]], cluster.env(), cluster.work_dir)
+        if proc.returncode != 0:
+            return f"error: {proc.stderr.strip()[-80:]}"
+        samples.append(dt)
+    return f"{sorted(samples)[len(samples) // 2] * 1000:.0f} ms"
+
+
+def _nodes_up(cluster: BenchCluster) -> int:
+    nodes = cluster.client().call("GetNodes", {}).get("nodes", [])
+    up = ("NODE_STATE_IDLE", "NODE_STATE_MIXED", "NODE_STATE_ALLOCATED")
+    return sum(1 for n in nodes if n.get("state") in up)
+
+
+def _storm(cluster: BenchCluster, nodes: int) -> tuple[float, float, float]:
+    """Restart ctld: (load-to-ready s, ready-to-all-registered s, ctld CPU s in between)."""
+    cluster.stop_process("ctld")
+    t0 = time.monotonic()
+    cluster.start_ctld(timeout=600)
+    ready = time.monotonic()
+    pid = cluster.ctld_pid
+    cpu0 = _cpu_s(pid)
+    deadline = ready + 600
+    while _nodes_up(cluster) < nodes and time.monotonic() < deadline:
+        time.sleep(0.1)
+    done = time.monotonic()
+    return ready - t0, done - ready, _cpu_s(pid) - cpu0
+
+
+def run_nodes(nodes: int, levels: list[int], probes: int, result: PhaseResult) -> None:
+    with bench_cluster(
+        f"scale{nodes}",
+        nodes=nodes,
+        cpus_per_node=CPUS,
+        gpus_per_node=GPUS,
+        memory_mb_per_node=512 * 1024,
+        simulated=True,
+        heartbeat_interval_s=HEARTBEAT_S,
+        heartbeat_timeout_s=120.0,
+    ) as cluster:
+        rows: dict[str, Any] = {}
+        idle_cpu = _quiet_cpu(cluster, QUIET_S)
+        rss0 = cluster.rss_mib()
+        log(f"scale{nodes}: idle ctld {idle_cpu * 100:.1f}% CPU, {rss0:.0f} MiB; filling nodes")
+        busy = asyncio.run(
+            _submit(
+                cluster, _spec(cluster, runtime=36000, gpus=GPUS, limit=86400, hold=False), nodes
+            )
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            running = cluster.client().call(
+                "GetJobs", {"filter": {"states": ["JOB_STATE_RUNNING"]}}
+            )
+            if len(running.get("jobs", [])) >= len(busy):
+                break
+            time.sleep(0.5)
+        table = Table(
+            f"{nodes} simulated nodes x {GPUS} GPUs, every node busy, 8-GPU jobs pending",
+            [
+                "pending",
+                "ctld CPU (quiet)",
+                "pass",
+                "pass, 2nd core busy",
+                "submit->start p50 / p99",
+                "ctld RSS",
+                "`squeue`",
+                '`squeue -h -o "%i %T"`',
+                "`sacct -X`",
+            ],
+        )
+        rows["0"] = {"idle_cpu": idle_cpu, "rss_mib": rss0}
+        have = 0
+        pending_spec = _spec(cluster, runtime=60, gpus=GPUS, limit=3600, hold=True)
+        for level in levels:
+            if level > have:
+                log(f"scale{nodes}: submitting {level - have} held jobs")
+                t0 = time.monotonic()
+                ids = asyncio.run(_submit(cluster, pending_spec, level - have))
+                log(f"scale{nodes}: {len(ids) / (time.monotonic() - t0):.0f} submits/s; releasing")
+                asyncio.run(_release(cluster, ids))
+                have += len(ids)
+                time.sleep(3)  # the pass the release woke
+            cpu = _quiet_cpu(cluster, QUIET_S)
+            pass_alone, n_alone = _pass_ms(cluster, 6, busy=False)
+            pass_busy, n_busy = _pass_ms(cluster, 6, busy=True)
+            lat = asyncio.run(_submit_to_start(cluster, probes))
+            rss = cluster.rss_mib()
+            per_job = (rss - rss0) * 1024 / level if level else 0.0
+            squeue = _command_ms(cluster, ["squeue"])
+            squeue_short = _command_ms(cluster, ["squeue", "-h", "-o", "%i %T"])
+            sacct = _command_ms(cluster, ["sacct", "-X"])
+            p50, p99 = percentile(lat, 50), percentile(lat, 99)
+            table.add(
+                level,
+                f"{cpu * 100:.1f}%",
+                f"{pass_alone:.0f} ms ({n_alone})",
+                f"{pass_busy:.0f} ms ({n_busy})",
+                f"{ms(p50)} / {ms(p99)}",
+                f"{rss:.0f} MiB ({per_job:.1f} KiB/job)",
+                squeue,
+                squeue_short,
+                sacct,
+            )
+            rows[str(level)] = {
+                "quiet_cpu": cpu,
+                "pass_ms": pass_alone,
+                "pass_busy_ms": pass_busy,
+                "submit_to_start_s": lat,
+                "rss_mib": rss,
+                "squeue": squeue,
+                "squeue_short": squeue_short,
+                "sacct": sacct,
+            }
+            log(f"scale{nodes}: {table.rows[-1]}")
+        log(f"scale{nodes}: restarting ctld with {have} pending, {len(busy)} running")
+        load_s, storm_s, storm_cpu = _storm(cluster, nodes)
+        rows["storm"] = {"load_s": load_s, "register_s": storm_s, "cpu_s": storm_cpu}
+        table.notes.append(
+            f"ctld idle (no jobs): {idle_cpu * 100:.1f}% of a core at {nodes / HEARTBEAT_S:.0f} "
+            f"heartbeats/s, {rss0:.0f} MiB RSS"
+        )
+        table.notes.append(
+            f"restart with {have} pending + {len(busy)} running: ctld loads and is ready in "
+            f"{load_s:.1f} s; all {nodes} nodes registered again {storm_s:.1f} s later "
+            f"(ctld CPU {storm_cpu:.1f} s)"
+        )
+        result.tables.append(table)
+        result.data[str(nodes)] = rows
+
+
+def main() -> None:
+    # a TERM (timeout, Ctrl-C in a wrapper) still stops the cluster it started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", default="100,1000")
+    p.add_argument("--pending", default="1000,10000,50000,100000")
+    p.add_argument("--probes", type=int, default=50)
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args()
+    node_counts = [100] if args.quick else [int(x) for x in args.nodes.split(",")]
+    levels = [1000, 5000] if args.quick else [int(x) for x in args.pending.split(",")]
+    result = PhaseResult(
+        "scale",
+        {
+            "nodes": node_counts,
+            "pending": levels,
+            "probes": args.probes,
+            "node": f"{CPUS} CPUs, {GPUS} GPUs (simulated)",
+            "python": PYTHON,
+        },
+    )
+    t0 = time.monotonic()
+    for n in node_counts:
+        run_nodes(n, levels, 20 if args.quick else args.probes, result)
+    result.elapsed_s = time.monotonic() - t0
+    print(result.render())
+    log(f"results: {save_result(result)}")
+
+
+if __name__ == "__main__":
+    main()

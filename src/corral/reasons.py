@@ -1,0 +1,51 @@
+"""Why a pending job waits: the one list of Slurm's pending reasons corral uses.
+
+The scheduling core (ctld/sched), ctld and ``corral why`` all name reasons from here,
+so a reason cannot be decided in one place and unknown to another. Pure standard
+library: ctld/sched may import it (see docs/architecture.md, the dependency rule).
+Values are Slurm's own names (squeue %r, scontrol's Reason=).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    # decided by the core (ctld/sched) from resources, limits and the queue
+    RESOURCES = "Resources"
+    PRIORITY = "Priority"
+    PARTITION_DOWN = "PartitionDown"
+    PARTITION_TIME_LIMIT = "PartitionTimeLimit"
+    PARTITION_NODE_LIMIT = "PartitionNodeLimit"
+    REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
+    RESERVATION = "Reservation"
+    QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
+    # decided by ctld before a pass; they reach the core as JobRequest.blocked_reason
+    JOB_HELD_USER = "JobHeldUser"
+    JOB_HELD_ADMIN = "JobHeldAdmin"
+    BEGIN_TIME = "BeginTime"
+    DEPENDENCY = "Dependency"
+    DEPENDENCY_NEVER_SATISFIED = "DependencyNeverSatisfied"
+    JOB_ARRAY_TASK_LIMIT = "JobArrayTaskLimit"
+
+
+HELD = frozenset({Reason.JOB_HELD_USER, Reason.JOB_HELD_ADMIN})
+
+# ``corral why``'s words for each reason (every member has an entry: a unit test checks)
+EXPLAINED: dict[str, str] = {
+    Reason.RESOURCES: "the resources it asks for are busy",
+    Reason.PRIORITY: "jobs with a higher priority are ahead of it for the same resources",
+    Reason.DEPENDENCY: "it waits for its --dependency to be met",
+    Reason.DEPENDENCY_NEVER_SATISFIED: "its --dependency can never be met (cancel it or change it)",
+    Reason.JOB_HELD_USER: "you held it (scontrol release to let it run)",
+    Reason.JOB_HELD_ADMIN: "an operator held it",
+    Reason.BEGIN_TIME: "its --begin time has not come yet",
+    Reason.PARTITION_TIME_LIMIT: "its time limit is above the partition's MaxTime",
+    Reason.PARTITION_NODE_LIMIT: "it asks for more nodes than the partition allows",
+    Reason.PARTITION_DOWN: "its partition is down",
+    Reason.REQ_NODE_NOT_AVAIL: "a node it requires (-w, or its reservation's) is not available",
+    Reason.RESERVATION: "it waits for its reservation to begin",
+    Reason.QOS_MAX_JOBS_PER_USER: "you already run as many jobs as your QOS allows",
+    Reason.JOB_ARRAY_TASK_LIMIT: "its array already runs as many tasks as its %N limit allows",
+}

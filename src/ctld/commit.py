@@ -1,0 +1,137 @@
+"""The one commit step: every change to a job's state goes through a ``Change``.
+
+A change is made in memory (``transition`` applies a jobstate event with its cause;
+steps start and end here too) and then committed as one unit, always in this order:
+
+0. the queue index follows the jobs (one that left PENDING leaves it) and a pending
+   job's reason is settled (``pending.settle``: a hold shows at once);
+1. persist: every job it touched (and any other row, e.g. a drain) in one store commit;
+2. bump ``State.version`` (a plan made before the change is stale);
+3. wake the scheduler, unless the change cannot let anything start (``wake=False``:
+   a held submit, a step starting or ending);
+4. send the signals the change asked for (nothing reaches a node before it is durable).
+
+Use it as ``async with Change(state, outbox) as ch:``; leaving the block commits. A
+block left by an exception still commits what it changed (memory already shows it),
+then the exception goes on. ``tests/unit/test_commit_path.py`` reads ctld's code and
+fails if a job's or step's state is set, a jobstate event applied, or the store
+written anywhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from corral.wire import corral_pb2 as pb
+from ctld import jobstate as js
+from ctld.nodes import NodeRecord
+from ctld.pending import settle
+from ctld.state import State
+from ctld.store import Op
+
+if TYPE_CHECKING:
+    from ctld.outbox import Outbox
+
+
+class Change:
+    def __init__(self, state: State, outbox: Outbox | None = None, *, wake: bool = True) -> None:
+        self.state = state
+        self.outbox = outbox
+        self.wake = wake
+        self._jobs: dict[int, pb.Job] = {}
+        self._new: list[pb.Job] = []
+        self._new_ids: set[int] = set()
+        self._ops: list[Op] = []
+        self._signals: list[tuple[NodeRecord, pb.SignalJobRequest]] = []
+        self.committed = False
+
+    # ------------------------------------------------------------ what changes
+
+    def submit(self, job: pb.Job, *, cause: str, now: float) -> None:
+        """A new job: it enters the job map and the queue once its row is durable."""
+        js.transition(job, "submitted", cause=cause, now=now)
+        self._new.append(job)
+        self._new_ids.add(job.job_id)
+
+    def transition(
+        self,
+        job: pb.Job,
+        event: str,
+        *,
+        cause: str,
+        now: float | None = None,
+        to: int | None = None,
+        detail: str = "",
+    ) -> None:
+        """Apply jobstate ``event`` to ``job`` (raises InvalidTransition, changing nothing,
+        if it cannot apply); the job is persisted when the change commits."""
+        when = self.state.clock() if now is None else now
+        js.transition(job, event, cause=cause, now=when, to=to, detail=detail)
+        if job.job_id not in self._new_ids:
+            self._jobs[job.job_id] = job
+
+    def start_step(self, job: pb.Job, step: pb.Step) -> None:
+        step.state = js.RUNNING
+        job.steps.append(step)
+
+    def end_step(self, step: pb.Step, final: int, when: float) -> None:
+        """Set a step's final state (the job's own event, with its cause, goes with it)."""
+        step.state = final  # type: ignore[assignment]  # one of JobState's values
+        step.end_time = when
+
+    def put(self, *ops: Op) -> None:
+        """Rows other than jobs (node drains, reservations) that commit with this change."""
+        self._ops.extend(ops)
+
+    def signal(self, node: NodeRecord, request: pb.SignalJobRequest) -> None:
+        """Send ``request`` to ``node`` once the change is durable."""
+        self._signals.append((node, request))
+
+    def signal_all(self, signals: Iterable[tuple[NodeRecord, pb.SignalJobRequest]]) -> None:
+        self._signals.extend(signals)
+
+    @property
+    def empty(self) -> bool:
+        return not (self._jobs or self._new or self._ops)
+
+    # ------------------------------------------------------------ the commit
+
+    async def commit(self) -> None:
+        st = self.state
+        self.committed = True
+        for job in (*self._new, *self._jobs.values()):
+            if job.state == js.PENDING:
+                settle(job)
+            else:  # it left the queue
+                st.pending.pop(job.job_id, None)
+                st.requests.pop(job.job_id, None)
+        ops = [st.save(job, new=True) for job in self._new]
+        ops += [st.save(job) for job in self._jobs.values()]
+        ops += self._ops
+        if ops:
+            await st.store.commit(*ops)
+            for job in self._new:
+                st.jobs[job.job_id] = job
+                st.enqueue(job)
+            if self.wake:
+                st.wake()
+            else:
+                st.version += 1
+        signals, self._signals = self._signals, []
+        if signals:
+            assert self.outbox is not None, "a change that signals nodes needs the outbox"
+            self.outbox.send(signals)
+
+    async def __aenter__(self) -> Change:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self.committed:
+            await self.commit()

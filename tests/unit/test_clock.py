@@ -1,0 +1,137 @@
+"""ctld's timers on an injected clock: tests move time, nothing waits for it."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import time
+
+import pytest
+
+from corral.clock import ManualClock
+from corral.config import parse_config
+from corral.identity import Identity
+from corral.wire import corral_pb2 as pb
+from ctld import jobstate as js
+from ctld.testing import RecordingDispatcher, make_cluster, register_all
+
+ALICE = Identity("alice", 1000, 1000)
+CONFIG = parse_config(
+    {
+        "controller": {"sched_interval_s": 60},
+        "heartbeat": {"interval_s": 10, "timeout_s": 60},
+        "nodes": [{"names": "n[1-2]"}],
+        "partitions": [{"name": "gpu", "nodes": "n[1-2]", "default": True}],
+    }
+)
+
+
+async def test_manual_clock_wakes_sleepers_in_order() -> None:
+    clock = ManualClock(now=100.0)
+    woke: list[str] = []
+
+    async def nap(name: str, seconds: float) -> None:
+        await clock.sleep(seconds)
+        woke.append(f"{name}@{clock():g}")
+
+    tasks = [asyncio.ensure_future(nap(n, s)) for n, s in (("b", 20), ("a", 10), ("c", 30))]
+    await asyncio.sleep(0)
+    clock.advance(15)
+    await asyncio.sleep(0)
+    assert woke == ["a@115"]
+    clock.advance(15)
+    await asyncio.gather(*tasks)
+    assert woke == ["a@115", "b@130", "c@130"]
+
+
+@pytest.fixture
+async def env(tmp_path: pathlib.Path):  # type: ignore[no-untyped-def]
+    clock = ManualClock()
+    cluster = make_cluster(
+        CONFIG, f"sqlite:///{tmp_path}/ctld.db", clock=clock, dispatcher=RecordingDispatcher()
+    )
+    await register_all(cluster)
+    yield cluster, clock
+    cluster.store.close()
+
+
+async def test_heartbeat_monitor_marks_a_silent_node_not_responding(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, clock = env
+    began = time.monotonic()
+    monitor = asyncio.ensure_future(cluster.run_heartbeat_monitor())
+    try:
+        for _ in range(7):  # 70 s of cluster time: n1 heartbeats every 10 s, n2 is silent
+            await clock.run_for(10, step=10)
+            assert cluster.heartbeat(pb.HeartbeatRequest(name="n1"))
+            if not cluster.nodes["n2"].responding:
+                break
+        assert not cluster.nodes["n2"].responding
+        assert cluster.nodes["n2"].state == pb.NODE_STATE_DOWN
+        assert cluster.nodes["n1"].responding
+        assert clock() - cluster.nodes["n2"].last_heartbeat > 60
+    finally:
+        monitor.cancel()
+    assert time.monotonic() - began < 5  # 70 s of heartbeat time, no real waiting
+
+
+async def test_one_heartbeat_check_is_a_step_a_test_can_take(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, clock = env
+    clock.advance(59)
+    await cluster.check_heartbeats()
+    assert all(n.responding for n in cluster.nodes.values())
+    clock.advance(2)
+    await cluster.check_heartbeats()
+    assert not any(n.responding for n in cluster.nodes.values())
+
+
+async def test_allocation_time_limit_on_the_manual_clock(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, clock = env
+    job = await cluster.submit(
+        ALICE,
+        pb.JobSpec(work_dir="/tmp", name="alloc", allocation_only=True, time_limit_s=120),
+    )
+    await cluster.schedule_pass()
+    assert job.state == js.RUNNING
+    monitor = asyncio.ensure_future(cluster.run_heartbeat_monitor())
+    try:
+        for _ in range(10):  # its nodes keep answering (a silent one would go DOWN)
+            await clock.run_for(10, step=10)
+            for name in cluster.nodes:
+                cluster.heartbeat(pb.HeartbeatRequest(name=name))
+        assert job.state == js.RUNNING
+        await clock.run_for(30, step=10)
+        assert job.state == js.TIMEOUT
+    finally:
+        monitor.cancel()
+
+
+async def until_idle(clock: ManualClock) -> None:
+    """Until the scheduler loop sleeps on its interval (a pass's store commit runs on
+    the store's own thread, in real time: poll for it, with a deadline)."""
+    deadline = time.monotonic() + 10
+    while not any(d - clock() > 1 for d, _, f in clock._sleepers if not f.done()):
+        assert time.monotonic() < deadline, "the scheduler loop never went idle"
+        clock.advance(0.005)  # past the gap between passes
+        await asyncio.sleep(0.01)
+
+
+async def test_the_scheduler_loop_runs_on_wake_ups_and_on_its_interval(env) -> None:  # type: ignore[no-untyped-def]
+    cluster, clock = env
+    loop = asyncio.ensure_future(cluster.run_scheduler())
+    try:
+        await until_idle(clock)
+        passes = cluster.passes
+        assert passes >= 1  # load() asked for one
+        await clock.run_for(30, step=10)
+        assert cluster.passes == passes  # nothing happened, no interval yet
+        job = await cluster.submit(ALICE, pb.JobSpec(script="#!/bin/sh\n", work_dir="/tmp"))
+        deadline = time.monotonic() + 10
+        while job.state != js.RUNNING:  # the submit's wake-up: no clock time needed
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        await until_idle(clock)
+        assert cluster.passes == passes + 1
+        await clock.run_for(61, step=1)
+        assert cluster.passes == passes + 2  # the periodic pass (the next is 60 s on)
+    finally:
+        loop.cancel()
