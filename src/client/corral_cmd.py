@@ -7,6 +7,7 @@ corral ctld [ctld options]                                    run the controller
 corral noded [noded options]                                  run a node agent
 corral why JOBID                                              why a job is not running
 corral sim TRACE [--policy P] [--jobs N] [--procs N]          replay an SWF trace
+corral db upgrade|current [-f CONFIG] [--url URL]            migrate the store's schema
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ def main_args(argv: list[str]) -> int:
         return _exec_daemon(argv[0], argv[1:])
     if argv and argv[0] == "sim":
         return _exec_daemon("ctld.sim", argv[1:])  # the simulator runs ctld's own core
+    if argv and argv[0] == "db":
+        return _exec_daemon("ctld.db", argv[1:])  # the store's schema is ctld's
     if argv and argv[0] == "why":
         from client.why import main_args as why
 
@@ -140,6 +143,7 @@ def main_args(argv: list[str]) -> int:
     sub.add_parser("noded", help="run a node agent in the foreground (see corral noded -h)")
     sub.add_parser("why", help="why a pending job is not running: corral why JOBID")
     sub.add_parser("sim", help="replay a workload trace through the scheduler (corral sim -h)")
+    sub.add_parser("db", help="the store's schema: corral db upgrade|current [--url URL]")
     args = p.parse_args(argv)
     if args.command == "up":
         return _up(args)

@@ -366,12 +366,15 @@ TRESUsageOutMaxTask 19 s|TRESUsageOutMin 15 s|TRESUsageOutMinNode 19 s|
 TRESUsageOutMinTask 19 s|TRESUsageOutTot 15 s|UID 6 n|User 9 s|UserCPU 10 s|WCKey 10 s|
 WCKeyID 10 n|WorkDir 20 s
 """
-ACCT_FIELDS: tuple[tuple[str, int, str], ...] = tuple(
+SLURM_ACCT_FIELDS: tuple[tuple[str, int, str], ...] = tuple(
     (name, int(width), kind)
     for name, width, kind in (
         entry.split() for entry in _ACCT_TABLE.replace("\n", "").split("|") if entry
     )
 )
+# corral's own, after Slurm's so a prefix still means what it means to Slurm; -e lists
+# Slurm's only
+ACCT_FIELDS = (*SLURM_ACCT_FIELDS, ("Restarts", 8, "n"))
 
 
 class AcctField:

@@ -76,6 +76,9 @@ JOB_OPTIONS = (
     Option("", "export", "export", help="ALL, NONE, or [ALL,]VAR[=value],..."),
     Option("", "wrap", "wrap", help="wrap a command line in a /bin/sh script"),
     Option("", "parsable", "parsable", FLAG, help="print only the job id"),
+    Option(
+        "", "test-only", "test_only", FLAG, help="say when and where it would start; submit nothing"
+    ),
     Option("H", "hold", "hold", FLAG, help="submit held"),
     Option("d", "dependency", "dependency", help="after, afterok, afternotok, afterany, ..."),
     Option("a", "array", "array", help="job array indices: 0-15, 1,3,5, 0-15:4, %N"),

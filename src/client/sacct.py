@@ -14,7 +14,7 @@ import time
 
 from client.common import client, job_ref, job_state, num, real, run, text
 from client.fmt import (
-    ACCT_FIELDS,
+    SLURM_ACCT_FIELDS,
     acct_lines,
     convert_mb,
     group_name,
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 PROG = "sacct"
 DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
+PAGE = 5000  # jobs per QueryAccounting call (CORRAL_SACCT_PAGE overrides)
+FIRST_PAGE = 200
 BRIEF_FIELDS = "jobid,state,exitcode"
 LONG_FIELDS = (
     "jobid,jobidraw,jobname,partition,maxvmsize,maxvmsizenode,maxvmsizetask,avevmsize,"
@@ -156,6 +158,7 @@ def job_values(job: Json, now: float) -> dict[str, str]:
         "Priority": str(num(job, "priority")),
         "QOS": text(spec, "qos"),
         "Reason": text(job, "reason") or "None",
+        "Restarts": str(num(job, "restartCount")),
         "ReqCPUS": str(cpus),
         "ReqMem": convert_mb(num(spec, "memPerNodeMb") or num(spec, "memPerCpuMb")),
         "ReqNodes": str(num(job, "numNodes")),
@@ -307,22 +310,6 @@ def srun_step_values(job: Json, step: Json, now: float) -> dict[str, str]:
     }
 
 
-def earlier_run(job: Json, run: Json) -> Json:
-    """The job as it was in one earlier run (its times, nodes and how that run ended)."""
-    view = {k: v for k, v in job.items() if k not in ("steps", "usage")}
-    view.update(
-        startTime=run.get("startTime", 0),
-        endTime=run.get("endTime", 0),
-        nodelist=run.get("nodelist", ""),
-        state=run.get("state", "JOB_STATE_REQUEUED"),
-        reason=run.get("reason", ""),
-        restartCount=run.get("restartCount", 0),
-        exitCode=0,
-        exitSignal=0,
-    )
-    return view
-
-
 def format_accounting(
     reply: Json,
     field_spec: str = DEFAULT_FIELDS,
@@ -331,18 +318,12 @@ def format_accounting(
     header: bool = True,
     parsable: str = "",
     delimiter: str = "|",
-    duplicates: bool = False,
 ) -> str:
     """The whole output (with newlines) for a QueryAccounting reply."""
     fields = parse_acct_fields(field_spec)
     now = real(reply, "now")
     rows: list[list[str]] = []
     for job in reply.get("jobs", []):
-        if duplicates:  # sacct -D: each earlier run of a requeued job, oldest first
-            for run in job.get("earlierRuns", []):
-                rows.append(
-                    [job_values(earlier_run(job, run), now).get(f.name, "") for f in fields]
-                )
         values = [job_values(job, now)]
         if steps and started(job) and not (job.get("spec") or {}).get("allocationOnly"):
             values.append(step_values(job, now))
@@ -440,7 +421,7 @@ OPTIONS = (
     Option("u", "user", "user", help="only these users (names or uids)"),
     Option("v", "verbose", "verbose", COUNT, help="(accepted for compatibility)"),
     Option("X", "allocations", "allocations", FLAG, help="no step lines"),
-    Option("D", "duplicates", "duplicates", FLAG, help="every run of a requeued job"),
+    Option("D", "duplicates", "duplicates", FLAG, help="each earlier run of requeued jobs too"),
     Option("", "usage", "usage", FLAG, help="this help"),
     Option("V", "version", "version", FLAG, help="print the version"),
 )
@@ -448,7 +429,7 @@ OPTIONS = (
 
 def help_fields() -> str:
     """``-e``: every field name, four to a line, as Slurm lists them."""
-    names = [f"{name:<19}" for name, _, _ in ACCT_FIELDS]
+    names = [f"{name:<19}" for name, _, _ in SLURM_ACCT_FIELDS]
     rows = [" ".join(names[i : i + 4]) for i in range(0, len(names), 4)]
     return "\n".join(rows) + "\n"
 
@@ -481,7 +462,13 @@ def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> t.Quer
         states = parse_states(opts["state"])
         if states is not None:
             flt["states"] = wire_states(states) or ["JOB_STATE_UNSPECIFIED"]
+    # the store filters these too (indexed), so sacct -A over a big history stays small
+    for key, wire in (("accounts", "accounts"), ("partition", "partitions"), ("name", "names")):
+        if opts.get(key):
+            flt[wire] = split_list(opts[key])  # type: ignore[literal-required]
     request: t.QueryAccountingRequest = {"filter": flt}
+    if opts.get("duplicates"):
+        request["duplicates"] = True
     start, end = window(opts, now)
     if start:
         request["startAfter"] = start
@@ -566,23 +553,34 @@ def main_body(argv: Sequence[str]) -> int:
     parse_acct_fields(fields)  # a bad field fails before the controller is asked
     api = client()
     request = build_request(opts, api.identity.user, api.identity.uid, time.time())
-    reply: Json = api.query_accounting(request)
-    if opts.get("jobs"):
-        reply = with_array_tasks(api, request, reply, opts["jobs"])
-    reply = keep_matching(reply, opts)
     parsable = "P" if opts.get("parsable2") else "p" if opts.get("parsable") else ""
-    sys.stdout.write(
-        format_accounting(
-            reply,
-            fields,
-            steps=not opts.get("allocations"),
-            header=not opts.get("noheader"),
-            parsable=parsable,
-            delimiter=opts.get("delimiter") or "|",
-            duplicates=bool(opts.get("duplicates")),
+    # page by page, each printed as it comes: the columns have fixed widths, so the
+    # first lines of a long history show at once and memory stays one page
+    fixed = int(os.environ.get("CORRAL_SACCT_PAGE") or 0)
+    page_size = fixed or FIRST_PAGE  # a small first page: the first lines come quickly
+    header = not opts.get("noheader")
+    while True:
+        request["limit"] = page_size
+        reply: Json = api.query_accounting(request)
+        page = reply.get("jobs", [])
+        if opts.get("jobs"):
+            reply = with_array_tasks(api, request, reply, opts["jobs"])
+        sys.stdout.write(
+            format_accounting(
+                keep_matching(reply, opts),
+                fields,
+                steps=not opts.get("allocations"),
+                header=header,
+                parsable=parsable,
+                delimiter=opts.get("delimiter") or "|",
+            )
         )
-    )
-    return 0
+        header = False
+        if len({num(j, "jobId") for j in page}) < page_size:
+            return 0
+        sys.stdout.flush()
+        request["afterJobId"] = str(num(page[-1], "jobId"))
+        page_size = fixed or PAGE
 
 
 def main() -> None:

@@ -84,6 +84,8 @@ def _prepare(argv: list[str]) -> tuple[t.JobSpec, dict[str, Any]] | None:
 
 
 def _send(spec: t.JobSpec, opts: dict[str, Any]) -> int:
+    if opts.get("test_only"):
+        return _test_only(spec)
     try:
         reply = client().submit_job({"spec": spec})
     except CorralError as exc:
@@ -98,6 +100,28 @@ def _send(spec: t.JobSpec, opts: dict[str, Any]) -> int:
     sys.stdout.flush()
     if opts.get("wait"):
         return wait_for_job(str(job_id))
+    return 0
+
+
+def _test_only(spec: t.JobSpec) -> int:
+    """Slurm's --test-only line (on stderr): the expected start, CPUs, nodes, partition."""
+    from client.common import num, real, text
+    from corral.slurmfmt import format_timestamp
+
+    try:
+        reply = client().submit_job({"spec": spec, "testOnly": True})
+    except CorralError as exc:
+        if isinstance(exc, ControllerUnavailable):
+            raise
+        raise type(exc)(f"Job verification failed: {exc.message}") from None
+    est: Any = reply.get("estimate") or {}
+    start = real(est, "start")
+    when = format_timestamp(start) if start else "Unknown"
+    sys.stderr.write(
+        f"sbatch: Job {reply.get('jobId', '0')} to start at {when} using "
+        f"{num(est, 'cpus')} processors on nodes {text(est, 'nodes') or '(null)'} "
+        f"in partition {text(est, 'partition')}\n"
+    )
     return 0
 
 

@@ -546,7 +546,7 @@ OPTIONS = (
 )
 
 
-UPDATE_KEYS = {"timelimit", "partition", "priority", "nice", "numnodes"}
+UPDATE_KEYS = {"timelimit", "partition", "priority", "nice", "numnodes", "name", "jobname"}
 
 
 def update_request(words: Sequence[str]) -> t.UpdateJobRequest:
@@ -574,6 +574,8 @@ def update_request(words: Sequence[str]) -> t.UpdateJobRequest:
             request["timeLimitS"] = str(-1 if limit == UNLIMITED else limit)
         elif lower == "partition":
             request["partitions"] = split_list(value)
+        elif lower in ("name", "jobname"):
+            request["name"] = value
         elif lower in ("priority", "nice", "numnodes"):
             if not value.lstrip("-").isdigit():
                 raise Reported(f"Invalid {key} value: {value}")

@@ -338,6 +338,77 @@ def format_jobs(
     return "".join(line + "\n" for line in lines)
 
 
+# ---------------------------------------------------------------- -O / --Format
+
+# Slurm's -O field names (case-insensitive) and the -o letter that prints the same
+FIELD_LETTERS = {
+    "account": "a",
+    "arrayjobid": "F",
+    "arraytaskid": "K",
+    "batchhost": "B",
+    "command": "o",
+    "comment": "k",
+    "dependency": "E",
+    "endtime": "e",
+    "exechost": "B",
+    "excnodes": "x",
+    "feature": "f",
+    "features": "f",
+    "groupid": "G",
+    "groupname": "g",
+    "jobarrayid": "i",
+    "jobid": "i",
+    "mincpus": "c",
+    "minmemory": "m",
+    "name": "j",
+    "nice": "y",
+    "nodelist": "N",
+    "numcpus": "C",
+    "numnodes": "D",
+    "partition": "P",
+    "priority": "p",
+    "prioritylong": "Q",
+    "qos": "q",
+    "reason": "r",
+    "reasonlist": "R",
+    "reqnodes": "n",
+    "reservation": "v",
+    "starttime": "S",
+    "state": "T",
+    "statecompact": "t",
+    "submittime": "V",
+    "timeleft": "L",
+    "timelimit": "l",
+    "timeused": "M",
+    "tresperjob": "b",
+    "trespernode": "b",
+    "userid": "U",
+    "username": "u",
+    "wckey": "w",
+    "workdir": "Z",
+}
+
+
+def long_format(text: str) -> str:
+    """``-O JobID:10,Name:.20,State`` as the equivalent ``-o`` string. As Slurm: each
+    field is SIZE wide (20 when not given; ``.`` right-justifies), then its suffix;
+    nothing else separates the fields."""
+    out: list[str] = []
+    for item in (x for x in text.split(",") if x.strip()):
+        name, _, rest = item.strip().partition(":")
+        letter = FIELD_LETTERS.get(name.lower())
+        if letter is None:
+            raise InvalidOption(f"Invalid job format specification: {name}")
+        right = rest.startswith(".")
+        rest = rest[1:] if right else rest
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        size, suffix = (int(rest[:digits]) if digits else 20), rest[digits:]
+        out.append(f"%{'.' if right else ''}{size}{letter}{suffix}")
+    if not out:
+        raise InvalidOption("Invalid job format specification: (empty)")
+    return "".join(out)
+
+
 # ---------------------------------------------------------------- command line
 
 OPTIONS = (
@@ -349,6 +420,7 @@ OPTIONS = (
     Option("", "me", "me", FLAG, help="only the caller's jobs"),
     Option("n", "name", "name", help="comma separated list of job names"),
     Option("o", "format", "format", help="output format (%[.][size]type)"),
+    Option("O", "Format", "long_format", help="output fields (Field[:[.][size][suffix]],...)"),
     Option("p", "partition", "partition", help="comma separated list of partitions"),
     Option("r", "array", "array", FLAG, help="one line per array task"),
     Option("S", "sort", "sort", help="comma separated list of sort fields"),
@@ -442,6 +514,8 @@ def main_body(argv: Sequence[str]) -> int:
         return 0
     long = bool(opts.get("long"))
     fmt = opts.get("format") or os.environ.get("SQUEUE_FORMAT") or ""
+    if not opts.get("format") and (opts.get("long_format") or os.environ.get("SQUEUE_FORMAT2")):
+        fmt = long_format(opts.get("long_format") or os.environ.get("SQUEUE_FORMAT2", ""))
     default = START_FORMAT if opts.get("start") else LONG_FORMAT if long else DEFAULT_FORMAT
     default_sort = "S" if opts.get("start") else DEFAULT_SORT
     sys.stdout.write(

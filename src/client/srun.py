@@ -56,7 +56,7 @@ STEP_OPTIONS = (
     Option("", "mpi", "mpi", help="accepted: no MPI plugins"),
     Option("", "cpu-bind", "cpu_bind", help="accepted: tasks inherit the job's cores"),
     Option("", "jobid", "jobid", help="run inside this allocation"),
-    Option("", "pty", "pty", FLAG, help="accepted: no terminal is allocated"),
+    Option("", "pty", "pty", FLAG, help="run task 0 in a pseudo-terminal (srun --pty bash)"),
     Option("Q", "quiet", "quiet", FLAG, help="fewer messages"),
     Option("v", "verbose", "verbose", FLAG, help="more messages"),
     Option("h", "help", "help", FLAG, help="show this help"),
@@ -242,9 +242,13 @@ class Step:
         step = json_format.ParseDict(dict(reply["step"]), pb.Step())
         job = json_format.ParseDict(dict(reply["job"]), pb.Job())
         self.step, self.job, self.pb = step, job, pb
+        if self.cli.get("pty"):
+            self.cli["unbuffered"] = True  # Slurm: --pty implies -u
+            self.cli.pop("label", None)
         self.output = Output(self.cli, job, step)
         self.name = f"StepId={job.job_id}.{step.step_id}"
         loop = asyncio.get_running_loop()
+        restore = self._raw_terminal(loop) if self.cli.get("pty") else None
         loop.add_signal_handler(signal.SIGINT, self._on_interrupt)
         for forwarded in (
             signal.SIGTERM,
@@ -258,6 +262,8 @@ class Step:
         try:
             code, sig = await self._run_streams(reply.get("cluster", ""))
         finally:
+            if restore is not None:
+                restore()
             self.output.close()
             codes = [c for c, killed in self.exits.values() if not killed]
             # the job may have ended (scancel): the step ended with it
@@ -314,19 +320,20 @@ class Step:
         failures: list[str] = []
 
         def start_for(node: Any, port: int) -> Any:
-            return pb.TaskInput(
-                start=pb.RunTasksRequest(
-                    job=self.job,
-                    step=step,
-                    node=node.node,
-                    environment=env,
-                    cwd=self.cli.get("chdir") or os.getcwd(),
-                    stdin_ranks=[r for r in node.ranks if r in stdin_ranks],
-                    master_addr=master_addr,
-                    master_port=port,
-                    cluster=cluster,
-                )
+            request = pb.RunTasksRequest(
+                job=self.job,
+                step=step,
+                node=node.node,
+                environment=env,
+                cwd=self.cli.get("chdir") or os.getcwd(),
+                stdin_ranks=[r for r in node.ranks if r in stdin_ranks],
+                master_addr=master_addr,
+                master_port=port,
+                cluster=cluster,
             )
+            if self.cli.get("pty") and 0 in node.ranks:
+                request.pty.CopyFrom(self._window())
+            return pb.TaskInput(start=request)
 
         async def requests(node: Any, port: int) -> AsyncIterator[Any]:
             yield start_for(node, port)
@@ -389,7 +396,35 @@ class Step:
             say(PROG, f"error: {failure}")
         return self._result()
 
+    def _window(self) -> Any:
+        try:
+            cols, rows = os.get_terminal_size(0)
+        except OSError:
+            cols, rows = 80, 24
+        return self.pb.WindowSize(rows=rows, cols=cols)
+
+    def _raw_terminal(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """--pty: srun's terminal passes every key through (Ctrl-C, Ctrl-Z reach the
+        task's terminal, where they become its signals) and resizes follow. Returns
+        what restores the terminal."""
+        import termios
+        import tty
+
+        def resized() -> None:
+            node = next(n.node for n in self.step.nodes if 0 in n.ranks)
+            if node not in self.done_nodes and node in self.queues:
+                self.queues[node].put_nowait(self.pb.TaskInput(window=self._window()))
+
+        loop.add_signal_handler(signal.SIGWINCH, resized)
+        if not os.isatty(0):
+            return None
+        saved = termios.tcgetattr(0)
+        tty.setraw(0)
+        return lambda: termios.tcsetattr(0, termios.TCSADRAIN, saved)
+
     def _stdin_ranks(self) -> set[int]:
+        if self.cli.get("pty"):
+            return {0}
         mode = str(self.cli.get("input", "all")).lower()
         if mode == "none":
             return set()

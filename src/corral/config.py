@@ -37,6 +37,8 @@ class ControllerConfig:
     operators: tuple[str, ...] = ("root",)
     kill_wait_s: float = 30.0
     min_job_age_s: float = 300.0  # finished jobs stay visible to squeue this long
+    purge_job_after_s: int = 0  # finished jobs leave the store after this; 0: never
+    archive_dir: str = ""  # purged jobs are appended here (JSON lines) first; "": not kept
     sched_interval_s: float = 5.0  # periodic pass besides event-driven wake-ups
     log_json: bool = False
     job_requeue: bool = True  # Slurm's JobRequeue: a node failure requeues jobs by default
@@ -334,6 +336,8 @@ def _controller(sec: _Section) -> ControllerConfig:
         operators=sec.strings("operators", d.operators),
         kill_wait_s=sec.positive("kill_wait_s", d.kill_wait_s),
         min_job_age_s=sec.positive("min_job_age_s", d.min_job_age_s),
+        purge_job_after_s=sec.duration("purge_job_after", d.purge_job_after_s),
+        archive_dir=sec.get("archive_dir", str, d.archive_dir),
         sched_interval_s=sec.positive("sched_interval_s", d.sched_interval_s, allow_zero=False),
         log_json=sec.get("log_json", bool, d.log_json),
         job_requeue=sec.get("job_requeue", bool, d.job_requeue),

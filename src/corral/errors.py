@@ -27,6 +27,7 @@ ctld, noded, the gateway and the commands agree without a lookup table elsewhere
     ├── StepBusy                   RESOURCE_EXHAUSTED   429  1  other steps hold what a step needs
     ├── InvalidTransition          INTERNAL             500  1  state-machine bug (impossible move)
     ├── StoreError                 UNAVAILABLE          503  1  the durable store failed
+    │   └── StoreUnavailable       UNAVAILABLE          503  1  database away or full: no changes
     └── ControllerUnavailable      UNAVAILABLE          503  1  "Unable to contact slurm ..."
         └── NodeUnreachable        UNAVAILABLE          503  1  ctld: a node agent did not answer
 
@@ -172,6 +173,10 @@ class InvalidTransition(CorralError):
 
 class StoreError(CorralError):
     grpc_code = "UNAVAILABLE"
+
+
+class StoreUnavailable(StoreError):
+    """The database is unreachable or full: ctld refuses changes until it is back."""
 
 
 class ControllerUnavailable(CorralError):

@@ -23,6 +23,10 @@ TIMEOUT_ENV = "CORRAL_TIMEOUT"
 DEFAULT_TIMEOUT_S = 30.0
 
 
+# what a user who started a cluster with `corral up` and opened a new shell needs
+ENV_HINT = " (for a cluster started by `corral up`: source STATE_DIR/env.sh)"
+
+
 def controller_address() -> tuple[str, int]:
     """host and port of ctld's HTTP gateway: $CORRAL_CTLD_HTTP, else the config file."""
     value = os.environ.get(ADDRESS_ENV)
@@ -38,6 +42,7 @@ def controller_address() -> tuple[str, int]:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ControllerUnavailable(
                 f"cannot find the controller: set {ADDRESS_ENV} or CORRAL_CONF ({path}: {exc})"
+                f"{ENV_HINT}"
             ) from None
         from corral.config import DEFAULT_HTTP_PORT
 
@@ -82,7 +87,7 @@ def post(
     except OSError as exc:
         raise ControllerUnavailable(
             f"Unable to contact slurm controller (connect failure) at "
-            f"{address[0]}:{address[1]}: {exc.strerror or exc}"
+            f"{address[0]}:{address[1]}: {exc.strerror or exc}{ENV_HINT}"
         ) from None
     return _parse_response(b"".join(chunks))
 

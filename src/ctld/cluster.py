@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
+from corral import hostlist
 from corral.clock import Clock, SystemClock
 from corral.config import ClusterConfig
 from corral.errors import InvalidRequest
@@ -216,6 +217,42 @@ class Cluster:
 
     async def submit(self, who: Identity, spec: pb.JobSpec) -> pb.Job:
         return await self.intake.submit(who, spec)
+
+    def test_only(self, who: Identity, spec: pb.JobSpec) -> tuple[pb.Job, pb.TestOnlyEstimate]:
+        """sbatch --test-only: one scheduler pass over the queue as it is plus this job,
+        whose plan is read and dropped (nothing is stored, started or queued)."""
+        import dataclasses
+
+        from ctld.sched import schedule
+        from ctld.validate import request_from_spec
+
+        job = self.intake.trial_job(who, spec)
+        snap = self.snapshots.build()
+        req = dataclasses.replace(
+            request_from_spec(job.spec, job.job_id, job.spec.partitions, job.time_limit_s),
+            priority=job.priority,
+            user=job.user,
+            account=job.account,
+            qos=job.qos,
+            reservation=job.spec.reservation,
+            submit_time=job.submit_time,
+        )
+        pending = sorted([*snap.pending, req], key=lambda r: (-r.priority, r.submit_time, r.job_id))
+        plan = schedule(dataclasses.replace(snap, pending=tuple(pending)))
+        est = pb.TestOnlyEstimate(partition=job.partition, reason=plan.reasons.get(job.job_id, ""))
+        start = next((s for s in plan.starts if s.job_id == job.job_id), None)
+        if start is not None:
+            est.start, est.partition = snap.now, start.partition
+            est.nodes = hostlist.compress([p.node for p in start.placements])
+            est.cpus = sum(p.cpus for p in start.placements)
+        elif (fc := plan.forecasts.get(job.job_id)) is not None:
+            est.start, est.partition, est.nodes = (
+                fc.start,
+                fc.partition,
+                hostlist.compress(list(fc.nodes)),
+            )
+            est.cpus = job.num_cpus
+        return job, est
 
     async def cancel(self, who: Identity, req: pb.CancelJobsRequest) -> list[pb.CancelOutcome]:
         if req.steps:

@@ -142,7 +142,9 @@ class Endings:
         js.check(job, "requeued", cause)  # before anything changes: never half a requeue
         st = self.state
         now = st.clock()
-        failures.record_run(job, run_state, detail, now)
+        if run_state != pb.JOB_STATE_REQUEUED:
+            job.reason = detail[:200]  # sacct -D shows why that run ended
+        ch.end_run(job, run_state)
         st.release(job)
         del job.allocations[:]
         job.nodelist = job.batch_host = ""

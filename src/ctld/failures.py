@@ -9,7 +9,7 @@ functions, so the rules live in one place and are tested without daemons:
   after ctld starts is timed from ctld's start, so it goes DOWN too.
 - requeue: a job whose node fails goes back to the queue if it allows it
   (``--requeue``, or ``controller.job_requeue`` unless ``--no-requeue``); otherwise it
-  ends NODE_FAIL. Each earlier run is kept for sacct -D.
+  ends NODE_FAIL. Each earlier run is kept for sacct -D (store: job_runs).
 - fencing: on re-registration a node is told which jobs it may keep (those ctld still
   places on it); it kills every other before ctld places anything there again.
 - checkpoint warning: a job's --signal also comes before a maintenance reservation
@@ -55,18 +55,6 @@ def may_requeue(job: pb.Job, default: bool) -> bool:
     if job.spec.allocation_only or job.spec.no_requeue:
         return False
     return job.spec.requeue or default
-
-
-def record_run(job: pb.Job, state: int, reason: str, now: float) -> None:
-    """Keep the run that is ending (before a requeue clears it) for sacct -D."""
-    job.earlier_runs.add(
-        start_time=job.start_time,
-        end_time=now,
-        nodelist=job.nodelist,
-        state=state,
-        reason=reason[:256],
-        restart_count=job.restart_count,
-    )
 
 
 def on_node(job: pb.Job, node: str) -> bool:

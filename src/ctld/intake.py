@@ -49,6 +49,40 @@ class Intake:
         self.endings = endings
         self.outbox = outbox
 
+    def trial_job(self, who: Identity, spec: pb.JobSpec) -> pb.Job:
+        """The job ``spec`` would be, checked as submit checks it, but neither stored
+        nor queued (sbatch --test-only); it carries the id it would get."""
+        st = self.state
+        accepted = validate_spec(
+            spec, st.config, st.capacity(), lambda: user_groups(who.user, who.gid)
+        )
+        qos = spec.qos or "normal"
+        if qos not in st.priorities.qos_priority:
+            raise InvalidQos()
+        if spec.dependency:
+            self._check_dependency(spec.dependency)
+        if spec.reservation:
+            st.reservations.check_job_access(spec.reservation, who.user, spec.account)
+        now = st.clock()
+        job = pb.Job(
+            job_id=st.next_job_id,
+            spec=spec,
+            user=who.user,
+            uid=who.uid,
+            gid=who.gid,
+            partition=accepted.partitions[0],
+            account=spec.account,
+            time_limit_s=accepted.time_limit_s,
+            submit_time=now,
+            eligible_time=max(now, spec.begin_time),
+            cluster=st.config.cluster_name,
+            qos=qos,
+        )
+        job.spec.partitions[:] = accepted.partitions
+        fill_request_totals(job)
+        apply_factors(job, st.priorities.factors(job, now))
+        return job
+
     async def submit(self, who: Identity, spec: pb.JobSpec) -> pb.Job:
         st = self.state
         accepted = validate_spec(
@@ -281,6 +315,11 @@ class Intake:
                 raise InvalidRequest("Invalid nice value")
             spec.nice = req.nice
             changes.append(f"Nice={req.nice}")
+        if req.HasField("name"):
+            if not req.name or len(req.name) > 256:
+                raise InvalidRequest("Invalid job name")
+            spec.name = req.name
+            changes.append(f"JobName={req.name}")
         if req.HasField("priority"):
             if not operator and req.priority > job.priority:
                 raise PermissionDenied(

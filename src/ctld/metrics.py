@@ -83,6 +83,16 @@ class ClusterCollector(Collector):
         yield GaugeMetricFamily(
             "corral_store_commits", "Store transactions made durable", value=c.store.commits
         )
+        yield GaugeMetricFamily(
+            "corral_store_up",
+            "1 while the store takes changes; 0 while its database is away or full",
+            value=1 if c.store.available else 0,
+        )
+        yield GaugeMetricFamily(
+            "corral_store_outages",
+            "Times the store went down since ctld started",
+            value=c.store.outages,
+        )
 
 
 def make_registry(cluster: Cluster) -> CollectorRegistry:

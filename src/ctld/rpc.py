@@ -32,6 +32,23 @@ log = structlog.get_logger("ctld.rpc")
 
 Handler = Callable[[Any, Identity], Awaitable[Message]]
 
+# Requests that change state: refused up front while the store is down, before anything
+# changes in memory. Reports of what already happened (a step or an allocation that
+# ended, node reports) still go through: memory follows the facts, and the store
+# catches up when it returns.
+_CHANGES = frozenset(
+    {
+        "SubmitJob",
+        "CancelJobs",
+        "UpdateJob",
+        "CreateReservation",
+        "UpdateReservation",
+        "DeleteReservation",
+        "UpdateNode",
+        "CreateStep",
+    }
+)
+
 _HIDDEN_SPEC = frozenset({"script", "environment"})
 # (with_events, with_spec) -> fields a GetJobs reply leaves out; constants, so the
 # converter's plans are cached
@@ -63,6 +80,8 @@ class ControllerApi:
     async def call(self, method: str, request: Message, metadata: Mapping[str, str]) -> Message:
         who = self.auth.identify(metadata)
         _, handler = self.methods[method]
+        if method in _CHANGES:
+            self.cluster.store.check_writable()
         return await handler(request, who)
 
     async def call_json(self, method: str, request: Message, metadata: Mapping[str, str]) -> bytes:
@@ -72,6 +91,8 @@ class ControllerApi:
             assert isinstance(request, pb.GetJobsRequest)
             return self.get_jobs_json(request, who)
         _, handler = self.methods[method]
+        if method in _CHANGES:
+            self.cluster.store.check_writable()
         return _dumps(message_to_json(await handler(request, who)))
 
     def get_jobs_json(self, req: pb.GetJobsRequest, who: Identity) -> bytes:
@@ -101,6 +122,11 @@ class ControllerApi:
     async def submit_job(self, req: pb.SubmitJobRequest, who: Identity) -> pb.SubmitJobResponse:
         if not req.HasField("spec"):
             raise InvalidRequest("SubmitJob needs a job spec")
+        if req.test_only:
+            trial, estimate = self.cluster.test_only(who, req.spec)
+            return pb.SubmitJobResponse(
+                job_id=trial.job_id, cluster=trial.cluster, estimate=estimate
+            )
         job = await self.cluster.submit(who, req.spec)
         return pb.SubmitJobResponse(job_id=job.job_id, cluster=job.cluster)
 
@@ -134,9 +160,17 @@ class ControllerApi:
             start_after=req.start_after,
             end_before=req.end_before,
             limit=req.limit,
+            after_job_id=req.after_job_id,
         )
+        runs: dict[int, list[pb.Job]] = {}
+        if req.duplicates and jobs:
+            for run in await asyncio.to_thread(
+                self.cluster.store.earlier_runs, [j.job_id for j in jobs]
+            ):
+                runs.setdefault(run.job_id, []).append(run)
         resp = pb.QueryAccountingResponse(now=self.cluster.clock())
         for job in jobs:
+            resp.jobs.extend(runs.get(job.job_id, ()))
             job.spec.ClearField("script")
             job.spec.ClearField("environment")
             resp.jobs.append(job)

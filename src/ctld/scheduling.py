@@ -17,7 +17,7 @@ from collections.abc import Callable
 import structlog
 
 from corral import hostlist
-from corral.errors import CorralError
+from corral.errors import CorralError, StoreUnavailable
 from corral.patterns import batch_output_paths
 from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
@@ -80,6 +80,8 @@ class Scheduler:
             slept.cancel()
 
     async def schedule_pass(self) -> None:
+        if not self.state.store.available:  # nothing starts that cannot be made durable first
+            return
         self.passes += 1
         began = time.perf_counter()
         self.refresh_priorities()
@@ -221,7 +223,13 @@ class Scheduler:
             launches.append(job)
         if launches:
             self.starts_total += len(launches)
-            await ch.commit()  # RUNNING is durable before any node hears of it
+            try:
+                await ch.commit()  # RUNNING is durable before any node hears of it
+            except StoreUnavailable:
+                # the store went away under this pass; it writes these starts first when
+                # it is back, and only then may the nodes hear of them
+                st.spawn(self._launch_when_durable(launches))
+                raise
             self._launch_all(launches)
         if never and st.config.scheduler.kill_invalid_depend:
             await self._cancel_never_satisfied(never)
@@ -243,6 +251,10 @@ class Scheduler:
             and not gpus & node.alloc_gpus
             and gpus <= set(node.gpu_indices)
         )
+
+    async def _launch_when_durable(self, launches: list[pb.Job]) -> None:
+        await self.state.store.wait_available()
+        self._launch_all([j for j in launches if j.state == js.RUNNING])
 
     def _launch_all(self, launches: list[pb.Job]) -> None:
         st = self.state

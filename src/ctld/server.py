@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 
 import structlog
 from aiohttp import web
@@ -13,6 +14,8 @@ from grpc import aio
 
 from corral.clock import SystemClock
 from corral.config import ClusterConfig
+from corral.errors import CorralError
+from ctld import jobstate as js
 from ctld.auth import ClaimedIdentity
 from ctld.cluster import Cluster
 from ctld.dispatch import GrpcDispatcher
@@ -23,6 +26,7 @@ from ctld.store import Store
 
 log = structlog.get_logger("ctld")
 PURGE_INTERVAL_S = 30.0
+RETENTION_INTERVAL_S = 3600.0  # how often old jobs are purged from the store
 
 
 async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
@@ -73,12 +77,31 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
+    async def retention() -> None:
+        """Finished jobs older than purge_job_after leave the store (archived first)."""
+        while ctl.purge_job_after_s:
+            if store.available:
+                try:
+                    purged = await asyncio.to_thread(
+                        store.purge_jobs,
+                        ended_before=time.time() - ctl.purge_job_after_s,
+                        finished_states=js.FINISHED,
+                        archive_dir=ctl.archive_dir,
+                    )
+                except (CorralError, OSError) as exc:
+                    log.error("job purge failed", error=str(exc))
+                else:
+                    if purged:
+                        log.info("jobs purged", jobs=purged, archive_dir=ctl.archive_dir or None)
+            await asyncio.sleep(RETENTION_INTERVAL_S)
+
     tasks = [
         asyncio.create_task(t)
         for t in (
             cluster.run_scheduler(),
             cluster.run_heartbeat_monitor(),
             cluster.run_purge(PURGE_INTERVAL_S),
+            retention(),
         )
     ]
     if ready_file:

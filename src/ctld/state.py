@@ -49,6 +49,8 @@ class State:
         self.version = 0  # bumped on every change a scheduling pass depends on
         self.start_time = clock()
         self.saved_events: dict[int, int] = {}
+        # runs of requeued jobs that ended since the job was last saved (job_runs rows)
+        self.ended_runs: dict[int, list[pb.Job]] = {}
         # job id -> revision, bumped on every change (persisted or not) to the job
         self.revisions: dict[int, int] = {}
         self._capacity: dict[str, tuple[pb.NodeResources, NodeCapacity]] = {}
@@ -148,7 +150,11 @@ class State:
     def save(self, job: pb.Job, *, new: bool = False) -> Op:
         self.touch(job)
         start = self.saved_events.get(job.job_id, 0)
-        op = insert_job(job) if new else update_job(job, job.events[start:])
+        if new:
+            op = insert_job(job)
+        else:
+            runs = self.ended_runs.pop(job.job_id, [])
+            op = update_job(job, job.events[start:], runs)
         self.saved_events[job.job_id] = len(job.events)
         return op
 

@@ -9,27 +9,40 @@ become durable before its submission.
 
 Rows keep the columns sacct filters on; the full job is the ``data`` blob (the
 serialized corral.v1.Job without its events, which live in ``job_events``).
+
+One code for SQLite (embedded, WAL) and PostgreSQL (psycopg 3), chosen by the URL. The
+schema is Alembic's (ctld.migrate). When the database goes away (unreachable, disk full)
+the store is *down*: every commit fails at once with StoreUnavailable, while the writer
+probes the database; the updates of commits that failed that way are kept and written
+first when it is back, so the store catches up with what ctld did in memory meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import queue
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
+import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from corral.errors import StoreError
+from corral.errors import StoreError, StoreUnavailable
 from corral.wire import corral_pb2 as pb
+from ctld import migrate
+from ctld.jsonmap import message_to_json
 
-SCHEMA_VERSION = 1
+log = structlog.get_logger("ctld")
+
 MAX_BATCH = 2048  # commit requests per transaction
+PROBE_INTERVAL_S = 0.5  # how often a down store retries its database
 
 metadata = sa.MetaData()
 
@@ -50,6 +63,20 @@ jobs = sa.Table(
     sa.Index("ix_jobs_state", "state"),
     sa.Index("ix_jobs_user", "user"),
     sa.Index("ix_jobs_end_time", "end_time"),
+    sa.Index("ix_jobs_account", "account"),
+)
+
+# A requeued job's earlier runs, each as the job stood when that run ended (sacct -D);
+# the current run is the jobs row. ``run`` counts from 0 (restart_count of that run).
+job_runs = sa.Table(
+    "job_runs",
+    metadata,
+    sa.Column("job_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("run", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("state", sa.Integer, nullable=False),
+    sa.Column("start_time", sa.Float, nullable=False),
+    sa.Column("end_time", sa.Float, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
 )
 
 job_events = sa.Table(
@@ -103,6 +130,7 @@ class Op:
     reservations_delete: list[str] = field(default_factory=list)
     drains_put: list[NodeDrain] = field(default_factory=list)
     drains_delete: list[str] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)  # job_runs rows
 
 
 @dataclass(frozen=True)
@@ -149,11 +177,32 @@ def insert_job(job: pb.Job) -> Op:
     return Op(inserts=[_job_row(job)], events=[_event_row(job.job_id, ev) for ev in job.events])
 
 
-def update_job(job: pb.Job, new_events: Iterable[pb.JobEvent]) -> Op:
-    """Op: the job's current row plus the events added since it was last written."""
+def update_job(job: pb.Job, new_events: Iterable[pb.JobEvent], runs: Iterable[pb.Job] = ()) -> Op:
+    """Op: the job's current row plus the events added since it was last written, and
+    the runs that ended since (a requeued job's earlier runs, as each stood at its end)."""
     row = _job_row(job)
     row["b_job_id"] = row.pop("job_id")
-    return Op(updates=[row], events=[_event_row(job.job_id, ev) for ev in new_events])
+    return Op(
+        updates=[row],
+        events=[_event_row(job.job_id, ev) for ev in new_events],
+        runs=[_run_row(r) for r in runs],
+    )
+
+
+def _run_row(run: pb.Job) -> dict[str, Any]:
+    bare = pb.Job()
+    bare.CopyFrom(run)
+    del bare.events[:]
+    bare.spec.ClearField("script")  # the job row keeps them; a run needs what sacct shows
+    bare.spec.ClearField("environment")
+    return {
+        "job_id": run.job_id,
+        "run": run.restart_count,
+        "state": int(run.state),
+        "start_time": run.start_time,
+        "end_time": run.end_time,
+        "data": bare.SerializeToString(),
+    }
 
 
 _UPDATE_JOB = jobs.update().where(jobs.c.job_id == sa.bindparam("b_job_id"))
@@ -165,16 +214,20 @@ def _apply(conn: Connection, ops: Iterable[Op]) -> None:
     inserts: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
     for op in ops:
         inserts.extend(op.inserts)
         updates.extend(op.updates)
         events.extend(op.events)
+        runs.extend(op.runs)
     if inserts:
         conn.execute(jobs.insert(), inserts)
     if updates:
         conn.execute(_UPDATE_JOB, updates)
     if events:
         conn.execute(job_events.insert(), events)
+    if runs:
+        conn.execute(job_runs.insert(), runs)
     for op in ops:  # rare: one statement each is fine
         for name in [*op.reservations_delete, *(r.name for r in op.reservations_put)]:
             conn.execute(reservations.delete().where(reservations.c.name == name))
@@ -204,16 +257,101 @@ class _Request:
     future: asyncio.Future[None]
 
 
+def normalize_url(url: str) -> str:
+    """postgres:// and postgresql:// mean psycopg 3 (SQLAlchemy would pick psycopg2)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def _is_trouble(exc: BaseException) -> bool:
+    """The database is away or full (it may come back), not a bad request."""
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError | sa.exc.TimeoutError)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return (text.splitlines() or [type(exc).__name__])[0][:300]
+
+
+def _archive(
+    directory: str,
+    found: list[pb.Job],
+    runs: list[pb.Job],
+    to_json: Callable[[pb.Job], Any],
+) -> None:
+    by_job: dict[int, list[pb.Job]] = {}
+    for run in runs:
+        by_job.setdefault(run.job_id, []).append(run)
+    lines: dict[str, list[str]] = {}
+    for job in found:
+        month = time.strftime("%Y-%m", time.gmtime(job.end_time))
+        record = {
+            "job": to_json(job),
+            "earlierRuns": [to_json(r) for r in by_job.get(job.job_id, [])],
+        }
+        lines.setdefault(month, []).append(json.dumps(record, separators=(",", ":")))
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    for month, text in lines.items():
+        fd = os.open(
+            os.path.join(directory, f"jobs-{month}.jsonl"),
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+            0o600,
+        )
+        try:
+            os.write(fd, ("\n".join(text) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _read_errors(engine: Engine) -> Iterator[Connection]:
+    """A read connection whose database errors leave as StoreError, with the cause."""
+    try:
+        with engine.connect() as conn:
+            yield conn
+    except sa.exc.SQLAlchemyError as exc:
+        if _is_trouble(exc):
+            raise StoreUnavailable(f"the store cannot answer: {_describe(exc)}") from exc
+        raise StoreError(f"store query failed: {_describe(exc)}") from exc
+
+
 class Store:
     """The engine, the schema and the group-commit writer."""
 
-    def __init__(self, url: str, *, sqlite_synchronous: str = "FULL") -> None:
-        self.url = url
-        self.engine: Engine = self._make_engine(url, sqlite_synchronous)
+    def __init__(
+        self,
+        url: str,
+        *,
+        sqlite_synchronous: str = "FULL",
+        probe_interval_s: float = PROBE_INTERVAL_S,
+    ) -> None:
+        try:
+            parsed = sa.engine.make_url(normalize_url(url))
+        except sa.exc.ArgumentError:
+            raise StoreError(f"store_url {url!r}: not a database URL") from None
+        self.url = parsed.render_as_string(hide_password=True)
+        if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+            raise StoreError(
+                f"store_url {self.url}: only sqlite:///PATH and postgresql://... are supported"
+            )
+        self.engine: Engine = self._make_engine(normalize_url(url), sqlite_synchronous)
+        self.backend = self.engine.dialect.name  # "sqlite" or "postgresql"
         self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self.commits = 0  # transactions made durable
         self.requests = 0  # commit requests served (>= commits under load)
+        self.trouble = ""  # why the store is down; empty while it is up
+        self.down_since = 0.0
+        self.outages = 0
+        self._probe_interval_s = probe_interval_s
+        # what ctld changed in memory while the store was down, written first on return
+        self._backlog: list[Op] = []
+        self._backlog_lock = threading.Lock()
 
     @staticmethod
     def _make_engine(url: str, synchronous: str) -> Engine:
@@ -229,32 +367,27 @@ class Store:
                 cur.close()
 
             return engine
-        return sa.create_engine(url, pool_pre_ping=True)
+        # a short connect timeout: a down store must answer "down" quickly, not hang
+        return sa.create_engine(
+            url, pool_pre_ping=True, pool_size=4, connect_args={"connect_timeout": 5}
+        )
 
     def open(self) -> None:
         try:
-            metadata.create_all(self.engine)
+            migrate.check(self.engine, self.url)
             self._private_file()
-            with self.engine.begin() as conn:
-                row = conn.execute(
-                    sa.select(meta.c.value).where(meta.c.key == "schema_version")
-                ).first()
-                if row is None:
-                    conn.execute(
-                        meta.insert(), {"key": "schema_version", "value": str(SCHEMA_VERSION)}
-                    )
-                elif int(row[0]) != SCHEMA_VERSION:
-                    raise StoreError(
-                        f"{self.url}: schema version {row[0]}, this ctld knows {SCHEMA_VERSION}"
-                    )
         except sa.exc.SQLAlchemyError as exc:
+            self.engine.dispose()
             raise StoreError(f"cannot open the store {self.url}: {exc}") from exc
+        except StoreError:
+            self.engine.dispose()
+            raise
         self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
         self._writer.start()
 
     def _private_file(self) -> None:
         """The store holds every job's script and environment: owner-only (and its WAL)."""
-        url = sa.engine.make_url(self.url)
+        url = self.engine.url
         if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
             return
         for suffix in ("", "-wal", "-shm"):
@@ -266,20 +399,62 @@ class Store:
             self._queue.put(None)
             self._writer.join(timeout=30)
             self._writer = None
+        if self._backlog:
+            log.error("store closed while down: changes not written", ops=len(self._backlog))
         self.engine.dispose()
+
+    @property
+    def available(self) -> bool:
+        return not self.trouble
+
+    async def wait_available(self) -> None:
+        """Return once the store is up (at once if it is)."""
+        while self.trouble:
+            await asyncio.sleep(self._probe_interval_s)
+
+    def check_writable(self) -> None:
+        """Raise StoreUnavailable while the store is down (before changing anything)."""
+        if self.trouble:
+            raise StoreUnavailable(self._down_message())
+
+    def _down_message(self) -> str:
+        return (
+            f"the store is unavailable ({self.trouble}): changes are refused until it is "
+            "back; queries answer from ctld's memory"
+        )
 
     # ------------------------------------------------------------ writes
 
     def commit(self, *ops: Op) -> asyncio.Future[None]:
-        """Queue ops for the next group commit; the future resolves once they are durable."""
+        """Queue ops for the next group commit; the future resolves once they are durable.
+
+        While the store is down it fails at once with StoreUnavailable."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
+        if self.trouble and self._keep(ops):
+            fut.set_exception(StoreUnavailable(self._down_message()))
+            return fut
         self._queue.put(_Request(list(ops), loop, fut))
         return fut
 
+    def _keep(self, ops: Iterable[Op]) -> bool:
+        """Keep what a refused commit changed in ctld's memory, to write on return.
+
+        New jobs are not kept: a submit whose commit failed was never acknowledged and
+        never entered memory."""
+        with self._backlog_lock:
+            if not self.trouble:  # came back meanwhile: commit normally
+                return False
+            self._backlog.extend(op for op in ops if not op.inserts)
+            return True
+
     def _write_loop(self) -> None:
         while True:
-            first = self._queue.get()
+            try:
+                first = self._queue.get(timeout=self._probe_interval_s if self.trouble else None)
+            except queue.Empty:
+                self._probe()
+                continue
             if first is None:
                 return
             batch = [first]
@@ -293,28 +468,90 @@ class Store:
                     stop = True
                     break
                 batch.append(item)
-            self._commit_batch(batch)
+            if self.trouble:
+                self._probe()
+            if self.trouble:
+                self._refuse(batch)
+            else:
+                self._commit_batch(batch)
             if stop:
                 return
+
+    def _go_down(self, exc: BaseException) -> None:
+        first = not self.trouble
+        self.trouble = _describe(exc)
+        if first:
+            self.down_since = time.time()
+            self.outages += 1
+            log.error("store down: refusing changes", store=self.url, error=self.trouble)
+            self.engine.dispose()  # its pooled connections are dead or stuck
+
+    def _refuse(self, batch: list[_Request]) -> None:
+        error = StoreUnavailable(self._down_message())
+        with self._backlog_lock:
+            for req in batch:
+                self._backlog.extend(op for op in req.ops if not op.inserts)
+        for req in batch:
+            self._finish(req, error)
+        self.requests += len(batch)
+
+    def _probe(self) -> None:
+        """Down: try the database; once it answers, write the backlog and come back up."""
+        replayed = 0
+        while True:
+            with self._backlog_lock:
+                backlog = list(self._backlog)
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(sa.text("SELECT 1"))
+                    _apply(conn, backlog)
+            except Exception as exc:
+                if _is_trouble(exc):
+                    self.trouble = _describe(exc)
+                    return
+                # not the database's absence: the backlog itself cannot be written; ctld's
+                # memory still has those changes and writes each job whole on its next change
+                log.error("store backlog dropped", error=str(exc), ops=len(backlog))
+            replayed += len(backlog)
+            with self._backlog_lock:
+                del self._backlog[: len(backlog)]
+                if not self._backlog:  # else refused while we wrote: once more
+                    self.trouble = ""
+                    break
+        log.warning(
+            "store back: accepting changes",
+            store=self.url,
+            down_s=round(time.time() - self.down_since, 1),
+            replayed=replayed,
+        )
 
     def _commit_batch(self, batch: list[_Request]) -> None:
         try:
             with self.engine.begin() as conn:
                 _apply(conn, (op for req in batch for op in req.ops))
         except Exception as exc:  # isolate the request that failed; the rest still commit
+            if _is_trouble(exc):
+                self._go_down(exc)
+                self._refuse(batch)
+                return
             if len(batch) == 1:
                 self._finish(batch[0], StoreError(f"store commit failed: {exc}"))
+                self.requests += 1
                 return
-            for req in batch:
+            for i, req in enumerate(batch):
                 try:
                     with self.engine.begin() as conn:
                         _apply(conn, req.ops)
                 except Exception as exc:
+                    if _is_trouble(exc):
+                        self._go_down(exc)
+                        self._refuse(batch[i:])
+                        return
                     self._finish(req, StoreError(f"store commit failed: {exc}"))
                 else:
                     self.commits += 1
                     self._finish(req, None)
-            self.requests += len(batch)
+                self.requests += 1
             return
         self.commits += 1
         self.requests += len(batch)
@@ -351,31 +588,34 @@ class Store:
 
     # ------------------------------------------------------------ reads (any thread)
 
+    def _reading(self) -> contextlib.AbstractContextManager[Connection]:
+        return _read_errors(self.engine)
+
     def next_job_id(self) -> int:
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             value = conn.execute(sa.select(sa.func.max(jobs.c.job_id))).scalar()
         return int(value or 0) + 1
 
     def load_jobs(self, *, active_states: Iterable[int], finished_after: float) -> list[pb.Job]:
         """Active jobs, and finished ones that ended after ``finished_after``, with stories."""
         cond = sa.or_(jobs.c.state.in_(list(active_states)), jobs.c.end_time > finished_after)
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             return self._jobs_with_events(conn, sa.select(jobs.c.data).where(cond))
 
     def load_reservations(self) -> list[pb.Reservation]:
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             rows = conn.execute(sa.select(reservations.c.data).order_by(reservations.c.name))
             return [pb.Reservation.FromString(data) for (data,) in rows]
 
     def load_drains(self) -> list[NodeDrain]:
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             rows = conn.execute(sa.select(node_drains).order_by(node_drains.c.name))
             return [NodeDrain(r.name, r.reason, r.reason_time, r.reason_uid) for r in rows]
 
     def finished_since(self, horizon: float) -> list[pb.Job]:
         """Jobs that ran and ended after ``horizon`` (what fair-share usage is made of)."""
         stmt = sa.select(jobs.c.data).where(jobs.c.end_time > horizon, jobs.c.start_time > 0)
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             return self._jobs_with_events(conn, stmt, with_events=False)
 
     def query_jobs(
@@ -390,8 +630,11 @@ class Store:
         start_after: float,
         end_before: float,
         limit: int,
+        after_job_id: int = 0,
     ) -> list[pb.Job]:
         stmt = sa.select(jobs.c.data).order_by(jobs.c.job_id)
+        if after_job_id:
+            stmt = stmt.where(jobs.c.job_id > after_job_id)
         if job_ids:
             stmt = stmt.where(jobs.c.job_id.in_(job_ids))
         if users:
@@ -411,8 +654,63 @@ class Store:
             stmt = stmt.where(jobs.c.submit_time <= end_before)
         if limit:
             stmt = stmt.limit(limit)
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             return self._jobs_with_events(conn, stmt, with_events=False)
+
+    def purge_jobs(
+        self,
+        *,
+        ended_before: float,
+        finished_states: Iterable[int],
+        archive_dir: str = "",
+        chunk: int = 2000,
+    ) -> int:
+        """Delete finished jobs that ended before ``ended_before`` (with their events and
+        earlier runs); with ``archive_dir``, first append each, whole, as a JSON line to
+        ``archive_dir/jobs-YYYY-MM.jsonl`` (the month it ended), made durable before the
+        delete commits: a crash between the two archives a job twice, never loses it."""
+        states = list(finished_states)
+        total = 0
+        while True:
+            cond = sa.and_(
+                jobs.c.state.in_(states), jobs.c.end_time > 0, jobs.c.end_time < ended_before
+            )
+            with self._reading() as conn:
+                ids = [
+                    r[0]
+                    for r in conn.execute(
+                        sa.select(jobs.c.job_id).where(cond).order_by(jobs.c.job_id).limit(chunk)
+                    )
+                ]
+                if not ids:
+                    return total
+                if archive_dir:
+                    found = self._jobs_with_events(
+                        conn, sa.select(jobs.c.data).where(jobs.c.job_id.in_(ids))
+                    )
+                    _archive(archive_dir, found, self.earlier_runs(ids), message_to_json)
+            try:
+                with self.engine.begin() as conn:
+                    for table in (job_events, job_runs):
+                        conn.execute(table.delete().where(table.c.job_id.in_(ids)))
+                    conn.execute(jobs.delete().where(jobs.c.job_id.in_(ids)))
+            except sa.exc.SQLAlchemyError as exc:
+                raise StoreError(f"purge failed: {_describe(exc)}") from exc
+            total += len(ids)
+
+    def earlier_runs(self, job_ids: Iterable[int]) -> list[pb.Job]:
+        """The earlier runs of these jobs (sacct -D), by job id and run."""
+        ids = list(job_ids)
+        out: list[pb.Job] = []
+        with self._reading() as conn:
+            for start in range(0, len(ids), 500):
+                stmt = (
+                    sa.select(job_runs.c.data)
+                    .where(job_runs.c.job_id.in_(ids[start : start + 500]))
+                    .order_by(job_runs.c.job_id, job_runs.c.run)
+                )
+                out.extend(pb.Job.FromString(data) for (data,) in conn.execute(stmt))
+        return out
 
     @staticmethod
     def _jobs_with_events(

@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import os
 import signal
 import socket
+import struct
+import termios
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -43,6 +47,13 @@ TASK_SHIM = (
     "read _ || exit 111; SLURM_TASK_PID=$$; export SLURM_TASK_PID; "
     'cd "$1" 2>/dev/null || cd /tmp; shift; exec "$@"'
 )
+# --pty: the task (a session leader) opens its terminal, which makes it the session's
+# controlling terminal: job control, and Ctrl-C from srun's keyboard as a SIGINT here
+PTY_SHIM = (
+    "read _ || exit 111; SLURM_TASK_PID=$$; export SLURM_TASK_PID; "
+    'cd "$1" 2>/dev/null || cd /tmp; pts=$2; shift 2; '
+    'exec <"$pts" >"$pts" 2>&1; exec "$@"'
+)
 
 
 @dataclass
@@ -53,6 +64,7 @@ class Task:
     exited: asyncio.Future[None]
     out_fds: tuple[int, int]  # read ends of its stdout and stderr pipes
     drain: asyncio.Event = field(default_factory=asyncio.Event)  # read what is there, stop
+    tty: int = -1  # --pty: the terminal's master side, for input and window sizes
 
 
 @dataclass
@@ -73,6 +85,27 @@ class RunningStep:
             if task.process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(task.process.pid, sig)
+
+
+def open_terminal(size: pb.WindowSize, uid: int) -> tuple[int, int, str]:
+    """A pseudo-terminal of ``size`` for a --pty task: (master fd, slave fd, slave path).
+    The task opens the slave again itself (so it becomes its controlling terminal): it
+    must be the user's. The task inherits the slave fd as its stdout meanwhile, so the
+    terminal never looks hung up before the task opened it."""
+    master, slave = os.openpty()
+    path = os.ttyname(slave)
+    if uid >= 0:
+        os.chown(path, uid, -1)
+    set_window(master, size)
+    os.set_blocking(master, False)
+    return master, slave, path
+
+
+def set_window(fd: int, size: pb.WindowSize) -> None:
+    """TIOCSWINSZ: the kernel tells the terminal's foreground job (SIGWINCH)."""
+    rows, cols = size.rows or 24, size.cols or 80
+    with contextlib.suppress(OSError):
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
 def free_port(host: str) -> int:
@@ -170,6 +203,9 @@ class StepRunner:
                     if fd >= 0:
                         os.close(fd)
                 task.out_fds = (-1, -1)
+                if task.tty >= 0:
+                    os.close(task.tty)
+                    task.tty = -1
             self.steps.pop(key, None)
             codes = [c for c, sig in running.exits.values() if not sig]
             signals = [sig for _, sig in running.exits.values() if sig]
@@ -214,27 +250,39 @@ class StepRunner:
             # empty without blocking, so the last output is never cut off
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
+            tty, stdout = -1, out_w
+            shim = [TASK_SHIM, "corral-task", start.cwd or "/"]
+            if rank == 0 and start.HasField("pty"):
+                tty, stdout, pts = open_terminal(start.pty, who.uid if who.pw else -1)
+                shim = [PTY_SHIM, "corral-task", start.cwd or "/", pts]
             try:
                 proc, write_fd, exited = await start_gated(
-                    [TASK_SHIM, "corral-task", start.cwd or "/", *step.spec.argv],
+                    [*shim, *step.spec.argv],
                     who=who,
                     env=env,
-                    stdout=out_w,
+                    stdout=stdout,
                     stderr=err_w,
                     what=f"task {rank}",
                 )
             except BaseException:
                 os.close(out_r)
                 os.close(err_r)
+                if tty >= 0:
+                    os.close(tty)
                 raise
             finally:
                 os.close(out_w)
                 os.close(err_w)
+                if stdout != out_w:
+                    os.close(stdout)  # the task has its own now
+            if tty >= 0:  # its output comes from the terminal; the pipe only ends
+                os.close(out_r)
+                out_r = os.dup(tty)
             try:
                 self.contain(job.job_id, proc.pid)
             except OSError as exc:
                 log.warning("step task not confined", job_id=job.job_id, error=str(exc))
-            running.tasks.append(Task(rank, proc, write_fd, exited, (out_r, err_r)))
+            running.tasks.append(Task(rank, proc, write_fd, exited, (out_r, err_r), tty=tty))
             with contextlib.suppress(OSError):
                 os.write(write_fd, b"go\n")
         log.info(
@@ -330,6 +378,10 @@ class StepRunner:
                     readable.clear()
                     await readable.wait()
                     continue
+                except OSError as exc:  # a terminal whose other side all closed: EIO
+                    if exc.errno == errno.EIO:
+                        return
+                    raise
                 if not chunk:
                     return
                 await queue.put(
@@ -347,7 +399,10 @@ class StepRunner:
             what = item.WhichOneof("what")
             if what == "stdin":
                 for task in readers:
-                    if task.gate_fd >= 0:
+                    if task.tty >= 0:
+                        with contextlib.suppress(OSError):
+                            await asyncio.to_thread(os.write, task.tty, item.stdin)
+                    elif task.gate_fd >= 0:
                         try:
                             await asyncio.to_thread(os.write, task.gate_fd, item.stdin)
                         except OSError:
@@ -357,6 +412,10 @@ class StepRunner:
                     self._close_gate(task)
             elif what == "signal" and 0 < item.signal < signal.NSIG:
                 running.signal(item.signal)
+            elif what == "window":
+                for task in running.tasks:
+                    if task.tty >= 0:
+                        set_window(task.tty, item.window)
 
     async def _reap(self, running: RunningStep) -> None:
         if running.procs is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from corral.testing import LocalCluster
 from tests.conftest import Commands, pid_alive, wait_for
 
@@ -139,6 +141,7 @@ def test_scancel_unknown_or_finished_job_is_silent(cmd: Commands) -> None:
     assert cmd("scancel", "-t", "CD", "-u", "root", check=False).returncode == 0
 
 
+@pytest.mark.parametrize("cluster", ["sqlite", "postgresql"], indirect=True)
 def test_ctld_crash_loses_nothing_acknowledged(cluster: LocalCluster, cmd: Commands) -> None:
     held = cmd("sbatch", "--parsable", "-H", "--wrap", "true").stdout.strip()
     running = cmd(

@@ -322,3 +322,135 @@ def test_pending_on_drained_nodes_shows_req_node_not_avail(two: Commands) -> Non
     assert "down or drained (node[01-02])" in why and wanted in why
     two("scontrol", "update", "NodeName=node[01-02]", "State=RESUME")
     two.wait_state(job_id, "COMPLETED")
+
+
+# ------------------------------------------------------------------ squeue -O, scontrol update
+
+
+def test_squeue_long_format_fields_with_widths(two: Commands) -> None:
+    # squeue(1) -O "type[:[.][size][suffix]]": SIZE wide (default 20), '.' right-justifies
+    job_id = two("sbatch", "--parsable", "-H", "-J", "fmtjob", "--wrap", "true").stdout.strip()
+    out = two("squeue", "-O", "JobID:8,Name:.10,State:10|,UserName", "-j", job_id).stdout
+    header, row = out.splitlines()
+    assert header == f"{'JOBID':<8}{'NAME':>10}{'STATE':<10}|{'USER':<20}"
+    import getpass
+
+    assert row == f"{job_id:<8}{'fmtjob':>10}{'PENDING':<10}|{getpass.getuser():<20}"
+    bad = two("squeue", "--Format=NoSuchField", check=False)
+    assert bad.returncode == 1 and "Invalid job format specification: NoSuchField" in bad.stderr
+
+
+def test_scontrol_update_job_name_pending_and_running(two: Commands) -> None:
+    # scontrol(1): JobName=<name> (or Name=) may be changed, pending or running
+    held = two("sbatch", "--parsable", "-H", "-J", "old", "--wrap", "true").stdout.strip()
+    two("scontrol", "update", f"JobId={held}", "Name=renamed")
+    assert two("squeue", "-h", "-o", "%j", "-j", held).stdout.strip() == "renamed"
+    running = two("sbatch", "--parsable", "--wrap", "sleep 30").stdout.strip()
+    two.wait_state(running, "RUNNING")
+    two("scontrol", "update", "job", running, "JobName=later")
+    assert "JobName=later" in two("scontrol", "show", "job", running).stdout
+    two("scancel", held, running)
+    two.wait_state(running, "CANCELLED")
+    names = two("sacct", "-X", "-n", "-P", "-o", "JobName", "-j", f"{held},{running}").stdout
+    assert names.split() == ["renamed", "later"]
+
+
+# ------------------------------------------------------------------ srun --pty
+
+
+def test_srun_pty_bash_is_a_real_terminal(two: Commands) -> None:
+    # srun(1) --pty: task zero in pseudo terminal mode; researchers run `srun --pty bash`
+    # for interactive sessions: job control, window size, Ctrl-C to the task
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+    proc = subprocess.Popen(
+        [str(BIN / "srun"), "--pty", "bash", "--norc", "--noprofile", "-i"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=two.cwd,
+        env={**two.env, "PS1": "prompt> ", "TERM": "xterm"},
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = b""
+
+    def expect(pattern: str, timeout: float = 30) -> str:
+        import re
+
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern.encode(), seen):
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {pattern!r} in {seen.decode(errors='replace')!r}"
+            if select.select([master], [], [], left)[0]:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:
+                    break
+        found = seen.decode(errors="replace")
+        seen = b""
+        return found
+
+    try:
+        expect("prompt> ")
+        os.write(master, b"tty; echo flags=$-; stty size\r")
+        out = expect(r"\d+ \d+\r\n.*prompt> ")
+        assert "/dev/pts/" in out and "not a tty" not in out, out
+        import re
+
+        flags = re.findall(r"flags=(\w+)", out)[-1]  # the echo's output, not the typed line
+        assert "m" in flags and "i" in flags, out  # job control is on
+        assert "33 101" in out, out
+        os.write(master, b"sleep 313\r")
+        expect("sleep 313")
+
+        def sleeping() -> bool:  # Ctrl-C before sleep runs would reach bash itself
+            for entry in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                        if fh.read() == b"sleep\x00313\x00":
+                            return True
+                except OSError:
+                    continue
+            return False
+
+        wait_for(sleeping, 20, "sleep to run")
+        os.write(master, b"\x03")  # Ctrl-C: a byte to the terminal, SIGINT to sleep
+        expect("prompt> ", timeout=20)  # sleep died: the shell is back
+        os.write(master, b"echo status=$?\r")
+        assert "status=130" in expect(r"status=\d+\r\n", timeout=20)
+        os.write(master, b"exit 0\r")
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_sbatch_test_only_estimates_and_submits_nothing(two: Commands) -> None:
+    # sbatch(1) --test-only: "return an estimate of when a job would be scheduled to
+    # run ... No job is actually submitted"; Slurm prints the start, CPUs, nodes and
+    # partition on stderr
+    import re
+
+    before = two.cluster.client().get_cluster_info({})["nextJobId"]
+    out = two("sbatch", "--test-only", "-N2", "-c", "2", "--wrap", "true")
+    assert out.stdout == ""
+    assert re.fullmatch(
+        rf"sbatch: Job {before} to start at \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d using 4 "
+        r"processors on nodes node\[01-02\] in partition debug\n",
+        out.stderr,
+    ), out.stderr
+    assert two.cluster.client().get_cluster_info({})["nextJobId"] == before
+    assert two.cluster.client().get_jobs({}).get("jobs", []) == []
+    bad = two("sbatch", "--test-only", "-p", "nosuch", "--wrap", "true", check=False)
+    assert bad.returncode == 1 and "Invalid partition name specified" in bad.stderr

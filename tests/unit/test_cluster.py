@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import pathlib
 
 import pytest
 
@@ -46,10 +45,10 @@ def spec(**kw: object) -> pb.JobSpec:
 
 
 @pytest.fixture
-async def env(tmp_path: pathlib.Path):  # type: ignore[no-untyped-def]
+async def env(store_url: str):  # type: ignore[no-untyped-def]
     clock = ManualClock()
     disp = RecordingDispatcher()
-    url = f"sqlite:///{tmp_path}/ctld.db"
+    url = store_url
     cluster = make_cluster(CONFIG, url, clock=clock, dispatcher=disp)
     await register_all(cluster)
     yield cluster, clock, disp, url
@@ -382,3 +381,36 @@ async def test_uneven_tasks_count_as_asked(env) -> None:  # type: ignore[no-unty
     await drain(cluster)
     environ = batch_environment(job, job.batch_host, "c")
     assert environ["SLURM_NTASKS"] == "5" and environ["SLURM_TASKS_PER_NODE"] == "3,2"
+
+
+async def test_each_run_of_a_requeued_job_is_kept_for_sacct_duplicates(env) -> None:  # type: ignore[no-untyped-def]
+    from ctld.auth import ClaimedIdentity
+    from ctld.rpc import ControllerApi
+
+    cluster, clock, *_ = env
+    job = await cluster.submit(ALICE, spec(gpus_per_node=2))
+    await drain(cluster)
+    first_start, first_nodes = job.start_time, job.nodelist
+    clock.advance(30)
+    await cluster.register_node(registration(cluster, job.batch_host))  # it lost the job
+    assert job.state == js.PENDING and job.restart_count == 1
+    clock.advance(5)
+    await drain(cluster)
+    assert job.state == js.RUNNING
+    await cluster.cancel(ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[job.job_id])))
+
+    (run,) = cluster.store.earlier_runs([job.job_id])
+    # lost by its node: that run ended NODE_FAIL (docs/reliability.md)
+    assert run.state == pb.JOB_STATE_NODE_FAIL and run.restart_count == 0
+    assert run.start_time == first_start and run.nodelist == first_nodes
+    assert run.end_time == first_start + 30
+    assert not run.spec.script  # the job row keeps the script; a run needs none
+
+    api = ControllerApi(cluster, ClaimedIdentity())
+    req = pb.QueryAccountingRequest(filter=pb.JobFilter(job_ids=[job.job_id]))
+    plain = await api.query_accounting(req, ALICE)
+    assert [j.restart_count for j in plain.jobs] == [1]
+    req.duplicates = True
+    both = await api.query_accounting(req, ALICE)
+    assert [(j.job_id, j.restart_count) for j in both.jobs] == [(job.job_id, 0), (job.job_id, 1)]
+    assert [j.state for j in both.jobs] == [pb.JOB_STATE_NODE_FAIL, job.state]

@@ -30,6 +30,16 @@ def test_good_config_parses_with_defaults() -> None:
     assert part is not None
     assert (part.max_time_s, part.default_time_s) == (2 * 86400, 3600)
     assert cfg.controller.effective_store_url == "sqlite:////tmp/x/corral.db"
+    assert cfg.controller.purge_job_after_s == 0  # by default the store keeps every job
+
+
+def test_job_retention_keys() -> None:
+    import copy
+
+    data = copy.deepcopy(GOOD)
+    data["controller"].update(purge_job_after="365-00:00:00", archive_dir="/srv/corral/archive")
+    ctl = parse_config(data).controller
+    assert ctl.purge_job_after_s == 365 * 86400 and ctl.archive_dir == "/srv/corral/archive"
 
 
 @pytest.mark.parametrize(
@@ -37,6 +47,7 @@ def test_good_config_parses_with_defaults() -> None:
     [
         (lambda d: d["controller"].update(grpc_port="x"), "controller.grpc_port: expected an"),
         (lambda d: d["controller"].update(grpc_prot=1), "controller.grpc_prot: unknown key"),
+        (lambda d: d["controller"].update(purge_job_after="a year"), "purge_job_after"),
         (lambda d: d["partitions"][0].update(max_time="soon"), "partitions[0].max_time"),
         (lambda d: d["partitions"][0].update(nodes="cpu01"), "partitions[0].nodes: 'cpu01'"),
         (lambda d: d["nodes"][0].update(names="gpu[01-"), "nodes[0].names"),

@@ -84,7 +84,7 @@ async def test_late_then_down_requeues_and_kills_the_other_part(tmp_path: pathli
     assert node.down and node.state == pb.NODE_STATE_DOWN and node.reason == "Not responding"
     assert job.state == js.PENDING and job.restart_count == 1
     assert list(job.failed_nodes) == [dead]
-    (run,) = job.earlier_runs
+    (run,) = cluster.store.earlier_runs([job.job_id])
     assert run.state == js.NODE_FAIL and run.nodelist and "DOWN" in run.reason
     kills = [(n, r) for n, r in disp.signalled if r.job_id == job.job_id]
     assert {n for n, _ in kills} == {dead, other}  # the dead one too: it may still answer
@@ -181,7 +181,7 @@ async def test_stale_and_lost_reports(tmp_path: pathlib.Path) -> None:
     )
     await cluster.report_status(pb.ReportJobStatusRequest(node=node, updates=[lost]))
     assert job.state == js.PENDING and job.restart_count == 1
-    assert job.earlier_runs[0].reason == "noded restarted"
+    assert cluster.store.earlier_runs([job.job_id])[0].reason == "noded restarted"
 
 
 async def test_scontrol_requeue_and_requeuehold(tmp_path: pathlib.Path) -> None:
@@ -207,7 +207,7 @@ async def test_scontrol_requeue_and_requeuehold(tmp_path: pathlib.Path) -> None:
         )
         await cluster.report_status(pb.ReportJobStatusRequest(node="n1", updates=[done]))
         assert job.state == js.PENDING and job.hold == hold
-        assert job.earlier_runs[-1].state == pb.JOB_STATE_REQUEUED
+        assert cluster.store.earlier_runs([job.job_id])[-1].state == pb.JOB_STATE_REQUEUED
         if hold == pb.HOLD_NONE:
             await settle(cluster)
             assert job.state == js.RUNNING

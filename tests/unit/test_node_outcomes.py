@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import pathlib
 
 import pytest
 
@@ -31,10 +30,10 @@ def config(action: str = "flag") -> object:
 
 
 async def started(
-    tmp_path: pathlib.Path, action: str = "flag"
+    store_url: str, action: str = "flag"
 ) -> tuple[Cluster, pb.Job, RecordingDispatcher, str]:
     disp = RecordingDispatcher()
-    url = f"sqlite:///{tmp_path}/ctld.db"
+    url = store_url
     cluster = make_cluster(config(action), url, clock=ManualClock(), dispatcher=disp)  # type: ignore[arg-type]
     await register_all(cluster)
     job = await cluster.submit(
@@ -62,9 +61,9 @@ async def report(cluster: Cluster, job: pb.Job, **kw: object) -> None:
     ],
 )
 async def test_end_reasons_become_slurm_states_with_usage(
-    tmp_path: pathlib.Path, reason: int, state: int, why: str
+    store_url: str, reason: int, state: int, why: str
 ) -> None:
-    cluster, job, _, _ = await started(tmp_path)
+    cluster, job, _, _ = await started(store_url)
     usage = pb.JobUsage(max_rss_kb=2048, user_cpu_s=1.5, gpu_util_max=90.0)
     await report(
         cluster, job, kind=Update.KIND_EXITED, exit_signal=9, end_reason=reason, usage=usage
@@ -75,9 +74,9 @@ async def test_end_reasons_become_slurm_states_with_usage(
 
 
 async def test_prolog_failure_requeues_the_job_and_drains_the_node_durably(
-    tmp_path: pathlib.Path,
+    store_url: str,
 ) -> None:
-    cluster, job, _, url = await started(tmp_path)
+    cluster, job, _, url = await started(store_url)
     node = job.batch_host
     await report(
         cluster,
@@ -100,9 +99,9 @@ async def test_prolog_failure_requeues_the_job_and_drains_the_node_durably(
 
 
 async def test_other_launch_failures_fail_the_job_with_the_nodes_words(
-    tmp_path: pathlib.Path,
+    store_url: str,
 ) -> None:
-    cluster, job, _, _ = await started(tmp_path)
+    cluster, job, _, _ = await started(store_url)
     await report(
         cluster, job, kind=Update.KIND_LAUNCH_FAILED, detail="user alice is unknown on node n1"
     )
@@ -112,8 +111,8 @@ async def test_other_launch_failures_fail_the_job_with_the_nodes_words(
     cluster.store.close()
 
 
-async def test_node_faults_drain_and_keep_the_first_reason(tmp_path: pathlib.Path) -> None:
-    cluster, job, _, _ = await started(tmp_path)
+async def test_node_faults_drain_and_keep_the_first_reason(store_url: str) -> None:
+    cluster, job, _, _ = await started(store_url)
     node = cluster.nodes[job.batch_host]
     await cluster.node_faults(node, [pb.NodeHealthEvent(reason="GPU 3 XID 79", time=5.0)])
     await cluster.node_faults(node, [pb.NodeHealthEvent(reason="GPU 1 lost")])
@@ -124,8 +123,8 @@ async def test_node_faults_drain_and_keep_the_first_reason(tmp_path: pathlib.Pat
     cluster.store.close()
 
 
-async def test_update_node_checks_who_and_what(tmp_path: pathlib.Path) -> None:
-    cluster, _, _, _ = await started(tmp_path)
+async def test_update_node_checks_who_and_what(store_url: str) -> None:
+    cluster, _, _, _ = await started(store_url)
     with pytest.raises(PermissionDenied):
         await cluster.update_node(
             ALICE, pb.UpdateNodeRequest(names=["n1"], state="DRAIN", reason="x")
@@ -140,8 +139,8 @@ async def test_update_node_checks_who_and_what(tmp_path: pathlib.Path) -> None:
     cluster.store.close()
 
 
-async def test_idle_gpus_flag_and_clear(tmp_path: pathlib.Path) -> None:
-    cluster, job, disp, _ = await started(tmp_path, "flag")
+async def test_idle_gpus_flag_and_clear(store_url: str) -> None:
+    cluster, job, disp, _ = await started(store_url, "flag")
     await report(cluster, job, kind=Update.KIND_IDLE_GPUS, time=123.0)
     assert job.idle_gpus_since == 123.0 and job.reason == "IdleGPUs"
     assert job.state == js.RUNNING and not disp.signalled
@@ -150,8 +149,8 @@ async def test_idle_gpus_flag_and_clear(tmp_path: pathlib.Path) -> None:
     cluster.store.close()
 
 
-async def test_idle_gpus_cancel_policy_cancels(tmp_path: pathlib.Path) -> None:
-    cluster, job, disp, _ = await started(tmp_path, "cancel")
+async def test_idle_gpus_cancel_policy_cancels(store_url: str) -> None:
+    cluster, job, disp, _ = await started(store_url, "cancel")
     await report(cluster, job, kind=Update.KIND_IDLE_GPUS, time=50.0)
     assert job.state == js.COMPLETING
     assert [r.terminate for _, r in disp.signalled] == [True]
@@ -160,8 +159,8 @@ async def test_idle_gpus_cancel_policy_cancels(tmp_path: pathlib.Path) -> None:
     cluster.store.close()
 
 
-async def test_idle_gpus_requeue_policy_requeues(tmp_path: pathlib.Path) -> None:
-    cluster, job, disp, _ = await started(tmp_path, "requeue")
+async def test_idle_gpus_requeue_policy_requeues(store_url: str) -> None:
+    cluster, job, disp, _ = await started(store_url, "requeue")
     await report(cluster, job, kind=Update.KIND_IDLE_GPUS, time=50.0)
     assert job.state == js.RUNNING and [r.terminate for _, r in disp.signalled] == [True]
     await report(cluster, job, kind=Update.KIND_EXITED, exit_signal=15, signalled_by_request=True)
@@ -169,11 +168,9 @@ async def test_idle_gpus_requeue_policy_requeues(tmp_path: pathlib.Path) -> None
     cluster.store.close()
 
 
-async def allocation(tmp_path: pathlib.Path) -> tuple[Cluster, pb.Job, RecordingDispatcher]:
+async def allocation(store_url: str) -> tuple[Cluster, pb.Job, RecordingDispatcher]:
     disp = RecordingDispatcher()
-    cluster = make_cluster(
-        config(), f"sqlite:///{tmp_path}/a.db", clock=ManualClock(), dispatcher=disp
-    )  # type: ignore[arg-type]
+    cluster = make_cluster(config(), store_url, clock=ManualClock(), dispatcher=disp)  # type: ignore[arg-type]
     await register_all(cluster)
     job = await cluster.submit(
         ALICE,
@@ -187,8 +184,8 @@ async def allocation(tmp_path: pathlib.Path) -> tuple[Cluster, pb.Job, Recording
     return cluster, job, disp
 
 
-async def test_allocation_runs_nothing_and_hosts_steps(tmp_path: pathlib.Path) -> None:
-    cluster, job, disp = await allocation(tmp_path)
+async def test_allocation_runs_nothing_and_hosts_steps(store_url: str) -> None:
+    cluster, job, disp = await allocation(store_url)
     assert job.state == js.RUNNING and not disp.launched  # no batch script to launch
     step = await cluster.create_step(ALICE, pb.StepSpec(job_id=job.job_id, ntasks=4, argv=["x"]))
     assert step.step_id == 0 and step.nodelist == "n[1-2]" and step.ntasks == 4
@@ -203,8 +200,8 @@ async def test_allocation_runs_nothing_and_hosts_steps(tmp_path: pathlib.Path) -
     cluster.store.close()
 
 
-async def test_scancel_of_a_step_and_of_an_allocation(tmp_path: pathlib.Path) -> None:
-    cluster, job, disp = await allocation(tmp_path)
+async def test_scancel_of_a_step_and_of_an_allocation(store_url: str) -> None:
+    cluster, job, disp = await allocation(store_url)
     await cluster.create_step(ALICE, pb.StepSpec(job_id=job.job_id))
     out = await cluster.cancel(
         ALICE, pb.CancelJobsRequest(steps=[pb.StepRef(job_id=job.job_id, step_id=0)])
@@ -223,8 +220,8 @@ async def test_scancel_of_a_step_and_of_an_allocation(tmp_path: pathlib.Path) ->
     cluster.store.close()
 
 
-async def test_allocation_past_its_limit_times_out(tmp_path: pathlib.Path) -> None:
-    cluster, job, _ = await allocation(tmp_path)
+async def test_allocation_past_its_limit_times_out(store_url: str) -> None:
+    cluster, job, _ = await allocation(store_url)
     cluster.clock.advance(61)  # type: ignore[attr-defined]
     await cluster.enforce_allocation_limits()
     assert job.state == js.TIMEOUT and job.reason == "TimeLimit"
@@ -232,12 +229,10 @@ async def test_allocation_past_its_limit_times_out(tmp_path: pathlib.Path) -> No
 
 
 async def test_a_batch_job_that_ends_takes_its_steps_elsewhere_along(
-    tmp_path: pathlib.Path,
+    store_url: str,
 ) -> None:
     disp = RecordingDispatcher()
-    cluster = make_cluster(
-        config(), f"sqlite:///{tmp_path}/b.db", clock=ManualClock(), dispatcher=disp
-    )  # type: ignore[arg-type]
+    cluster = make_cluster(config(), store_url, clock=ManualClock(), dispatcher=disp)  # type: ignore[arg-type]
     await register_all(cluster)
     job = await cluster.submit(
         ALICE, pb.JobSpec(script="#!/bin/sh\n", work_dir="/tmp", name="t", nodes_min=2)
@@ -253,8 +248,8 @@ async def test_a_batch_job_that_ends_takes_its_steps_elsewhere_along(
     cluster.store.close()
 
 
-async def test_reports_about_a_cancelled_job_end_it_cancelled(tmp_path: pathlib.Path) -> None:
-    cluster, job, _, _ = await started(tmp_path)
+async def test_reports_about_a_cancelled_job_end_it_cancelled(store_url: str) -> None:
+    cluster, job, _, _ = await started(store_url)
     node = job.batch_host
     await cluster.cancel(ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[job.job_id])))
     assert job.state == js.COMPLETING
@@ -265,9 +260,9 @@ async def test_reports_about_a_cancelled_job_end_it_cancelled(tmp_path: pathlib.
 
 
 async def test_a_step_ends_once_every_node_says_its_tasks_are_gone(
-    tmp_path: pathlib.Path,
+    store_url: str,
 ) -> None:
-    cluster, job, _ = await allocation(tmp_path)
+    cluster, job, _ = await allocation(store_url)
     await cluster.create_step(ALICE, pb.StepSpec(job_id=job.job_id))
     for node, code, state in (("n1", 3, js.RUNNING), ("n2", 0, js.FAILED)):
         upd = Update(job_id=job.job_id, kind=Update.KIND_STEP_ENDED, step_id=0, exit_code=code)

@@ -241,30 +241,32 @@ def test_bad_time() -> None:
         parse_when("soon", NOW)
 
 
-def test_duplicates_lists_each_run_of_a_requeued_job() -> None:
-    requeued = job(
-        7,
-        "COMPLETED",
-        startTime=NOW - 100,
-        endTime=NOW - 10,
-        nodelist="node03",
-        restartCount=1,
-        earlierRuns=[
-            {
-                "startTime": NOW - 300,
-                "endTime": NOW - 200,
-                "nodelist": "node01",
-                "state": "JOB_STATE_NODE_FAIL",
-                "reason": "node node01 DOWN",
-            }
-        ],
+def test_duplicates_show_each_run_of_a_requeued_job() -> None:
+    first = job(7, "REQUEUED", startTime=NOW - 900, endTime=NOW - 600)
+    first.update(nodelist="node02", batchHost="node02")
+    last = job(7, "COMPLETED", restartCount=1)
+    out = format_accounting(
+        reply(first, last), "JobID,State,Start,End,NodeList,Restarts", parsable="P"
     )
-    reply = {"jobs": [requeued], "now": NOW}
-    fields = "JobID,State,NodeList,Start"
-    latest = format_accounting(reply, fields, steps=False, parsable="P")
-    assert latest.splitlines()[1:] == ["7|COMPLETED|node03|2026-12-02T11:58:20"]
-    every = format_accounting(reply, fields, steps=False, parsable="P", duplicates=True)
-    assert every.splitlines()[1:] == [
-        "7|NODE_FAIL|node01|2026-12-02T11:55:00",
-        "7|COMPLETED|node03|2026-12-02T11:58:20",
+    assert out.splitlines() == [
+        "JobID|State|Start|End|NodeList|Restarts",
+        "7|REQUEUED|2026-12-02T11:45:00|2026-12-02T11:50:00|node02|0",
+        "7.batch|REQUEUED|2026-12-02T11:45:00|2026-12-02T11:50:00|node02|",
+        "7|COMPLETED|2026-12-02T11:55:00|2026-12-02T11:57:00|node01|1",
+        "7.batch|COMPLETED|2026-12-02T11:55:00|2026-12-02T11:57:00|node01|",
     ]
+
+
+def test_duplicates_flag_asks_for_earlier_runs() -> None:
+    opts = {"duplicates": True, "jobs": "7"}
+    assert build_request(opts, "alice", 1000, NOW)["duplicates"] is True
+    assert "duplicates" not in build_request({"jobs": "7"}, "alice", 1000, NOW)
+
+
+def test_accounts_partitions_and_names_are_filtered_by_the_store() -> None:
+    opts = {"accounts": "physics,bio", "partition": "gpu", "name": "train", "allusers": True}
+    assert build_request(opts, "alice", 1000, NOW)["filter"] == {
+        "accounts": ["physics", "bio"],
+        "partitions": ["gpu"],
+        "names": ["train"],
+    }

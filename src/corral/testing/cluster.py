@@ -63,6 +63,7 @@ class LocalCluster(Harness):
     sample_interval_s: float = 1.0
     grpc_port: int = 0
     http_port: int = 0
+    store_url: str = ""  # empty: SQLite in state_dir
     # "loopback": nodes on 127.0.0.2, .3, ...; "netns": each node in a network namespace
     # of its own with its own hostname (root only); "auto": netns when possible
     isolation: str = "loopback"
@@ -164,6 +165,7 @@ host = "{self.controller_host}"
 grpc_port = {self.grpc_port}
 http_port = {self.http_port}
 state_dir = "{self.state_dir}"
+store_url = "{self.store_url}"
 kill_wait_s = {self.kill_wait_s}
 sched_interval_s = 2.0
 
@@ -201,6 +203,11 @@ max_time = "1-00:00:00"
             f"export CORRAL_CTLD_HTTP={self.http_address}\n"
             f"export CORRAL_CTLD_GRPC={self.grpc_address}\n"
             f'export PATH="{bindir}:$PATH"\n'
+            "hash -r 2>/dev/null  # a shell that ran Slurm's sbatch must not keep using it\n"
+            f'if [ "$(command -v sbatch)" != "{bindir}/sbatch" ]; then\n'
+            "  echo \"warning: sbatch is $(command -v sbatch), not corral's "
+            f'({bindir}/sbatch): an alias or function shadows it" >&2\n'
+            "fi\n"
         )
 
     # ------------------------------------------------------------ processes

@@ -470,45 +470,6 @@ class JobEvent(_message.Message):
 Global___JobEvent: _TypeAlias = JobEvent  # noqa: Y015
 
 @_typing.final
-class JobRun(_message.Message):
-    """One earlier run of a requeued job, as sacct -D lists it."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    START_TIME_FIELD_NUMBER: _builtins.int
-    END_TIME_FIELD_NUMBER: _builtins.int
-    NODELIST_FIELD_NUMBER: _builtins.int
-    STATE_FIELD_NUMBER: _builtins.int
-    REASON_FIELD_NUMBER: _builtins.int
-    RESTART_COUNT_FIELD_NUMBER: _builtins.int
-    start_time: _builtins.float
-    end_time: _builtins.float
-    nodelist: _builtins.str
-    state: Global___JobState.ValueType
-    """how the run ended: NODE_FAIL, REQUEUED"""
-    reason: _builtins.str
-    """why ("node node02 DOWN: Not responding", "scontrol requeue")"""
-    restart_count: _builtins.int
-    """which run it was (0: the first)"""
-    def __init__(
-        self,
-        *,
-        start_time: _builtins.float = ...,
-        end_time: _builtins.float = ...,
-        nodelist: _builtins.str = ...,
-        state: Global___JobState.ValueType = ...,
-        reason: _builtins.str = ...,
-        restart_count: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "nodelist", b"nodelist", "reason", b"reason", "restart_count", b"restart_count", "start_time", b"start_time", "state", b"state"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___JobRun: _TypeAlias = JobRun  # noqa: Y015
-
-@_typing.final
 class Job(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -545,7 +506,6 @@ class Job(_message.Message):
     RESTART_COUNT_FIELD_NUMBER: _builtins.int
     CANCELLED_BY_UID_FIELD_NUMBER: _builtins.int
     FAILED_NODES_FIELD_NUMBER: _builtins.int
-    EARLIER_RUNS_FIELD_NUMBER: _builtins.int
     EXPECTED_START_FIELD_NUMBER: _builtins.int
     FORECAST_NODES_FIELD_NUMBER: _builtins.int
     WAITS_FOR_FIELD_NUMBER: _builtins.int
@@ -629,10 +589,6 @@ class Job(_message.Message):
         """
 
     @_builtins.property
-    def earlier_runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobRun]:
-        """runs before a requeue (sacct -D), oldest first"""
-
-    @_builtins.property
     def waits_for(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """running jobs whose end frees what it needs"""
 
@@ -684,7 +640,6 @@ class Job(_message.Message):
         restart_count: _builtins.int = ...,
         cancelled_by_uid: _builtins.int | None = ...,
         failed_nodes: _abc.Iterable[_builtins.str] | None = ...,
-        earlier_runs: _abc.Iterable[Global___JobRun] | None = ...,
         expected_start: _builtins.float = ...,
         forecast_nodes: _builtins.str = ...,
         waits_for: _abc.Iterable[_builtins.int] | None = ...,
@@ -701,7 +656,7 @@ class Job(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "priority_factors", b"priority_factors", "spec", b"spec", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "earlier_runs", b"earlier_runs", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__admin_priority: _TypeAlias = _typing.Literal["admin_priority"]  # noqa: Y015
     _WhichOneofArgType__admin_priority: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority"]  # noqa: Y015
@@ -1384,16 +1339,20 @@ class SubmitJobRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SPEC_FIELD_NUMBER: _builtins.int
+    TEST_ONLY_FIELD_NUMBER: _builtins.int
+    test_only: _builtins.bool
+    """sbatch --test-only: validate and estimate, submit nothing"""
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     def __init__(
         self,
         *,
         spec: Global___JobSpec | None = ...,
+        test_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec", "test_only", b"test_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1405,21 +1364,64 @@ class SubmitJobResponse(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
+    ESTIMATE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
+    """with test_only: the id the job would get"""
     cluster: _builtins.str
+    @_builtins.property
+    def estimate(self) -> Global___TestOnlyEstimate: ...
     def __init__(
         self,
         *,
         job_id: _builtins.int = ...,
         cluster: _builtins.str = ...,
+        estimate: Global___TestOnlyEstimate | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_estimate", b"_estimate", "estimate", b"estimate"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_estimate", b"_estimate", "cluster", b"cluster", "estimate", b"estimate", "job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__estimate: _TypeAlias = _typing.Literal["estimate"]  # noqa: Y015
+    _WhichOneofArgType__estimate: _TypeAlias = _typing.Literal["_estimate", b"_estimate"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__estimate) -> _WhichOneofReturnType__estimate | None: ...
+
+Global___SubmitJobResponse: _TypeAlias = SubmitJobResponse  # noqa: Y015
+
+@_typing.final
+class TestOnlyEstimate(_message.Message):
+    """When and where a job would start now (sbatch --test-only)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    CPUS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    start: _builtins.float
+    """0: not within the plan's horizon"""
+    partition: _builtins.str
+    nodes: _builtins.str
+    """hostlist"""
+    cpus: _builtins.int
+    reason: _builtins.str
+    """why it would wait, when it would not start at once"""
+    def __init__(
+        self,
+        *,
+        start: _builtins.float = ...,
+        partition: _builtins.str = ...,
+        nodes: _builtins.str = ...,
+        cpus: _builtins.int = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "job_id", b"job_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpus", b"cpus", "nodes", b"nodes", "partition", b"partition", "reason", b"reason", "start", b"start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___SubmitJobResponse: _TypeAlias = SubmitJobResponse  # noqa: Y015
+Global___TestOnlyEstimate: _TypeAlias = TestOnlyEstimate  # noqa: Y015
 
 @_typing.final
 class JobFilter(_message.Message):
@@ -1639,11 +1641,19 @@ class QueryAccountingRequest(_message.Message):
     START_AFTER_FIELD_NUMBER: _builtins.int
     END_BEFORE_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    DUPLICATES_FIELD_NUMBER: _builtins.int
+    AFTER_JOB_ID_FIELD_NUMBER: _builtins.int
     start_after: _builtins.float
     """-S: jobs that were eligible/running after this"""
     end_before: _builtins.float
     """-E"""
     limit: _builtins.int
+    duplicates: _builtins.bool
+    """-D: each earlier run of a requeued job too, before its current record (state
+    REQUEUED, restart_count = the run's number)
+    """
+    after_job_id: _builtins.int
+    """paging: only jobs with a larger id (sacct reads a big history page by page)"""
     @_builtins.property
     def filter(self) -> Global___JobFilter: ...
     def __init__(
@@ -1653,10 +1663,12 @@ class QueryAccountingRequest(_message.Message):
         start_after: _builtins.float = ...,
         end_before: _builtins.float = ...,
         limit: _builtins.int = ...,
+        duplicates: _builtins.bool = ...,
+        after_job_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_before", b"end_before", "filter", b"filter", "limit", b"limit", "start_after", b"start_after"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_job_id", b"after_job_id", "duplicates", b"duplicates", "end_before", b"end_before", "filter", b"filter", "limit", b"limit", "start_after", b"start_after"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1779,6 +1791,7 @@ class UpdateJobRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     NICE_FIELD_NUMBER: _builtins.int
     NUM_NODES_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
     action: Global___JobUpdateAction.ValueType
     time_limit_s: _builtins.int
     """-- JOB_UPDATE_FIELDS (field numbers 100+) --
@@ -1789,6 +1802,8 @@ class UpdateJobRequest(_message.Message):
     nice: _builtins.int
     """negative: operators only"""
     num_nodes: _builtins.int
+    name: _builtins.str
+    """JobName=/Name=: pending or running"""
     @_builtins.property
     def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -1805,11 +1820,14 @@ class UpdateJobRequest(_message.Message):
         priority: _builtins.int | None = ...,
         nice: _builtins.int | None = ...,
         num_nodes: _builtins.int | None = ...,
+        name: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "nice", b"nice", "num_nodes", b"num_nodes", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_name", b"_name", "_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "name", b"name", "nice", b"nice", "num_nodes", b"num_nodes", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "action", b"action", "job_ids", b"job_ids", "nice", b"nice", "num_nodes", b"num_nodes", "partitions", b"partitions", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_name", b"_name", "_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "action", b"action", "job_ids", b"job_ids", "name", b"name", "nice", b"nice", "num_nodes", b"num_nodes", "partitions", b"partitions", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__name: _TypeAlias = _typing.Literal["name"]  # noqa: Y015
+    _WhichOneofArgType__name: _TypeAlias = _typing.Literal["_name", b"_name"]  # noqa: Y015
     _WhichOneofReturnType__nice: _TypeAlias = _typing.Literal["nice"]  # noqa: Y015
     _WhichOneofArgType__nice: _TypeAlias = _typing.Literal["_nice", b"_nice"]  # noqa: Y015
     _WhichOneofReturnType__num_nodes: _TypeAlias = _typing.Literal["num_nodes"]  # noqa: Y015
@@ -1818,6 +1836,8 @@ class UpdateJobRequest(_message.Message):
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
     _WhichOneofReturnType__time_limit_s: _TypeAlias = _typing.Literal["time_limit_s"]  # noqa: Y015
     _WhichOneofArgType__time_limit_s: _TypeAlias = _typing.Literal["_time_limit_s", b"_time_limit_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__name) -> _WhichOneofReturnType__name | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__nice) -> _WhichOneofReturnType__nice | None: ...
     @_typing.overload
@@ -2994,11 +3014,16 @@ class TaskInput(_message.Message):
     STDIN_FIELD_NUMBER: _builtins.int
     STDIN_EOF_FIELD_NUMBER: _builtins.int
     SIGNAL_FIELD_NUMBER: _builtins.int
+    WINDOW_FIELD_NUMBER: _builtins.int
     stdin: _builtins.bytes
     stdin_eof: _builtins.bool
     signal: _builtins.int
     @_builtins.property
     def start(self) -> Global___RunTasksRequest: ...
+    @_builtins.property
+    def window(self) -> Global___WindowSize:
+        """--pty: srun's terminal was resized"""
+
     def __init__(
         self,
         *,
@@ -3006,16 +3031,39 @@ class TaskInput(_message.Message):
         stdin: _builtins.bytes = ...,
         stdin_eof: _builtins.bool = ...,
         signal: _builtins.int = ...,
+        window: Global___WindowSize | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["signal", b"signal", "start", b"start", "stdin", b"stdin", "stdin_eof", b"stdin_eof", "what", b"what"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["signal", b"signal", "start", b"start", "stdin", b"stdin", "stdin_eof", b"stdin_eof", "what", b"what", "window", b"window"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["signal", b"signal", "start", b"start", "stdin", b"stdin", "stdin_eof", b"stdin_eof", "what", b"what"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["signal", b"signal", "start", b"start", "stdin", b"stdin", "stdin_eof", b"stdin_eof", "what", b"what", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_what: _TypeAlias = _typing.Literal["start", "stdin", "stdin_eof", "signal"]  # noqa: Y015
+    _WhichOneofReturnType_what: _TypeAlias = _typing.Literal["start", "stdin", "stdin_eof", "signal", "window"]  # noqa: Y015
     _WhichOneofArgType_what: _TypeAlias = _typing.Literal["what", b"what"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_what) -> _WhichOneofReturnType_what | None: ...
 
 Global___TaskInput: _TypeAlias = TaskInput  # noqa: Y015
+
+@_typing.final
+class WindowSize(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_FIELD_NUMBER: _builtins.int
+    COLS_FIELD_NUMBER: _builtins.int
+    rows: _builtins.int
+    cols: _builtins.int
+    def __init__(
+        self,
+        *,
+        rows: _builtins.int = ...,
+        cols: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cols", b"cols", "rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WindowSize: _TypeAlias = WindowSize  # noqa: Y015
 
 @_typing.final
 class RunTasksRequest(_message.Message):
@@ -3050,6 +3098,7 @@ class RunTasksRequest(_message.Message):
     MASTER_ADDR_FIELD_NUMBER: _builtins.int
     MASTER_PORT_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
+    PTY_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """which StepNode of the step this is"""
     cwd: _builtins.str
@@ -3071,6 +3120,12 @@ class RunTasksRequest(_message.Message):
     def stdin_ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """tasks that read srun's stdin (others get /dev/null)"""
 
+    @_builtins.property
+    def pty(self) -> Global___WindowSize:
+        """--pty: task 0 runs on a pseudo-terminal of this size (its session's controlling
+        terminal: job control, Ctrl-C as a byte); its stdin and output go through it
+        """
+
     def __init__(
         self,
         *,
@@ -3083,12 +3138,15 @@ class RunTasksRequest(_message.Message):
         master_addr: _builtins.str = ...,
         master_port: _builtins.int = ...,
         cluster: _builtins.str = ...,
+        pty: Global___WindowSize | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_pty", b"_pty", "job", b"job", "pty", b"pty", "step", b"step"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "cwd", b"cwd", "environment", b"environment", "job", b"job", "master_addr", b"master_addr", "master_port", b"master_port", "node", b"node", "stdin_ranks", b"stdin_ranks", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pty", b"_pty", "cluster", b"cluster", "cwd", b"cwd", "environment", b"environment", "job", b"job", "master_addr", b"master_addr", "master_port", b"master_port", "node", b"node", "pty", b"pty", "stdin_ranks", b"stdin_ranks", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__pty: _TypeAlias = _typing.Literal["pty"]  # noqa: Y015
+    _WhichOneofArgType__pty: _TypeAlias = _typing.Literal["_pty", b"_pty"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__pty) -> _WhichOneofReturnType__pty | None: ...
 
 Global___RunTasksRequest: _TypeAlias = RunTasksRequest  # noqa: Y015
 

@@ -92,15 +92,6 @@ class JobEvent(TypedDict, total=False):
     detail: str
 
 
-class JobRun(TypedDict, total=False):
-    startTime: float
-    endTime: float
-    nodelist: str
-    state: JobState
-    reason: str
-    restartCount: int
-
-
 class Job(TypedDict, total=False):
     jobId: int | str
     spec: JobSpec
@@ -135,7 +126,6 @@ class Job(TypedDict, total=False):
     restartCount: int
     cancelledByUid: int | str
     failedNodes: list[str]
-    earlierRuns: list[JobRun]
     expectedStart: float
     forecastNodes: str
     waitsFor: list[str]
@@ -309,11 +299,21 @@ class Partition(TypedDict, total=False):
 
 class SubmitJobRequest(TypedDict, total=False):
     spec: JobSpec
+    testOnly: bool
 
 
 class SubmitJobResponse(TypedDict, total=False):
     jobId: int | str
     cluster: str
+    estimate: TestOnlyEstimate
+
+
+class TestOnlyEstimate(TypedDict, total=False):
+    start: float
+    partition: str
+    nodes: str
+    cpus: int
+    reason: str
 
 
 class JobFilter(TypedDict, total=False):
@@ -366,6 +366,8 @@ class QueryAccountingRequest(TypedDict, total=False):
     startAfter: float
     endBefore: float
     limit: int
+    duplicates: bool
+    afterJobId: int | str
 
 
 class QueryAccountingResponse(TypedDict, total=False):
@@ -398,6 +400,7 @@ class UpdateJobRequest(TypedDict, total=False):
     priority: int
     nice: int
     numNodes: int
+    name: str
 
 
 class UpdateJobResponse(TypedDict, total=False):
@@ -635,6 +638,12 @@ class TaskInput(TypedDict, total=False):
     stdin: str
     stdinEof: bool
     signal: int
+    window: WindowSize
+
+
+class WindowSize(TypedDict, total=False):
+    rows: int
+    cols: int
 
 
 class RunTasksRequest(TypedDict, total=False):
@@ -647,6 +656,7 @@ class RunTasksRequest(TypedDict, total=False):
     masterAddr: str
     masterPort: int
     cluster: str
+    pty: WindowSize
 
 
 class TaskEvent(TypedDict, total=False):
