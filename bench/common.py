@@ -329,10 +329,9 @@ def trivial_spec(work_dir: Path | str, *, hold: bool = False, name: str = "bench
     )
 
 
-def grpc_metadata() -> list[tuple[str, str]]:
-    from corral.identity import current_identity, identity_metadata
-
-    return identity_metadata(current_identity())
+def grpc_metadata(cluster: LocalCluster) -> list[tuple[str, str]]:
+    """A token for this process's user: gRPC gives ctld no kernel identity."""
+    return cluster.grpc_metadata()
 
 
 @dataclass
@@ -358,7 +357,7 @@ async def submit_grpc(
     from corral.wire import corral_pb2 as pb
     from corral.wire import corral_pb2_grpc as pbg
 
-    md = grpc_metadata()
+    md = grpc_metadata(cluster)
     request = pb.SubmitJobRequest(spec=trivial_spec(cluster.work_dir, hold=hold, name=name))
     latencies: list[float] = []
     ids: list[int] = []

@@ -38,7 +38,7 @@ async def drive(cluster: BenchCluster, n: int, timeout_s: float) -> dict[str, An
     from corral.wire import corral_pb2 as pb
     from corral.wire import corral_pb2_grpc as pbg
 
-    md = grpc_metadata()
+    md = grpc_metadata(cluster)
     t0 = time.perf_counter()
     submit = await submit_grpc(cluster, n, CONCURRENCY, hold=False, name="e2e")
     submitted_s = time.perf_counter() - t0

@@ -4,11 +4,11 @@
 experiment): the Alibaba openb cluster (all 1,523 nodes, 6,212 GPUs) starts empty; tasks
 drawn at random (with replacement, seeded) from the openb pod list arrive one by one and
 never leave; each goes through one pass of corral's scheduling core, and is placed or
-dropped. Reported: the share of the cluster's GPUs allocated when the GPUs asked for by
-all submitted tasks reach 100% and 130% of the cluster's. corral allocates whole GPUs:
-a task asking for a fraction of one GPU (``gpu_milli`` < 1000) gets, and counts as, a
-whole one, so fragmentation here comes from multi-GPU tasks and from CPUs and memory
-running out before GPUs do, not from shared GPUs as in the paper.
+dropped. Reported: at the moment the GPU work submitted (a fraction of a GPU counts as
+that fraction, as in the paper) reaches 100% and 130% of the cluster's GPUs, the share
+of GPUs allocated and the share of GPU work placed. corral allocates whole GPUs: a task
+asking for a fraction of one gets a whole one, so the two differ by what sharing would
+have saved.
 
 ``--mode lab``: 64 nodes x 8 GPUs (64 CPUs, 512 GiB), a synthetic mixed load of 1/2/4/8-GPU
 jobs (by count 40/20/20/20%) arriving as a Poisson stream at ``--load`` of the GPUs,
@@ -17,7 +17,7 @@ run times log-normal (median 1 h), limits 1-4x the run time; ctld's default sche
 8-GPU jobs and of all jobs.
 
     .venv/bin/python bench/gpu_frag.py --mode fgd --seeds 3
-    .venv/bin/python bench/gpu_frag.py --mode lab --jobs 20000 --load 0.9
+    .venv/bin/python bench/gpu_frag.py --mode lab --jobs 6000 --load 0.95
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ async def measure(cluster: BenchCluster, n: int) -> dict[str, list[float]]:
     from corral.wire import corral_pb2 as pb
     from corral.wire import corral_pb2_grpc as pbg
 
-    md = grpc_metadata()
+    md = grpc_metadata(cluster)
     finished = {pb.JOB_STATE_COMPLETED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED}
     out: dict[str, list[float]] = {
         "submit_rpc": [],

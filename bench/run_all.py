@@ -33,6 +33,7 @@ PHASES: dict[str, str] = {
     "queue": "bench.queue_scale",
     "srun": "bench.srun_bench",
     "profile": "bench.profile_hotspots",
+    "auth": "bench.auth_cost",
 }
 DEFAULT = ["cli", "submit", "latency", "e2e", "queue", "srun"]
 

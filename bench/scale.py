@@ -293,6 +293,7 @@ def run_nodes(nodes: int, levels: list[int], probes: int, result: PhaseResult) -
         log(f"scale{nodes}: restarting ctld with {have} pending, {len(busy)} running")
         load_s, storm_s, storm_cpu = _storm(cluster, nodes)
         rows["storm"] = {"load_s": load_s, "register_s": storm_s, "cpu_s": storm_cpu}
+        log(f"scale{nodes}: storm: ready {load_s:.1f} s, registered {storm_s:.1f} s later")
         table.notes.append(
             f"ctld idle (no jobs): {idle_cpu * 100:.1f}% of a core at {nodes / HEARTBEAT_S:.0f} "
             f"heartbeats/s, {rss0:.0f} MiB RSS"
@@ -330,6 +331,8 @@ def main() -> None:
     t0 = time.monotonic()
     for n in node_counts:
         run_nodes(n, levels, 20 if args.quick else args.probes, result)
+        result.elapsed_s = time.monotonic() - t0
+        save_result(result)  # what is done so far survives a later node count's failure
     result.elapsed_s = time.monotonic() - t0
     print(result.render())
     log(f"results: {save_result(result)}")

@@ -6,6 +6,8 @@ corral down [--state-dir DIR]                                 stop exactly that 
 corral ctld [ctld options]                                    run the controller
 corral noded [noded options]                                  run a node agent
 corral why JOBID                                              why a job is not running
+corral certs [--dir DIR]                                      the cluster CA and certificates
+corral token --user U [--lifetime 7d]                         a JWT for a user (admins)
 corral sim TRACE [--policy P] [--jobs N] [--procs N]          replay an SWF trace
 corral db upgrade|current [-f CONFIG] [--url URL]            migrate the store's schema
 """
@@ -144,9 +146,16 @@ def main_args(argv: list[str]) -> int:
     sub.add_parser("why", help="why a pending job is not running: corral why JOBID")
     sub.add_parser("sim", help="replay a workload trace through the scheduler (corral sim -h)")
     sub.add_parser("db", help="the store's schema: corral db upgrade|current [--url URL]")
+    from client.credentials import add_parsers, certs, token
+
+    add_parsers(sub)
     args = p.parse_args(argv)
     if args.command == "up":
         return _up(args)
+    if args.command == "certs":
+        return certs(args)
+    if args.command == "token":
+        return token(args)
     return _down(args)
 
 

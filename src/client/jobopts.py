@@ -49,7 +49,7 @@ SBATCH_ENV = {
 
 
 def _count(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
+    if not value.isdecimal() or int(value) < 1:
         raise ValueError("expected a positive integer")
     return int(value)
 
@@ -201,7 +201,7 @@ def parse_gres(value: str) -> tuple[str, int]:
         if len(parts) == 1:
             gpu = ("", 1)
         elif len(parts) == 2:
-            gpu = ("", _int(parts[1], item)) if parts[1].isdigit() else (parts[1], 1)
+            gpu = ("", _int(parts[1], item)) if parts[1].isdecimal() else (parts[1], 1)
         else:
             gpu = (parts[1], _int(parts[2], item))
     if gpu is None:
@@ -210,7 +210,7 @@ def parse_gres(value: str) -> tuple[str, int]:
 
 
 def _int(text: str, whole: str) -> int:
-    if not text.isdigit():
+    if not text.isdecimal():
         raise InvalidRequest(f"Invalid generic resource (gres) specification: {whole}")
     return int(text)
 

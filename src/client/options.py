@@ -20,6 +20,7 @@ FLAG = "flag"  # no value: True
 COUNT = "count"  # no value: counts repeats (-vv)
 VALUE = "value"  # a required value
 OPTIONAL = "optional"  # --long[=value] only; ``const`` when absent
+LIST = "list"  # a comma separated list; repeats add to it (sacct -j 1 -j 2), as Slurm's
 
 
 class Option:
@@ -79,6 +80,8 @@ class OptionParser:
                 except (ValueError, InvalidOption) as exc:
                     shown = f"--{opt.long}" if opt.long else f"-{opt.short}"
                     raise InvalidOption(f"Invalid {shown} value {value!r}: {exc}") from None
+            elif opt.kind == LIST and out.get(opt.dest):
+                out[opt.dest] = f"{out[opt.dest]},{value}"
             else:
                 out[opt.dest] = value
 
@@ -144,7 +147,7 @@ class OptionParser:
             names = ", ".join(
                 x for x in (f"-{o.short}" if o.short else "", f"--{o.long}" if o.long else "") if x
             )
-            if o.kind == VALUE:
+            if o.kind in (VALUE, LIST):
                 names += "=VALUE" if o.long else " VALUE"
             elif o.kind == OPTIONAL:
                 names += "[=VALUE]"

@@ -26,7 +26,7 @@ from client.fmt import (
     split_list,
     wire_states,
 )
-from client.options import COUNT, FLAG, Option, OptionParser
+from client.options import COUNT, FLAG, LIST, Option, OptionParser
 from corral import __version__
 from corral.errors import CorralError, InvalidOption
 from corral.slurmfmt import format_elapsed, format_timestamp, parse_timestamp
@@ -401,24 +401,24 @@ def window(opts: dict[str, Any], now: float) -> tuple[float, float]:
 
 OPTIONS = (
     Option("a", "allusers", "allusers", FLAG, help="jobs of every user"),
-    Option("A", "accounts", "accounts", help="only these accounts"),
+    Option("A", "accounts", "accounts", LIST, help="only these accounts"),
     Option("b", "brief", "brief", FLAG, help="jobid, state and exit code only"),
     Option("", "delimiter", "delimiter", help="field separator of -p/-P (default |)"),
     Option("e", "helpformat", "helpformat", FLAG, help="list the fields -o takes"),
     Option("E", "endtime", "endtime", help="jobs submitted before this time"),
     Option("h", "help", "help", FLAG, help="this help"),
-    Option("j", "jobs", "jobs", help="comma separated list of job ids"),
+    Option("j", "jobs", "jobs", LIST, help="comma separated list of job ids"),
     Option("l", "long", "long", FLAG, help="many fields"),
     Option("L", "allclusters", "allclusters", FLAG, help="(no effect: one cluster)"),
     Option("n", "noheader", "noheader", FLAG, help="no header lines"),
-    Option("", "name", "name", help="only jobs with these names"),
+    Option("", "name", "name", LIST, help="only jobs with these names"),
     Option("o", "format", "format", help="comma separated fields, Field%width"),
     Option("p", "parsable", "parsable", FLAG, help="'|' after every field"),
     Option("P", "parsable2", "parsable2", FLAG, help="'|' between fields"),
-    Option("r", "partition", "partition", help="only these partitions"),
-    Option("s", "state", "state", help="only jobs in these states"),
+    Option("r", "partition", "partition", LIST, help="only these partitions"),
+    Option("s", "state", "state", LIST, help="only jobs in these states"),
     Option("S", "starttime", "starttime", help="jobs running or ended after this time"),
-    Option("u", "user", "user", help="only these users (names or uids)"),
+    Option("u", "user", "user", LIST, help="only these users (names or uids)"),
     Option("v", "verbose", "verbose", COUNT, help="(accepted for compatibility)"),
     Option("X", "allocations", "allocations", FLAG, help="no step lines"),
     Option("D", "duplicates", "duplicates", FLAG, help="each earlier run of requeued jobs too"),

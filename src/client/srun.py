@@ -242,6 +242,7 @@ class Step:
         step = json_format.ParseDict(dict(reply["step"]), pb.Step())
         job = json_format.ParseDict(dict(reply["job"]), pb.Job())
         self.step, self.job, self.pb = step, job, pb
+        self.step_credential = str(reply.get("stepCredential", ""))
         if self.cli.get("pty"):
             self.cli["unbuffered"] = True  # Slurm: --pty implies -u
             self.cli.pop("label", None)
@@ -330,6 +331,7 @@ class Step:
                 master_addr=master_addr,
                 master_port=port,
                 cluster=cluster,
+                step_credential=self.step_credential,
             )
             if self.cli.get("pty") and 0 in node.ranks:
                 request.pty.CopyFrom(self._window())

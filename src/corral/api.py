@@ -8,8 +8,9 @@ TypedDict of corral/wire/json_types.py::
     reply = api.submit_job({"spec": spec})            # t.SubmitJobResponse
     api = connect(grpc=True)                          # gRPC: srun, salloc, tools
 
-Both transports send the caller's identity the same way (their ``headers()``, built by
-``corral.identity.identity_metadata``: the one place a credential is attached) and
+Both transports attach credentials the same way (their ``headers(method)``, built by
+``corral.rest.credential_headers``: the one place a credential is attached; nothing is
+needed on ctld's Unix socket, where the kernel says who calls) and
 rebuild a failure as the CorralError class ctld raised (``from_wire``: the gateway's
 JSON ``error`` field, or gRPC's ``x-corral-error`` trailing metadata). Importing this
 module costs no grpc or protobuf: the gRPC transport imports them when it is made.
@@ -20,8 +21,15 @@ from __future__ import annotations
 import os
 
 from corral.errors import ERROR_METADATA_KEY, ControllerUnavailable, CorralError, from_wire
-from corral.identity import Identity, current_identity, identity_metadata
-from corral.rest import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, controller_address, post
+from corral.identity import Identity, current_identity
+from corral.rest import (
+    DEFAULT_TIMEOUT_S,
+    TIMEOUT_ENV,
+    controller_address,
+    controller_socket,
+    credential_headers,
+    post,
+)
 from corral.wire.controller import ControllerCalls
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
@@ -39,12 +47,13 @@ class Controller(ControllerCalls):
     """The typed client surface, whatever the transport: who calls, and the metadata
     every request carries besides its message."""
 
-    identity: Identity
+    identity: Identity  # who this process is (commands fill filters with it); never sent
     timeout: float
+    token: str | None = None
 
-    def headers(self) -> list[tuple[str, str]]:
-        """The one place a request's credentials are attached (today: the identity)."""
-        return identity_metadata(self.identity)
+    def headers(self, method: str) -> list[tuple[str, str]]:
+        """The one place a request's credentials are attached."""
+        return credential_headers(method, self.token)
 
 
 class HttpController(Controller):
@@ -56,13 +65,24 @@ class HttpController(Controller):
         address: tuple[str, int] | None = None,
         identity: Identity | None = None,
         timeout: float | None = None,
+        *,
+        socket_path: str | None = None,
+        token: str | None = None,
     ) -> None:
-        self.address = address or controller_address()
+        if socket_path is None and address is None:
+            socket_path = controller_socket()
+        self.socket_path = socket_path or ""
+        self.address = address or (("", 0) if self.socket_path else controller_address())
         self.identity = identity or current_identity()
         self.timeout = _timeout(timeout)
+        self.token = token
+
+    def headers(self, method: str) -> list[tuple[str, str]]:
+        return [] if self.socket_path else super().headers(method)
 
     def call(self, method: str, request: Any) -> Any:
-        return post(self.address, method, request, self.headers(), self.timeout)
+        target = self.socket_path or self.address
+        return post(target, method, request, self.headers(method), self.timeout)
 
 
 def grpc_target() -> str:
@@ -89,6 +109,8 @@ class GrpcController(Controller):
         target: str | None = None,
         identity: Identity | None = None,
         timeout: float | None = None,
+        *,
+        token: str | None = None,
     ) -> None:
         import grpc
         from google.protobuf import json_format
@@ -101,6 +123,7 @@ class GrpcController(Controller):
         self.target = target or grpc_target()
         self.identity = identity or current_identity()
         self.timeout = _timeout(timeout)
+        self.token = token
         self._channel = grpc.insecure_channel(self.target)
 
     def call(self, method: str, request: Any) -> Any:
@@ -118,7 +141,7 @@ class GrpcController(Controller):
             response_deserializer=resp_type.FromString,
         )
         try:
-            reply = stub(message, metadata=tuple(self.headers()), timeout=self.timeout)
+            reply = stub(message, metadata=tuple(self.headers(method)), timeout=self.timeout)
         except self._grpc.RpcError as exc:
             raise error_from_rpc(exc, self.target) from None
         return self._json.MessageToDict(reply)
@@ -149,7 +172,11 @@ def connect(
     timeout: float | None = None,
 ) -> Controller:
     """The Controller client the environment points at (see ``controller_address`` and
-    ``grpc_target``): HTTP/JSON unless ``grpc``."""
+    ``grpc_target``): HTTP/JSON unless ``grpc``. ctld's Unix socket wins whenever there
+    is one: only there does the kernel vouch for the caller without a credential."""
+    socket_path = controller_socket()
+    if socket_path:
+        return HttpController(identity=identity, timeout=timeout, socket_path=socket_path)
     if grpc:
         return GrpcController(identity=identity, timeout=timeout)
     return HttpController(identity=identity, timeout=timeout)

@@ -22,6 +22,10 @@ CONFIG_ENV = "CORRAL_CONF"
 DEFAULT_GRPC_PORT = 6917  # Slurm's slurmctld is 6817: both can share a host
 DEFAULT_NODED_PORT = 6918
 DEFAULT_HTTP_PORT = 6919
+DEFAULT_NODE_PORT = 6920  # ctld's port for noded (mutual TLS), apart from the client port
+DEFAULT_SOCKET = "/run/corral/ctld.sock"
+AUTH_TYPES = ("local", "munge", "jwt")
+PRIVATE_DATA = ("jobs", "accounting")
 
 
 @dataclass(frozen=True)
@@ -30,11 +34,15 @@ class ControllerConfig:
     listen: str = ""  # address ctld binds; empty: same as host
     grpc_port: int = DEFAULT_GRPC_PORT
     http_port: int = DEFAULT_HTTP_PORT
+    node_port: int = DEFAULT_NODE_PORT  # NodeController, for noded (mutual TLS)
+    socket: str = DEFAULT_SOCKET  # Unix socket of the gateway ("@name": abstract); "": none
     metrics_port: int = 0  # 0: /metrics only on http_port
     state_dir: str = "/var/lib/corral"
     store_url: str = ""  # empty: sqlite:///<state_dir>/corral.db
     sqlite_synchronous: str = "FULL"  # FULL survives power loss; NORMAL only process crash
     operators: tuple[str, ...] = ("root",)
+    administrators: tuple[str, ...] = ("root",)
+    private_data: tuple[str, ...] = ()  # "jobs", "accounting": hide other users' jobs
     kill_wait_s: float = 30.0
     min_job_age_s: float = 300.0  # finished jobs stay visible to squeue this long
     purge_job_after_s: int = 0  # finished jobs leave the store after this; 0: never
@@ -61,8 +69,9 @@ class HeartbeatConfig:
 
 @dataclass(frozen=True)
 class NodedConfig:
-    listen: str = "0.0.0.0"
+    listen: str = ""  # empty: the node's own address (never every interface by default)
     port: int = DEFAULT_NODED_PORT
+    step_port: int = DEFAULT_NODED_PORT + 3  # srun's RunTasks when the agent port is mTLS
     spool_dir: str = "/var/spool/corral"
     log_json: bool = False
     cgroups: str = "auto"  # "auto", "v2", "v1" or "none" (psutil monitoring only)
@@ -83,6 +92,28 @@ class NodedConfig:
     # a job that touched $CORRAL_PROGRESS_FILE and then stops for this long while its
     # GPUs idle is stalled: killed and requeued (0: only jobs with --progress-timeout)
     progress_timeout_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """How users prove who they are (docs/security.md)."""
+
+    type: str = "local"  # local (Unix socket, SO_PEERCRED), munge or jwt
+    jwt_key: str = ""  # HS256 key file (root only); set: tokens are accepted besides type
+    munge_socket: str = ""  # empty: libmunge's default (/run/munge/munge.socket.2)
+    ttl_s: int = 300  # oldest credential accepted
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """Mutual TLS between the daemons, from ``corral certs``."""
+
+    dir: str = ""  # ca.crt, ctld.crt/.key, <node>.crt/.key; empty: plaintext (a warning)
+    clients: bool = False  # TLS on the client ports too (HTTP gateway, gRPC Controller)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.dir)
 
 
 @dataclass(frozen=True)
@@ -194,6 +225,8 @@ class ClusterConfig:
     accounts: tuple[AccountConfig, ...] = ()
     qos: tuple[QosConfig, ...] = (QosConfig("normal"),)
     idle_gpus: IdleGpuConfig = field(default_factory=IdleGpuConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
     source: str = ""
 
     def node(self, name: str) -> NodeConfig:
@@ -329,11 +362,15 @@ def _controller(sec: _Section) -> ControllerConfig:
         listen=sec.get("listen", str, d.listen),
         grpc_port=sec.port("grpc_port", d.grpc_port),
         http_port=sec.port("http_port", d.http_port),
+        node_port=sec.port("node_port", d.node_port),
+        socket=sec.get("socket", str, d.socket),
         metrics_port=sec.port("metrics_port", 0),
         state_dir=sec.get("state_dir", str, d.state_dir),
         store_url=sec.get("store_url", str, d.store_url),
         sqlite_synchronous=synchronous,
         operators=sec.strings("operators", d.operators),
+        administrators=sec.strings("administrators", d.administrators),
+        private_data=sec.strings("private_data", d.private_data),
         kill_wait_s=sec.positive("kill_wait_s", d.kill_wait_s),
         min_job_age_s=sec.positive("min_job_age_s", d.min_job_age_s),
         purge_job_after_s=sec.duration("purge_job_after", d.purge_job_after_s),
@@ -344,6 +381,35 @@ def _controller(sec: _Section) -> ControllerConfig:
         requeue_delay_s=sec.positive("requeue_delay_s", d.requeue_delay_s),
     )
     sec.done()
+    for what in cfg.private_data:
+        if what not in PRIVATE_DATA:
+            raise ConfigError(f"{sec.key('private_data')}: {what!r} is not jobs or accounting")
+    if cfg.socket and not (cfg.socket.startswith("@") or os.path.isabs(cfg.socket)):
+        raise ConfigError(f"{sec.key('socket')}: an absolute path or @abstract-name")
+    return cfg
+
+
+def _auth(sec: _Section) -> AuthConfig:
+    d = AuthConfig()
+    cfg = AuthConfig(
+        type=sec.get("type", str, d.type),
+        jwt_key=sec.get("jwt_key", str, d.jwt_key),
+        munge_socket=sec.get("munge_socket", str, d.munge_socket),
+        ttl_s=sec.positive("ttl_s", d.ttl_s, allow_zero=False),
+    )
+    sec.done()
+    if cfg.type not in AUTH_TYPES:
+        raise ConfigError(f"{sec.key('type')}: {cfg.type!r} is not local, munge or jwt")
+    if cfg.type == "jwt" and not cfg.jwt_key:
+        raise ConfigError(f'{sec.key("jwt_key")}: type = "jwt" needs a key file')
+    return cfg
+
+
+def _tls(sec: _Section) -> TlsConfig:
+    cfg = TlsConfig(dir=sec.get("dir", str, ""), clients=sec.get("clients", bool, False))
+    sec.done()
+    if cfg.clients and not cfg.dir:
+        raise ConfigError(f"{sec.key('clients')}: needs tls.dir (the certificates)")
     return cfg
 
 
@@ -364,6 +430,7 @@ def _noded(sec: _Section) -> NodedConfig:
     cfg = NodedConfig(
         listen=sec.get("listen", str, d.listen),
         port=sec.port("port", d.port),
+        step_port=sec.port("step_port", d.step_port),
         spool_dir=sec.get("spool_dir", str, d.spool_dir),
         log_json=sec.get("log_json", bool, d.log_json),
         cgroups=sec.get("cgroups", str, d.cgroups),
@@ -609,6 +676,8 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
         if name in qos_names[:i]:
             raise ConfigError(f"qos[{i}].name: QOS {name!r} is defined twice")
     idle_gpus = _idle_gpus(_Section(top.get("idle_gpus", dict, {}), "idle_gpus"))
+    auth = _auth(_Section(top.get("auth", dict, {}), "auth"))
+    tls = _tls(_Section(top.get("tls", dict, {}), "tls"))
     if not any(q.name == "normal" for q in qos):
         qos = (QosConfig("normal"), *qos)  # Slurm's default QOS always exists
     top.done()
@@ -630,6 +699,8 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
         accounts=accounts,
         qos=qos,
         idle_gpus=idle_gpus,
+        auth=auth,
+        tls=tls,
         source=source,
     )
 

@@ -16,11 +16,13 @@ ctld, noded, the gateway and the commands agree without a lookup table elsewhere
     │   ├── InvalidQos             INVALID_ARGUMENT     400  1  "Invalid qos specification"
     │   ├── DependencyProblem      INVALID_ARGUMENT     400  1  "Job dependency problem"
     │   ├── ReservationInvalid     INVALID_ARGUMENT     400  1  "Requested reservation is invalid"
-    │   └── NodeConfigUnavailable  INVALID_ARGUMENT     400  1  "Requested node configuration ..."
-    │       └── StepLayoutError    INVALID_ARGUMENT     400  1  a step can never fit its allocation
+    │   ├── NodeConfigUnavailable  INVALID_ARGUMENT     400  1  "Requested node configuration ..."
+    │   │   └── StepLayoutError    INVALID_ARGUMENT     400  1  a step can never fit its allocation
+    │   └── TooLarge               INVALID_ARGUMENT     400  1  a field over its limit (names both)
     ├── InvalidJobId               NOT_FOUND            404  1  "Invalid job id specified"
     ├── InvalidNodeName            NOT_FOUND            404  1  "Invalid node name specified"
     ├── PermissionDenied           PERMISSION_DENIED    403  1  "Access/permission denied"
+    │   └── Unauthenticated        UNAUTHENTICATED      401  1  no credential, or one that fails
     ├── JobStateConflict           FAILED_PRECONDITION  409  1  "Job/step already completing ..."
     │   └── AllocationRevoked      FAILED_PRECONDITION  409  1  salloc: the allocation ended first
     ├── LaunchError                FAILED_PRECONDITION  409  1  noded: a job or step cannot start
@@ -141,6 +143,16 @@ class InvalidNodeName(CorralError):
 class PermissionDenied(CorralError):
     grpc_code = "PERMISSION_DENIED"
     slurm_message = "Access/permission denied"
+
+
+class Unauthenticated(PermissionDenied):
+    """The request proves no identity (no credential, or one that does not verify)."""
+
+    grpc_code = "UNAUTHENTICATED"
+
+
+class TooLarge(InvalidRequest):
+    """A field, list or message over its size limit (corral.limits)."""
 
 
 class JobStateConflict(CorralError):

@@ -41,7 +41,7 @@ def _expand_range(body: str, expr: str) -> list[str]:
     out: list[str] = []
     for item in body.split(","):
         item = item.strip()
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", item)
+        m = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", item)
         if not m:
             raise InvalidRequest(f"invalid hostlist {expr!r}: bad range {item!r}")
         lo_s, hi_s = m.group(1), m.group(2) or m.group(1)
@@ -69,6 +69,11 @@ def expand(expr: str) -> list[str]:
                 if "[" in piece or "]" in piece:
                     raise InvalidRequest(f"invalid hostlist {expr!r}")
                 choices.append([piece])
+        total = 1
+        for choice in choices:  # refuse a cartesian product before building it
+            total *= len(choice)
+            if total > MAX_HOSTS:
+                raise InvalidRequest(f"invalid hostlist {expr!r}: more than {MAX_HOSTS} hosts")
         for combo in product(*choices):
             name = "".join(combo)
             if name not in seen:
@@ -79,7 +84,7 @@ def expand(expr: str) -> list[str]:
     return names
 
 
-_NUMERIC_TAIL = re.compile(r"^(.*?)(\d+)$")
+_NUMERIC_TAIL = re.compile(r"^(.*?)([0-9]+)$")
 
 
 class _Run:

@@ -1,19 +1,14 @@
-"""Who is calling: the identity every RPC carries.
+"""Who is calling: the identity ctld works with.
 
-Today the caller states its user name and uid in request metadata (gRPC metadata or
-HTTP headers, the same keys). ctld turns metadata into an Identity through one
-Authenticator (ctld/auth.py), so munge, JWT or mTLS replace that one object later
-without touching any call site.
+Never sent by a client: ctld derives it from the kernel (its Unix socket), a MUNGE
+credential or a JWT (ctld/auth.py, docs/security.md). The commands use
+``current_identity`` only to fill their own filters (squeue --me, scancel's default).
 """
 
 from __future__ import annotations
 
 import os
 import pwd
-
-USER_KEY = "x-corral-user"
-UID_KEY = "x-corral-uid"
-GID_KEY = "x-corral-gid"
 
 
 class Identity:
@@ -48,7 +43,3 @@ def current_identity() -> Identity:
     except KeyError:
         user = str(uid)
     return Identity(user=user, uid=uid, gid=os.getgid())
-
-
-def identity_metadata(identity: Identity) -> list[tuple[str, str]]:
-    return [(USER_KEY, identity.user), (UID_KEY, str(identity.uid)), (GID_KEY, str(identity.gid))]

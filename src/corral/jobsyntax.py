@@ -87,7 +87,7 @@ def parse_array(text: str) -> ArraySpec:
     """Parse ``0-15``, ``1,3,5``, ``0-15:4``, each with an optional ``%N`` throttle."""
     s = text.strip()
     body, _, throttle = s.partition("%")
-    if throttle and not throttle.isdigit():
+    if throttle and not throttle.isdecimal():
         raise InvalidOption(f"Invalid job array specification: {text!r}")
     ids: set[int] = set()
     for item in body.split(","):
@@ -149,7 +149,7 @@ class WarnSignal:
 def signal_number(text: str) -> int:
     """A signal by name (USR1, SIGUSR1) or number, as sbatch --signal and scancel -s take."""
     name = text.strip().upper()
-    if name.isdigit():
+    if name.isdecimal():
         number = int(name)
         if 0 < number < signal.NSIG:
             return number
@@ -172,7 +172,7 @@ def parse_warn_signal(text: str) -> WarnSignal:
         raise InvalidOption(f"Invalid --signal specification: {text!r} (no signal)")
     seconds = 60
     if at:
-        if not secs_text.isdigit() or int(secs_text) > 65535:
+        if not secs_text.isdecimal() or int(secs_text) > 65535:
             raise InvalidOption(
                 f"Invalid --signal specification: {text!r} (seconds must be 0 to 65535)"
             )

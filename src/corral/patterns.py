@@ -44,7 +44,7 @@ def expand_pattern(
         if key not in values:
             return m.group(0)
         value = values[key]
-        if width and value.isdigit():
+        if width and value.isdecimal():
             value = value.zfill(min(int(width), 10))
         return value
 

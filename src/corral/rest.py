@@ -4,6 +4,12 @@ corral.api's HttpController (the typed client the short-lived commands use) send
 through this instead of gRPC: ``import grpc`` alone costs more than the whole budget
 of a command. The messages are the proto's own, in proto3's JSON mapping (camelCase keys, enums as
 names, 64-bit integers as strings), posted to ``/corral.v1.Controller/<Method>``.
+
+Who calls is never stated: over ctld's Unix socket the kernel tells ctld
+(``auth.type = "local"``); over TCP the request carries a credential
+(``credential_headers``): a token from ``SLURM_JWT`` (or the owner-only file
+``CORRAL_TOKEN_FILE``), else a MUNGE credential when the cluster uses munge
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -12,15 +18,76 @@ import json
 import os
 import socket
 
-from corral.errors import ControllerUnavailable, CorralError, from_wire
+from corral.errors import ControllerUnavailable, CorralError, TooLarge, from_wire
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
     from typing import Any
 
 ADDRESS_ENV = "CORRAL_CTLD_HTTP"
+SOCKET_ENV = "CORRAL_CTLD_SOCKET"
+AUTH_ENV = "CORRAL_AUTH_TYPE"  # munge, jwt, local: what to send over TCP
+MUNGE_SOCKET_ENV = "CORRAL_MUNGE_SOCKET"
+CA_ENV = "CORRAL_CTLD_CA"  # the cluster CA: TLS to ctld's HTTP port
+TOKEN_FILE_ENV = "CORRAL_TOKEN_FILE"
+TOKEN_ENV = "SLURM_JWT"
 TIMEOUT_ENV = "CORRAL_TIMEOUT"
 DEFAULT_TIMEOUT_S = 30.0
+MAX_REQUEST_BYTES = 8 * 1024 * 1024  # corral.limits.MAX_REQUEST_BYTES (not imported: slow)
+
+
+def _config() -> dict[str, Any]:
+    import tomllib
+
+    from corral.config import config_path  # only when no env.sh was sourced
+
+    path = config_path()
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ControllerUnavailable(
+            f"cannot find the controller: set {ADDRESS_ENV} or CORRAL_CONF ({path}: {exc})"
+            f"{ENV_HINT}"
+        ) from None
+
+
+def controller_socket() -> str:
+    """ctld's Unix socket if it is to be used: $CORRAL_CTLD_SOCKET, else the config's
+    (when no TCP address is set in the environment and the socket is there)."""
+    value = os.environ.get(SOCKET_ENV)
+    if value is not None or os.environ.get(ADDRESS_ENV):
+        return value or ""
+    ctl = _config().get("controller", {})
+    from corral.config import DEFAULT_SOCKET
+
+    path = str(ctl.get("socket", DEFAULT_SOCKET))
+    return path if path.startswith("@") or os.path.exists(path) else ""
+
+
+def credential_headers(method: str, token: str | None = None) -> list[tuple[str, str]]:
+    """What proves who calls over TCP (HTTP headers or gRPC metadata, the same keys):
+    a token, else a MUNGE credential for ``method`` when the cluster uses munge."""
+    token = token or os.environ.get(TOKEN_ENV, "")
+    if not token and os.environ.get(TOKEN_FILE_ENV):
+        from corral.auth.tokens import read_token_file
+
+        token = read_token_file(os.environ[TOKEN_FILE_ENV])
+    if token:
+        return [("authorization", f"Bearer {token}")]
+    kind = os.environ.get(AUTH_ENV)
+    munge_socket = os.environ.get(MUNGE_SOCKET_ENV, "")
+    if kind is None and not os.environ.get(ADDRESS_ENV):
+        try:
+            auth = _config().get("auth", {})
+        except ControllerUnavailable:  # no config here: nothing to send but what we have
+            auth = {}
+        kind, munge_socket = str(auth.get("type", "local")), str(auth.get("munge_socket", ""))
+    if kind == "munge":
+        from corral.auth.munge import encode
+
+        return [("x-corral-munge", encode(f"corral:{method}".encode(), munge_socket))]
+    return []
 
 
 # what a user who started a cluster with `corral up` and opened a new shell needs
@@ -31,39 +98,60 @@ def controller_address() -> tuple[str, int]:
     """host and port of ctld's HTTP gateway: $CORRAL_CTLD_HTTP, else the config file."""
     value = os.environ.get(ADDRESS_ENV)
     if not value:
-        import tomllib
-
-        from corral.config import config_path  # only when no env.sh was sourced
-
-        path = config_path()
-        try:
-            with open(path, "rb") as fh:
-                ctl = tomllib.load(fh).get("controller", {})
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ControllerUnavailable(
-                f"cannot find the controller: set {ADDRESS_ENV} or CORRAL_CONF ({path}: {exc})"
-                f"{ENV_HINT}"
-            ) from None
+        ctl = _config().get("controller", {})
         from corral.config import DEFAULT_HTTP_PORT
 
         return str(ctl.get("host", "127.0.0.1")), int(ctl.get("http_port", DEFAULT_HTTP_PORT))
     host, _, port = value.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdecimal():
         raise ControllerUnavailable(f"{ADDRESS_ENV}={value!r} is not host:port")
     return host.strip("[]"), int(port)
 
 
+def _connect(address: tuple[str, int] | str, timeout: float) -> socket.socket:
+    if isinstance(address, str):  # ctld's Unix socket ("@name": abstract)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect("\0" + address[1:] if address.startswith("@") else address)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+    host, port = address
+    # an ASCII host as bytes skips the idna codec import (~2.5 ms per command)
+    host_arg: str | bytes = host.encode() if host.isascii() else host
+    plain = socket.create_connection((host_arg, port), timeout=timeout)  # type: ignore[arg-type]
+    ca = os.environ.get(CA_ENV)
+    if not ca:
+        return plain
+    import ssl
+
+    return ssl.create_default_context(cafile=ca).wrap_socket(plain, server_hostname="ctld")
+
+
+def where(address: tuple[str, int] | str) -> str:
+    return address if isinstance(address, str) else f"{address[0]}:{address[1]}"
+
+
 def post(
-    address: tuple[str, int],
+    address: tuple[str, int] | str,
     method: str,
     request: Any,
     headers: list[tuple[str, str]],
     timeout: float,
 ) -> Any:
-    """One Controller call: the request as proto3 JSON on one short connection; the
-    reply as parsed JSON, or the CorralError the gateway named."""
+    """One Controller call: the request as proto3 JSON on one short connection (TCP, or
+    ctld's Unix socket when ``address`` is a path); the reply as parsed JSON, or the
+    CorralError the gateway named."""
     body = json.dumps(request, separators=(",", ":")).encode()
-    host = address[0]
+    if len(body) > MAX_REQUEST_BYTES:
+        part, size = _largest_part(request)
+        raise TooLarge(
+            f"the request is too large: {len(body)} bytes (the largest part, {part}, is "
+            f"{size} bytes); the controller accepts at most {MAX_REQUEST_BYTES} bytes"
+        )
+    host = "ctld" if isinstance(address, str) else address[0]
     extra = "".join(f"{k}: {v}\r\n" for k, v in headers)
     head = (
         f"POST /corral.v1.Controller/{method} HTTP/1.1\r\n"
@@ -74,9 +162,7 @@ def post(
         "Connection: close\r\n\r\n"
     ).encode()
     try:
-        # an ASCII host as bytes skips the idna codec import (~2.5 ms per command)
-        host_arg: str | bytes = host.encode() if host.isascii() else host
-        with socket.create_connection((host_arg, address[1]), timeout=timeout) as sock:  # type: ignore[arg-type]
+        with _connect(address, timeout) as sock:
             sock.sendall(head + body)
             chunks = []
             while True:
@@ -87,9 +173,21 @@ def post(
     except OSError as exc:
         raise ControllerUnavailable(
             f"Unable to contact slurm controller (connect failure) at "
-            f"{address[0]}:{address[1]}: {exc.strerror or exc}{ENV_HINT}"
+            f"{where(address)}: {exc.strerror or exc}{ENV_HINT}"
         ) from None
     return _parse_response(b"".join(chunks))
+
+
+def _largest_part(request: Any) -> tuple[str, int]:
+    """The biggest field of a request, two levels deep (to say what was too large)."""
+    best = ("", 0)
+    for key, value in request.items():
+        items = value.items() if isinstance(value, dict) else [(key, value)]
+        for name, item in items:
+            size = len(json.dumps(item, separators=(",", ":")))
+            if size > best[1]:
+                best = (name, size)
+    return best
 
 
 def _parse_response(raw: bytes) -> dict[str, Any]:
@@ -98,7 +196,7 @@ def _parse_response(raw: bytes) -> dict[str, Any]:
         raise ControllerUnavailable("the controller closed the connection without an answer")
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[1].isdigit():
+    if len(parts) < 2 or not parts[1].isdecimal():
         raise CorralError(f"the controller sent a malformed answer: {lines[0]!r}")
     status = int(parts[1])
     headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
@@ -107,6 +205,10 @@ def _parse_response(raw: bytes) -> dict[str, Any]:
     try:
         payload: dict[str, Any] = json.loads(body) if body else {}
     except ValueError:
+        if status == 413:
+            raise TooLarge(
+                f"the request is too large for the controller (limit {MAX_REQUEST_BYTES} bytes)"
+            ) from None
         raise CorralError(f"the controller sent invalid JSON (HTTP {status})") from None
     if status != 200:
         raise from_wire(str(payload.get("error", "")), str(payload.get("message", body[:200])))

@@ -29,7 +29,7 @@ def validate_gpu_bind(text: str) -> None:
     if text in ("", "none", "closest") or text.startswith("map_gpu:"):
         if text.startswith("map_gpu:"):
             items = text.removeprefix("map_gpu:").split(",")
-            if not items or not all(i.isdigit() for i in items):
+            if not items or not all(i.isdecimal() for i in items):
                 raise InvalidOption(f"Invalid --gpu-bind argument: {text}")
         return
     raise InvalidOption(f"Invalid --gpu-bind argument: {text} (none, closest, map_gpu:LIST)")

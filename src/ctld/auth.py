@@ -1,55 +1,111 @@
-"""Who is calling, and what they may do: the one place ctld decides either.
+"""Who is calling: the one place ctld turns a connection and its metadata into an Identity.
 
-``Authenticator.identify`` turns request metadata into an Identity. Today's
-``ClaimedIdentity`` trusts what the caller states (fine on a single-user local
-cluster and behind a trusted network); munge, JWT or mTLS authenticators replace it
-without touching the RPC handlers, which only ever see an Identity.
+Nothing a request *states* about its sender is believed (the old ``x-corral-user``,
+``-uid``, ``-gid`` headers are ignored). An identity comes from, in this order:
+
+- the kernel: a caller on ctld's Unix socket is the uid/gid SO_PEERCRED reports
+  (``auth.type = "local"``, always accepted on the socket);
+- a MUNGE credential (``x-corral-munge``) when ``auth.type = "munge"``: uid/gid are
+  munged's, the credential is bound to the method, used once, within ``auth.ttl_s``;
+- a JWT (``authorization: Bearer``) whenever ``auth.jwt_key`` is set: it names a user.
+
+Either way the user name, primary group and supplementary groups come from the user
+database (corral.auth.users), and a gid must be one of the user's groups. Handlers
+only ever see an Identity; what it may do is ctld/authz.py's business.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import hashlib
+import hmac
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from corral.errors import PermissionDenied
-from corral.identity import GID_KEY, UID_KEY, USER_KEY, Identity
-from corral.wire import corral_pb2 as pb
+from corral.auth import MUNGE_KEY, TOKEN_KEY
+from corral.auth.users import identity_of, identity_of_name
+from corral.config import AuthConfig
+from corral.errors import Unauthenticated
+from corral.identity import Identity
+from ctld.authz import Policy
+
+__all__ = [
+    "Authenticator",
+    "Caller",
+    "ClusterAuthenticator",
+    "Policy",
+    "StepCredentials",
+    "munge_payload",
+]
+
+
+class StepCredentials:
+    """An HMAC per step, keyed by a secret of this ctld process: CreateStep gives it to
+    the step's creator, GetStep (mutual TLS) to the nodes; noded runs a step's tasks
+    only for a RunTasks that shows it. A restarted ctld has a new key: steps already
+    started are unaffected."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self.key = key or os.urandom(32)
+
+    def issue(self, job_id: int, step_id: int) -> str:
+        msg = f"step:{job_id}.{step_id}".encode()
+        return hmac.new(self.key, msg, hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class Caller:
+    """What a transport knows about a request's sender."""
+
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    method: str = ""
+    peer_uid: int | None = None  # SO_PEERCRED, on the Unix socket only
+    peer_gid: int | None = None
+    peer_cert: str = ""  # the common name of a verified TLS client certificate (daemons)
 
 
 class Authenticator(Protocol):
-    def identify(self, metadata: Mapping[str, str]) -> Identity: ...
+    def identify(self, caller: Caller) -> Identity: ...
 
 
-class ClaimedIdentity:
-    """Believes the user name and uid the caller sends (no real authentication yet)."""
-
-    def identify(self, metadata: Mapping[str, str]) -> Identity:
-        user = metadata.get(USER_KEY, "")
-        uid_s = metadata.get(UID_KEY, "")
-        gid_s = metadata.get(GID_KEY, uid_s)
-        if not user or not uid_s.isdigit() or not (gid_s or "0").isdigit():
-            raise PermissionDenied("Access/permission denied: the request carries no identity")
-        if len(user) > 64 or not user.isprintable() or ":" in user:
-            raise PermissionDenied("Access/permission denied: malformed user name")
-        return Identity(user=user, uid=int(uid_s), gid=int(gid_s or 0))
+def munge_payload(method: str) -> bytes:
+    """What a MUNGE credential carries: the method it is good for."""
+    return f"corral:{method}".encode()
 
 
-class Policy:
-    """Authorization rules: owners act on their own jobs, operators on all."""
+class ClusterAuthenticator:
+    """The configured methods, tried in a fixed order (see the module's docstring)."""
 
-    def __init__(self, operators: Iterable[str]) -> None:
-        self.operators = frozenset(operators)
+    def __init__(self, config: AuthConfig, jwt_key: bytes | None = None) -> None:
+        self.config = config
+        self.jwt_key = jwt_key
+        self._munge = None
+        if config.type == "munge":
+            from corral.auth.munge import Verifier
 
-    def is_operator(self, who: Identity) -> bool:
-        return who.uid == 0 or who.user in self.operators
+            self._munge = Verifier(config.munge_socket, config.ttl_s)
 
-    def check_job(self, who: Identity, job: pb.Job, action: str) -> None:
-        if who.uid == job.uid or self.is_operator(who):
-            return
-        raise PermissionDenied(
-            f"Access/permission denied: {who.user} may not {action} job {job.job_id} of {job.user}"
+    def identify(self, caller: Caller) -> Identity:
+        if caller.peer_uid is not None:
+            return identity_of(caller.peer_uid, caller.peer_gid)
+        md = caller.metadata
+        cred = md.get(MUNGE_KEY, "")
+        if cred and self._munge is not None:
+            uid, gid = self._munge.verify(cred, munge_payload(caller.method))
+            return identity_of(uid, gid)
+        bearer = md.get(TOKEN_KEY, "")
+        if bearer and self.jwt_key is not None:
+            from corral.auth.tokens import verify
+
+            scheme, _, token = bearer.partition(" ")
+            if scheme.lower() != "bearer" or not token:
+                raise Unauthenticated("Access/permission denied: authorization is not Bearer")
+            return identity_of_name(verify(self.jwt_key, token.strip()))
+        raise Unauthenticated(
+            "Access/permission denied: no credential (auth.type is "
+            f"{self.config.type}: use ctld's Unix socket"
+            + (", a MUNGE credential" if self._munge is not None else "")
+            + (", or a token (SLURM_JWT)" if self.jwt_key is not None else "")
+            + ")"
         )
-
-    def check_operator(self, who: Identity, action: str) -> None:
-        if not self.is_operator(who):
-            raise PermissionDenied(f"Access/permission denied: {action} needs an operator")

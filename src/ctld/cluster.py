@@ -29,7 +29,7 @@ from corral.config import ClusterConfig
 from corral.errors import InvalidRequest
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
-from ctld.auth import Policy
+from ctld.authz import Policy
 from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.intake import Intake
@@ -66,7 +66,8 @@ class Cluster:
         self.dispatcher = dispatcher
         # a bare time function (time.time) still works: it sleeps in real time
         self.clock: Clock = clock if isinstance(clock, Clock) else _RealSleep(clock)
-        self.policy = Policy(config.controller.operators)
+        ctl = config.controller
+        self.policy = Policy(ctl.operators, ctl.administrators, ctl.private_data)
         self.state = st = State(config, store, clock=self.clock)
         self.outbox = Outbox(st, dispatcher)
         self.endings = Endings(st, self.outbox)
@@ -184,18 +185,18 @@ class Cluster:
     # ------------------------------------------------------------ reservations
 
     async def create_reservation(self, who: Identity, spec: pb.Reservation) -> pb.Reservation:
-        self.policy.check_operator(who, "creating a reservation")
+        self.policy.check_admin(who, "creating a reservation")
         resv, op = self.reservations.create(who, spec, self._pick_nodes)
         await self._commit(op)
         log.info("reservation created", reservation=resv.name, nodes=resv.nodes, user=who.user)
         return resv
 
     async def update_reservation(self, who: Identity, req: pb.UpdateReservationRequest) -> None:
-        self.policy.check_operator(who, "updating a reservation")
+        self.policy.check_admin(who, "updating a reservation")
         await self._commit(self.reservations.update(req))
 
     async def delete_reservation(self, who: Identity, name: str) -> None:
-        self.policy.check_operator(who, "deleting a reservation")
+        self.policy.check_admin(who, "deleting a reservation")
         await self._commit(self.reservations.delete(name))
 
     def reservation_list(self, names: Iterable[str]) -> list[pb.Reservation]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 from grpc import aio
 
+from corral.auth import CONTROLLER_CN, tls
 from corral.errors import CorralError, NodeUnreachable
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
@@ -14,16 +15,28 @@ RPC_TIMEOUT_S = 10.0
 
 
 class GrpcDispatcher:
-    def __init__(self) -> None:
+    """With ``tls_dir``, ctld dials each node's agent port with its own certificate and
+    accepts only a peer whose certificate names that node."""
+
+    def __init__(self, tls_dir: str = "") -> None:
+        self.tls_dir = tls_dir
         self._channels: dict[str, tuple[str, aio.Channel, pbg.NodeAgentAsyncStub]] = {}
 
     def _stub(self, node: NodeRecord) -> pbg.NodeAgentAsyncStub:
+        address = node.agent_address or node.address
         cached = self._channels.get(node.name)
-        if cached is not None and cached[0] == node.address:
+        if cached is not None and cached[0] == address:
             return cached[2]
-        channel = aio.insecure_channel(node.address)
+        if self.tls_dir:
+            channel = aio.secure_channel(
+                address,
+                tls.channel_credentials(self.tls_dir, CONTROLLER_CN),
+                options=tls.channel_options(node.name),
+            )
+        else:
+            channel = aio.insecure_channel(address)
         stub = pbg.NodeAgentStub(channel)
-        self._channels[node.name] = (node.address, channel, stub)
+        self._channels[node.name] = (address, channel, stub)
         return stub
 
     async def launch(self, node: NodeRecord, request: pb.LaunchJobRequest) -> None:

@@ -10,20 +10,36 @@ the proto stays the one schema.
 
 from __future__ import annotations
 
+import socket
+
 import structlog
 from aiohttp import web
 from google.protobuf import json_format
 
-from corral.errors import CorralError, InvalidRequest
+from corral.auth.peercred import peer_credentials
+from corral.errors import CorralError, InvalidRequest, TooLarge
+from corral.limits import MAX_REQUEST_BYTES
+from ctld.auth import Caller
 from ctld.rpc import ControllerApi
 
 log = structlog.get_logger("ctld.gateway")
-MAX_BODY = 8 * 1024 * 1024  # a 4 MiB script plus its environment, with room
+MAX_BODY = MAX_REQUEST_BYTES
 
 
 def _error(exc: CorralError) -> web.Response:
     body = {"error": type(exc).__name__, "code": exc.grpc_code, "message": exc.message}
     return web.json_response(body, status=exc.http_status)
+
+
+def _caller(request: web.Request, method: str) -> Caller:
+    """Metadata, plus the kernel's uid/gid when the request came over the Unix socket."""
+    metadata = {k.lower(): v for k, v in request.headers.items()}
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is not None and sock.family == socket.AF_UNIX:
+        _pid, uid, gid = peer_credentials(sock)
+        return Caller(metadata=metadata, method=method, peer_uid=uid, peer_gid=gid)
+    return Caller(metadata=metadata, method=method)
 
 
 def make_app(api: ControllerApi) -> web.Application:
@@ -35,14 +51,19 @@ def make_app(api: ControllerApi) -> web.Application:
         req_type, _ = entry
         try:
             raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            size = request.content_length or 0
+            return _error(
+                TooLarge(f"the request ({size} bytes) is larger than the limit of {MAX_BODY} bytes")
+            )
+        try:
             message = req_type()
             if raw.strip():
                 json_format.Parse(raw, message, ignore_unknown_fields=False, max_recursion_depth=32)
         except (json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
             return _error(InvalidRequest(f"malformed {req_type.__name__}: {exc}"))
-        metadata = {k.lower(): v for k, v in request.headers.items()}
         try:
-            payload = await api.call_json(method, message, metadata)
+            payload = await api.call_json(method, message, _caller(request, method))
         except CorralError as exc:
             return _error(exc)
         except Exception:

@@ -25,7 +25,7 @@ from corral.jobsyntax import parse_array
 from corral.wire import corral_pb2 as pb
 from ctld import deps
 from ctld import jobstate as js
-from ctld.auth import Policy
+from ctld.authz import Policy
 from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.outbox import Outbox

@@ -15,7 +15,7 @@ from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from ctld import failures
 from ctld import jobstate as js
-from ctld.auth import Policy
+from ctld.authz import Policy
 from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.nodes import NodeRecord
@@ -48,7 +48,10 @@ class NodeReports:
         now = st.clock()
         if not req.address or len(req.address) > 256:
             raise InvalidRequest("a node must register the address of its agent")
+        if len(req.agent_address) > 256:
+            raise InvalidRequest("agent address too long")
         node.address = req.address
+        node.agent_address = req.agent_address
         node.resources = req.resources
         node.boot_time, node.version, node.os = req.boot_time, req.version, req.os
         node.registered = True

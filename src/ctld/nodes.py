@@ -17,7 +17,8 @@ class NodeRecord:
     config: NodeConfig
     partitions: list[str]
     resources: pb.NodeResources = field(default_factory=pb.NodeResources)
-    address: str = ""
+    address: str = ""  # where srun reaches its tasks
+    agent_address: str = ""  # where ctld reaches NodeAgent (mutual TLS); "": address
     registered: bool = False
     responding: bool = False
     down: bool = False  # declared DOWN (silent past heartbeat.timeout_s, or an operator's)

@@ -12,19 +12,27 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 import structlog
 from google.protobuf.message import DecodeError, Message
 
-from corral import __version__
-from corral.errors import ERROR_METADATA_KEY, CorralError, InvalidRequest
+from corral import __version__, limits
+from corral.auth.tls import peer_name
+from corral.errors import (
+    ERROR_METADATA_KEY,
+    CorralError,
+    InvalidRequest,
+    PermissionDenied,
+    Unauthenticated,
+)
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from corral.wire.methods import CONTROLLER, NODE_CONTROLLER, PYTHON_NAMES, SERVICES
-from ctld.auth import Authenticator
+from ctld.auth import Authenticator, Caller, StepCredentials
+from ctld.authz import scrub_spec
 from ctld.cluster import Cluster
 from ctld.jsonmap import Skip, message_to_json
 
@@ -67,26 +75,31 @@ def _dumps(value: object) -> bytes:
 class ControllerApi:
     """The Controller service, as plain async methods (request, identity) -> response."""
 
-    def __init__(self, cluster: Cluster, auth: Authenticator) -> None:
+    def __init__(
+        self, cluster: Cluster, auth: Authenticator, steps: StepCredentials | None = None
+    ) -> None:
         self.cluster = cluster
         self.auth = auth
-        self._job_json: dict[tuple[int, tuple[bool, bool]], tuple[int, bytes]] = {}
+        self.step_credentials = steps or StepCredentials()
+        self._job_json: dict[tuple[int, tuple[bool, bool, bool]], tuple[int, bytes]] = {}
         # one handler per RPC of the generated table (a missing one fails here, at start)
         self.methods: dict[str, tuple[type[Message], Handler]] = {
             name: (getattr(pb, req), getattr(self, PYTHON_NAMES[name]))
             for name, (req, _resp, _cs, _ss) in SERVICES[CONTROLLER].items()
         }
 
-    async def call(self, method: str, request: Message, metadata: Mapping[str, str]) -> Message:
-        who = self.auth.identify(metadata)
+    async def call(self, method: str, request: Message, caller: Caller) -> Message:
+        who = self.auth.identify(caller)
+        limits.check(request)
         _, handler = self.methods[method]
         if method in _CHANGES:
             self.cluster.store.check_writable()
         return await handler(request, who)
 
-    async def call_json(self, method: str, request: Message, metadata: Mapping[str, str]) -> bytes:
+    async def call_json(self, method: str, request: Message, caller: Caller) -> bytes:
         """The reply as proto3 JSON text (for the gateway)."""
-        who = self.auth.identify(metadata)
+        who = self.auth.identify(caller)
+        limits.check(request)
         if method == "GetJobs":
             assert isinstance(request, pb.GetJobsRequest)
             return self.get_jobs_json(request, who)
@@ -98,16 +111,21 @@ class ControllerApi:
     def get_jobs_json(self, req: pb.GetJobsRequest, who: Identity) -> bytes:
         """GetJobs as JSON, each job encoded once per revision: squeue in a loop over
         thousands of unchanged pending jobs re-encodes none of them."""
-        key = (req.with_events, req.with_spec)
-        skip = _JOB_SKIPS[key]
+        policy = self.cluster.policy
         revisions = self.cluster.revisions
         cache = self._job_json
         parts: list[bytes] = []
         for job in sorted(self.cluster.select(req.filter), key=lambda j: j.job_id):
+            if not policy.may_see(who, job):
+                continue
+            own = policy.sees_spec(who, job)
+            # others' jobs: no script/environment, --export values hidden (cache key "own")
+            key = (req.with_events, req.with_spec and own, own)
             rev = revisions.get(job.job_id, 0)
             hit = cache.get((job.job_id, key))
             if hit is None or hit[0] != rev:
-                hit = (rev, _dumps(message_to_json(job, skip)))
+                shown = job if own else _scrubbed(job)
+                hit = (rev, _dumps(message_to_json(shown, _JOB_SKIPS[key[:2]])))
                 cache[(job.job_id, key)] = hit
             parts.append(hit[1])
         if len(cache) > 4 * len(self.cluster.jobs) + 1024:  # drop entries of purged jobs
@@ -135,9 +153,12 @@ class ControllerApi:
 
     async def get_jobs(self, req: pb.GetJobsRequest, who: Identity) -> pb.GetJobsResponse:
         resp = pb.GetJobsResponse(now=self.cluster.clock())
+        policy = self.cluster.policy
         for job in sorted(self.cluster.select(req.filter), key=lambda j: j.job_id):
+            if not policy.may_see(who, job):
+                continue
             out = resp.jobs.add()
-            out.CopyFrom(job)
+            out.CopyFrom(job if policy.sees_spec(who, job) else _scrubbed(job))
             if not req.with_events:
                 del out.events[:]
             if not req.with_spec:
@@ -169,11 +190,16 @@ class ControllerApi:
             ):
                 runs.setdefault(run.job_id, []).append(run)
         resp = pb.QueryAccountingResponse(now=self.cluster.clock())
+        policy = self.cluster.policy
         for job in jobs:
-            resp.jobs.extend(runs.get(job.job_id, ()))
-            job.spec.ClearField("script")
-            job.spec.ClearField("environment")
-            resp.jobs.append(job)
+            if not policy.may_see_accounting(who, job.uid):
+                continue
+            for shown in (*runs.get(job.job_id, ()), job):  # earlier runs, then this one
+                shown.spec.ClearField("script")
+                shown.spec.ClearField("environment")
+                if not policy.sees_spec(who, shown):
+                    scrub_spec(shown.spec)
+                resp.jobs.append(shown)
         return resp
 
     async def get_nodes(self, req: pb.GetNodesRequest, who: Identity) -> pb.GetNodesResponse:
@@ -233,7 +259,12 @@ class ControllerApi:
         job.spec.ClearField("environment")
         del job.events[:]
         del job.steps[:]
-        return pb.CreateStepResponse(step=step, job=job, cluster=self.cluster.config.cluster_name)
+        return pb.CreateStepResponse(
+            step=step,
+            job=job,
+            cluster=self.cluster.config.cluster_name,
+            step_credential=self.step_credentials.issue(step.job_id, step.step_id),
+        )
 
     async def complete_step(
         self, req: pb.CompleteStepRequest, who: Identity
@@ -262,8 +293,19 @@ class ControllerApi:
         return pb.GetSharesResponse(rows=self.cluster.share_rows(req.accounts, req.users))
 
 
-def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
-    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+def _scrubbed(job: pb.Job) -> pb.Job:
+    """Another user's job as a user sees it: no script, environment or --export values."""
+    out = pb.Job()
+    out.CopyFrom(job)
+    scrub_spec(out.spec)
+    return out
+
+
+def grpc_caller(context: grpc.aio.ServicerContext[Any, Any], method: str) -> Caller:
+    """A gRPC request's sender: its metadata (credentials) and the name in its verified
+    certificate, if any; TCP gives no kernel identity."""
+    md = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+    return Caller(metadata=md, method=method, peer_cert=peer_name(context))
 
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: CorralError) -> None:
@@ -289,7 +331,7 @@ def _parser(req_type: type[Message]) -> Callable[[bytes], Message | _Garbled]:
     return parse
 
 
-Call = Callable[[str, Message, Mapping[str, str]], Awaitable[Message]]
+Call = Callable[[str, Message, Caller], Awaitable[Message]]
 
 
 def _behavior(name: str, call: Call) -> Callable[..., Awaitable[Message]]:
@@ -299,7 +341,7 @@ def _behavior(name: str, call: Call) -> Callable[..., Awaitable[Message]]:
         try:
             if isinstance(request, _Garbled):
                 raise request.error
-            return await call(name, request, _metadata(context))
+            return await call(name, request, grpc_caller(context, name))
         except CorralError as exc:
             await _abort(context, exc)
             raise  # unreachable: abort raises
@@ -330,20 +372,34 @@ def service_handler(service: str, call: Call) -> grpc.GenericRpcHandler[Any, Any
 
 
 class NodeControllerApi:
-    """noded -> ctld. Node authentication (munge/mTLS) slots in through ``call`` later."""
+    """noded -> ctld. With TLS, a call is the node its certificate names, and only that
+    node: the name in a request must match (so a node registers, heartbeats and reports
+    jobs for itself only; ctld applies a report only to jobs on the reporting node)."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        verify_nodes: bool = True,
+        steps: StepCredentials | None = None,
+    ) -> None:
         self.cluster = cluster
+        self.verify_nodes = verify_nodes
+        self.step_credentials = steps or StepCredentials()
         self.methods: dict[str, Callable[[Any], Awaitable[Message]]] = {
             name: getattr(self, PYTHON_NAMES[name]) for name in SERVICES[NODE_CONTROLLER]
         }
 
-    async def call(self, method: str, request: Message, metadata: Mapping[str, str]) -> Message:
+    async def call(self, method: str, request: Message, caller: Caller) -> Message:
+        if self.verify_nodes:
+            claimed = str(getattr(request, "name", "") or getattr(request, "node", ""))
+            _check_node(caller, claimed)
         return await self.methods[method](request)
 
     async def get_step(self, req: pb.GetStepRequest) -> pb.GetStepResponse:
         job, step = self.cluster.step_for_node(req.job_id, req.step_id, req.node)
-        return pb.GetStepResponse(job=job, step=step)
+        credential = self.step_credentials.issue(step.job_id, step.step_id)
+        return pb.GetStepResponse(job=job, step=step, step_credential=credential)
 
     async def register_node(self, req: pb.RegisterNodeRequest) -> pb.RegisterNodeResponse:
         await self.cluster.register_node(req)
@@ -364,6 +420,17 @@ class NodeControllerApi:
         return pb.ReportJobStatusResponse()
 
 
+def _check_node(caller: Caller, claimed: str) -> None:
+    if not caller.peer_cert:
+        raise Unauthenticated("Access/permission denied: node calls need the node's certificate")
+    if caller.peer_cert != claimed:
+        log.warning("node call refused", claimed=claimed, certificate=caller.peer_cert)
+        raise PermissionDenied(
+            f"Access/permission denied: certificate of {caller.peer_cert!r} may not act as "
+            f"node {claimed!r}"
+        )
+
+
 def add_servicers(server: grpc.aio.Server, api: ControllerApi, nodes: NodeControllerApi) -> None:
     """Register the Controller and NodeController services from the method table."""
     server.add_generic_rpc_handlers(
@@ -371,4 +438,10 @@ def add_servicers(server: grpc.aio.Server, api: ControllerApi, nodes: NodeContro
     )
 
 
-__all__ = ["ControllerApi", "NodeControllerApi", "add_servicers", "service_handler"]
+__all__ = [
+    "ControllerApi",
+    "NodeControllerApi",
+    "add_servicers",
+    "grpc_caller",
+    "service_handler",
+]

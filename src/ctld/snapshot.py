@@ -51,6 +51,9 @@ class SnapshotBuilder:
     def __init__(self, state: State, settings: Settings) -> None:
         self.state = state
         self.settings = settings
+        # held-back jobs' bare requests, by job: (its revision, the reason, the request);
+        # a queue of thousands of held jobs then costs a lookup each per pass
+        self._blocked: dict[int, tuple[int, str, JobRequest]] = {}
 
     def build(self) -> Snapshot:
         st = self.state
@@ -97,15 +100,7 @@ class SnapshotBuilder:
                 else:
                     throttles[job.array_job_id] -= 1
             if blocked:
-                pending.append(
-                    JobRequest(
-                        job_id=job_id,
-                        partitions=tuple(job.spec.partitions),
-                        priority=job.priority,
-                        submit_time=job.submit_time,
-                        blocked_reason=blocked,
-                    )
-                )
+                pending.append(self._blocked_request(job, blocked))
                 continue
             req = st.requests.get(job_id)
             if req is None or req.priority != job.priority:
@@ -148,6 +143,23 @@ class SnapshotBuilder:
             reservations=st.reservations.views(),
             settings=self.settings,
         )
+
+    def _blocked_request(self, job: pb.Job, reason: str) -> JobRequest:
+        revision = self.state.revisions.get(job.job_id, 0)
+        memo = self._blocked.get(job.job_id)
+        if memo is not None and memo[0] == revision and memo[1] == reason:
+            return memo[2]
+        if len(self._blocked) > 2 * len(self.state.pending) + 1024:  # forget departed jobs
+            self._blocked = {k: v for k, v in self._blocked.items() if k in self.state.pending}
+        req = JobRequest(
+            job_id=job.job_id,
+            partitions=tuple(job.spec.partitions),
+            priority=job.priority,
+            submit_time=job.submit_time,
+            blocked_reason=reason,
+        )
+        self._blocked[job.job_id] = (revision, reason, req)
+        return req
 
     def _blocked_reason(self, job: pb.Job, now: float) -> str:
         """Why ctld holds a pending job back from this pass ("" if it does not)."""

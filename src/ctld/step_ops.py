@@ -16,7 +16,7 @@ from corral.identity import Identity
 from corral.tasks import validate_gpu_bind
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
-from ctld.auth import Policy
+from ctld.authz import Policy
 from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.intake import failure

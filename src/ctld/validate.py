@@ -22,13 +22,12 @@ from corral.errors import (
     NodeConfigUnavailable,
 )
 from corral.jobsyntax import parse_array, parse_dependency, parse_warn_signal
+from corral.limits import MAX_ENV_BYTES, MAX_SCRIPT_BYTES, MAX_SUBMIT_LINE
 from corral.slurmfmt import UNLIMITED
 from corral.wire import corral_pb2 as pb
 from ctld.sched import JobRequest, job_shape
 from ctld.sched.shape import Shape, fits_empty
 
-MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # Slurm's default max_script_size
-MAX_ENV_BYTES = 1024 * 1024
 MAX_NAME = 256
 MAX_PATH = 4096
 MAX_COUNT = 1 << 20
@@ -134,7 +133,7 @@ def validate_spec(
         if not key or "=" in key or "\x00" in key or "\x00" in spec.environment[key]:
             raise InvalidOption(f"invalid environment variable name {key[:40]!r}")
     _check_text(spec.comment, "comment", 4096)
-    _check_text(spec.submit_line, "submit line", 65536)
+    _check_text(spec.submit_line, "submit line", MAX_SUBMIT_LINE)
     _check_text(spec.account, "account", 64)
     for flag, count in (
         ("-N", spec.nodes_min),

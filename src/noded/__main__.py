@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", default="", help="bind address (default noded.listen)")
     parser.add_argument("--port", type=int, default=None, help="agent port (0: any free)")
     parser.add_argument(
+        "--step-port", type=int, default=None, help="srun's port with TLS (0: any free)"
+    )
+    parser.add_argument(
         "--spool-dir", default="", help="per-job scripts (default noded.spool_dir/NAME)"
     )
     parser.add_argument("--log-json", action="store_true")
@@ -56,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             address=args.address,
             listen=args.listen,
             port=args.port,
+            step_port=args.step_port,
             spool_dir=args.spool_dir,
             ready_file=args.ready_file,
         )

@@ -20,6 +20,7 @@ import structlog
 from grpc import aio
 
 from corral import __version__
+from corral.auth import CONTROLLER_CN, tls
 from corral.errors import CorralError
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
@@ -32,19 +33,40 @@ MAX_BACKOFF_S = 5.0
 
 
 class NodeAgentServicer(pbg.NodeAgentServicer):
-    def __init__(self, launcher: Launcher, steps: StepRunner) -> None:
+    """With ``controller_only``, LaunchJob and SignalJob come from ctld or from no one:
+    the caller's certificate (checked against the cluster CA) must name the controller.
+    RunTasks (srun) is served on the other port too; ctld vouches for its step."""
+
+    def __init__(
+        self, launcher: Launcher, steps: StepRunner, *, controller_only: bool = True
+    ) -> None:
         self.launcher = launcher
         self.steps = steps
+        self.controller_only = controller_only
+
+    async def _from_controller(self, context: aio.ServicerContext[Any, Any], what: str) -> None:
+        if not self.controller_only:
+            return
+        name = tls.peer_name(context)
+        if name == CONTROLLER_CN:
+            return
+        log.warning("NodeAgent call refused", call=what, certificate=name, peer=context.peer())
+        await context.abort(
+            grpc.StatusCode.PERMISSION_DENIED if name else grpc.StatusCode.UNAUTHENTICATED,
+            f"Access/permission denied: {what} is taken from the controller only",
+        )
 
     async def LaunchJob(
         self, request: pb.LaunchJobRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.LaunchJobResponse:
+        await self._from_controller(context, "LaunchJob")
         await self.launcher.launch(request)
         return pb.LaunchJobResponse()
 
     async def SignalJob(
         self, request: pb.SignalJobRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.SignalJobResponse:
+        await self._from_controller(context, "SignalJob")
         try:
             if request.HasField("step_id"):
                 found = self.steps.signal(request.job_id, request.step_id, request.signal)
@@ -87,6 +109,9 @@ class ControllerLink:
         steps: StepRunner | None = None,
         fence_after_s: float = 0.0,
         contact_file: str = "",
+        *,
+        tls_dir: str = "",
+        agent_address: str = "",
     ) -> None:
         self.name = name
         self.steps = steps
@@ -101,7 +126,15 @@ class ControllerLink:
         self.launcher = launcher
         self.interval = heartbeat_interval_s
         self.boot_time = time.time()
-        self.channel = aio.insecure_channel(ctld_address)
+        self.agent_address = agent_address
+        if tls_dir:  # this node's certificate proves which node calls
+            self.channel = aio.secure_channel(
+                ctld_address,
+                tls.channel_credentials(tls_dir, name),
+                options=tls.channel_options(CONTROLLER_CN),
+            )
+        else:
+            self.channel = aio.insecure_channel(ctld_address)
         self.stub = pbg.NodeControllerStub(self.channel)
         self.outbox: list[pb.JobStatusUpdate] = []
         self._outbox_ready = asyncio.Event()
@@ -127,8 +160,9 @@ class ControllerLink:
         self.outbox.append(update)
         self._outbox_ready.set()
 
-    async def get_step(self, job_id: int, step_id: int) -> tuple[pb.Job, pb.Step]:
-        """ctld's record of a step srun wants run here (LaunchError if ctld says no)."""
+    async def get_step(self, job_id: int, step_id: int) -> tuple[pb.Job, pb.Step, str]:
+        """ctld's record of a step srun wants run here, with the credential srun must
+        show (LaunchError if ctld says no)."""
         try:
             reply = await self.stub.GetStep(
                 pb.GetStepRequest(job_id=job_id, step_id=step_id, node=self.name),
@@ -136,7 +170,7 @@ class ControllerLink:
             )
         except grpc.RpcError as exc:
             raise LaunchError(f"ctld refuses step {job_id}.{step_id}: {_details(exc)}") from None
-        return reply.job, reply.step
+        return reply.job, reply.step, reply.step_credential
 
     def report_health(self, reason: str, detail: str) -> None:
         """A fault that should drain this node: sent with the next (immediate) heartbeat."""
@@ -155,6 +189,7 @@ class ControllerLink:
             running_job_ids=self.running_job_ids(),
             unreported=list(self.outbox),  # the outbox delivers them again; ctld ignores repeats
             health=list(self.health),
+            agent_address=self.agent_address,
         )
         reply = await self.stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
         self._contacted()

@@ -14,8 +14,10 @@ from dataclasses import replace
 import structlog
 from grpc import aio
 
+from corral.auth import tls
 from corral.config import ClusterConfig, GpuConfig
 from corral.errors import GpuError
+from corral.limits import NODED_MAX_RECEIVE_BYTES
 from corral.wire import corral_pb2_grpc as pbg
 from noded import spool as spool_mod
 from noded.agent import ControllerLink, NodeAgentServicer
@@ -36,12 +38,15 @@ async def serve(
     address: str = "",
     listen: str = "",
     port: int | None = None,
+    step_port: int | None = None,
     spool_dir: str = "",
     ready_file: str = "",
 ) -> None:
     node_cfg = config.node(name)
-    bind_host = listen or config.noded.listen
+    # never every interface by default: the address this node is known by
+    bind_host = listen or config.noded.listen or address or node_cfg.address or socket.getfqdn()
     bind_port = config.noded.port if port is None else port
+    tls_dir = config.tls.dir
     spool = spool_dir or os.path.join(config.noded.spool_dir, name)
     startup_faults: list[tuple[str, str]] = []
     try:
@@ -71,7 +76,7 @@ async def serve(
         gpu_devices=found.devices,
         health=lambda reason, detail: link_ref[0].report_health(reason, detail),
     )
-    server = aio.server()
+    server = aio.server(options=[("grpc.max_receive_message_length", NODED_MAX_RECEIVE_BYTES)])
     steps = StepRunner(
         name,
         f"{name}:{{job_id}}:{launcher.instance}",
@@ -79,9 +84,21 @@ async def serve(
         lambda update: link_ref[0].report(update),
         launcher.contain_step_task,
     )
-    pbg.add_NodeAgentServicer_to_server(NodeAgentServicer(launcher, steps), server)
-    bound = server.add_insecure_port(f"{bind_host}:{bind_port}")
-    if bound == 0:
+    pbg.add_NodeAgentServicer_to_server(
+        NodeAgentServicer(launcher, steps, controller_only=bool(tls_dir)), server
+    )
+    if tls_dir:
+        # two ports: the agent port takes only peers with a cluster certificate (ctld);
+        # srun, which has none, reaches RunTasks on the step port
+        agent_bound = server.add_secure_port(
+            f"{bind_host}:{bind_port}", tls.server_credentials(tls_dir, name)
+        )
+        s_port = config.noded.step_port if step_port is None else step_port
+        bound = server.add_insecure_port(f"{bind_host}:{s_port}")
+    else:
+        log.warning("no [tls] dir: NodeAgent calls are not authenticated", node=name)
+        agent_bound = bound = server.add_insecure_port(f"{bind_host}:{bind_port}")
+    if bound == 0 or agent_bound == 0:
         raise SystemExit(f"noded: cannot listen on {bind_host}:{bind_port}")
     await server.start()
     advertised_host = (
@@ -94,7 +111,7 @@ async def serve(
     hb = config.heartbeat
     fence_after_s = hb.timeout_s - hb.interval_s if config.noded.self_fence else 0.0
     link = ControllerLink(
-        f"{ctl.host}:{ctl.grpc_port}",
+        f"{ctl.host}:{ctl.node_port}",
         name,
         advertised,
         found.resources,
@@ -103,6 +120,8 @@ async def serve(
         steps,
         fence_after_s=fence_after_s,
         contact_file=os.path.join(spool, CONTACT_FILE),
+        tls_dir=tls_dir,
+        agent_address=f"{advertised_host}:{agent_bound}" if tls_dir else "",
     )
     link_ref.append(link)
     # an earlier noded's jobs are settled (killed, reported lost) before ctld hears of us
@@ -126,7 +145,7 @@ async def serve(
     if ready_file:
         await link.registered.wait()
         with open(ready_file + ".tmp", "w") as fh:
-            fh.write(f"{os.getpid()} {advertised}\n")
+            fh.write(f"{os.getpid()} {advertised} {link.agent_address or advertised}\n")
         os.replace(ready_file + ".tmp", ready_file)
     await stop.wait()
     log.info("noded stopping", node=name, running=len(launcher.jobs))

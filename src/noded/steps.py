@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import hmac
 import os
 import signal
 import socket
@@ -119,7 +120,7 @@ def free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-Verify = Callable[[int, int], Awaitable[tuple[pb.Job, pb.Step]]]
+Verify = Callable[[int, int], Awaitable[tuple[pb.Job, pb.Step, str]]]
 
 
 class StepRunner:
@@ -147,7 +148,12 @@ class StepRunner:
     async def run(
         self, start: pb.RunTasksRequest, inputs: AsyncIterator[pb.TaskInput]
     ) -> AsyncIterator[pb.TaskEvent]:
-        job, step = await self.verify(start.job.job_id, start.step.step_id)
+        job, step, credential = await self.verify(start.job.job_id, start.step.step_id)
+        if not credential or not hmac.compare_digest(credential, start.step_credential):
+            raise LaunchError(
+                f"step {job.job_id}.{step.step_id}: the step credential does not match "
+                "(only the srun that created the step may start its tasks)"
+            )
         start.job.CopyFrom(job)
         start.step.CopyFrom(step)
         here = next((n for n in step.nodes if n.node == start.node), None)

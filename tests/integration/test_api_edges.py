@@ -8,9 +8,8 @@ import socket
 import grpc
 import pytest
 
-from corral.api import HttpController as Client
 from corral.errors import InvalidRequest, PermissionDenied
-from corral.identity import current_identity, identity_metadata
+from corral.identity import current_identity
 from corral.testing import LocalCluster
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
@@ -35,7 +34,7 @@ def raw_post(
 
 def test_gateway_rejects_malformed_and_anonymous_requests(cluster: LocalCluster) -> None:
     ident = current_identity()
-    who = f"x-corral-user: {ident.user}\r\nx-corral-uid: {ident.uid}\r\n"
+    who = f"Authorization: Bearer {cluster.token(ident.user)}\r\n"
     status, body = raw_post(cluster, "SubmitJob", b"{not json", who)
     assert status == 400 and body["error"] == "InvalidRequest"
     status, body = raw_post(cluster, "SubmitJob", b'{"spec": {"noSuchField": 1}}', who)
@@ -43,7 +42,11 @@ def test_gateway_rejects_malformed_and_anonymous_requests(cluster: LocalCluster)
     status, body = raw_post(cluster, "SubmitJob", b'{"spec": {"nodesMin": -4}}', who)
     assert status == 400
     status, body = raw_post(cluster, "SubmitJob", b'{"spec": {"script": "#!/bin/sh"}}')
-    assert status == 403 and body["error"] == "PermissionDenied"
+    assert status == 401 and body["error"] == "Unauthenticated"
+    # a stated identity is no identity: the old headers are ignored
+    claimed = f"x-corral-user: {ident.user}\r\nx-corral-uid: {ident.uid}\r\n"
+    status, body = raw_post(cluster, "SubmitJob", b'{"spec": {"script": "#!/bin/sh"}}', claimed)
+    assert status == 401 and body["error"] == "Unauthenticated"
     status, body = raw_post(cluster, "NoSuchMethod", b"{}", who)
     assert status == 400 and "unknown method" in body["message"]
     assert cluster.client().get_jobs({}).get("jobs", []) == []
@@ -53,7 +56,7 @@ def test_rest_client_maps_errors_to_the_hierarchy(cluster: LocalCluster) -> None
     client = cluster.client()
     with pytest.raises(InvalidRequest, match="working directory"):
         client.submit_job({"spec": {"script": "#!/bin/sh\n", "workDir": "rel"}})
-    other = Client(client.address, identity=current_identity().__class__("mallory", 4242, 4242))
+    other = cluster.tcp_client(token=cluster.token("nobody"))
     job_id = client.submit_job(
         {"spec": {"script": "#!/bin/sh\n", "workDir": "/tmp", "hold": True}}
     )["jobId"]
@@ -68,8 +71,11 @@ async def test_grpc_needs_identity_and_validates(cluster: LocalCluster) -> None:
         stub = pbg.ControllerStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.GetJobs(pb.GetJobsRequest())
-        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
-        md = identity_metadata(current_identity())
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.GetJobs(pb.GetJobsRequest(), metadata=[("x-corral-uid", "0")])
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        md = cluster.grpc_metadata()
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.SubmitJob(
                 pb.SubmitJobRequest(

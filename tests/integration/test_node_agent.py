@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from corral.errors import PermissionDenied
 from corral.identity import Identity
 from corral.testing import LocalCluster
 from corral.testing.cluster import ClusterFactory
@@ -94,8 +95,7 @@ def throwaway_user() -> Iterator[pwd.struct_passwd]:
 
 
 def submit_as(cluster: LocalCluster, who: Identity, script: str, work: str, **spec: Any) -> str:
-    client = cluster.client()
-    client.identity = who
+    client = cluster.tcp_client(token=cluster.token(who.user))  # authenticated as that user
     reply = client.submit_job(
         {
             "spec": {
@@ -162,19 +162,12 @@ def test_output_where_the_user_may_not_write_fails_the_job(
 
 
 @needs_root
-def test_job_of_a_user_unknown_on_the_node_is_refused(make_cluster: Any) -> None:
-    cluster, cmd = make_cluster(gpus_per_node=0)
-    uid = 61000 + secrets.randbelow(1000)
-    while True:
-        try:
-            pwd.getpwuid(uid)
-            uid += 1
-        except KeyError:
-            break
-    ghost = Identity("ghost", uid, uid)
-    job_id = submit_as(cluster, ghost, "#!/bin/sh\ntouch /tmp/ghost-ran\n", "/tmp")
-    job = cmd.wait_state(job_id, "FAILED")
-    assert f"user ghost (uid {uid}) is unknown on node node01" in job["reason"]
+def test_job_of_a_user_unknown_to_the_user_database_is_refused(make_cluster: Any) -> None:
+    cluster, _cmd = make_cluster(gpus_per_node=0)
+    ghost = Identity("ghost-" + secrets.token_hex(3), 0, 0)
+    with pytest.raises(PermissionDenied, match="is not a known user"):
+        submit_as(cluster, ghost, "#!/bin/sh\ntouch /tmp/ghost-ran\n", "/tmp")
+    assert not os.path.exists("/tmp/ghost-ran")
 
 
 # ---------------------------------------------------------------- limits

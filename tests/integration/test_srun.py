@@ -303,7 +303,7 @@ print(*got)
     script = f"#!/bin/sh\n#SBATCH -N2 --ntasks-per-node=2\nsrun {TORCH_PY or PY} probe.py\n"
     (two.cwd / "lt.sh").write_text(script)
     job_id = two("sbatch", "lt.sh").stdout.split()[-1]
-    job = two.wait_state(job_id, "COMPLETED", "FAILED")
+    job = two.wait_state(job_id, "COMPLETED", "FAILED", timeout=120)  # 4 ranks import lightning
     text = (two.cwd / f"slurm-{job_id}.out").read_text()
     assert job["state"] == "JOB_STATE_COMPLETED", text
     rows = sorted(line.split() for line in text.splitlines())

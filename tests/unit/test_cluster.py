@@ -27,7 +27,7 @@ from ctld.testing import (
 
 CONFIG = parse_config(
     {
-        "controller": {"operators": ["admin"]},
+        "controller": {"operators": ["daemon"]},  # roles by uid: a real user
         "heartbeat": {"interval_s": 0.05, "timeout_s": 1.0},
         "nodes": [{"names": "n[1-2]"}],
         "partitions": [{"name": "gpu", "nodes": "n[1-2]", "default": True, "max_time": "1:00:00"}],
@@ -35,7 +35,7 @@ CONFIG = parse_config(
 )
 ALICE = Identity("alice", 1000, 1000)
 BOB = Identity("bob", 1001, 1001)
-ADMIN = Identity("admin", 1002, 1002)
+ADMIN = Identity("daemon", 1, 1)
 
 
 def spec(**kw: object) -> pb.JobSpec:
@@ -260,11 +260,12 @@ async def test_cached_job_json_follows_every_change(env) -> None:  # type: ignor
 
     from google.protobuf import json_format
 
-    from ctld.auth import ClaimedIdentity
+    from corral.config import AuthConfig
+    from ctld.auth import ClusterAuthenticator
     from ctld.rpc import ControllerApi
 
     cluster, clock, *_ = env
-    api = ControllerApi(cluster, ClaimedIdentity())
+    api = ControllerApi(cluster, ClusterAuthenticator(AuthConfig()))
 
     def fresh() -> list[dict[str, object]]:
         out = []
@@ -384,7 +385,8 @@ async def test_uneven_tasks_count_as_asked(env) -> None:  # type: ignore[no-unty
 
 
 async def test_each_run_of_a_requeued_job_is_kept_for_sacct_duplicates(env) -> None:  # type: ignore[no-untyped-def]
-    from ctld.auth import ClaimedIdentity
+    from corral.config import AuthConfig
+    from ctld.auth import ClusterAuthenticator
     from ctld.rpc import ControllerApi
 
     cluster, clock, *_ = env
@@ -406,7 +408,7 @@ async def test_each_run_of_a_requeued_job_is_kept_for_sacct_duplicates(env) -> N
     assert run.end_time == first_start + 30
     assert not run.spec.script  # the job row keeps the script; a run needs none
 
-    api = ControllerApi(cluster, ClaimedIdentity())
+    api = ControllerApi(cluster, ClusterAuthenticator(AuthConfig()))
     req = pb.QueryAccountingRequest(filter=pb.JobFilter(job_ids=[job.job_id]))
     plain = await api.query_accounting(req, ALICE)
     assert [j.restart_count for j in plain.jobs] == [1]

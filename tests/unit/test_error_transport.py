@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -29,6 +29,7 @@ from corral.errors import (
 )
 from corral.wire import corral_pb2 as pb
 from corral.wire.methods import CONTROLLER, SERVICES
+from ctld.auth import Caller
 from ctld.gateway import make_app
 from ctld.rpc import service_handler
 
@@ -42,11 +43,12 @@ class RaisingApi:
         name: (getattr(pb, req), None) for name, (req, _r, _c, _s) in SERVICES[CONTROLLER].items()
     }
 
-    async def call(self, method: str, request: Message, metadata: Mapping[str, str]) -> Message:
-        raise BY_NAME[metadata[RAISE_KEY]](f"{metadata[RAISE_KEY]} from {method}")
+    async def call(self, method: str, request: Message, caller: Caller) -> Message:
+        name = caller.metadata[RAISE_KEY]
+        raise BY_NAME[name](f"{name} from {method}")
 
-    async def call_json(self, method: str, request: Message, metadata: Mapping[str, str]) -> bytes:
-        await self.call(method, request, metadata)
+    async def call_json(self, method: str, request: Message, caller: Caller) -> bytes:
+        await self.call(method, request, caller)
         raise AssertionError("unreachable")
 
 
@@ -108,8 +110,8 @@ async def test_each_error_class_crosses_both_transports(
     assert body == {"error": name, "code": cls.grpc_code, "message": f"{name} from GetJobs"}
 
     class RaisingHttp(HttpController):
-        def headers(self) -> list[tuple[str, str]]:
-            return [*super().headers(), (RAISE_KEY, name)]
+        def headers(self, method: str) -> list[tuple[str, str]]:
+            return [*super().headers(method), (RAISE_KEY, name)]
 
     with pytest.raises(CorralError) as http_err:
         await asyncio.to_thread(RaisingHttp(servers.http_address).get_jobs, {})
@@ -117,8 +119,8 @@ async def test_each_error_class_crosses_both_transports(
 
     # the typed client over gRPC rebuilds the same class
     class RaisingGrpc(GrpcController):
-        def headers(self) -> list[tuple[str, str]]:
-            return [*super().headers(), (RAISE_KEY, name)]
+        def headers(self, method: str) -> list[tuple[str, str]]:
+            return [*super().headers(method), (RAISE_KEY, name)]
 
     grpc_api = RaisingGrpc(servers.grpc_target)
     try:

@@ -17,13 +17,13 @@ from ctld.testing import ManualClock, RecordingDispatcher, make_cluster, registe
 
 Update = pb.JobStatusUpdate
 ALICE = Identity("alice", 1000, 1000)
-ADMIN = Identity("admin", 1002, 1002)
+ADMIN = Identity("daemon", 1, 1)
 
 
 def config(**controller: Any) -> Any:
     return parse_config(
         {
-            "controller": {"operators": ["admin"], **controller},
+            "controller": {"operators": ["daemon"], "administrators": ["daemon"], **controller},
             "heartbeat": {"interval_s": 1.0, "timeout_s": 10.0},
             "nodes": [{"names": "n[1-3]", "cpus": 8}],
             "partitions": [{"name": "p", "nodes": "n[1-3]", "default": True}],

@@ -270,3 +270,15 @@ def test_accounts_partitions_and_names_are_filtered_by_the_store() -> None:
         "partitions": ["gpu"],
         "names": ["train"],
     }
+
+
+def test_repeated_list_options_add_up_as_slurms() -> None:
+    # submitit asks `sacct -o JobID,State,NodeList --parsable2 -j 4 -j 7`: both jobs
+    from client.options import OptionParser
+    from client.sacct import OPTIONS
+
+    opts, _ = OptionParser("sacct", OPTIONS).parse(["-j", "4", "-j", "7,9", "-u", "a", "-u", "b"])
+    assert opts["jobs"] == "4,7,9"
+    assert opts["user"] == "a,b"
+    request = build_request(opts, "me", 1000, time.time())
+    assert request["filter"]["jobIds"] == ["4", "7", "9"]

@@ -21,15 +21,17 @@ def test_a_slow_reader_gets_every_byte_though_a_child_holds_the_pipes() -> None:
         ["sh", "-c", f"sleep 30 & yes 0123456789abcdef | head -c {TOTAL}; echo END"]
     )
 
-    async def verify(job_id: int, step_id: int) -> tuple[pb.Job, pb.Step]:
-        return job, step
+    async def verify(job_id: int, step_id: int) -> tuple[pb.Job, pb.Step, str]:
+        return job, step, "cred"  # ctld's record and the step's credential
 
     async def inputs() -> AsyncIterator[pb.TaskInput]:
         yield pb.TaskInput(stdin_eof=True)  # then srun's half-close
 
     async def main() -> tuple[bytes, list[pb.TaskExit]]:
         runner = StepRunner("n1", "corral-test-{job_id}", verify)
-        start = pb.RunTasksRequest(job=job, step=step, node="n1", cwd="/tmp")
+        start = pb.RunTasksRequest(
+            job=job, step=step, node="n1", cwd="/tmp", step_credential="cred"
+        )
         data, exits, seen = bytearray(), [], 0
         async for event in runner.run(start, inputs()):
             if event.HasField("output"):

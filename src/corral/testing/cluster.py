@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -37,6 +38,19 @@ from corral.testing.harness import Harness, wait_for
 from corral.testing.netns import NodeNetwork
 
 DEFAULT_GPU_MODEL = "NVIDIA H100 80GB HBM3"
+
+
+def local_socket(state_dir: Path) -> str:
+    tag = hashlib.sha1(str(state_dir).encode()).hexdigest()[:12]
+    return f"/tmp/corral-{tag}/ctld.sock"
+
+
+def remove_socket(state_dir: Path) -> None:
+    path = local_socket(state_dir)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(path))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -60,9 +74,17 @@ class LocalCluster(Harness):
     python: str = sys.executable
     extra_config: str = ""  # appended at the end (new tables)
     noded_config: str = ""  # more keys of the [noded] table
+    controller_config: str = ""  # more keys of the [controller] table
     sample_interval_s: float = 1.0
     grpc_port: int = 0
     http_port: int = 0
+    node_port: int = 0
+    # authentication: "local" (the Unix socket), "munge" or "jwt" for TCP clients; a JWT
+    # key and the cluster's certificates are always made (docs/security.md)
+    auth_type: str = "local"
+    munge_socket: str = ""
+    tls: bool = True
+    tls_clients: bool = False  # TLS on the client ports too (commands need CORRAL_CTLD_CA)
     store_url: str = ""  # empty: SQLite in state_dir
     # "loopback": nodes on 127.0.0.2, .3, ...; "netns": each node in a network namespace
     # of its own with its own hostname (root only); "auto": netns when possible
@@ -79,6 +101,10 @@ class LocalCluster(Harness):
         self.state_dir = Path(self.state_dir).resolve()
         if self.simulated and self.isolation != "loopback":
             raise ValueError("simulated nodes run on loopback only")
+        if self.simulated:
+            # one process plays every node over one channel: it holds no per-node
+            # certificate, so daemon TLS is off (ctld warns); users still authenticate
+            self.tls = False
         if self.isolation not in ("loopback", "netns", "auto"):
             raise ValueError(f"isolation {self.isolation!r}: loopback, netns or auto")
         if self.isolation != "loopback":
@@ -120,27 +146,72 @@ class LocalCluster(Harness):
         return f"{self.controller_host}:{self.http_port}"
 
     @property
+    def socket(self) -> str:
+        """ctld's Unix socket: a short path any user can reach (a socket path has at most
+        107 bytes; a state dir may be long or private). A file, not an abstract socket:
+        those are per network namespace, and commands in jobs on netns nodes use it."""
+        return local_socket(self.state_dir)
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.state_dir / "tls"
+
+    @property
+    def jwt_key_path(self) -> Path:
+        return self.state_dir / "jwt.key"
+
+    @property
     def grpc_address(self) -> str:
         return f"{self.controller_host}:{self.grpc_port}"
 
     def env(self) -> dict[str, str]:
-        """Environment for commands that talk to this cluster."""
+        """Environment for commands that talk to this cluster (over its Unix socket)."""
         env = dict(os.environ)
         env["CORRAL_CONF"] = str(self.config_path)
         env["CORRAL_CTLD_HTTP"] = self.http_address
+        env["CORRAL_CTLD_SOCKET"] = self.socket
         env["CORRAL_CTLD_GRPC"] = self.grpc_address
         bindir = str(Path(self.python).parent)
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
         return env
 
     def client(self) -> Client:
-        """The typed Controller client, over the HTTP/JSON gateway (as the commands)."""
-        host, _, port = self.http_address.rpartition(":")
-        return Client((host, int(port)))
+        """A client of this cluster as this process's own user (the Unix socket)."""
+        return Client(socket_path=self.socket)
 
-    def grpc_client(self) -> GrpcController:
-        """The typed Controller client over gRPC (as srun and salloc)."""
-        return GrpcController(self.grpc_address)
+    def tcp_client(self, token: str | None = None) -> Client:
+        """A client over TCP: it needs a credential (``token``, or munge)."""
+        host, _, port = self.http_address.rpartition(":")
+        return Client((host, int(port)), socket_path="", token=token)
+
+    def token(self, user: str, lifetime_s: int = 3600) -> str:
+        """A JWT for ``user``, as ``corral token`` issues it."""
+        from corral.auth.tokens import issue, read_key
+
+        return issue(read_key(str(self.jwt_key_path)), user, lifetime_s)
+
+    def grpc_metadata(self, user: str = "") -> list[tuple[str, str]]:
+        """gRPC metadata that authenticates ``user`` (default: this process's user)."""
+        name = user or pwd.getpwuid(os.getuid()).pw_name
+        return [("authorization", f"Bearer {self.token(name)}")]
+
+    def make_credentials(self) -> None:
+        """The cluster CA, ctld's and every node's certificate, and the JWT key."""
+        from corral.auth.tls import create_cluster_certs
+        from corral.auth.tokens import write_key
+
+        if self.tls and not (self.tls_dir / "ctld.crt").exists():
+            create_cluster_certs(
+                str(self.tls_dir), self.cluster_name, self.node_names, [self.controller_host]
+            )
+        if not self.jwt_key_path.exists():
+            write_key(str(self.jwt_key_path))
+
+    def grpc_client(self, user: str = "") -> GrpcController:
+        """The typed Controller client over gRPC, with a token for ``user`` (default:
+        this process's user): gRPC gives ctld no kernel identity."""
+        name = user or pwd.getpwuid(os.getuid()).pw_name
+        return GrpcController(self.grpc_address, token=self.token(name))
 
     def write_config(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -150,6 +221,13 @@ class LocalCluster(Harness):
             self.grpc_port = free_port()
         if not self.http_port:
             self.http_port = free_port()
+        if not self.node_port:
+            self.node_port = free_port()
+        self.make_credentials()
+        tls = f'\n[tls]\ndir = "{self.tls_dir}"\n' if self.tls else ""
+        if self.tls and self.tls_clients:
+            tls += "clients = true\n"
+        munge = f'munge_socket = "{self.munge_socket}"\n' if self.munge_socket else ""
         nodes_expr = f"node[{self.node_names[0][4:]}-{self.node_names[-1][4:]}]"
         gpus = ""
         if self.gpus_per_node:
@@ -164,17 +242,25 @@ cluster_name = "{self.cluster_name}"
 host = "{self.controller_host}"
 grpc_port = {self.grpc_port}
 http_port = {self.http_port}
+node_port = {self.node_port}
+socket = "{self.socket}"
 state_dir = "{self.state_dir}"
 store_url = "{self.store_url}"
 kill_wait_s = {self.kill_wait_s}
 sched_interval_s = 2.0
+{self.controller_config}
 
+[auth]
+type = "{self.auth_type}"
+jwt_key = "{self.jwt_key_path}"
+{munge}{tls}
 [heartbeat]
 interval_s = {self.heartbeat_interval_s}
 timeout_s = {self.heartbeat_timeout_s}
 
 [noded]
 port = 0
+step_port = 0
 spool_dir = "{self.state_dir / "spool"}"
 # one cgroup tree per local cluster, so clusters side by side never share one
 cgroup_root = "corral-{hashlib.sha1(str(self.state_dir).encode()).hexdigest()[:10]}"
@@ -201,6 +287,7 @@ max_time = "1-00:00:00"
             f"# source this to point the corral commands at the cluster in {self.state_dir}\n"
             f"export CORRAL_CONF={self.config_path}\n"
             f"export CORRAL_CTLD_HTTP={self.http_address}\n"
+            f"export CORRAL_CTLD_SOCKET={self.socket}\n"
             f"export CORRAL_CTLD_GRPC={self.grpc_address}\n"
             f'export PATH="{bindir}:$PATH"\n'
             "hash -r 2>/dev/null  # a shell that ran Slurm's sbatch must not keep using it\n"
@@ -329,6 +416,11 @@ max_time = "1-00:00:00"
                 )
             time.sleep(0.02)
 
+    def agent_address(self, name: str) -> str:
+        """Where node ``name``'s NodeAgent takes ctld's calls (its ready file says)."""
+        fields = (self.state_dir / "run" / f"{name}.ready").read_text().split()
+        return fields[2] if len(fields) > 2 else fields[1]
+
     def log_tail(self, name: str, lines: int = 40) -> str:
         path = self.state_dir / "log" / f"{name}.log"
         try:
@@ -456,6 +548,7 @@ max_time = "1-00:00:00"
             self.stop_process("ctld")
         if self.network is not None:
             self.network.destroy()
+        remove_socket(self.state_dir)
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -561,6 +654,7 @@ def stop_state_dir(state_dir: Path) -> list[str]:
     stopped = [n for n in names if n != "ctld" and stop_by_pidfile(state_dir, n)]
     if "ctld" in names and stop_by_pidfile(state_dir, "ctld"):
         stopped.append("ctld")
+    remove_socket(state_dir)
     if netns.available()[0]:  # namespaces and bridge of a netns cluster, if any
         stopped += NodeNetwork(state_dir, ()).destroy()
     return stopped

@@ -22,8 +22,9 @@ programs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,7 +39,7 @@ from corral.identity import Identity, current_identity
 from corral.testing.cluster import DEFAULT_GPU_MODEL, LocalCluster
 from corral.testing.harness import Harness
 from corral.wire import corral_pb2 as pb
-from ctld.auth import ClaimedIdentity
+from ctld.auth import Caller
 from ctld.cluster import Cluster
 from ctld.nodes import NodeRecord
 from ctld.rpc import ControllerApi
@@ -92,8 +93,33 @@ class InProcessController(Controller):
             json_format.ParseDict(request, message)
         except json_format.ParseError as exc:
             raise InvalidRequest(f"malformed {type(message).__name__}: {exc}") from None
-        metadata = dict(self.headers())
-        return json.loads(self.harness.run(api.call_json(method, message, metadata)))
+        # no transport, no kernel to ask: the harness vouches for the identity it was given
+        with _as(api, self.identity):
+            return json.loads(self.harness.run(api.call_json(method, message, Caller())))
+
+
+class HarnessIdentity:
+    """The in-process harness's authenticator (tests only; ctld's server never uses
+    it): the identity the test's client was made with, set around each call."""
+
+    def __init__(self) -> None:
+        self.current: Identity | None = None
+
+    def identify(self, caller: Caller) -> Identity:
+        if self.current is None:
+            raise AssertionError("an in-process call without a client identity")
+        return self.current
+
+
+@contextlib.contextmanager
+def _as(api: ControllerApi, who: Identity) -> Iterator[None]:
+    auth = api.auth
+    assert isinstance(auth, HarnessIdentity)
+    auth.current = who
+    try:
+        yield
+    finally:
+        auth.current = None
 
 
 def registration(
@@ -125,7 +151,7 @@ class InProcessCluster(Harness):
         self.dispatcher = RecordingDispatcher()
         self.loop = asyncio.new_event_loop()
         self.cluster = self._open()
-        self.api = ControllerApi(self.cluster, ClaimedIdentity())
+        self.api = ControllerApi(self.cluster, HarnessIdentity())
 
     @property
     def node_names(self) -> list[str]:
@@ -214,7 +240,7 @@ class InProcessCluster(Harness):
         self.run(self._drain())
         self.cluster.store.close()
         self.cluster = self._open()
-        self.api = ControllerApi(self.cluster, ClaimedIdentity())
+        self.api = ControllerApi(self.cluster, HarnessIdentity())
         return self.cluster
 
     def stop(self) -> None:

@@ -877,7 +877,12 @@ class CreateStepResponse(_message.Message):
     STEP_FIELD_NUMBER: _builtins.int
     JOB_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
+    STEP_CREDENTIAL_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
+    step_credential: _builtins.str
+    """Shown to each node in RunTasks: only the caller (the job's owner) gets it, so
+    nobody else can start the step's tasks with an environment of their own.
+    """
     @_builtins.property
     def step(self) -> Global___Step: ...
     @_builtins.property
@@ -890,10 +895,11 @@ class CreateStepResponse(_message.Message):
         step: Global___Step | None = ...,
         job: Global___Job | None = ...,
         cluster: _builtins.str = ...,
+        step_credential: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "job", b"job", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "job", b"job", "step", b"step", "step_credential", b"step_credential"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2454,12 +2460,17 @@ class RegisterNodeRequest(_message.Message):
     RUNNING_JOB_IDS_FIELD_NUMBER: _builtins.int
     UNREPORTED_FIELD_NUMBER: _builtins.int
     HEALTH_FIELD_NUMBER: _builtins.int
+    AGENT_ADDRESS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port where its NodeAgent listens"""
     boot_time: _builtins.float
     version: _builtins.str
     os: _builtins.str
+    agent_address: _builtins.str
+    """With TLS: the agent port that takes LaunchJob/SignalJob from ctld only (mutual
+    TLS); ``address`` then serves srun's RunTasks. Empty: both on ``address``.
+    """
     @_builtins.property
     def resources(self) -> Global___NodeResources: ...
     @_builtins.property
@@ -2488,10 +2499,11 @@ class RegisterNodeRequest(_message.Message):
         running_job_ids: _abc.Iterable[_builtins.int] | None = ...,
         unreported: _abc.Iterable[Global___JobStatusUpdate] | None = ...,
         health: _abc.Iterable[Global___NodeHealthEvent] | None = ...,
+        agent_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "boot_time", b"boot_time", "health", b"health", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_address", b"agent_address", "boot_time", b"boot_time", "health", b"health", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2847,6 +2859,9 @@ class GetStepResponse(_message.Message):
 
     JOB_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
+    STEP_CREDENTIAL_FIELD_NUMBER: _builtins.int
+    step_credential: _builtins.str
+    """what srun must show to start this step's tasks"""
     @_builtins.property
     def job(self) -> Global___Job:
         """without script, environment, events and steps"""
@@ -2858,10 +2873,11 @@ class GetStepResponse(_message.Message):
         *,
         job: Global___Job | None = ...,
         step: Global___Step | None = ...,
+        step_credential: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step", "step_credential", b"step_credential"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3099,6 +3115,7 @@ class RunTasksRequest(_message.Message):
     MASTER_PORT_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
     PTY_FIELD_NUMBER: _builtins.int
+    STEP_CREDENTIAL_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """which StepNode of the step this is"""
     cwd: _builtins.str
@@ -3106,6 +3123,8 @@ class RunTasksRequest(_message.Message):
     master_port: _builtins.int
     """0 on the step's first node: noded picks a free one"""
     cluster: _builtins.str
+    step_credential: _builtins.str
+    """from CreateStep: proves srun is the step's creator"""
     @_builtins.property
     def job(self) -> Global___Job:
         """the allocation, as CreateStep returned it"""
@@ -3139,10 +3158,11 @@ class RunTasksRequest(_message.Message):
         master_port: _builtins.int = ...,
         cluster: _builtins.str = ...,
         pty: Global___WindowSize | None = ...,
+        step_credential: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_pty", b"_pty", "job", b"job", "pty", b"pty", "step", b"step"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pty", b"_pty", "cluster", b"cluster", "cwd", b"cwd", "environment", b"environment", "job", b"job", "master_addr", b"master_addr", "master_port", b"master_port", "node", b"node", "pty", b"pty", "stdin_ranks", b"stdin_ranks", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pty", b"_pty", "cluster", b"cluster", "cwd", b"cwd", "environment", b"environment", "job", b"job", "master_addr", b"master_addr", "master_port", b"master_port", "node", b"node", "pty", b"pty", "stdin_ranks", b"stdin_ranks", "step", b"step", "step_credential", b"step_credential"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__pty: _TypeAlias = _typing.Literal["pty"]  # noqa: Y015
     _WhichOneofArgType__pty: _TypeAlias = _typing.Literal["_pty", b"_pty"]  # noqa: Y015

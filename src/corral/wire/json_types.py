@@ -191,6 +191,7 @@ class CreateStepResponse(TypedDict, total=False):
     step: Step
     job: Job
     cluster: str
+    stepCredential: str
 
 
 class CompleteStepRequest(TypedDict, total=False):
@@ -540,6 +541,7 @@ class RegisterNodeRequest(TypedDict, total=False):
     runningJobIds: list[str]
     unreported: list[JobStatusUpdate]
     health: list[NodeHealthEvent]
+    agentAddress: str
 
 
 class RegisterNodeResponse(TypedDict, total=False):
@@ -606,6 +608,7 @@ class GetStepRequest(TypedDict, total=False):
 class GetStepResponse(TypedDict, total=False):
     job: Job
     step: Step
+    stepCredential: str
 
 
 class LaunchJobRequest(TypedDict, total=False):
@@ -657,6 +660,7 @@ class RunTasksRequest(TypedDict, total=False):
     masterPort: int
     cluster: str
     pty: WindowSize
+    stepCredential: str
 
 
 class TaskEvent(TypedDict, total=False):

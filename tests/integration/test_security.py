@@ -1,0 +1,712 @@
+"""Who may do what, on real daemons, with real second users (docs/security.md).
+
+Each row of the authorization table is tried by real users made with useradd: through
+the real commands (run in a child process that became that user, so ctld learns the
+uid from the kernel) and through forged raw requests. Node-side: calls without the
+node's certificate, with another node's certificate, and straight to noded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import grp  # noqa: F401  (commands import it lazily; a child that became a user may not read it)
+import json
+import os
+import pathlib
+import pwd
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from corral.api import HttpController as Client
+from corral.auth import CONTROLLER_CN
+from corral.auth import tls as ctls
+from corral.errors import CorralError
+from corral.testing import LocalCluster
+from corral.wire import corral_pb2 as pb
+from corral.wire import corral_pb2_grpc as pbg
+from tests.conftest import print_logs, wait_for
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("useradd"), reason="needs root and useradd"
+    ),
+]
+
+
+class Users:
+    def __init__(self, base: pathlib.Path) -> None:
+        self.base = base
+        self.made: list[str] = []
+        tag = secrets.token_hex(3)
+        self.alice = self._add(f"crla{tag}")
+        self.bob = self._add(f"crlb{tag}")
+        self.op = self._add(f"crlo{tag}")
+
+    def _add(self, name: str) -> pwd.struct_passwd:
+        subprocess.run(["useradd", "-M", "-d", "/nonexistent", "-s", "/bin/sh", name], check=True)
+        self.made.append(name)
+        pw = pwd.getpwnam(name)
+        home = self.base / name
+        home.mkdir(mode=0o755)
+        os.chown(home, pw.pw_uid, pw.pw_gid)
+        return pw
+
+    def home(self, pw: pwd.struct_passwd) -> pathlib.Path:
+        return self.base / pw.pw_name
+
+    def remove(self) -> None:
+        for name in self.made:
+            subprocess.run(["userdel", name], check=False, capture_output=True)
+            subprocess.run(["groupdel", name], check=False, capture_output=True)
+
+
+def open_dir(prefix: str) -> pathlib.Path:
+    """A directory other users can enter (pytest's own tmp dirs are root's, 0700)."""
+    path = pathlib.Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture(scope="module")
+def users() -> Iterator[Users]:
+    base = open_dir("corral-sec-homes-")
+    made = Users(base)
+    try:
+        yield made
+    finally:
+        made.remove()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def secure(users: Users) -> Iterator[LocalCluster]:
+    base = open_dir("corral-sec-")  # noded's spool: the users' scripts are read from there
+    c = LocalCluster(
+        base / "cluster",
+        nodes=2,
+        gpus_per_node=0,
+        kill_wait_s=2.0,
+        controller_config=f'operators = ["{users.op.pw_name}"]',
+    )
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+        print_logs(c)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- running as a user
+
+
+def as_user(
+    pw: pwd.struct_passwd,
+    body: Callable[[], Any],
+    *,
+    cwd: pathlib.Path | None = None,
+    env: dict[str, str] | None = None,
+    gid: int | None = None,
+) -> tuple[int, str, str]:
+    """Run ``body`` in a child that is ``pw`` (uid, gid, groups): (exit, stdout, stderr)."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: become the user, run, never return
+        code = 99
+        try:
+            os.close(out_r)
+            os.close(err_r)
+            sys.stdout = open(out_w, "w")  # noqa: SIM115
+            sys.stderr = open(err_w, "w")  # noqa: SIM115
+            primary = pw.pw_gid if gid is None else gid
+            os.setgroups(os.getgrouplist(pw.pw_name, pw.pw_gid))
+            os.setgid(primary)
+            os.setuid(pw.pw_uid)
+            os.chdir(cwd or "/")
+            os.environ.clear()
+            os.environ.update(env or {})
+            os.environ["USER"] = pw.pw_name
+            result = body()
+            code = result if isinstance(result, int) else 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(out_w)
+    os.close(err_w)
+    with open(out_r) as fo, open(err_r) as fe:
+        out, err = fo.read(), fe.read()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out, err
+
+
+def command(
+    cluster: LocalCluster,
+    pw: pwd.struct_passwd,
+    *argv: str,
+    cwd: pathlib.Path | None = None,
+    gid: int | None = None,
+) -> tuple[int, str, str]:
+    """A real command (its main, in-process) as user ``pw`` over the cluster's socket."""
+    import importlib
+
+    module = importlib.import_module(f"client.{argv[0]}")
+
+    def body() -> None:
+        sys.argv = list(argv)
+        module.main()
+
+    env = {k: v for k, v in cluster.env().items() if k.startswith(("CORRAL_", "PATH"))}
+    return as_user(pw, body, cwd=cwd, env=env, gid=gid)
+
+
+def raw(
+    cluster: LocalCluster,
+    pw: pwd.struct_passwd,
+    method: str,
+    request: dict[str, Any],
+    headers: dict[str, str] | None = None,
+    gid: int | None = None,
+) -> dict[str, Any]:
+    """A hand-made request as ``pw`` on the socket, with any headers it likes to claim."""
+
+    def body() -> None:
+        client = Client(socket_path=cluster.socket)
+        if headers:  # forged claims ride along with the request
+            original = client.headers
+            claims = list(headers.items())
+            client.headers = lambda m: original(m) + claims  # type: ignore[method-assign]
+        try:
+            print(json.dumps({"ok": client.call(method, request)}))
+        except CorralError as exc:
+            print(json.dumps({"error": type(exc).__name__, "message": exc.message}))
+
+    code, out, err = as_user(pw, body, gid=gid)
+    assert code == 0, err
+    return dict(json.loads(out))
+
+
+def submit_as(cluster: LocalCluster, users: Users, pw: pwd.struct_passwd, *args: str) -> int:
+    code, out, err = command(cluster, pw, "sbatch", "--parsable", *args, cwd=users.home(pw))
+    assert code == 0, err
+    return int(out.strip().split(";")[0])
+
+
+def job(cluster: LocalCluster, job_id: int, **flags: Any) -> dict[str, Any]:
+    reply = cluster.client().call("GetJobs", {"filter": {"jobIds": [str(job_id)]}, **flags})
+    return dict(reply["jobs"][0])
+
+
+def wait_state(cluster: LocalCluster, job_id: int, *states: str, timeout: float = 30) -> Any:
+    wanted = {f"JOB_STATE_{s}" for s in states}
+    return wait_for(
+        lambda: (j := job(cluster, job_id))["state"] in wanted and j, timeout, f"{job_id} {states}"
+    )
+
+
+# ---------------------------------------------------------------- users: submit as themselves
+
+
+def test_a_user_submits_as_themselves_whatever_they_claim(
+    secure: LocalCluster, users: Users
+) -> None:
+    bob = users.bob
+    job_id = submit_as(secure, users, bob, "--wrap", "id -u; id -g", "-o", "id.out")
+    seen = wait_state(secure, job_id, "COMPLETED", "FAILED")
+    assert (seen["user"], seen["uid"]) == (bob.pw_name, bob.pw_uid)
+    text = (users.home(bob) / "id.out").read_text().split()
+    assert text == [str(bob.pw_uid), str(bob.pw_gid)]
+    # forged: root's uid, group shadow (42) in the old headers: no effect at all
+    claims = {"x-corral-user": "root", "x-corral-uid": "0", "x-corral-gid": "42"}
+    spec = {
+        "script": "#!/bin/sh\nid -u > forged.out\n",
+        "workDir": str(users.home(bob)),
+        "environment": {"PATH": "/usr/bin:/bin"},
+    }
+    reply = raw(secure, bob, "SubmitJob", {"spec": spec}, headers=claims)
+    forged = wait_state(secure, int(reply["ok"]["jobId"]), "COMPLETED", "FAILED")
+    assert (forged["uid"], forged.get("gid", 0)) == (bob.pw_uid, bob.pw_gid)
+    assert (users.home(bob) / "forged.out").read_text().strip() == str(bob.pw_uid)
+
+
+def test_a_group_the_user_is_not_in_is_refused(secure: LocalCluster, users: Users) -> None:
+    # a process of bob's running with gid 42 (shadow), which the database does not give him
+    code, _, err = command(
+        secure, users.bob, "sbatch", "--wrap", "true", cwd=users.home(users.bob), gid=42
+    )
+    assert code != 0 and "not a member of group 42" in err
+
+
+# ---------------------------------------------------------------- users: their own jobs only
+
+
+def test_users_act_on_their_own_jobs_only(secure: LocalCluster, users: Users) -> None:
+    alice, bob = users.alice, users.bob
+    held = submit_as(secure, users, alice, "-H", "--wrap", "true")
+    assert wait_state(secure, held, "PENDING")
+    for argv in (
+        ("scancel", str(held)),
+        ("scontrol", "release", str(held)),
+        ("scontrol", "hold", str(held)),
+        ("scontrol", "update", f"JobId={held}", "TimeLimit=5"),
+    ):
+        code, out, err = command(secure, bob, *argv, cwd=users.home(bob))
+        assert code != 0 and "Access/permission denied" in err + out, (argv, err, out)
+    # the same as forged raw requests, with operator claims in the headers
+    claims = {"x-corral-user": "root", "x-corral-uid": "0"}
+    out = raw(secure, bob, "CancelJobs", {"filter": {"jobIds": [str(held)]}}, headers=claims)
+    assert out["ok"]["outcomes"][0]["error"] == "PermissionDenied"
+    upd = raw(
+        secure,
+        bob,
+        "UpdateJob",
+        {"jobIds": [str(held)], "action": "JOB_UPDATE_RELEASE"},
+        headers=claims,
+    )
+    assert upd["ok"]["outcomes"][0]["error"] == "PermissionDenied"
+    assert job(secure, held)["state"] == "JOB_STATE_PENDING"
+    # the owner may
+    code, _, err = command(secure, alice, "scontrol", "update", f"JobId={held}", "TimeLimit=5")
+    assert code == 0, err
+    code, _, err = command(secure, alice, "scancel", str(held))
+    assert code == 0, err
+    wait_state(secure, held, "CANCELLED")
+
+
+def test_users_never_see_others_scripts_environment_or_exports(
+    secure: LocalCluster, users: Users
+) -> None:
+    alice, bob = users.alice, users.bob
+    job_id = submit_as(
+        secure, users, alice, "-H", "--export=ALL,API_KEY=s3cret", "--wrap", "echo s3cret-script"
+    )
+    others = raw(secure, bob, "GetJobs", {"filter": {"jobIds": [str(job_id)]}, "withSpec": True})[
+        "ok"
+    ]["jobs"][0]
+    text = json.dumps(others)
+    assert "s3cret" not in text and "script" not in others["spec"]
+    mine = raw(secure, alice, "GetJobs", {"filter": {"jobIds": [str(job_id)]}, "withSpec": True})[
+        "ok"
+    ]["jobs"][0]
+    assert "s3cret-script" in mine["spec"]["script"]
+    assert mine["spec"]["environment"]["API_KEY"] == "s3cret"
+    code, out, err = command(
+        secure, bob, "sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "SubmitLine"
+    )
+    assert code == 0, err
+    assert "s3cret" not in out and "--export=<hidden>" in out
+    code, out, _ = command(
+        secure, alice, "sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "SubmitLine"
+    )
+    assert "API_KEY=s3cret" in out
+    code, out, _ = command(secure, bob, "scontrol", "show", "job", str(job_id))
+    assert "s3cret" not in out
+    secure.client().call("CancelJobs", {"filter": {"jobIds": [str(job_id)]}})
+
+
+# ---------------------------------------------------------------- operators and administrators
+
+
+def test_operators_act_on_every_job_and_drain_nodes_users_cannot(
+    secure: LocalCluster, users: Users
+) -> None:
+    alice, bob, op = users.alice, users.bob, users.op
+    code, _, err = command(
+        secure, bob, "scontrol", "update", "NodeName=node02", "State=DRAIN", "Reason=mine"
+    )
+    assert code != 0 and "needs an operator" in err
+    forged = raw(
+        secure,
+        bob,
+        "UpdateNode",
+        {"names": ["node02"], "state": "DRAIN", "reason": "x"},
+        headers={"x-corral-user": op.pw_name, "x-corral-uid": str(op.pw_uid)},
+    )
+    assert forged["error"] == "PermissionDenied"
+    code, _, err = command(
+        secure, op, "scontrol", "update", "NodeName=node02", "State=DRAIN", "Reason=op test"
+    )
+    assert code == 0, err
+    code, _, err = command(secure, op, "scontrol", "update", "NodeName=node02", "State=RESUME")
+    assert code == 0, err
+    held = submit_as(secure, users, alice, "-H", "--wrap", "true")
+    code, _, err = command(secure, op, "scancel", str(held))
+    assert code == 0, err
+    wait_state(secure, held, "CANCELLED")
+
+
+def test_reservations_need_an_administrator(secure: LocalCluster, users: Users) -> None:
+    argv = ("scontrol", "create", "reservation", "ReservationName=sec", "StartTime=now")
+    argv += ("Duration=5", "Nodes=node02", f"Users={users.alice.pw_name}")
+    for pw in (users.bob, users.op):
+        code, _, err = command(secure, pw, *argv)
+        assert code != 0 and "needs an administrator" in err, (pw.pw_name, err)
+    root = pwd.getpwuid(0)
+    code, _, err = command(secure, root, *argv)
+    assert code == 0, err
+    assert raw(secure, root, "DeleteReservation", {"name": "sec"}).get("ok") == {}
+
+
+def test_only_the_key_owner_can_mint_tokens_and_tokens_are_checked(
+    secure: LocalCluster, users: Users
+) -> None:
+    from client import corral_cmd
+
+    def token(pw: pwd.struct_passwd) -> tuple[int, str, str]:
+        def body() -> None:
+            sys.argv = ["corral", "token", "--user", "root", "--lifetime", "1h"]
+            corral_cmd.main()
+
+        return as_user(pw, body, env={"CORRAL_CONF": str(secure.config_path)})
+
+    code, _, err = token(users.bob)
+    assert code != 0 and "cannot read the JWT key" in err
+    code, out, err = token(pwd.getpwuid(0))
+    assert code == 0 and out.startswith("SLURM_JWT="), err
+    good = out.strip().split("=", 1)[1]
+    assert secure.tcp_client(token=good).call("GetJobs", {}) is not None
+    from corral.auth.tokens import issue
+
+    expired = issue(secure.jwt_key_path.read_bytes(), "root", 60, now=1000.0)
+    wrong = issue(b"w" * 32, "root", 3600)
+    for bad, why in ((expired, "expired"), (wrong, "invalid token")):
+        with pytest.raises(CorralError, match=why):
+            secure.tcp_client(token=bad).call("GetJobs", {})
+
+
+# ---------------------------------------------------------------- files
+
+
+def test_a_symlinked_output_into_another_users_directory_is_refused(
+    secure: LocalCluster, users: Users
+) -> None:
+    alice, bob = users.alice, users.bob
+    target = users.home(alice) / "stolen.out"
+    (users.home(bob) / "out-link").symlink_to(target)
+    os.lchown(users.home(bob) / "out-link", bob.pw_uid, bob.pw_gid)
+    job_id = submit_as(secure, users, bob, "-o", "out-link", "--wrap", "echo gotcha")
+    seen = wait_state(secure, job_id, "FAILED", "COMPLETED")
+    assert seen["state"] == "JOB_STATE_FAILED"
+    assert "cannot set up the job's files" in seen["reason"]
+    assert not target.exists()
+
+
+# ---------------------------------------------------------------- oversize input
+
+
+def test_oversize_submissions_are_refused_with_the_limit(
+    secure: LocalCluster, users: Users
+) -> None:
+    bob = users.bob
+    home = users.home(bob)
+    script = home / "job.sh"
+    script.write_text("#!/bin/sh\necho $#\n")
+    big_args = ["a" * 1000] * 7000  # 7 MB of arguments: too large to send at all
+    code, _, err = command(secure, bob, "sbatch", str(script), *big_args, cwd=home)
+    assert code != 0 and "the largest part, argv, is 7021001 bytes" in err
+    assert "at most 8388608 bytes" in err
+    some_args = ["a" * 1000] * 300  # sent, refused by ctld with its limit
+    code, _, err = command(secure, bob, "sbatch", str(script), *some_args, cwd=home)
+    assert code != 0
+    assert "the script's arguments is too large: 300000 bytes, the limit is 262144" in err
+    huge = home / "huge.sh"
+    huge.write_text("#!/bin/sh\n" + "#" * (5 * 1024 * 1024) + "\n")
+    code, _, err = command(secure, bob, "sbatch", str(huge), cwd=home)
+    assert code != 0 and "too large" in err and "limit" in err
+    assert "invalid JSON" not in err
+    # the largest script with a large environment is accepted, launched and run
+    big = home / "big.sh"
+    big.write_text("#!/bin/sh\necho ran\n" + "#" * (4 * 1024 * 1024 - 100) + "\n")
+    env = {f"V{i:03d}": "v" * 1000 for i in range(900)}
+    spec = {
+        "script": big.read_text(),
+        "workDir": str(home),
+        "stdoutPattern": "big.out",
+        "environment": {"PATH": "/usr/bin:/bin", **env},
+    }
+    reply = raw(secure, bob, "SubmitJob", {"spec": spec})
+    assert "ok" in reply, reply
+    done = wait_state(secure, int(reply["ok"]["jobId"]), "COMPLETED", "FAILED", timeout=60)
+    assert done["state"] == "JOB_STATE_COMPLETED", done.get("reason")
+    assert (home / "big.out").read_text() == "ran\n"
+
+
+# ---------------------------------------------------------------- daemons
+
+
+def _node_channel(cluster: LocalCluster, cert: str | None, peer: str = CONTROLLER_CN) -> Any:
+    target = f"{cluster.controller_host}:{cluster.node_port}"
+    if cert is None:  # no certificate at all: TLS with the CA, as a stranger would
+        ca = (cluster.tls_dir / "ca.crt").read_bytes()
+        creds = grpc.ssl_channel_credentials(ca)
+    else:
+        creds = ctls.channel_credentials(str(cluster.tls_dir), cert)
+    return grpc.aio.secure_channel(target, creds, options=ctls.channel_options(peer))
+
+
+async def _code(call: Any) -> grpc.StatusCode:
+    try:
+        await call
+    except grpc.aio.AioRpcError as exc:
+        return exc.code()
+    return grpc.StatusCode.OK
+
+
+def test_node_calls_need_the_nodes_own_certificate(secure: LocalCluster, users: Users) -> None:
+    running = submit_as(secure, users, users.alice, "-w", "node01", "--wrap", "sleep 60")
+    wait_state(secure, running, "RUNNING")
+    res = pb.NodeResources(cpus=1024)
+    done = pb.JobStatusUpdate(job_id=running, kind=pb.JobStatusUpdate.KIND_EXITED)
+
+    async def attempts() -> dict[str, grpc.StatusCode]:
+        out: dict[str, grpc.StatusCode] = {}
+        async with _node_channel(secure, None) as ch:
+            stub = pbg.NodeControllerStub(ch)
+            out["register, no cert"] = await _code(
+                stub.RegisterNode(
+                    pb.RegisterNodeRequest(name="node01", address="1.2.3.4:1", resources=res),
+                    timeout=5,
+                )
+            )
+            out["heartbeat, no cert"] = await _code(
+                stub.Heartbeat(
+                    pb.HeartbeatRequest(name="node01", health=[pb.NodeHealthEvent(reason="x")]),
+                    timeout=5,
+                )
+            )
+            out["report, no cert"] = await _code(
+                stub.ReportJobStatus(
+                    pb.ReportJobStatusRequest(node="node01", updates=[done]), timeout=5
+                )
+            )
+        async with grpc.aio.insecure_channel(f"{secure.controller_host}:{secure.node_port}") as ch:
+            stub = pbg.NodeControllerStub(ch)
+            out["register, plaintext"] = await _code(
+                stub.RegisterNode(
+                    pb.RegisterNodeRequest(name="node01", address="1.2.3.4:1"), timeout=5
+                )
+            )
+        async with grpc.aio.insecure_channel(f"{secure.controller_host}:{secure.grpc_port}") as ch:
+            stub = pbg.NodeControllerStub(ch)
+            out["register, client port"] = await _code(
+                stub.RegisterNode(
+                    pb.RegisterNodeRequest(name="node01", address="1.2.3.4:1"), timeout=5
+                )
+            )
+        async with _node_channel(secure, "node02") as ch:
+            stub = pbg.NodeControllerStub(ch)
+            out["register as node01 with node02's cert"] = await _code(
+                stub.RegisterNode(
+                    pb.RegisterNodeRequest(name="node01", address="1.2.3.4:1", resources=res),
+                    timeout=5,
+                )
+            )
+            out["report node01's job as node01 with node02's cert"] = await _code(
+                stub.ReportJobStatus(
+                    pb.ReportJobStatusRequest(node="node01", updates=[done]), timeout=5
+                )
+            )
+            # as itself, about a job on node01: accepted and ignored
+            out["report node01's job as node02"] = await _code(
+                stub.ReportJobStatus(
+                    pb.ReportJobStatusRequest(node="node02", updates=[done]), timeout=5
+                )
+            )
+        return out
+
+    codes = asyncio.run(attempts())
+    S = grpc.StatusCode
+    assert codes["register, no cert"] == S.UNAVAILABLE  # the handshake itself fails
+    assert codes["heartbeat, no cert"] == S.UNAVAILABLE
+    assert codes["report, no cert"] == S.UNAVAILABLE
+    assert codes["register, plaintext"] == S.UNAVAILABLE
+    assert codes["register, client port"] == S.UNAUTHENTICATED
+    assert codes["register as node01 with node02's cert"] == S.PERMISSION_DENIED
+    assert codes["report node01's job as node01 with node02's cert"] == S.PERMISSION_DENIED
+    assert codes["report node01's job as node02"] == S.OK
+    nodes = {n["name"]: n for n in secure.client().call("GetNodes", {})["nodes"]}
+    assert not nodes["node01"]["address"].startswith("1.2.3.4")
+    assert "drain" not in nodes["node01"]["state"].lower()
+    assert job(secure, running)["state"] == "JOB_STATE_RUNNING"
+    secure.client().call("CancelJobs", {"filter": {"jobIds": [str(running)]}})
+    wait_state(secure, running, "CANCELLED")
+
+
+def test_noded_takes_launch_and_signal_from_ctld_only(
+    secure: LocalCluster, users: Users, tmp_path: pathlib.Path
+) -> None:
+    victim = submit_as(secure, users, users.alice, "-w", "node01", "--wrap", "sleep 60")
+    wait_state(secure, victim, "RUNNING")
+    marker = tmp_path / "launched"
+    forged = pb.Job(
+        job_id=99999,
+        uid=0,
+        user="root",
+        spec=pb.JobSpec(script=f"#!/bin/sh\ntouch {marker}\n", work_dir=str(tmp_path)),
+        allocations=[pb.NodeAllocation(node="node01", cpus=1)],
+    )
+    agent = secure.agent_address("node01")
+    steps = job_step_address(secure, "node01")
+
+    async def attempts() -> dict[str, grpc.StatusCode]:
+        out: dict[str, grpc.StatusCode] = {}
+        kill = pb.SignalJobRequest(job_id=victim, signal=9)
+        for label, channel in (
+            (
+                "agent port, node cert",
+                grpc.aio.secure_channel(
+                    agent,
+                    ctls.channel_credentials(str(secure.tls_dir), "node02"),
+                    options=ctls.channel_options("node01"),
+                ),
+            ),
+            (
+                "agent port, no cert",
+                grpc.aio.secure_channel(
+                    agent,
+                    grpc.ssl_channel_credentials((secure.tls_dir / "ca.crt").read_bytes()),
+                    options=ctls.channel_options("node01"),
+                ),
+            ),
+            ("step port", grpc.aio.insecure_channel(steps)),
+        ):
+            async with channel:
+                stub = pbg.NodeAgentStub(channel)
+                out[f"launch, {label}"] = await _code(
+                    stub.LaunchJob(pb.LaunchJobRequest(job=forged), timeout=5)
+                )
+                out[f"signal, {label}"] = await _code(stub.SignalJob(kill, timeout=5))
+        return out
+
+    codes = asyncio.run(attempts())
+    S = grpc.StatusCode
+    assert codes["launch, agent port, node cert"] == S.PERMISSION_DENIED
+    assert codes["signal, agent port, node cert"] == S.PERMISSION_DENIED
+    assert codes["launch, agent port, no cert"] == S.UNAVAILABLE
+    assert codes["signal, agent port, no cert"] == S.UNAVAILABLE
+    assert codes["launch, step port"] == S.UNAUTHENTICATED
+    assert codes["signal, step port"] == S.UNAUTHENTICATED
+    assert not marker.exists()
+    assert job(secure, victim)["state"] == "JOB_STATE_RUNNING"
+    secure.client().call("CancelJobs", {"filter": {"jobIds": [str(victim)]}})
+    wait_state(secure, victim, "CANCELLED")
+
+
+def job_step_address(cluster: LocalCluster, name: str) -> str:
+    nodes = cluster.client().call("GetNodes", {"names": [name]})["nodes"]
+    return str(nodes[0]["address"])
+
+
+# ---------------------------------------------------------------- PrivateData
+
+
+def test_private_data_hides_other_users_jobs(users: Users) -> None:
+    base = open_dir("corral-sec-private-")
+    c = LocalCluster(
+        base / "cluster",
+        nodes=1,
+        gpus_per_node=0,
+        controller_config=(
+            f'private_data = ["jobs", "accounting"]\noperators = ["{users.op.pw_name}"]'
+        ),
+    )
+    c.start()
+    try:
+        mine = submit_as(c, users, users.alice, "-H", "--wrap", "true")
+        for pw, visible in ((users.bob, False), (users.alice, True), (users.op, True)):
+            code, out, err = command(c, pw, "squeue", "-h", "-o", "%i")
+            assert code == 0, err
+            assert (str(mine) in out.split()) is visible, (pw.pw_name, out)
+        code, out, _ = command(c, users.bob, "sacct", "-X", "-n", "-P", "-o", "JobID", "-a")
+        assert str(mine) not in out.split()
+    finally:
+        c.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_only_the_srun_that_created_a_step_starts_its_tasks(
+    secure: LocalCluster, users: Users, tmp_path: pathlib.Path
+) -> None:
+    # root's job (srun lives in this venv, which other users may not be able to run)
+    sbatch = str(pathlib.Path(sys.executable).parent / "sbatch")
+    out = subprocess.run(
+        [sbatch, "--parsable", "-w", "node01", "--wrap", "srun sleep 30"],
+        env=secure.env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    job_id = int(out.strip().split(";")[0])
+    seen = wait_for(lambda: (j := job(secure, job_id)).get("steps") and j, 30, "the step")
+    step_id = int(seen["steps"][0].get("stepId", 0))
+    address = job_step_address(secure, "node01")
+
+    async def attempt(credential: str) -> tuple[grpc.StatusCode, str]:
+        start = pb.RunTasksRequest(
+            job=pb.Job(job_id=job_id),
+            step=pb.Step(job_id=job_id, step_id=step_id),
+            node="node01",
+            environment={"LD_PRELOAD": "/tmp/not-alices.so"},
+            step_credential=credential,
+        )
+        async with grpc.aio.insecure_channel(address) as channel:
+            call = pbg.NodeAgentStub(channel).RunTasks(iter([pb.TaskInput(start=start)]))
+            try:
+                await call.read()
+            except grpc.aio.AioRpcError as exc:
+                return exc.code(), exc.details() or ""
+        return grpc.StatusCode.OK, ""
+
+    for credential in ("", "0" * 64):
+        code, details = asyncio.run(attempt(credential))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION
+        assert "step credential does not match" in details
+    secure.client().call("CancelJobs", {"filter": {"jobIds": [str(job_id)]}})
+    wait_state(secure, job_id, "CANCELLED", "COMPLETED", "FAILED")
+
+
+def test_client_ports_speak_tls_when_configured(tmp_path: pathlib.Path) -> None:
+    c = LocalCluster(tmp_path / "tlsc", nodes=1, gpus_per_node=0, tls_clients=True)
+    c.start()
+    try:
+        ca = str(c.tls_dir / "ca.crt")
+        token = c.token(pwd.getpwuid(os.getuid()).pw_name)
+        os.environ["CORRAL_CTLD_CA"] = ca
+        try:
+            nodes = c.tcp_client(token=token).get_nodes({})["nodes"]
+            assert [n["name"] for n in nodes] == ["node01"]
+        finally:
+            del os.environ["CORRAL_CTLD_CA"]
+        with pytest.raises(CorralError):  # plaintext to a TLS port gets no answer
+            c.tcp_client(token=token).get_nodes({})
+
+        async def grpc_over_tls() -> int:
+            creds = grpc.ssl_channel_credentials((c.tls_dir / "ca.crt").read_bytes())
+            target = f"127.0.0.1:{c.grpc_port}"
+            opts = ctls.channel_options(CONTROLLER_CN)
+            async with grpc.aio.secure_channel(target, creds, options=opts) as channel:
+                reply = await pbg.ControllerStub(channel).GetNodes(
+                    pb.GetNodesRequest(), metadata=c.grpc_metadata(), timeout=10
+                )
+            return len(reply.nodes)
+
+        assert asyncio.run(grpc_over_tls()) == 1
+    finally:
+        c.stop()
