@@ -90,9 +90,22 @@ JOB_OPTIONS = (
     Option("w", "nodelist", "nodelist", help="nodes the job must have"),
     Option("x", "exclude", "exclude", help="nodes the job must not have"),
     Option("", "comment", "comment", help="free text stored with the job"),
-    Option("", "requeue", "requeue", FLAG, help="may be requeued"),
+    Option(
+        "",
+        "requeue",
+        "requeue",
+        OPTIONAL,
+        const="yes",
+        help="may be requeued (=expedite: at the top of the queue)",
+    ),
     Option("", "no-requeue", "no_requeue", FLAG, help="never requeue"),
     Option("", "signal", "signal", help="[{R|B}:]SIG[@secs] before the time limit"),
+    Option(
+        "",
+        "progress-timeout",
+        "progress_timeout",
+        help="seconds without a touch of $CORRAL_PROGRESS_FILE (GPUs idle): stalled, requeued",
+    ),
     Option("", "open-mode", "open_mode", help="append or truncate the output files"),
     Option("q", "qos", "qos", help="quality of service"),
     Option("", "reservation", "reservation", help="run inside this advance reservation"),
@@ -138,8 +151,10 @@ def env_options(environ: dict[str, str]) -> dict[str, Any]:
         value = environ.get(var)
         if value is None:
             continue
-        if dest in ("requeue", "no_requeue"):
+        if dest == "no_requeue":
             out[dest] = True
+        elif dest == "requeue":
+            out[dest] = value if value == "expedite" else "yes"
         elif dest == "exclusive":
             out[dest] = value or "exclusive"
         else:
@@ -156,8 +171,15 @@ def merge(
         opts, stray = parser.parse(directives(script), stop_at_positional=True)
         if stray:
             raise InvalidOption(f"unexpected argument {stray[0]!r} in an #SBATCH line")
-    opts.update(env_options(environ))
-    opts.update(cli)
+    for layer in (env_options(environ), cli):
+        # --requeue and --no-requeue: the later layer's word wins
+        if "requeue" in layer:
+            opts.pop("no_requeue", None)
+        if "no_requeue" in layer:
+            opts.pop("requeue", None)
+        opts.update(layer)
+    if opts.get("requeue") not in (None, "yes", "expedite"):
+        raise InvalidOption(f"Invalid --requeue: {opts['requeue']} (only --requeue=expedite)")
     if opts.get("open_mode") not in (None, "append", "truncate"):
         raise InvalidOption(f"Invalid --open-mode: {opts['open_mode']} (append or truncate)")
     return opts
@@ -296,6 +318,16 @@ def to_spec(
         spec["ntasksPerNode"] = g["ntasks_per_node"]
     if "cpus_per_task" in g:
         spec["cpusPerTask"] = g["cpus_per_task"]
+    if "progress_timeout" in g:
+        try:
+            seconds = int(g["progress_timeout"])
+        except ValueError:
+            seconds = -1
+        if seconds <= 0:
+            raise InvalidOption(
+                f"Invalid --progress-timeout: {g['progress_timeout']} (whole seconds > 0)"
+            )
+        spec["progressTimeoutS"] = seconds
     if "mem" in g:
         spec["memPerNodeMb"] = parse_size_mb(g["mem"], what="--mem")
     if "mem_per_cpu" in g:
@@ -330,6 +362,10 @@ def to_spec(
         spec["exclusive"] = True
     if g.get("requeue"):
         spec["requeue"] = True
+        if g["requeue"] == "expedite":
+            spec["requeueExpedite"] = True
+    if g.get("no_requeue"):
+        spec["noRequeue"] = True
     if g.get("no_kill"):
         spec["noKill"] = True
     spec["submitLine"] = submit_line

@@ -47,6 +47,8 @@ HOLD_ACTIONS: dict[str, t.JobUpdateAction] = {
     "hold": "JOB_UPDATE_HOLD",
     "uhold": "JOB_UPDATE_USER_HOLD",
     "release": "JOB_UPDATE_RELEASE",
+    "requeue": "JOB_UPDATE_REQUEUE",
+    "requeuehold": "JOB_UPDATE_REQUEUE_HOLD",
 }
 
 
@@ -274,6 +276,8 @@ def complete_state(node: Json) -> str:
     busy = "ALLOCATED" if num(node, "allocCpus") >= num(res(node), "cpus") else "MIXED"
     if text(node, "reservation"):
         state += "+MAINT+RESERVED" if node.get("maint") else "+RESERVED"
+    if node.get("notResponding") and state not in ("UNKNOWN", "DOWN"):
+        state += "+NOT_RESPONDING"
     return {
         "UNKNOWN": "UNKNOWN+NOT_RESPONDING",
         "DOWN": "DOWN+NOT_RESPONDING",
@@ -590,7 +594,7 @@ def update_request(words: Sequence[str]) -> t.UpdateJobRequest:
 
 
 def update_node_request(words: Sequence[str]) -> t.UpdateNodeRequest:
-    """``update NodeName=n[1-2] State=DRAIN|RESUME|UNDRAIN Reason=...`` as a request."""
+    """``update NodeName=n[1-2] State=DRAIN|RESUME|UNDRAIN|DOWN Reason=...`` as a request."""
     from corral import hostlist
 
     request: t.UpdateNodeRequest = {}
@@ -612,10 +616,10 @@ def update_node_request(words: Sequence[str]) -> t.UpdateNodeRequest:
             raise Reported(f"Update of this parameter is not supported: {word}\nRequest aborted")
     if not request.get("names"):
         raise Reported("No node name specified\nRequest aborted")
-    if request.get("state") not in ("DRAIN", "RESUME", "UNDRAIN"):
+    if request.get("state") not in ("DRAIN", "RESUME", "UNDRAIN", "DOWN"):
         raise Reported(
             f"Invalid node state specified: {request.get('state', '')} "
-            "(corral supports DRAIN, RESUME, UNDRAIN)"
+            "(corral supports DRAIN, RESUME, UNDRAIN, DOWN)"
         )
     return request
 

@@ -54,7 +54,7 @@ VIEWS = {
 }
 
 # corral state -> (sinfo short form, sinfo long form, Slurm's numeric state for sorting).
-# corral's DOWN and UNKNOWN are nodes that do not answer: Slurm marks those with '*'.
+# corral's DOWN and UNKNOWN get Slurm's '*'; a late node gets one too (idle*, mix*).
 STATES = {
     "UNKNOWN": ("unk*", "unknown*", 0x800),
     "DOWN": ("down*", "down*", 0x801),
@@ -123,18 +123,23 @@ def _reserved(node: Json) -> tuple[str, str] | None:
     return ("maint", "maint") if node.get("maint") else ("resv", "reserved")
 
 
+def _late(node: Json, name: str) -> str:
+    """A node whose heartbeat is late, not yet DOWN, gets Slurm's '*' (idle*, mix*)."""
+    return name + "*" if node.get("notResponding") and not name.endswith("*") else name
+
+
 def short_state(node: Json) -> str:
     reserved = _reserved(node)
     if reserved:
-        return reserved[0]
-    return STATES.get(node_state(node), ("unk", "unknown", 0))[0]
+        return _late(node, reserved[0])
+    return _late(node, STATES.get(node_state(node), ("unk", "unknown", 0))[0])
 
 
 def long_state(node: Json) -> str:
     reserved = _reserved(node)
     if reserved:
-        return reserved[1]
-    return STATES.get(node_state(node), ("unk", "unknown", 0))[1]
+        return _late(node, reserved[1])
+    return _late(node, STATES.get(node_state(node), ("unk", "unknown", 0))[1])
 
 
 def state_rank(node: Json) -> int:

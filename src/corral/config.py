@@ -49,6 +49,8 @@ class ControllerConfig:
     archive_dir: str = ""  # purged jobs are appended here (JSON lines) first; "": not kept
     sched_interval_s: float = 5.0  # periodic pass besides event-driven wake-ups
     log_json: bool = False
+    job_requeue: bool = True  # Slurm's JobRequeue: a node failure requeues jobs by default
+    requeue_delay_s: float = 0.0  # a requeued job waits this long (reason BeginTime)
 
     @property
     def bind_host(self) -> str:
@@ -81,6 +83,15 @@ class NodedConfig:
     prolog_timeout_s: float = 60.0
     epilog_timeout_s: float = 60.0
     default_path: str = "/usr/local/bin:/usr/bin:/bin"  # PATH for --export=NONE jobs
+    # CORRAL_CHECKPOINT_DIR is <checkpoint_dir>/<job id>; shared storage lets a requeued
+    # job find its files on another node. Empty: <the job's submit dir>/.checkpoints
+    checkpoint_dir: str = ""
+    # cut off from ctld for heartbeat.timeout_s - interval_s, noded kills its jobs (ctld
+    # requeues them at the timeout): no job runs twice across a network partition
+    self_fence: bool = True
+    # a job that touched $CORRAL_PROGRESS_FILE and then stops for this long while its
+    # GPUs idle is stalled: killed and requeued (0: only jobs with --progress-timeout)
+    progress_timeout_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -366,6 +377,8 @@ def _controller(sec: _Section) -> ControllerConfig:
         archive_dir=sec.get("archive_dir", str, d.archive_dir),
         sched_interval_s=sec.positive("sched_interval_s", d.sched_interval_s, allow_zero=False),
         log_json=sec.get("log_json", bool, d.log_json),
+        job_requeue=sec.get("job_requeue", bool, d.job_requeue),
+        requeue_delay_s=sec.positive("requeue_delay_s", d.requeue_delay_s),
     )
     sec.done()
     for what in cfg.private_data:
@@ -429,13 +442,16 @@ def _noded(sec: _Section) -> NodedConfig:
         prolog_timeout_s=sec.positive("prolog_timeout_s", d.prolog_timeout_s, allow_zero=False),
         epilog_timeout_s=sec.positive("epilog_timeout_s", d.epilog_timeout_s, allow_zero=False),
         default_path=sec.get("default_path", str, d.default_path),
+        checkpoint_dir=sec.get("checkpoint_dir", str, d.checkpoint_dir),
+        self_fence=sec.get("self_fence", bool, d.self_fence),
+        progress_timeout_s=sec.positive("progress_timeout_s", d.progress_timeout_s),
     )
     sec.done()
     if cfg.cgroups not in ("auto", "v2", "v1", "none"):
         raise ConfigError(f"{sec.key('cgroups')}: {cfg.cgroups!r} is not auto, v2, v1 or none")
     if not cfg.cgroup_root or "/" in cfg.cgroup_root.strip("/") or ".." in cfg.cgroup_root:
         raise ConfigError(f"{sec.key('cgroup_root')}: must be one directory name")
-    for key in ("prolog", "epilog"):
+    for key in ("prolog", "epilog", "checkpoint_dir"):
         path = getattr(cfg, key)
         if path and not os.path.isabs(path):
             raise ConfigError(f"{sec.key(key)}: {path!r} must be an absolute path")

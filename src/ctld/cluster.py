@@ -271,8 +271,11 @@ class Cluster:
     def heartbeat(self, req: pb.HeartbeatRequest) -> bool:
         return self.node_reports.heartbeat(req)
 
-    def check_heartbeats(self) -> None:
-        self.node_reports.check_heartbeats()
+    async def check_heartbeats(self) -> None:
+        await self.node_reports.check_heartbeats()
+
+    def jobs_kept_by(self, name: str) -> list[int]:
+        return self.node_reports.jobs_kept_by(name)
 
     async def report_status(self, req: pb.ReportJobStatusRequest) -> None:
         await self.node_reports.report_status(req)

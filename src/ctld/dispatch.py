@@ -59,8 +59,10 @@ class GrpcDispatcher:
 
 
 def _unreachable(node: NodeRecord, exc: grpc.RpcError) -> CorralError:
-    code = exc.code() if isinstance(exc, grpc.Call) else None
-    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    # what the asyncio stubs raise (AioRpcError) is not a grpc.Call, but has its methods
+    call = isinstance(exc, aio.AioRpcError | grpc.Call)
+    code = exc.code() if call else None
+    details = exc.details() if call else str(exc)
     if code == grpc.StatusCode.UNAVAILABLE or code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return NodeUnreachable(f"node {node.name} ({node.address}) unreachable: {details}")
     return CorralError(f"node {node.name} refused: {details}")

@@ -10,9 +10,12 @@ from __future__ import annotations
 import structlog
 
 from corral.errors import JobStateConflict
+from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
+from ctld import failures
 from ctld import jobstate as js
 from ctld.commit import Change
+from ctld.nodes import NodeRecord
 from ctld.outbox import Outbox
 from ctld.state import State, fill_request_totals
 
@@ -24,6 +27,10 @@ class Endings:
     def __init__(self, state: State, outbox: Outbox) -> None:
         self.state = state
         self.outbox = outbox
+        # running jobs being stopped to be requeued when their node reports them gone
+        # (the idle-GPU policy, scontrol requeue), and the hold scontrol requeuehold asks
+        self.requeue_on_exit: set[int] = set()
+        self.hold_on_requeue: dict[int, int] = {}
 
     def cancel(self, ch: Change, job: pb.Job, cause: str, now: float) -> None:
         """Cancel ``job``: a pending one ends now, a running one is asked to stop."""
@@ -117,15 +124,67 @@ class Endings:
                     step, js.CANCELLED if final != js.TIMEOUT else js.TIMEOUT, self.state.clock()
                 )
 
-    def requeue(self, ch: Change, job: pb.Job, *, cause: str, detail: str) -> None:
-        """Put a RUNNING job back in the queue; it keeps its age and counts a restart."""
+    def requeue(
+        self,
+        ch: Change,
+        job: pb.Job,
+        *,
+        cause: str,
+        detail: str,
+        run_state: int = pb.JOB_STATE_REQUEUED,
+        hold: int = pb.HOLD_NONE,
+    ) -> None:
+        """Put a RUNNING job back in the queue; it keeps its age and counts a restart.
+
+        The run that ended is kept for sacct -D; with controller.requeue_delay_s the job
+        waits (reason BeginTime); --requeue=expedite puts it first in the queue.
+        """
         js.check(job, "requeued", cause)  # before anything changes: never half a requeue
-        ch.end_run(job, pb.JOB_STATE_REQUEUED)
-        self.state.release(job)
+        st = self.state
+        now = st.clock()
+        if run_state != pb.JOB_STATE_REQUEUED:
+            job.reason = detail[:200]  # sacct -D shows why that run ended
+        ch.end_run(job, run_state)
+        st.release(job)
         del job.allocations[:]
         job.nodelist = job.batch_host = ""
         job.start_time = 0
         job.restart_count += 1
-        ch.transition(job, "requeued", cause=cause, detail=detail[:512])
+        ch.transition(job, "requeued", cause=cause, now=now, detail=detail[:512])
         fill_request_totals(job)
-        self.state.enqueue(job)  # its reason: Resources until a pass says (pending.settle)
+        delay = st.config.controller.requeue_delay_s
+        if delay > 0:
+            job.eligible_time = now + delay
+            job.reason = Reason.BEGIN_TIME
+        if job.spec.requeue_expedite:
+            job.admin_priority = job.priority = failures.expedite_priority(
+                st.jobs[i] for i in st.pending if i in st.jobs
+            )
+        if hold != pb.HOLD_NONE:
+            job.hold = hold  # type: ignore[assignment]
+            job.priority = 0
+            ch.transition(job, "held", cause=cause, now=now)
+        st.enqueue(job)  # its reason: Resources until a pass says (pending.settle)
+
+    def node_failed(self, ch: Change, job: pb.Job, node: NodeRecord, why: str, cause: str) -> None:
+        """The job lost its copy on ``node``: kill every part of it, requeue it or NODE_FAIL."""
+        self.requeue_on_exit.discard(job.job_id)
+        self.hold_on_requeue.pop(job.job_id, None)
+        if job.state == js.COMPLETING:  # cancelled before: nothing more to wait for
+            self.end_allocation(ch, job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=9)
+            return
+        if not failures.may_requeue(job, self.state.config.controller.job_requeue):
+            log.warning("job ended by a node failure", job_id=job.job_id, node=node.name)
+            self.end_allocation(ch, job, js.NODE_FAIL, cause=cause, exit_code=0, exit_signal=9)
+            job.reason = "NodeDown"
+            return
+        # every part of it goes at once (no KillWait): the failed node too, since one an
+        # operator took DOWN still answers (a dead one does not: fencing finishes it)
+        for part, kill in self.outbox.terminate_everywhere(job):
+            kill.kill_wait_s = 0.0
+            ch.signal(part, kill)
+        self.end_running_steps(ch, job, js.NODE_FAIL)
+        if node.name not in job.failed_nodes:
+            job.failed_nodes.append(node.name)
+        log.warning("job requeued after a node failure", job_id=job.job_id, node=node.name)
+        self.requeue(ch, job, cause=cause, detail=why, run_state=js.NODE_FAIL)

@@ -233,7 +233,7 @@ class Intake:
         outcomes: list[pb.CancelOutcome] = []
         now = st.clock()
         cause = f"rpc:UpdateJob user={who.user}"
-        async with Change(st) as ch:
+        async with Change(st, self.outbox) as ch:
             for job_id in req.job_ids:
                 try:
                     job = st.job(job_id)
@@ -242,12 +242,32 @@ class Intake:
                         self._top(ch, job, cause, now)
                     elif req.action == pb.JOB_UPDATE_FIELDS:
                         self._update_fields(ch, who, job, req, cause, now)
+                    elif req.action in (pb.JOB_UPDATE_REQUEUE, pb.JOB_UPDATE_REQUEUE_HOLD):
+                        self._requeue_request(ch, who, job, req.action, cause, now)
                     else:
                         self._apply_hold(ch, who, job, req.action, cause, now)
                     outcomes.append(pb.CancelOutcome(job_id=job_id, ok=True))
                 except CorralError as exc:
                     outcomes.append(failure(job_id, exc))
         return outcomes
+
+    def _requeue_request(
+        self, ch: Change, who: Identity, job: pb.Job, action: int, cause: str, now: float
+    ) -> None:
+        """scontrol requeue[hold]: stop the job everywhere; its exit report requeues it."""
+        if job.state == js.PENDING:
+            raise JobStateConflict("Job is pending execution")
+        if job.state != js.RUNNING or job.spec.allocation_only:
+            raise JobStateConflict("Job is not running: only a running batch job is requeued")
+        if job.spec.no_requeue:
+            raise JobStateConflict("Requested operation is presently disabled (--no-requeue)")
+        ch.transition(job, "updated", cause=cause, now=now, detail="requeue requested")
+        self.endings.requeue_on_exit.add(job.job_id)
+        if action == pb.JOB_UPDATE_REQUEUE_HOLD:
+            admin = self.policy.is_operator(who)
+            self.endings.hold_on_requeue[job.job_id] = pb.HOLD_ADMIN if admin else pb.HOLD_USER
+        ch.signal_all(self.outbox.terminate_elsewhere(job))
+        ch.signal(*self.outbox.terminate_batch(job))
 
     def _update_fields(
         self,

@@ -13,6 +13,7 @@ import structlog
 from corral.errors import InvalidNodeName, InvalidRequest, InvalidTransition
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
+from ctld import failures
 from ctld import jobstate as js
 from ctld.authz import Policy
 from ctld.commit import Change
@@ -37,8 +38,9 @@ class NodeReports:
         self.endings = endings
         self.outbox = outbox
         self.steps = steps
-        # running jobs the idle-GPU policy ended, to requeue when the node reports them gone
-        self._requeue_on_exit: set[int] = set()
+        # running jobs being stopped, to requeue when the node reports them gone
+        self._requeue_on_exit = endings.requeue_on_exit
+        self._maint_warned: set[tuple[int, int, str]] = set()  # (job, run, reservation)
 
     async def register_node(self, req: pb.RegisterNodeRequest) -> NodeRecord:
         st = self.state
@@ -66,8 +68,19 @@ class NodeReports:
         await self._apply_updates(node, req.unreported)
         await self.node_faults(node, req.health)
         await self._reconcile(node, set(req.running_job_ids))
+        # fencing: what it runs beyond what it may keep is killed before it gets work
+        node.fencing = bool(set(req.running_job_ids) - set(self.jobs_kept_by(node.name)))
+        if node.fencing:
+            log.warning("node back with jobs it may not keep: fencing", node=node.name)
         st.wake()
         return node
+
+    def jobs_kept_by(self, name: str) -> list[int]:
+        """The jobs a registering node may keep running (it kills every other)."""
+        st = self.state
+        node = st.nodes.get(name)
+        jobs = [st.jobs[i] for i in sorted(node.job_ids) if i in st.jobs] if node else []
+        return failures.keep_for(name, jobs)
 
     async def _reconcile(self, node: NodeRecord, running: set[int]) -> None:
         """Settle jobs ctld places on ``node`` that the node, registering, does not run.
@@ -96,20 +109,24 @@ class NodeReports:
                 if job.state == js.COMPLETING:  # cancelled, and nothing is left to stop
                     self.endings.finish(ch, job, pb.JobStatusUpdate(job_id=job.job_id), cause)
                 else:
-                    log.warning(
-                        "job missing on its node, requeued", job_id=job.job_id, node=node.name
+                    log.warning("job missing on its node", job_id=job.job_id, node=node.name)
+                    self.endings.node_failed(
+                        ch, job, node, f"node {node.name} does not run it", cause
                     )
-                    self.endings.requeue(ch, job, cause=cause, detail="the node does not run it")
 
     def heartbeat(self, req: pb.HeartbeatRequest) -> bool:
         """Record a heartbeat; False means ctld wants the node to register again."""
         node = self.state.node(req.name)
-        if not node.registered:
-            return False
+        if not node.registered or (node.down and not node.admin_down):
+            return False  # a node back from DOWN registers again, and is fenced then
         node.last_heartbeat = self.state.clock()
-        if not node.responding:
-            node.responding_again()
+        if node.late:
+            node.late = False
             log.info("node responding again", node=node.name)
+            self.state.wake()
+        if node.fencing and set(req.running_job_ids) <= set(self.jobs_kept_by(node.name)):
+            node.fencing = False
+            log.info("node fenced: only its own jobs run there", node=node.name)
             self.state.wake()
         return True
 
@@ -117,23 +134,76 @@ class NodeReports:
         hb = self.state.config.heartbeat
         while True:  # check first: a clock already past a deadline is acted on at once
             await self.steps.enforce_allocation_limits()
-            self.check_heartbeats()
-            await self.state.clock.sleep(min(hb.interval_s, hb.timeout_s / 4))
+            await self.check_heartbeats()
+            await self.warn_maintenance()
+            await self.state.clock.sleep(min(hb.interval_s / 2, hb.timeout_s / 4))
 
-    def check_heartbeats(self) -> None:
-        """Mark nodes silent for longer than the heartbeat timeout not responding."""
+    async def check_heartbeats(self) -> None:
+        """Late nodes get NOT_RESPONDING; silent ones past the timeout go DOWN (jobs requeued).
+
+        A node not heard of since ctld started is timed from the start, so a node that
+        died while ctld was away goes DOWN too.
+        """
         st = self.state
-        timeout = st.config.heartbeat.timeout_s
+        hb = st.config.heartbeat
         now = st.clock()
         for node in st.nodes.values():
-            if node.responding and now - node.last_heartbeat > timeout:
-                node.not_responding(now)
+            if node.down:
+                continue
+            state = failures.liveness(node, now, hb, st.start_time)
+            if state is failures.Liveness.DEAD:
                 log.warning(
-                    "node not responding",
+                    "node not responding: DOWN",
                     node=node.name,
-                    silent_s=round(now - node.last_heartbeat, 1),
+                    silent_s=round(now - (node.last_heartbeat or st.start_time), 1),
                 )
+                await self.node_down(node, failures.NOT_RESPONDING, cause="monitor:heartbeat")
+            elif state is failures.Liveness.LATE and not node.late:
+                node.late = True
+                log.warning("node heartbeat late", node=node.name)
                 st.wake()
+
+    async def node_down(self, node: NodeRecord, reason: str, *, cause: str) -> None:
+        """Declare ``node`` DOWN: every job on it is stopped everywhere, requeued or failed."""
+        st = self.state
+        node.not_responding(st.clock(), reason)
+        async with Change(st, self.outbox) as ch:
+            for job_id in sorted(node.job_ids):
+                job = st.jobs.get(job_id)
+                if job is None or not failures.on_node(job, node.name):
+                    continue
+                try:
+                    self.endings.node_failed(
+                        ch, job, node, f"node {node.name} DOWN: {reason}", cause
+                    )
+                except InvalidTransition as exc:
+                    log.error("job on a DOWN node not settled", job_id=job_id, error=str(exc))
+        st.wake()
+
+    async def warn_maintenance(self) -> None:
+        """Send a job's --signal before a maintenance reservation starts on its nodes."""
+        st = self.state
+        warnings = failures.maintenance_warnings(
+            st.jobs.values(), st.reservations.views(), st.clock()
+        )
+        fresh = [
+            (job, warn, resv)
+            for job, warn, resv in warnings
+            if (job.job_id, job.restart_count, resv) not in self._maint_warned
+        ]
+        if not fresh:
+            return
+        async with Change(st, self.outbox, wake=False) as ch:
+            for job, warn, resv in fresh:
+                self._maint_warned.add((job.job_id, job.restart_count, resv))
+                log.info("signalling before maintenance", job_id=job.job_id, reservation=resv)
+                req = pb.SignalJobRequest(
+                    job_id=job.job_id, signal=warn.signal, batch_only=warn.batch_only
+                )
+                for alloc in job.allocations:
+                    node = st.nodes.get(alloc.node)
+                    if node is not None and (alloc.node == job.batch_host or not warn.batch_only):
+                        ch.signal(node, req)
 
     async def report_status(self, req: pb.ReportJobStatusRequest) -> None:
         """Apply what a node reports about its jobs; repeats of a report change nothing."""
@@ -152,6 +222,8 @@ class NodeReports:
             return
         if job is None or job.state not in js.ON_NODE or job.batch_host != node.name:
             return  # already finished (a retried report) or not this node's job
+        if failures.stale_report(job, upd):
+            return  # about a copy from before a requeue
         cause = f"node:{node.name} report"
         try:
             if job.state == js.COMPLETING and upd.kind in (
@@ -164,12 +236,22 @@ class NodeReports:
                     ch.put(*self.drain(node, "Prolog error", upd.time or st.clock()))
                 ended = upd if upd.kind == Update.KIND_EXITED else Update(time=upd.time)
                 self.endings.finish(ch, job, ended, cause)
+            elif upd.kind == Update.KIND_EXITED and upd.end_reason in (
+                Update.END_NODE_FAIL,
+                Update.END_STALLED,
+            ):
+                job.usage.CopyFrom(upd.usage)
+                self.endings.node_failed(ch, job, node, upd.detail or "lost on its node", cause)
             elif upd.kind == Update.KIND_EXITED:
                 if job.job_id in self._requeue_on_exit:
                     self._requeue_on_exit.discard(job.job_id)
                     job.usage.CopyFrom(upd.usage)
                     self.endings.requeue(
-                        ch, job, cause=cause, detail="idle GPUs: requeued by policy"
+                        ch,
+                        job,
+                        cause=cause,
+                        detail=upd.detail or "requeued on request",
+                        hold=self.endings.hold_on_requeue.pop(job.job_id, pb.HOLD_NONE),
                     )
                 else:
                     self.endings.finish(ch, job, upd, cause)
@@ -236,20 +318,38 @@ class NodeReports:
                 ch.put(*self.drain(node, ev.reason or "node fault", ev.time or self.state.clock()))
 
     async def update_node(self, who: Identity, req: pb.UpdateNodeRequest) -> None:
-        """scontrol update NodeName=... State=DRAIN|RESUME|UNDRAIN Reason=..."""
+        """scontrol update NodeName=... State=DRAIN|RESUME|UNDRAIN|DOWN Reason=...
+
+        DRAIN lets running jobs finish and places nothing new; DOWN requeues (or fails)
+        its jobs now; RESUME returns it: a DOWN node registers again first (and is
+        fenced: what it still runs of jobs that moved is killed).
+        """
         st = self.state
         self.policy.check_operator(who, "update node")
         state = req.state.upper()
-        if state not in ("DRAIN", "RESUME", "UNDRAIN"):
+        if state not in ("DRAIN", "RESUME", "UNDRAIN", "DOWN"):
             raise InvalidRequest(f"Invalid node state specified: {req.state}")
         if state == "DRAIN" and not req.reason.strip():
             raise InvalidRequest("You must specify a reason when DRAINING a node")
+        if state == "DOWN" and not req.reason.strip():
+            raise InvalidRequest("You must specify a reason when DOWNING a node")
         if not req.names:
             raise InvalidNodeName("No node name specified")
         nodes = [st.node(name) for name in req.names]
         now = st.clock()
         ch = Change(st)
         for node in nodes:
+            if state == "DOWN":
+                await self.node_down(node, req.reason.strip(), cause=f"rpc:UpdateNode {who.user}")
+                node.admin_down = True
+                node.set_reason(req.reason.strip()[:256], now, user=who.user, uid=who.uid)
+                continue
+            if state == "RESUME" and node.down:
+                node.down = node.admin_down = False
+                node.registered = False  # it registers again, and is fenced then
+                if not node.drain:
+                    node.set_reason("", 0.0, user="")
+                log.info("node resumed from DOWN", node=node.name, by=who.user)
             if state == "DRAIN":
                 if node.drain:  # an operator's drain replaces the reason
                     node.drain = False

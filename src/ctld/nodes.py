@@ -21,6 +21,10 @@ class NodeRecord:
     agent_address: str = ""  # where ctld reaches NodeAgent (mutual TLS); "": address
     registered: bool = False
     responding: bool = False
+    down: bool = False  # declared DOWN (silent past heartbeat.timeout_s, or an operator's)
+    late: bool = False  # a heartbeat is overdue (Slurm's NOT_RESPONDING, "*")
+    admin_down: bool = False  # an operator's State=DOWN: it stays DOWN until RESUME
+    fencing: bool = False  # back with jobs it may not keep: nothing placed until they are gone
     drain: bool = False
     reason: str = ""
     reason_time: float = 0.0
@@ -74,17 +78,21 @@ class NodeRecord:
 
     @property
     def schedulable(self) -> bool:
-        return self.registered and self.responding and not self.drain
+        return (
+            self.registered
+            and self.responding
+            and not (self.drain or self.down or self.late or self.fencing)
+        )
 
     @property
     def state(self) -> int:
         busy = bool(self.job_ids)
         if self.drain:
             return NS.NODE_STATE_DRAINING if busy else NS.NODE_STATE_DRAIN
+        if self.down or (self.registered and not self.responding):
+            return NS.NODE_STATE_DOWN
         if not self.registered:
             return NS.NODE_STATE_UNKNOWN
-        if not self.responding:
-            return NS.NODE_STATE_DOWN
         if not busy:
             return NS.NODE_STATE_IDLE
         full = self.alloc_cpus >= self.resources.cpus or (
@@ -126,19 +134,26 @@ class NodeRecord:
             gpu_type=self.gpu_type,
             reason_user=self.reason_user or ("root" if self.reason else ""),
             reason_uid=self.reason_uid,
+            not_responding=self.late
+            or (self.down and not self.admin_down)
+            or (self.registered and not self.responding),
         )
 
     def set_reason(self, reason: str, when: float, *, user: str = "root", uid: int = 0) -> None:
         self.reason, self.reason_time = reason, when
         self.reason_user, self.reason_uid = user, uid
 
-    def not_responding(self, when: float) -> None:
+    def not_responding(self, when: float, reason: str = "Not responding") -> None:
         """Mark it down; a drain keeps its own reason (the operator's or the fault's)."""
         self.responding = False
+        self.down = True
+        self.late = False
         if not self.drain:
-            self.set_reason("Not responding", when)
+            self.set_reason(reason, when)
 
     def responding_again(self) -> None:
         self.responding = True
+        self.late = False
+        self.down = self.admin_down
         if self.reason == "Not responding":
             self.set_reason("", 0.0, user="")

@@ -6,13 +6,14 @@ change is durable.
 
 from __future__ import annotations
 
+import asyncio
 import signal as signal_mod
 from collections.abc import Iterable
 from typing import Protocol
 
 import structlog
 
-from corral.errors import CorralError, JobStateConflict
+from corral.errors import ControllerUnavailable, CorralError, JobStateConflict
 from corral.wire import corral_pb2 as pb
 from ctld.nodes import NodeRecord
 from ctld.state import State
@@ -40,10 +41,30 @@ class Outbox:
             self.state.spawn(self._send(node, request))
 
     async def _send(self, node: NodeRecord, req: pb.SignalJobRequest) -> None:
-        try:
-            await self.dispatcher.signal(node, req)
-        except CorralError as exc:
-            log.warning("signal not delivered", job_id=req.job_id, node=node.name, error=str(exc))
+        """Deliver; a kill to an unreachable node is retried until the node answers or is
+        declared DOWN (then fencing kills what is left when it comes back)."""
+        delay = 0.5
+        while True:
+            try:
+                await self.dispatcher.signal(node, req)
+                return
+            except ControllerUnavailable as exc:  # dispatch's NodeUnreachable
+                if not req.terminate or node.down:
+                    log.warning("signal not delivered", job_id=req.job_id, node=node.name)
+                    return
+                log.warning(
+                    "kill not delivered, will retry",
+                    job_id=req.job_id,
+                    node=node.name,
+                    error=str(exc),
+                )
+            except CorralError as exc:
+                log.warning(
+                    "signal not delivered", job_id=req.job_id, node=node.name, error=str(exc)
+                )
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.state.config.heartbeat.interval_s)
 
     def terminate_request(self, job: pb.Job) -> pb.SignalJobRequest:
         """End the job's processes on a node: SIGCONT+SIGTERM, SIGKILL after KillWait."""

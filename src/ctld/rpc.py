@@ -406,6 +406,7 @@ class NodeControllerApi:
         return pb.RegisterNodeResponse(
             cluster=self.cluster.config.cluster_name,
             heartbeat_interval_s=self.cluster.config.heartbeat.interval_s,
+            keep_job_ids=self.cluster.jobs_kept_by(req.name),
         )
 
     async def heartbeat(self, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:

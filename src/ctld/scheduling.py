@@ -292,7 +292,7 @@ class Scheduler:
             log.warning(
                 "launch failed, requeued", job_id=job.job_id, node=node.name, error=str(exc)
             )
-            node.not_responding(st.clock())
+            node.late = True  # nothing more goes there until it heartbeats again
             async with Change(st) as ch:
                 self.endings.requeue(
                     ch, job, cause=f"dispatch:{node.name} unreachable", detail=str(exc)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import platform
 import time
 from collections.abc import AsyncIterator
@@ -105,11 +106,21 @@ class ControllerLink:
         resources: pb.NodeResources,
         launcher: Launcher,
         heartbeat_interval_s: float,
+        steps: StepRunner | None = None,
+        fence_after_s: float = 0.0,
+        contact_file: str = "",
         *,
         tls_dir: str = "",
         agent_address: str = "",
     ) -> None:
         self.name = name
+        self.steps = steps
+        # cut off from ctld this long, its jobs are killed: ctld declares the node DOWN
+        # (and requeues them) only later, so two copies never run at once (0: never)
+        self.fence_after_s = fence_after_s
+        self.contact_file = contact_file  # touched on each answer: the fence guard reads it
+        self.last_contact = time.monotonic()
+        self._contacted()
         self.address = address
         self.resources = resources
         self.launcher = launcher
@@ -130,6 +141,20 @@ class ControllerLink:
         self.registered = asyncio.Event()
         self.health: list[pb.NodeHealthEvent] = []  # until a heartbeat carried them
         self._beat_now = asyncio.Event()
+
+    def running_job_ids(self) -> list[int]:
+        """Jobs with anything here: batch scripts and step tasks (fenced ones until gone)."""
+        steps = self.steps.job_ids() if self.steps is not None else set()
+        return sorted(set(self.launcher.running_job_ids()) | steps)
+
+    def fence(self, keep: set[int]) -> list[int]:
+        """ctld lets this node keep only ``keep``: everything else is killed now."""
+        fenced = self.launcher.fence(keep)
+        if self.steps is not None:
+            for job_id in self.steps.job_ids() - keep:
+                self.steps.terminate_job(job_id, 0.0)
+                fenced.append(job_id)
+        return sorted(set(fenced))
 
     def report(self, update: pb.JobStatusUpdate) -> None:
         self.outbox.append(update)
@@ -161,13 +186,18 @@ class ControllerLink:
             boot_time=self.boot_time,
             version=__version__,
             os=f"{platform.system()} {platform.release()}",
-            running_job_ids=self.launcher.running_job_ids(),
+            running_job_ids=self.running_job_ids(),
             unreported=list(self.outbox),  # the outbox delivers them again; ctld ignores repeats
             health=list(self.health),
             agent_address=self.agent_address,
         )
         reply = await self.stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
+        self._contacted()
         del self.health[: len(req.health)]
+        fenced = self.fence(set(reply.keep_job_ids))
+        if fenced:
+            # until a heartbeat shows them gone, ctld places nothing here
+            log.warning("fenced jobs ctld gave to other nodes", node=self.name, jobs=fenced)
         if reply.heartbeat_interval_s > 0:
             self.interval = reply.heartbeat_interval_s
         self.registered.set()
@@ -182,10 +212,11 @@ class ControllerLink:
                 self._beat_now.clear()
                 beat = pb.HeartbeatRequest(
                     name=self.name,
-                    running_job_ids=self.launcher.running_job_ids(),
+                    running_job_ids=self.running_job_ids(),
                     health=list(self.health),
                 )
                 reply = await self.stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
+                self._contacted()
                 if reply.reregister:
                     self.registered.clear()
                     continue
@@ -199,6 +230,34 @@ class ControllerLink:
                 self.registered.clear()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def _contacted(self) -> None:
+        self.last_contact = time.monotonic()
+        if self.contact_file:
+            try:
+                with open(self.contact_file, "a"):
+                    os.utime(self.contact_file)
+            except OSError as exc:
+                log.warning("contact file not touched", path=self.contact_file, error=str(exc))
+
+    async def run_self_fence(self) -> None:
+        """Watch the time since ctld last answered, apart from the RPCs (which may hang
+        for their whole deadline on a cut link): past fence_after_s, kill every job."""
+        if self.fence_after_s <= 0:
+            return
+        while True:
+            await asyncio.sleep(min(0.1, self.fence_after_s / 10))
+            silent = time.monotonic() - self.last_contact
+            if silent < self.fence_after_s:
+                continue
+            fenced = self.fence(set())
+            if fenced:
+                log.error(
+                    "ctld unreachable too long: jobs killed before ctld requeues them elsewhere",
+                    node=self.name,
+                    silent_s=round(silent, 1),
+                    jobs=fenced,
+                )
 
     async def run_outbox(self) -> None:
         backoff = 0.2
@@ -229,4 +288,7 @@ class ControllerLink:
 
 
 def _details(exc: grpc.RpcError) -> str:
-    return exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    """The status text of a failed call, sync (grpc.Call) or asyncio (aio.AioRpcError)."""
+    if isinstance(exc, aio.AioRpcError | grpc.Call):
+        return f"{exc.code().name}: {exc.details()}"
+    return str(exc)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,12 +143,37 @@ class CgroupManager:
     notes: list[str] = field(default_factory=list)
 
     def create(self, job_id: int) -> JobCgroup:
+        """A fresh cgroup for the job; a stale one of the same name is emptied and removed.
+
+        A job is never put in a cgroup that still holds an earlier copy's processes
+        or counters (a crashed noded's, or a requeued run's): CgroupUnavailable if the
+        stale one cannot be removed, and the job runs under psutil watch instead.
+        """
+        old = {c: p / f"job_{job_id}" for c, p in self.parents.items()}
+        if any(d.exists() for d in old.values()):
+            stale = JobCgroup(self.version, {c: d for c, d in old.items() if d.exists()})
+            log.warning("stale job cgroup found: emptied and removed", job_id=job_id)
+            for _ in range(100):
+                if stale.try_remove():
+                    break
+                time.sleep(0.01)  # rare: the kernel tears the killed tasks down
+            else:
+                raise CgroupUnavailable(f"a stale cgroup of job {job_id} cannot be removed")
         dirs: dict[str, Path] = {}
-        for controller, parent in self.parents.items():
-            d = parent / f"job_{job_id}"
-            d.mkdir(exist_ok=True)
+        for controller, d in old.items():
+            d.mkdir()
             dirs[controller] = d
         return JobCgroup(self.version, dirs)
+
+    def stale(self) -> list[JobCgroup]:
+        """Every job cgroup under this node's directories (at start-up: all left over)."""
+        by_name: dict[str, dict[str, Path]] = {}
+        for controller, parent in self.parents.items():
+            with contextlib.suppress(OSError):
+                for d in parent.iterdir():
+                    if d.is_dir() and d.name.startswith("job_"):
+                        by_name.setdefault(d.name, {})[controller] = d
+        return [JobCgroup(self.version, dirs) for _, dirs in sorted(by_name.items())]
 
     def close(self) -> None:
         """Remove the node's directories, and the root above them, if no job is left."""

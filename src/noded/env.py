@@ -46,6 +46,14 @@ def login_basics(pw: pwd.struct_passwd | None, default_path: str) -> dict[str, s
     }
 
 
+def checkpoint_dir(job: pb.Job, root: str) -> str:
+    """The job's checkpoint directory: the same for every run of the job, on any node."""
+    base = root or os.path.join(job.spec.work_dir or "/tmp", ".checkpoints")
+    return os.path.join(base, str(job.array_job_id or job.job_id)) + (
+        f"_{job.array_task_id}" if job.HasField("array_task_id") else ""
+    )
+
+
 def batch_environment(
     job: pb.Job,
     node_name: str,
@@ -53,6 +61,7 @@ def batch_environment(
     *,
     pw: pwd.struct_passwd | None = None,
     default_path: str = "/usr/local/bin:/usr/bin:/bin",
+    checkpoint_root: str = "",
 ) -> dict[str, str]:
     spec = job.spec
     env = {} if exports_all(spec.export) else login_basics(pw, default_path)
@@ -87,6 +96,7 @@ def batch_environment(
         "SLURM_LOCALID": "0",
         "SLURM_GTIDS": "0",
         "SLURM_JOB_START_TIME": str(int(job.start_time)),
+        "SLURM_RESTART_COUNT": str(job.restart_count),
         "SLURM_PRIO_PROCESS": "0",
         "SLURM_EXPORT_ENV": spec.export or "ALL",
         "ENVIRONMENT": "BATCH",
@@ -116,6 +126,7 @@ def batch_environment(
         slurm["CUDA_VISIBLE_DEVICES"] = gpus
         slurm["GPU_DEVICE_ORDINAL"] = gpus
     env.update(slurm)
+    env["CORRAL_CHECKPOINT_DIR"] = checkpoint_dir(job, checkpoint_root)
     return env
 
 

@@ -19,14 +19,18 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import psutil
 import structlog
 
 from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import CorralError, LaunchError
 from corral.jobsyntax import WarnSignal, parse_warn_signal
 from corral.wire import corral_pb2 as pb
+from noded import spool
 from noded.cgroups import CgroupManager, CgroupUnavailable, JobCgroup
+from noded.clock import Clock, RealClock, Timer
 from noded.env import batch_environment
 from noded.gpu import GpuBackend, GpuDevice
 from noded.limits import CoreAllocator, GpuStats
@@ -38,7 +42,7 @@ from noded.spawn import (
     spawn_gated,
     write_script,
 )
-from noded.tracking import MARKER_VAR, JobProcesses, Usage
+from noded.tracking import MARKER_VAR, PROGRESS_VAR, JobProcesses, Usage, marked_by_instance
 
 log = structlog.get_logger("noded")
 
@@ -66,12 +70,20 @@ class RunningJob:
     gpu: GpuStats = field(default_factory=GpuStats)
     idle_since: float = 0.0
     idle_reported: bool = False
-    timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    timers: list[Timer] = field(default_factory=list)
     kill_task: asyncio.Task[None] | None = field(default=None, repr=False)
+    fenced: bool = False  # ctld gave the job to others: killed, and nothing is reported
+    gpu_utils: list[float] = field(default_factory=list)  # the last GPU sample
+    progress_file: str = ""  # the opt-in progress heartbeat (CORRAL_PROGRESS_FILE)
+    stall: str = ""  # who stopped making progress (detail of the END_STALLED report)
 
     @property
     def job_id(self) -> int:
         return self.job.job_id
+
+    @property
+    def restart_count(self) -> int:
+        return self.job.restart_count
 
     @property
     def mem_limit_kb(self) -> int:
@@ -92,8 +104,10 @@ class Launcher:
         gpu_devices: list[GpuDevice] | None = None,
         health: HealthSink | None = None,
         cores: CoreAllocator | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.node_name = node_name
+        self.clock: Clock = clock or RealClock()  # timers and windows (tests: ManualClock)
         self.spool_dir = spool_dir
         self.report = report
         self.noded = noded or NodedConfig()
@@ -133,6 +147,7 @@ class Launcher:
             alloc=alloc or pb.NodeAllocation(node=self.node_name),
         )
         self.jobs[job.job_id] = running
+        self._save_state(running)  # before anything runs: a new noded must find it
         task = asyncio.create_task(self._run(running))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -171,6 +186,8 @@ class Launcher:
         self, running: RunningJob, detail: str, end_reason: int = Update.END_NONE
     ) -> None:
         log.warning("launch failed", job_id=running.job_id, node=self.node_name, error=detail)
+        if running.fenced:
+            return
         self.report(
             Update(
                 job_id=running.job_id,
@@ -178,6 +195,7 @@ class Launcher:
                 time=time.time(),
                 detail=detail,
                 end_reason=end_reason,  # type: ignore[arg-type]
+                restart_count=running.restart_count,
             )
         )
 
@@ -187,7 +205,17 @@ class Launcher:
         files = resolve_files(job, self.node_name)
         script = write_script(job, self._job_dir(job.job_id), who)
         env = batch_environment(
-            job, self.node_name, running.cluster, pw=who.pw, default_path=self.noded.default_path
+            job,
+            self.node_name,
+            running.cluster,
+            pw=who.pw,
+            default_path=self.noded.default_path,
+            checkpoint_root=self.noded.checkpoint_dir,
+        )
+        if self.noded.checkpoint_dir:  # the default, in the user's submit dir, is theirs
+            _make_checkpoint_dir(env["CORRAL_CHECKPOINT_DIR"], who.uid, who.gid)
+        running.progress_file = env[PROGRESS_VAR] = _progress_file(
+            self._job_dir(job.job_id), who.uid, who.gid
         )
         env[MARKER_VAR] = running.marker
         running.cgroup = self._make_cgroup(running)
@@ -196,7 +224,8 @@ class Launcher:
             who=who,
             env=env,
             files=files,
-            append=spec.open_mode == "append",
+            # a requeued run continues the first run's output (Slurm's rule)
+            append=spec.open_mode == "append" or job.restart_count > 0,
         )
         try:
             self._contain(running, gated)
@@ -208,6 +237,7 @@ class Launcher:
         await gated.open()
         running.process = gated.process
         running.procs = JobProcesses(gated.process.pid, running.marker, running.cgroup, uid=who.uid)
+        self._save_state(running)
         self._arm_timers(running)
         log.info(
             "job started",
@@ -265,8 +295,7 @@ class Launcher:
         limit = running.job.time_limit_s
         if limit <= 0:
             return
-        loop = asyncio.get_running_loop()
-        running.timers.append(loop.call_later(limit, self._time_limit, running))
+        running.timers.append(self.clock.call_later(limit, self._time_limit, running))
         if running.job.spec.signal:
             try:
                 warn = parse_warn_signal(running.job.spec.signal)
@@ -274,7 +303,7 @@ class Launcher:
                 log.warning("bad --signal ignored", job_id=running.job_id, error=str(exc))
             else:
                 at = max(0.0, limit - warn.seconds)
-                running.timers.append(loop.call_later(at, self._warn, running, warn))
+                running.timers.append(self.clock.call_later(at, self._warn, running, warn))
 
     def _warn(self, running: RunningJob, warn: WarnSignal) -> None:
         log.info(
@@ -372,7 +401,10 @@ class Launcher:
             signal=exit_signal,
             end_reason=Update.EndReason.Name(running.end_reason),  # type: ignore[arg-type]
             max_rss_kb=usage.max_rss_kb,
+            fenced=running.fenced,
         )
+        if running.fenced:
+            return  # the job is another node's now: ctld must not hear of this copy
         self.report(
             Update(
                 job_id=running.job_id,
@@ -383,6 +415,8 @@ class Launcher:
                 signalled_by_request=running.cancel_requested and exit_signal != 0,
                 end_reason=running.end_reason,  # type: ignore[arg-type]
                 usage=usage,
+                restart_count=running.restart_count,
+                detail=running.stall,
             )
         )
 
@@ -417,13 +451,117 @@ class Launcher:
                     break
                 await asyncio.sleep(0.02)  # the kernel finishes tearing dead tasks down
         job_dir = self._job_dir(running.job_id)
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(job_dir, "script"))
+        spool.remove(self.spool_dir, running.job_id)  # last: until now a new noded must find it
+        for name in ("script", "progress"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(job_dir, name))
         with contextlib.suppress(OSError):
             os.rmdir(job_dir)
 
     def _job_dir(self, job_id: int) -> str:
-        return os.path.join(self.spool_dir, f"job{job_id:08d}")
+        return spool.job_dir(self.spool_dir, job_id)
+
+    def _save_state(self, running: RunningJob) -> None:
+        procs, cgroup = running.procs, running.cgroup
+        state = spool.JobState(
+            job_id=running.job_id,
+            restart_count=running.restart_count,
+            marker=running.marker,
+            uid=procs.uid if procs is not None else None,
+            root_pid=procs.root_pid if procs is not None else -1,
+            root_created=procs.root_created if procs is not None else 0.0,
+            cgroup_version=cgroup.version if cgroup is not None else 0,
+            cgroup_dirs={k: str(v) for k, v in cgroup.dirs.items()} if cgroup else {},
+        )
+        try:
+            spool.save(self.spool_dir, state)
+        except OSError as exc:
+            log.error("job state not saved in the spool", job_id=running.job_id, error=str(exc))
+
+    # ------------------------------------------------------------ recovery and fencing
+
+    async def recover(self) -> list[int]:
+        """Settle what an earlier noded left here; returns the jobs reported lost.
+
+        Runs before the first registration. Every process of an earlier noded's jobs
+        (batch scripts and step tasks, found by state file, cgroup and marker) is
+        killed and its cgroup removed; each batch job is reported ended with
+        END_NODE_FAIL, so ctld requeues it. Never relaunched beside the old copy.
+        """
+        earlier = spool.take_instances(self.spool_dir, self.instance)
+        states = spool.load_all(self.spool_dir)
+        groups: list[JobProcesses] = []
+        for st in states:
+            cgroup = (
+                JobCgroup(st.cgroup_version, {k: Path(v) for k, v in st.cgroup_dirs.items()})
+                if st.cgroup_dirs
+                else None
+            )
+            procs = JobProcesses(st.root_pid, st.marker, cgroup, uid=st.uid)
+            if st.root_created and procs.root_created != st.root_created:
+                procs.root_pid = -1  # that pid is another process now
+            groups.append(procs)
+        stale = self.cgroups.stale() if self.cgroups is not None else []
+        orphans = _orphans(earlier, self.instance)
+        killed = await _kill_all(groups, stale, orphans)
+        for cg in stale + [p.cgroup for p in groups if p.cgroup is not None]:
+            deadline = time.monotonic() + 5.0
+            while not cg.try_remove() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        lost: list[int] = []
+        for st in states:
+            lost.append(st.job_id)
+            log.warning(
+                "job of an earlier noded killed and reported lost",
+                job_id=st.job_id,
+                node=self.node_name,
+            )
+            self.report(
+                Update(
+                    job_id=st.job_id,
+                    kind=Update.KIND_EXITED,
+                    time=time.time(),
+                    exit_signal=int(signal.SIGKILL),
+                    end_reason=Update.END_NODE_FAIL,
+                    detail=f"noded on {self.node_name} restarted while the job ran: "
+                    "its processes were killed",
+                    restart_count=st.restart_count,
+                )
+            )
+            spool.remove(self.spool_dir, st.job_id)
+            job_dir = self._job_dir(st.job_id)
+            for name in ("script", "progress"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(job_dir, name))
+            with contextlib.suppress(OSError):
+                os.rmdir(job_dir)
+        spool.forget_instances(self.spool_dir, self.instance)
+        if states or killed or stale:
+            log.info(
+                "recovered from an earlier noded",
+                node=self.node_name,
+                jobs=len(states),
+                processes_killed=killed,
+                cgroups_removed=len(stale),
+            )
+        return lost
+
+    def fence(self, keep: set[int]) -> list[int]:
+        """Kill every job ctld did not let this node keep (it runs elsewhere now)."""
+        fenced = []
+        for running in list(self.jobs.values()):
+            if running.job_id in keep or running.fenced:
+                continue
+            log.warning(
+                "job no longer this node's: killed (fenced)",
+                job_id=running.job_id,
+                node=self.node_name,
+            )
+            running.fenced = True
+            running.cancel_requested = True
+            self._terminate(running, 0.0)
+            fenced.append(running.job_id)
+        return fenced
 
     # ------------------------------------------------------------ signals
 
@@ -458,7 +596,9 @@ class Launcher:
         if running.procs is not None:
             running.procs.signal_all(signal.SIGCONT)
             running.procs.signal_all(signal.SIGTERM)
-        if running.kill_task is None:
+        if running.kill_task is None or (running.fenced and wait_s == 0):
+            if running.kill_task is not None:
+                running.kill_task.cancel()
             running.kill_task = asyncio.create_task(self._kill_after(running, wait_s))
 
     async def _kill_after(self, running: RunningJob, wait_s: float) -> None:
@@ -483,6 +623,7 @@ class Launcher:
             for running in list(self.jobs.values()):
                 try:
                     self.sample(running)
+                    self.check_progress(running, self.clock.now())
                 except Exception:
                     log.exception("sampling failed", job_id=running.job_id)
 
@@ -511,12 +652,46 @@ class Launcher:
             return
         samples = self.gpus.sample(indices, procs.pids())
         running.gpu.add(samples)
+        running.gpu_utils = [s.util_pct for s in samples]
         self._check_idle(running, [s.util_pct for s in samples])
+
+    def check_progress(self, running: RunningJob, now: float) -> bool:
+        """A job that opted in (touched its progress file) and then stopped touching it
+        for its stall timeout, while its GPUs idle, is stalled: killed, reported
+        END_STALLED with the node and rank, and requeued by ctld."""
+        timeout = running.job.spec.progress_timeout_s or self.noded.progress_timeout_s
+        if timeout <= 0 or not running.progress_file or running.stall:
+            return False
+        if running.process is None or running.process.returncode is not None:
+            return False
+        try:
+            touched = os.stat(running.progress_file).st_mtime
+        except OSError:
+            return False
+        if touched <= 0 or now - touched < timeout:
+            return False  # never touched (not opted in), or recent
+        busy = [u for u in running.gpu_utils if u >= self.idle.threshold_pct]
+        if running.alloc.gpu_indices and (busy or not running.gpu_utils):
+            return False  # GPUs at work (or not sampled yet): slow, not hung
+        running.stall = (
+            f"progress stalled on node {self.node_name} rank 0 (batch script): "
+            f"no heartbeat for {now - touched:.0f}s"
+        )
+        log.error(
+            "job stalled: killed to be requeued",
+            job_id=running.job_id,
+            node=self.node_name,
+            rank=0,
+            silent_s=round(now - touched),
+        )
+        running.end_reason = Update.END_STALLED
+        self._terminate(running, running.kill_wait_s)
+        return True
 
     def _check_idle(self, running: RunningJob, utils: list[float]) -> None:
         if self.idle.window_s <= 0 or not utils:
             return
-        now = time.time()
+        now = self.clock.now()
         if max(utils) >= self.idle.threshold_pct:
             if running.idle_reported:
                 self.report(Update(job_id=running.job_id, kind=Update.KIND_IDLE_GPUS, time=0))
@@ -535,6 +710,87 @@ class Launcher:
             self.report(
                 Update(job_id=running.job_id, kind=Update.KIND_IDLE_GPUS, time=running.idle_since)
             )
+
+
+def _progress_file(job_dir: str, uid: int, gid: int) -> str:
+    """The job's progress heartbeat file: made now, the user's, dated 1970 (untouched)."""
+    path = os.path.join(job_dir, "progress")
+    try:
+        with open(path, "a"):
+            pass
+        os.utime(path, (0, 0))
+        if os.geteuid() == 0:
+            os.chown(path, uid, gid)
+    except OSError as exc:
+        log.warning("progress file not made", path=path, error=str(exc))
+        return ""
+    return path
+
+
+def _make_checkpoint_dir(path: str, uid: int, gid: int) -> None:
+    """Create the job's checkpoint directory, the user's own (a failure is the job's to see)."""
+    try:
+        if not os.path.isdir(path):
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            if os.geteuid() == 0:
+                os.chown(path, uid, gid)
+    except OSError as exc:
+        log.warning("checkpoint directory not made", path=path, error=str(exc))
+
+
+def _orphans(earlier: list[str], mine: str) -> JobProcesses | None:
+    """Processes marked by an earlier noded here (step tasks have no state file)."""
+    tokens = {t for t in earlier if t and t != mine}
+    if not tokens:
+        return None
+    return _TokenScan(tokens)
+
+
+class _TokenScan(JobProcesses):
+    """Every process whose job marker ends with one of the given instance tokens."""
+
+    def __init__(self, tokens: set[str]) -> None:
+        super().__init__(-1, "", None)
+        self.tokens = tokens
+
+    def pids(self) -> set[int]:
+        found = marked_by_instance(self.tokens)
+        self._remember(found)
+        return found
+
+
+async def _kill_all(
+    groups: list[JobProcesses], stale: list[JobCgroup], orphans: JobProcesses | None
+) -> int:
+    """SIGKILL until nothing is left (bounded); returns how many processes were found."""
+    everyone: list[JobProcesses | JobCgroup] = [*groups, *stale]
+    if orphans is not None:
+        everyone.append(orphans)
+    seen: set[int] = set()
+    deadline = time.monotonic() + REAP_TIMEOUT_S
+    while True:
+        alive: set[int] = set()
+        for g in everyone:
+            pids = g.pids()
+            seen |= pids
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGCONT)  # a stopped process must die too
+                    os.kill(pid, signal.SIGKILL)
+            alive |= {p for p in pids if _running(p)}
+        if not alive:
+            return len(seen)
+        if time.monotonic() > deadline:
+            log.error("processes of an earlier noded survive SIGKILL", pids=sorted(alive))
+            return len(seen)
+        await asyncio.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _reachable_by_others(path: str) -> bool:

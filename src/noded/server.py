@@ -7,6 +7,8 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
+import sys
 from dataclasses import replace
 
 import structlog
@@ -17,9 +19,11 @@ from corral.config import ClusterConfig, GpuConfig
 from corral.errors import GpuError
 from corral.limits import NODED_MAX_RECEIVE_BYTES
 from corral.wire import corral_pb2_grpc as pbg
+from noded import spool as spool_mod
 from noded.agent import ControllerLink, NodeAgentServicer
 from noded.cgroups import detect
 from noded.gpu import GpuBackend
+from noded.guard import CONTACT_FILE
 from noded.launcher import Launcher
 from noded.resources import discover
 from noded.steps import StepRunner
@@ -104,6 +108,8 @@ async def serve(
     )
     advertised = f"{advertised_host}:{bound}"
     ctl = config.controller
+    hb = config.heartbeat
+    fence_after_s = hb.timeout_s - hb.interval_s if config.noded.self_fence else 0.0
     link = ControllerLink(
         f"{ctl.host}:{ctl.node_port}",
         name,
@@ -111,10 +117,16 @@ async def serve(
         found.resources,
         launcher,
         config.heartbeat.interval_s,
+        steps,
+        fence_after_s=fence_after_s,
+        contact_file=os.path.join(spool, CONTACT_FILE),
         tls_dir=tls_dir,
         agent_address=f"{advertised_host}:{agent_bound}" if tls_dir else "",
     )
     link_ref.append(link)
+    # an earlier noded's jobs are settled (killed, reported lost) before ctld hears of us
+    await launcher.recover()
+    guard = _start_guard(spool, name, launcher.instance, fence_after_s)
     for reason, detail in startup_faults:
         link.report_health(reason, detail)
     log.info("noded listening", node=name, address=advertised, spool=spool)
@@ -126,6 +138,7 @@ async def serve(
     tasks = [
         asyncio.create_task(link.run_heartbeats()),
         asyncio.create_task(link.run_outbox()),
+        asyncio.create_task(link.run_self_fence()),
         asyncio.create_task(launcher.run_monitor()),
         asyncio.create_task(_watch_gpus(found.gpus, link, config.noded.health_interval_s)),
     ]
@@ -148,10 +161,36 @@ async def serve(
             await t
     await server.stop(grace=1)
     await link.close()
+    spool_mod.forget_instances(spool, "")  # clean stop: the guard has nothing left to fence
+    if guard is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            guard.wait(5)
     found.gpus.close()
     if cgroups is not None:
         cgroups.close()
     log.info("noded stopped", node=name)
+
+
+def _start_guard(
+    spool: str, name: str, instance: str, fence_after_s: float
+) -> subprocess.Popen[bytes] | None:
+    """The fence guard (noded/guard.py): it outlives this process if it is killed."""
+    if fence_after_s <= 0:
+        return None
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "noded.guard",
+            spool,
+            name,
+            instance,
+            str(fence_after_s),
+            str(os.getpid()),
+        ],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # a signal to noded's group is not the guard's
+    )
 
 
 async def _watch_gpus(gpus: GpuBackend, link: ControllerLink, interval_s: float) -> None:

@@ -443,6 +443,9 @@ class StepRunner:
                 found = True
         return found
 
+    def job_ids(self) -> set[int]:
+        return {jid for jid, _ in self.steps}
+
     def terminate_job(self, job_id: int, kill_wait_s: float) -> bool:
         """The job ends: its steps here get SIGCONT+SIGTERM, SIGKILL after kill_wait_s."""
         found = False

@@ -18,6 +18,7 @@ from noded.cgroups import JobCgroup
 
 MARKER_VAR = "CORRAL_JOB_MARKER"
 STEP_MARKER_VAR = "CORRAL_STEP_MARKER"
+PROGRESS_VAR = "CORRAL_PROGRESS_FILE"  # a job touches it to say it makes progress
 
 
 @dataclass
@@ -37,6 +38,20 @@ class Usage:
         user = sum(u for u, _ in self.cpu_by_pid.values())
         system = sum(s for _, s in self.cpu_by_pid.values())
         return user, system
+
+
+def marked_by_instance(tokens: set[str]) -> set[int]:
+    """Processes whose job marker (``node:job:instance``) names one of ``tokens``."""
+    found: set[int] = set()
+    me = os.getpid()
+    for proc in psutil.process_iter():
+        if proc.pid == me:
+            continue
+        with contextlib.suppress(psutil.Error):
+            marker = proc.environ().get(MARKER_VAR, "")
+            if marker and marker.rpartition(":")[2] in tokens:
+                found.add(proc.pid)
+    return found
 
 
 class JobProcesses:

@@ -77,10 +77,10 @@ async def test_heartbeat_monitor_marks_a_silent_node_not_responding(env) -> None
 async def test_one_heartbeat_check_is_a_step_a_test_can_take(env) -> None:  # type: ignore[no-untyped-def]
     cluster, clock = env
     clock.advance(59)
-    cluster.check_heartbeats()
+    await cluster.check_heartbeats()
     assert all(n.responding for n in cluster.nodes.values())
     clock.advance(2)
-    cluster.check_heartbeats()
+    await cluster.check_heartbeats()
     assert not any(n.responding for n in cluster.nodes.values())
 
 
@@ -94,7 +94,10 @@ async def test_allocation_time_limit_on_the_manual_clock(env) -> None:  # type: 
     assert job.state == js.RUNNING
     monitor = asyncio.ensure_future(cluster.run_heartbeat_monitor())
     try:
-        await clock.run_for(100, step=10)
+        for _ in range(10):  # its nodes keep answering (a silent one would go DOWN)
+            await clock.run_for(10, step=10)
+            for name in cluster.nodes:
+                cluster.heartbeat(pb.HeartbeatRequest(name=name))
         assert job.state == js.RUNNING
         await clock.run_for(30, step=10)
         assert job.state == js.TIMEOUT

@@ -202,7 +202,9 @@ async def test_unreachable_node_requeues_the_job(env) -> None:  # type: ignore[n
     await drain(cluster)
     assert job.state == js.PENDING and job.restart_count == 1
     assert [e.event for e in job.events] == ["submitted", "started", "requeued"]
-    assert cluster.nodes["n1"].state == pb.NODE_STATE_DOWN
+    # not answering once is NOT_RESPONDING ("idle*"), not DOWN: nothing more goes there
+    assert cluster.nodes["n1"].to_wire().not_responding
+    assert not cluster.nodes["n1"].schedulable
     assert cluster.nodes["n1"].job_ids == set()
 
 
@@ -216,6 +218,9 @@ async def test_heartbeat_timeout_marks_node_down(env) -> None:  # type: ignore[n
         await asyncio.sleep(0.01)
     task.cancel()
     assert cluster.nodes["n1"].reason == "Not responding"
+    # back from DOWN it must register again (and be fenced) before it is up
+    assert not cluster.heartbeat(pb.HeartbeatRequest(name="n1"))
+    await cluster.register_node(registration(cluster, "n1"))
     assert cluster.heartbeat(pb.HeartbeatRequest(name="n1"))
     assert cluster.nodes["n1"].responding
 
@@ -397,7 +402,8 @@ async def test_each_run_of_a_requeued_job_is_kept_for_sacct_duplicates(env) -> N
     await cluster.cancel(ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[job.job_id])))
 
     (run,) = cluster.store.earlier_runs([job.job_id])
-    assert run.state == pb.JOB_STATE_REQUEUED and run.restart_count == 0
+    # lost by its node: that run ended NODE_FAIL (docs/reliability.md)
+    assert run.state == pb.JOB_STATE_NODE_FAIL and run.restart_count == 0
     assert run.start_time == first_start and run.nodelist == first_nodes
     assert run.end_time == first_start + 30
     assert not run.spec.script  # the job row keeps the script; a run needs none
@@ -409,4 +415,4 @@ async def test_each_run_of_a_requeued_job_is_kept_for_sacct_duplicates(env) -> N
     req.duplicates = True
     both = await api.query_accounting(req, ALICE)
     assert [(j.job_id, j.restart_count) for j in both.jobs] == [(job.job_id, 0), (job.job_id, 1)]
-    assert [j.state for j in both.jobs] == [pb.JOB_STATE_REQUEUED, job.state]
+    assert [j.state for j in both.jobs] == [pb.JOB_STATE_NODE_FAIL, job.state]

@@ -117,6 +117,20 @@ def test_dependency_and_array_are_stored() -> None:
     assert spec["array"] == "0-15:4%2"
 
 
+def test_requeue_no_requeue_and_expedite() -> None:
+    script = "#!/bin/bash\n#SBATCH --no-requeue\ntrue\n"
+    spec = spec_for([], script=script)
+    assert spec.get("noRequeue") is True and "requeue" not in spec
+    spec = spec_for(["--requeue"], script=script)  # the flag overrides the directive
+    assert spec["requeue"] is True and "noRequeue" not in spec
+    spec = spec_for(["--requeue=expedite"], script="true\n")
+    assert spec["requeue"] is True and spec["requeueExpedite"] is True
+    spec = spec_for([], script="true\n", environ={"SBATCH_NO_REQUEUE": "1"})
+    assert spec["noRequeue"] is True
+    with pytest.raises(InvalidOption, match="--requeue"):
+        spec_for(["--requeue=sometimes"], script="true\n")
+
+
 def test_time_zero_means_no_limit() -> None:
     # sbatch(1): "A time limit of zero requests that no time limit be imposed"
     from client.jobopts import build_parser, merge, to_spec

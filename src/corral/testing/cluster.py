@@ -491,6 +491,55 @@ max_time = "1-00:00:00"
         proc.wait(10)
         (self.state_dir / "run" / f"{name}.pid").unlink(missing_ok=True)
 
+    # ------------------------------------------------------------ fault injection
+
+    def node_job_pids(self, index: int) -> set[int]:
+        """Processes of the jobs the node's nodeds (this one and earlier ones) started.
+
+        Found by the job marker in their environment, whose last part is the instance
+        token of the noded that started them (listed in its spool's ``instances``).
+        """
+        name = self.node_names[index]
+        try:
+            text = (self.state_dir / "spool" / name / "instances").read_text()
+        except OSError:
+            return set()
+        tokens = {t.strip() for t in text.split() if t.strip()}
+        found: set[int] = set()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                env = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            for var in env:
+                if var.startswith(b"CORRAL_JOB_MARKER="):
+                    marker = var.split(b"=", 1)[1].decode(errors="replace")
+                    if marker.startswith(name + ":") and marker.rpartition(":")[2] in tokens:
+                        found.add(int(entry.name))
+        return found
+
+    def kill_node(self, index: int, *, with_jobs: bool = True) -> None:
+        """A node dies: SIGKILL its noded and (``with_jobs``) every process of its jobs.
+
+        Without ``with_jobs`` only noded dies and its jobs run on, as after a noded crash.
+        """
+        self.kill_process(self.node_names[index])
+        if with_jobs:
+            deadline = time.monotonic() + 10
+            while (pids := self.node_job_pids(index)) and time.monotonic() < deadline:
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.02)
+
+    def cut_node(self, index: int, *, up: bool = False) -> None:
+        """Take the node's network link down (``up=True`` heals it); netns clusters only."""
+        if self.network is None:
+            raise RuntimeError("cutting a node off needs isolation='netns'")
+        self.network.set_link(index, up)
+
     def stop(self) -> None:
         """Stop nodes first (their jobs end), then ctld."""
         for name in [n for n in list(self.procs) if n != "ctld"]:

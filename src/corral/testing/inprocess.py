@@ -213,7 +213,7 @@ class InProcessCluster(Harness):
         self.clock.advance(seconds)
 
         async def timers() -> None:
-            self.cluster.check_heartbeats()
+            await self.cluster.check_heartbeats()
             await self.cluster.enforce_allocation_limits()
             await self._drain()
 

@@ -82,6 +82,10 @@ class NodeNetwork:
             _ip("-n", ns, "link", "set", "lo", "up")
             _ip("-n", ns, "route", "add", "default", "via", self.bridge_ip)
 
+    def set_link(self, index: int, up: bool) -> None:
+        """Cut a node off the network (its link down) or heal it: a network partition."""
+        _ip("link", "set", self._veth(index), "up" if up else "down")
+
     def destroy(self) -> list[str]:
         """Remove the namespaces and the bridge (their veths go with them); what was removed."""
         gone: list[str] = []

@@ -139,6 +139,10 @@ class _JobUpdateActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobUp
     """scontrol update job: the optional fields below that are set"""
     JOB_UPDATE_TOP: _JobUpdateAction.ValueType  # 101
     """scontrol top: first among the owner's like jobs"""
+    JOB_UPDATE_REQUEUE: _JobUpdateAction.ValueType  # 500
+    """scontrol requeue: a running job back to PENDING"""
+    JOB_UPDATE_REQUEUE_HOLD: _JobUpdateAction.ValueType  # 501
+    """scontrol requeuehold: the same, held"""
 
 class JobUpdateAction(_JobUpdateAction, metaclass=_JobUpdateActionEnumTypeWrapper): ...
 
@@ -151,6 +155,10 @@ JOB_UPDATE_FIELDS: JobUpdateAction.ValueType  # 100
 """scontrol update job: the optional fields below that are set"""
 JOB_UPDATE_TOP: JobUpdateAction.ValueType  # 101
 """scontrol top: first among the owner's like jobs"""
+JOB_UPDATE_REQUEUE: JobUpdateAction.ValueType  # 500
+"""scontrol requeue: a running job back to PENDING"""
+JOB_UPDATE_REQUEUE_HOLD: JobUpdateAction.ValueType  # 501
+"""scontrol requeuehold: the same, held"""
 Global___JobUpdateAction: _TypeAlias = JobUpdateAction  # noqa: Y015
 
 @_typing.final
@@ -229,6 +237,9 @@ class JobSpec(_message.Message):
     GPUS_PER_TASK_FIELD_NUMBER: _builtins.int
     ALLOCATION_ONLY_FIELD_NUMBER: _builtins.int
     SUBMIT_DIR_FIELD_NUMBER: _builtins.int
+    NO_REQUEUE_FIELD_NUMBER: _builtins.int
+    REQUEUE_EXPEDITE_FIELD_NUMBER: _builtins.int
+    PROGRESS_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     script: _builtins.str
     """full batch script text, starts with #!"""
@@ -307,6 +318,14 @@ class JobSpec(_message.Message):
     """-- Slurm compatibility (field numbers 400+) --
     where sbatch ran (SLURM_SUBMIT_DIR; -D may differ)
     """
+    no_requeue: _builtins.bool
+    """-- node failure (field numbers 500+) --
+    --no-requeue: a node failure ends it NODE_FAIL
+    """
+    requeue_expedite: _builtins.bool
+    """--requeue=expedite: requeued at the top of the queue"""
+    progress_timeout_s: _builtins.int
+    """--progress-timeout: stall timeout of its heartbeat file (0: off)"""
     @_builtins.property
     def environment(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """environment to start the job with (after --export)"""
@@ -369,10 +388,13 @@ class JobSpec(_message.Message):
         gpus_per_task: _builtins.int = ...,
         allocation_only: _builtins.bool = ...,
         submit_dir: _builtins.str = ...,
+        no_requeue: _builtins.bool = ...,
+        requeue_expedite: _builtins.bool = ...,
+        progress_timeout_s: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "qos", b"qos", "requeue", b"requeue", "reservation", b"reservation", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "no_requeue", b"no_requeue", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "progress_timeout_s", b"progress_timeout_s", "qos", b"qos", "requeue", b"requeue", "requeue_expedite", b"requeue_expedite", "reservation", b"reservation", "script", b"script", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -483,6 +505,7 @@ class Job(_message.Message):
     STDERR_PATH_FIELD_NUMBER: _builtins.int
     RESTART_COUNT_FIELD_NUMBER: _builtins.int
     CANCELLED_BY_UID_FIELD_NUMBER: _builtins.int
+    FAILED_NODES_FIELD_NUMBER: _builtins.int
     EXPECTED_START_FIELD_NUMBER: _builtins.int
     FORECAST_NODES_FIELD_NUMBER: _builtins.int
     WAITS_FOR_FIELD_NUMBER: _builtins.int
@@ -560,6 +583,12 @@ class Job(_message.Message):
         """only when requested (with_events)"""
 
     @_builtins.property
+    def failed_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """-- node failure (field numbers 500+) --
+        nodes it failed on: a requeue places it elsewhere
+        """
+
+    @_builtins.property
     def waits_for(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """running jobs whose end frees what it needs"""
 
@@ -610,6 +639,7 @@ class Job(_message.Message):
         stderr_path: _builtins.str = ...,
         restart_count: _builtins.int = ...,
         cancelled_by_uid: _builtins.int | None = ...,
+        failed_nodes: _abc.Iterable[_builtins.str] | None = ...,
         expected_start: _builtins.float = ...,
         forecast_nodes: _builtins.str = ...,
         waits_for: _abc.Iterable[_builtins.int] | None = ...,
@@ -626,7 +656,7 @@ class Job(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "priority_factors", b"priority_factors", "spec", b"spec", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__admin_priority: _TypeAlias = _typing.Literal["admin_priority"]  # noqa: Y015
     _WhichOneofArgType__admin_priority: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority"]  # noqa: Y015
@@ -1180,6 +1210,7 @@ class Node(_message.Message):
     REASON_UID_FIELD_NUMBER: _builtins.int
     RESERVATION_FIELD_NUMBER: _builtins.int
     MAINT_FIELD_NUMBER: _builtins.int
+    NOT_RESPONDING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port of its NodeAgent service"""
@@ -1204,6 +1235,10 @@ class Node(_message.Message):
     """
     maint: _builtins.bool
     """that reservation has the MAINT flag"""
+    not_responding: _builtins.bool
+    """-- node failure (field numbers 500+) --
+    a heartbeat is late (Slurm's "*"); DOWN after heartbeat.timeout_s
+    """
     @_builtins.property
     def resources(self) -> Global___NodeResources:
         """as registered (or as configured before that)"""
@@ -1235,10 +1270,11 @@ class Node(_message.Message):
         reason_uid: _builtins.int = ...,
         reservation: _builtins.str = ...,
         maint: _builtins.bool = ...,
+        not_responding: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "boot_time", b"boot_time", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "os", b"os", "partitions", b"partitions", "reason", b"reason", "reason_time", b"reason_time", "reason_uid", b"reason_uid", "reason_user", b"reason_user", "reservation", b"reservation", "resources", b"resources", "state", b"state", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "boot_time", b"boot_time", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "not_responding", b"not_responding", "os", b"os", "partitions", b"partitions", "reason", b"reason", "reason_time", b"reason_time", "reason_uid", b"reason_uid", "reason_user", b"reason_user", "reservation", b"reservation", "resources", b"resources", "state", b"state", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2479,17 +2515,26 @@ class RegisterNodeResponse(_message.Message):
 
     CLUSTER_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _builtins.int
+    KEEP_JOB_IDS_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
     heartbeat_interval_s: _builtins.float
+    @_builtins.property
+    def keep_job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Fencing: the jobs this node may keep. noded kills every other job it still runs
+        (a copy ctld requeued while the node was away) before it heartbeats again; ctld
+        places nothing on it until a heartbeat shows only these.
+        """
+
     def __init__(
         self,
         *,
         cluster: _builtins.str = ...,
         heartbeat_interval_s: _builtins.float = ...,
+        keep_job_ids: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "heartbeat_interval_s", b"heartbeat_interval_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "heartbeat_interval_s", b"heartbeat_interval_s", "keep_job_ids", b"keep_job_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2593,6 +2638,8 @@ class JobStatusUpdate(_message.Message):
         """its GPUs stayed idle for the policy's window (time: since when)"""
         KIND_STEP_ENDED: JobStatusUpdate._Kind.ValueType  # 5
         """step_id's tasks on this node are gone (exit: the highest here)"""
+        KIND_STALLED: JobStatusUpdate._Kind.ValueType  # 6
+        """its progress heartbeat stopped while its GPUs idled (detail: who)"""
 
     class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
     KIND_UNSPECIFIED: JobStatusUpdate.Kind.ValueType  # 0
@@ -2604,6 +2651,8 @@ class JobStatusUpdate(_message.Message):
     """its GPUs stayed idle for the policy's window (time: since when)"""
     KIND_STEP_ENDED: JobStatusUpdate.Kind.ValueType  # 5
     """step_id's tasks on this node are gone (exit: the highest here)"""
+    KIND_STALLED: JobStatusUpdate.Kind.ValueType  # 6
+    """its progress heartbeat stopped while its GPUs idled (detail: who)"""
 
     class _EndReason:
         ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -2618,6 +2667,10 @@ class JobStatusUpdate(_message.Message):
         """over its memory limit (cgroup OOM kill or psutil monitor)"""
         END_PROLOG_FAILED: JobStatusUpdate._EndReason.ValueType  # 3
         """the prolog failed: requeue it, drain the node"""
+        END_NODE_FAIL: JobStatusUpdate._EndReason.ValueType  # 4
+        """noded lost it (restarted) and killed what was left: requeue it"""
+        END_STALLED: JobStatusUpdate._EndReason.ValueType  # 5
+        """killed after its progress stalled: requeue it"""
 
     class EndReason(_EndReason, metaclass=_EndReasonEnumTypeWrapper): ...
     END_NONE: JobStatusUpdate.EndReason.ValueType  # 0
@@ -2627,6 +2680,10 @@ class JobStatusUpdate(_message.Message):
     """over its memory limit (cgroup OOM kill or psutil monitor)"""
     END_PROLOG_FAILED: JobStatusUpdate.EndReason.ValueType  # 3
     """the prolog failed: requeue it, drain the node"""
+    END_NODE_FAIL: JobStatusUpdate.EndReason.ValueType  # 4
+    """noded lost it (restarted) and killed what was left: requeue it"""
+    END_STALLED: JobStatusUpdate.EndReason.ValueType  # 5
+    """killed after its progress stalled: requeue it"""
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
@@ -2638,6 +2695,7 @@ class JobStatusUpdate(_message.Message):
     END_REASON_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     STEP_ID_FIELD_NUMBER: _builtins.int
+    RESTART_COUNT_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     kind: Global___JobStatusUpdate.Kind.ValueType
     time: _builtins.float
@@ -2650,6 +2708,10 @@ class JobStatusUpdate(_message.Message):
     end_reason: Global___JobStatusUpdate.EndReason.ValueType
     step_id: _builtins.int
     """KIND_STEP_ENDED"""
+    restart_count: _builtins.int
+    """-- node failure (field numbers 500+) --
+    which run of the job: a stale copy's report is ignored
+    """
     @_builtins.property
     def usage(self) -> Global___JobUsage: ...
     def __init__(
@@ -2665,10 +2727,11 @@ class JobStatusUpdate(_message.Message):
         end_reason: Global___JobStatusUpdate.EndReason.ValueType = ...,
         usage: Global___JobUsage | None = ...,
         step_id: _builtins.int | None = ...,
+        restart_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "detail", b"detail", "end_reason", b"end_reason", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "kind", b"kind", "signalled_by_request", b"signalled_by_request", "step_id", b"step_id", "time", b"time", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "detail", b"detail", "end_reason", b"end_reason", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "kind", b"kind", "restart_count", b"restart_count", "signalled_by_request", b"signalled_by_request", "step_id", b"step_id", "time", b"time", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__step_id: _TypeAlias = _typing.Literal["step_id"]  # noqa: Y015
     _WhichOneofArgType__step_id: _TypeAlias = _typing.Literal["_step_id", b"_step_id"]  # noqa: Y015

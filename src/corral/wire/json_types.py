@@ -16,11 +16,11 @@ NodeState = Literal['NODE_STATE_UNSPECIFIED', 'NODE_STATE_UNKNOWN', 'NODE_STATE_
 
 HoldKind = Literal['HOLD_NONE', 'HOLD_USER', 'HOLD_ADMIN']
 
-JobUpdateAction = Literal['JOB_UPDATE_UNSPECIFIED', 'JOB_UPDATE_HOLD', 'JOB_UPDATE_USER_HOLD', 'JOB_UPDATE_RELEASE', 'JOB_UPDATE_FIELDS', 'JOB_UPDATE_TOP']
+JobUpdateAction = Literal['JOB_UPDATE_UNSPECIFIED', 'JOB_UPDATE_HOLD', 'JOB_UPDATE_USER_HOLD', 'JOB_UPDATE_RELEASE', 'JOB_UPDATE_FIELDS', 'JOB_UPDATE_TOP', 'JOB_UPDATE_REQUEUE', 'JOB_UPDATE_REQUEUE_HOLD']
 
-JobStatusUpdate_Kind = Literal['KIND_UNSPECIFIED', 'KIND_STARTED', 'KIND_EXITED', 'KIND_LAUNCH_FAILED', 'KIND_IDLE_GPUS', 'KIND_STEP_ENDED']
+JobStatusUpdate_Kind = Literal['KIND_UNSPECIFIED', 'KIND_STARTED', 'KIND_EXITED', 'KIND_LAUNCH_FAILED', 'KIND_IDLE_GPUS', 'KIND_STEP_ENDED', 'KIND_STALLED']
 
-JobStatusUpdate_EndReason = Literal['END_NONE', 'END_TIMEOUT', 'END_OUT_OF_MEMORY', 'END_PROLOG_FAILED']
+JobStatusUpdate_EndReason = Literal['END_NONE', 'END_TIMEOUT', 'END_OUT_OF_MEMORY', 'END_PROLOG_FAILED', 'END_NODE_FAIL', 'END_STALLED']
 
 
 class JobSpec(TypedDict, total=False):
@@ -71,6 +71,9 @@ class JobSpec(TypedDict, total=False):
     gpusPerTask: int
     allocationOnly: bool
     submitDir: str
+    noRequeue: bool
+    requeueExpedite: bool
+    progressTimeoutS: int
 
 
 class NodeAllocation(TypedDict, total=False):
@@ -122,6 +125,7 @@ class Job(TypedDict, total=False):
     stderrPath: str
     restartCount: int
     cancelledByUid: int | str
+    failedNodes: list[str]
     expectedStart: float
     forecastNodes: str
     waitsFor: list[str]
@@ -276,6 +280,7 @@ class Node(TypedDict, total=False):
     reasonUid: int
     reservation: str
     maint: bool
+    notResponding: bool
 
 
 class Partition(TypedDict, total=False):
@@ -542,6 +547,7 @@ class RegisterNodeRequest(TypedDict, total=False):
 class RegisterNodeResponse(TypedDict, total=False):
     cluster: str
     heartbeatIntervalS: float
+    keepJobIds: list[str]
 
 
 class HeartbeatRequest(TypedDict, total=False):
@@ -571,6 +577,7 @@ class JobStatusUpdate(TypedDict, total=False):
     endReason: JobStatusUpdate_EndReason
     usage: JobUsage
     stepId: int
+    restartCount: int
 
 
 class ReportJobStatusRequest(TypedDict, total=False):

@@ -1,0 +1,102 @@
+"""Node failure rules: when a node is late or DOWN, what happens to its jobs, what it may keep.
+
+The controller's glue (registration, the heartbeat monitor, requeue) calls these small
+functions, so the rules live in one place and are tested without daemons:
+
+- liveness: a node is *late* (Slurm's ``*``, NOT_RESPONDING) once a heartbeat is
+  overdue by half an interval, and DOWN once it has been silent for
+  ``heartbeat.timeout_s`` (SlurmdTimeout's analogue). A node that never registers
+  after ctld starts is timed from ctld's start, so it goes DOWN too.
+- requeue: a job whose node fails goes back to the queue if it allows it
+  (``--requeue``, or ``controller.job_requeue`` unless ``--no-requeue``); otherwise it
+  ends NODE_FAIL. Each earlier run is kept for sacct -D (store: job_runs).
+- fencing: on re-registration a node is told which jobs it may keep (those ctld still
+  places on it); it kills every other before ctld places anything there again.
+- checkpoint warning: a job's --signal also comes before a maintenance reservation
+  starts on its nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import Enum
+
+from corral.config import HeartbeatConfig
+from corral.errors import CorralError
+from corral.jobsyntax import WarnSignal, parse_warn_signal
+from corral.wire import corral_pb2 as pb
+from ctld import jobstate as js
+from ctld.nodes import NodeRecord
+from ctld.sched.model import ReservationView
+
+LATE_FACTOR = 1.5  # a heartbeat this many intervals old is overdue
+NOT_RESPONDING = "Not responding"
+
+
+class Liveness(Enum):
+    OK = "ok"
+    LATE = "late"
+    DEAD = "dead"
+
+
+def liveness(node: NodeRecord, now: float, hb: HeartbeatConfig, since: float) -> Liveness:
+    """How the node stands; ``since`` is ctld's start (a node never heard of is timed from it)."""
+    last = node.last_heartbeat or since
+    silent = now - last
+    if silent > hb.timeout_s:
+        return Liveness.DEAD
+    if node.registered and silent > hb.interval_s * LATE_FACTOR:
+        return Liveness.LATE
+    return Liveness.OK
+
+
+def may_requeue(job: pb.Job, default: bool) -> bool:
+    """Slurm's rule: --no-requeue never, --requeue always, else the cluster's JobRequeue."""
+    if job.spec.allocation_only or job.spec.no_requeue:
+        return False
+    return job.spec.requeue or default
+
+
+def on_node(job: pb.Job, node: str) -> bool:
+    """The job holds resources on ``node`` now."""
+    return job.state in js.ON_NODE and any(a.node == node for a in job.allocations)
+
+
+def keep_for(node: str, jobs: Iterable[pb.Job]) -> list[int]:
+    """The jobs a (re-)registering node may keep running: those ctld still places there."""
+    return sorted(j.job_id for j in jobs if on_node(j, node) and j.state == js.RUNNING)
+
+
+def stale_report(job: pb.Job, upd: pb.JobStatusUpdate) -> bool:
+    """A report about an earlier run of the job (a copy since requeued): to be ignored."""
+    return upd.restart_count != job.restart_count
+
+
+def expedite_priority(pending: Iterable[pb.Job]) -> int:
+    """A priority above every pending job's: --requeue=expedite puts the job first."""
+    return min(max((j.priority for j in pending), default=0) + 1, 2**32 - 1)
+
+
+def maintenance_warnings(
+    jobs: Iterable[pb.Job], reservations: Iterable[ReservationView], now: float
+) -> list[tuple[pb.Job, WarnSignal, str]]:
+    """Running jobs to warn with their --signal: a MAINT reservation starts on one of
+    their nodes within the signal's lead time, before the job would end on its own."""
+    maint = [r for r in reservations if "MAINT" in r.flags and r.start > now]
+    out: list[tuple[pb.Job, WarnSignal, str]] = []
+    if not maint:
+        return out
+    for job in jobs:
+        if job.state != js.RUNNING or not job.spec.signal:
+            continue
+        try:
+            warn = parse_warn_signal(job.spec.signal)
+        except CorralError:
+            continue
+        ends = job.start_time + job.time_limit_s if job.time_limit_s > 0 else float("inf")
+        nodes = {a.node for a in job.allocations}
+        for r in maint:
+            if r.start <= now + warn.seconds and r.start < ends and nodes & set(r.nodes):
+                out.append((job, warn, r.name))
+                break
+    return out

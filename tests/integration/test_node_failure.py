@@ -1,0 +1,326 @@
+"""Chaos with real processes: nodes die, nodeds crash, links go down; jobs resume once.
+
+Every job here runs examples/train-checkpoint.py, which appends
+``run=<restart count> host=<node> step=<n> time=<t>`` to steps.log in its checkpoint
+directory at every step: that log proves where a job resumed and that no two copies
+of it ever ran at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pathlib
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from corral.errors import CorralError
+from corral.testing import LocalCluster
+from corral.testing.netns import available as netns_available
+from tests.conftest import Commands, print_logs, wait_for
+
+TRAIN = pathlib.Path(__file__).resolve().parents[2] / "examples" / "train-checkpoint.py"
+INTERVAL_S, TIMEOUT_S = 1.0, 5.0
+
+
+@pytest.fixture
+def make_cluster(tmp_path: pathlib.Path) -> Iterator[Any]:
+    started: list[LocalCluster] = []
+    base = pathlib.Path(tempfile.mkdtemp(prefix="corral-chaos-"))
+    base.chmod(0o755)
+
+    def make(**kw: Any) -> tuple[LocalCluster, Commands]:
+        state = base / f"cluster{len(started)}"
+        kw.setdefault("nodes", 3)
+        kw.setdefault("gpus_per_node", 0)
+        kw.setdefault("kill_wait_s", 2.0)
+        c = LocalCluster(
+            state,
+            heartbeat_interval_s=INTERVAL_S,
+            heartbeat_timeout_s=TIMEOUT_S,
+            noded_config=f'checkpoint_dir = "{state / "checkpoints"}"',
+            **kw,
+        )
+        started.append(c)
+        c.start()
+        work = tmp_path / f"work{len(started)}"
+        work.mkdir()
+        return c, Commands(c, work)
+
+    try:
+        yield make
+    finally:
+        for c in started:
+            c.stop()
+            print_logs(c)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def submit_training(cmd: Commands, *args: str, steps: int = 40, step_time: float = 0.25) -> str:
+    out = cmd(
+        "sbatch",
+        "--parsable",
+        "-o",
+        "train-%j.out",
+        *args,
+        "--wrap",
+        f"exec python3 {TRAIN} --steps {steps} --step-time {step_time}",
+    )
+    return out.stdout.strip()
+
+
+def steps_log(cluster: LocalCluster, job_id: str) -> list[dict[str, str]]:
+    path = cluster.state_dir / "checkpoints" / job_id / "steps.log"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    return [dict(part.split("=", 1) for part in line.split()) for line in lines if line]
+
+
+def wait_steps(cluster: LocalCluster, job_id: str, n: int, run: str = "0") -> None:
+    wait_for(
+        lambda: sum(1 for e in steps_log(cluster, job_id) if e["run"] == run) >= n,
+        60,
+        f"job {job_id} run {run} to take {n} steps",
+    )
+
+
+def node_state(cluster: LocalCluster, name: str) -> dict[str, Any]:
+    nodes = cluster.client().call("GetNodes", {"names": [name]})["nodes"]
+    return dict(nodes[0])
+
+
+def assert_ran_once(cluster: LocalCluster, job_id: str, total: int) -> None:
+    """Each run resumed where the last left off, and no copy wrote once a later one began."""
+    log = steps_log(cluster, job_id)
+    runs: dict[int, list[int]] = {}
+    first_line: dict[int, int] = {}
+    for i, e in enumerate(log):
+        runs.setdefault(int(e["run"]), []).append(int(e["step"]))
+        first_line.setdefault(int(e["run"]), i)
+    for run, start in first_line.items():
+        late = [e for e in log[start:] if int(e["run"]) < run]
+        assert not late, f"run {run} began, yet an earlier copy still wrote: {late[:3]}"
+    order = sorted(runs)
+    for before, after in itertools.pairwise(order):
+        # resumed from the checkpoint of the last step (or the one before, if the kill
+        # fell between logging a step and saving it), never from the start
+        assert runs[after][0] in (runs[before][-1], runs[before][-1] + 1), (before, runs)
+    assert runs[order[-1]][-1] == total
+
+
+def test_dead_node_job_requeued_resumes_and_no_requeue_ends_node_fail(
+    make_cluster: Any,
+) -> None:
+    cluster, cmd = make_cluster()
+    job_id = submit_training(cmd, "-N2", "--requeue")
+    job = cmd.wait_state(job_id, "RUNNING")
+    dead = job["batchHost"]
+    index = cluster.node_names.index(dead)
+    plain = cmd(
+        "sbatch", "--parsable", "--no-requeue", "-w", dead, "--wrap", "sleep 300"
+    ).stdout.strip()
+    cmd.wait_state(plain, "RUNNING")
+    wait_steps(cluster, job_id, 6)
+    killed_at = time.monotonic()
+    cluster.kill_node(index, with_jobs=True)  # the node dies with everything on it
+    wait_for(
+        lambda: node_state(cluster, dead).get("state") == "NODE_STATE_DOWN",
+        TIMEOUT_S + 10,
+        f"{dead} DOWN",
+    )
+    detected = time.monotonic() - killed_at
+    assert detected <= TIMEOUT_S + INTERVAL_S + 1.0, detected
+    assert node_state(cluster, dead)["reason"] == "Not responding"
+    sinfo = cmd("sinfo", "-R", "-h", "-o", "%E|%N").stdout
+    assert f"Not responding|{dead}" in sinfo
+    # requeued onto the healthy nodes without waiting for the dead one
+    wait_steps(cluster, job_id, 1, run="1")
+    again = cmd.job(job_id)
+    assert dead not in again["nodelist"] and again["restartCount"] == 1
+    done = cmd.wait_state(job_id, "COMPLETED", timeout=90)
+    assert done["restartCount"] == 1
+    out = (cmd.cwd / f"train-{job_id}.out").read_text()
+    assert "starting fresh (run 0" in out  # appended: the first run's output is kept
+    resumed = [line for line in out.splitlines() if line.startswith("resumed from step")]
+    assert len(resumed) == 1 and "(run 1 on" in resumed[0]
+    assert int(resumed[0].split()[3]) >= 5  # 6 steps logged; the 6th maybe not saved
+    assert_ran_once(cluster, job_id, 40)
+    gone = cmd.wait_state(plain, "NODE_FAIL")
+    assert gone["reason"] == "NodeDown"
+    acct = cmd("sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State,NodeList").stdout
+    runs = acct.splitlines()
+    assert runs[0] == f"NODE_FAIL|{job['nodelist']}" and len(runs) == 2
+    assert runs[1].startswith("COMPLETED|")
+    acct = cmd("sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State").stdout
+    assert acct.split() == ["COMPLETED"]
+
+
+def test_noded_dies_jobs_survive_node_returns_fenced(make_cluster: Any) -> None:
+    cluster, cmd = make_cluster()
+    job_id = submit_training(cmd, steps=60, step_time=0.25)
+    host = cmd.wait_state(job_id, "RUNNING")["batchHost"]
+    index = cluster.node_names.index(host)
+    wait_steps(cluster, job_id, 4)
+    cluster.kill_node(index, with_jobs=False)  # only noded dies: the training runs on
+    assert cluster.node_job_pids(index), "the job's processes should have survived noded"
+    wait_steps(cluster, job_id, 1, run="1")  # requeued elsewhere at the timeout
+    # the node comes back: its stale copy is killed before it is schedulable
+    cluster.start_node(index)
+    back = time.time()
+    wait_for(lambda: not cluster.node_job_pids(index), 15, "the stale copy killed")
+    wait_for(
+        lambda: node_state(cluster, host).get("state") == "NODE_STATE_IDLE",
+        20,
+        f"{host} back",
+    )
+    cmd.wait_state(job_id, "COMPLETED", timeout=90)
+    stale = [e for e in steps_log(cluster, job_id) if e["run"] == "0" and float(e["time"]) > back]
+    assert not stale, f"the old copy ran on after its node came back: {stale}"
+
+
+def test_noded_restart_kills_and_requeues_never_twice(make_cluster: Any) -> None:
+    cluster, cmd = make_cluster(nodes=2)
+    job_id = submit_training(cmd, steps=30, step_time=0.2)
+    host = cmd.wait_state(job_id, "RUNNING")["batchHost"]
+    index = cluster.node_names.index(host)
+    wait_steps(cluster, job_id, 4)
+    cluster.kill_node(index, with_jobs=False)
+    cluster.start_node(index)  # before the timeout: the new noded settles the old one's job
+    wait_for(lambda: cmd.job(job_id).get("restartCount") == 1, 20, "the job requeued")
+    job = cmd.job(job_id)
+    lost = [e for e in job["events"] if e["event"] == "requeued"]
+    assert "restarted" in lost[0]["detail"]
+    cmd.wait_state(job_id, "COMPLETED", timeout=90)
+    assert_ran_once(cluster, job_id, 30)
+    root = _cgroup_root(cluster)
+    if root is not None:  # no cgroup of any run is left behind
+        assert not list(root.glob("**/job_*")), list(root.glob("**/job_*"))
+
+
+def _cgroup_root(cluster: LocalCluster) -> pathlib.Path | None:
+    text = cluster.config_path.read_text()
+    name = text.split('cgroup_root = "', 1)[1].split('"', 1)[0]
+    for base in (pathlib.Path("/sys/fs/cgroup"), pathlib.Path("/sys/fs/cgroup/memory")):
+        if (base / name).is_dir():
+            return base / name
+    return None
+
+
+@pytest.mark.skipif(not netns_available()[0], reason="needs network namespaces (root)")
+def test_partitioned_node_is_fenced_and_the_job_runs_once(make_cluster: Any) -> None:
+    cluster, cmd = make_cluster(isolation="netns")
+    job_id = submit_training(cmd, steps=50, step_time=0.25)
+    host = cmd.wait_state(job_id, "RUNNING")["batchHost"]
+    index = cluster.node_names.index(host)
+    wait_steps(cluster, job_id, 4)
+    cluster.cut_node(index)
+    wait_steps(cluster, job_id, 1, run="1")  # requeued on another node
+    assert cmd.job(job_id)["batchHost"] != host
+    cluster.cut_node(index, up=True)  # the partition heals
+    wait_for(
+        lambda: node_state(cluster, host).get("state") == "NODE_STATE_IDLE",
+        30,
+        f"{host} back and fenced",
+    )
+    cmd.wait_state(job_id, "COMPLETED", timeout=90)
+    assert_ran_once(cluster, job_id, 50)
+    assert not cluster.node_job_pids(index)
+
+
+def test_scontrol_requeue_and_state_down(make_cluster: Any) -> None:
+    cluster, cmd = make_cluster(nodes=2)
+    job_id = submit_training(cmd, steps=400, step_time=0.1)
+    cmd.wait_state(job_id, "RUNNING")
+    wait_steps(cluster, job_id, 3)
+    cmd("scontrol", "requeuehold", job_id)
+    job = cmd.wait_state(job_id, "PENDING")
+    assert job["reason"] == "JobHeldUser" or job["reason"] == "JobHeldAdmin"
+    cmd("scontrol", "release", job_id)
+    wait_steps(cluster, job_id, 1, run="1")
+    node = cmd.job(job_id)["batchHost"]
+    cmd("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=maintenance")
+    wait_steps(cluster, job_id, 1, run="2")
+    assert node not in cmd.job(job_id)["nodelist"]
+    sinfo = cmd("sinfo", "-h", "-n", node, "-o", "%T").stdout.split()
+    assert sinfo == ["down*"]
+    cmd("scontrol", "update", f"NodeName={node}", "State=RESUME")
+    wait_for(lambda: node_state(cluster, node).get("state") == "NODE_STATE_IDLE", 20, "resumed")
+    cmd("scancel", job_id)
+    cmd.wait_state(job_id, "CANCELLED")
+    assert_no_stray(cluster)
+
+
+def assert_no_stray(cluster: LocalCluster) -> None:
+    for i in range(cluster.nodes):
+        wait_for(lambda i=i: not cluster.node_job_pids(i), 15, f"node {i} clean")
+
+
+def test_stalled_job_is_named_and_requeued(make_cluster: Any) -> None:
+    cluster, cmd = make_cluster(nodes=2, sample_interval_s=0.5)
+    job_id = submit_training(cmd, "--progress-timeout=2", steps=60, step_time=0.2)
+    host = cmd.wait_state(job_id, "RUNNING")["batchHost"]
+    index = cluster.node_names.index(host)
+    wait_steps(cluster, job_id, 3)
+    (pid,) = cluster.node_job_pids(index)  # the training process (exec'd by the script)
+    os.kill(pid, signal.SIGSTOP)  # hung: alive, but no more progress
+    wait_steps(cluster, job_id, 1, run="1")
+    job = cmd.job(job_id)
+    requeued = [e for e in job["events"] if e["event"] == "requeued"]
+    assert f"progress stalled on node {host} rank 0" in requeued[0]["detail"]
+    acct = cmd("sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State,Reason").stdout
+    assert f"NODE_FAIL|progress stalled on node {host} rank 0" in acct.splitlines()[0]
+    cmd.wait_state(job_id, "COMPLETED", timeout=90)
+    assert_ran_once(cluster, job_id, 60)
+
+
+def test_ctld_killed_during_concurrent_submits_loses_and_doubles_nothing(
+    make_cluster: Any, tmp_path: pathlib.Path
+) -> None:
+    cluster, _ = make_cluster(nodes=1)
+    acked: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def submitter(thread: int) -> None:
+        client = cluster.client()
+        for i in range(250):
+            name = f"t{thread}-{i}"
+            spec = {"name": name, "script": "#!/bin/sh\ntrue\n", "workDir": str(tmp_path)}
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    reply = client.call("SubmitJob", {"spec": {**spec, "hold": True}})
+                except (OSError, CorralError):
+                    time.sleep(0.05)  # ctld is away; this submit was not acknowledged
+                    name = f"{name}+"  # a new request: the lost one may or may not exist
+                    spec["name"] = name
+                    continue
+                with lock:
+                    acked[name] = int(reply["jobId"])
+                break
+
+    threads = [threading.Thread(target=submitter, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: len(acked) >= 300, 60, "300 acknowledged submits")
+    cluster.kill_process("ctld")  # SIGKILL mid-stream
+    cluster.start_ctld()
+    for t in threads:
+        t.join(120)
+    assert len(acked) == 1000
+    jobs = cluster.client().call("GetJobs", {})["jobs"]
+    by_name: dict[str, list[int]] = {}
+    for j in jobs:
+        by_name.setdefault(j["spec"]["name"], []).append(int(j["jobId"]))
+    missing = [n for n in acked if n not in by_name]
+    doubled = {n: ids for n, ids in by_name.items() if len(ids) > 1}
+    assert not missing and not doubled, (missing[:5], doubled)
+    assert all(by_name[n] == [i] for n, i in acked.items())
