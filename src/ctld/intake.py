@@ -32,7 +32,7 @@ from ctld.outbox import Outbox
 from ctld.priorities import apply_factors
 from ctld.queries import select
 from ctld.state import State, fill_request_totals
-from ctld.validate import user_groups, validate_spec
+from ctld.validate import Accepted, user_groups, validate_spec
 
 log = structlog.get_logger("ctld")
 
@@ -53,37 +53,15 @@ class Intake:
         """The job ``spec`` would be, checked as submit checks it, but neither stored
         nor queued (sbatch --test-only); it carries the id it would get."""
         st = self.state
-        accepted = validate_spec(
-            spec, st.config, st.capacity(), lambda: user_groups(who.user, who.gid)
-        )
-        qos = spec.qos or "normal"
-        if qos not in st.priorities.qos_priority:
-            raise InvalidQos()
-        if spec.dependency:
-            self._check_dependency(spec.dependency)
-        if spec.reservation:
-            st.reservations.check_job_access(spec.reservation, who.user, spec.account)
+        accepted, qos = self._accept(who, spec)
         now = st.clock()
-        job = pb.Job(
-            job_id=st.next_job_id,
-            spec=spec,
-            user=who.user,
-            uid=who.uid,
-            gid=who.gid,
-            partition=accepted.partitions[0],
-            account=spec.account,
-            time_limit_s=accepted.time_limit_s,
-            submit_time=now,
-            eligible_time=max(now, spec.begin_time),
-            cluster=st.config.cluster_name,
-            qos=qos,
-        )
-        job.spec.partitions[:] = accepted.partitions
-        fill_request_totals(job)
+        job = self._new_job(who, spec, accepted, qos, st.next_job_id, now)
         apply_factors(job, st.priorities.factors(job, now))
         return job
 
-    async def submit(self, who: Identity, spec: pb.JobSpec) -> pb.Job:
+    def _accept(self, who: Identity, spec: pb.JobSpec) -> tuple[Accepted, str]:
+        """What submit checks before anything is made: the spec, QOS, dependency and
+        reservation access. Returns the accepted shape and the QOS."""
         st = self.state
         accepted = validate_spec(
             spec, st.config, st.capacity(), lambda: user_groups(who.user, who.gid)
@@ -95,6 +73,38 @@ class Intake:
             self._check_dependency(spec.dependency)
         if spec.reservation:
             st.reservations.check_job_access(spec.reservation, who.user, spec.account)
+        return accepted, qos
+
+    def _new_job(
+        self,
+        who: Identity,
+        spec: pb.JobSpec,
+        accepted: Accepted,
+        qos: str,
+        job_id: int,
+        now: float,
+    ) -> pb.Job:
+        job = pb.Job(
+            job_id=job_id,
+            spec=spec,
+            user=who.user,
+            uid=who.uid,
+            gid=who.gid,
+            partition=accepted.partitions[0],
+            account=spec.account,
+            time_limit_s=accepted.time_limit_s,
+            submit_time=now,
+            eligible_time=max(now, spec.begin_time),
+            cluster=self.state.config.cluster_name,
+            qos=qos,
+        )
+        job.spec.partitions[:] = accepted.partitions
+        fill_request_totals(job)
+        return job
+
+    async def submit(self, who: Identity, spec: pb.JobSpec) -> pb.Job:
+        st = self.state
+        accepted, qos = self._accept(who, spec)
         tasks: tuple[int | None, ...] = (None,)
         if spec.array:
             tasks = parse_array(spec.array).task_ids
@@ -111,24 +121,9 @@ class Intake:
         made: list[pb.Job] = []
         ch = Change(st, wake=not spec.hold)
         for offset, task in enumerate(tasks):
-            job = pb.Job(
-                job_id=first_id + offset,
-                spec=spec,
-                user=who.user,
-                uid=who.uid,
-                gid=who.gid,
-                partition=accepted.partitions[0],
-                account=spec.account,
-                time_limit_s=accepted.time_limit_s,
-                submit_time=now,
-                eligible_time=max(now, spec.begin_time),
-                cluster=st.config.cluster_name,
-                qos=qos,
-            )
+            job = self._new_job(who, spec, accepted, qos, first_id + offset, now)
             if task is not None:
                 job.array_job_id, job.array_task_id = first_id, task
-            job.spec.partitions[:] = accepted.partitions
-            fill_request_totals(job)
             if not made:
                 st.priorities.with_users([(job.account, job.user)])
             apply_factors(job, st.priorities.factors(job, now))
