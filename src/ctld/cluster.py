@@ -225,19 +225,10 @@ class Cluster:
         import dataclasses
 
         from ctld.sched import schedule
-        from ctld.validate import request_from_spec
 
         job = self.intake.trial_job(who, spec)
         snap = self.snapshots.build()
-        req = dataclasses.replace(
-            request_from_spec(job.spec, job.job_id, job.spec.partitions, job.time_limit_s),
-            priority=job.priority,
-            user=job.user,
-            account=job.account,
-            qos=job.qos,
-            reservation=job.spec.reservation,
-            submit_time=job.submit_time,
-        )
+        req = self.snapshots.request_for(job)
         pending = sorted([*snap.pending, req], key=lambda r: (-r.priority, r.submit_time, r.job_id))
         plan = schedule(dataclasses.replace(snap, pending=tuple(pending)))
         est = pb.TestOnlyEstimate(partition=job.partition, reason=plan.reasons.get(job.job_id, ""))

@@ -104,17 +104,7 @@ class SnapshotBuilder:
                 continue
             req = st.requests.get(job_id)
             if req is None or req.priority != job.priority:
-                req = request_from_spec(job.spec, job_id, job.spec.partitions, job.time_limit_s)
-                req = dataclasses.replace(
-                    req,
-                    priority=job.priority,
-                    user=job.user,
-                    account=job.account,
-                    qos=job.qos,
-                    reservation=job.spec.reservation,
-                    submit_time=job.submit_time,
-                    predicted_s=st.predictor.predict(job.user, job.time_limit_s),
-                )
+                req = self.request_for(job)
                 st.requests[job_id] = req
                 st.predicted[job_id] = req.predicted_s
             pending.append(req)
@@ -142,6 +132,20 @@ class SnapshotBuilder:
             running=running,
             reservations=st.reservations.views(),
             settings=self.settings,
+        )
+
+    def request_for(self, job: pb.Job) -> JobRequest:
+        """What the core sees of a pending job (sbatch --test-only asks for one too)."""
+        req = request_from_spec(job.spec, job.job_id, job.spec.partitions, job.time_limit_s)
+        return dataclasses.replace(
+            req,
+            priority=job.priority,
+            user=job.user,
+            account=job.account,
+            qos=job.qos,
+            reservation=job.spec.reservation,
+            submit_time=job.submit_time,
+            predicted_s=self.state.predictor.predict(job.user, job.time_limit_s),
         )
 
     def _blocked_request(self, job: pb.Job, reason: str) -> JobRequest:
