@@ -217,10 +217,19 @@ class Intake:
             for alloc in job.allocations:
                 node = self.state.nodes.get(alloc.node)
                 if node is not None and alloc.node != job.batch_host:
-                    ch.signal(node, pb.SignalJobRequest(job_id=job.job_id, signal=sig))
+                    ch.signal(
+                        node,
+                        pb.SignalJobRequest(job_id=job.job_id, signal=sig, run=job.restart_count),
+                    )
         ch.signal(
             self.outbox.batch_node(job),
-            pb.SignalJobRequest(job_id=job.job_id, signal=sig, batch_only=batch_only, full=full),
+            pb.SignalJobRequest(
+                job_id=job.job_id,
+                signal=sig,
+                batch_only=batch_only,
+                full=full,
+                run=job.restart_count,
+            ),
         )
 
     async def update_hold(self, who: Identity, req: pb.UpdateJobRequest) -> list[pb.CancelOutcome]:

@@ -198,7 +198,10 @@ class NodeReports:
                 self._maint_warned.add((job.job_id, job.restart_count, resv))
                 log.info("signalling before maintenance", job_id=job.job_id, reservation=resv)
                 req = pb.SignalJobRequest(
-                    job_id=job.job_id, signal=warn.signal, batch_only=warn.batch_only
+                    job_id=job.job_id,
+                    signal=warn.signal,
+                    batch_only=warn.batch_only,
+                    run=job.restart_count,
                 )
                 for alloc in job.allocations:
                     node = st.nodes.get(alloc.node)

@@ -70,6 +70,7 @@ class Outbox:
         """End the job's processes on a node: SIGCONT+SIGTERM, SIGKILL after KillWait."""
         return pb.SignalJobRequest(
             job_id=job.job_id,
+            run=job.restart_count,
             signal=int(signal_mod.SIGTERM),
             terminate=True,
             kill_wait_s=self.state.config.controller.kill_wait_s,

@@ -200,7 +200,12 @@ class StepOps:
                 if node is not None:
                     ch.signal(
                         node,
-                        pb.SignalJobRequest(job_id=job.job_id, signal=sig, step_id=step.step_id),
+                        pb.SignalJobRequest(
+                            job_id=job.job_id,
+                            signal=sig,
+                            step_id=step.step_id,
+                            run=job.restart_count,
+                        ),
                     )
             ch.transition(
                 job,

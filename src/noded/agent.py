@@ -67,16 +67,22 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
         self, request: pb.SignalJobRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.SignalJobResponse:
         await self._from_controller(context, "SignalJob")
+        run = request.run if request.HasField("run") else None
+        batch = self.launcher.jobs.get(request.job_id)
+        if run is not None and batch is not None and batch.job.restart_count != run:
+            # meant for another run of a requeued job (a late kill of its earlier copy)
+            log.info("signal for another run ignored", job_id=request.job_id, run=run)
+            return pb.SignalJobResponse(found=False)
         try:
             if request.HasField("step_id"):
-                found = self.steps.signal(request.job_id, request.step_id, request.signal)
+                found = self.steps.signal(request.job_id, request.step_id, request.signal, run)
             elif request.terminate:
                 found = self.launcher.signal(request)
-                found = self.steps.terminate_job(request.job_id, request.kill_wait_s) or found
+                found = self.steps.terminate_job(request.job_id, request.kill_wait_s, run) or found
             else:
                 found = self.launcher.signal(request)
                 if not request.batch_only:
-                    found = self.steps.signal(request.job_id, None, request.signal) or found
+                    found = self.steps.signal(request.job_id, None, request.signal, run) or found
         except CorralError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.SignalJobResponse(found=found)

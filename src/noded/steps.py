@@ -72,6 +72,7 @@ class Task:
 class RunningStep:
     job_id: int
     step_id: int
+    run: int = 0  # the job's restart_count when the step started
     tasks: list[Task] = field(default_factory=list)
     exits: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (code, signal)
     procs: JobProcesses | None = None
@@ -162,7 +163,7 @@ class StepRunner:
         key = (job.job_id, step.step_id)
         if key in self.steps:
             raise LaunchError(f"step {job.job_id}.{step.step_id} already runs on this node")
-        running = RunningStep(job.job_id, step.step_id)
+        running = RunningStep(job.job_id, step.step_id, job.restart_count)
         self.steps[key] = running
         queue: asyncio.Queue[pb.TaskEvent | None] = asyncio.Queue(QUEUE_DEPTH)
         workers: list[asyncio.Task[None]] = []
@@ -435,9 +436,11 @@ class StepRunner:
 
     # ------------------------------------------------------------ from ctld
 
-    def signal(self, job_id: int, step_id: int | None, sig: int) -> bool:
+    def signal(self, job_id: int, step_id: int | None, sig: int, run: int | None = None) -> bool:
         found = False
         for (jid, sid), running in list(self.steps.items()):
+            if run is not None and running.run != run:
+                continue  # an earlier (or later) run of a requeued job
             if jid == job_id and (step_id is None or sid == step_id):
                 running.signal(sig)
                 found = True
@@ -446,11 +449,11 @@ class StepRunner:
     def job_ids(self) -> set[int]:
         return {jid for jid, _ in self.steps}
 
-    def terminate_job(self, job_id: int, kill_wait_s: float) -> bool:
+    def terminate_job(self, job_id: int, kill_wait_s: float, run: int | None = None) -> bool:
         """The job ends: its steps here get SIGCONT+SIGTERM, SIGKILL after kill_wait_s."""
         found = False
         for (jid, _), running in list(self.steps.items()):
-            if jid != job_id:
+            if jid != job_id or (run is not None and running.run != run):
                 continue
             found = True
             running.signal(signal.SIGCONT)

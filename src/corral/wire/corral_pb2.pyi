@@ -2966,6 +2966,7 @@ class SignalJobRequest(_message.Message):
     BATCH_ONLY_FIELD_NUMBER: _builtins.int
     STEP_ID_FIELD_NUMBER: _builtins.int
     FULL_FIELD_NUMBER: _builtins.int
+    RUN_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     signal: _builtins.int
     terminate: _builtins.bool
@@ -2977,6 +2978,10 @@ class SignalJobRequest(_message.Message):
     """only this step's tasks"""
     full: _builtins.bool
     """the batch shell, its children and the steps (neither: the steps only)"""
+    run: _builtins.int
+    """The run (restart_count) the signal is for: a node ignores it for another run of the
+    job, so a late kill meant for a requeued job's earlier copy never hits the new one.
+    """
     def __init__(
         self,
         *,
@@ -2987,13 +2992,19 @@ class SignalJobRequest(_message.Message):
         batch_only: _builtins.bool = ...,
         step_id: _builtins.int | None = ...,
         full: _builtins.bool = ...,
+        run: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "step_id", b"step_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_run", b"_run", "_step_id", b"_step_id", "run", b"run", "step_id", b"step_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "batch_only", b"batch_only", "full", b"full", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_run", b"_run", "_step_id", b"_step_id", "batch_only", b"batch_only", "full", b"full", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "run", b"run", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__run: _TypeAlias = _typing.Literal["run"]  # noqa: Y015
+    _WhichOneofArgType__run: _TypeAlias = _typing.Literal["_run", b"_run"]  # noqa: Y015
     _WhichOneofReturnType__step_id: _TypeAlias = _typing.Literal["step_id"]  # noqa: Y015
     _WhichOneofArgType__step_id: _TypeAlias = _typing.Literal["_step_id", b"_step_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__run) -> _WhichOneofReturnType__run | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__step_id) -> _WhichOneofReturnType__step_id | None: ...
 
 Global___SignalJobRequest: _TypeAlias = SignalJobRequest  # noqa: Y015

@@ -630,6 +630,7 @@ class SignalJobRequest(TypedDict, total=False):
     batchOnly: bool
     stepId: int
     full: bool
+    run: int
 
 
 class SignalJobResponse(TypedDict, total=False):
