@@ -252,5 +252,6 @@ async def test_signal_before_a_maintenance_reservation(tmp_path: pathlib.Path) -
         while cluster._tasks:
             await asyncio.gather(*list(cluster._tasks))
     sent = [(n, r) for n, r in disp.signalled if r.signal == 10]
-    assert sent == [("n1", pb.SignalJobRequest(job_id=warned.job_id, signal=10, batch_only=True))]
+    want = pb.SignalJobRequest(job_id=warned.job_id, signal=10, batch_only=True, run=0)
+    assert sent == [("n1", want)]
     assert quiet.state == js.RUNNING
