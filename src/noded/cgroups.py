@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,7 @@ log = structlog.get_logger("noded")
 DEFAULT_BASE = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("memory", "cpuacct", "pids", "devices", "freezer")
 NVIDIA_MAJOR = 195  # /dev/nvidia<N> character devices
+FREEZE_WAIT_S = 0.2  # noded's event loop waits at most this long for a freeze
 
 
 class CgroupUnavailable(Exception):
@@ -107,6 +109,41 @@ class JobCgroup:
         except (OSError, ValueError):
             pass
         return None
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """The job's processes stopped while it is signalled, as Slurm's proctrack/cgroup
+        does: a shell whose child dies first would print "Terminated" over the end of
+        the job's output, or run its next command, before its own signal arrives.
+        Without a freezer (or if freezing stalls) the signals go out unfrozen."""
+        if self.version == 2:
+            control, value, thaw = self.dirs[""] / "cgroup.freeze", "1", "0"
+        elif "freezer" in self.dirs:
+            control, value, thaw = self.dirs["freezer"] / "freezer.state", "FROZEN", "THAWED"
+        else:
+            yield
+            return
+        try:
+            _write(control, value)
+        except OSError:
+            yield
+            return
+        try:
+            deadline = time.monotonic() + FREEZE_WAIT_S
+            while not self._is_frozen() and time.monotonic() < deadline:
+                time.sleep(0.001)  # freezing a task in a system call takes a moment
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                _write(control, thaw)
+
+    def _is_frozen(self) -> bool:
+        try:
+            if self.version == 2:
+                return "frozen 1" in _read(self.dirs[""] / "cgroup.events")
+            return _read(self.dirs["freezer"] / "freezer.state").strip() == "FROZEN"
+        except OSError:
+            return True  # nothing to wait for
 
     def kill_all(self, sig: int = signal.SIGKILL) -> int:
         """Signal every process in the job; returns how many were signalled."""

@@ -594,8 +594,7 @@ class Launcher:
     def _terminate(self, running: RunningJob, wait_s: float) -> None:
         """SIGCONT and SIGTERM to every process of the job now, SIGKILL after wait_s."""
         if running.procs is not None:
-            running.procs.signal_all(signal.SIGCONT)
-            running.procs.signal_all(signal.SIGTERM)
+            running.procs.signal_all(signal.SIGCONT, signal.SIGTERM)
         if running.kill_task is None or (running.fenced and wait_s == 0):
             if running.kill_task is not None:
                 running.kill_task.cancel()

@@ -102,14 +102,18 @@ def _shim() -> str:
     # Runs as the user: opening the files and the directory with the user's rights
     # means root never creates or truncates a file the user could not. The gate is
     # its stdin (sh only redirects single-digit fds); errors before stderr is
-    # redirected reach noded through the pipe on fd 2.
+    # redirected reach noded through the pipe on fd 2. The files are truncated
+    # first, then held in append mode, so noded's "CANCELLED" line appended at the
+    # end is never overwritten by a job still writing at its own offset.
     return f"""read _ || exit {GATE_FAILED_EXIT}
 out=$1; err=$2; in=$3; mode=$4; wd=$5; shift 5
 exec <"$in" || exit {GATE_FAILED_EXIT}
-if [ "$mode" = append ]; then exec >>"$out"; else exec >"$out"; fi || exit {GATE_FAILED_EXIT}
+if [ "$mode" != append ]; then : >"$out" || exit {GATE_FAILED_EXIT}; fi
+exec >>"$out" || exit {GATE_FAILED_EXIT}
 if [ "$err" = "$out" ]; then exec 2>&1
-elif [ "$mode" = append ]; then exec 2>>"$err"
-else exec 2>"$err"
+else
+  if [ "$mode" != append ]; then : 2>"$err"; fi
+  exec 2>>"$err"
 fi
 cd "$wd" 2>/dev/null || {{
   echo "slurmstepd: error: couldn't chdir to \\`$wd': No such file or directory: \

@@ -112,11 +112,17 @@ class JobProcesses:
                     found.add(pid)
         return found
 
-    def signal_all(self, sig: int) -> int:
+    def signal_all(self, *signals: int) -> int:
+        """Send each signal to every process of the job at once: frozen in a cgroup,
+        else the batch shell (the root) first, so it never outlives its children's
+        deaths long enough to react to them."""
         pids = self.pids()
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
+        order = sorted(pids, key=lambda pid: (pid != self.root_pid, pid))
+        with self.cgroup.frozen() if self.cgroup is not None else contextlib.nullcontext():
+            for sig in signals:
+                for pid in order:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, sig)
         return len(pids)
 
     def alive(self) -> set[int]:

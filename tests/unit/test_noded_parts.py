@@ -151,3 +151,53 @@ def test_export_none_gives_login_basics_not_the_submitters_environment() -> None
     j.spec.export = "ALL"
     j.spec.environment["PATH"] = "/mine"
     assert batch_environment(j, "n1", "c", pw=me)["PATH"] == "/mine"
+
+
+def test_signals_go_out_with_the_job_frozen_and_thawed_after(tmp_path: pathlib.Path) -> None:
+    fake_v1(tmp_path, ("memory", "freezer"))
+    manager, _ = cgroups.detect("v1", "corral", "n1", base=tmp_path)
+    assert manager is not None
+    job = manager.create(9)
+    state = tmp_path / "freezer" / "corral" / "n1" / "job_9" / "freezer.state"
+    state.write_text("THAWED\n")
+    seen: list[str] = []
+    with job.frozen():
+        seen.append(state.read_text())
+    assert seen == ["FROZEN"] and state.read_text() == "THAWED"
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not pathlib.Path("/sys/fs/cgroup/freezer/cgroup.procs").exists(),
+    reason="needs root and the v1 freezer (cgroup v2 hosts: cgroup.freeze, same code)",
+)
+def test_a_real_frozen_job_makes_no_progress_and_dies_of_the_signal_on_thaw(
+    tmp_path: pathlib.Path,
+) -> None:
+    import subprocess
+    import time
+
+    from corral.testing.harness import wait_for
+
+    manager, _ = cgroups.detect("v1", f"corral-test-{os.getpid()}", "n1")
+    assert manager is not None and "freezer" in manager.parents
+    job = manager.create(1)
+    ticks = tmp_path / "ticks"
+    counter = subprocess.Popen(
+        ["sh", "-c", f'while :; do echo x >> "{ticks}"; sleep 0.01; done'],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        job.add(counter.pid)
+        wait_for(lambda: ticks.exists() and ticks.stat().st_size > 0, 10, "the counter to tick")
+        with job.frozen():
+            frozen_at = ticks.stat().st_size
+            time.sleep(0.1)  # the behaviour under test is "nothing moves for a while"
+            assert ticks.stat().st_size == frozen_at
+            os.kill(counter.pid, signal.SIGTERM)
+            assert counter.poll() is None  # queued, not delivered, while frozen
+        assert counter.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        counter.kill()
+        counter.wait()
+        wait_for(job.try_remove, 10, "the cgroup to go")
+        manager.close()
