@@ -26,6 +26,7 @@ DEFAULT_NODE_PORT = 6920  # ctld's port for noded (mutual TLS), apart from the c
 DEFAULT_SOCKET = "/run/corral/ctld.sock"
 AUTH_TYPES = ("local", "munge", "jwt")
 PRIVATE_DATA = ("jobs", "accounting")
+PREEMPT_MODES = ("", "requeue", "cancel", "off")  # Slurm's PreemptMode, SUSPEND aside
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,10 @@ class QosConfig:
     name: str
     priority: int = 0
     max_jobs_per_user: int = 0  # running jobs; 0: no limit
+    preempt: tuple[str, ...] = ()  # the QOSes whose jobs this QOS's jobs may preempt
+    preempt_mode: str = ""  # "requeue", "cancel" or "off"; "": the cluster's preempt_mode
+    grace_time_s: int = 0  # a preempted job of this QOS gets SIGTERM, then this long to end
+    usage_factor: float = 1.0  # scales fair-share usage and GPU-hours charged to its jobs
 
 
 @dataclass(frozen=True)
@@ -622,7 +627,15 @@ def _qos(sec: _Section) -> QosConfig:
         name=name,
         priority=sec.positive("priority", 0),
         max_jobs_per_user=sec.positive("max_jobs_per_user", 0),
+        preempt=sec.strings("preempt", ()),
+        preempt_mode=sec.get("preempt_mode", str, ""),
+        grace_time_s=sec.duration("grace_time", 0),
+        usage_factor=float(sec.positive("usage_factor", 1.0)),
     )
+    if cfg.preempt_mode not in PREEMPT_MODES:
+        raise ConfigError(
+            f"{sec.key('preempt_mode')}: {cfg.preempt_mode!r} is not requeue, cancel or off"
+        )
     sec.done()
     return cfg
 
@@ -675,6 +688,10 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
     for i, name in enumerate(qos_names):
         if name in qos_names[:i]:
             raise ConfigError(f"qos[{i}].name: QOS {name!r} is defined twice")
+    for i, q in enumerate(qos):
+        for target in q.preempt:
+            if target not in (*qos_names, "normal"):
+                raise ConfigError(f"qos[{i}].preempt: {target!r} is not a QOS")
     idle_gpus = _idle_gpus(_Section(top.get("idle_gpus", dict, {}), "idle_gpus"))
     auth = _auth(_Section(top.get("auth", dict, {}), "auth"))
     tls = _tls(_Section(top.get("tls", dict, {}), "tls"))
