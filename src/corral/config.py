@@ -177,9 +177,9 @@ class SchedulerConfig:
     backfill_order: str = (
         "shortest"  # backfill candidates: "shortest" predicted first, or "priority"
     )
-    # a job eligible this long goes ahead of every younger one and gets the reservation,
-    # kept by limits (the starvation guard); 0: off
-    starvation_guard_s: int = 0
+    # the job eligible longest, once past this, goes first and gets the reservation,
+    # kept by limits (the starvation guard, docs/simulator.md); 0: off
+    starvation_guard_s: int = 6 * 3600
 
 
 @dataclass(frozen=True)

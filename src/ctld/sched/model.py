@@ -118,9 +118,9 @@ class Settings:
     backfill fits and forecasts; advance reservations are always checked against
     limits, and jobs are still killed at their limits. ``backfill_order``: "priority"
     or "shortest" (backfill candidates behind the reserved jobs tried shortest
-    predicted run first, as EASY-SJBF). ``starve_after_s``: a job eligible for longer
-    than this goes ahead of every younger one, oldest first, whatever its priority, so
-    the reservation is its own (a starvation guard; 0: off).
+    predicted run first, as EASY-SJBF). ``starve_after_s``: the job eligible longest goes
+    ahead of all others once that is longer than this, whatever its priority, and its
+    reservation is planned and kept by limits (a starvation guard; 0: off).
     """
 
     backfill: bool = True
