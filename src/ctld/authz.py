@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from corral.auth.users import uids_of
 from corral.errors import PermissionDenied
@@ -47,6 +47,7 @@ TABLE: dict[str, str | Role] = {
     "updating a reservation": Role.ADMIN,
     "deleting a reservation": Role.ADMIN,
     "manage partitions, accounts, QoS": Role.ADMIN,
+    "change the accounting database (sacctmgr)": Role.OPERATOR,
     "issue tokens": Role.ADMIN,
 }
 
@@ -62,16 +63,25 @@ class Policy:
         operators: Iterable[str],
         administrators: Iterable[str] = ("root",),
         private_data: Iterable[str] = (),
+        admin_level: Callable[[str], str] | None = None,
     ) -> None:
         self.operator_uids = uids_of(frozenset(operators))
         self.admin_uids = uids_of(frozenset(administrators)) | {0}
         self.private_data = frozenset(private_data)
+        # the accounting database's AdminLevel of a user name (sacctmgr ... AdminLevel=)
+        self.admin_level = admin_level
 
     def role(self, who: Identity) -> Role:
         if who.uid in self.admin_uids:
             return Role.ADMIN
         if who.uid in self.operator_uids:
             return Role.OPERATOR
+        if self.admin_level is not None:
+            level = self.admin_level(who.user)
+            if level == "Administrator":
+                return Role.ADMIN
+            if level == "Operator":
+                return Role.OPERATOR
         return Role.USER
 
     def is_operator(self, who: Identity) -> bool:
