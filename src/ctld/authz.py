@@ -2,7 +2,8 @@
 
 Roles come from uids, never from a name in a request: uid 0 and the users named in
 ``controller.administrators`` are administrators; they and ``controller.operators``
-are operators; everyone else is a user. docs/security.md shows the table.
+are operators; so are users whose AdminLevel in the accounting database says so (by
+the authenticated user's name); everyone else is a user. docs/security.md shows the table.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ TABLE: dict[str, str | Role] = {
     "creating a reservation": Role.ADMIN,
     "updating a reservation": Role.ADMIN,
     "deleting a reservation": Role.ADMIN,
-    "manage partitions, accounts, QoS": Role.ADMIN,
-    "change the accounting database (sacctmgr)": Role.OPERATOR,
+    "manage partitions": Role.ADMIN,  # the config file only
+    "changing the accounting database": Role.OPERATOR,  # sacctmgr add/modify/delete
     "issue tokens": Role.ADMIN,
 }
 
