@@ -64,9 +64,9 @@ FIELDS: tuple[tuple[tuple[str, ...], str, int], ...] = (
     (("priority",), "Priority", 10),
     (("qos", "qoslevel"), "QOS", 20),
     (("share", "fairshare"), "Share", 9),
+    (("user",), "User", 10),  # before Usage*: "U" is User, as in Slurm
     (("usagefactor",), "UsageFactor", 11),
     (("usagethreshold", "usagethres"), "UsageThres", 10),
-    (("user",), "User", 10),
 )
 
 DEFAULT_FORMAT = {

@@ -270,6 +270,11 @@ class Accounting:
             for q in self.qos_table()
             if limits and (q.grp_tres or q.grp_jobs or q.max_tres_per_user or q.max_wall_s >= 0)
         ]
+        if not qos and not any(
+            a.grp != TresLimit() or a.grp_jobs >= 0 or a.max_jobs >= 0 or a.max_wall_s >= 0
+            for a in assocs
+        ):
+            return LimitSet()  # nothing limited: the core skips counting altogether
         return LimitSet(assocs=tuple(assocs), qos=tuple(qos))
 
     # ------------------------------------------------------------ submit time
