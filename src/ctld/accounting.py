@@ -123,7 +123,7 @@ class Accounting:
 
     def _seed(self, config: ClusterConfig) -> None:
         self.accounts[ROOT] = Account(ROOT, "default root account", ROOT)
-        self.assocs[assoc_key(ROOT, "")] = Assoc(ROOT, parent="", qos=["normal"])
+        self.assocs[assoc_key(ROOT, "")] = Assoc(ROOT, parent="")
         for a in config.accounts:
             self.accounts[a.name] = Account(a.name, a.name, a.parent or a.name)
             own = self.assocs.setdefault(assoc_key(a.name, ""), Assoc(a.name))
@@ -224,11 +224,14 @@ class Accounting:
                 return value
         return NONE if attr not in ("max_tres_per_job",) else {}
 
-    def allowed_qos(self, chain: list[Assoc]) -> list[str]:
+    def allowed_qos(self, chain: list[Assoc]) -> list[str] | None:
+        """The QOS list of the nearest association that has one; None: every QOS (no
+        association sets a list, corral's default, so that a config's [[qos]] works
+        without one)."""
         for a in chain:
             if a.qos:
                 return a.qos
-        return ["normal"]
+        return None
 
     def default_qos(self, chain: list[Assoc]) -> str:
         for a in chain:
@@ -298,7 +301,8 @@ class Accounting:
         chosen = qos or self.default_qos(chain) or "normal"
         if chosen not in self.qos:
             raise InvalidQos()
-        if "qos" in self.enforce and chain and chosen not in self.allowed_qos(chain):
+        allowed = self.allowed_qos(chain)
+        if "qos" in self.enforce and allowed is not None and chosen not in allowed:
             raise InvalidQos()
         return chosen
 

@@ -10,6 +10,7 @@ header names (the command picks and lays them out).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -303,6 +304,8 @@ class SacctmgrOps:
     def __init__(self, state: State, policy: Policy) -> None:
         self.state = state
         self.policy = policy
+        # one change at a time: each works on a copy of the database as it is installed
+        self._lock = asyncio.Lock()
 
     async def execute(self, who: Identity, req: pb.SacctmgrRequest) -> pb.SacctmgrResponse:
         entity = ENTITIES.get(req.entity.lower())
@@ -317,6 +320,10 @@ class SacctmgrOps:
         if action == "list":
             return pb.SacctmgrResponse(records=self.records(who, entity, parsed))
         self.policy.check_operator(who, "changing the accounting database")
+        async with self._lock:
+            return await self._change(action, entity, parsed)
+
+    async def _change(self, action: str, entity: str, parsed: Parsed) -> pb.SacctmgrResponse:
         self.state.store.check_writable()
         acc = self.state.accounting.clone()
         change = _Change(acc)
@@ -719,7 +726,8 @@ class SacctmgrOps:
             elif key == "MaxWall":
                 lim.max_wall_s = _wall(key, text)
             elif key == "QOS":
-                a.qos = _qos_list(acc, value, a.qos or acc.allowed_qos(acc.chain(a.account, "")))
+                inherited = acc.allowed_qos(acc.chain(a.account, ""))
+                a.qos = _qos_list(acc, value, a.qos or inherited or sorted(acc.qos))
             elif key == "DefaultQOS":
                 if text and text not in acc.qos:
                     raise InvalidRequest(f" Invalid qos: {text}")
@@ -911,7 +919,7 @@ def _assoc_row(acc: Accounting, a: Assoc) -> dict[str, str]:
         "MaxSubmit": _num(lim.max_submit_jobs),
         "MaxWall": _time(lim.max_wall_s),
         "MaxTRESMins": "",
-        "QOS": ",".join(sorted(acc.allowed_qos(chain))),
+        "QOS": ",".join(sorted(acc.allowed_qos(chain) or acc.qos)),
         "Def QOS": a.default_qos,
         "GrpTRESRunMins": "",
         "ParentName": "" if a.user or a.account == ROOT else a.parent,

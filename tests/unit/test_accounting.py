@@ -352,3 +352,18 @@ def test_upgrade_from_the_previous_schema_keeps_jobs_and_adds_accounting(
         assert store.load_accounting() == [("user", "alice", '{"name": "alice"}')]
     finally:
         store.close()
+
+
+def test_qos_lists_and_default_qos(lab: InProcessCluster) -> None:
+    from corral.errors import InvalidQos
+
+    setup_vision(lab)
+    sm(lab, "add", "qos", "high", "Priority=10")
+    assert lab.job(submit(lab, ALICE, qos="high"))["qos"] == "high"  # no list: any QOS
+    sm(lab, "modify", "user", "alice", "set", "QOS=normal", "DefaultQOS=normal")
+    with pytest.raises(InvalidQos):
+        submit(lab, ALICE, qos="high")
+    sm(lab, "modify", "user", "alice", "set", "QOS+=high", "DefaultQOS=high")
+    assert lab.job(submit(lab, ALICE))["qos"] == "high"  # no --qos: DefaultQOS
+    row = records(lab, "assoc", "where", "user=alice")[0]
+    assert (row["QOS"], row["Def QOS"]) == ("high,normal", "high")
