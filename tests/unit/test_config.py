@@ -49,7 +49,7 @@ def test_starvation_guard_is_a_duration() -> None:
         parse_config({**GOOD, "scheduler": {"starvation_guard": 0}}).scheduler.starvation_guard_s
         == 0
     )
-    with pytest.raises(ConfigError, match="scheduler.starvation_guard"):
+    with pytest.raises(ConfigError, match=r"scheduler\.starvation_guard"):
         parse_config({**GOOD, "scheduler": {"starvation_guard": "a while"}})
 
 
