@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from corral.reasons import Reason
 from ctld.sched.frag import Fragmentation, pending_demands
+from ctld.sched.limits import LimitTracker
 from ctld.sched.model import (
     INFINITY,
     Forecast,
@@ -70,6 +71,7 @@ class _Pass:
         self.qos_limits = dict(snap.settings.qos_max_jobs_per_user)
         self.user_jobs: dict[tuple[str, str], int] = {}
         self.predict = snap.settings.predict
+        self.limits = LimitTracker(snap.limits, snap.running)
         for run in snap.running:
             end = limit_end = max(run.end_time, self.now + 1.0)  # overrunning: about to end
             if self.predict and run.predicted_s > 0:
@@ -181,6 +183,10 @@ class _Pass:
             self.reasons[req.job_id] = QOS_MAX_JOBS_PER_USER
             return None
         shape = job_shape(req)
+        over = self.limits.blocked(req, shape)
+        if over:  # an accounting limit: it waits without holding anything back for it
+            self.reasons[req.job_id] = over
+            return None
         duration, expected = self.durations(req)
         candidates: list[_Candidate] = []
         reason: str = RESOURCES
@@ -422,6 +428,7 @@ class _Pass:
         self.starts.append(Start(req.job_id, cand.partition.name, tuple(placements), on_prediction))
         key = (req.qos, req.user)
         self.user_jobs[key] = self.user_jobs.get(key, 0) + 1
+        self.limits.start(req, shape)
         self.profile_version += 1
 
     # ------------------------------------------------------------ later
