@@ -382,12 +382,15 @@ class _Pass:
             return None
         others = [f for f in fitting if f[0].name not in cand.required]
         if self.settings.placement == "frag":
-            # the node where this job leaves the fewest GPUs that the jobs likely to
-            # come could not use; ties by best fit
+            # best fit first (whole nodes stay whole); among nodes as full, the one this
+            # job keeps busy least past its jobs' expected ends (so a node about to
+            # drain still drains: where the next whole-node job starts), then the one
+            # where it leaves the fewest GPUs the jobs likely to come could not use
             others.sort(
                 key=lambda f: (
-                    self.frag.delta(f[1], shape),
                     len(f[1].gpus),
+                    _extension(f[0], at, job_end),
+                    self.frag.delta(f[1], shape),
                     f[1].cpus,
                     f[1].mem,
                     f[0].index,

@@ -113,8 +113,9 @@ class Settings:
     ``backfill`` off: strict first come first served). ``forecast_depth``: how many
     further blocked jobs get an expected start (the costly part of a pass).
     ``placement``: "pack" (best fit: small GPU jobs onto partly used nodes),
-    "firstfit" (the first nodes that fit, in name order) or "frag" (the node whose
-    free GPUs are least likely to be needed whole by the jobs still to come).
+    "firstfit" (the first nodes that fit, in name order) or "frag" (best fit; among
+    nodes as full, the one whose jobs outlast this one, then the one whose free GPUs
+    are least likely to be needed whole by the jobs still to come).
     ``predict``: plan with predicted run times (``predicted_s``) instead of limits for
     backfill fits and forecasts; advance reservations are always checked against
     limits, and jobs are still killed at their limits. ``backfill_order``: "priority"
