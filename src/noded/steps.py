@@ -25,7 +25,7 @@ import socket
 import struct
 import termios
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -147,10 +147,18 @@ class StepRunner:
         return self.job_marker.format(job_id=job_id)
 
     async def run(
-        self, start: pb.RunTasksRequest, inputs: AsyncIterator[pb.TaskInput]
-    ) -> AsyncIterator[pb.TaskEvent]:
+        self,
+        start: pb.RunTasksRequest,
+        inputs: AsyncIterator[pb.TaskInput],
+        check: Callable[[str], bool] | None = None,
+    ) -> AsyncGenerator[pb.TaskEvent]:
+        """The step's events. ``check`` says whether the caller proved the step's
+        credential (the task stream: a proof bound to its connection); without it the
+        request must carry the credential itself (gRPC's RunTasks)."""
         job, step, credential = await self.verify(start.job.job_id, start.step.step_id)
-        if not credential or not hmac.compare_digest(credential, start.step_credential):
+        if check is None:
+            check = lambda cred: hmac.compare_digest(cred, start.step_credential)  # noqa: E731
+        if not credential or not check(credential):
             raise LaunchError(
                 f"step {job.job_id}.{step.step_id}: the step credential does not match "
                 "(only the srun that created the step may start its tasks)"
