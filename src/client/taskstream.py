@@ -24,6 +24,18 @@ CA_ENV = "CORRAL_CTLD_CA"  # the cluster CA (corral.rest.CA_ENV): checks a TLS n
 RECV_BYTES = 1 << 20
 
 
+def _config_ca() -> str:
+    """The cluster CA named by the config file (tls.dir/ca.crt), if this host has it."""
+    from corral.rest import _config
+
+    try:
+        tls_dir = str(_config().get("tls", {}).get("dir", ""))
+    except CorralError:
+        return ""
+    path = os.path.join(tls_dir, "ca.crt") if tls_dir else ""
+    return path if path and os.access(path, os.R_OK) else ""
+
+
 class NodeStream:
     def __init__(self, node: Mapping[str, Any], timeout: float) -> None:
         self.name = str(node.get("node", ""))
@@ -61,7 +73,7 @@ class NodeStream:
     def _wrap(self, sock: socket.socket) -> socket.socket:
         import ssl
 
-        ca = os.environ.get(CA_ENV)
+        ca = os.environ.get(CA_ENV) or _config_ca()
         if not ca:
             sock.close()
             raise CorralError(

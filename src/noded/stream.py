@@ -180,6 +180,7 @@ class StepStreamServer:
                 writer.write(event_frame(event))
                 await writer.drain()
         except CorralError as exc:
+            log.warning("task stream refused", job_id=start.job.job_id, error=str(exc))
             await self._refuse(writer, str(exc))
         except (OSError, asyncio.CancelledError):
             log.info("srun went away", job_id=start.job.job_id, step_id=start.step.step_id)
