@@ -395,7 +395,10 @@ class Step:
                     self._stdin_ended(sel)
             for conn in list(self.streams.values()):  # what came with STARTED
                 self._dispatch(conn, sel)
-            while any(not c.closed for c in self.streams.values()):
+            # a node whose every exit is in has sent all its output (exits come after
+            # the pipes' end, in order): once DONE is written srun need not wait for
+            # noded's clean-up to close the stream
+            while any(not c.closed and not (c.done and not c.wbuf) for c in self.streams.values()):
                 timeout = None
                 if self.wait_deadline:
                     timeout = max(0.0, self.wait_deadline - time.monotonic())
