@@ -126,6 +126,8 @@ def run(quick: bool = False) -> PhaseResult:
     srun = str(VENV_BIN / "srun")
     with bench_cluster("srun") as cluster:
         env = cluster.env()
+        # an installed corral has its bytecode: never time compiling it on every call
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         cwd = cluster.work_dir
         job_id = _allocation(cluster)
         inside = {**env, "SLURM_JOB_ID": job_id}

@@ -26,7 +26,7 @@ import structlog
 from corral import stepstream as ss
 from corral.errors import CorralError
 from corral.wire import corral_pb2 as pb
-from noded.steps import StepRunner
+from noded.steps import Chunk, Started, StepRunner
 
 log = structlog.get_logger("noded")
 
@@ -77,17 +77,13 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return kind, await reader.readexactly(length - 1)
 
 
-def event_frame(event: pb.TaskEvent) -> bytes:
-    what = event.WhichOneof("what")
-    if what == "output":
-        out = event.output
-        kind = ss.STDERR if out.stderr else ss.STDOUT
-        return ss.HEADER.pack(len(out.data) + 5, kind) + ss.RANK.pack(out.rank) + out.data
-    if what == "exit":
-        ex = event.exit
-        return ss.frame(ss.EXIT, ss.EXIT_FIELDS.pack(ex.rank, ex.exit_code, ex.exit_signal))
-    started = event.started
-    body = {"masterPort": started.master_port, "pids": list(started.pids)}
+def event_frame(item: Started | Chunk) -> bytes:
+    if isinstance(item, Chunk):
+        if item.exit is None:  # output: the bytes as they came, behind a 9-byte head
+            kind = ss.STDERR if item.stderr else ss.STDOUT
+            return ss.HEADER.pack(len(item.data) + 5, kind) + ss.RANK.pack(item.rank) + item.data
+        return ss.frame(ss.EXIT, ss.EXIT_FIELDS.pack(item.rank, *item.exit))
+    body = {"masterPort": item.master_port, "pids": item.pids}
     return ss.frame(ss.STARTED, json.dumps(body).encode())
 
 
@@ -174,7 +170,7 @@ class StepStreamServer:
                 if me is not None:
                     me.cancel()
 
-        events = self.steps.run(start, inputs(), check=proven)
+        events = self.steps.events(start, inputs(), check=proven)
         try:
             async for event in events:
                 writer.write(event_frame(event))
