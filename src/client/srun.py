@@ -272,15 +272,17 @@ class Step:
         if self.cli.get("pty"):
             self.cli["unbuffered"] = True  # Slurm: --pty implies -u
             self.cli.pop("label", None)
-        self.output = Output(self.cli, job, step)
         self.name = f"StepId={job.get('jobId', self.job_id)}.{step.get('stepId', 0)}"
         code, sig = 1, 0
-        try:
+        output = None
+        try:  # from here on the step exists: whatever fails, it is completed below
+            output = self.output = Output(self.cli, job, step)
             code, sig = self._run_streams(str(reply.get("cluster", "")))
         finally:
             for conn in self.streams.values():
                 conn.close()
-            self.output.close()
+            if output is not None:
+                output.close()
             codes = [c for c, killed in self.exits.values() if not killed]
             # the job may have ended (scancel): the step ended with it
             with contextlib.suppress(CorralError):
