@@ -608,12 +608,13 @@ def starving_first(
     threshold the oldest job gets the reservation as FCFS would give it, kept against
     the limits of the jobs backfilled around it. The others keep their order (moving
     them all ahead cost more slowdown for no shorter longest wait)."""
-    starving = [
-        r for r in pending if (r.eligible_time or r.submit_time) <= cutoff and not r.blocked_reason
-    ]
-    if not starving:
+    oldest = min(
+        (r for r in pending if not r.blocked_reason),
+        key=lambda r: (r.eligible_time or r.submit_time, r.job_id),
+        default=None,
+    )
+    if oldest is None or (oldest.eligible_time or oldest.submit_time) > cutoff:
         return pending, frozenset()
-    oldest = min(starving, key=lambda r: (r.eligible_time or r.submit_time, r.job_id))
     return (oldest, *(r for r in pending if r is not oldest)), frozenset((oldest.job_id,))
 
 
