@@ -184,6 +184,9 @@ class SchedulerConfig:
     backfill_order: str = (
         "shortest"  # backfill candidates: "shortest" predicted first, or "priority"
     )
+    # a job eligible this long goes ahead of every younger one and gets the reservation,
+    # kept by limits (the starvation guard); 0: off
+    starvation_guard_s: int = 0
 
 
 @dataclass(frozen=True)
@@ -586,6 +589,7 @@ def _scheduler(sec: _Section) -> SchedulerConfig:
         max_array_size=sec.positive("max_array_size", d.max_array_size, allow_zero=False),
         predict=sec.get("predict", bool, d.predict),
         backfill_order=order,
+        starvation_guard_s=sec.duration("starvation_guard", d.starvation_guard_s),
     )
     sec.done()
     return cfg

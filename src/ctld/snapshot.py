@@ -41,6 +41,7 @@ def settings_from(state: State) -> Settings:
         placement=config.scheduler.placement,
         predict=config.scheduler.predict,
         backfill_order=config.scheduler.backfill_order,
+        starve_after_s=config.scheduler.starvation_guard_s,
         qos_max_jobs_per_user=tuple(
             (q.name, q.max_jobs_per_user) for q in config.qos if q.max_jobs_per_user
         ),
@@ -161,6 +162,7 @@ class SnapshotBuilder:
             qos=job.qos,
             reservation=job.spec.reservation,
             submit_time=job.submit_time,
+            eligible_time=max(job.eligible_time, job.submit_time),
             predicted_s=self.state.predictor.predict(job.user, job.time_limit_s),
         )
 

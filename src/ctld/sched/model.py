@@ -100,6 +100,7 @@ class JobRequest:
     qos: str = ""
     reservation: str = ""
     submit_time: float = 0.0
+    eligible_time: float = 0.0  # when it could first start (--begin); 0: submit_time
     predicted_s: int = 0  # predicted run time (predict.py), <= the limit; 0: the limit
 
 
@@ -118,7 +119,9 @@ class Settings:
     backfill fits and forecasts; advance reservations are always checked against
     limits, and jobs are still killed at their limits. ``backfill_order``: "priority"
     or "shortest" (backfill candidates behind the reserved jobs tried shortest
-    predicted run first, as EASY-SJBF).
+    predicted run first, as EASY-SJBF). ``starve_after_s``: a job eligible for longer
+    than this goes ahead of every younger one, oldest first, whatever its priority, so
+    the reservation is its own (a starvation guard; 0: off).
     """
 
     backfill: bool = True
@@ -127,6 +130,7 @@ class Settings:
     placement: str = "pack"
     predict: bool = False
     backfill_order: str = "priority"
+    starve_after_s: float = 0.0
     qos_max_jobs_per_user: tuple[tuple[str, int], ...] = ()
 
 
