@@ -317,6 +317,10 @@ class ControllerApi:
             now=now,
         )
 
+    async def sacctmgr(self, req: pb.SacctmgrRequest, who: Identity) -> pb.SacctmgrResponse:
+        # reads and changes share the RPC: a change checks the store itself
+        return await self.cluster.sacctmgr(who, req)
+
 
 def _scrubbed(job: pb.Job) -> pb.Job:
     """Another user's job as a user sees it: no script, environment or --export values."""

@@ -63,6 +63,10 @@ class ControllerCalls:
         reply: t.ReportUsageResponse = self.call("ReportUsage", request)
         return reply
 
+    def sacctmgr(self, request: t.SacctmgrRequest) -> t.SacctmgrResponse:
+        reply: t.SacctmgrResponse = self.call("Sacctmgr", request)
+        return reply
+
     def explain_job(self, request: t.ExplainJobRequest) -> t.ExplainJobResponse:
         reply: t.ExplainJobResponse = self.call("ExplainJob", request)
         return reply

@@ -166,6 +166,7 @@ class StepNode(TypedDict, total=False):
     ranks: list[int]
     gpuIndices: list[int]
     cpus: int
+    streamAddress: str
 
 
 class Step(TypedDict, total=False):
@@ -557,6 +558,22 @@ class ReportUsageResponse(TypedDict, total=False):
     now: float
 
 
+class SacctmgrRequest(TypedDict, total=False):
+    action: str
+    entity: str
+    args: list[str]
+
+
+class AcctRecord(TypedDict, total=False):
+    fields: dict[str, str]
+
+
+class SacctmgrResponse(TypedDict, total=False):
+    message: str
+    records: list[AcctRecord]
+    changed: bool
+
+
 class RegisterNodeRequest(TypedDict, total=False):
     name: str
     address: str
@@ -568,6 +585,7 @@ class RegisterNodeRequest(TypedDict, total=False):
     unreported: list[JobStatusUpdate]
     health: list[NodeHealthEvent]
     agentAddress: str
+    streamAddress: str
 
 
 class RegisterNodeResponse(TypedDict, total=False):
