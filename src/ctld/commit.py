@@ -72,15 +72,16 @@ class Change:
         if job.job_id not in self._new_ids:
             self._jobs[job.job_id] = job
 
-    def end_run(self, job: pb.Job, state: int) -> None:
+    def end_run(self, job: pb.Job, state: int) -> pb.Job:
         """Keep the run now ending (a requeue) as it stands, in ``state``: the job's save
-        writes it to job_runs, where sacct -D reads it."""
+        writes it to job_runs, where sacct -D reads it. Returns that run."""
         run = pb.Job()
         run.CopyFrom(job)
         del run.events[:]
         run.state = state  # type: ignore[assignment]  # one of JobState's values
         run.end_time = run.end_time or self.state.clock()
         self.state.ended_runs.setdefault(job.job_id, []).append(run)
+        return run
 
     def start_step(self, job: pb.Job, step: pb.Step) -> None:
         step.state = js.RUNNING

@@ -136,6 +136,8 @@ class State:
         for job in sorted(self.store.finished_since(horizon), key=lambda j: j.end_time):
             self.ledger.add_finished(job)
             self.remember_run(job)
+        for run in self.store.earlier_runs_since(horizon):  # requeued jobs' earlier runs
+            self.ledger.add_finished(run)
         self.priorities.with_users((j.account, j.user) for j in loaded)
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()
