@@ -177,6 +177,9 @@ class SchedulerConfig:
     backfill_order: str = (
         "shortest"  # backfill candidates: "shortest" predicted first, or "priority"
     )
+    # pending jobs one pass tries in full (Slurm's bf_max_job_test); jobs of a class
+    # that already failed in the pass are not tries; 0: no limit
+    max_job_test: int = 500
 
 
 @dataclass(frozen=True)
@@ -562,6 +565,7 @@ def _scheduler(sec: _Section) -> SchedulerConfig:
         max_array_size=sec.positive("max_array_size", d.max_array_size, allow_zero=False),
         predict=sec.get("predict", bool, d.predict),
         backfill_order=order,
+        max_job_test=sec.positive("max_job_test", d.max_job_test),
     )
     sec.done()
     return cfg

@@ -41,6 +41,7 @@ def settings_from(state: State) -> Settings:
         placement=config.scheduler.placement,
         predict=config.scheduler.predict,
         backfill_order=config.scheduler.backfill_order,
+        max_job_test=config.scheduler.max_job_test,
         qos_max_jobs_per_user=tuple(
             (q.name, q.max_jobs_per_user) for q in config.qos if q.max_jobs_per_user
         ),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 
 from corral.reasons import Reason
 from ctld.sched.frag import Fragmentation, pending_demands
@@ -46,6 +47,9 @@ def _unavailable(names: list[str]) -> str:
     """Slurm's reason when the nodes a job could use are down or drained (ctld prints
     the names as a compressed hostlist)."""
     return UNAVAILABLE_NODES + ",".join(names)
+
+
+_Prepared = tuple[Shape, list["_Candidate"], float, float]
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,13 @@ class _Pass:
         self.forecasted = 0
         self.blocked_partitions: set[str] = set()
         self.fcfs_blocked = False
+        # classes (JobRequest.klass) that failed to start in this pass: the reason its
+        # prepare gave (None: prepared, then found no room), and what blocked() needs
+        self.dead: dict[tuple[object, ...], tuple[str, _Prepared | None]] = {}
+        # the reason a class's later blocked jobs get once no forecast is left to make
+        self.later: dict[tuple[object, ...], str] = {}
+        self.tests = 0  # full tries, against settings.max_job_test
+        self.max_tests = snap.settings.max_job_test
 
     # ------------------------------------------------------------ the pass
 
@@ -143,21 +154,66 @@ class _Pass:
         )
 
     def backfill_shortest_first(self, rest: tuple[JobRequest, ...]) -> None:
-        order = sorted(
-            range(len(rest)), key=lambda i: (self.durations(rest[i])[1], i)
-        )  # stable: equal predictions keep their priority order
-        waiting: list[tuple[int, tuple[Shape, list[_Candidate], float, float]]] = []
+        expected_of: dict[tuple[object, ...], float] = {}
+        keys: list[float] = []
+        for req in rest:
+            expected = expected_of.get(req.klass)
+            if expected is None:
+                expected = expected_of[req.klass] = self.durations(req)[1]
+            keys.append(expected)
+        # a stable sort: equal predictions keep their priority order
+        order = sorted(range(len(rest)), key=keys.__getitem__)
+        waiting: list[tuple[int, _Prepared]] = []
         for i in order:
             req = rest[i]
             if req.blocked_reason:
                 self.reasons[req.job_id] = req.blocked_reason
                 continue
-            prepared = self.prepare(req)
-            if prepared is not None and not self.try_start(req, *prepared):
+            dead = self.dead.get(req.klass)
+            if dead is not None:
+                prepared = self.class_mate(req, dead)
+                if prepared is not None:
+                    waiting.append((i, prepared))
+                continue
+            prepared = self.tried(req)
+            if prepared is not None:
                 waiting.append((i, prepared))
         # reasons and forecasts for the ones left, in priority order again
-        for i, prepared in sorted(waiting, key=lambda w: w[0]):
+        waiting.sort(key=itemgetter(0))
+        for i, prepared in waiting:
             self.blocked(rest[i], *prepared)
+
+    def tried(self, req: JobRequest) -> _Prepared | None:
+        """Try ``req`` in full: start it, or return what blocked() needs (None: its
+        reason is set, or it is past ``max_job_test`` and left out of the plan)."""
+        if self.max_tests and self.tests >= self.max_tests:
+            return None
+        self.tests += 1
+        prepared = self.prepare(req)
+        if prepared is None:
+            self.dead[req.klass] = (self.reasons[req.job_id], None)
+            return None
+        if self.try_start(req, *prepared):
+            return None
+        self.dead[req.klass] = ("", prepared)
+        return prepared
+
+    def class_mate(self, req: JobRequest, dead: tuple[str, _Prepared | None]) -> _Prepared | None:
+        """``req``'s class found no start in this pass, so neither does ``req`` (a pass
+        only takes resources away): prepare's checks in its order, without the search.
+        Returns what blocked() needs, or None with the reason set."""
+        limit = self.qos_limits.get(req.qos, 0)
+        if limit and self.user_jobs.get((req.qos, req.user), 0) >= limit:
+            self.reasons[req.job_id] = QOS_MAX_JOBS_PER_USER
+            return None
+        reason, prepared = dead
+        if prepared is None:
+            self.reasons[req.job_id] = reason
+            return None
+        if self.fcfs_blocked:
+            self.reasons[req.job_id] = PRIORITY
+            return None
+        return prepared
 
     def durations(self, req: JobRequest) -> tuple[float, float]:
         """(its limit, what the plan expects it to run): the prediction when planning
@@ -167,7 +223,7 @@ class _Pass:
             return duration, min(float(req.predicted_s), duration)
         return duration, duration
 
-    def prepare(self, req: JobRequest) -> tuple[Shape, list[_Candidate], float, float] | None:
+    def prepare(self, req: JobRequest) -> _Prepared | None:
         """Its shape, candidate partitions and durations; None (reason set) if it has none."""
         limit = self.qos_limits.get(req.qos, 0)
         if limit and self.user_jobs.get((req.qos, req.user), 0) >= limit:
@@ -219,10 +275,9 @@ class _Pass:
         return False
 
     def consider(self, req: JobRequest) -> None:
-        prepared = self.prepare(req)
-        if prepared is None:
-            return
-        if not self.try_start(req, *prepared):
+        dead = self.dead.get(req.klass)
+        prepared = self.class_mate(req, dead) if dead is not None else self.tried(req)
+        if prepared is not None:
             self.blocked(req, *prepared)
 
     def candidate(self, req: JobRequest, shape: Shape, part_name: str) -> _Candidate | str:
@@ -424,6 +479,14 @@ class _Pass:
         duration: float,
         expected: float,
     ) -> None:
+        later = self.later.get(req.klass)
+        if (
+            later is not None
+            and self.reserved >= self.settings.reserve_depth
+            and self.forecasted >= self.settings.forecast_depth
+        ):
+            self.reasons[req.job_id] = later  # what blocked() below would decide
+            return
         queued_behind = any(c.partition.name in self.blocked_partitions for c in candidates)
         waiting_for_resv = all(self.now < c.not_before for c in candidates)
         self.blocked_partitions.update(c.partition.name for c in candidates)
@@ -444,6 +507,8 @@ class _Pass:
             self.reasons[req.job_id] = PRIORITY
         else:
             self.reasons[req.job_id] = RESOURCES
+        # its class-mates queue behind it: their partitions are blocked from now on
+        self.later[req.klass] = RESERVATION if waiting_for_resv else PRIORITY
 
     def earliest(
         self,
@@ -534,6 +599,9 @@ class _Pass:
 
         def check(nodes: Iterable[NodeProfile], t: float) -> None:
             for node in nodes:
+                if not req.exclusive and not node.may_fit_at(t, shape):
+                    fitting.pop(node.name, None)  # holds only take away: no fit either
+                    continue
                 avail = node.window(t, t + duration, cand.ignore, t + expected)
                 if node.fits(avail, shape, req.exclusive):
                     fitting[node.name] = (node, avail)

@@ -100,6 +100,38 @@ class JobRequest:
     reservation: str = ""
     submit_time: float = 0.0
     predicted_s: int = 0  # predicted run time (predict.py), <= the limit; 0: the limit
+    # everything the core reads of a job but its id, priority, age and blocked reason:
+    # jobs of one class that cannot start now leave their later class-mates unable too
+    # (a pass only takes resources away), so the core decides that once per class
+    klass: tuple[object, ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "klass",
+            (
+                self.partitions,
+                self.nodes_min,
+                self.nodes_max,
+                self.ntasks,
+                self.ntasks_per_node,
+                self.cpus_per_task,
+                self.mem_per_node_mb,
+                self.mem_per_cpu_mb,
+                self.gpus_per_node,
+                self.gpus_total,
+                self.gpus_per_task,
+                self.gpu_type,
+                self.exclusive,
+                self.nodelist,
+                self.exclude,
+                self.time_limit_s,
+                self.user,
+                self.qos,
+                self.reservation,
+                self.predicted_s,
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -117,7 +149,10 @@ class Settings:
     backfill fits and forecasts; advance reservations are always checked against
     limits, and jobs are still killed at their limits. ``backfill_order``: "priority"
     or "shortest" (backfill candidates behind the reserved jobs tried shortest
-    predicted run first, as EASY-SJBF).
+    predicted run first, as EASY-SJBF). ``max_job_test``: how many pending jobs one
+    pass tries in full (Slurm's ``bf_max_job_test``); a job whose class (``klass``)
+    already failed to start in this pass is not a try. Jobs past the limit are left
+    out of the plan: they keep the reason and forecast they had.
     """
 
     backfill: bool = True
@@ -126,6 +161,7 @@ class Settings:
     placement: str = "pack"
     predict: bool = False
     backfill_order: str = "priority"
+    max_job_test: int = 0  # full tries per pass (Slurm's bf_max_job_test); 0: no limit
     qos_max_jobs_per_user: tuple[tuple[str, int], ...] = ()
 
 
