@@ -177,8 +177,8 @@ class SchedulerConfig:
     backfill_order: str = (
         "shortest"  # backfill candidates: "shortest" predicted first, or "priority"
     )
-    # pending jobs one pass tries in full (Slurm's bf_max_job_test); jobs of a class
-    # that already failed in the pass are not tries; 0: no limit
+    # pending jobs that cannot start one pass tries in full (Slurm's bf_max_job_test);
+    # starts, and jobs of a class that already failed in the pass, are not tries; 0: none
     max_job_test: int = 500
 
 

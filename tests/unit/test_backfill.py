@@ -505,7 +505,7 @@ def _one_class_each(s: Snapshot) -> Snapshot:
     alone = []
     for req in s.pending:
         copy = replace(req)
-        object.__setattr__(copy, "klass", ("alone", req.job_id))
+        object.__setattr__(copy, "klass", -req.job_id)  # numbers the core never gives
         alone.append(copy)
     return replace(s, pending=tuple(alone))
 

@@ -121,10 +121,10 @@ class _Pass:
         self.fcfs_blocked = False
         # classes (JobRequest.klass) that failed to start in this pass: the reason its
         # prepare gave (None: prepared, then found no room), and what blocked() needs
-        self.dead: dict[tuple[object, ...], tuple[str, _Prepared | None]] = {}
+        self.dead: dict[int, tuple[str, _Prepared | None]] = {}
         # the reason a class's later blocked jobs get once no forecast is left to make
-        self.later: dict[tuple[object, ...], str] = {}
-        self.tests = 0  # full tries, against settings.max_job_test
+        self.later: dict[int, str] = {}
+        self.tests = 0  # full tries that started nothing, against settings.max_job_test
         self.max_tests = snap.settings.max_job_test
 
     # ------------------------------------------------------------ the pass
@@ -154,7 +154,7 @@ class _Pass:
         )
 
     def backfill_shortest_first(self, rest: tuple[JobRequest, ...]) -> None:
-        expected_of: dict[tuple[object, ...], float] = {}
+        expected_of: dict[int, float] = {}
         keys: list[float] = []
         for req in rest:
             expected = expected_of.get(req.klass)
@@ -180,21 +180,32 @@ class _Pass:
                 waiting.append((i, prepared))
         # reasons and forecasts for the ones left, in priority order again
         waiting.sort(key=itemgetter(0))
+        later_of, reasons, settings = self.later, self.reasons, self.settings
         for i, prepared in waiting:
-            self.blocked(rest[i], *prepared)
+            req = rest[i]
+            later = later_of.get(req.klass)
+            if (
+                later is not None
+                and self.reserved >= settings.reserve_depth
+                and self.forecasted >= settings.forecast_depth
+            ):
+                reasons[req.job_id] = later  # blocked()'s own shortcut, without the call
+                continue
+            self.blocked(req, *prepared)
 
     def tried(self, req: JobRequest) -> _Prepared | None:
         """Try ``req`` in full: start it, or return what blocked() needs (None: its
         reason is set, or it is past ``max_job_test`` and left out of the plan)."""
         if self.max_tests and self.tests >= self.max_tests:
             return None
-        self.tests += 1
         prepared = self.prepare(req)
         if prepared is None:
+            self.tests += 1
             self.dead[req.klass] = (self.reasons[req.job_id], None)
             return None
         if self.try_start(req, *prepared):
-            return None
+            return None  # a start is no try: the limit bounds fruitless work only
+        self.tests += 1
         self.dead[req.klass] = ("", prepared)
         return prepared
 
