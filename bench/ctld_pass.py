@@ -122,6 +122,9 @@ async def measure(pending: int, repeats: int, profile: bool) -> dict[str, float]
             probes.append(await _timed_pass(c, refresh=False))
         if profile:
             await c.submit(USER, _spec(0))
+            clock = c.state.clock
+            assert isinstance(clock, ManualClock)
+            clock.advance(30.0)  # with the priority recalculation
             prof = cProfile.Profile()
             prof.enable()
             await c.schedule_pass()

@@ -147,10 +147,19 @@ class Scheduler:
             return False
         now = st.clock()
         never: list[pb.Job] = []
+        jobs, forecasts = st.jobs, plan.forecasts
         for job_id, reason in plan.reasons.items():
-            job = st.jobs.get(job_id)
+            job = jobs.get(job_id)
             if job is None or job.state != js.PENDING:
                 continue
+            if (
+                job.reason == reason
+                and not job.expected_start
+                and job_id not in forecasts
+                and reason != Reason.DEPENDENCY_NEVER_SATISFIED
+                and not job.forecast_nodes
+            ):
+                continue  # the usual case in a deep queue: nothing new to write
             if reason == Reason.DEPENDENCY_NEVER_SATISFIED:
                 never.append(job)
             head, sep, names = reason.partition("UnavailableNodes:")
