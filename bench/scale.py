@@ -83,7 +83,7 @@ async def _submit(cluster: BenchCluster, spec: Any, n: int, inflight: int = 64) 
     from corral.wire import corral_pb2 as pb
     from corral.wire import corral_pb2_grpc as pbg
 
-    md = grpc_metadata()
+    md = grpc_metadata(cluster)
     ids: list[int] = []
     left = [n]
     async with grpc.aio.insecure_channel(f"127.0.0.1:{cluster.grpc_port}") as channel:
@@ -110,7 +110,7 @@ async def _release(cluster: BenchCluster, ids: list[int]) -> None:
         for i in range(0, len(ids), 5000):
             await stub.UpdateJob(
                 pb.UpdateJobRequest(job_ids=ids[i : i + 5000], action=pb.JOB_UPDATE_RELEASE),
-                metadata=grpc_metadata(),
+                metadata=grpc_metadata(cluster),
                 timeout=300,
             )
 
@@ -122,7 +122,7 @@ async def _submit_to_start(cluster: BenchCluster, n: int) -> list[float]:
     from corral.wire import corral_pb2 as pb
     from corral.wire import corral_pb2_grpc as pbg
 
-    md = grpc_metadata()
+    md = grpc_metadata(cluster)
     spec = _spec(cluster, runtime=0.01, gpus=0, limit=60, hold=False)
     out: list[float] = []
     async with grpc.aio.insecure_channel(f"127.0.0.1:{cluster.grpc_port}") as channel:
