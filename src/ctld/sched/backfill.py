@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from operator import itemgetter
 
 from corral.reasons import Reason
 from ctld.sched.frag import Fragmentation, pending_demands
@@ -163,25 +162,20 @@ class _Pass:
             keys.append(expected)
         # a stable sort: equal predictions keep their priority order
         order = sorted(range(len(rest)), key=keys.__getitem__)
-        waiting: list[tuple[int, _Prepared]] = []
+        # what blocked() needs for each job left waiting, by its place in priority order
+        waiting: list[_Prepared | None] = [None] * len(rest)
         for i in order:
             req = rest[i]
             if req.blocked_reason:
                 self.reasons[req.job_id] = req.blocked_reason
                 continue
             dead = self.dead.get(req.klass)
-            if dead is not None:
-                prepared = self.class_mate(req, dead)
-                if prepared is not None:
-                    waiting.append((i, prepared))
-                continue
-            prepared = self.tried(req)
-            if prepared is not None:
-                waiting.append((i, prepared))
+            waiting[i] = self.class_mate(req, dead) if dead is not None else self.tried(req)
         # reasons and forecasts for the ones left, in priority order again
-        waiting.sort(key=itemgetter(0))
         later_of, reasons, settings = self.later, self.reasons, self.settings
-        for i, prepared in waiting:
+        for i, prepared in enumerate(waiting):
+            if prepared is None:
+                continue
             req = rest[i]
             later = later_of.get(req.klass)
             if (
