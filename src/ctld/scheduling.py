@@ -35,6 +35,7 @@ log = structlog.get_logger("ctld")
 
 MIN_PASS_GAP_S = 0.005  # at most ~200 passes/s however many events arrive
 PASS_GAP_RATIO = 0.5  # the scheduler takes at most 2/3 of the loop however busy
+RECALC_SLICE = 10_000  # pending jobs whose priorities one pass recalculates
 
 
 class Scheduler:
@@ -54,6 +55,7 @@ class Scheduler:
         self.last_considered = 0
         self.starts_total = 0
         self.stale_plans = 0  # plans (or starts) refused because the state had moved
+        self._recalc: list[int] = []  # pending jobs whose priority recalculation is due
 
     async def run(self) -> None:
         st = self.state
@@ -108,23 +110,34 @@ class Scheduler:
         await self.apply_plan(plan, pass_no=self.passes)
 
     def refresh_priorities(self) -> None:
-        """Fair-share and age move with time: recalculate now and then, before a snapshot."""
+        """Fair-share and age move with time: recalculate now and then, before a snapshot.
+
+        A deep queue is recalculated in slices of ``RECALC_SLICE`` jobs, one per pass,
+        so no pass holds the loop for the whole walk (at 50k pending, 0.7 s of CPU);
+        each slice uses the time of its own pass."""
         st = self.state
         now = st.clock()
-        if not st.priorities.recalc_due(now):
-            return
-        st.priorities.cluster_cpus = sum(n.resources.cpus for n in st.nodes.values())
-        st.priorities.refresh(now, [j for j in st.jobs.values() if j.state in js.ON_NODE])
-        for job_id in st.pending:
-            job = st.jobs.get(job_id)
+        if not self._recalc:
+            if not st.priorities.recalc_due(now):
+                return
+            st.priorities.cluster_cpus = sum(n.resources.cpus for n in st.nodes.values())
+            st.priorities.refresh(now, [j for j in st.jobs.values() if j.state in js.ON_NODE])
+            self._recalc = list(st.pending)
+            self._recalc.reverse()  # popped from the end: queue order
+            # forget the predictions of jobs that left without running
+            active = set(st.pending)
+            active.update(j.job_id for j in st.jobs.values() if j.state in js.ON_NODE)
+            for gone in [k for k in st.predicted if k not in active]:
+                del st.predicted[gone]
+        todo = self._recalc
+        for _ in range(min(RECALC_SLICE, len(todo))):
+            job = st.jobs.get(todo.pop())
             if job is None or job.state != js.PENDING or job.hold:
                 continue
             if apply_factors(job, st.priorities.factors(job, now)):
                 st.touch(job)
-        # forget the predictions of jobs that left without running
-        active = set(st.pending) | {j.job_id for j in st.jobs.values() if j.state in js.ON_NODE}
-        for gone in [k for k in st.predicted if k not in active]:
-            del st.predicted[gone]
+        if todo:
+            st.wake()  # the rest in the next pass, not at the next periodic one
 
     async def _cancel_never_satisfied(self, jobs: list[pb.Job]) -> None:
         st = self.state
