@@ -2,7 +2,8 @@
 
 Recomputed for the whole queue at most every ``RECALC_S`` (Slurm's PriorityCalcPeriod
 does the same, for the same reason: age moves every second, and re-ranking ten
-thousand jobs on every pass buys nothing). A new job gets its priority at once.
+thousand jobs on every pass buys nothing); the scheduler walks a deep queue in slices,
+one per pass (``scheduling.RECALC_SLICE``). A new job gets its priority at once.
 """
 
 from __future__ import annotations
