@@ -51,8 +51,19 @@ def settings_from(state: State) -> Settings:
         predict=config.scheduler.predict,
         backfill_order=config.scheduler.backfill_order,
         max_job_test=config.scheduler.max_job_test,
+        starve_after_s=config.scheduler.starvation_guard_s,
         qos_max_jobs_per_user=tuple(
             (q.name, q.max_jobs_per_user) for q in config.qos if q.max_jobs_per_user
+        ),
+    )
+
+
+def _with_qos(settings: Settings, state: State) -> Settings:
+    """``settings`` with the QOS limits of the accounting database as it is now."""
+    return dataclasses.replace(
+        settings,
+        qos_max_jobs_per_user=tuple(
+            (q.name, q.max_jobs_per_user) for q in state.config.qos if q.max_jobs_per_user
         ),
     )
 
@@ -71,9 +82,13 @@ class SnapshotBuilder:
         self._ordered: list[JobRequest] = []
         # running jobs' views: (revision, prediction, view)
         self._running: dict[int, tuple[int, int, RunningView]] = {}
+        self._accounting_version = state.accounting_version
 
     def build(self) -> Snapshot:
         st = self.state
+        if st.accounting_version != self._accounting_version:  # sacctmgr changed a QOS
+            self._accounting_version = st.accounting_version
+            self.settings = _with_qos(self.settings, st)
         nodes = tuple(
             NodeView(
                 name=n.name,
@@ -157,6 +172,7 @@ class SnapshotBuilder:
             running=running,
             reservations=st.reservations.views(),
             settings=self.settings,
+            limits=st.limits,
         )
 
     def _in_priority_order(self, queue: list[JobRequest]) -> list[JobRequest]:
@@ -205,6 +221,7 @@ class SnapshotBuilder:
             qos=j.qos,
             start_time=j.start_time,
             predicted_s=predicted,
+            account=j.account,
         )
         self._running[j.job_id] = (revision, predicted, view)
         return view
@@ -220,6 +237,7 @@ class SnapshotBuilder:
             qos=job.qos,
             reservation=job.spec.reservation,
             submit_time=job.submit_time,
+            eligible_time=max(job.eligible_time, job.submit_time),
             predicted_s=self.state.predictor.predict(job.user, job.time_limit_s),
         )
 

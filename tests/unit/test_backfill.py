@@ -489,11 +489,17 @@ def crowded_snapshots(draw: st.DrawFn) -> Snapshot:
         replace(j, user=draw(st.sampled_from(["ann", "bob"])), qos="q") for j in base.pending
     ]
     jobs = tuple(
-        replace(draw(st.sampled_from(templates)), job_id=j)
+        replace(
+            draw(st.sampled_from(templates)),
+            job_id=j,
+            # class-mates may differ in age: some past the starvation guard, some not
+            eligible_time=draw(st.sampled_from([-100.0, -1.0])),
+        )
         for j in range(1, draw(st.integers(1, 16)) + 1)
     )
     settings = replace(
         base.settings,
+        starve_after_s=draw(st.sampled_from([0.0, 50.0])),
         forecast_depth=draw(st.integers(0, 3)),
         qos_max_jobs_per_user=draw(st.sampled_from([(), (("q", 1),), (("q", 2),)])),
     )
