@@ -9,9 +9,8 @@ import os
 import signal
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 import grpc
 import sqlalchemy as sa
@@ -33,9 +32,10 @@ from ctld.auth import ClusterAuthenticator, StepCredentials
 from ctld.cluster import Cluster
 from ctld.dispatch import GrpcDispatcher
 from ctld.gateway import make_app
-from ctld.lease import Lease, keep
-from ctld.metrics import add_metrics_route, make_registry
+from ctld.lease import Holder, Lease, keep
+from ctld.metrics import ClusterCollector, add_metrics_route
 from ctld.rpc import ControllerApi, NodeControllerApi, service_handler
+from ctld.standby import Switch
 from ctld.store import Store, normalize_url
 
 log = structlog.get_logger("ctld")
@@ -50,16 +50,8 @@ async def serve(config: ClusterConfig, *, ready_file: str = "", controller: int 
     another controller deposes it."""
     config = replace(config, controller=config.controller.as_controller(controller))
     ctl = config.controller
-    os.makedirs(ctl.state_dir, mode=0o700, exist_ok=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if not ctl.failover:
-        await run_primary(config, stop, ready_file=ready_file)
-        return
     me = ctl.controllers[controller].name
-    if not normalize_url(ctl.effective_store_url).startswith("postgresql"):
+    if ctl.failover and not normalize_url(ctl.effective_store_url).startswith("postgresql"):
         raise ConfigError(
             f"controller.hosts lists {len(ctl.hosts)} controllers, but failover needs the "
             f'store on PostgreSQL (store_url = "postgresql://..."); the store is '
@@ -67,69 +59,81 @@ async def serve(config: ClusterConfig, *, ready_file: str = "", controller: int 
             "share it. Failover is not offered on SQLite: list one controller, or move "
             "the store to PostgreSQL"
         )
-    await _run_failover(config, stop, me, ready_file)
+    os.makedirs(ctl.state_dir, mode=0o700, exist_ok=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    lease: Lease | None = None
+    if ctl.failover:
+        engine = Store.make_engine(normalize_url(ctl.effective_store_url), ctl.sqlite_synchronous)
+        lease = Lease(engine, me, ctl.lease_s)
+        switch = Switch(lambda: standby.refusal(me, lease.last if lease else Holder("", 0, 0)))
+    else:
+        switch = Switch(lambda: f"{me}: ctld is starting (loading its state from the store)")
+    registry = CollectorRegistry(auto_describe=False)
+    listening = await _listen(config, switch, registry)
+    try:
+        if lease is None:
+            await run_primary(config, stop, switch, registry, ready=_ready(ready_file, listening))
+        else:
+            log.info("ctld starting as a standby", me=me, lease_s=ctl.lease_s)
+            _ready(ready_file, listening)()
+            await _run_failover(config, stop, switch, registry, lease)
+    finally:
+        await listening.close()
+        if lease is not None:
+            lease.engine.dispose()
 
 
 async def _run_failover(
-    config: ClusterConfig, stop: asyncio.Event, me: str, ready_file: str
+    config: ClusterConfig,
+    stop: asyncio.Event,
+    switch: Switch,
+    registry: CollectorRegistry,
+    lease: Lease,
 ) -> None:
     """Standby until the lease is ours, primary until it is lost, and again (ctld.lease)."""
-    ctl = config.controller
-    lease = Lease(
-        Store.make_engine(normalize_url(ctl.effective_store_url), ctl.sqlite_synchronous),
-        me,
-        ctl.lease_s,
-    )
-    poll_s = max(0.05, ctl.lease_s / 5)
-    log.info("ctld starting as a standby", me=me, lease_s=ctl.lease_s, controllers=len(ctl.hosts))
-    try:
-        while not stop.is_set():
-            listening = await _listen(
-                config,
-                standby.grpc_handlers(lambda: standby.refusal(me, lease.last)),
-                standby.http_app(lambda: standby.refusal(me, lease.last)),
-            )
-            _write_ready(ready_file, listening)
-            ready_file = ""  # once: the first time this ctld answers
-            taken = False
-            while not stop.is_set() and not taken:
-                try:
-                    await asyncio.to_thread(lease.ensure)
-                    taken = await asyncio.to_thread(lease.try_acquire)
-                except sa.exc.SQLAlchemyError as exc:
-                    log.error("lease: the store does not answer", error=str(exc).splitlines()[0])
-                if not taken:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), poll_s)
-            if not taken:
-                await listening.close()
-                return
-            why: list[str] = []
-            lost = asyncio.Event()
-
-            def on_lost(reason: str, why: list[str] = why, lost: asyncio.Event = lost) -> None:
-                if not lost.is_set():
-                    why.append(reason)
-                    lost.set()
-
-            lease.on_lost = _threadsafe(asyncio.get_running_loop(), on_lost)
-            keeper = asyncio.create_task(keep(lease, on_lost))
+    poll_s = max(0.05, lease.lease_s / 5)
+    while not stop.is_set():
+        taken = False
+        while not stop.is_set() and not taken:
             try:
-                await run_primary(
-                    config, stop, lease=lease, lost=lost, before_listen=listening.close
-                )
-            finally:
-                keeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await keeper
-            if stop.is_set():
-                with contextlib.suppress(sa.exc.SQLAlchemyError):
-                    await asyncio.to_thread(lease.release)
-                return
-            log.error("stepping down to standby", me=me, reason=why[0] if why else "lease lost")
-            lease.token = 0
-    finally:
-        lease.engine.dispose()
+                await asyncio.to_thread(lease.ensure)
+                taken = await asyncio.to_thread(lease.try_acquire)
+            except sa.exc.SQLAlchemyError as exc:
+                log.error("lease: the store does not answer", error=str(exc).splitlines()[0])
+            if not taken:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), poll_s)
+        if not taken:
+            return
+        why: list[str] = []
+        lost = asyncio.Event()
+
+        def on_lost(reason: str, why: list[str] = why, lost: asyncio.Event = lost) -> None:
+            if not lost.is_set():
+                why.append(reason)
+                lost.set()
+
+        lease.on_lost = _threadsafe(asyncio.get_running_loop(), on_lost)
+        keeper = asyncio.create_task(keep(lease, on_lost))
+        try:
+            await run_primary(config, stop, switch, registry, lease=lease, lost=lost)
+        except BaseException:  # cannot serve (a store it cannot open): let another try
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                await asyncio.to_thread(lease.release)
+            raise
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+        if stop.is_set():
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                await asyncio.to_thread(lease.release)
+            return
+        log.error("stepping down to standby", me=lease.me, reason=why[0] if why else "lease lost")
+        lease.token = 0
 
 
 def _threadsafe(
@@ -146,7 +150,7 @@ def _threadsafe(
 
 @dataclass
 class _Listening:
-    """ctld's ports while it answers: gRPC (clients and nodes) and the HTTP gateway."""
+    """ctld's ports: gRPC (clients and nodes) and the HTTP gateway, for its whole life."""
 
     server: aio.Server
     runners: list[web.AppRunner]
@@ -164,16 +168,16 @@ class _Listening:
                 os.unlink(self.socket)
 
 
-async def _listen(
-    config: ClusterConfig,
-    handlers: Sequence[grpc.GenericRpcHandler[Any, Any]],
-    app: web.Application,
-    metrics: CollectorRegistry | None = None,
-) -> _Listening:
+async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegistry) -> _Listening:
     ctl = config.controller
     tls_dir = config.tls.dir
     server = aio.server(options=[("grpc.max_receive_message_length", NODED_MAX_RECEIVE_BYTES)])
-    server.add_generic_rpc_handlers(tuple(handlers))
+    server.add_generic_rpc_handlers(
+        (
+            service_handler(CONTROLLER, switch.call),
+            service_handler(NODE_CONTROLLER, switch.call_nodes),
+        )
+    )
     grpc_addr = f"{ctl.bind_host}:{ctl.grpc_port}"
     if config.tls.clients:
         grpc_port = server.add_secure_port(grpc_addr, client_tls(tls_dir))
@@ -190,6 +194,8 @@ async def _listen(
         raise SystemExit(f"ctld: cannot listen on {grpc_addr} and {node_addr}")
     await server.start()
 
+    app = make_app(switch)
+    add_metrics_route(app, registry)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     ssl_context = client_ssl_context(tls_dir) if config.tls.clients else None
@@ -202,35 +208,52 @@ async def _listen(
         if not ctl.socket.startswith("@"):
             os.chmod(ctl.socket, 0o666)  # anyone may connect: the kernel says who they are
     runners = [runner]
-    if ctl.metrics_port and metrics is not None:
+    if ctl.metrics_port:
         metrics_app = web.Application()
-        add_metrics_route(metrics_app, metrics)
+        add_metrics_route(metrics_app, registry)
         metrics_runner = web.AppRunner(metrics_app, access_log=None)
         await metrics_runner.setup()
         await web.TCPSite(
             metrics_runner, ctl.bind_host, ctl.metrics_port, reuse_address=True
         ).start()
         runners.append(metrics_runner)
+    log.info(
+        "ctld listening",
+        grpc=f"{ctl.bind_host}:{grpc_port}",
+        node_port=node_port,
+        socket=ctl.socket,
+        auth=config.auth.type,
+        tls=bool(tls_dir),
+        http=f"{ctl.bind_host}:{ctl.http_port}",
+        cluster=config.cluster_name,
+    )
     return _Listening(server, runners, grpc_port, ctl.http_port, node_port, ctl.socket)
 
 
-def _write_ready(ready_file: str, listening: _Listening) -> None:
-    if ready_file:
-        with open(ready_file + ".tmp", "w") as fh:
-            fh.write(
-                f"{os.getpid()} {listening.grpc_port} {listening.http_port} {listening.node_port}\n"
-            )
-        os.replace(ready_file + ".tmp", ready_file)
+def _ready(ready_file: str, listening: _Listening) -> Callable[[], None]:
+    """Write 'pid grpc_port http_port node_port' to ``ready_file``: ctld answers."""
+
+    def write() -> None:
+        if ready_file:
+            with open(ready_file + ".tmp", "w") as fh:
+                fh.write(
+                    f"{os.getpid()} {listening.grpc_port} {listening.http_port} "
+                    f"{listening.node_port}\n"
+                )
+            os.replace(ready_file + ".tmp", ready_file)
+
+    return write
 
 
 async def run_primary(
     config: ClusterConfig,
     stop: asyncio.Event,
+    switch: Switch,
+    registry: CollectorRegistry,
     *,
-    ready_file: str = "",
     lease: Lease | None = None,
     lost: asyncio.Event | None = None,
-    before_listen: Callable[[], Awaitable[None]] | None = None,
+    ready: Callable[[], None] = lambda: None,
 ) -> None:
     """The controller in charge: rebuild the state from the store (as after a restart),
     answer, schedule; until ``stop``, or ``lost`` (another controller has the lease)."""
@@ -250,29 +273,14 @@ async def run_primary(
     if not tls_dir:
         log.warning("no [tls] dir: daemons talk in plaintext and node calls are not authenticated")
     nodes = NodeControllerApi(cluster, verify_nodes=bool(tls_dir), steps=step_credentials)
-    registry = make_registry(cluster)
-    app = make_app(api)
-    add_metrics_route(app, registry)
-    if before_listen is not None:
-        await before_listen()  # the standby's listeners give the ports up
-    listening = await _listen(
-        config,
-        (service_handler(CONTROLLER, api.call), service_handler(NODE_CONTROLLER, nodes.call)),
-        app,
-        registry,
-    )
+    collector = ClusterCollector(cluster)
+    registry.register(collector)
+    switch.serve(api, nodes)
     log.info(
-        "ctld listening",
-        grpc=f"{ctl.bind_host}:{listening.grpc_port}",
-        node_port=listening.node_port,
-        socket=ctl.socket,
-        auth=config.auth.type,
-        tls=bool(tls_dir),
-        http=f"{ctl.bind_host}:{ctl.http_port}",
+        "ctld serving as the primary",
         store=store.url,
-        cluster=config.cluster_name,
         nodes=len(cluster.nodes),
-        primary=lease.me if lease is not None else None,
+        me=lease.me if lease is not None else None,
         lease_token=lease.token if lease is not None else None,
     )
 
@@ -303,23 +311,24 @@ async def run_primary(
             retention(),
         )
     ]
-    _write_ready(ready_file, listening)
+    ready()
     waits = [asyncio.create_task(stop.wait())]
     if lost is not None:
         waits.append(asyncio.create_task(lost.wait()))
     _done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for w in pending:
         w.cancel()
-    log.info("ctld stopping" if stop.is_set() else "ctld deposed: stopping as primary")
+    log.info("ctld stopping" if stop.is_set() else "ctld deposed: stopping as the primary")
+    switch.serve(None, None)  # calls from now on are refused as a standby's
+    registry.unregister(collector)
     for t in tasks:
         t.cancel()
     for t in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await t
-    await listening.close()
     await dispatcher.close()
     await asyncio.to_thread(store.close)  # drains the writer: every queued commit durable or failed
-    log.info("ctld stopped")
+    log.info("ctld stopped" if stop.is_set() else "ctld is a standby again")
 
 
 def step_key(tls_dir: str) -> bytes | None:
