@@ -237,9 +237,8 @@ def connect(
     """The Controller client the environment points at (see ``controller_address`` and
     ``grpc_target``): HTTP/JSON unless ``grpc``. ctld's Unix socket wins whenever there
     is one: only there does the kernel vouch for the caller without a credential."""
-    socket_path = controller_socket()
-    if socket_path:
-        return HttpController(identity=identity, timeout=timeout, socket_path=socket_path)
+    if controller_socket():  # every controller's socket that is there, in order
+        return HttpController(identity=identity, timeout=timeout)
     if grpc:
         return GrpcController(identity=identity, timeout=timeout)
     return HttpController(identity=identity, timeout=timeout)

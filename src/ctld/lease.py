@@ -119,6 +119,8 @@ class Lease:
         """Take the lease if it has expired; True if this controller holds it now."""
         params = {"key": KEY, "me": self.me, "lease": self.lease_s}
         with self.engine.begin() as conn:
+            # wait for a commit in flight (it holds the row), but not for ever
+            conn.execute(sa.text(f"SET LOCAL lock_timeout = {int(self.lease_s * 1000)}"))
             token = conn.execute(sa.text(_TAKE), params).scalar()
         if token is None:
             self.read()
@@ -147,6 +149,10 @@ class Lease:
         """The fence, first in every store transaction: NotPrimary unless the lease's
         token is still ours. The row stays share-locked until the transaction ends, so
         a takeover cannot slip in between this check and the commit."""
+        # a primary that vanishes mid-transaction (its host gone, no TCP reset) must not
+        # hold the row's lock past its lease: the server ends such a session then
+        idle_ms = int(self.lease_s * 1000)
+        conn.execute(sa.text(f"SET LOCAL idle_in_transaction_session_timeout = {idle_ms}"))
         token = conn.execute(sa.text(_FENCE), {"key": KEY}).scalar()
         if token != self.token or not self.token:
             why = (

@@ -7,6 +7,7 @@ nodeds, the commands; the primary is killed with SIGKILL (or frozen with SIGSTOP
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import os
 import pathlib
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+from corral.api import GrpcController
 from corral.errors import ControllerUnavailable, CorralError, NotPrimary
 from corral.rest import _parse_response
 from corral.testing import LocalCluster
@@ -199,9 +201,10 @@ class Burst:
 
 
 def test_standby_takes_over_from_a_killed_primary(
-    ha_cluster: LocalCluster, tmp_path: pathlib.Path
+    ha_cluster: LocalCluster, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     c = ha_cluster
+    monkeypatch.setenv("CORRAL_CTLD_GRPC", c.grpc_addresses)
     work = tmp_path / "work"
     work.mkdir()
     cmd = Commands(c, work)
@@ -259,6 +262,17 @@ def test_standby_takes_over_from_a_killed_primary(
             f"{name}: acknowledged as {job_id}, stored {by_name.get(name)}"
         )
     assert len({i for i, _ in burst.acked}) == len(burst.acked)
+
+    # srun (its controller calls over the commands' list) and a gRPC client with the
+    # list of gRPC addresses find the new primary too
+    assert cmd("srun", "-N1", "echo", "hi").stdout.strip() == "hi"
+    grpc_api = GrpcController(token=c.token(getpass.getuser()))
+    try:
+        assert grpc_api.targets == c.grpc_addresses.split(",")
+        assert grpc_api.get_cluster_info({})["cluster"] == "corral"
+        assert grpc_api.target == c.grpc_addresses.split(",")[1]  # asked first from now on
+    finally:
+        grpc_api.close()
 
     # the jobs that ran through the failover end as they should, on the new primary
     (work / "release").touch()
