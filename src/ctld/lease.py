@@ -5,15 +5,16 @@ token. A standby takes the lease only once it has expired, and every take adds o
 the token; the primary renews it every third of ``controller.lease_s``. Times are the
 database's own clock (``clock_timestamp()``), so the controllers' clocks never matter.
 
-Why a lease row and not an advisory lock: an advisory lock lives as long as its
-session, so a primary that hangs (stopped, swapping, cut off behind a live TCP
+Why a lease row and not a session advisory lock as the lease: such a lock lives as long
+as its session, so a primary that hangs (stopped, swapping, cut off behind a live TCP
 connection) would keep it for ever, and the lock carries no number a commit could be
 checked against. The row expires on its own when the primary stops renewing, and its
-token fences: every group commit first reads the row ``FOR SHARE`` in its own
-transaction and fails with NotPrimary unless the token is still this ctld's. A takeover
-updates that row, so it waits for a commit in flight and the commit after it sees the
-new token: a deposed primary that wakes up can no longer write, and therefore never
-acknowledges anything (ctld acknowledges only what is durable).
+token fences: every group commit first takes a shared transaction-scoped advisory lock
+and reads the token, in its own transaction, and fails with NotPrimary unless the token
+is still this ctld's. A takeover holds that lock exclusively while it updates the row,
+so it waits for a commit in flight and the commit after it sees the new token: a
+deposed primary that wakes up can no longer write, and therefore never acknowledges
+anything (ctld acknowledges only what is durable).
 
 The table is made on demand (CREATE TABLE IF NOT EXISTS), outside the Alembic schema:
 it is coordination, not data, it exists only on PostgreSQL, and a store is the same
@@ -70,7 +71,20 @@ _READ = (
     f"SELECT holder, token, EXTRACT(EPOCH FROM expires_at - clock_timestamp()) AS left_s "
     f"FROM {TABLE} WHERE name = :key"
 )
-_FENCE = f"SELECT token FROM {TABLE} WHERE name = :key FOR SHARE"
+# the fence and a take serialize on a transaction-scoped advisory lock (in memory: a
+# row lock FOR SHARE would write the row, and halve the commits/s of a lone submitter);
+# the token is read after the shared lock is held, so a commit that waited for a take
+# reads its new token (READ COMMITTED: each statement sees what committed before it)
+# one lock per schema: stores side by side in one database never wait for each other
+LOCK_ID = f"hashtext(current_schema() || '.{TABLE}')"
+# (with the idle timeout in the same round trip; the token is read by a statement of
+# its own: one statement's snapshot is taken before it waits for the lock)
+_FENCE_LOCK = (
+    "SELECT set_config('idle_in_transaction_session_timeout', :idle_ms, true), "
+    f"pg_advisory_xact_lock_shared({LOCK_ID})"
+)
+_TAKE_LOCK = f"SELECT pg_advisory_xact_lock({LOCK_ID})"
+_FENCE = f"SELECT token FROM {TABLE} WHERE name = :key"
 
 
 @dataclass(frozen=True)
@@ -121,6 +135,7 @@ class Lease:
         with self.engine.begin() as conn:
             # wait for a commit in flight (it holds the row), but not for ever
             conn.execute(sa.text(f"SET LOCAL lock_timeout = {int(self.lease_s * 1000)}"))
+            conn.execute(sa.text(_TAKE_LOCK))
             token = conn.execute(sa.text(_TAKE), params).scalar()
         if token is None:
             self.read()
@@ -147,12 +162,12 @@ class Lease:
 
     def check(self, conn: Connection) -> None:
         """The fence, first in every store transaction: NotPrimary unless the lease's
-        token is still ours. The row stays share-locked until the transaction ends, so
-        a takeover cannot slip in between this check and the commit."""
+        token is still ours. The shared lock is held until the transaction ends, so a
+        takeover (which takes it exclusively) cannot slip in between this check and the
+        commit."""
         # a primary that vanishes mid-transaction (its host gone, no TCP reset) must not
         # hold the row's lock past its lease: the server ends such a session then
-        idle_ms = int(self.lease_s * 1000)
-        conn.execute(sa.text(f"SET LOCAL idle_in_transaction_session_timeout = {idle_ms}"))
+        conn.execute(sa.text(_FENCE_LOCK), {"idle_ms": str(int(self.lease_s * 1000))})
         token = conn.execute(sa.text(_FENCE), {"key": KEY}).scalar()
         if token != self.token or not self.token:
             why = (

@@ -106,6 +106,40 @@ async def test_a_deposed_primary_cannot_commit(pg_url: str) -> None:
         new.engine.dispose()
 
 
+def test_a_takeover_waits_for_a_commit_in_flight(pg_url: str) -> None:
+    """The check and the commit are one: a take that comes while a fenced transaction
+    is open waits for it; the transaction after the take is refused."""
+    url = normalize_url(pg_url)
+    old = Lease(Store.make_engine(url, "FULL"), "old", lease_s=0.3)
+    new = Lease(Store.make_engine(url, "FULL"), "new", lease_s=30.0)
+    try:
+        old.ensure()
+        assert old.try_acquire()
+        wait_for(lambda: not old.read().live, 10, "the old lease to expire")
+        taken: list[bool] = []
+        with old.engine.connect() as conn:
+            txn = conn.begin()
+            old.check(conn)  # passes: nobody took the lease yet
+            th = threading.Thread(target=lambda: taken.append(new.try_acquire()))
+            th.start()
+
+            def take_waits() -> bool:
+                with new.engine.connect() as probe:
+                    q = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                    return bool(probe.execute(sa.text(q)).scalar())
+
+            wait_for(take_waits, 10, "the take to wait for the open transaction")
+            assert not taken
+            txn.commit()
+        th.join(10)
+        assert taken == [True]
+        with old.engine.connect() as conn, conn.begin(), pytest.raises(NotPrimary):
+            old.check(conn)
+    finally:
+        old.engine.dispose()
+        new.engine.dispose()
+
+
 def test_sqlite_refuses_a_standby(tmp_path: pathlib.Path) -> None:
     """Failover is not offered on SQLite: ctld says so at start-up and does not start."""
     c = LocalCluster(tmp_path / "c", nodes=1, gpus_per_node=0, controllers=2)
