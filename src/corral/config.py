@@ -27,6 +27,9 @@ DEFAULT_SOCKET = "/run/corral/ctld.sock"
 AUTH_TYPES = ("local", "munge", "jwt")
 PRIVATE_DATA = ("jobs", "accounting")
 PREEMPT_MODES = ("", "requeue", "cancel", "off")  # Slurm's PreemptMode, SUSPEND aside
+# Slurm's AccountingStorageEnforce values corral knows (docs/config.md)
+ENFORCE = ("associations", "limits", "qos")
+TRES_NAMES = ("cpu", "mem", "gres/gpu")  # what accounting limits count (mem in MB)
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,10 @@ class ControllerConfig:
             node_port=entry.node_port,
             socket=entry.socket,
         )
+    # Slurm's AccountingStorageEnforce: "limits" (sacctmgr's limits hold or refuse jobs),
+    # "qos" (a job's QOS must be one its association may use), "associations" (a user
+    # without an association for the job's account is refused)
+    accounting_enforce: tuple[str, ...] = ("limits", "qos")
 
     @property
     def bind_host(self) -> str:
@@ -229,6 +236,9 @@ class SchedulerConfig:
     backfill_order: str = (
         "shortest"  # backfill candidates: "shortest" predicted first, or "priority"
     )
+    # a job eligible this long goes ahead of every younger one and gets the reservation,
+    # kept by limits (the starvation guard); 0: off
+    starvation_guard_s: int = 0
 
 
 @dataclass(frozen=True)
@@ -267,6 +277,15 @@ class QosConfig:
     preempt_mode: str = ""  # "requeue", "cancel" or "off"; "": the cluster's preempt_mode
     grace_time_s: int = 0  # a preempted job of this QOS gets SIGTERM, then this long to end
     usage_factor: float = 1.0  # scales fair-share usage and GPU-hours charged to its jobs
+    # accounting limits (sacctmgr's; TRES keys from TRES_NAMES, mem in MB); 0 / -1 / ():
+    # no limit
+    max_wall_s: int = UNLIMITED  # MaxWall: no job of this QOS may ask for longer
+    max_tres_per_user: tuple[tuple[str, int], ...] = ()  # MaxTRESPerUser (running jobs)
+    max_tres_per_job: tuple[tuple[str, int], ...] = ()  # MaxTRESPerJob (refused at submit)
+    max_submit_jobs_per_user: int = 0  # MaxSubmitJobsPerUser: pending + running
+    grp_tres: tuple[tuple[str, int], ...] = ()  # GrpTRES: all running jobs of the QOS
+    grp_jobs: int = 0  # GrpJobs: running jobs of the QOS
+    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -437,6 +456,9 @@ def _controller(sec: _Section) -> ControllerConfig:
         job_requeue=sec.get("job_requeue", bool, d.job_requeue),
         requeue_delay_s=sec.positive("requeue_delay_s", d.requeue_delay_s),
         lease_s=sec.positive("lease_s", d.lease_s, allow_zero=False),
+        accounting_enforce=tuple(
+            v.lower() for v in sec.strings("accounting_enforce", d.accounting_enforce)
+        ),
     )
     hosts = _controller_hosts(sec, cfg)
     sec.done()
@@ -454,6 +476,11 @@ def _controller(sec: _Section) -> ControllerConfig:
             node_port=first.node_port,
             socket=first.socket,
         )
+    for what in cfg.accounting_enforce:
+        if what not in ENFORCE:
+            raise ConfigError(
+                f"{sec.key('accounting_enforce')}: {what!r} is not associations, limits or qos"
+            )
     for what in cfg.private_data:
         if what not in PRIVATE_DATA:
             raise ConfigError(f"{sec.key('private_data')}: {what!r} is not jobs or accounting")
@@ -683,6 +710,7 @@ def _scheduler(sec: _Section) -> SchedulerConfig:
         max_array_size=sec.positive("max_array_size", d.max_array_size, allow_zero=False),
         predict=sec.get("predict", bool, d.predict),
         backfill_order=order,
+        starvation_guard_s=sec.duration("starvation_guard", d.starvation_guard_s),
     )
     sec.done()
     return cfg
@@ -752,6 +780,13 @@ def _qos(sec: _Section) -> QosConfig:
         preempt_mode=sec.get("preempt_mode", str, ""),
         grace_time_s=sec.duration("grace_time", 0),
         usage_factor=float(sec.positive("usage_factor", 1.0)),
+        max_wall_s=sec.duration("max_wall", UNLIMITED),
+        max_tres_per_user=_tres_table(sec, "max_tres_per_user"),
+        max_tres_per_job=_tres_table(sec, "max_tres_per_job"),
+        max_submit_jobs_per_user=sec.positive("max_submit_jobs_per_user", 0),
+        grp_tres=_tres_table(sec, "grp_tres"),
+        grp_jobs=sec.positive("grp_jobs", 0),
+        description=sec.get("description", str, ""),
     )
     if cfg.preempt_mode not in PREEMPT_MODES:
         raise ConfigError(
@@ -759,6 +794,19 @@ def _qos(sec: _Section) -> QosConfig:
         )
     sec.done()
     return cfg
+
+
+def _tres_table(sec: _Section, name: str) -> tuple[tuple[str, int], ...]:
+    """A TRES limit table such as ``{ "gres/gpu" = 4, cpu = 32 }`` (mem in MB)."""
+    raw = sec.get(name, dict, {})
+    out: list[tuple[str, int]] = []
+    for key, value in raw.items():
+        if key not in TRES_NAMES:
+            raise ConfigError(f"{sec.key(name)}.{key}: unknown TRES (cpu, mem, gres/gpu)")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"{sec.key(name)}.{key}: must be an integer >= 0")
+        out.append((key, value))
+    return tuple(sorted(out))
 
 
 def _check_accounts(accounts: tuple[AccountConfig, ...]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from corral.config import ClusterConfig
+from corral.config import ClusterConfig, QosConfig
 from corral.wire import corral_pb2 as pb
 from ctld.sched.fairshare import AccountShare, ShareRow, factor_of, share_rows
 from ctld.sched.priority import Factors, Weights, factors
@@ -51,6 +51,20 @@ class Priorities:
         if not any(a.name == "root" for a in accounts):
             accounts.append(AccountShare("root", "", 1))
         return accounts
+
+    def set_qos(self, qos: Iterable[QosConfig]) -> None:
+        self.qos_priority = {q.name: q.priority for q in qos}
+        self.max_qos = max(self.qos_priority.values(), default=0)
+        self.last_calc = -1e18
+
+    def set_tree(self, tree: Iterable[AccountShare]) -> None:
+        """The share tree from the accounting database (sacctmgr's accounts, users and
+        Fairshare); jobs' associations are added again by ``with_users``."""
+        accounts = list(tree)
+        if not any(a.name == "root" for a in accounts):
+            accounts.append(AccountShare("root", "", 1))
+        self.tree = accounts
+        self.last_calc = -1e18
 
     def with_users(self, seen: Iterable[tuple[str, str]]) -> None:
         """Give (account, user) pairs met in jobs an association of 1 share if they lack one.

@@ -292,6 +292,10 @@ class ControllerApi:
     async def get_shares(self, req: pb.GetSharesRequest, who: Identity) -> pb.GetSharesResponse:
         return pb.GetSharesResponse(rows=self.cluster.share_rows(req.accounts, req.users))
 
+    async def sacctmgr(self, req: pb.SacctmgrRequest, who: Identity) -> pb.SacctmgrResponse:
+        # reads and changes share the RPC: a change checks the store itself
+        return await self.cluster.sacctmgr(who, req)
+
 
 def _scrubbed(job: pb.Job) -> pb.Job:
     """Another user's job as a user sees it: no script, environment or --export values."""

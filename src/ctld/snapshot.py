@@ -41,8 +41,19 @@ def settings_from(state: State) -> Settings:
         placement=config.scheduler.placement,
         predict=config.scheduler.predict,
         backfill_order=config.scheduler.backfill_order,
+        starve_after_s=config.scheduler.starvation_guard_s,
         qos_max_jobs_per_user=tuple(
             (q.name, q.max_jobs_per_user) for q in config.qos if q.max_jobs_per_user
+        ),
+    )
+
+
+def _with_qos(settings: Settings, state: State) -> Settings:
+    """``settings`` with the QOS limits of the accounting database as it is now."""
+    return dataclasses.replace(
+        settings,
+        qos_max_jobs_per_user=tuple(
+            (q.name, q.max_jobs_per_user) for q in state.config.qos if q.max_jobs_per_user
         ),
     )
 
@@ -54,9 +65,13 @@ class SnapshotBuilder:
         # held-back jobs' bare requests, by job: (its revision, the reason, the request);
         # a queue of thousands of held jobs then costs a lookup each per pass
         self._blocked: dict[int, tuple[int, str, JobRequest]] = {}
+        self._accounting_version = state.accounting_version
 
     def build(self) -> Snapshot:
         st = self.state
+        if st.accounting_version != self._accounting_version:  # sacctmgr changed a QOS
+            self._accounting_version = st.accounting_version
+            self.settings = _with_qos(self.settings, st)
         nodes = tuple(
             NodeView(
                 name=n.name,
@@ -120,6 +135,7 @@ class SnapshotBuilder:
                 qos=j.qos,
                 start_time=j.start_time,
                 predicted_s=st.predicted.get(j.job_id, 0),
+                account=j.account,
             )
             for j in on_node
         )
@@ -132,6 +148,7 @@ class SnapshotBuilder:
             running=running,
             reservations=st.reservations.views(),
             settings=self.settings,
+            limits=st.limits,
         )
 
     def request_for(self, job: pb.Job) -> JobRequest:
@@ -145,6 +162,7 @@ class SnapshotBuilder:
             qos=job.qos,
             reservation=job.spec.reservation,
             submit_time=job.submit_time,
+            eligible_time=max(job.eligible_time, job.submit_time),
             predicted_s=self.state.predictor.predict(job.user, job.time_limit_s),
         )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import pwd
 from collections.abc import Coroutine
 from typing import Any
@@ -22,10 +23,12 @@ from corral.config import ClusterConfig
 from corral.errors import InvalidJobId, InvalidNodeName
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
+from ctld.accounting import Accounting
 from ctld.nodes import NodeRecord
 from ctld.priorities import Priorities
 from ctld.reservations import Reservations
 from ctld.sched import JobRequest, job_shape
+from ctld.sched.model import LimitSet
 from ctld.sched.predict import RunTimePredictor
 from ctld.store import Op, Store, insert_job, update_job
 from ctld.usage import UsageLedger
@@ -70,12 +73,36 @@ class State:
         # as its request was last built, kept while it runs
         self.predictor = RunTimePredictor()
         self.predicted: dict[int, int] = {}
+        # sacctmgr's database (seeded from the config until the store is loaded); what
+        # ctld derives from it is refreshed by install_accounting
+        self.accounting = Accounting(config)
+        self.limits = LimitSet()
+        self.accounting_version = 0
+        self.install_accounting(self.accounting)
+
+    def install_accounting(self, acc: Accounting) -> None:
+        """Make ``acc`` the accounting database everything reads: the QOS table (the
+        config's ``qos``, which priorities and preemption read), the fair-share tree and
+        the limits the scheduler enforces."""
+        self.accounting = acc
+        self.config = dataclasses.replace(self.config, qos=acc.qos_table())
+        self.priorities.set_qos(self.config.qos)
+        self.priorities.set_tree(acc.share_tree())
+        self.priorities.with_users(
+            (j.account, j.user) for j in self.jobs.values() if j.state in js.ACTIVE
+        )
+        self.limits = acc.limit_set()
+        self.accounting_version += 1
+        self.wake()  # a limit raised may let jobs start
 
     # ------------------------------------------------------------ loading
 
     def load(self) -> None:
         """Rebuild the state from the store (the truth) after a start or restart."""
         now = self.clock()
+        acc = Accounting(self.config)
+        acc.load(self.store.load_accounting())
+        self.install_accounting(acc)
         self.next_job_id = self.store.next_job_id()
         loaded = self.store.load_jobs(
             active_states=js.ACTIVE, finished_after=now - self.config.controller.min_job_age_s

@@ -46,6 +46,7 @@ from ctld.jsonmap import message_to_json
 from ctld.store_rows import (
     NodeDrain,
     Op,
+    accounting,
     apply_ops,
     insert_job,
     job_events,
@@ -442,6 +443,16 @@ class Store:
         with self._reading() as conn:
             rows = conn.execute(sa.select(node_drains).order_by(node_drains.c.name))
             return [NodeDrain(r.name, r.reason, r.reason_time, r.reason_uid) for r in rows]
+
+    def load_accounting(self) -> list[tuple[str, str, str]]:
+        """sacctmgr's records: (kind, name, JSON), in kind and name order."""
+        with self._reading() as conn:
+            rows = conn.execute(
+                sa.select(accounting.c.kind, accounting.c.name, accounting.c.data).order_by(
+                    accounting.c.kind, accounting.c.name
+                )
+            )
+            return [(r.kind, r.name, r.data) for r in rows]
 
     def finished_since(self, horizon: float) -> list[pb.Job]:
         """Jobs that ran and ended after ``horizon`` (what fair-share usage is made of)."""

@@ -59,6 +59,7 @@ BUDGET: dict[str, set[str]] = {
     "sacct": QUERY,
     "sprio": QUERY,
     "sshare": QUERY,
+    "sacctmgr": {"client.options"},
     "sinfo": QUERY | {"corral.hostlist"},
     "scontrol": QUERY | {"corral.patterns"},
     "scancel": {"client.fmt", "corral.slurmfmt", "argparse", "gettext", "signal", "warnings"},

@@ -59,6 +59,10 @@ class ControllerCalls:
         reply: t.GetSharesResponse = self.call("GetShares", request)
         return reply
 
+    def sacctmgr(self, request: t.SacctmgrRequest) -> t.SacctmgrResponse:
+        reply: t.SacctmgrResponse = self.call("Sacctmgr", request)
+        return reply
+
     def explain_job(self, request: t.ExplainJobRequest) -> t.ExplainJobResponse:
         reply: t.ExplainJobResponse = self.call("ExplainJob", request)
         return reply

@@ -2446,6 +2446,107 @@ class GetSharesResponse(_message.Message):
 Global___GetSharesResponse: _TypeAlias = GetSharesResponse  # noqa: Y015
 
 @_typing.final
+class SacctmgrRequest(_message.Message):
+    """sacctmgr: the accounting database (accounts, users, associations, QOS and limits)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTION_FIELD_NUMBER: _builtins.int
+    ENTITY_FIELD_NUMBER: _builtins.int
+    ARGS_FIELD_NUMBER: _builtins.int
+    action: _builtins.str
+    """add, modify, delete, list (create, update, remove, show)"""
+    entity: _builtins.str
+    """account, user, association, qos"""
+    @_builtins.property
+    def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the rest of the command line: names, key=value, where, set"""
+
+    def __init__(
+        self,
+        *,
+        action: _builtins.str = ...,
+        entity: _builtins.str = ...,
+        args: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "args", b"args", "entity", b"entity"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SacctmgrRequest: _TypeAlias = SacctmgrRequest  # noqa: Y015
+
+@_typing.final
+class AcctRecord(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class FieldsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    FIELDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def fields(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        fields: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AcctRecord: _TypeAlias = AcctRecord  # noqa: Y015
+
+@_typing.final
+class SacctmgrResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    CHANGED_FIELD_NUMBER: _builtins.int
+    message: _builtins.str
+    """what a change prints (Slurm's wording)"""
+    changed: _builtins.bool
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___AcctRecord]:
+        """list/show"""
+
+    def __init__(
+        self,
+        *,
+        message: _builtins.str = ...,
+        records: _abc.Iterable[Global___AcctRecord] | None = ...,
+        changed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed", "message", b"message", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SacctmgrResponse: _TypeAlias = SacctmgrResponse  # noqa: Y015
+
+@_typing.final
 class RegisterNodeRequest(_message.Message):
     """---------------------------------------------------------------- NodeController"""
 

@@ -531,6 +531,22 @@ class GetSharesResponse(TypedDict, total=False):
     rows: list[ShareRow]
 
 
+class SacctmgrRequest(TypedDict, total=False):
+    action: str
+    entity: str
+    args: list[str]
+
+
+class AcctRecord(TypedDict, total=False):
+    fields: dict[str, str]
+
+
+class SacctmgrResponse(TypedDict, total=False):
+    message: str
+    records: list[AcctRecord]
+    changed: bool
+
+
 class RegisterNodeRequest(TypedDict, total=False):
     name: str
     address: str

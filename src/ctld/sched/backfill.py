@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from corral.reasons import Reason
 from ctld.sched.frag import Fragmentation, pending_demands
+from ctld.sched.limits import LimitTracker
 from ctld.sched.model import (
     INFINITY,
     Forecast,
@@ -70,16 +71,19 @@ class _Pass:
         self.qos_limits = dict(snap.settings.qos_max_jobs_per_user)
         self.user_jobs: dict[tuple[str, str], int] = {}
         self.predict = snap.settings.predict
+        self.limits = LimitTracker(snap.limits, snap.running)
         for run in snap.running:
-            end = run.end_time
+            end = limit_end = max(run.end_time, self.now + 1.0)  # overrunning: about to end
             if self.predict and run.predicted_s > 0:
                 end = expected_end(run.start_time, run.predicted_s, run.end_time, self.now)
-            end = max(end, self.now + 1.0)  # overrunning: about to end
+                end = max(end, self.now + 1.0)
             for p in run.placements:
                 node = self.nodes.get(p.node)
                 if node is not None:
                     node.releases.append(
-                        Release(end, p.cpus, p.mem_mb, frozenset(p.gpu_indices), run.job_id)
+                        Release(
+                            end, p.cpus, p.mem_mb, frozenset(p.gpu_indices), run.job_id, limit_end
+                        )
                     )
             key = (run.qos, run.user)
             self.user_jobs[key] = self.user_jobs.get(key, 0) + 1
@@ -115,12 +119,17 @@ class _Pass:
         self.forecasted = 0
         self.blocked_partitions: set[str] = set()
         self.fcfs_blocked = False
+        self.starving: frozenset[int] = frozenset()  # past the starvation guard's threshold
 
     # ------------------------------------------------------------ the pass
 
     def run(self) -> Plan:
         considered = 0
         pending = self.snap.pending
+        if self.settings.starve_after_s > 0:
+            pending, self.starving = starving_first(
+                pending, self.now - self.settings.starve_after_s
+            )
         shortest = self.settings.backfill_order == "shortest" and self.settings.backfill
         for i, req in enumerate(pending):
             if shortest and self.reserved >= self.settings.reserve_depth:
@@ -174,6 +183,10 @@ class _Pass:
             self.reasons[req.job_id] = QOS_MAX_JOBS_PER_USER
             return None
         shape = job_shape(req)
+        over = self.limits.blocked(req, shape)
+        if over:  # an accounting limit: it waits without holding anything back for it
+            self.reasons[req.job_id] = over
+            return None
         duration, expected = self.durations(req)
         candidates: list[_Candidate] = []
         reason: str = RESOURCES
@@ -214,7 +227,7 @@ class _Pass:
                     )
                     for node, _ in chosen
                 )
-                self.start(req, shape, cand, chosen, expected, relied)
+                self.start(req, shape, cand, chosen, expected, duration, relied)
                 return True
         return False
 
@@ -392,6 +405,7 @@ class _Pass:
         cand: _Candidate,
         chosen: list[tuple[NodeProfile, Avail]],
         duration: float,
+        limit: float,
         on_prediction: bool = False,
     ) -> None:
         placements = []
@@ -404,7 +418,7 @@ class _Pass:
                 cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
                 gpus = _pick_gpus(avail.gpus, shape.gpus_per_node)
             before = len(node.free_gpus)
-            node.take_now(cpus, mem, gpus, end, req.job_id)
+            node.take_now(cpus, mem, gpus, end, req.job_id, self.now + limit)
             if len(node.free_gpus) != before:
                 del self.buckets[before][node.name]
                 self.buckets[len(node.free_gpus)][node.name] = node
@@ -412,6 +426,7 @@ class _Pass:
         self.starts.append(Start(req.job_id, cand.partition.name, tuple(placements), on_prediction))
         key = (req.qos, req.user)
         self.user_jobs[key] = self.user_jobs.get(key, 0) + 1
+        self.limits.start(req, shape)
         self.profile_version += 1
 
     # ------------------------------------------------------------ later
@@ -455,13 +470,20 @@ class _Pass:
         reserve: bool,
     ) -> Forecast | None:
         best: tuple[float, _Candidate, list[tuple[NodeProfile, Avail]]] | None = None
+        # a starving job's start is planned as EASY plans it: every job running to its limit
+        limits = req.job_id in self.starving
         for cand in candidates:
-            found = self.earliest_in(req, shape, cand, duration, expected)
+            found = self.earliest_in(req, shape, cand, duration, expected, limits)
             if found is not None and (best is None or found[0] < best[0]):
                 best = (found[0], cand, found[1])
         if best is None:
             return None
         t, cand, chosen = best
+        shown = t
+        if limits and self.predict:
+            # what it is told is still the likely start, by the predictions
+            likely = [self.earliest_in(req, shape, c, duration, expected) for c in candidates]
+            shown = min([t] + [found[0] for found in likely if found is not None])
         waits_for = sorted(
             {
                 r.job_id
@@ -477,11 +499,14 @@ class _Pass:
                 else:
                     cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
                     gpus = frozenset(_pick_gpus(avail.gpus, shape.gpus_per_node))
-                node.hold(Hold(t, t + expected, cpus, mem, gpus, owner=f"job:{req.job_id}"))
+                # a starving job's hold is kept against the others' limits, so no wrong
+                # prediction can push it back ("guard:"); the rest's against predictions
+                kind = "guard" if req.job_id in self.starving else "job"
+                node.hold(Hold(t, t + expected, cpus, mem, gpus, owner=f"{kind}:{req.job_id}"))
             self.profile_version += 1
         return Forecast(
             job_id=req.job_id,
-            start=t,
+            start=shown,
             partition=cand.partition.name,
             nodes=tuple(n.name for n, _ in chosen),
             reserved=reserve,
@@ -489,21 +514,30 @@ class _Pass:
         )
 
     def earliest_in(
-        self, req: JobRequest, shape: Shape, cand: _Candidate, duration: float, expected: float
+        self,
+        req: JobRequest,
+        shape: Shape,
+        cand: _Candidate,
+        duration: float,
+        expected: float,
+        limits: bool = False,
     ) -> tuple[float, list[tuple[NodeProfile, Avail]]] | None:
         key: tuple[object, ...] = (cand.partition.name, shape, req.gpu_type, req.exclusive)
-        key += (cand.required, req.exclude, cand.ignore, duration, expected)
+        key += (cand.required, req.exclude, cand.ignore, duration, expected, limits)
         cached = self.forecast_cache.get(key)
         if cached is not None and cached[0] == self.profile_version and cached[1] is not None:
             hit = cached[1]
             end, job_end = hit.start + duration, hit.start + expected
             return hit.start, [
-                (self.nodes[n], self.nodes[n].window(hit.start, end, cand.ignore, job_end))
+                (
+                    self.nodes[n],
+                    self.nodes[n].window(hit.start, end, cand.ignore, job_end, limits),
+                )
                 for n in hit.nodes
             ]
         if cached is not None and cached[0] == self.profile_version:
             return None
-        result = self._search(req, shape, cand, duration, expected)
+        result = self._search(req, shape, cand, duration, expected, limits)
         if result is None:
             self.forecast_cache[key] = (self.profile_version, None)
         else:
@@ -515,15 +549,22 @@ class _Pass:
         return result
 
     def _search(
-        self, req: JobRequest, shape: Shape, cand: _Candidate, duration: float, expected: float
+        self,
+        req: JobRequest,
+        shape: Shape,
+        cand: _Candidate,
+        duration: float,
+        expected: float,
+        limits: bool = False,
     ) -> tuple[float, list[tuple[NodeProfile, Avail]]] | None:
         # Walk the instants where something frees up; between them nothing can change,
         # except on nodes with holds (a sliding window may reach a hold's start).
         events: dict[float, list[NodeProfile]] = {}
         for node in cand.nodes:
             for r in node.releases:
-                if r.end > self.now and r.end != INFINITY:
-                    events.setdefault(r.end, []).append(node)
+                end = r.last if limits else r.end
+                if end > self.now and end != INFINITY:
+                    events.setdefault(end, []).append(node)
             for h in node.holds:
                 if h.end > self.now and h.end != INFINITY:
                     events.setdefault(h.end, []).append(node)
@@ -534,7 +575,7 @@ class _Pass:
 
         def check(nodes: Iterable[NodeProfile], t: float) -> None:
             for node in nodes:
-                avail = node.window(t, t + duration, cand.ignore, t + expected)
+                avail = node.window(t, t + duration, cand.ignore, t + expected, limits)
                 if node.fits(avail, shape, req.exclusive):
                     fitting[node.name] = (node, avail)
                 else:
@@ -551,6 +592,24 @@ class _Pass:
             if chosen is not None:
                 return t, chosen
         return None
+
+
+def starving_first(
+    pending: tuple[JobRequest, ...], cutoff: float
+) -> tuple[tuple[JobRequest, ...], frozenset[int]]:
+    """The queue with the jobs eligible since ``cutoff`` or earlier moved to its front,
+    oldest first, and their ids: the starvation guard. Priority (fair-share above all)
+    and shortest-first backfill may pass a job over for days; past the threshold it
+    gets the reservation as FCFS would give it, kept against the limits of the jobs
+    backfilled around it."""
+    starving = [
+        r for r in pending if (r.eligible_time or r.submit_time) <= cutoff and not r.blocked_reason
+    ]
+    if not starving:
+        return pending, frozenset()
+    starving.sort(key=lambda r: (r.eligible_time or r.submit_time, r.job_id))
+    moved = frozenset(r.job_id for r in starving)
+    return (*starving, *(r for r in pending if r.job_id not in moved)), moved
 
 
 def _pick_gpus(available: frozenset[int], count: int) -> tuple[int, ...]:

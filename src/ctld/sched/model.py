@@ -56,6 +56,7 @@ class RunningView:
     qos: str = ""
     start_time: float = 0.0
     predicted_s: float = 0.0  # its predicted run time (predict.py); 0: none, use the limit
+    account: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class JobRequest:
     qos: str = ""
     reservation: str = ""
     submit_time: float = 0.0
+    eligible_time: float = 0.0  # when it could first start (--begin); 0: submit_time
     predicted_s: int = 0  # predicted run time (predict.py), <= the limit; 0: the limit
 
 
@@ -117,7 +119,9 @@ class Settings:
     backfill fits and forecasts; advance reservations are always checked against
     limits, and jobs are still killed at their limits. ``backfill_order``: "priority"
     or "shortest" (backfill candidates behind the reserved jobs tried shortest
-    predicted run first, as EASY-SJBF).
+    predicted run first, as EASY-SJBF). ``starve_after_s``: a job eligible for longer
+    than this goes ahead of every younger one, oldest first, whatever its priority, so
+    the reservation is its own (a starvation guard; 0: off).
     """
 
     backfill: bool = True
@@ -126,7 +130,54 @@ class Settings:
     placement: str = "pack"
     predict: bool = False
     backfill_order: str = "priority"
+    starve_after_s: float = 0.0
     qos_max_jobs_per_user: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class TresLimit:
+    """A limit on CPUs, memory and GPUs together; -1: that one is not limited."""
+
+    cpus: int = -1
+    mem_mb: int = -1
+    gpus: int = -1
+
+
+@dataclass(frozen=True)
+class AssocLimit:
+    """One association's limits (sacctmgr's), as the core enforces them.
+
+    ``key`` is "account/user", or "account/" for an account's own association;
+    ``parent`` the key of the association above it ("" for the root). ``grp`` and
+    ``grp_jobs`` bound the running jobs of its whole subtree; ``max_jobs`` the running
+    jobs of one user association (already inherited from above by ctld); ``max_wall_s``
+    a job's time limit. -1: no limit.
+    """
+
+    key: str
+    parent: str
+    grp: TresLimit = TresLimit()
+    grp_jobs: int = -1
+    max_jobs: int = -1
+    max_wall_s: int = -1
+
+
+@dataclass(frozen=True)
+class QosLimit:
+    """A QOS's limits: ``grp`` / ``grp_jobs`` over all its running jobs, ``per_user``
+    over one user's running jobs in it (MaxTRESPerUser), ``max_wall_s`` per job."""
+
+    name: str
+    grp: TresLimit = TresLimit()
+    grp_jobs: int = -1
+    per_user: TresLimit = TresLimit()
+    max_wall_s: int = -1
+
+
+@dataclass(frozen=True)
+class LimitSet:
+    assocs: tuple[AssocLimit, ...] = ()
+    qos: tuple[QosLimit, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -154,6 +205,7 @@ class Snapshot:
     settings: Settings = field(default_factory=Settings)
     # for placement "frag": the expected demand; empty: the pending jobs' own shapes
     demands: tuple[Demand, ...] = ()
+    limits: LimitSet = field(default_factory=LimitSet)  # accounting limits (sacctmgr)
 
 
 @dataclass(frozen=True)
