@@ -107,6 +107,7 @@ class ControllerConfig:
             node_port=entry.node_port,
             socket=entry.socket,
         )
+
     # Slurm's AccountingStorageEnforce: "limits" (sacctmgr's limits hold or refuse jobs),
     # "qos" (a job's QOS must be one its association may use), "associations" (a user
     # without an association for the job's account is refused)
