@@ -5,15 +5,17 @@ is never sent to another."""
 from __future__ import annotations
 
 import json
+import pathlib
 import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
 
+from corral.api import grpc_targets
 from corral.config import parse_config
 from corral.errors import ConfigError, ControllerUnavailable
-from corral.rest import post_any
+from corral.rest import controller_targets, post_any
 from ctld.__main__ import which_controller
 
 
@@ -160,3 +162,28 @@ def test_a_request_that_reached_a_controller_is_never_resent(fakes: list[FakeCon
     with pytest.raises(ControllerUnavailable):
         post_any([dropper.address, primary.address], "SubmitJob", {}, lambda t: [], timeout=5)
     assert (dropper.requests, primary.requests) == (1, 0)
+
+
+def test_commands_read_the_list_from_the_config(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sock = tmp_path / "b.sock"
+    sock.touch()  # the second controller's socket is here, the first's is not
+    conf = tmp_path / "corral.toml"
+    conf.write_text(
+        "[controller]\nhttp_port = 7001\nhosts = [\n"
+        '  { host = "ctl01", socket = "/nonexistent/a.sock" },\n'
+        f'  {{ host = "ctl02", http_port = 7002, socket = "{sock}" }},\n'
+        "]\n"
+    )
+    for var in ("CORRAL_CTLD_HTTP", "CORRAL_CTLD_SOCKET", "CORRAL_CTLD_GRPC"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CORRAL_CONF", str(conf))
+    assert controller_targets() == [("ctl01", 7001), str(sock)]
+    assert grpc_targets() == ["ctl01:6917", "ctl02:6917"]
+    # the environment's lists win (what env.sh of a local cluster sets)
+    monkeypatch.setenv("CORRAL_CTLD_HTTP", "h1:1,h2:2")
+    monkeypatch.setenv("CORRAL_CTLD_SOCKET", ",/s2")
+    monkeypatch.setenv("CORRAL_CTLD_GRPC", "h1:3,h2:4")
+    assert controller_targets() == [("h1", 1), "/s2"]
+    assert grpc_targets() == ["h1:3", "h2:4"]
