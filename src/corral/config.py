@@ -132,6 +132,7 @@ class NodedConfig:
     listen: str = ""  # empty: the node's own address (never every interface by default)
     port: int = DEFAULT_NODED_PORT
     step_port: int = DEFAULT_NODED_PORT + 3  # srun's RunTasks when the agent port is mTLS
+    stream_port: int = DEFAULT_NODED_PORT + 4  # srun's framed task stream (noded/stream.py)
     spool_dir: str = "/var/spool/corral"
     log_json: bool = False
     cgroups: str = "auto"  # "auto", "v2", "v1" or "none" (psutil monitoring only)
@@ -584,6 +585,7 @@ def _noded(sec: _Section) -> NodedConfig:
         listen=sec.get("listen", str, d.listen),
         port=sec.port("port", d.port),
         step_port=sec.port("step_port", d.step_port),
+        stream_port=sec.port("stream_port", d.stream_port),
         spool_dir=sec.get("spool_dir", str, d.spool_dir),
         log_json=sec.get("log_json", bool, d.log_json),
         cgroups=sec.get("cgroups", str, d.cgroups),

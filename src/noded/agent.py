@@ -122,6 +122,7 @@ class ControllerLink:
         *,
         tls_dir: str = "",
         agent_address: str = "",
+        stream_address: str = "",
     ) -> None:
         self.name = name
         self.steps = steps
@@ -137,6 +138,7 @@ class ControllerLink:
         self.interval = heartbeat_interval_s
         self.boot_time = time.time()
         self.agent_address = agent_address
+        self.stream_address = stream_address
         self.addresses = [ctld_address] if isinstance(ctld_address, str) else list(ctld_address)
         self.channels: list[aio.Channel] = []
         for target in self.addresses:
@@ -219,6 +221,7 @@ class ControllerLink:
             unreported=list(self.outbox),  # the outbox delivers them again; ctld ignores repeats
             health=list(self.health),
             agent_address=self.agent_address,
+            stream_address=self.stream_address,
         )
         reply = await self.stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
         self._contacted()

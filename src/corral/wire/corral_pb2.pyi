@@ -761,6 +761,7 @@ class StepNode(_message.Message):
     RANKS_FIELD_NUMBER: _builtins.int
     GPU_INDICES_FIELD_NUMBER: _builtins.int
     CPUS_FIELD_NUMBER: _builtins.int
+    STREAM_ADDRESS_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     address: _builtins.str
     """its NodeAgent, host:port"""
@@ -768,6 +769,10 @@ class StepNode(_message.Message):
     """SLURM_NODEID: its index in the step's node list"""
     cpus: _builtins.int
     """the step's CPUs on this node"""
+    stream_address: _builtins.str
+    """srun's framed task stream on this node (noded/stream.py): host:port, "tls://" in
+    front when it speaks TLS. Empty: an older noded, reached by RunTasks at address.
+    """
     @_builtins.property
     def ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """global ranks of the tasks here, in local-rank order"""
@@ -785,10 +790,11 @@ class StepNode(_message.Message):
         ranks: _abc.Iterable[_builtins.int] | None = ...,
         gpu_indices: _abc.Iterable[_builtins.int] | None = ...,
         cpus: _builtins.int = ...,
+        stream_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "cpus", b"cpus", "gpu_indices", b"gpu_indices", "node", b"node", "node_id", b"node_id", "ranks", b"ranks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "cpus", b"cpus", "gpu_indices", b"gpu_indices", "node", b"node", "node_id", b"node_id", "ranks", b"ranks", "stream_address", b"stream_address"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2562,6 +2568,7 @@ class RegisterNodeRequest(_message.Message):
     UNREPORTED_FIELD_NUMBER: _builtins.int
     HEALTH_FIELD_NUMBER: _builtins.int
     AGENT_ADDRESS_FIELD_NUMBER: _builtins.int
+    STREAM_ADDRESS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port where its NodeAgent listens"""
@@ -2572,6 +2579,8 @@ class RegisterNodeRequest(_message.Message):
     """With TLS: the agent port that takes LaunchJob/SignalJob from ctld only (mutual
     TLS); ``address`` then serves srun's RunTasks. Empty: both on ``address``.
     """
+    stream_address: _builtins.str
+    """srun's framed task stream (noded/stream.py), host:port ("tls://" in front with TLS)"""
     @_builtins.property
     def resources(self) -> Global___NodeResources: ...
     @_builtins.property
@@ -2601,10 +2610,11 @@ class RegisterNodeRequest(_message.Message):
         unreported: _abc.Iterable[Global___JobStatusUpdate] | None = ...,
         health: _abc.Iterable[Global___NodeHealthEvent] | None = ...,
         agent_address: _builtins.str = ...,
+        stream_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_address", b"agent_address", "boot_time", b"boot_time", "health", b"health", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_address", b"agent_address", "boot_time", b"boot_time", "health", b"health", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "stream_address", b"stream_address", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -166,6 +166,7 @@ class StepNode(TypedDict, total=False):
     ranks: list[int]
     gpuIndices: list[int]
     cpus: int
+    streamAddress: str
 
 
 class Step(TypedDict, total=False):
@@ -558,6 +559,7 @@ class RegisterNodeRequest(TypedDict, total=False):
     unreported: list[JobStatusUpdate]
     health: list[NodeHealthEvent]
     agentAddress: str
+    streamAddress: str
 
 
 class RegisterNodeResponse(TypedDict, total=False):
