@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import socket
 import tempfile
@@ -189,6 +190,7 @@ def ha_cluster(pg_url: str) -> Iterator[LocalCluster]:
     finally:
         c.stop()  # before the store's schema goes
         print_logs(c)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 class Burst:
