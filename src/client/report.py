@@ -12,7 +12,6 @@ import argparse
 import time
 
 from client.common import client, text
-from client.fmt import call
 from client.sreport import TRES_NAMES, tres_list
 from corral.errors import CorralError, InvalidOption
 
@@ -131,7 +130,7 @@ def main_args(argv: Sequence[str]) -> int:
     if accounts:
         request["accounts"] = accounts
     api = client()
-    reply: Json = call(lambda: api.report_usage(request), "corral report")
+    reply: Json = api.report_usage(request)
     table = per_day(reply, bounds, tres[0])
     if args.plot:
         plot(table, bounds, tres[0], args.plot, text(reply, "cluster"))

@@ -15,7 +15,7 @@ import sys
 import time
 
 from client.common import client, run, text
-from client.fmt import AcctField, acct_lines, call, split_list
+from client.fmt import AcctField, acct_lines, split_list
 from client.options import COUNT, FLAG, LIST, Option, OptionParser
 from corral import __version__
 from corral.errors import InvalidOption
@@ -540,7 +540,7 @@ def main_body(argv: Sequence[str]) -> int:
         request["users"] = cond["users"]
     if cond["accounts"] and report != "AccountUtilizationByUser":  # that one walks sub-accounts
         request["accounts"] = cond["accounts"]
-    reply: Json = call(lambda: api.report_usage(request), "sreport")
+    reply: Json = api.report_usage(request)  # a failure: "sreport: error: ...", exit 1
     parsable = "P" if opts.get("parsable2") else "p" if opts.get("parsable") else ""
     sys.stdout.write(
         format_report(
