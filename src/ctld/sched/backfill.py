@@ -11,10 +11,12 @@ is reproducible and the simulator runs the very same code.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from corral.reasons import Reason
+from ctld.sched import preempt
 from ctld.sched.frag import Fragmentation, pending_demands
 from ctld.sched.model import (
     INFINITY,
@@ -23,6 +25,7 @@ from ctld.sched.model import (
     PartitionView,
     Placement,
     Plan,
+    Preemption,
     Snapshot,
     Start,
 )
@@ -70,9 +73,16 @@ class _Pass:
         self.qos_limits = dict(snap.settings.qos_max_jobs_per_user)
         self.user_jobs: dict[tuple[str, str], int] = {}
         self.predict = snap.settings.predict
+        # preemption: who may preempt whom, the claims of earlier passes, and the jobs
+        # already being preempted (their end is their preemption's deadline)
+        self.qos = {q.name: q for q in snap.qos}
+        self.may_preempt = preempt.targets(snap.qos)
+        self.claims = {c.job_id: c for c in snap.claims}
+        self.preempted: set[int] = {v for c in snap.claims for v in c.victims}
+        self.preemptions: list[Preemption] = []
         for run in snap.running:
             end = run.end_time
-            if self.predict and run.predicted_s > 0:
+            if self.predict and run.predicted_s > 0 and run.job_id not in self.preempted:
                 end = expected_end(run.start_time, run.predicted_s, run.end_time, self.now)
             end = max(end, self.now + 1.0)  # overrunning: about to end
             for p in run.placements:
@@ -97,6 +107,16 @@ class _Pass:
                             owner=f"resv:{resv.name}",
                         )
                     )
+        for claim in snap.claims:
+            victims = frozenset(claim.victims)
+            for p in claim.placements:
+                node = self.nodes.get(p.node)
+                if node is not None:
+                    owner = preempt.claim_owner(claim.job_id)
+                    for h in preempt.claim_holds(
+                        node, owner, p.cpus, p.mem_mb, p.gpu_indices, victims, self.now
+                    ):
+                        node.hold(h)
         self.profile_version = 0  # bumped when a start or hold changes any node
         self.no_fit_now: set[tuple[object, ...]] = set()
         self.candidates: dict[tuple[object, ...], _Candidate | str] = {}
@@ -140,6 +160,7 @@ class _Pass:
             reasons=self.reasons,
             forecasts=self.forecasts,
             considered=considered,
+            preemptions=tuple(self.preemptions),
         )
 
     def backfill_shortest_first(self, rest: tuple[JobRequest, ...]) -> None:
@@ -153,7 +174,11 @@ class _Pass:
                 self.reasons[req.job_id] = req.blocked_reason
                 continue
             prepared = self.prepare(req)
-            if prepared is not None and not self.try_start(req, *prepared):
+            if (
+                prepared is not None
+                and not self.try_start(req, *prepared)
+                and not self.try_preempt(req, *prepared)
+            ):
                 waiting.append((i, prepared))
         # reasons and forecasts for the ones left, in priority order again
         for i, prepared in sorted(waiting, key=lambda w: w[0]):
@@ -189,6 +214,9 @@ class _Pass:
         if self.fcfs_blocked:
             self.reasons[req.job_id] = PRIORITY
             return None
+        if req.job_id in self.claims:  # what was freed for it is its own
+            owner = preempt.claim_owner(req.job_id)
+            candidates = [dataclasses.replace(c, ignore=owner) for c in candidates]
         return shape, candidates, duration, expected
 
     def try_start(
@@ -222,7 +250,7 @@ class _Pass:
         prepared = self.prepare(req)
         if prepared is None:
             return
-        if not self.try_start(req, *prepared):
+        if not self.try_start(req, *prepared) and not self.try_preempt(req, *prepared):
             self.blocked(req, *prepared)
 
     def candidate(self, req: JobRequest, shape: Shape, part_name: str) -> _Candidate | str:
@@ -413,6 +441,117 @@ class _Pass:
         key = (req.qos, req.user)
         self.user_jobs[key] = self.user_jobs.get(key, 0) + 1
         self.profile_version += 1
+
+    # ------------------------------------------------------------ preemption
+
+    def try_preempt(
+        self,
+        req: JobRequest,
+        shape: Shape,
+        candidates: list[_Candidate],
+        duration: float,
+        expected: float,
+    ) -> bool:
+        """Preempt for ``req`` if its QOS allows and that lets it start (see preempt.py);
+        True if it is now taken care of (preempting, or waiting on its claim)."""
+        claim = self.claims.get(req.job_id)
+        if claim is not None:  # its victims are still leaving: it waits for them only
+            self.reasons[req.job_id] = RESOURCES
+            nodes = tuple(dict.fromkeys(p.node for p in claim.placements))
+            ends = [self.nodes[n].releases for n in nodes if n in self.nodes]
+            start = max(
+                (r.end for rs in ends for r in rs if r.job_id in claim.victims), default=self.now
+            )
+            self.forecasts[req.job_id] = Forecast(
+                req.job_id, start, claim.partition, nodes, True, tuple(sorted(claim.victims))
+            )
+            return True
+        if (req.qos or "normal") not in self.may_preempt:
+            return False
+        if req.reservation:
+            return False  # a reservation's resources are its own already
+        usable = [c for c in candidates if self.now >= c.not_before]
+        names = {n for c in usable for n in c.members}
+        pool = preempt.pool(
+            req.qos, self.snap.running, self.qos, self.may_preempt, self.preempted, names
+        )
+        found = None
+        chosen: list[int] = []
+        for victim in pool:
+            chosen.append(victim.job_id)
+            found = self.fit_freed(req, shape, usable, duration, expected, chosen)
+            if found is not None:
+                break
+        if found is None:
+            return False
+        for victim_id in reversed(list(chosen)):  # the most valuable first
+            if len(chosen) == 1:
+                break
+            rest = [v for v in chosen if v != victim_id]
+            again = self.fit_freed(req, shape, usable, duration, expected, rest)
+            if again is not None:
+                chosen, found = rest, again
+        self.preempt(req, shape, *found, frozenset(chosen))
+        return True
+
+    def fit_freed(
+        self,
+        req: JobRequest,
+        shape: Shape,
+        candidates: list[_Candidate],
+        duration: float,
+        expected: float,
+        victims: list[int],
+    ) -> tuple[_Candidate, list[tuple[NodeProfile, Avail]]] | None:
+        """Where ``req`` would fit now, for its whole limit, were ``victims`` gone."""
+        ids = frozenset(victims)
+        end, job_end = self.now + duration, self.now + expected
+        for cand in candidates:
+            if end > cand.not_after:
+                continue
+            fitting = []
+            for node in cand.nodes:
+                trial = preempt.freed(node, ids)
+                avail = trial.window(self.now, end, cand.ignore, job_end)
+                if trial.fits(avail, shape, req.exclusive):
+                    fitting.append((trial, avail))
+            chosen = self.choose(fitting, shape, cand)
+            if chosen is not None:
+                return cand, chosen
+        return None
+
+    def preempt(
+        self,
+        req: JobRequest,
+        shape: Shape,
+        cand: _Candidate,
+        chosen: list[tuple[NodeProfile, Avail]],
+        victims: frozenset[int],
+    ) -> None:
+        owner = preempt.claim_owner(req.job_id)
+        placements = []
+        for trial, avail in chosen:
+            node = self.nodes[trial.name]
+            if req.exclusive:
+                cpus, mem = node.view.cpus_total, node.view.mem_total_mb
+                gpus = tuple(sorted(node.all_gpus))
+            else:
+                cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
+                gpus = _pick_gpus(avail.gpus, shape.gpus_per_node)
+            for hold in preempt.claim_holds(node, owner, cpus, mem, gpus, victims, self.now):
+                node.hold(hold)
+            placements.append(Placement(node.name, cpus, mem, gpus))
+        self.profile_version += 1
+        self.preempted |= victims
+        self.preemptions.append(
+            Preemption(req.job_id, cand.partition.name, tuple(placements), tuple(sorted(victims)))
+        )
+        self.reasons[req.job_id] = RESOURCES
+        nodes = tuple(p.node for p in placements)
+        start = max(preempt.victims_end(self.nodes[n], victims, self.now) for n in nodes)
+        self.forecasts[req.job_id] = Forecast(
+            req.job_id, start, cand.partition.name, nodes, True, tuple(sorted(victims))
+        )
 
     # ------------------------------------------------------------ later
 
