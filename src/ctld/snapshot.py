@@ -109,29 +109,41 @@ class SnapshotBuilder:
                 st.predicted[job_id] = req.predicted_s
             pending.append(req)
         pending.sort(key=lambda r: (-r.priority, r.submit_time, r.job_id))
-        running = tuple(
-            RunningView(
-                job_id=j.job_id,
-                end_time=j.start_time + j.time_limit_s if j.time_limit_s >= 0 else INFINITY,
-                placements=tuple(
-                    Placement(a.node, a.cpus, a.mem_mb, tuple(a.gpu_indices)) for a in j.allocations
-                ),
-                user=j.user,
-                qos=j.qos,
-                start_time=j.start_time,
-                predicted_s=st.predicted.get(j.job_id, 0),
+        book = st.preemptions
+        running = []
+        for j in on_node:
+            victim = book.victim(j)
+            end = j.start_time + j.time_limit_s if j.time_limit_s >= 0 else INFINITY
+            running.append(
+                RunningView(
+                    job_id=j.job_id,
+                    # one being preempted is gone by its deadline (grace time + KillWait)
+                    end_time=min(end, victim.deadline) if victim is not None else end,
+                    placements=tuple(
+                        Placement(a.node, a.cpus, a.mem_mb, tuple(a.gpu_indices))
+                        for a in j.allocations
+                    ),
+                    user=j.user,
+                    qos=j.qos,
+                    start_time=j.start_time,
+                    predicted_s=st.predicted.get(j.job_id, 0),
+                    priority=j.priority,
+                    preemptable=(
+                        victim is None and j.state == js.RUNNING and not j.spec.allocation_only
+                    ),
+                )
             )
-            for j in on_node
-        )
         return Snapshot(
             version=st.version,
             now=now,
             nodes=nodes,
             partitions=parts,
             pending=tuple(pending),
-            running=running,
+            running=tuple(running),
             reservations=st.reservations.views(),
             settings=self.settings,
+            qos=st.qos.views(),
+            claims=book.claim_views(),
         )
 
     def request_for(self, job: pb.Job) -> JobRequest:

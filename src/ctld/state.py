@@ -24,12 +24,14 @@ from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.nodes import NodeRecord
 from ctld.priorities import Priorities
+from ctld.qos import QosTable
 from ctld.reservations import Reservations
 from ctld.sched import JobRequest, job_shape
 from ctld.sched.predict import RunTimePredictor
 from ctld.store import Op, Store, insert_job, update_job
 from ctld.usage import UsageLedger
 from ctld.validate import NodeCapacity, request_from_spec
+from ctld.victims import Preemptions
 
 log = structlog.get_logger("ctld")
 
@@ -70,6 +72,8 @@ class State:
         # as its request was last built, kept while it runs
         self.predictor = RunTimePredictor()
         self.predicted: dict[int, int] = {}
+        self.qos = QosTable(config)  # the one QOS lookup (config, or sacctmgr's)
+        self.preemptions = Preemptions()
 
     # ------------------------------------------------------------ loading
 
