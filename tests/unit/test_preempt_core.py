@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ctld.sched import (
     Claim,
     JobRequest,
@@ -11,6 +13,7 @@ from ctld.sched import (
     QosView,
     RunningView,
     Snapshot,
+    backfill,
     schedule,
 )
 
@@ -181,3 +184,11 @@ def test_claim_counts_only_what_is_free_while_victims_leave() -> None:
     assert starts(5) == []  # it would fit now, but hold the claim's CPUs afterwards
     unclaimed = snap(JobRequest(11, ("p",), cpus_per_task=5), running=(victim,), nodes=("n1",))
     assert [s.job_id for s in schedule(unclaimed).starts] == [11]
+
+
+def test_a_pass_searches_for_a_bounded_number_of_preemptors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(backfill, "MAX_PREEMPT_SEARCHES", 1)
+    plan = schedule(snap(high(10), high(11), running=full()))
+    assert [p.job_id for p in plan.preemptions] == [10]  # 11's turn comes next pass

@@ -38,9 +38,9 @@ def pool(
     qos: dict[str, QosView],
     may_preempt: dict[str, frozenset[str]],
     taken: set[int],
-    nodes: set[str],
+    nodes: set[str] | None = None,
 ) -> list[RunningView]:
-    """The running jobs a job of ``own_qos`` may preempt on ``nodes``, lowest first."""
+    """The running jobs a job of ``own_qos`` may preempt (on ``nodes``), lowest first."""
     own = own_qos or DEFAULT_QOS
     allowed = may_preempt.get(own, frozenset())
     found = []
@@ -54,7 +54,7 @@ def pool(
             or not run.preemptable
             or run.job_id in taken
             or own in may_preempt.get(name, frozenset())  # it could preempt back: no loops
-            or not any(p.node in nodes for p in run.placements)
+            or (nodes is not None and not any(p.node in nodes for p in run.placements))
         ):
             continue
         found.append(run)
