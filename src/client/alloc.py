@@ -112,7 +112,10 @@ def wait_running(api: Controller, prog: str, job_id: str) -> t.Job:
         if not queued_said and time.monotonic() - started > 0.3:
             say(prog, f"job {job_id} queued and waiting for resources")
             queued_said = True
-        time.sleep(0.05 if time.monotonic() - started < 2 else 0.5)
+        # ctld starts a job that fits within milliseconds of its submit: look again soon,
+        # then less and less often (a job that waits in the queue costs few calls)
+        waited = time.monotonic() - started
+        time.sleep(0.003 if waited < 0.05 else 0.02 if waited < 0.5 else 0.1 if waited < 5 else 0.5)
 
 
 def release(api: Controller, prog: str, job_id: str, exit_code: int, exit_signal: int = 0) -> None:

@@ -47,7 +47,7 @@ def salloc(argv: list[str]) -> int:
         cli.pop(key, None)
     if not command:
         command = [os.environ.get("SHELL") or "/bin/sh"]
-    api = connect(grpc=True)  # long-lived: gRPC, as srun inside it
+    api = connect()  # the gateway, as srun inside it
     with option_errors():
         opts = merge(parser, cli, "", {})
     job_id = request_allocation(api, PROG, opts, argv, os.path.basename(command[0]))

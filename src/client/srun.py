@@ -1,36 +1,42 @@
 """srun: run a job step's tasks on the allocation's nodes, their I/O streamed back.
 
-Inside an allocation (SLURM_JOB_ID set, or --jobid) srun asks ctld for a step, opens
-one RunTasks stream to each node's noded (the step's first node first: it picks
-MASTER_PORT), forwards stdin and signals, prints the tasks' output as it comes
-(``-l`` prefixes ``RANK: ``) and exits with the highest task exit code (128+signal for
-a signalled task). Outside an allocation it first allocates, and releases afterwards.
+Inside an allocation (SLURM_JOB_ID set, or --jobid) srun asks ctld for a step (over
+the HTTP/JSON gateway), opens one task stream to each node's noded (corral/stepstream.py;
+the step's first node first: it picks MASTER_PORT), forwards stdin and signals, prints
+the tasks' output as it comes (``-l`` prefixes ``RANK: ``) and exits with the highest
+task exit code (128+signal for a signalled task). Outside an allocation it first
+allocates, and releases afterwards.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import json
 import os
+import selectors
 import shlex
 import signal
+import socket
 import sys
-import threading
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
 
 from client.alloc import allocation_options, release, request_allocation, say
 from client.common import option_errors, run
 from client.jobopts import export_environment, merge, parse_gpus
 from client.options import FLAG, OPTIONAL, Option, OptionParser
+from client.taskstream import NodeStream
 from corral import __version__
+from corral import stepstream as ss
 from corral.api import Controller, connect
 from corral.errors import CorralError, InvalidOption, StepBusy
 from corral.patterns import expand_pattern
 from corral.tasks import validate_gpu_bind
 
+TYPE_CHECKING = False  # typing costs start-up time; srun is about start-up
 if TYPE_CHECKING:
+    from typing import Any
+
+    from client.common import Json
     from corral.wire import json_types as t
 
 PROG = "srun"
@@ -86,7 +92,7 @@ def srun(argv: list[str]) -> int:
     if cli.pop("version", False):
         sys.stdout.write(f"slurm {__version__} (corral srun)\n")
         return 0
-    api = connect(grpc=True)  # srun streams over gRPC anyway: the controller too
+    api = connect()  # the gateway (HTTP/JSON): no grpc or protobuf in srun's start-up
     job_id = str(cli.get("jobid") or os.environ.get("SLURM_JOB_ID", ""))
     mine = not job_id
     if mine:
@@ -95,7 +101,7 @@ def srun(argv: list[str]) -> int:
         job_id = request_allocation(api, PROG, opts, argv, os.path.basename(command[0]))
     code, sig = 1, 0
     try:
-        code, sig = asyncio.run(Step(api, job_id, cli, command, argv).run())
+        code, sig = Step(api, job_id, cli, command, argv).run()
     finally:
         if mine:
             release(api, PROG, job_id, code, sig)
@@ -159,14 +165,14 @@ def step_spec(job_id: str, cli: dict[str, Any], command: list[str], argv: list[s
 class Output:
     """Where the tasks' bytes go: srun's stdout/stderr (optionally labelled) or files."""
 
-    def __init__(self, cli: dict[str, Any], job: Any, step: Any) -> None:
+    def __init__(self, cli: dict[str, Any], job: Json, step: Json) -> None:
         self.label = bool(cli.get("label"))
         self.unbuffered = bool(cli.get("unbuffered"))
         self.patterns = {False: cli.get("output"), True: cli.get("error") or cli.get("output")}
         self.job, self.step = job, step
         self.partial: dict[tuple[int, bool], bytes] = {}
         self.files: dict[str, Any] = {}
-        self.node_of = {r: n for n in step.nodes for r in n.ranks}
+        self.node_of = {int(r): n for n in step.get("nodes", []) for r in n.get("ranks", [])}
 
     def _target(self, rank: int, is_err: bool) -> Any:
         pattern = self.patterns[is_err]
@@ -175,20 +181,20 @@ class Output:
         node = self.node_of.get(rank)
         path = expand_pattern(
             pattern,
-            job_id=self.job.job_id,
-            job_name=self.job.spec.name,
-            user=self.job.user,
-            node=node.node if node else "",
-            node_id=node.node_id if node else 0,
+            job_id=int(self.job.get("jobId", 0)),
+            job_name=str(self.job.get("spec", {}).get("name", "")),
+            user=str(self.job.get("user", "")),
+            node=str(node.get("node", "")) if node else "",
+            node_id=int(node.get("nodeId", 0)) if node else 0,
             task_id=rank,
-            step=str(self.step.step_id),
+            step=str(self.step.get("stepId", 0)),
         )
         fh = self.files.get(path)
         if fh is None:
             fh = self.files[path] = open(path, "wb")  # noqa: SIM115 (closed in close())
         return fh
 
-    def write(self, rank: int, is_err: bool, data: bytes) -> None:
+    def write(self, rank: int, is_err: bool, data: bytes | bytearray) -> None:
         """Whole lines only (Slurm's default), so tasks interleave by line, never mid-line;
         -u passes bytes through as they come."""
         out = self._target(rank, is_err)
@@ -196,12 +202,24 @@ class Output:
             out.write(data)
             out.flush()
             return
-        data = self.partial.pop((rank, is_err), b"") + data
-        *lines, rest = data.split(b"\n")
+        key = (rank, is_err)
+        if not self.label:  # the whole lines at once: one search, no split
+            cut = data.rfind(b"\n") + 1
+            if not cut:
+                self.partial[key] = self.partial.get(key, b"") + data
+                return
+            out.write(self.partial.pop(key, b""))
+            out.write(data[:cut])
+            if cut < len(data):
+                self.partial[key] = bytes(data[cut:])
+            out.flush()
+            return
+        joined = self.partial.pop(key, b"") + data
+        *lines, rest = joined.split(b"\n")
         if rest:
-            self.partial[(rank, is_err)] = rest
+            self.partial[key] = rest
         if lines:
-            prefix = f"{rank}: ".encode() if self.label else b""
+            prefix = f"{rank}: ".encode()
             out.write(b"".join(prefix + line + b"\n" for line in lines))
             out.flush()
 
@@ -215,7 +233,15 @@ class Output:
             fh.close()
 
 
+#: what srun passes on to the tasks (SIGINT is its own: see Step._on_interrupt)
+FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+STDIN_HIGH_WATER = 4 * 1024 * 1024  # queued for a node before srun stops reading stdin
+
+
 class Step:
+    """One job step: CreateStep over the gateway, a task stream to each node driven by
+    one selector loop (output, exits, stdin, signals), CompleteStep."""
+
     def __init__(
         self,
         api: Controller,
@@ -226,60 +252,51 @@ class Step:
     ) -> None:
         self.api, self.job_id, self.cli, self.command, self.argv = api, job_id, cli, command, argv
         self.exits: dict[int, tuple[int, int]] = {}
-        self.queues: dict[str, asyncio.Queue[Any]] = {}
-        self.started: dict[str, asyncio.Event] = {}
-        self.done_nodes: set[str] = set()  # nodes whose tasks all ended
+        self.streams: dict[str, NodeStream] = {}
+        self.failures: list[str] = []
         self.interrupted_at = 0.0
         self.killed = False
         self.first_exit_at = 0.0
+        self.wait_deadline = 0.0
+        self.stdin_conns: list[NodeStream] = []
+        self.stdin_open = False
 
-    async def run(self) -> tuple[int, int]:
-        from google.protobuf import json_format
-
-        from corral.wire import corral_pb2 as pb
-
-        reply = await self._create_step()
-        step = json_format.ParseDict(dict(reply["step"]), pb.Step())
-        job = json_format.ParseDict(dict(reply["job"]), pb.Job())
-        self.step, self.job, self.pb = step, job, pb
+    def run(self) -> tuple[int, int]:
+        reply = self._create_step()
+        step: Json = reply.get("step", {})
+        job: Json = reply.get("job", {})
+        self.step, self.job = step, job
+        self.nodes: list[Json] = list(step.get("nodes", []))
+        self.ntasks = int(step.get("ntasks", 0))
         self.step_credential = str(reply.get("stepCredential", ""))
         if self.cli.get("pty"):
             self.cli["unbuffered"] = True  # Slurm: --pty implies -u
             self.cli.pop("label", None)
-        self.output = Output(self.cli, job, step)
-        self.name = f"StepId={job.job_id}.{step.step_id}"
-        loop = asyncio.get_running_loop()
-        restore = self._raw_terminal(loop) if self.cli.get("pty") else None
-        loop.add_signal_handler(signal.SIGINT, self._on_interrupt)
-        for forwarded in (
-            signal.SIGTERM,
-            signal.SIGHUP,
-            signal.SIGQUIT,
-            signal.SIGUSR1,
-            signal.SIGUSR2,
-        ):
-            loop.add_signal_handler(forwarded, self._forward, int(forwarded))
+        self.name = f"StepId={job.get('jobId', self.job_id)}.{step.get('stepId', 0)}"
         code, sig = 1, 0
-        try:
-            code, sig = await self._run_streams(reply.get("cluster", ""))
+        output = None
+        try:  # from here on the step exists: whatever fails, it is completed below
+            output = self.output = Output(self.cli, job, step)
+            code, sig = self._run_streams(str(reply.get("cluster", "")))
         finally:
-            if restore is not None:
-                restore()
-            self.output.close()
+            for conn in self.streams.values():
+                conn.close()
+            if output is not None:
+                output.close()
             codes = [c for c, killed in self.exits.values() if not killed]
             # the job may have ended (scancel): the step ended with it
             with contextlib.suppress(CorralError):
                 self.api.complete_step(
                     {
-                        "jobId": str(job.job_id),
-                        "stepId": step.step_id,
+                        "jobId": str(job.get("jobId", self.job_id)),
+                        "stepId": int(step.get("stepId", 0)),
                         "exitCode": max(codes, default=code),
                         "exitSignal": sig,
                     },
                 )
         return code, sig
 
-    async def _create_step(self) -> t.CreateStepResponse:
+    def _create_step(self) -> t.CreateStepResponse:
         """CreateStep; while other steps hold what this one needs, wait (Slurm's words)."""
         with option_errors():
             spec = step_spec(self.job_id, self.cli, self.command, self.argv)
@@ -295,7 +312,7 @@ class Step:
                         "(Requested nodes are busy)",
                     )
                     waited = True
-                await asyncio.sleep(0.2)
+                time.sleep(0.2)
                 continue
             except CorralError as exc:
                 raise type(exc)(
@@ -306,120 +323,233 @@ class Step:
                 say(PROG, f"Step created for StepId={self.job_id}.{step.get('stepId', 0)}")
             return reply
 
-    async def _run_streams(self, cluster: str) -> tuple[int, int]:
-        import grpc
-        from grpc import aio
+    # ------------------------------------------------------------ the streams
 
-        from corral.wire import corral_pb2_grpc as pbg
-
-        pb, step = self.pb, self.step
+    def _run_streams(self, cluster: str) -> tuple[int, int]:
         env = export_environment(self.cli.get("export", "ALL"), dict(os.environ))
         stdin_ranks = self._stdin_ranks()
-        first = step.nodes[0]
-        master_addr = first.address.rpartition(":")[0] or first.node
-        channels = {n.node: aio.insecure_channel(n.address) for n in step.nodes}
-        failures: list[str] = []
+        first = self.nodes[0]
+        master_addr = str(first.get("address", "")).rpartition(":")[0] or str(first["node"])
+        timeout = self.api.timeout
 
-        def start_for(node: Any, port: int) -> Any:
-            request = pb.RunTasksRequest(
-                job=self.job,
-                step=step,
-                node=node.node,
-                environment=env,
-                cwd=self.cli.get("chdir") or os.getcwd(),
-                stdin_ranks=[r for r in node.ranks if r in stdin_ranks],
-                master_addr=master_addr,
-                master_port=port,
-                cluster=cluster,
-                step_credential=self.step_credential,
-            )
-            if self.cli.get("pty") and 0 in node.ranks:
-                request.pty.CopyFrom(self._window())
-            return pb.TaskInput(start=request)
+        def body(node: Json, port: int) -> dict[str, Any]:
+            out: dict[str, Any] = {
+                "jobId": int(self.job.get("jobId", self.job_id)),
+                "stepId": int(self.step.get("stepId", 0)),
+                "node": node["node"],
+                "environment": env,
+                "cwd": self.cli.get("chdir") or os.getcwd(),
+                "stdinRanks": [int(r) for r in node.get("ranks", []) if int(r) in stdin_ranks],
+                "masterAddr": master_addr,
+                "masterPort": port,
+                "cluster": cluster,
+            }
+            if self.cli.get("pty") and 0 in [int(r) for r in node.get("ranks", [])]:
+                rows, cols = self._window()
+                out["pty"] = {"rows": rows, "cols": cols}
+            return out
 
-        async def requests(node: Any, port: int) -> AsyncIterator[Any]:
-            yield start_for(node, port)
-            # nothing more before the node answered: a write racing a refusal would
-            # turn its reason into gRPC's INTERNAL. After that, noded keeps the stream
-            # open until this side half-closes, so no write can meet a finished call.
-            await self.started[node.node].wait()
-            queue = self.queues[node.node]
-            while True:
-                item = await queue.get()
-                if item is None:
-                    return
-                yield item
-
-        async def consume(node: Any, call: Any, first_event: Any = None) -> None:
+        # the first node first: it picks MASTER_PORT, which the others are given
+        head = NodeStream(first, timeout)
+        self.streams[head.name] = head
+        head.start(self.step_credential, body(first, 0))
+        kind, payload = head.await_started()
+        if kind != ss.STARTED:
+            why = payload.decode(errors="replace") if kind == ss.REFUSED else "no answer"
+            raise CorralError(f"{head.name}: {why}")
+        head.started = True
+        port = int(json.loads(payload).get("masterPort", 0))
+        for node in self.nodes[1:]:
             try:
-                if first_event is not None:
-                    self._event(node, first_event)
-                eof = aio.EOF  # type: ignore[attr-defined]
-                while (event := await call.read()) is not eof:
-                    self._event(node, event)
-            except grpc.RpcError as exc:
-                if all(r in self.exits for r in node.ranks):
-                    return  # its tasks had all ended: a late write raced the stream's end
-                detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-                failures.append(f"{node.node}: {detail}")
-                for rank in node.ranks:
-                    self.exits.setdefault(rank, (1, 0))
-                self._kill_all()
-            finally:
-                self._node_done(node.node)
-
-        for n in step.nodes:
-            self.queues[n.node] = asyncio.Queue()
-            self.started[n.node] = asyncio.Event()
-        stubs = {name: pbg.NodeAgentStub(ch) for name, ch in channels.items()}
-        try:
-            head = stubs[first.node].RunTasks(requests(first, 0))
-            try:
-                started = await head.read()
-            except grpc.RpcError as exc:
-                detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-                raise CorralError(f"{first.node}: {detail}") from None
-            port = getattr(getattr(started, "started", None), "master_port", 0)
-            workers = [asyncio.create_task(consume(first, head, started))]
-            for n in step.nodes[1:]:
-                workers.append(
-                    asyncio.create_task(consume(n, stubs[n.node].RunTasks(requests(n, port))))
-                )
-            if stdin_ranks:
-                self._start_stdin({n.node for n in step.nodes if set(n.ranks) & stdin_ranks})
-            else:
-                for q in self.queues.values():
-                    q.put_nowait(pb.TaskInput(stdin_eof=True))
-            await asyncio.gather(*workers)
-        finally:
-            for ch in channels.values():
-                await ch.close(None)
-        for failure in failures:
+                conn = NodeStream(node, timeout)
+                conn.start(self.step_credential, body(node, port))
+            except (CorralError, OSError) as exc:
+                self._lost(str(node.get("node", "")), [int(r) for r in node.get("ranks", [])], exc)
+                continue
+            self.streams[conn.name] = conn
+        self.stdin_conns = [c for c in self.streams.values() if set(c.ranks) & stdin_ranks]
+        for conn in self.streams.values():
+            if conn not in self.stdin_conns:
+                conn.send(ss.STDIN_EOF)
+        self._loop(bool(self.stdin_conns))
+        for failure in self.failures:
             say(PROG, f"error: {failure}")
         return self._result()
 
-    def _window(self) -> Any:
+    def _loop(self, with_stdin: bool) -> None:
+        sel = selectors.PollSelector()  # poll, not epoll: stdin may be a regular file
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        forwarded = (*FORWARDED, signal.SIGINT, signal.SIGWINCH)
+        saved = {sig: signal.signal(sig, _noted) for sig in forwarded}
+        old_wakeup = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        restore = self._raw_terminal() if self.cli.get("pty") else None
+        try:
+            sel.register(wake_r, selectors.EVENT_READ, None)
+            for conn in self.streams.values():
+                sel.register(conn.sock, self._events(conn), conn)
+            if with_stdin:
+                self.stdin_open = True
+                try:
+                    sel.register(0, selectors.EVENT_READ, "stdin")
+                except (ValueError, OSError):  # no stdin at all: end of input
+                    self._stdin_ended(sel)
+            for conn in list(self.streams.values()):  # what came with STARTED
+                self._dispatch(conn, sel)
+            # a node whose every exit is in has sent all its output (exits come after
+            # the pipes' end, in order): once DONE is written srun need not wait for
+            # noded's clean-up to close the stream
+            while any(not c.closed and not (c.done and not c.wbuf) for c in self.streams.values()):
+                timeout = None
+                if self.wait_deadline:
+                    timeout = max(0.0, self.wait_deadline - time.monotonic())
+                for key, mask in sel.select(timeout):
+                    what = key.data
+                    if what is None:
+                        self._signals(wake_r)
+                    elif what == "stdin":
+                        self._read_stdin(sel)
+                    else:
+                        self._ready(what, mask, sel)
+                if self.wait_deadline and time.monotonic() >= self.wait_deadline:
+                    self.wait_deadline = 0.0
+                    self._wait_expired()
+                self._update(sel)
+        finally:
+            if restore is not None:
+                restore()
+            signal.set_wakeup_fd(old_wakeup)
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
+            sel.close()
+            wake_r.close()
+            wake_w.close()
+
+    @staticmethod
+    def _events(conn: NodeStream) -> int:
+        return selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.wbuf else 0)
+
+    def _update(self, sel: selectors.BaseSelector) -> None:
+        """Each open stream wants writes only while it has something to send; stdin is
+        read only while every node has room for it (flow control for input)."""
+        for conn in self.streams.values():
+            if conn.closed:
+                continue
+            events = self._events(conn)
+            if sel.get_key(conn.sock).events != events:
+                sel.modify(conn.sock, events, conn)
+        if self.stdin_open:
+            full = any(len(c.wbuf) > STDIN_HIGH_WATER for c in self.stdin_conns)
+            registered = 0 in sel.get_map()
+            if full and registered:
+                sel.unregister(0)
+            elif not full and not registered:
+                sel.register(0, selectors.EVENT_READ, "stdin")
+
+    def _ready(self, conn: NodeStream, mask: int, sel: selectors.BaseSelector) -> None:
+        if mask & selectors.EVENT_WRITE and not conn.flush():
+            self._closed(conn, sel)
+            return
+        if mask & selectors.EVENT_READ:
+            alive = conn.receive()
+            self._dispatch(conn, sel)
+            if not alive:
+                self._closed(conn, sel)
+
+    def _dispatch(self, conn: NodeStream, sel: selectors.BaseSelector) -> None:
+        for kind, payload in conn.frames():
+            if kind == ss.STDOUT or kind == ss.STDERR:
+                rank = ss.RANK.unpack_from(payload)[0]
+                self.output.write(rank, kind == ss.STDERR, payload[4:])
+            elif kind == ss.EXIT:
+                rank, code, sig = ss.EXIT_FIELDS.unpack(payload)
+                self.exits[rank] = (code, sig)
+                if all(r in self.exits for r in conn.ranks):
+                    self._node_done(conn)
+                self._report_exit(conn.name, rank, code, sig)
+                self._after_exit(code, sig)
+            elif kind == ss.STARTED:
+                conn.started = True
+            elif kind == ss.REFUSED:
+                why = bytes(payload).decode(errors="replace")
+                self._lost(conn.name, conn.ranks, why)
+                self._closed(conn, sel, quiet=True)
+                return
+
+    def _closed(self, conn: NodeStream, sel: selectors.BaseSelector, quiet: bool = False) -> None:
+        if conn.closed:
+            return
+        if not quiet and not all(r in self.exits for r in conn.ranks):
+            self._lost(conn.name, conn.ranks, "the connection to its noded was lost")
+        with contextlib.suppress(KeyError, ValueError):
+            sel.unregister(conn.sock)
+        conn.close()
+
+    def _lost(self, node: str, ranks: list[int], why: object) -> None:
+        self.failures.append(f"{node}: {why}")
+        for rank in ranks:
+            self.exits.setdefault(rank, (1, 0))
+        self._kill_all()
+
+    def _signals(self, wake: socket.socket) -> None:
+        try:
+            got = wake.recv(256)
+        except BlockingIOError:
+            return
+        for sig in got:
+            if sig == signal.SIGINT:
+                self._on_interrupt()
+            elif sig == signal.SIGWINCH:
+                self._resized()
+            else:
+                self._send_signal(sig)
+
+    def _read_stdin(self, sel: selectors.BaseSelector) -> None:
+        try:
+            chunk = os.read(0, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._stdin_ended(sel)
+            return
+        for conn in self.stdin_conns:
+            if not conn.done:
+                conn.send(ss.STDIN, chunk)
+
+    def _stdin_ended(self, sel: selectors.BaseSelector) -> None:
+        self.stdin_open = False
+        with contextlib.suppress(KeyError, ValueError):
+            sel.unregister(0)
+        for conn in self.stdin_conns:
+            if not conn.done:
+                conn.send(ss.STDIN_EOF)
+
+    def _window(self) -> tuple[int, int]:
         try:
             cols, rows = os.get_terminal_size(0)
         except OSError:
             cols, rows = 80, 24
-        return self.pb.WindowSize(rows=rows, cols=cols)
+        return rows, cols
 
-    def _raw_terminal(self, loop: asyncio.AbstractEventLoop) -> Any:
+    def _resized(self) -> None:
+        """--pty: the task's terminal follows srun's."""
+        if not self.cli.get("pty"):
+            return
+        for conn in self.streams.values():
+            if 0 in conn.ranks and not conn.done:
+                conn.send(ss.WINDOW, ss.WINDOW_FIELDS.pack(*self._window()))
+
+    def _raw_terminal(self) -> Any:
         """--pty: srun's terminal passes every key through (Ctrl-C, Ctrl-Z reach the
-        task's terminal, where they become its signals) and resizes follow. Returns
-        what restores the terminal."""
+        task's terminal, where they become its signals). Returns what restores it."""
+        if not os.isatty(0):
+            return None
         import termios
         import tty
 
-        def resized() -> None:
-            node = next(n.node for n in self.step.nodes if 0 in n.ranks)
-            if node not in self.done_nodes and node in self.queues:
-                self.queues[node].put_nowait(self.pb.TaskInput(window=self._window()))
-
-        loop.add_signal_handler(signal.SIGWINCH, resized)
-        if not os.isatty(0):
-            return None
         saved = termios.tcgetattr(0)
         tty.setraw(0)
         return lambda: termios.tcsetattr(0, termios.TCSADRAIN, saved)
@@ -434,89 +564,53 @@ class Step:
             return {int(mode)}
         if mode != "all":
             raise InvalidOption(f"Invalid --input: {mode} (all, none or a task id)")
-        return set(range(self.step.ntasks))
+        return set(range(self.ntasks))
 
-    def _start_stdin(self, nodes: set[str]) -> None:
-        loop = asyncio.get_running_loop()
-        pb = self.pb
-
-        def put(item: Any) -> None:
-            for name in nodes - self.done_nodes:
-                self.queues[name].put_nowait(item)
-
-        def pump() -> None:  # a daemon thread: a blocked read never holds srun's exit
+    def _report_exit(self, node: str, rank: int, code: int, sig: int) -> None:
+        if sig:
             try:
-                while chunk := os.read(0, 65536):
-                    loop.call_soon_threadsafe(put, pb.TaskInput(stdin=chunk))
-            except OSError:
-                pass
-            loop.call_soon_threadsafe(put, pb.TaskInput(stdin_eof=True))
-
-        threading.Thread(target=pump, daemon=True, name="srun-stdin").start()
-
-    def _event(self, node: Any, event: Any) -> None:
-        what = event.WhichOneof("what")
-        if what == "started":
-            self.started[node.node].set()
-        elif what == "output":
-            self.output.write(event.output.rank, event.output.stderr, event.output.data)
-        elif what == "exit":
-            ex = event.exit
-            self.exits[ex.rank] = (ex.exit_code, ex.exit_signal)
-            if all(r in self.exits for r in node.ranks):
-                self._node_done(node.node)
-            self._report_exit(node.node, ex)
-            self._after_exit(ex)
-
-    def _report_exit(self, node: str, ex: Any) -> None:
-        if ex.exit_signal:
-            try:
-                how = signal.Signals(ex.exit_signal).name.removeprefix("SIG").capitalize()
+                how = signal.Signals(sig).name.removeprefix("SIG").capitalize()
             except ValueError:
-                how = f"Signal {ex.exit_signal}"
+                how = f"Signal {sig}"
             how = {"Kill": "Killed", "Term": "Terminated", "Int": "Interrupt"}.get(how, how)
             if not self.killed:
-                say(PROG, f"error: {node}: task {ex.rank}: {how}")
-        elif ex.exit_code:
-            say(PROG, f"error: {node}: task {ex.rank}: Exited with exit code {ex.exit_code}")
+                say(PROG, f"error: {node}: task {rank}: {how}")
+        elif code:
+            say(PROG, f"error: {node}: task {rank}: Exited with exit code {code}")
 
-    def _after_exit(self, ex: Any) -> None:
-        bad = ex.exit_code or ex.exit_signal
+    def _after_exit(self, code: int, sig: int) -> None:
+        bad = code or sig
         if bad and self.cli.get("kill_on_bad_exit") not in (None, "0") and not self.killed:
             say(PROG, f"Terminating {self.name}")
             self._kill_all()
         wait = self.cli.get("wait")
-        if wait and not self.first_exit_at and len(self.exits) < self.step.ntasks:
+        if wait and not self.first_exit_at and len(self.exits) < self.ntasks:
             self.first_exit_at = time.monotonic()
             try:
                 seconds = float(wait)
             except ValueError:
                 raise InvalidOption(f"Invalid --wait value: {wait}") from None
             if seconds > 0:
-                asyncio.get_running_loop().call_later(seconds, self._wait_expired)
+                self.wait_deadline = self.first_exit_at + seconds
 
     def _wait_expired(self) -> None:
-        if len(self.exits) < self.step.ntasks:
+        if len(self.exits) < self.ntasks:
             say(PROG, "error: Timed out waiting for job step to complete")
             self._kill_all()
 
     def _send_signal(self, sig: int) -> None:
-        for name, q in self.queues.items():
-            if name not in self.done_nodes:  # a finished stream takes no more messages
-                q.put_nowait(self.pb.TaskInput(signal=sig))
+        for conn in self.streams.values():
+            if not conn.done:  # a finished stream takes no more messages
+                conn.send(ss.SIGNAL, ss.SIGNAL_FIELD.pack(sig))
 
-    def _node_done(self, name: str) -> None:
-        if name not in self.done_nodes:
-            self.done_nodes.add(name)
-            self.queues[name].put_nowait(None)  # ends that node's request stream
-            self.started[name].set()  # a node that failed before starting: end it too
+    def _node_done(self, conn: NodeStream) -> None:
+        if not conn.done:
+            conn.send(ss.DONE)  # noded ends the stream once it has this
+            conn.done = True
 
     def _kill_all(self) -> None:
         self.killed = True
         self._send_signal(signal.SIGKILL)
-
-    def _forward(self, sig: int) -> None:
-        self._send_signal(sig)
 
     def _on_interrupt(self) -> None:
         now = time.monotonic()
@@ -527,7 +621,8 @@ class Step:
             return
         self.interrupted_at = now
         say(PROG, "interrupt (one more within 1 sec to abort)")
-        running = sorted(r for n in self.step.nodes for r in n.ranks if r not in self.exits)
+        ranks = [int(r) for n in self.nodes for r in n.get("ranks", [])]
+        running = sorted(r for r in ranks if r not in self.exits)
         done = sorted(self.exits)
         if running:
             say(PROG, f"{self.name} tasks {_ranges(running)}: running")
@@ -542,9 +637,13 @@ class Step:
                 code = max(code, 128 + exit_signal)
             else:
                 code = max(code, exit_code)
-        if len(self.exits) < self.step.ntasks:
+        if len(self.exits) < self.ntasks:
             code = max(code, 1)
         return code, first_signal
+
+
+def _noted(signum: int, frame: object) -> None:
+    """The signal's number reaches srun's loop through the wake-up socket."""
 
 
 def _ranges(ranks: list[int]) -> str:

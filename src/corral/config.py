@@ -28,6 +28,9 @@ DEFAULT_SOCKET = "/run/corral/ctld.sock"
 AUTH_TYPES = ("local", "munge", "jwt")
 PRIVATE_DATA = ("jobs", "accounting")
 PREEMPT_MODES = ("", "requeue", "cancel", "off")  # Slurm's PreemptMode, SUSPEND aside
+# Slurm's AccountingStorageEnforce values corral knows (docs/config.md)
+ENFORCE = ("associations", "limits", "qos")
+TRES_NAMES = ("cpu", "mem", "gres/gpu")  # what accounting limits count (mem in MB)
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,10 @@ class ControllerConfig:
     log_json: bool = False
     job_requeue: bool = True  # Slurm's JobRequeue: a node failure requeues jobs by default
     requeue_delay_s: float = 0.0  # a requeued job waits this long (reason BeginTime)
+    # Slurm's AccountingStorageEnforce: "limits" (sacctmgr's limits hold or refuse jobs),
+    # "qos" (a job's QOS must be one its association may use), "associations" (a user
+    # without an association for the job's account is refused)
+    accounting_enforce: tuple[str, ...] = ("limits", "qos")
 
     @property
     def bind_host(self) -> str:
@@ -74,6 +81,7 @@ class NodedConfig:
     listen: str = ""  # empty: the node's own address (never every interface by default)
     port: int = DEFAULT_NODED_PORT
     step_port: int = DEFAULT_NODED_PORT + 3  # srun's RunTasks when the agent port is mTLS
+    stream_port: int = DEFAULT_NODED_PORT + 4  # srun's framed task stream (noded/stream.py)
     spool_dir: str = "/var/spool/corral"
     log_json: bool = False
     cgroups: str = "auto"  # "auto", "v2", "v1" or "none" (psutil monitoring only)
@@ -178,6 +186,12 @@ class SchedulerConfig:
     backfill_order: str = (
         "shortest"  # backfill candidates: "shortest" predicted first, or "priority"
     )
+    # pending jobs that cannot start one pass tries in full (Slurm's bf_max_job_test);
+    # starts, and jobs of a class that already failed in the pass, are not tries; 0: none
+    max_job_test: int = 500
+    # a job eligible this long goes ahead of every younger one and gets the reservation,
+    # kept by limits (the starvation guard); 0: off
+    starvation_guard_s: int = 0
     # Slurm's PreemptType=preempt/qos with its PreemptMode: "off" (preempt/none),
     # "requeue" or "cancel" (what a preempted job of a QOS without its own mode gets)
     preempt_mode: str = "off"
@@ -219,6 +233,15 @@ class QosConfig:
     preempt_mode: str = ""  # "requeue", "cancel" or "off"; "": the cluster's preempt_mode
     grace_time_s: int = 0  # a preempted job of this QOS gets SIGTERM, then this long to end
     usage_factor: float = 1.0  # scales fair-share usage and GPU-hours charged to its jobs
+    # accounting limits (sacctmgr's; TRES keys from TRES_NAMES, mem in MB); 0 / -1 / ():
+    # no limit
+    max_wall_s: int = UNLIMITED  # MaxWall: no job of this QOS may ask for longer
+    max_tres_per_user: tuple[tuple[str, int], ...] = ()  # MaxTRESPerUser (running jobs)
+    max_tres_per_job: tuple[tuple[str, int], ...] = ()  # MaxTRESPerJob (refused at submit)
+    max_submit_jobs_per_user: int = 0  # MaxSubmitJobsPerUser: pending + running
+    grp_tres: tuple[tuple[str, int], ...] = ()  # GrpTRES: all running jobs of the QOS
+    grp_jobs: int = 0  # GrpJobs: running jobs of the QOS
+    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -388,8 +411,16 @@ def _controller(sec: _Section) -> ControllerConfig:
         log_json=sec.get("log_json", bool, d.log_json),
         job_requeue=sec.get("job_requeue", bool, d.job_requeue),
         requeue_delay_s=sec.positive("requeue_delay_s", d.requeue_delay_s),
+        accounting_enforce=tuple(
+            v.lower() for v in sec.strings("accounting_enforce", d.accounting_enforce)
+        ),
     )
     sec.done()
+    for what in cfg.accounting_enforce:
+        if what not in ENFORCE:
+            raise ConfigError(
+                f"{sec.key('accounting_enforce')}: {what!r} is not associations, limits or qos"
+            )
     for what in cfg.private_data:
         if what not in PRIVATE_DATA:
             raise ConfigError(f"{sec.key('private_data')}: {what!r} is not jobs or accounting")
@@ -440,6 +471,7 @@ def _noded(sec: _Section) -> NodedConfig:
         listen=sec.get("listen", str, d.listen),
         port=sec.port("port", d.port),
         step_port=sec.port("step_port", d.step_port),
+        stream_port=sec.port("stream_port", d.stream_port),
         spool_dir=sec.get("spool_dir", str, d.spool_dir),
         log_json=sec.get("log_json", bool, d.log_json),
         cgroups=sec.get("cgroups", str, d.cgroups),
@@ -569,6 +601,8 @@ def _scheduler(sec: _Section) -> SchedulerConfig:
         max_array_size=sec.positive("max_array_size", d.max_array_size, allow_zero=False),
         predict=sec.get("predict", bool, d.predict),
         backfill_order=order,
+        max_job_test=sec.positive("max_job_test", d.max_job_test),
+        starvation_guard_s=sec.duration("starvation_guard", d.starvation_guard_s),
         preempt_mode=preempt_mode,
     )
     sec.done()
@@ -639,6 +673,13 @@ def _qos(sec: _Section) -> QosConfig:
         preempt_mode=sec.get("preempt_mode", str, ""),
         grace_time_s=sec.duration("grace_time", 0),
         usage_factor=float(sec.positive("usage_factor", 1.0)),
+        max_wall_s=sec.duration("max_wall", UNLIMITED),
+        max_tres_per_user=_tres_table(sec, "max_tres_per_user"),
+        max_tres_per_job=_tres_table(sec, "max_tres_per_job"),
+        max_submit_jobs_per_user=sec.positive("max_submit_jobs_per_user", 0),
+        grp_tres=_tres_table(sec, "grp_tres"),
+        grp_jobs=sec.positive("grp_jobs", 0),
+        description=sec.get("description", str, ""),
     )
     if cfg.preempt_mode not in PREEMPT_MODES:
         raise ConfigError(
@@ -646,6 +687,19 @@ def _qos(sec: _Section) -> QosConfig:
         )
     sec.done()
     return cfg
+
+
+def _tres_table(sec: _Section, name: str) -> tuple[tuple[str, int], ...]:
+    """A TRES limit table such as ``{ "gres/gpu" = 4, cpu = 32 }`` (mem in MB)."""
+    raw = sec.get(name, dict, {})
+    out: list[tuple[str, int]] = []
+    for key, value in raw.items():
+        if key not in TRES_NAMES:
+            raise ConfigError(f"{sec.key(name)}.{key}: unknown TRES (cpu, mem, gres/gpu)")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"{sec.key(name)}.{key}: must be an integer >= 0")
+        out.append((key, value))
+    return tuple(sorted(out))
 
 
 def preempt_loop(qos: Iterable[QosConfig]) -> list[str]:

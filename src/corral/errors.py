@@ -14,6 +14,7 @@ ctld, noded, the gateway and the commands agree without a lookup table elsewhere
     │   ├── InvalidPartition       INVALID_ARGUMENT     400  1  "Invalid partition name ..."
     │   ├── InvalidAccount         INVALID_ARGUMENT     400  1  "Invalid account or ..."
     │   ├── InvalidQos             INVALID_ARGUMENT     400  1  "Invalid qos specification"
+    │   ├── AccountingPolicy       INVALID_ARGUMENT     400  1  "Job violates accounting/QOS ..."
     │   ├── DependencyProblem      INVALID_ARGUMENT     400  1  "Job dependency problem"
     │   ├── ReservationInvalid     INVALID_ARGUMENT     400  1  "Requested reservation is invalid"
     │   ├── NodeConfigUnavailable  INVALID_ARGUMENT     400  1  "Requested node configuration ..."
@@ -112,6 +113,14 @@ class InvalidAccount(InvalidRequest):
 
 class InvalidQos(InvalidRequest):
     slurm_message = "Invalid qos specification"
+
+
+class AccountingPolicy(InvalidRequest):
+    """A submission over an accounting limit (MaxSubmitJobs, MaxWall, MaxTRESPerJob...)."""
+
+    slurm_message = (
+        "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)"
+    )
 
 
 class DependencyProblem(InvalidRequest):

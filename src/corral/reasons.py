@@ -21,6 +21,21 @@ class Reason(StrEnum):
     REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
     RESERVATION = "Reservation"
     QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
+    # accounting limits (sacctmgr), decided by the core from the limits in the snapshot
+    ASSOC_GRP_GRES = "AssocGrpGRES"
+    ASSOC_GRP_CPU = "AssocGrpCpuLimit"
+    ASSOC_GRP_MEM = "AssocGrpMemLimit"
+    ASSOC_GRP_JOBS = "AssocGrpJobsLimit"
+    ASSOC_MAX_JOBS = "AssocMaxJobsLimit"
+    ASSOC_MAX_WALL = "AssocMaxWallDurationPerJobLimit"
+    QOS_GRP_GRES = "QOSGrpGRES"
+    QOS_GRP_CPU = "QOSGrpCpuLimit"
+    QOS_GRP_MEM = "QOSGrpMemLimit"
+    QOS_GRP_JOBS = "QOSGrpJobsLimit"
+    QOS_MAX_GRES_PER_USER = "QOSMaxGRESPerUser"
+    QOS_MAX_CPU_PER_USER = "QOSMaxCpuPerUserLimit"
+    QOS_MAX_MEM_PER_USER = "QOSMaxMemoryPerUser"
+    QOS_MAX_WALL = "QOSMaxWallDurationPerJobLimit"
     # decided by ctld before a pass; they reach the core as JobRequest.blocked_reason
     JOB_HELD_USER = "JobHeldUser"
     JOB_HELD_ADMIN = "JobHeldAdmin"
@@ -47,5 +62,19 @@ EXPLAINED: dict[str, str] = {
     Reason.REQ_NODE_NOT_AVAIL: "a node it requires (-w, or its reservation's) is not available",
     Reason.RESERVATION: "it waits for its reservation to begin",
     Reason.QOS_MAX_JOBS_PER_USER: "you already run as many jobs as your QOS allows",
+    Reason.ASSOC_GRP_GRES: "its account's running jobs hold all the GPUs its GrpTRES allows",
+    Reason.ASSOC_GRP_CPU: "its account's running jobs hold all the CPUs its GrpTRES allows",
+    Reason.ASSOC_GRP_MEM: "its account's running jobs hold all the memory its GrpTRES allows",
+    Reason.ASSOC_GRP_JOBS: "its account already runs as many jobs as its GrpJobs allows",
+    Reason.ASSOC_MAX_JOBS: "you already run as many jobs as your association's MaxJobs allows",
+    Reason.ASSOC_MAX_WALL: "its time limit is above its association's MaxWall",
+    Reason.QOS_GRP_GRES: "its QOS's running jobs hold all the GPUs its GrpTRES allows",
+    Reason.QOS_GRP_CPU: "its QOS's running jobs hold all the CPUs its GrpTRES allows",
+    Reason.QOS_GRP_MEM: "its QOS's running jobs hold all the memory its GrpTRES allows",
+    Reason.QOS_GRP_JOBS: "its QOS already runs as many jobs as its GrpJobs allows",
+    Reason.QOS_MAX_GRES_PER_USER: "your running jobs hold all the GPUs your QOS allows a user",
+    Reason.QOS_MAX_CPU_PER_USER: "your running jobs hold all the CPUs your QOS allows a user",
+    Reason.QOS_MAX_MEM_PER_USER: "your running jobs hold all the memory your QOS allows a user",
+    Reason.QOS_MAX_WALL: "its time limit is above its QOS's MaxWall",
     Reason.JOB_ARRAY_TASK_LIMIT: "its array already runs as many tasks as its %N limit allows",
 }

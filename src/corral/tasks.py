@@ -6,7 +6,10 @@ Shared by srun (early errors), ctld (step layout) and noded (CUDA_VISIBLE_DEVICE
 from __future__ import annotations
 
 from corral.errors import InvalidOption
-from corral.wire import corral_pb2 as pb
+
+TYPE_CHECKING = False  # srun imports this: no protobuf on its start-up path
+if TYPE_CHECKING:
+    from corral.wire import corral_pb2 as pb
 
 
 def task_gpus(step_node: pb.StepNode, spec: pb.StepSpec, local_id: int) -> list[int]:

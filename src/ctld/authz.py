@@ -2,14 +2,15 @@
 
 Roles come from uids, never from a name in a request: uid 0 and the users named in
 ``controller.administrators`` are administrators; they and ``controller.operators``
-are operators; everyone else is a user. docs/security.md shows the table.
+are operators; so are users whose AdminLevel in the accounting database says so (by
+the authenticated user's name); everyone else is a user. docs/security.md shows the table.
 """
 
 from __future__ import annotations
 
 import enum
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from corral.auth.users import uids_of
 from corral.errors import PermissionDenied
@@ -46,7 +47,8 @@ TABLE: dict[str, str | Role] = {
     "creating a reservation": Role.ADMIN,
     "updating a reservation": Role.ADMIN,
     "deleting a reservation": Role.ADMIN,
-    "manage partitions, accounts, QoS": Role.ADMIN,
+    "manage partitions": Role.ADMIN,  # the config file only
+    "changing the accounting database": Role.OPERATOR,  # sacctmgr add/modify/delete
     "issue tokens": Role.ADMIN,
 }
 
@@ -62,16 +64,25 @@ class Policy:
         operators: Iterable[str],
         administrators: Iterable[str] = ("root",),
         private_data: Iterable[str] = (),
+        admin_level: Callable[[str], str] | None = None,
     ) -> None:
         self.operator_uids = uids_of(frozenset(operators))
         self.admin_uids = uids_of(frozenset(administrators)) | {0}
         self.private_data = frozenset(private_data)
+        # the accounting database's AdminLevel of a user name (sacctmgr ... AdminLevel=)
+        self.admin_level = admin_level
 
     def role(self, who: Identity) -> Role:
         if who.uid in self.admin_uids:
             return Role.ADMIN
         if who.uid in self.operator_uids:
             return Role.OPERATOR
+        if self.admin_level is not None:
+            level = self.admin_level(who.user)
+            if level == "Administrator":
+                return Role.ADMIN
+            if level == "Operator":
+                return Role.OPERATOR
         return Role.USER
 
     def is_operator(self, who: Identity) -> bool:

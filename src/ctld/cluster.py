@@ -40,6 +40,7 @@ from ctld.preemption import Preempter
 from ctld.priorities import Priorities
 from ctld.queries import Queries, select
 from ctld.reservations import Reservations
+from ctld.sacctmgr_ops import SacctmgrOps
 from ctld.sched import Plan, Snapshot
 from ctld.scheduling import MIN_PASS_GAP_S, Scheduler
 from ctld.snapshot import SnapshotBuilder, settings_from
@@ -62,14 +63,19 @@ class Cluster:
         *,
         clock: Clock | Callable[[], float],
     ) -> None:
-        self.config = config
         self.store = store
         self.dispatcher = dispatcher
         # a bare time function (time.time) still works: it sleeps in real time
         self.clock: Clock = clock if isinstance(clock, Clock) else _RealSleep(clock)
         ctl = config.controller
-        self.policy = Policy(ctl.operators, ctl.administrators, ctl.private_data)
         self.state = st = State(config, store, clock=self.clock)
+        # AdminLevel from the accounting database counts besides the config's lists
+        self.policy = Policy(
+            ctl.operators,
+            ctl.administrators,
+            ctl.private_data,
+            admin_level=lambda user: st.accounting.admin_level(user),
+        )
         self.outbox = Outbox(st, dispatcher)
         self.endings = Endings(st, self.outbox)
         self.intake = Intake(st, self.policy, self.endings, self.outbox)
@@ -82,8 +88,14 @@ class Cluster:
         )
         self.snapshots = SnapshotBuilder(st, self.settings)
         self.queries = Queries(st, lambda: self.snapshot())
+        self.accounting_ops = SacctmgrOps(st, self.policy)
 
     # ------------------------------------------------------------ state, as attributes
+
+    @property
+    def config(self) -> ClusterConfig:
+        """The config as ctld uses it now (its QOS table is the accounting database's)."""
+        return self.state.config
 
     @property
     def jobs(self) -> dict[int, pb.Job]:
@@ -217,6 +229,11 @@ class Cluster:
         if len(usable) < count:
             raise InvalidRequest(f"Requested node configuration is not available: {count} nodes")
         return usable[:count]
+
+    # ------------------------------------------------------------ accounting (sacctmgr)
+
+    async def sacctmgr(self, who: Identity, req: pb.SacctmgrRequest) -> pb.SacctmgrResponse:
+        return await self.accounting_ops.execute(who, req)
 
     # ------------------------------------------------------------ client operations
 

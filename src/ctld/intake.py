@@ -6,6 +6,7 @@ them, and only then wakes the scheduler and sends signals.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 
 import structlog
@@ -15,13 +16,13 @@ from corral.errors import (
     DependencyProblem,
     InvalidJobId,
     InvalidOption,
-    InvalidQos,
     InvalidRequest,
     JobStateConflict,
     PermissionDenied,
 )
 from corral.identity import Identity
 from corral.jobsyntax import parse_array
+from corral.slurmfmt import UNLIMITED
 from corral.wire import corral_pb2 as pb
 from ctld import deps
 from ctld import jobstate as js
@@ -31,8 +32,9 @@ from ctld.endings import Endings
 from ctld.outbox import Outbox
 from ctld.priorities import apply_factors
 from ctld.queries import select
+from ctld.sched import job_shape
 from ctld.state import State, fill_request_totals
-from ctld.validate import Accepted, user_groups, validate_spec
+from ctld.validate import Accepted, request_from_spec, user_groups, validate_spec
 
 log = structlog.get_logger("ctld")
 
@@ -63,12 +65,33 @@ class Intake:
         """What submit checks before anything is made: the spec, QOS, dependency and
         reservation access. Returns the accepted shape and the QOS."""
         st = self.state
+        acc = st.accounting
+        # a job without -A is charged to the user's DefaultAccount (before the partition
+        # checks, which read the account)
+        spec.account = acc.submit_account(who.user, spec.account)
         accepted = validate_spec(
             spec, st.config, st.capacity(), lambda: user_groups(who.user, who.gid)
         )
-        qos = spec.qos or "normal"
-        if qos not in st.priorities.qos_priority:
-            raise InvalidQos()
+        qos = acc.submit_qos(who.user, spec.account, spec.qos)
+        wall = acc.max_wall(spec.account, who.user, qos)
+        limit = accepted.time_limit_s
+        if wall >= 0 and not spec.time_limit_s and (limit == UNLIMITED or limit > wall):
+            # no -t: the partition's default, cut to MaxWall (as Slurm does)
+            accepted = dataclasses.replace(accepted, time_limit_s=wall)
+        shape = job_shape(request_from_spec(spec))
+        acc.check_submit(
+            account=spec.account,
+            user=who.user,
+            qos=qos,
+            time_limit_s=accepted.time_limit_s,
+            tres={
+                "cpu": shape.nodes * shape.cpus_per_node,
+                "mem": shape.nodes * shape.mem_per_node_mb,
+                "gres/gpu": shape.nodes * shape.gpus_per_node,
+            },
+            new_jobs=len(parse_array(spec.array).task_ids) if spec.array else 1,
+            active=st.active_counts,
+        )
         if spec.dependency:
             self._check_dependency(spec.dependency)
         if spec.reservation:

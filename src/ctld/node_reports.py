@@ -48,10 +48,11 @@ class NodeReports:
         now = st.clock()
         if not req.address or len(req.address) > 256:
             raise InvalidRequest("a node must register the address of its agent")
-        if len(req.agent_address) > 256:
+        if len(req.agent_address) > 256 or len(req.stream_address) > 256:
             raise InvalidRequest("agent address too long")
         node.address = req.address
         node.agent_address = req.agent_address
+        node.stream_address = req.stream_address
         node.resources = req.resources
         node.boot_time, node.version, node.os = req.boot_time, req.version, req.os
         node.registered = True

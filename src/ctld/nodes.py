@@ -19,6 +19,7 @@ class NodeRecord:
     resources: pb.NodeResources = field(default_factory=pb.NodeResources)
     address: str = ""  # where srun reaches its tasks
     agent_address: str = ""  # where ctld reaches NodeAgent (mutual TLS); "": address
+    stream_address: str = ""  # srun's framed task stream (noded/stream.py)
     registered: bool = False
     responding: bool = False
     down: bool = False  # declared DOWN (silent past heartbeat.timeout_s, or an operator's)

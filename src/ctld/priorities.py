@@ -2,14 +2,15 @@
 
 Recomputed for the whole queue at most every ``RECALC_S`` (Slurm's PriorityCalcPeriod
 does the same, for the same reason: age moves every second, and re-ranking ten
-thousand jobs on every pass buys nothing). A new job gets its priority at once.
+thousand jobs on every pass buys nothing); the scheduler walks a deep queue in slices,
+one per pass (``scheduling.RECALC_SLICE``). A new job gets its priority at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from corral.config import ClusterConfig
+from corral.config import ClusterConfig, QosConfig
 from corral.wire import corral_pb2 as pb
 from ctld.sched.fairshare import AccountShare, ShareRow, factor_of, share_rows
 from ctld.sched.priority import Factors, Weights, factors
@@ -42,6 +43,8 @@ class Priorities:
         self.max_qos = max(self.qos_priority.values(), default=0)
         self.tree = self._tree(config)
         self.rows: list[ShareRow] = []
+        # each (account, user)'s fair-share factor from ``rows`` (cleared with them)
+        self._factor_of: dict[tuple[str, str], float] = {}
         self.last_calc = -1e18
         self.cluster_cpus = 0
 
@@ -51,6 +54,20 @@ class Priorities:
         if not any(a.name == "root" for a in accounts):
             accounts.append(AccountShare("root", "", 1))
         return accounts
+
+    def set_qos(self, qos: Iterable[QosConfig]) -> None:
+        self.qos_priority = {q.name: q.priority for q in qos}
+        self.max_qos = max(self.qos_priority.values(), default=0)
+        self.last_calc = -1e18
+
+    def set_tree(self, tree: Iterable[AccountShare]) -> None:
+        """The share tree from the accounting database (sacctmgr's accounts, users and
+        Fairshare); jobs' associations are added again by ``with_users``."""
+        accounts = list(tree)
+        if not any(a.name == "root" for a in accounts):
+            accounts.append(AccountShare("root", "", 1))
+        self.tree = accounts
+        self.last_calc = -1e18
 
     def with_users(self, seen: Iterable[tuple[str, str]]) -> None:
         """Give (account, user) pairs met in jobs an association of 1 share if they lack one.
@@ -74,6 +91,7 @@ class Priorities:
                 changed = True
         if changed:
             self.last_calc = -1e18
+            self._factor_of = {}
 
     def recalc_due(self, now: float) -> bool:
         return now - self.last_calc >= RECALC_S
@@ -85,11 +103,16 @@ class Priorities:
             key = (account if account in names else "root", user)
             usage[key] = usage.get(key, 0.0) + value
         self.rows = share_rows(self.tree, usage)
+        self._factor_of = {}
         self.last_calc = now
 
     def fairshare(self, account: str, user: str) -> float:
-        names = {a.name for a in self.tree}
-        return factor_of(self.rows, account if account in names else "root", user)
+        got = self._factor_of.get((account, user))
+        if got is None:
+            names = {a.name for a in self.tree}
+            got = factor_of(self.rows, account if account in names else "root", user)
+            self._factor_of[(account, user)] = got
+        return got
 
     def factors(self, job: pb.Job, now: float) -> Factors:
         part = job.spec.partitions[0] if job.spec.partitions else job.partition
@@ -110,16 +133,29 @@ class Priorities:
 def apply_factors(job: pb.Job, f: Factors) -> bool:
     """Store ``f`` on the job; True when anything a reader sees changed."""
     priority = job.admin_priority if job.HasField("admin_priority") else f.priority
-    new = pb.PriorityFactors(
-        age=round(f.age, 4),
-        fairshare=round(f.fairshare, 4),
-        job_size=round(f.job_size, 4),
-        partition=round(f.partition, 4),
-        qos=round(f.qos, 4),
-        nice=f.nice,
+    # set in place, field by field: the whole queue goes through here every 30 s
+    pf = job.priority_factors
+    new = (
+        round(f.age, 4),
+        round(f.fairshare, 4),
+        round(f.job_size, 4),
+        round(f.partition, 4),
+        round(f.qos, 4),
+        f.nice,
     )
-    if job.priority == priority and job.priority_factors == new:
+    if (
+        job.priority == priority
+        and (
+            pf.age,
+            pf.fairshare,
+            pf.job_size,
+            pf.partition,
+            pf.qos,
+            pf.nice,
+        )
+        == new
+    ):
         return False
     job.priority = max(priority, 1)  # 0 means held, as in Slurm
-    job.priority_factors.CopyFrom(new)
+    pf.age, pf.fairshare, pf.job_size, pf.partition, pf.qos, pf.nice = new
     return True

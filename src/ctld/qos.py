@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from corral.config import ClusterConfig, QosConfig, preempt_loop
-from corral.errors import ConfigError
+from corral.config import ClusterConfig, QosConfig
 from ctld.sched.model import QosView
 
 DEFAULT_QOS = "normal"
@@ -27,12 +26,9 @@ class QosTable:
         self.replace(config.qos)
 
     def replace(self, qoses: Iterable[QosConfig]) -> None:
-        """Make ``qoses`` the QOS set (a preemption loop is refused, nothing changed)."""
-        table = {q.name: q for q in qoses}
-        loop = preempt_loop(table.values())
-        if loop:
-            raise ConfigError(f"QOS preemption loop: {' -> '.join(loop)}")
-        self._by_name = table
+        """Make ``qoses`` the QOS set (the config and sacctmgr refuse preemption loops
+        before they get here: ``corral.config.preempt_loop``)."""
+        self._by_name = {q.name: q for q in qoses}
         self.version += 1
 
     def get(self, name: str) -> QosConfig:

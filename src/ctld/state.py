@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import pwd
 from collections.abc import Coroutine
 from typing import Any
@@ -22,11 +23,13 @@ from corral.config import ClusterConfig
 from corral.errors import InvalidJobId, InvalidNodeName
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
+from ctld.accounting import Accounting
 from ctld.nodes import NodeRecord
 from ctld.priorities import Priorities
 from ctld.qos import QosTable
 from ctld.reservations import Reservations
 from ctld.sched import JobRequest, job_shape
+from ctld.sched.model import LimitSet
 from ctld.sched.predict import RunTimePredictor
 from ctld.store import Op, Store, insert_job, update_job
 from ctld.usage import UsageLedger
@@ -72,14 +75,42 @@ class State:
         # as its request was last built, kept while it runs
         self.predictor = RunTimePredictor()
         self.predicted: dict[int, int] = {}
-        self.qos = QosTable(config)  # the one QOS lookup (config, or sacctmgr's)
+        # sacctmgr's database (seeded from the config until the store is loaded); what
+        # ctld derives from it is refreshed by install_accounting
+        self.qos = QosTable(config)  # the one QOS lookup: install_accounting refreshes it
         self.preemptions = Preemptions()
+        self.accounting = Accounting(config)
+        # pending and running jobs by (account, user, qos): what submit-time limits count
+        # (kept by the commit step, so a submit does not walk every job)
+        self.active_counts: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        self.limits = LimitSet()
+        self.accounting_version = 0
+        self.install_accounting(self.accounting)
+
+    def install_accounting(self, acc: Accounting) -> None:
+        """Make ``acc`` the accounting database everything reads: the QOS table (the
+        config's ``qos``, which priorities and preemption read), the fair-share tree and
+        the limits the scheduler enforces."""
+        self.accounting = acc
+        self.config = dataclasses.replace(self.config, qos=acc.qos_table())
+        self.priorities.set_qos(self.config.qos)
+        self.qos.replace(self.config.qos)
+        self.priorities.set_tree(acc.share_tree())
+        self.priorities.with_users(
+            (j.account, j.user) for j in self.jobs.values() if j.state in js.ACTIVE
+        )
+        self.limits = acc.limit_set()
+        self.accounting_version += 1
+        self.wake()  # a limit raised may let jobs start
 
     # ------------------------------------------------------------ loading
 
     def load(self) -> None:
         """Rebuild the state from the store (the truth) after a start or restart."""
         now = self.clock()
+        acc = Accounting(self.config)
+        acc.load(self.store.load_accounting())
+        self.install_accounting(acc)
         self.next_job_id = self.store.next_job_id()
         loaded = self.store.load_jobs(
             active_states=js.ACTIVE, finished_after=now - self.config.controller.min_job_age_s
@@ -87,6 +118,8 @@ class State:
         for job in loaded:
             self.jobs[job.job_id] = job
             self.saved_events[job.job_id] = len(job.events)
+            if job.state in js.ACTIVE:
+                self.active_counts[(job.account, job.user, job.qos)] += 1
             if job.state == js.PENDING:
                 self.enqueue(job)
             if job.state in js.ON_NODE:
@@ -108,6 +141,8 @@ class State:
         for job in sorted(self.store.finished_since(horizon), key=lambda j: j.end_time):
             self.ledger.add_finished(job)
             self.remember_run(job)
+        for run in self.store.earlier_runs_since(horizon):  # requeued jobs' earlier runs
+            self.ledger.add_finished(run)
         self.priorities.with_users((j.account, j.user) for j in loaded)
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()

@@ -56,16 +56,16 @@ class StepOps:
         for what, value in (("step name", spec.name), ("submit line", spec.submit_line)):
             if len(value) > 65536:
                 raise InvalidOption(f"the {what} is too long")
-        addresses = {
-            a.node: st.nodes[a.node].address for a in job.allocations if a.node in st.nodes
-        }
+        here = [st.nodes[a.node] for a in job.allocations if a.node in st.nodes]
+        addresses = {n.name: n.address for n in here}
+        streams = {n.name: n.stream_address for n in here}
         held: dict[str, tuple[int, set[int]]] = {}
         for other in job.steps:
             if other.state == js.RUNNING:
                 for node, (cpus, gpus) in holdings(other).items():
                     have_cpus, have_gpus = held.get(node, (0, set()))
                     held[node] = (have_cpus + cpus, have_gpus | gpus)
-        layout = plan_step(job, spec, addresses, held)
+        layout = plan_step(job, spec, addresses, held, streams)
         now = st.clock()
         step = pb.Step(
             job_id=job.job_id,

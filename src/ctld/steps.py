@@ -34,7 +34,11 @@ def holdings(step: pb.Step) -> Held:
 
 
 def plan_step(
-    job: pb.Job, spec: pb.StepSpec, addresses: dict[str, str], held: Held | None = None
+    job: pb.Job,
+    spec: pb.StepSpec,
+    addresses: dict[str, str],
+    held: Held | None = None,
+    streams: dict[str, str] | None = None,
 ) -> list[pb.StepNode]:
     """The step's nodes, each with its ranks, CPUs and GPUs.
 
@@ -103,6 +107,7 @@ def plan_step(
             pb.StepNode(
                 node=alloc.node,
                 address=addresses.get(alloc.node, ""),
+                stream_address=(streams or {}).get(alloc.node, ""),
                 node_id=i,
                 ranks=mine,
                 gpu_indices=gpus,

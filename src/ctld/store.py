@@ -41,6 +41,7 @@ from ctld.jsonmap import message_to_json
 from ctld.store_rows import (
     NodeDrain,
     Op,
+    accounting,
     apply_ops,
     insert_job,
     job_events,
@@ -392,11 +393,44 @@ class Store:
             rows = conn.execute(sa.select(node_drains).order_by(node_drains.c.name))
             return [NodeDrain(r.name, r.reason, r.reason_time, r.reason_uid) for r in rows]
 
+    def load_accounting(self) -> list[tuple[str, str, str]]:
+        """sacctmgr's records: (kind, name, JSON), in kind and name order."""
+        with self._reading() as conn:
+            rows = conn.execute(
+                sa.select(accounting.c.kind, accounting.c.name, accounting.c.data).order_by(
+                    accounting.c.kind, accounting.c.name
+                )
+            )
+            return [(r.kind, r.name, r.data) for r in rows]
+
     def finished_since(self, horizon: float) -> list[pb.Job]:
         """Jobs that ran and ended after ``horizon`` (what fair-share usage is made of)."""
         stmt = sa.select(jobs.c.data).where(jobs.c.end_time > horizon, jobs.c.start_time > 0)
         with self._reading() as conn:
             return self._jobs_with_events(conn, stmt, with_events=False)
+
+    def earlier_runs_since(self, horizon: float) -> list[pb.Job]:
+        """Earlier runs of requeued jobs that ended after ``horizon`` (fair-share usage)."""
+        stmt = sa.select(job_runs.c.data).where(
+            job_runs.c.end_time > horizon, job_runs.c.start_time > 0
+        )
+        with self._reading() as conn:
+            return [pb.Job.FromString(data) for (data,) in conn.execute(stmt)]
+
+    def runs_between(self, start: float, end: float) -> list[pb.Job]:
+        """Every run that overlapped [start, end): current runs (jobs rows that started;
+        end_time 0 while running) and the earlier runs of requeued jobs (job_runs), each
+        as the job stood then. What sreport adds up."""
+        out: list[pb.Job] = []
+        with self._reading() as conn:
+            for table in (jobs, job_runs):
+                stmt = sa.select(table.c.data).where(
+                    table.c.start_time > 0,
+                    table.c.start_time < end,
+                    sa.or_(table.c.end_time == 0, table.c.end_time > start),
+                )
+                out.extend(pb.Job.FromString(data) for (data,) in conn.execute(stmt))
+        return out
 
     def query_jobs(
         self,

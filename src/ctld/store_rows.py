@@ -84,6 +84,17 @@ node_drains = sa.Table(
     sa.Column("reason_uid", sa.Integer, nullable=False),
 )
 
+# sacctmgr's records (accounts, users, associations, QOS), each a JSON document keyed by
+# its kind and name (an association's name is "account/user", "account/" for the
+# account's own); ctld/accounting.py reads and writes them.
+accounting = sa.Table(
+    "accounting",
+    metadata,
+    sa.Column("kind", sa.String(16), primary_key=True),
+    sa.Column("name", sa.String(160), primary_key=True),
+    sa.Column("data", sa.Text, nullable=False),
+)
+
 meta = sa.Table(
     "meta",
     metadata,
@@ -104,6 +115,8 @@ class Op:
     drains_put: list[NodeDrain] = field(default_factory=list)
     drains_delete: list[str] = field(default_factory=list)
     runs: list[dict[str, Any]] = field(default_factory=list)  # job_runs rows
+    accounting_put: list[tuple[str, str, str]] = field(default_factory=list)  # kind, name, JSON
+    accounting_delete: list[tuple[str, str]] = field(default_factory=list)  # kind, name
 
 
 @dataclass(frozen=True)
@@ -211,6 +224,12 @@ def apply_ops(conn: Connection, ops: Iterable[Op]) -> None:
             )
         for name in [*op.drains_delete, *(d.name for d in op.drains_put)]:
             conn.execute(node_drains.delete().where(node_drains.c.name == name))
+        for kind, name in [*op.accounting_delete, *((k, n) for k, n, _ in op.accounting_put)]:
+            conn.execute(
+                accounting.delete().where(accounting.c.kind == kind, accounting.c.name == name)
+            )
+        for kind, name, data in op.accounting_put:
+            conn.execute(accounting.insert(), {"kind": kind, "name": name, "data": data})
         for drain in op.drains_put:
             conn.execute(
                 node_drains.insert(),

@@ -118,6 +118,7 @@ class ControllerLink:
         *,
         tls_dir: str = "",
         agent_address: str = "",
+        stream_address: str = "",
     ) -> None:
         self.name = name
         self.steps = steps
@@ -133,6 +134,7 @@ class ControllerLink:
         self.interval = heartbeat_interval_s
         self.boot_time = time.time()
         self.agent_address = agent_address
+        self.stream_address = stream_address
         if tls_dir:  # this node's certificate proves which node calls
             self.channel = aio.secure_channel(
                 ctld_address,
@@ -196,6 +198,7 @@ class ControllerLink:
             unreported=list(self.outbox),  # the outbox delivers them again; ctld ignores repeats
             health=list(self.health),
             agent_address=self.agent_address,
+            stream_address=self.stream_address,
         )
         reply = await self.stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
         self._contacted()

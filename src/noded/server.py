@@ -27,6 +27,7 @@ from noded.guard import CONTACT_FILE
 from noded.launcher import Launcher
 from noded.resources import discover
 from noded.steps import StepRunner
+from noded.stream import StepStreamServer
 
 log = structlog.get_logger("noded")
 
@@ -101,12 +102,23 @@ async def serve(
     if bound == 0 or agent_bound == 0:
         raise SystemExit(f"noded: cannot listen on {bind_host}:{bind_port}")
     await server.start()
+    # srun's framed task stream: what srun uses (no grpc in its start-up); TLS where the
+    # client ports have it, and always the step credential's proof first (stream.py)
+    with_tls = bool(tls_dir) and config.tls.clients
+    stream = StepStreamServer(steps, tls.stream_server_context(tls_dir, name) if with_tls else None)
+    try:
+        stream_bound = await stream.start(bind_host, config.noded.stream_port)
+    except OSError as exc:
+        raise SystemExit(
+            f"noded: cannot listen on {bind_host}:{config.noded.stream_port}: {exc}"
+        ) from None
     advertised_host = (
         address
         or node_cfg.address
         or (bind_host if bind_host not in ("0.0.0.0", "::") else socket.getfqdn())
     )
     advertised = f"{advertised_host}:{bound}"
+    stream_address = ("tls://" if with_tls else "") + f"{advertised_host}:{stream_bound}"
     ctl = config.controller
     hb = config.heartbeat
     fence_after_s = hb.timeout_s - hb.interval_s if config.noded.self_fence else 0.0
@@ -122,6 +134,7 @@ async def serve(
         contact_file=os.path.join(spool, CONTACT_FILE),
         tls_dir=tls_dir,
         agent_address=f"{advertised_host}:{agent_bound}" if tls_dir else "",
+        stream_address=stream_address,
     )
     link_ref.append(link)
     # an earlier noded's jobs are settled (killed, reported lost) before ctld hears of us
@@ -159,6 +172,7 @@ async def serve(
     for t in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await t
+    await stream.close()
     await server.stop(grace=1)
     await link.close()
     spool_mod.forget_instances(spool, "")  # clean stop: the guard has nothing left to fence

@@ -25,7 +25,7 @@ import socket
 import struct
 import termios
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -40,9 +40,13 @@ from noded.tracking import MARKER_VAR, STEP_MARKER_VAR, JobProcesses
 
 log = structlog.get_logger("noded")
 
-CHUNK = 64 * 1024
+# a reader that falls behind reads bigger chunks (up to the pipe's size), so the cost
+# per chunk is shared by more bytes: pipes of PIPE_BYTES, reads of up to CHUNK
+CHUNK = 256 * 1024
+PIPE_BYTES = 256 * 1024
+F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux), not in Python 3.11's fcntl
 DRAIN_S = 2.0  # how long after a task exits its pipes may still deliver output
-QUEUE_DEPTH = 256  # chunks in flight per node before readers wait for srun
+QUEUE_DEPTH = 64  # chunks in flight per node before readers wait for srun (<= 16 MiB)
 HALF_CLOSE_WAIT_S = 30.0  # after the last exit, how long srun has to half-close
 TASK_SHIM = (
     "read _ || exit 111; SLURM_TASK_PID=$$; export SLURM_TASK_PID; "
@@ -66,6 +70,34 @@ class Task:
     out_fds: tuple[int, int]  # read ends of its stdout and stderr pipes
     drain: asyncio.Event = field(default_factory=asyncio.Event)  # read what is there, stop
     tty: int = -1  # --pty: the terminal's master side, for input and window sizes
+
+
+@dataclass(slots=True)
+class Started:
+    """The step's tasks run here: MASTER_PORT (the first node picks it) and their pids."""
+
+    master_port: int
+    pids: list[int]
+
+
+@dataclass(slots=True)
+class Chunk:
+    """A task's output (``data``, in order per task and stream), or its exit."""
+
+    rank: int
+    stderr: bool = False
+    data: bytes = b""
+    exit: tuple[int, int] | None = None  # (code, signal) once it ended
+
+
+def to_event(item: Started | Chunk) -> pb.TaskEvent:
+    """gRPC's message for one event (RunTasks)."""
+    if isinstance(item, Started):
+        return pb.TaskEvent(started=pb.TasksStarted(master_port=item.master_port, pids=item.pids))
+    if item.exit is not None:
+        code, sig = item.exit
+        return pb.TaskEvent(exit=pb.TaskExit(rank=item.rank, exit_code=code, exit_signal=sig))
+    return pb.TaskEvent(output=pb.TaskOutput(rank=item.rank, stderr=item.stderr, data=item.data))
 
 
 @dataclass
@@ -148,9 +180,29 @@ class StepRunner:
 
     async def run(
         self, start: pb.RunTasksRequest, inputs: AsyncIterator[pb.TaskInput]
-    ) -> AsyncIterator[pb.TaskEvent]:
+    ) -> AsyncGenerator[pb.TaskEvent]:
+        """The step's events as gRPC's messages (RunTasks: the request carries the step's
+        credential itself)."""
+        events = self.events(start, inputs)
+        try:
+            async for item in events:
+                yield to_event(item)
+        finally:
+            await events.aclose()
+
+    async def events(
+        self,
+        start: pb.RunTasksRequest,
+        inputs: AsyncIterator[pb.TaskInput],
+        check: Callable[[str], bool] | None = None,
+    ) -> AsyncGenerator[Started | Chunk]:
+        """The step's events. ``check`` says whether the caller proved the step's
+        credential (the task stream: a proof bound to its connection); without it the
+        request must carry the credential itself (gRPC's RunTasks)."""
         job, step, credential = await self.verify(start.job.job_id, start.step.step_id)
-        if not credential or not hmac.compare_digest(credential, start.step_credential):
+        if check is None:
+            check = lambda cred: hmac.compare_digest(cred, start.step_credential)  # noqa: E731
+        if not credential or not check(credential):
             raise LaunchError(
                 f"step {job.job_id}.{step.step_id}: the step credential does not match "
                 "(only the srun that created the step may start its tasks)"
@@ -165,7 +217,7 @@ class StepRunner:
             raise LaunchError(f"step {job.job_id}.{step.step_id} already runs on this node")
         running = RunningStep(job.job_id, step.step_id, job.restart_count)
         self.steps[key] = running
-        queue: asyncio.Queue[pb.TaskEvent | None] = asyncio.Queue(QUEUE_DEPTH)
+        queue: asyncio.Queue[Chunk | None] = asyncio.Queue(QUEUE_DEPTH)
         workers: list[asyncio.Task[None]] = []
         try:
             port = start.master_port or free_port(start.master_addr or "0.0.0.0")
@@ -173,11 +225,7 @@ class StepRunner:
             warn = self._arm_warning(job, running)
             if warn is not None:
                 workers.append(warn)
-            yield pb.TaskEvent(
-                started=pb.TasksStarted(
-                    master_port=port, pids=[t.process.pid for t in running.tasks]
-                )
-            )
+            yield Started(port, [t.process.pid for t in running.tasks])
             stdin_ranks = set(start.stdin_ranks)
             for task in running.tasks:
                 workers.append(asyncio.create_task(self._watch(task, running, queue)))
@@ -257,6 +305,9 @@ class StepRunner:
             # empty without blocking, so the last output is never cut off
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
+            for fd in (out_r, err_r):
+                with contextlib.suppress(OSError):  # a smaller pipe only costs speed
+                    fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
             tty, stdout = -1, out_w
             shim = [TASK_SHIM, "corral-task", start.cwd or "/"]
             if rank == 0 and start.HasField("pty"):
@@ -332,7 +383,7 @@ class StepRunner:
             task.gate_fd = -1
 
     async def _watch(
-        self, task: Task, running: RunningStep, queue: asyncio.Queue[pb.TaskEvent | None]
+        self, task: Task, running: RunningStep, queue: asyncio.Queue[Chunk | None]
     ) -> None:
         (out_fd, err_fd), task.out_fds = task.out_fds, (-1, -1)  # closed here
         pumps = asyncio.gather(
@@ -358,15 +409,11 @@ class StepRunner:
         assert rc is not None  # set when it exited
         code, sig = (0, -rc) if rc < 0 else (rc, 0)
         running.exits[task.rank] = (code, sig)
-        await queue.put(
-            pb.TaskEvent(exit=pb.TaskExit(rank=task.rank, exit_code=code, exit_signal=sig))
-        )
+        await queue.put(Chunk(task.rank, exit=(code, sig)))
         await queue.put(None)
 
     @staticmethod
-    async def _pump(
-        task: Task, fd: int, is_err: bool, queue: asyncio.Queue[pb.TaskEvent | None]
-    ) -> None:
+    async def _pump(task: Task, fd: int, is_err: bool, queue: asyncio.Queue[Chunk | None]) -> None:
         """Send what the pipe gives until end-of-file, or until it is empty once the task
         is being drained. Never cancelled mid-chunk: a chunk read is a chunk sent."""
         loop = asyncio.get_running_loop()
@@ -391,9 +438,7 @@ class StepRunner:
                     raise
                 if not chunk:
                     return
-                await queue.put(
-                    pb.TaskEvent(output=pb.TaskOutput(rank=task.rank, stderr=is_err, data=chunk))
-                )
+                await queue.put(Chunk(task.rank, is_err, chunk))
         finally:
             wake.cancel()
             loop.remove_reader(fd)

@@ -42,6 +42,17 @@ def test_job_retention_keys() -> None:
     assert ctl.purge_job_after_s == 365 * 86400 and ctl.archive_dir == "/srv/corral/archive"
 
 
+def test_starvation_guard_is_a_duration() -> None:
+    cfg = parse_config({**GOOD, "scheduler": {"starvation_guard": "12:00:00"}})
+    assert cfg.scheduler.starvation_guard_s == 12 * 3600
+    assert (
+        parse_config({**GOOD, "scheduler": {"starvation_guard": 0}}).scheduler.starvation_guard_s
+        == 0
+    )
+    with pytest.raises(ConfigError, match=r"scheduler\.starvation_guard"):
+        parse_config({**GOOD, "scheduler": {"starvation_guard": "a while"}})
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [

@@ -59,10 +59,25 @@ BUDGET: dict[str, set[str]] = {
     "sacct": QUERY,
     "sprio": QUERY,
     "sshare": QUERY,
+    "sreport": QUERY,
+    "sacctmgr": {"client.options"},
     "sinfo": QUERY | {"corral.hostlist"},
     "scontrol": QUERY | {"corral.patterns"},
     "scancel": {"client.fmt", "corral.slurmfmt", "argparse", "gettext", "signal", "warnings"},
 }
+# srun and salloc allocate (sbatch's options), srun streams its tasks over a socket of
+# its own (client.taskstream: selectors, struct, the built-in SHA-256 for the step
+# credential's proof): no grpc, protobuf, asyncio or OpenSSL. What it imports only while
+# running is checked by tests/integration/test_task_stream.py (PYTHONPROFILEIMPORTTIME).
+ALLOCATING = BUDGET["sbatch"] | {"client.alloc", "contextlib", "warnings"}
+BUDGET["srun"] = ALLOCATING | {
+    "client.taskstream",
+    "corral.patterns",
+    "corral.stepstream",
+    "corral.tasks",
+    "struct",
+}
+BUDGET["salloc"] = ALLOCATING | {"fcntl", "locale", "subprocess", "threading"}
 
 
 @pytest.mark.parametrize("command", sorted(BUDGET))

@@ -72,6 +72,7 @@ def test_corral_policy_is_ctld_default_config() -> None:
     sc, pc = SchedulerConfig(), PriorityConfig()
     assert corral.settings.predict == sc.predict and corral.settings.placement == sc.placement
     assert corral.settings.backfill_order == sc.backfill_order
+    assert corral.settings.starve_after_s == sc.starvation_guard_s
     assert corral.weights is not None and corral.weights.age == pc.weight_age
     assert corral.weights.fairshare == pc.weight_fairshare and corral.fairshare
     assert not POLICIES["corral-limits"].settings.predict

@@ -178,6 +178,18 @@ def server_credentials(directory: str, name: str) -> Any:
     )
 
 
+def stream_server_context(directory: str, name: str) -> Any:
+    """srun's task stream (server side only: srun has no certificate; it proves the
+    step's credential instead): this node's certificate from the cluster CA."""
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(
+        os.path.join(directory, f"{name}.crt"), os.path.join(directory, f"{name}.key")
+    )
+    return ctx
+
+
 def channel_credentials(directory: str, name: str) -> Any:
     import grpc
 

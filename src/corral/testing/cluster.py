@@ -261,6 +261,7 @@ timeout_s = {self.heartbeat_timeout_s}
 [noded]
 port = 0
 step_port = 0
+stream_port = 0
 spool_dir = "{self.state_dir / "spool"}"
 # one cgroup tree per local cluster, so clusters side by side never share one
 cgroup_root = "corral-{hashlib.sha1(str(self.state_dir).encode()).hexdigest()[:10]}"

@@ -146,7 +146,8 @@ class InProcessCluster(Harness):
         self.layout = LocalCluster(Path(state_dir), **layout)
         self.layout.write_config()
         self.config = load_config(str(self.layout.config_path))
-        self.store_url = f"sqlite:///{self.layout.state_dir / 'ctld.db'}"
+        # the layout's store (a PostgreSQL URL in the store tests), else a SQLite file
+        self.store_url = self.layout.store_url or f"sqlite:///{self.layout.state_dir / 'ctld.db'}"
         self.clock = ManualClock()
         self.dispatcher = RecordingDispatcher()
         self.loop = asyncio.new_event_loop()

@@ -761,6 +761,7 @@ class StepNode(_message.Message):
     RANKS_FIELD_NUMBER: _builtins.int
     GPU_INDICES_FIELD_NUMBER: _builtins.int
     CPUS_FIELD_NUMBER: _builtins.int
+    STREAM_ADDRESS_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     address: _builtins.str
     """its NodeAgent, host:port"""
@@ -768,6 +769,10 @@ class StepNode(_message.Message):
     """SLURM_NODEID: its index in the step's node list"""
     cpus: _builtins.int
     """the step's CPUs on this node"""
+    stream_address: _builtins.str
+    """srun's framed task stream on this node (noded/stream.py): host:port, "tls://" in
+    front when it speaks TLS. Empty: an older noded, reached by RunTasks at address.
+    """
     @_builtins.property
     def ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """global ranks of the tasks here, in local-rank order"""
@@ -785,10 +790,11 @@ class StepNode(_message.Message):
         ranks: _abc.Iterable[_builtins.int] | None = ...,
         gpu_indices: _abc.Iterable[_builtins.int] | None = ...,
         cpus: _builtins.int = ...,
+        stream_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "cpus", b"cpus", "gpu_indices", b"gpu_indices", "node", b"node", "node_id", b"node_id", "ranks", b"ranks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "cpus", b"cpus", "gpu_indices", b"gpu_indices", "node", b"node", "node_id", b"node_id", "ranks", b"ranks", "stream_address", b"stream_address"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2446,6 +2452,280 @@ class GetSharesResponse(_message.Message):
 Global___GetSharesResponse: _TypeAlias = GetSharesResponse  # noqa: Y015
 
 @_typing.final
+class ReportUsageRequest(_message.Message):
+    """sreport and `corral report`: the TRES-seconds each (account, user) used, from the
+    stored job records (each run of a requeued job counts its own time; a running job
+    counts up to now), clipped to each bucket. A read: private_data=accounting limits a
+    user to their own jobs.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BOUNDS_FIELD_NUMBER: _builtins.int
+    ACCOUNTS_FIELD_NUMBER: _builtins.int
+    USERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """bucket edges, ascending: [start, end] is one window"""
+
+    @_builtins.property
+    def accounts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """only these accounts (empty: every account)"""
+
+    @_builtins.property
+    def users(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """only these users (empty: every user)"""
+
+    def __init__(
+        self,
+        *,
+        bounds: _abc.Iterable[_builtins.float] | None = ...,
+        accounts: _abc.Iterable[_builtins.str] | None = ...,
+        users: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "bounds", b"bounds", "users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportUsageRequest: _TypeAlias = ReportUsageRequest  # noqa: Y015
+
+@_typing.final
+class UsageRecord(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class TresSEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ACCOUNT_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    TRES_S_FIELD_NUMBER: _builtins.int
+    account: _builtins.str
+    user: _builtins.str
+    bucket: _builtins.int
+    """bounds[bucket] .. bounds[bucket + 1]"""
+    @_builtins.property
+    def tres_s(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """cpu, gres/gpu, mem (MB), node, billing -> TRES-seconds"""
+
+    def __init__(
+        self,
+        *,
+        account: _builtins.str = ...,
+        user: _builtins.str = ...,
+        bucket: _builtins.int = ...,
+        tres_s: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "bucket", b"bucket", "tres_s", b"tres_s", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UsageRecord: _TypeAlias = UsageRecord  # noqa: Y015
+
+@_typing.final
+class AccountParent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCOUNT_FIELD_NUMBER: _builtins.int
+    PARENT_FIELD_NUMBER: _builtins.int
+    account: _builtins.str
+    parent: _builtins.str
+    """empty for root"""
+    def __init__(
+        self,
+        *,
+        account: _builtins.str = ...,
+        parent: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AccountParent: _TypeAlias = AccountParent  # noqa: Y015
+
+@_typing.final
+class ReportUsageResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CapacityEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    RECORDS_FIELD_NUMBER: _builtins.int
+    CAPACITY_FIELD_NUMBER: _builtins.int
+    ACCOUNTS_FIELD_NUMBER: _builtins.int
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    NOW_FIELD_NUMBER: _builtins.int
+    cluster: _builtins.str
+    now: _builtins.float
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___UsageRecord]: ...
+    @_builtins.property
+    def capacity(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """the cluster's TRES counts now, by the same names"""
+
+    @_builtins.property
+    def accounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___AccountParent]:
+        """the account tree the reports print"""
+
+    def __init__(
+        self,
+        *,
+        records: _abc.Iterable[Global___UsageRecord] | None = ...,
+        capacity: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        accounts: _abc.Iterable[Global___AccountParent] | None = ...,
+        cluster: _builtins.str = ...,
+        now: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "capacity", b"capacity", "cluster", b"cluster", "now", b"now", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportUsageResponse: _TypeAlias = ReportUsageResponse  # noqa: Y015
+
+@_typing.final
+class SacctmgrRequest(_message.Message):
+    """sacctmgr: the accounting database (accounts, users, associations, QOS and limits)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTION_FIELD_NUMBER: _builtins.int
+    ENTITY_FIELD_NUMBER: _builtins.int
+    ARGS_FIELD_NUMBER: _builtins.int
+    action: _builtins.str
+    """add, modify, delete, list (create, update, remove, show)"""
+    entity: _builtins.str
+    """account, user, association, qos"""
+    @_builtins.property
+    def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the rest of the command line: names, key=value, where, set"""
+
+    def __init__(
+        self,
+        *,
+        action: _builtins.str = ...,
+        entity: _builtins.str = ...,
+        args: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "args", b"args", "entity", b"entity"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SacctmgrRequest: _TypeAlias = SacctmgrRequest  # noqa: Y015
+
+@_typing.final
+class AcctRecord(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class FieldsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    FIELDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def fields(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        fields: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AcctRecord: _TypeAlias = AcctRecord  # noqa: Y015
+
+@_typing.final
+class SacctmgrResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    CHANGED_FIELD_NUMBER: _builtins.int
+    message: _builtins.str
+    """what a change prints (Slurm's wording)"""
+    changed: _builtins.bool
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___AcctRecord]:
+        """list/show"""
+
+    def __init__(
+        self,
+        *,
+        message: _builtins.str = ...,
+        records: _abc.Iterable[Global___AcctRecord] | None = ...,
+        changed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed", "message", b"message", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SacctmgrResponse: _TypeAlias = SacctmgrResponse  # noqa: Y015
+
+@_typing.final
 class RegisterNodeRequest(_message.Message):
     """---------------------------------------------------------------- NodeController"""
 
@@ -2461,6 +2741,7 @@ class RegisterNodeRequest(_message.Message):
     UNREPORTED_FIELD_NUMBER: _builtins.int
     HEALTH_FIELD_NUMBER: _builtins.int
     AGENT_ADDRESS_FIELD_NUMBER: _builtins.int
+    STREAM_ADDRESS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port where its NodeAgent listens"""
@@ -2471,6 +2752,8 @@ class RegisterNodeRequest(_message.Message):
     """With TLS: the agent port that takes LaunchJob/SignalJob from ctld only (mutual
     TLS); ``address`` then serves srun's RunTasks. Empty: both on ``address``.
     """
+    stream_address: _builtins.str
+    """srun's framed task stream (noded/stream.py), host:port ("tls://" in front with TLS)"""
     @_builtins.property
     def resources(self) -> Global___NodeResources: ...
     @_builtins.property
@@ -2500,10 +2783,11 @@ class RegisterNodeRequest(_message.Message):
         unreported: _abc.Iterable[Global___JobStatusUpdate] | None = ...,
         health: _abc.Iterable[Global___NodeHealthEvent] | None = ...,
         agent_address: _builtins.str = ...,
+        stream_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_address", b"agent_address", "boot_time", b"boot_time", "health", b"health", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_address", b"agent_address", "boot_time", b"boot_time", "health", b"health", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "stream_address", b"stream_address", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

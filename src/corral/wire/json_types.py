@@ -166,6 +166,7 @@ class StepNode(TypedDict, total=False):
     ranks: list[int]
     gpuIndices: list[int]
     cpus: int
+    streamAddress: str
 
 
 class Step(TypedDict, total=False):
@@ -531,6 +532,48 @@ class GetSharesResponse(TypedDict, total=False):
     rows: list[ShareRow]
 
 
+class ReportUsageRequest(TypedDict, total=False):
+    bounds: list[float]
+    accounts: list[str]
+    users: list[str]
+
+
+class UsageRecord(TypedDict, total=False):
+    account: str
+    user: str
+    bucket: int
+    tresS: dict[str, float]
+
+
+class AccountParent(TypedDict, total=False):
+    account: str
+    parent: str
+
+
+class ReportUsageResponse(TypedDict, total=False):
+    records: list[UsageRecord]
+    capacity: dict[str, float]
+    accounts: list[AccountParent]
+    cluster: str
+    now: float
+
+
+class SacctmgrRequest(TypedDict, total=False):
+    action: str
+    entity: str
+    args: list[str]
+
+
+class AcctRecord(TypedDict, total=False):
+    fields: dict[str, str]
+
+
+class SacctmgrResponse(TypedDict, total=False):
+    message: str
+    records: list[AcctRecord]
+    changed: bool
+
+
 class RegisterNodeRequest(TypedDict, total=False):
     name: str
     address: str
@@ -542,6 +585,7 @@ class RegisterNodeRequest(TypedDict, total=False):
     unreported: list[JobStatusUpdate]
     health: list[NodeHealthEvent]
     agentAddress: str
+    streamAddress: str
 
 
 class RegisterNodeResponse(TypedDict, total=False):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from corral.reasons import Reason
 from ctld.sched import preempt
 from ctld.sched.frag import Fragmentation, pending_demands
+from ctld.sched.limits import LimitTracker
 from ctld.sched.model import (
     INFINITY,
     Forecast,
@@ -58,6 +59,9 @@ def _unavailable(names: list[str]) -> str:
     return UNAVAILABLE_NODES + ",".join(names)
 
 
+_Prepared = tuple[Shape, list["_Candidate"], float, float]
+
+
 @dataclass(frozen=True)
 class _Candidate:
     partition: PartitionView
@@ -92,16 +96,19 @@ class _Pass:
         self.no_preempt: set[tuple[object, ...]] = set()
         self.pools: dict[str, list[RunningView]] = {}  # by preemptor QOS, lowest first
         self.preempt_searches = 0
+        self.limits = LimitTracker(snap.limits, snap.running)
         for run in snap.running:
-            end = run.end_time
+            end = limit_end = max(run.end_time, self.now + 1.0)  # overrunning: about to end
             if self.predict and run.predicted_s > 0 and run.job_id not in self.preempted:
                 end = expected_end(run.start_time, run.predicted_s, run.end_time, self.now)
-            end = max(end, self.now + 1.0)  # overrunning: about to end
+                end = max(end, self.now + 1.0)
             for p in run.placements:
                 node = self.nodes.get(p.node)
                 if node is not None:
                     node.releases.append(
-                        Release(end, p.cpus, p.mem_mb, frozenset(p.gpu_indices), run.job_id)
+                        Release(
+                            end, p.cpus, p.mem_mb, frozenset(p.gpu_indices), run.job_id, limit_end
+                        )
                     )
             key = (run.qos, run.user)
             self.user_jobs[key] = self.user_jobs.get(key, 0) + 1
@@ -147,12 +154,24 @@ class _Pass:
         self.forecasted = 0
         self.blocked_partitions: set[str] = set()
         self.fcfs_blocked = False
+        # classes (JobRequest.klass) that failed to start in this pass: the reason its
+        # prepare gave (None: prepared, then found no room), and what blocked() needs
+        self.dead: dict[int, tuple[str, _Prepared | None, Shape]] = {}
+        # the reason a class's later blocked jobs get once no forecast is left to make
+        self.later: dict[int, str] = {}
+        self.tests = 0  # full tries that started nothing, against settings.max_job_test
+        self.max_tests = snap.settings.max_job_test
+        self.starving: frozenset[int] = frozenset()  # past the starvation guard's threshold
 
     # ------------------------------------------------------------ the pass
 
     def run(self) -> Plan:
         considered = 0
         pending = self.snap.pending
+        if self.settings.starve_after_s > 0:
+            pending, self.starving = starving_first(
+                pending, self.now - self.settings.starve_after_s
+            )
         shortest = self.settings.backfill_order == "shortest" and self.settings.backfill
         for i, req in enumerate(pending):
             if shortest and self.reserved >= self.settings.reserve_depth:
@@ -176,25 +195,89 @@ class _Pass:
         )
 
     def backfill_shortest_first(self, rest: tuple[JobRequest, ...]) -> None:
-        order = sorted(
-            range(len(rest)), key=lambda i: (self.durations(rest[i])[1], i)
-        )  # stable: equal predictions keep their priority order
-        waiting: list[tuple[int, tuple[Shape, list[_Candidate], float, float]]] = []
+        expected_of: dict[int, float] = {}
+        keys: list[float] = []
+        for req in rest:
+            expected = expected_of.get(req.klass)
+            if expected is None:
+                expected = expected_of[req.klass] = self.durations(req)[1]
+            keys.append(expected)
+        # a stable sort: equal predictions keep their priority order
+        order = sorted(range(len(rest)), key=keys.__getitem__)
+        # what blocked() needs for each job left waiting, by its place in priority order
+        waiting: list[_Prepared | None] = [None] * len(rest)
         for i in order:
             req = rest[i]
             if req.blocked_reason:
                 self.reasons[req.job_id] = req.blocked_reason
                 continue
-            prepared = self.prepare(req)
-            if (
-                prepared is not None
-                and not self.try_start(req, *prepared)
-                and not self.try_preempt(req, *prepared)
-            ):
-                waiting.append((i, prepared))
+            dead = None if self.own_way(req) else self.dead.get(req.klass)
+            prepared = self.class_mate(req, dead) if dead is not None else self.tried(req)
+            if prepared is not None and self.try_preempt(req, *prepared):
+                prepared = None  # preempting for it, or waiting on its claim
+            waiting[i] = prepared
         # reasons and forecasts for the ones left, in priority order again
-        for i, prepared in sorted(waiting, key=lambda w: w[0]):
-            self.blocked(rest[i], *prepared)
+        later_of, reasons, settings = self.later, self.reasons, self.settings
+        for i, prepared in enumerate(waiting):
+            if prepared is None:
+                continue
+            req = rest[i]
+            later = later_of.get(req.klass)
+            if (
+                later is not None
+                and req.job_id not in self.starving
+                and self.reserved >= settings.reserve_depth
+                and self.forecasted >= settings.forecast_depth
+            ):
+                reasons[req.job_id] = later  # blocked()'s own shortcut, without the call
+                continue
+            self.blocked(req, *prepared)
+
+    def tried(self, req: JobRequest) -> _Prepared | None:
+        """Try ``req`` in full: start it, or return what blocked() needs (None: its
+        reason is set, or it is past ``max_job_test`` and left out of the plan)."""
+        if self.max_tests and self.tests >= self.max_tests:
+            return None
+        prepared = self.prepare(req)
+        if prepared is None:
+            self.tests += 1
+            self.dead[req.klass] = (self.reasons[req.job_id], None, job_shape(req))
+            return None
+        if self.try_start(req, *prepared):
+            return None  # a start is no try: the limit bounds fruitless work only
+        self.tests += 1
+        if req.job_id not in self.claims:  # a claim's candidates are its owner's alone
+            self.dead[req.klass] = ("", prepared, prepared[0])
+        return prepared
+
+    def own_way(self, req: JobRequest) -> bool:
+        """A job never treated as its class's mate: a starving one, or one with a claim
+        (resources kept for it alone)."""
+        return req.job_id in self.starving or req.job_id in self.claims
+
+    def class_mate(
+        self, req: JobRequest, dead: tuple[str, _Prepared | None, Shape]
+    ) -> _Prepared | None:
+        """``req``'s class found no start in this pass, so neither does ``req`` (a pass
+        only takes resources away, and limits only fill): prepare's checks in its
+        order, without the search. Returns what blocked() needs, or None with the
+        reason set. (A starving job is never a class-mate: it is planned its own way.)"""
+        limit = self.qos_limits.get(req.qos, 0)
+        if limit and self.user_jobs.get((req.qos, req.user), 0) >= limit:
+            self.reasons[req.job_id] = QOS_MAX_JOBS_PER_USER
+            return None
+        reason, prepared, shape = dead
+        over = self.limits.blocked(req, shape)
+        if over:
+            self.reasons[req.job_id] = over
+            return None
+        if prepared is None:
+            self.reasons[req.job_id] = reason
+            return None
+        if self.fcfs_blocked:
+            self.reasons[req.job_id] = PRIORITY
+            return None
+        return prepared
 
     def durations(self, req: JobRequest) -> tuple[float, float]:
         """(its limit, what the plan expects it to run): the prediction when planning
@@ -204,13 +287,17 @@ class _Pass:
             return duration, min(float(req.predicted_s), duration)
         return duration, duration
 
-    def prepare(self, req: JobRequest) -> tuple[Shape, list[_Candidate], float, float] | None:
+    def prepare(self, req: JobRequest) -> _Prepared | None:
         """Its shape, candidate partitions and durations; None (reason set) if it has none."""
         limit = self.qos_limits.get(req.qos, 0)
         if limit and self.user_jobs.get((req.qos, req.user), 0) >= limit:
             self.reasons[req.job_id] = QOS_MAX_JOBS_PER_USER
             return None
         shape = job_shape(req)
+        over = self.limits.blocked(req, shape)
+        if over:  # an accounting limit: it waits without holding anything back for it
+            self.reasons[req.job_id] = over
+            return None
         duration, expected = self.durations(req)
         candidates: list[_Candidate] = []
         reason: str = RESOURCES
@@ -254,15 +341,14 @@ class _Pass:
                     )
                     for node, _ in chosen
                 )
-                self.start(req, shape, cand, chosen, expected, relied)
+                self.start(req, shape, cand, chosen, expected, duration, relied)
                 return True
         return False
 
     def consider(self, req: JobRequest) -> None:
-        prepared = self.prepare(req)
-        if prepared is None:
-            return
-        if not self.try_start(req, *prepared) and not self.try_preempt(req, *prepared):
+        dead = None if self.own_way(req) else self.dead.get(req.klass)
+        prepared = self.class_mate(req, dead) if dead is not None else self.tried(req)
+        if prepared is not None and not self.try_preempt(req, *prepared):
             self.blocked(req, *prepared)
 
     def candidate(self, req: JobRequest, shape: Shape, part_name: str) -> _Candidate | str:
@@ -432,6 +518,7 @@ class _Pass:
         cand: _Candidate,
         chosen: list[tuple[NodeProfile, Avail]],
         duration: float,
+        limit: float,
         on_prediction: bool = False,
     ) -> None:
         placements = []
@@ -444,7 +531,7 @@ class _Pass:
                 cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
                 gpus = _pick_gpus(avail.gpus, shape.gpus_per_node)
             before = len(node.free_gpus)
-            node.take_now(cpus, mem, gpus, end, req.job_id)
+            node.take_now(cpus, mem, gpus, end, req.job_id, self.now + limit)
             if len(node.free_gpus) != before:
                 del self.buckets[before][node.name]
                 self.buckets[len(node.free_gpus)][node.name] = node
@@ -452,6 +539,7 @@ class _Pass:
         self.starts.append(Start(req.job_id, cand.partition.name, tuple(placements), on_prediction))
         key = (req.qos, req.user)
         self.user_jobs[key] = self.user_jobs.get(key, 0) + 1
+        self.limits.start(req, shape)
         self.profile_version += 1
 
     # ------------------------------------------------------------ preemption
@@ -666,6 +754,15 @@ class _Pass:
         duration: float,
         expected: float,
     ) -> None:
+        later = self.later.get(req.klass)
+        if (
+            later is not None
+            and req.job_id not in self.starving
+            and self.reserved >= self.settings.reserve_depth
+            and self.forecasted >= self.settings.forecast_depth
+        ):
+            self.reasons[req.job_id] = later  # what blocked() below would decide
+            return
         queued_behind = any(c.partition.name in self.blocked_partitions for c in candidates)
         waiting_for_resv = all(self.now < c.not_before for c in candidates)
         self.blocked_partitions.update(c.partition.name for c in candidates)
@@ -686,6 +783,8 @@ class _Pass:
             self.reasons[req.job_id] = PRIORITY
         else:
             self.reasons[req.job_id] = RESOURCES
+        # its class-mates queue behind it: their partitions are blocked from now on
+        self.later[req.klass] = RESERVATION if waiting_for_resv else PRIORITY
 
     def earliest(
         self,
@@ -697,13 +796,20 @@ class _Pass:
         reserve: bool,
     ) -> Forecast | None:
         best: tuple[float, _Candidate, list[tuple[NodeProfile, Avail]]] | None = None
+        # a starving job's start is planned as EASY plans it: every job running to its limit
+        limits = req.job_id in self.starving
         for cand in candidates:
-            found = self.earliest_in(req, shape, cand, duration, expected)
+            found = self.earliest_in(req, shape, cand, duration, expected, limits)
             if found is not None and (best is None or found[0] < best[0]):
                 best = (found[0], cand, found[1])
         if best is None:
             return None
         t, cand, chosen = best
+        shown = t
+        if limits and self.predict:
+            # what it is told is still the likely start, by the predictions
+            likely = [self.earliest_in(req, shape, c, duration, expected) for c in candidates]
+            shown = min([t] + [found[0] for found in likely if found is not None])
         waits_for = sorted(
             {
                 r.job_id
@@ -719,11 +825,14 @@ class _Pass:
                 else:
                     cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
                     gpus = frozenset(_pick_gpus(avail.gpus, shape.gpus_per_node))
-                node.hold(Hold(t, t + expected, cpus, mem, gpus, owner=f"job:{req.job_id}"))
+                # a starving job's hold is kept against the others' limits, so no wrong
+                # prediction can push it back ("guard:"); the rest's against predictions
+                kind = "guard" if req.job_id in self.starving else "job"
+                node.hold(Hold(t, t + expected, cpus, mem, gpus, owner=f"{kind}:{req.job_id}"))
             self.profile_version += 1
         return Forecast(
             job_id=req.job_id,
-            start=t,
+            start=shown,
             partition=cand.partition.name,
             nodes=tuple(n.name for n, _ in chosen),
             reserved=reserve,
@@ -731,21 +840,30 @@ class _Pass:
         )
 
     def earliest_in(
-        self, req: JobRequest, shape: Shape, cand: _Candidate, duration: float, expected: float
+        self,
+        req: JobRequest,
+        shape: Shape,
+        cand: _Candidate,
+        duration: float,
+        expected: float,
+        limits: bool = False,
     ) -> tuple[float, list[tuple[NodeProfile, Avail]]] | None:
         key: tuple[object, ...] = (cand.partition.name, shape, req.gpu_type, req.exclusive)
-        key += (cand.required, req.exclude, cand.ignore, duration, expected)
+        key += (cand.required, req.exclude, cand.ignore, duration, expected, limits)
         cached = self.forecast_cache.get(key)
         if cached is not None and cached[0] == self.profile_version and cached[1] is not None:
             hit = cached[1]
             end, job_end = hit.start + duration, hit.start + expected
             return hit.start, [
-                (self.nodes[n], self.nodes[n].window(hit.start, end, cand.ignore, job_end))
+                (
+                    self.nodes[n],
+                    self.nodes[n].window(hit.start, end, cand.ignore, job_end, limits),
+                )
                 for n in hit.nodes
             ]
         if cached is not None and cached[0] == self.profile_version:
             return None
-        result = self._search(req, shape, cand, duration, expected)
+        result = self._search(req, shape, cand, duration, expected, limits)
         if result is None:
             self.forecast_cache[key] = (self.profile_version, None)
         else:
@@ -757,15 +875,22 @@ class _Pass:
         return result
 
     def _search(
-        self, req: JobRequest, shape: Shape, cand: _Candidate, duration: float, expected: float
+        self,
+        req: JobRequest,
+        shape: Shape,
+        cand: _Candidate,
+        duration: float,
+        expected: float,
+        limits: bool = False,
     ) -> tuple[float, list[tuple[NodeProfile, Avail]]] | None:
         # Walk the instants where something frees up; between them nothing can change,
         # except on nodes with holds (a sliding window may reach a hold's start).
         events: dict[float, list[NodeProfile]] = {}
         for node in cand.nodes:
             for r in node.releases:
-                if r.end > self.now and r.end != INFINITY:
-                    events.setdefault(r.end, []).append(node)
+                end = r.last if limits else r.end
+                if end > self.now and end != INFINITY:
+                    events.setdefault(end, []).append(node)
             for h in node.holds:
                 if h.end > self.now and h.end != INFINITY:
                     events.setdefault(h.end, []).append(node)
@@ -776,7 +901,10 @@ class _Pass:
 
         def check(nodes: Iterable[NodeProfile], t: float) -> None:
             for node in nodes:
-                avail = node.window(t, t + duration, cand.ignore, t + expected)
+                if not req.exclusive and not node.may_fit_at(t, shape, limits):
+                    fitting.pop(node.name, None)  # holds only take away: no fit either
+                    continue
+                avail = node.window(t, t + duration, cand.ignore, t + expected, limits)
                 if node.fits(avail, shape, req.exclusive):
                     fitting[node.name] = (node, avail)
                 else:
@@ -793,6 +921,24 @@ class _Pass:
             if chosen is not None:
                 return t, chosen
         return None
+
+
+def starving_first(
+    pending: tuple[JobRequest, ...], cutoff: float
+) -> tuple[tuple[JobRequest, ...], frozenset[int]]:
+    """The queue with the jobs eligible since ``cutoff`` or earlier moved to its front,
+    oldest first, and their ids: the starvation guard. Priority (fair-share above all)
+    and shortest-first backfill may pass a job over for days; past the threshold it
+    gets the reservation as FCFS would give it, kept against the limits of the jobs
+    backfilled around it."""
+    starving = [
+        r for r in pending if (r.eligible_time or r.submit_time) <= cutoff and not r.blocked_reason
+    ]
+    if not starving:
+        return pending, frozenset()
+    starving.sort(key=lambda r: (r.eligible_time or r.submit_time, r.job_id))
+    moved = frozenset(r.job_id for r in starving)
+    return (*starving, *(r for r in pending if r.job_id not in moved)), moved
 
 
 def _pick_gpus(available: frozenset[int], count: int) -> tuple[int, ...]:

@@ -56,6 +56,7 @@ class RunningView:
     qos: str = ""
     start_time: float = 0.0
     predicted_s: float = 0.0  # its predicted run time (predict.py); 0: none, use the limit
+    account: str = ""
     priority: int = 0
     # whether a preemptor may take its resources (a running batch job not already being
     # preempted; its QOS's mode decides the rest)
@@ -73,6 +74,23 @@ class ReservationView:
     users: tuple[str, ...] = ()
     accounts: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
+
+
+_class_ids: dict[tuple[object, ...], int] = {}
+_next_class = [1]
+
+
+def _class_id(klass: tuple[object, ...]) -> int:
+    """The number of a class of requests; new ones numbered on (a memo only: when it
+    grows large it starts over, and numbers are never given twice, so equal classes
+    may then get two numbers, which costs sharing, never correctness)."""
+    got = _class_ids.get(klass)
+    if got is None:
+        if len(_class_ids) >= 100_000:
+            _class_ids.clear()
+        got = _class_ids[klass] = _next_class[0]
+        _next_class[0] += 1
+    return got
 
 
 @dataclass(frozen=True)
@@ -125,7 +143,52 @@ class JobRequest:
     qos: str = ""
     reservation: str = ""
     submit_time: float = 0.0
+    eligible_time: float = 0.0  # when it could first start (--begin); 0: submit_time
     predicted_s: int = 0  # predicted run time (predict.py), <= the limit; 0: the limit
+    # everything the core reads of a job but its id, priority, age and blocked reason,
+    # as a small number (equal for equal classes): jobs of one class that cannot start
+    # now leave their later class-mates unable too (a pass only takes resources away),
+    # so the core decides that once per class
+    klass: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "klass",
+            _class_id(
+                (
+                    self.partitions,
+                    self.nodes_min,
+                    self.nodes_max,
+                    self.ntasks,
+                    self.ntasks_per_node,
+                    self.cpus_per_task,
+                    self.mem_per_node_mb,
+                    self.mem_per_cpu_mb,
+                    self.gpus_per_node,
+                    self.gpus_total,
+                    self.gpus_per_task,
+                    self.gpu_type,
+                    self.exclusive,
+                    self.nodelist,
+                    self.exclude,
+                    self.time_limit_s,
+                    self.user,
+                    self.account,
+                    self.qos,
+                    self.reservation,
+                    self.predicted_s,
+                )
+            ),
+        )
+
+    def with_priority(self, priority: int) -> JobRequest:
+        """This request at another priority (the queue's recalculation): a copy
+        without building the class again."""
+        copy = object.__new__(JobRequest)
+        copy.__dict__.update(self.__dict__)
+        copy.__dict__["priority"] = priority
+        return copy
 
 
 @dataclass(frozen=True)
@@ -143,7 +206,13 @@ class Settings:
     backfill fits and forecasts; advance reservations are always checked against
     limits, and jobs are still killed at their limits. ``backfill_order``: "priority"
     or "shortest" (backfill candidates behind the reserved jobs tried shortest
-    predicted run first, as EASY-SJBF).
+    predicted run first, as EASY-SJBF). ``starve_after_s``: a job eligible for longer
+    than this goes ahead of every younger one, oldest first, whatever its priority, so
+    the reservation is its own (a starvation guard; 0: off). ``max_job_test``: how
+    many pending jobs that cannot start one pass tries in full (Slurm's
+    ``bf_max_job_test``); a job that starts, or whose class (``klass``) already failed
+    in this pass, is not a try. Jobs past the limit are left out of the plan: they
+    keep their reason and forecast.
     """
 
     backfill: bool = True
@@ -152,7 +221,55 @@ class Settings:
     placement: str = "pack"
     predict: bool = False
     backfill_order: str = "priority"
+    max_job_test: int = 0  # fruitless full tries per pass (bf_max_job_test); 0: no limit
+    starve_after_s: float = 0.0
     qos_max_jobs_per_user: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class TresLimit:
+    """A limit on CPUs, memory and GPUs together; -1: that one is not limited."""
+
+    cpus: int = -1
+    mem_mb: int = -1
+    gpus: int = -1
+
+
+@dataclass(frozen=True)
+class AssocLimit:
+    """One association's limits (sacctmgr's), as the core enforces them.
+
+    ``key`` is "account/user", or "account/" for an account's own association;
+    ``parent`` the key of the association above it ("" for the root). ``grp`` and
+    ``grp_jobs`` bound the running jobs of its whole subtree; ``max_jobs`` the running
+    jobs of one user association (already inherited from above by ctld); ``max_wall_s``
+    a job's time limit. -1: no limit.
+    """
+
+    key: str
+    parent: str
+    grp: TresLimit = TresLimit()
+    grp_jobs: int = -1
+    max_jobs: int = -1
+    max_wall_s: int = -1
+
+
+@dataclass(frozen=True)
+class QosLimit:
+    """A QOS's limits: ``grp`` / ``grp_jobs`` over all its running jobs, ``per_user``
+    over one user's running jobs in it (MaxTRESPerUser), ``max_wall_s`` per job."""
+
+    name: str
+    grp: TresLimit = TresLimit()
+    grp_jobs: int = -1
+    per_user: TresLimit = TresLimit()
+    max_wall_s: int = -1
+
+
+@dataclass(frozen=True)
+class LimitSet:
+    assocs: tuple[AssocLimit, ...] = ()
+    qos: tuple[QosLimit, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -180,6 +297,7 @@ class Snapshot:
     settings: Settings = field(default_factory=Settings)
     # for placement "frag": the expected demand; empty: the pending jobs' own shapes
     demands: tuple[Demand, ...] = ()
+    limits: LimitSet = field(default_factory=LimitSet)  # accounting limits (sacctmgr)
     qos: tuple[QosView, ...] = ()  # preemption: which QOS may preempt which, and how
     claims: tuple[Claim, ...] = ()  # preemptors' promised resources
 

@@ -84,6 +84,9 @@ def freed(node: NodeProfile, victims: frozenset[int]) -> NodeProfile:
         _index_len=-1,
         _ends=[],
         _cum=[],
+        _lindex_len=-1,
+        _lends=[],
+        _lcum=[],
     )
 
 

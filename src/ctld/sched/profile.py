@@ -2,9 +2,11 @@
 
 A node's availability at time t is what is free now, plus what running jobs ending by t
 give back, minus what reservations (advance ones, and the backfill reservations made
-earlier in this pass) hold at t. Running jobs only ever give resources back, so over a
-window [t0, t1) the least available is at t0 or at the start of a hold inside it:
-those are the only instants a check has to look at.
+earlier in this pass) hold at t. A running job ends when it is expected to (its
+prediction) or, counted "by limits", when it would be killed at the latest. Running
+jobs only ever give resources back, so over a window [t0, t1) the least available is
+at t0 or at the start of a hold inside it: those are the only instants a check has
+to look at.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ class Release:
     mem: int
     gpus: frozenset[int]
     job_id: int
+    limit_end: float = -1.0  # when it is killed at the latest; -1: ``end``
+
+    @property
+    def last(self) -> float:
+        return self.end if self.limit_end < 0 else self.limit_end
 
 
 @dataclass(frozen=True)
@@ -32,7 +39,7 @@ class Hold:
     cpus: int
     mem: int
     gpus: frozenset[int]
-    owner: str  # "resv:NAME" or "job:ID"
+    owner: str  # "resv:NAME", "job:ID" or "guard:ID" (a starving job's)
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,7 @@ class NodeProfile:
     free_gpus: set[int]
     all_gpus: frozenset[int]
     busy: bool  # something runs on it now
+    name: str = ""  # the view's (a plain attribute: read for every node in a search)
     releases: list[Release] = field(default_factory=list)
     holds: list[Hold] = field(default_factory=list)
     # releases sorted by end with running sums, rebuilt when a release is added: what
@@ -59,6 +67,10 @@ class NodeProfile:
     _index_len: int = -1
     _ends: list[float] = field(default_factory=list)
     _cum: list[tuple[int, int, frozenset[int]]] = field(default_factory=list)
+    # the same by limit ends, built only when something is planned by limits
+    _lindex_len: int = -1
+    _lends: list[float] = field(default_factory=list)
+    _lcum: list[tuple[int, int, frozenset[int]]] = field(default_factory=list)
 
     @classmethod
     def from_view(cls, view: NodeView, index: int) -> NodeProfile:
@@ -71,11 +83,8 @@ class NodeProfile:
             free_gpus=set(view.gpus_free),
             all_gpus=frozenset(indices),
             busy=not view.idle,
+            name=view.name,
         )
-
-    @property
-    def name(self) -> str:
-        return self.view.name
 
     def could_ever_fit(self, shape: Shape, gpu_type: str) -> bool:
         if gpu_type and shape.gpus_per_node and self.view.gpu_type != gpu_type:
@@ -96,16 +105,26 @@ class NodeProfile:
             self._cum.append((cpus, mem, gpus))
         self._index_len = len(self.releases)
 
-    def _at(self, t: float, ignore: str) -> Avail:
-        if self._index_len != len(self.releases):
-            self._index()
-        k = bisect_right(self._ends, t)
-        back_cpus, back_mem, back_gpus = self._cum[k]
+    def _index_limits(self) -> None:
+        self._lends, self._lcum = _running_sums(self.releases)
+        self._lindex_len = len(self.releases)
+
+    def _at(self, t: float, ignore: str, limits: bool = False) -> Avail:
+        if limits:
+            if self._lindex_len != len(self.releases):
+                self._index_limits()
+            ends, cum = self._lends, self._lcum
+        else:
+            if self._index_len != len(self.releases):
+                self._index()
+            ends, cum = self._ends, self._cum
+        k = bisect_right(ends, t)
+        back_cpus, back_mem, back_gpus = cum[k]
         cpus, mem = self.free_cpus + back_cpus, self.free_mem + back_mem
         gpus = set(self.free_gpus) | back_gpus if back_gpus else set(self.free_gpus)
         running = self.busy
         if running:
-            running = k < len(self._ends) or not self.releases
+            running = k < len(ends) or not self.releases
         held = False
         for h in self.holds:
             if h.owner != ignore and h.start <= t < h.end:
@@ -115,18 +134,46 @@ class NodeProfile:
                 held = True
         return Avail(cpus, mem, frozenset(gpus), empty=not running and not held)
 
-    def window(self, t0: float, t1: float, ignore: str = "", t1_jobs: float | None = None) -> Avail:
+    def may_fit_at(self, t: float, shape: Shape, limits: bool = False) -> bool:
+        """False when, holds aside, not enough is free at ``t`` for ``shape``: a cheap
+        test before ``window`` (released GPUs are never free ones, so counts add)."""
+        if limits:
+            if self._lindex_len != len(self.releases):
+                self._index_limits()
+            ends, cum = self._lends, self._lcum
+        else:
+            if self._index_len != len(self.releases):
+                self._index()
+            ends, cum = self._ends, self._cum
+        back_cpus, back_mem, back_gpus = cum[bisect_right(ends, t)]
+        return (
+            self.free_cpus + back_cpus >= shape.cpus_per_node
+            and self.free_mem + back_mem >= shape.mem_per_node_mb
+            and len(self.free_gpus) + len(back_gpus) >= shape.gpus_per_node
+        )
+
+    def window(
+        self,
+        t0: float,
+        t1: float,
+        ignore: str = "",
+        t1_jobs: float | None = None,
+        limits: bool = False,
+    ) -> Avail:
         """What stays available for the whole of [t0, t1).
 
         With ``t1_jobs`` the reserved jobs' holds ("job:") are only checked up to it (a
-        predicted end), advance reservations' ("resv:") up to ``t1`` (the limit).
+        predicted end); advance reservations' ("resv:") and starving jobs' ("guard:") up
+        to ``t1`` (the limit). A starving job's hold is checked with every job running
+        to its limit, as ``limits`` checks every instant: a wrong prediction then can
+        not make room that is not there.
         """
         jobs_end = t1 if t1_jobs is None else min(t1_jobs, t1)
-        best = self._at(t0, ignore)
+        best = self._at(t0, ignore, limits)
         for h in self.holds:
             horizon = jobs_end if h.owner.startswith("job:") else t1
             if h.owner != ignore and t0 < h.start < horizon:
-                at = self._at(h.start, ignore)
+                at = self._at(h.start, ignore, limits or h.owner.startswith("guard:"))
                 best = Avail(
                     min(best.cpus, at.cpus),
                     min(best.mem, at.mem),
@@ -144,12 +191,33 @@ class NodeProfile:
             and len(avail.gpus) >= shape.gpus_per_node
         )
 
-    def take_now(self, cpus: int, mem: int, gpus: tuple[int, ...], end: float, job_id: int) -> None:
+    def take_now(
+        self,
+        cpus: int,
+        mem: int,
+        gpus: tuple[int, ...],
+        end: float,
+        job_id: int,
+        limit_end: float = -1.0,
+    ) -> None:
         self.free_cpus -= cpus
         self.free_mem -= mem
         self.free_gpus.difference_update(gpus)
         self.busy = True
-        self.releases.append(Release(end, cpus, mem, frozenset(gpus), job_id))
+        self.releases.append(Release(end, cpus, mem, frozenset(gpus), job_id, limit_end))
 
     def hold(self, hold: Hold) -> None:
         self.holds.append(hold)
+
+
+def _running_sums(
+    releases: list[Release],
+) -> tuple[list[float], list[tuple[int, int, frozenset[int]]]]:
+    """Limit ends, sorted, and what has come back by each: (cpus, mem, gpus)."""
+    ordered = sorted(releases, key=lambda r: r.last)
+    cpus, mem, gpus = 0, 0, frozenset[int]()
+    cum = [(0, 0, gpus)]
+    for r in ordered:
+        cpus, mem, gpus = cpus + r.cpus, mem + r.mem, gpus | r.gpus
+        cum.append((cpus, mem, gpus))
+    return [r.last for r in ordered], cum

@@ -1,0 +1,174 @@
+"""srun's side of the task stream (corral/stepstream.py): one socket per node.
+
+Standard library only (no grpc, protobuf or asyncio: srun's start-up is its cost).
+A ``NodeStream`` connects, reads noded's HELLO (the nonce), sends START with the step
+credential's proof, and from then on is driven by srun's one selector loop: frames
+are parsed from what arrived, what srun sends is buffered and written as the socket
+takes it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from corral import stepstream as ss
+from corral.errors import CorralError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+    from typing import Any
+
+CA_ENV = "CORRAL_CTLD_CA"  # the cluster CA (corral.rest.CA_ENV): checks a TLS node's name
+RECV_BYTES = 1 << 20
+
+
+def _config_ca() -> str:
+    """The cluster CA named by the config file (tls.dir/ca.crt), if this host has it."""
+    from corral.rest import _config
+
+    try:
+        tls_dir = str(_config().get("tls", {}).get("dir", ""))
+    except CorralError:
+        return ""
+    path = os.path.join(tls_dir, "ca.crt") if tls_dir else ""
+    return path if path and os.access(path, os.R_OK) else ""
+
+
+class NodeStream:
+    def __init__(self, node: Mapping[str, Any], timeout: float) -> None:
+        self.name = str(node.get("node", ""))
+        self.ranks = [int(r) for r in node.get("ranks", [])]
+        self.rbuf = bytearray()
+        self.wbuf = bytearray()
+        self.started = False
+        self.done = False  # srun has every exit from here (DONE sent)
+        self.closed = False
+        self.would_block: tuple[type[BaseException], ...] = (BlockingIOError, InterruptedError)
+        address = str(node.get("streamAddress", ""))
+        if not address:
+            raise CorralError(f"{self.name}: its noded has no task stream (upgrade it)")
+        try:
+            host, port, tls = ss.split_address(address)
+        except ValueError as exc:
+            raise CorralError(f"{self.name}: {exc}") from None
+        try:
+            host_arg: Any = host.encode() if host.isascii() else host  # no idna import
+            sock = socket.create_connection((host_arg, port), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tls:
+                sock = self._wrap(sock)
+            self.sock = sock
+            kind, payload = self._read_frame()
+        except OSError as exc:
+            raise CorralError(
+                f"{self.name}: cannot reach its task stream at {address}: {exc}"
+            ) from None
+        if kind != ss.HELLO or not payload.startswith(ss.MAGIC):
+            self.sock.close()
+            raise CorralError(f"{self.name}: {address} does not speak the task stream")
+        self.nonce = bytes(payload[len(ss.MAGIC) :])
+
+    def _wrap(self, sock: socket.socket) -> socket.socket:
+        import ssl
+
+        ca = os.environ.get(CA_ENV) or _config_ca()
+        if not ca:
+            sock.close()
+            raise CorralError(
+                f"{self.name}: its task stream speaks TLS: set {CA_ENV} to the cluster's CA"
+            )
+        self.would_block = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+        return ssl.create_default_context(cafile=ca).wrap_socket(sock, server_hostname=self.name)
+
+    def _read_frame(self) -> tuple[int, bytes]:
+        """One whole frame, blocking (the hand-shake only)."""
+        while True:
+            got = self._parse_one()
+            if got is not None:
+                return got
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed before it answered")
+            self.rbuf += chunk
+
+    def _parse_one(self) -> tuple[int, bytes] | None:
+        buf = self.rbuf
+        if len(buf) < ss.HEADER.size:
+            return None
+        length, kind = ss.HEADER.unpack_from(buf)
+        end = 4 + length
+        if len(buf) < end:
+            return None
+        payload = bytes(buf[ss.HEADER.size : end])
+        del buf[:end]
+        return kind, payload
+
+    def start(self, credential: str, body: dict[str, Any]) -> None:
+        self.sock.sendall(ss.start_frame(credential, self.nonce, body))
+        self.sock.setblocking(False)
+
+    def await_started(self) -> tuple[int, bytes]:
+        """Block for the first answer to START: STARTED, or REFUSED with the reason."""
+        self.sock.setblocking(True)
+        try:
+            return self._read_frame()
+        finally:
+            self.sock.setblocking(False)
+
+    # ------------------------------------------------------------ the loop's side
+
+    def receive(self) -> bool:
+        """Read what is there; False once noded closed the stream."""
+        try:
+            chunk = self.sock.recv(RECV_BYTES)
+            while chunk:
+                self.rbuf += chunk
+                if not (hasattr(self.sock, "pending") and self.sock.pending()):
+                    break
+                chunk = self.sock.recv(RECV_BYTES)  # TLS: what its buffer still holds
+        except self.would_block:
+            return True
+        except OSError:
+            return False
+        return bool(chunk)
+
+    def frames(self) -> Iterator[tuple[int, bytearray]]:
+        """Whole frames received so far, in order (consumed as they are yielded)."""
+        buf, pos, size = self.rbuf, 0, len(self.rbuf)
+        try:
+            while size - pos >= ss.HEADER.size:
+                length, kind = ss.HEADER.unpack_from(buf, pos)
+                end = pos + 4 + length
+                if end > size:
+                    break
+                payload = buf[pos + ss.HEADER.size : end]
+                pos = end
+                yield kind, payload
+        finally:
+            del buf[:pos]
+
+    def send(self, kind: int, payload: bytes = b"") -> None:
+        if not self.closed:
+            self.wbuf += ss.frame(kind, payload)
+            self.flush()
+
+    def flush(self) -> bool:
+        """Write what the socket takes now; False if the connection broke."""
+        while self.wbuf:
+            try:
+                sent = self.sock.send(self.wbuf)
+            except self.would_block:
+                return True
+            except OSError:
+                self.wbuf.clear()
+                return False
+            del self.wbuf[:sent]
+        return True
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.wbuf.clear()
+            self.sock.close()
