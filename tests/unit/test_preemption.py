@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from corral.errors import InvalidRequest
 from corral.testing.inprocess import InProcessCluster
 from corral.wire import corral_pb2 as pb
 
@@ -142,3 +143,20 @@ def test_off_by_default_and_not_for_a_qos_that_may_not(inprocess_factory: Any) -
     c2.submit(gpusPerNode=4, timeLimitS="600")  # normal QOS preempts nothing
     c2.settle()
     assert signals(c2, low2) == []
+
+
+def test_a_qos_made_with_sacctmgr_preempts_and_loops_are_refused(inprocess_factory: Any) -> None:
+    extra = '[scheduler]\npreempt_mode = "requeue"\n\n[[qos]]\nname = "low"\n'
+    c = inprocess_factory(nodes=1, gpus_per_node=4, cpus_per_node=8, extra_config=extra)
+    api = c.client()
+    api.sacctmgr({"action": "add", "entity": "qos", "args": ["urgent", "Preempt=low"]})
+    low = c.submit(qos="low", gpusPerNode=4, timeLimitS="3600")
+    c.wait_state(low, "RUNNING", timeout=5)
+    urgent = c.submit(qos="urgent", gpusPerNode=4, timeLimitS="600")
+    c.settle()
+    assert c.job(urgent)["waitsFor"] == [low]
+    assert signals(c, low) == [(signal.SIGTERM, True)]  # no grace time: at once
+    with pytest.raises(InvalidRequest, match="QOS preemption loop: urgent -> low -> urgent"):
+        api.sacctmgr(
+            {"action": "modify", "entity": "qos", "args": ["low", "set", "Preempt=urgent"]}
+        )
