@@ -83,7 +83,7 @@ async def _submit(cluster: BenchCluster, spec: Any, n: int, inflight: int = 64) 
     from corral.wire import corral_pb2 as pb
     from corral.wire import corral_pb2_grpc as pbg
 
-    md = grpc_metadata()
+    md = grpc_metadata(cluster)
     ids: list[int] = []
     left = [n]
     async with grpc.aio.insecure_channel(f"127.0.0.1:{cluster.grpc_port}") as channel:
@@ -110,7 +110,7 @@ async def _release(cluster: BenchCluster, ids: list[int]) -> None:
         for i in range(0, len(ids), 5000):
             await stub.UpdateJob(
                 pb.UpdateJobRequest(job_ids=ids[i : i + 5000], action=pb.JOB_UPDATE_RELEASE),
-                metadata=grpc_metadata(),
+                metadata=grpc_metadata(cluster),
                 timeout=300,
             )
 
@@ -122,7 +122,7 @@ async def _submit_to_start(cluster: BenchCluster, n: int) -> list[float]:
     from corral.wire import corral_pb2 as pb
     from corral.wire import corral_pb2_grpc as pbg
 
-    md = grpc_metadata()
+    md = grpc_metadata(cluster)
     spec = _spec(cluster, runtime=0.01, gpus=0, limit=60, hold=False)
     out: list[float] = []
     async with grpc.aio.insecure_channel(f"127.0.0.1:{cluster.grpc_port}") as channel:
@@ -153,8 +153,9 @@ def _quiet_cpu(cluster: BenchCluster, seconds: float) -> float:
     return (_cpu_s(cluster.ctld_pid) - before) / (time.monotonic() - t0)
 
 
-def _pass_ms(cluster: BenchCluster, seconds: float, *, busy: bool) -> tuple[float, int]:
-    """Mean snapshot + plan time of the passes ctld ran in a window (periodic ones)."""
+def _pass_ms(cluster: BenchCluster, seconds: float, *, busy: bool) -> tuple[float, float, int]:
+    """Mean snapshot + plan time of the passes ctld ran in a window (periodic ones):
+    wall, and the CPU time of ctld's loop thread (what other processes took excluded)."""
     burner = None
     if busy:
         burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -167,10 +168,13 @@ def _pass_ms(cluster: BenchCluster, seconds: float, *, busy: bool) -> tuple[floa
             burner.kill()
             burner.wait()
     passes = int(b["passes"]) - int(a["passes"])
-    spent = (
-        float(b["snapshot_s"]) - float(a["snapshot_s"]) + float(b["plan_s"]) - float(a["plan_s"])
-    )
-    return (spent / passes * 1000 if passes else float("nan")), passes
+
+    def spent(keys: tuple[str, str]) -> float:
+        total = sum(float(b.get(k, 0.0)) - float(a.get(k, 0.0)) for k in keys)
+        return total / passes * 1000 if passes else float("nan")
+
+    wall = spent(("snapshot_s", "plan_s"))
+    return wall, spent(("snapshot_cpu_s", "plan_cpu_s")), passes
 
 
 def _command_ms(cluster: BenchCluster, argv: list[str], runs: int = 3) -> str:
@@ -259,8 +263,8 @@ def run_nodes(nodes: int, levels: list[int], probes: int, result: PhaseResult) -
                 have += len(ids)
                 time.sleep(3)  # the pass the release woke
             cpu = _quiet_cpu(cluster, QUIET_S)
-            pass_alone, n_alone = _pass_ms(cluster, 6, busy=False)
-            pass_busy, n_busy = _pass_ms(cluster, 6, busy=True)
+            pass_alone, cpu_alone, n_alone = _pass_ms(cluster, 6, busy=False)
+            pass_busy, cpu_busy, n_busy = _pass_ms(cluster, 6, busy=True)
             lat = asyncio.run(_submit_to_start(cluster, probes))
             rss = cluster.rss_mib()
             per_job = (rss - rss0) * 1024 / level if level else 0.0
@@ -271,8 +275,8 @@ def run_nodes(nodes: int, levels: list[int], probes: int, result: PhaseResult) -
             table.add(
                 level,
                 f"{cpu * 100:.1f}%",
-                f"{pass_alone:.0f} ms ({n_alone})",
-                f"{pass_busy:.0f} ms ({n_busy})",
+                f"{pass_alone:.0f} ms, CPU {cpu_alone:.0f} ms ({n_alone})",
+                f"{pass_busy:.0f} ms, CPU {cpu_busy:.0f} ms ({n_busy})",
                 f"{ms(p50)} / {ms(p99)}",
                 f"{rss:.0f} MiB ({per_job:.1f} KiB/job)",
                 squeue,
@@ -282,7 +286,9 @@ def run_nodes(nodes: int, levels: list[int], probes: int, result: PhaseResult) -
             rows[str(level)] = {
                 "quiet_cpu": cpu,
                 "pass_ms": pass_alone,
+                "pass_cpu_ms": cpu_alone,
                 "pass_busy_ms": pass_busy,
+                "pass_busy_cpu_ms": cpu_busy,
                 "submit_to_start_s": lat,
                 "rss_mib": rss,
                 "squeue": squeue,

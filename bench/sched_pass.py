@@ -5,13 +5,15 @@ shapes (1-8 GPUs, some 2-4 node jobs, limits from 10 minutes to a day), reports 
 median of several passes and the peak memory of one (tracemalloc), and with
 ``--profile`` the ten functions where a pass spends its time.
 
-    .venv/bin/python bench/sched_pass.py [--pending 10000 100000] [--profile]
+    .venv/bin/python bench/sched_pass.py [--pending 10000 100000] [--full] [--profile]
+        [--settings ctld|core]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import pstats
 import random
 import statistics
@@ -19,12 +21,14 @@ import sys
 import time
 import tracemalloc
 
+from corral.config import SchedulerConfig
 from ctld.sched import (
     JobRequest,
     NodeView,
     PartitionView,
     Placement,
     RunningView,
+    Settings,
     Snapshot,
     schedule,
 )
@@ -107,22 +111,45 @@ def make_full_snapshot(pending: int) -> Snapshot:
 
 
 FULL = False
+SETTINGS = Settings()
 
 
-def measure(pending: int, repeats: int) -> tuple[float, float, int, int]:
+def ctld_settings() -> Settings:
+    """What ctld runs when its config says nothing about [scheduler]."""
+    sc = SchedulerConfig()
+    return Settings(
+        backfill=sc.backfill,
+        reserve_depth=sc.reserve_depth,
+        forecast_depth=sc.forecast_depth,
+        placement=sc.placement,
+        predict=sc.predict,
+        backfill_order=sc.backfill_order,
+        max_job_test=sc.max_job_test,
+    )
+
+
+def measure(pending: int, repeats: int) -> tuple[float, float, float, int, int]:
     snap = make_full_snapshot(pending) if FULL else make_snapshot(pending)
-    times = []
+    snap = dataclasses.replace(snap, settings=SETTINGS)
+    times, cpu = [], []
     plan = None
     for _ in range(repeats):
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.thread_time()
         plan = schedule(snap)
         times.append(time.perf_counter() - began)
+        cpu.append(time.thread_time() - began_cpu)
     tracemalloc.start()
     schedule(snap)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert plan is not None
-    return statistics.median(times), peak / 2**20, len(plan.starts), len(plan.forecasts)
+    return (
+        statistics.median(times),
+        statistics.median(cpu),
+        peak / 2**20,
+        len(plan.starts),
+        len(plan.forecasts),
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -131,19 +158,32 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--full", action="store_true", help="every node busy, 8-GPU jobs pending")
+    ap.add_argument(
+        "--settings",
+        choices=["ctld", "core"],
+        default="ctld",
+        help="ctld's default [scheduler] (predictions, shortest first, max_job_test) "
+        "or the core's own defaults (priority order, limits)",
+    )
     args = ap.parse_args(argv)
-    global FULL
+    global FULL, SETTINGS
     FULL = args.full
+    SETTINGS = ctld_settings() if args.settings == "ctld" else Settings()
     busy = "all busy" if FULL else "half busy"
     print(f"{NODES} nodes x {GPUS} GPUs, {busy}; target: < 100 ms at 10k, << 1 s at 100k\n")
-    print("| pending | median pass ms | peak MiB (tracemalloc) | started | forecasts |")
+    print("| pending | median pass ms (CPU ms) | peak MiB (tracemalloc) | started | forecasts |")
     print("|---:|---:|---:|---:|---:|")
     for n in args.pending:
         repeats = args.repeats if n <= 20_000 else max(1, args.repeats // 2)
-        median, peak, starts, forecasts = measure(n, repeats)
-        print(f"| {n:,} | {median * 1000:.1f} | {peak:.1f} | {starts} | {forecasts} |", flush=True)
+        median, cpu, peak, starts, forecasts = measure(n, repeats)
+        print(
+            f"| {n:,} | {median * 1000:.1f} ({cpu * 1000:.1f}) | {peak:.1f} | {starts} "
+            f"| {forecasts} |",
+            flush=True,
+        )
     if args.profile:
         snap = make_full_snapshot(args.pending[0]) if FULL else make_snapshot(args.pending[0])
+        snap = dataclasses.replace(snap, settings=SETTINGS)
         prof = cProfile.Profile()
         prof.enable()
         schedule(snap)

@@ -5,7 +5,8 @@
   PostgreSQL (synchronous_commit=on, fsync=on): every counted submit is durable.
 * Through ctld: gRPC SubmitJob, 16 in flight, held jobs, ctld on each store.
 * sacct over 100,000 finished jobs stored (``-X -a`` over all of them: first line and
-  total; ``-j ID``), on each store.
+  total; ``-j ID``), and sreport's AccountUtilizationByUser over all of them, on each
+  store.
 
 PostgreSQL: the one of ``CORRAL_BENCH_PG_URL``, else a private server started with the
 installed binaries (corral.testing.postgres). ``--quick`` uses 10,000 jobs for sacct.
@@ -191,6 +192,25 @@ def sacct_runs(url: str, label: str, table: Table, data: dict[str, Any], quick: 
                 "total_s": total,
                 "jobs": jobs,
             }
+        # sreport adds up every stored run of the window in ctld (ReportUsage)
+        sreport = [
+            str(VENV_BIN / "sreport"),
+            "-n",
+            "-P",
+            "cluster",
+            "AccountUtilizationByUser",
+            "start=2000-01-01",
+            "end=now",
+        ]
+        best_s = min(_timed(sreport, env)[1] for _ in range(1 if quick else 3))
+        table.add(
+            label,
+            f"sreport cluster AccountUtilizationByUser (all): {ms(best_s)}",
+            n,
+            f"{n / best_s:.0f} jobs/s",
+            f"{SLURM}: n/a (rollups)",
+        )
+        data[f"{label}_sreport"] = {"total_s": best_s, "jobs": n}
 
 
 def run(quick: bool = False) -> PhaseResult:

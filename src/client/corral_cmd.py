@@ -117,6 +117,10 @@ def main_args(argv: list[str]) -> int:
         from client.why import main_args as why
 
         return why(argv[1:])
+    if argv and argv[0] == "report":
+        from client.report import main_args as report
+
+        return report(argv[1:])
     p = _Parser(prog=PROG, description="corral operator command")
     p.add_argument("--version", action="version", version=f"corral {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -144,6 +148,7 @@ def main_args(argv: list[str]) -> int:
     sub.add_parser("ctld", help="run the controller in the foreground (see corral ctld -h)")
     sub.add_parser("noded", help="run a node agent in the foreground (see corral noded -h)")
     sub.add_parser("why", help="why a pending job is not running: corral why JOBID")
+    sub.add_parser("report", help="GPU-hours per account per day: corral report [--plot F]")
     sub.add_parser("sim", help="replay a workload trace through the scheduler (corral sim -h)")
     sub.add_parser("db", help="the store's schema: corral db upgrade|current [--url URL]")
     from client.credentials import add_parsers, certs, token

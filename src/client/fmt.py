@@ -145,6 +145,33 @@ def render(prefix: str, specs: Sequence[Spec], columns: Mapping[str, Column], it
     return "".join(out)
 
 
+def renderer(
+    prefix: str, specs: Sequence[Spec], columns: Mapping[str, Column]
+) -> Callable[[Any], str]:
+    """``render`` for many items of one format: each field's column, width and
+    justification looked up once (squeue prints tens of thousands of rows)."""
+    fields = [
+        (columns[s.letter].value, s.width, s.right, columns[s.letter].cut, s.suffix) for s in specs
+    ]
+
+    def line(item: Any) -> str:
+        out = [prefix]
+        for value, width, right, cut, suffix in fields:
+            text = value(item)
+            if width > 0:
+                if right:
+                    text = text.rjust(width)
+                    if cut:
+                        text = text[:width]
+                else:
+                    text = text[:width].ljust(width)
+            out.append(text)
+            out.append(suffix)
+        return "".join(out)
+
+    return line
+
+
 def with_width(specs: Sequence[Spec], letter: str, width: int) -> list[Spec]:
     """The specs with every ``letter`` field set to ``width`` (sinfo sizes some to fit)."""
     return [Spec(s.letter, width, s.right, s.suffix) if s.letter == letter else s for s in specs]

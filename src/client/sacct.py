@@ -89,6 +89,16 @@ def exit_code(job: Json) -> str:
     return f"{num(job, 'exitCode')}:{num(job, 'exitSignal')}"
 
 
+def derived_exit_code(job: Json) -> str:
+    """Slurm's DerivedExitCode: the highest exit code of the job's srun steps, with the
+    signal of that step (the batch script's own code is ExitCode); 0:0 without steps."""
+    best = max(
+        ((num(s, "exitCode"), num(s, "exitSignal")) for s in job.get("steps", [])),
+        default=(0, 0),
+    )
+    return f"{best[0]}:{best[1]}"
+
+
 def tres(cpus: int, mem_mb: int, gpus: int, nodes: int, *, billing: bool, mem: bool) -> str:
     """A TRES list in sacct's order (by name): billing, cpu, gres/gpu, mem, node."""
     parts = [f"billing={cpus}"] if billing else []
@@ -137,7 +147,7 @@ def job_values(job: Json, now: float) -> dict[str, str]:
         "Constraints": text(spec, "constraint"),
         "CPUTime": format_elapsed(ran * cpus),
         "CPUTimeRAW": str(ran * cpus),
-        "DerivedExitCode": "0:0",
+        "DerivedExitCode": derived_exit_code(job),
         "Elapsed": format_elapsed(ran),
         "ElapsedRaw": str(ran),
         "Eligible": format_timestamp(real(job, "eligibleTime")),
@@ -156,7 +166,7 @@ def job_values(job: Json, now: float) -> dict[str, str]:
         "NodeList": text(job, "nodelist") if started(job) else "None assigned",
         "Partition": text(job, "partition"),
         "Priority": str(num(job, "priority")),
-        "QOS": text(spec, "qos"),
+        "QOS": text(job, "qos") or text(spec, "qos") or "normal",
         "Reason": text(job, "reason") or "None",
         "Restarts": str(num(job, "restartCount")),
         "ReqCPUS": str(cpus),

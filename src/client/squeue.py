@@ -27,6 +27,7 @@ from client.fmt import (
     parse_states,
     parse_users,
     render,
+    renderer,
     split_list,
     squeue_secs,
     wire_states,
@@ -334,7 +335,7 @@ def format_jobs(
     lines = [ctime(now)] if long_date and header else []
     if header:
         lines.append(render(prefix, specs, COLUMNS, None))
-    lines.extend(render(prefix, specs, COLUMNS, r) for r in rows)
+    lines.extend(map(renderer(prefix, specs, COLUMNS), rows))
     return "".join(line + "\n" for line in lines)
 
 

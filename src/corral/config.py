@@ -185,6 +185,9 @@ class SchedulerConfig:
     backfill_order: str = (
         "shortest"  # backfill candidates: "shortest" predicted first, or "priority"
     )
+    # pending jobs that cannot start one pass tries in full (Slurm's bf_max_job_test);
+    # starts, and jobs of a class that already failed in the pass, are not tries; 0: none
+    max_job_test: int = 500
     # a job eligible this long goes ahead of every younger one and gets the reservation,
     # kept by limits (the starvation guard); 0: off
     starvation_guard_s: int = 0
@@ -591,6 +594,7 @@ def _scheduler(sec: _Section) -> SchedulerConfig:
         max_array_size=sec.positive("max_array_size", d.max_array_size, allow_zero=False),
         predict=sec.get("predict", bool, d.predict),
         backfill_order=order,
+        max_job_test=sec.positive("max_job_test", d.max_job_test),
         starvation_guard_s=sec.duration("starvation_guard", d.starvation_guard_s),
     )
     sec.done()

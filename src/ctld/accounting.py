@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -325,12 +325,12 @@ class Accounting:
         time_limit_s: int,
         tres: dict[str, int],
         new_jobs: int,
-        active: Iterator[tuple[str, str, str]],
+        active: Mapping[tuple[str, str, str], int],
     ) -> None:
         """Submit-time limits: MaxWall, MaxTRESPerJob (association and QOS), MaxSubmitJobs,
-        GrpSubmitJobs and the QOS's MaxSubmitJobsPerUser. ``active`` yields (account,
-        user, qos) of every pending or running job; it is read only when a submit limit
-        is set. Raises AccountingPolicy (Slurm's message)."""
+        GrpSubmitJobs and the QOS's MaxSubmitJobsPerUser. ``active`` counts the pending
+        and running jobs by (account, user, qos). Raises AccountingPolicy (Slurm's
+        message)."""
         if "limits" not in self.enforce:
             return
         chain = self.chain(account, user)
@@ -350,18 +350,17 @@ class Accounting:
         groups = [a for a in chain if a.limits.grp_submit_jobs >= 0]
         if max_submit < 0 and not user_submit and not groups:
             return
-        mine = assoc_key(account, user)
         in_assoc = in_qos = 0
         in_group = dict.fromkeys((a.key for a in groups), 0)
-        for job_account, job_user, job_qos in active:
-            if job_user == user and assoc_key(job_account, job_user) == mine:
-                in_assoc += 1
+        for (job_account, job_user, job_qos), count in active.items():
+            if job_user == user and job_account == account:
+                in_assoc += count
             if job_user == user and job_qos == qos:
-                in_qos += 1
+                in_qos += count
             if in_group:
                 for a in self.chain(job_account, job_user):
                     if a.key in in_group:
-                        in_group[a.key] += 1
+                        in_group[a.key] += count
         if max_submit >= 0 and in_assoc + new_jobs > max_submit:
             raise AccountingPolicy()
         if user_submit and in_qos + new_jobs > user_submit:

@@ -72,15 +72,16 @@ class Change:
         if job.job_id not in self._new_ids:
             self._jobs[job.job_id] = job
 
-    def end_run(self, job: pb.Job, state: int) -> None:
+    def end_run(self, job: pb.Job, state: int) -> pb.Job:
         """Keep the run now ending (a requeue) as it stands, in ``state``: the job's save
-        writes it to job_runs, where sacct -D reads it."""
+        writes it to job_runs, where sacct -D reads it. Returns that run."""
         run = pb.Job()
         run.CopyFrom(job)
         del run.events[:]
         run.state = state  # type: ignore[assignment]  # one of JobState's values
         run.end_time = run.end_time or self.state.clock()
         self.state.ended_runs.setdefault(job.job_id, []).append(run)
+        return run
 
     def start_step(self, job: pb.Job, step: pb.Step) -> None:
         step.state = js.RUNNING
@@ -117,6 +118,8 @@ class Change:
             else:  # it left the queue
                 st.pending.pop(job.job_id, None)
                 st.requests.pop(job.job_id, None)
+        for job in self._jobs.values():  # memory has changed already: count it now
+            _count_active(st, job)
         ops = [st.save(job, new=True) for job in self._new]
         ops += [st.save(job) for job in self._jobs.values()]
         ops += self._ops
@@ -125,6 +128,8 @@ class Change:
             for job in self._new:
                 st.jobs[job.job_id] = job
                 st.enqueue(job)
+                if job.state in js.ACTIVE:
+                    st.active_counts[(job.account, job.user, job.qos)] += 1
             if self.wake:
                 st.wake()
             else:
@@ -145,3 +150,18 @@ class Change:
     ) -> None:
         if not self.committed:
             await self.commit()
+
+
+def _count_active(st: State, job: pb.Job) -> None:
+    """Keep ``State.active_counts`` right for a job this change moved in or out of the
+    active states (its first event since it was last saved says where it came from)."""
+    start = st.saved_events.get(job.job_id, 0)
+    if start >= len(job.events):
+        return
+    was = job.events[start].from_state in js.ACTIVE
+    now = job.state in js.ACTIVE
+    if was != now:
+        key = (job.account, job.user, job.qos)
+        st.active_counts[key] += 1 if now else -1
+        if st.active_counts[key] <= 0:
+            del st.active_counts[key]

@@ -144,7 +144,9 @@ class Endings:
         now = st.clock()
         if run_state != pb.JOB_STATE_REQUEUED:
             job.reason = detail[:200]  # sacct -D shows why that run ended
-        ch.end_run(job, run_state)
+        # the run's time counts in fair-share like any finished job's (Slurm charges
+        # every run); its record is what a restarted ctld reloads the ledger from
+        st.ledger.add_finished(ch.end_run(job, run_state))
         st.release(job)
         del job.allocations[:]
         job.nodelist = job.batch_host = ""

@@ -90,7 +90,7 @@ class Intake:
                 "gres/gpu": shape.nodes * shape.gpus_per_node,
             },
             new_jobs=len(parse_array(spec.array).task_ids) if spec.array else 1,
-            active=((j.account, j.user, j.qos) for j in st.jobs.values() if j.state in js.ACTIVE),
+            active=st.active_counts,
         )
         if spec.dependency:
             self._check_dependency(spec.dependency)

@@ -2,7 +2,8 @@
 
 Recomputed for the whole queue at most every ``RECALC_S`` (Slurm's PriorityCalcPeriod
 does the same, for the same reason: age moves every second, and re-ranking ten
-thousand jobs on every pass buys nothing). A new job gets its priority at once.
+thousand jobs on every pass buys nothing); the scheduler walks a deep queue in slices,
+one per pass (``scheduling.RECALC_SLICE``). A new job gets its priority at once.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class Priorities:
         self.max_qos = max(self.qos_priority.values(), default=0)
         self.tree = self._tree(config)
         self.rows: list[ShareRow] = []
+        # each (account, user)'s fair-share factor from ``rows`` (cleared with them)
+        self._factor_of: dict[tuple[str, str], float] = {}
         self.last_calc = -1e18
         self.cluster_cpus = 0
 
@@ -88,6 +91,7 @@ class Priorities:
                 changed = True
         if changed:
             self.last_calc = -1e18
+            self._factor_of = {}
 
     def recalc_due(self, now: float) -> bool:
         return now - self.last_calc >= RECALC_S
@@ -99,11 +103,16 @@ class Priorities:
             key = (account if account in names else "root", user)
             usage[key] = usage.get(key, 0.0) + value
         self.rows = share_rows(self.tree, usage)
+        self._factor_of = {}
         self.last_calc = now
 
     def fairshare(self, account: str, user: str) -> float:
-        names = {a.name for a in self.tree}
-        return factor_of(self.rows, account if account in names else "root", user)
+        got = self._factor_of.get((account, user))
+        if got is None:
+            names = {a.name for a in self.tree}
+            got = factor_of(self.rows, account if account in names else "root", user)
+            self._factor_of[(account, user)] = got
+        return got
 
     def factors(self, job: pb.Job, now: float) -> Factors:
         part = job.spec.partitions[0] if job.spec.partitions else job.partition
@@ -124,16 +133,29 @@ class Priorities:
 def apply_factors(job: pb.Job, f: Factors) -> bool:
     """Store ``f`` on the job; True when anything a reader sees changed."""
     priority = job.admin_priority if job.HasField("admin_priority") else f.priority
-    new = pb.PriorityFactors(
-        age=round(f.age, 4),
-        fairshare=round(f.fairshare, 4),
-        job_size=round(f.job_size, 4),
-        partition=round(f.partition, 4),
-        qos=round(f.qos, 4),
-        nice=f.nice,
+    # set in place, field by field: the whole queue goes through here every 30 s
+    pf = job.priority_factors
+    new = (
+        round(f.age, 4),
+        round(f.fairshare, 4),
+        round(f.job_size, 4),
+        round(f.partition, 4),
+        round(f.qos, 4),
+        f.nice,
     )
-    if job.priority == priority and job.priority_factors == new:
+    if (
+        job.priority == priority
+        and (
+            pf.age,
+            pf.fairshare,
+            pf.job_size,
+            pf.partition,
+            pf.qos,
+            pf.nice,
+        )
+        == new
+    ):
         return False
     job.priority = max(priority, 1)  # 0 means held, as in Slurm
-    job.priority_factors.CopyFrom(new)
+    pf.age, pf.fairshare, pf.job_size, pf.partition, pf.qos, pf.nice = new
     return True

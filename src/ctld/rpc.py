@@ -31,6 +31,7 @@ from corral.errors import (
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from corral.wire.methods import CONTROLLER, NODE_CONTROLLER, PYTHON_NAMES, SERVICES
+from ctld import usage_report
 from ctld.auth import Authenticator, Caller, StepCredentials
 from ctld.authz import scrub_spec
 from ctld.cluster import Cluster
@@ -291,6 +292,30 @@ class ControllerApi:
 
     async def get_shares(self, req: pb.GetSharesRequest, who: Identity) -> pb.GetSharesResponse:
         return pb.GetSharesResponse(rows=self.cluster.share_rows(req.accounts, req.users))
+
+    async def report_usage(
+        self, req: pb.ReportUsageRequest, who: Identity
+    ) -> pb.ReportUsageResponse:
+        bounds = list(req.bounds)
+        usage_report.check_bounds(bounds)
+        runs = await asyncio.to_thread(self.cluster.store.runs_between, bounds[0], bounds[-1])
+        policy = self.cluster.policy
+        accounts, users = set(req.accounts), set(req.users)
+        shown = (
+            j
+            for j in runs
+            if policy.may_see_accounting(who, j.uid)
+            and (not accounts or (j.account or "root") in accounts)
+            and (not users or j.user in users)
+        )
+        now = self.cluster.clock()
+        return pb.ReportUsageResponse(
+            records=usage_report.usage_records(shown, bounds, now),
+            capacity=usage_report.capacity(self.cluster.nodes.values()),
+            accounts=usage_report.account_tree(self.cluster.priorities.tree),
+            cluster=self.cluster.config.cluster_name,
+            now=now,
+        )
 
     async def sacctmgr(self, req: pb.SacctmgrRequest, who: Identity) -> pb.SacctmgrResponse:
         # reads and changes share the RPC: a change checks the store itself

@@ -476,7 +476,7 @@ class SacctmgrOps:
                 a = acc.assocs[assoc_key(name, "")]
                 self._apply_assoc(acc, a, rest)
                 ch.put("assoc", a.key)
-                lines.append(f"  C = {acc.cluster:<10} A = {name:<20}")
+                lines.append(_modified(acc, a))
         return "\n".join(lines) if lines else " Nothing modified"
 
     def _modify_user(self, ch: _Change, p: Parsed) -> str:
@@ -516,7 +516,7 @@ class SacctmgrOps:
             for a in found:
                 self._apply_assoc(acc, a, rest)
                 ch.put("assoc", a.key)
-                lines.append(f"  C = {acc.cluster:<10} A = {a.account:<10} U = {a.user:<9}")
+                lines.append(_modified(acc, a))
         return "\n".join(lines) if lines else " Nothing modified"
 
     def _modify_assoc(self, ch: _Change, p: Parsed) -> str:
@@ -530,8 +530,7 @@ class SacctmgrOps:
         for a in found:
             self._apply_assoc(acc, a, p.sets)
             ch.put("assoc", a.key)
-            who = f" U = {a.user:<9}" if a.user else ""
-            lines.append(f"  C = {acc.cluster:<10} A = {a.account:<10}{who}")
+            lines.append(_modified(acc, a))
         return "\n".join(lines)
 
     def _modify_qos(self, ch: _Change, p: Parsed) -> str:
@@ -842,6 +841,14 @@ class _Change:
     def delete(self, kind: str, name: str) -> None:
         self.op.accounting_put = [x for x in self.op.accounting_put if x[:2] != (kind, name)]
         self.op.accounting_delete.append((kind, name))
+
+
+def _modified(acc: Accounting, a: Assoc) -> str:
+    """One modified association, as Slurm's database names it."""
+    if a.user:
+        return f"  C = {acc.cluster:<10} A = {a.account:<20} U = {a.user:<9}"
+    parent = f" of {a.parent}" if a.parent else ""
+    return f"  C = {acc.cluster:<10} A = {a.account}{parent}"
 
 
 def _active(job: pb.Job) -> bool:

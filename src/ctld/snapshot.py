@@ -4,13 +4,18 @@ Building it changes nothing (``explain`` builds one too). Every pending job is i
 one ctld holds back (a hold, a --begin time, a dependency, its array's %N throttle)
 carries that reason in ``JobRequest.blocked_reason`` and the core only passes it on,
 so every pending job's reason comes back in the plan and is written by its applier.
-The one thing kept between builds is a memo of each job's request (a pure function of
-the job, rebuilt when its priority changes or ctld drops it on an update) and of the
-run time predicted for it then (what a running job's view carries).
+What is kept between builds are memos, each checked against the job's revision
+(``State.touch``: bumped by every change to the job), so a pass over a deep queue
+reads each unchanged job once: each job's request (a pure function of the job, rebuilt
+when its priority changes or ctld drops it on an update) and the run time predicted
+for it then (what a running job's view carries); which pending jobs need nothing read
+again (no --begin still ahead, no dependency, no array throttle); the queue in
+priority order, kept when only new jobs came (they are inserted); running jobs' views.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 
 from corral.jobsyntax import parse_array
@@ -32,6 +37,10 @@ from ctld.state import State
 from ctld.validate import request_from_spec
 
 
+def _priority_order(req: JobRequest) -> tuple[int, float, int]:
+    return (-req.priority, req.submit_time, req.job_id)
+
+
 def settings_from(state: State) -> Settings:
     config = state.config
     return Settings(
@@ -41,6 +50,7 @@ def settings_from(state: State) -> Settings:
         placement=config.scheduler.placement,
         predict=config.scheduler.predict,
         backfill_order=config.scheduler.backfill_order,
+        max_job_test=config.scheduler.max_job_test,
         starve_after_s=config.scheduler.starvation_guard_s,
         qos_max_jobs_per_user=tuple(
             (q.name, q.max_jobs_per_user) for q in config.qos if q.max_jobs_per_user
@@ -65,6 +75,13 @@ class SnapshotBuilder:
         # held-back jobs' bare requests, by job: (its revision, the reason, the request);
         # a queue of thousands of held jobs then costs a lookup each per pass
         self._blocked: dict[int, tuple[int, str, JobRequest]] = {}
+        # pending jobs whose request depends on nothing but the job: (revision, request)
+        self._settled: dict[int, tuple[int, JobRequest]] = {}
+        # the last build's requests in queue order, and the same in priority order
+        self._queue: list[JobRequest] = []
+        self._ordered: list[JobRequest] = []
+        # running jobs' views: (revision, prediction, view)
+        self._running: dict[int, tuple[int, int, RunningView]] = {}
         self._accounting_version = state.accounting_version
 
     def build(self) -> Snapshot:
@@ -101,12 +118,19 @@ class SnapshotBuilder:
             if j.array_job_id:
                 array_room[j.array_job_id] = array_room.get(j.array_job_id, 0) + 1
         throttles: dict[int, int] = {}
+        revisions = st.revisions
+        settled = self._settled
         for job_id in st.pending:
+            memo = settled.get(job_id)
+            if memo is not None and memo[0] == revisions.get(job_id, 0):
+                pending.append(memo[1])
+                continue
             job = st.jobs.get(job_id)
             if job is None or job.state != js.PENDING:
                 continue
             blocked = self._blocked_reason(job, now)
-            if not blocked and job.array_job_id and "%" in job.spec.array:
+            throttled = bool(job.array_job_id) and "%" in job.spec.array
+            if not blocked and throttled:
                 if job.array_job_id not in throttles:
                     limit = parse_array(job.spec.array).max_running
                     throttles[job.array_job_id] = limit - array_room.get(job.array_job_id, 0)
@@ -115,41 +139,92 @@ class SnapshotBuilder:
                 else:
                     throttles[job.array_job_id] -= 1
             if blocked:
-                pending.append(self._blocked_request(job, blocked))
-                continue
-            req = st.requests.get(job_id)
-            if req is None or req.priority != job.priority:
-                req = self.request_for(job)
-                st.requests[job_id] = req
-                st.predicted[job_id] = req.predicted_s
+                req = self._blocked_request(job, blocked)
+            else:
+                known = st.requests.get(job_id)
+                if known is None:
+                    known = self.request_for(job)
+                    st.requests[job_id] = known
+                    st.predicted[job_id] = known.predicted_s
+                elif known.priority != job.priority:
+                    # the recalculation moved its priority, nothing else (ctld drops
+                    # the request of a job whose spec changes)
+                    known = st.requests[job_id] = known.with_priority(job.priority)
+                req = known
             pending.append(req)
-        pending.sort(key=lambda r: (-r.priority, r.submit_time, r.job_id))
-        running = tuple(
-            RunningView(
-                job_id=j.job_id,
-                end_time=j.start_time + j.time_limit_s if j.time_limit_s >= 0 else INFINITY,
-                placements=tuple(
-                    Placement(a.node, a.cpus, a.mem_mb, tuple(a.gpu_indices)) for a in j.allocations
-                ),
-                user=j.user,
-                qos=j.qos,
-                start_time=j.start_time,
-                predicted_s=st.predicted.get(j.job_id, 0),
-                account=j.account,
-            )
-            for j in on_node
-        )
+            # what a later pass must read again: time (--begin), other jobs (a
+            # dependency, the array's running tasks); all else moves the revision
+            if job.eligible_time <= now and not job.spec.dependency and not throttled:
+                settled[job_id] = (revisions.get(job_id, 0), req)
+        if len(settled) > 2 * len(st.pending) + 1024:  # forget departed jobs
+            self._settled = {k: v for k, v in settled.items() if k in st.pending}
+        ordered = self._in_priority_order(pending)
+        running = tuple(self._running_view(j) for j in on_node)
+        if len(self._running) > 2 * len(on_node) + 1024:
+            live = {j.job_id for j in on_node}
+            self._running = {k: v for k, v in self._running.items() if k in live}
         return Snapshot(
             version=st.version,
             now=now,
             nodes=nodes,
             partitions=parts,
-            pending=tuple(pending),
+            pending=tuple(ordered),
             running=running,
             reservations=st.reservations.views(),
             settings=self.settings,
             limits=st.limits,
         )
+
+    def _in_priority_order(self, queue: list[JobRequest]) -> list[JobRequest]:
+        """``queue`` highest priority first. The last order is reused when the queue is
+        the last one less a few jobs (started, cancelled) plus a few new at its end
+        (submitted), the usual step between two passes; requests never change, so
+        the kept ones keep their order and the new ones are inserted."""
+        last, few = self._queue, 64
+        self._queue = queue
+        if abs(len(queue) - len(last)) <= 2 * few:
+            gone: set[int] = set()
+            i = 0
+            for req in last:
+                if i < len(queue) and queue[i] is req:
+                    i += 1
+                else:
+                    gone.add(id(req))
+                    if len(gone) > few:
+                        break
+            added = queue[i:]
+            if len(gone) <= few and len(added) <= few:
+                if gone:
+                    ordered = [r for r in self._ordered if id(r) not in gone]
+                else:
+                    ordered = list(self._ordered) if added else self._ordered
+                for req in added:
+                    bisect.insort(ordered, req, key=_priority_order)
+                self._ordered = ordered
+                return ordered
+        self._ordered = sorted(queue, key=_priority_order)
+        return self._ordered
+
+    def _running_view(self, j: pb.Job) -> RunningView:
+        revision = self.state.revisions.get(j.job_id, 0)
+        predicted = self.state.predicted.get(j.job_id, 0)
+        memo = self._running.get(j.job_id)
+        if memo is not None and memo[0] == revision and memo[1] == predicted:
+            return memo[2]
+        view = RunningView(
+            job_id=j.job_id,
+            end_time=j.start_time + j.time_limit_s if j.time_limit_s >= 0 else INFINITY,
+            placements=tuple(
+                Placement(a.node, a.cpus, a.mem_mb, tuple(a.gpu_indices)) for a in j.allocations
+            ),
+            user=j.user,
+            qos=j.qos,
+            start_time=j.start_time,
+            predicted_s=predicted,
+            account=j.account,
+        )
+        self._running[j.job_id] = (revision, predicted, view)
+        return view
 
     def request_for(self, job: pb.Job) -> JobRequest:
         """What the core sees of a pending job (sbatch --test-only asks for one too)."""

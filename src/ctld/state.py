@@ -76,6 +76,9 @@ class State:
         # sacctmgr's database (seeded from the config until the store is loaded); what
         # ctld derives from it is refreshed by install_accounting
         self.accounting = Accounting(config)
+        # pending and running jobs by (account, user, qos): what submit-time limits count
+        # (kept by the commit step, so a submit does not walk every job)
+        self.active_counts: collections.Counter[tuple[str, str, str]] = collections.Counter()
         self.limits = LimitSet()
         self.accounting_version = 0
         self.install_accounting(self.accounting)
@@ -110,6 +113,8 @@ class State:
         for job in loaded:
             self.jobs[job.job_id] = job
             self.saved_events[job.job_id] = len(job.events)
+            if job.state in js.ACTIVE:
+                self.active_counts[(job.account, job.user, job.qos)] += 1
             if job.state == js.PENDING:
                 self.enqueue(job)
             if job.state in js.ON_NODE:
@@ -131,6 +136,8 @@ class State:
         for job in sorted(self.store.finished_since(horizon), key=lambda j: j.end_time):
             self.ledger.add_finished(job)
             self.remember_run(job)
+        for run in self.store.earlier_runs_since(horizon):  # requeued jobs' earlier runs
+            self.ledger.add_finished(run)
         self.priorities.with_users((j.account, j.user) for j in loaded)
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()

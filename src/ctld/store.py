@@ -409,6 +409,29 @@ class Store:
         with self._reading() as conn:
             return self._jobs_with_events(conn, stmt, with_events=False)
 
+    def earlier_runs_since(self, horizon: float) -> list[pb.Job]:
+        """Earlier runs of requeued jobs that ended after ``horizon`` (fair-share usage)."""
+        stmt = sa.select(job_runs.c.data).where(
+            job_runs.c.end_time > horizon, job_runs.c.start_time > 0
+        )
+        with self._reading() as conn:
+            return [pb.Job.FromString(data) for (data,) in conn.execute(stmt)]
+
+    def runs_between(self, start: float, end: float) -> list[pb.Job]:
+        """Every run that overlapped [start, end): current runs (jobs rows that started;
+        end_time 0 while running) and the earlier runs of requeued jobs (job_runs), each
+        as the job stood then. What sreport adds up."""
+        out: list[pb.Job] = []
+        with self._reading() as conn:
+            for table in (jobs, job_runs):
+                stmt = sa.select(table.c.data).where(
+                    table.c.start_time > 0,
+                    table.c.start_time < end,
+                    sa.or_(table.c.end_time == 0, table.c.end_time > start),
+                )
+                out.extend(pb.Job.FromString(data) for (data,) in conn.execute(stmt))
+        return out
+
     def query_jobs(
         self,
         *,

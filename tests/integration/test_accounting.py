@@ -51,7 +51,7 @@ def test_grp_gres_limit_on_real_daemons(
     sacctmgr(cmd, "-i", "add", "user", "root", "Account=vision", "DefaultAccount=vision")
     out = sacctmgr(cmd, "-i", "modify", "user", "root", "set", "GrpTRES=gres/gpu=4", "MaxJobs=3")
     assert out == (
-        " Modified user associations...\n  C = corral     A = vision     U = root     \n"
+        " Modified user associations...\n  C = corral     A = vision               U = root     \n"
     )
     assert sacctmgr(cmd, "show", "user") == (
         "      User   Def Acct     Admin \n"

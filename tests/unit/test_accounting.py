@@ -367,3 +367,21 @@ def test_qos_lists_and_default_qos(lab: InProcessCluster) -> None:
     assert lab.job(submit(lab, ALICE))["qos"] == "high"  # no --qos: DefaultQOS
     row = records(lab, "assoc", "where", "user=alice")[0]
     assert (row["QOS"], row["Def QOS"]) == ("high,normal", "high")
+
+
+def test_modify_and_delete_print_what_they_changed(lab: InProcessCluster) -> None:
+    setup_vision(lab)
+    assert sm(lab, "modify", "account", "vision", "set", "GrpJobs=5")["message"] == (
+        " Modified account associations...\n  C = corral     A = vision of root"
+    )
+    assert sm(lab, "modify", "assoc", "where", "account=vision", "user=alice", "set", "MaxJobs=1")[
+        "message"
+    ] == (
+        " Modified account associations...\n  C = corral     A = vision               U = alice    "
+    )
+    assert sm(lab, "delete", "user", "alice", "where", "account=vision")["message"] == (
+        " Deleting user associations...\n  C = corral     A = vision     U = alice    "
+    )
+    assert sm(lab, "delete", "account", "vision")["message"] == " Deleting accounts...\n  vision"
+    lab.restart()
+    assert [r["Account"] for r in records(lab, "assoc")] == ["root"]

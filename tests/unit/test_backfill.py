@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -473,3 +475,62 @@ def test_partition_and_reservation_rules_hold(s: Snapshot) -> None:
             # ends before the reservation begins, to its limit: a prediction (however
             # short) never lets a job run into an advance reservation
             assert end <= resv.start
+
+
+# ---------------------------------------------------------------- classes of jobs
+
+
+@st.composite
+def crowded_snapshots(draw: st.DrawFn) -> Snapshot:
+    """Queues where many jobs are copies of a few (the usual deep queue), with users
+    under a QOS limit and small forecast depths."""
+    base = draw(snapshots_with_rules())
+    templates = [
+        replace(j, user=draw(st.sampled_from(["ann", "bob"])), qos="q") for j in base.pending
+    ]
+    jobs = tuple(
+        replace(
+            draw(st.sampled_from(templates)),
+            job_id=j,
+            # class-mates may differ in age: some past the starvation guard, some not
+            eligible_time=draw(st.sampled_from([-100.0, -1.0])),
+        )
+        for j in range(1, draw(st.integers(1, 16)) + 1)
+    )
+    settings = replace(
+        base.settings,
+        starve_after_s=draw(st.sampled_from([0.0, 50.0])),
+        forecast_depth=draw(st.integers(0, 3)),
+        qos_max_jobs_per_user=draw(st.sampled_from([(), (("q", 1),), (("q", 2),)])),
+    )
+    return replace(base, pending=jobs, settings=settings)
+
+
+def _one_class_each(s: Snapshot) -> Snapshot:
+    """``s`` with every job in a class of its own: the core then tries each in full."""
+    alone = []
+    for req in s.pending:
+        copy = replace(req)
+        object.__setattr__(copy, "klass", -req.job_id)  # numbers the core never gives
+        alone.append(copy)
+    return replace(s, pending=tuple(alone))
+
+
+@settings(max_examples=400, deadline=None)
+@given(crowded_snapshots())
+def test_deciding_once_per_class_changes_no_plan(s: Snapshot) -> None:
+    assert schedule(s) == schedule(_one_class_each(s))
+
+
+def test_max_job_test_bounds_the_full_tries_and_leaves_the_rest_out() -> None:
+    # five distinct shapes that cannot start, then copies of the first
+    nodes = (replace(node("n1"), cpus_free=0, idle=False),)
+    jobs = [JobRequest(j, ("p",), cpus_per_task=j, time_limit_s=60) for j in range(1, 6)]
+    jobs += [JobRequest(j, ("p",), cpus_per_task=1, time_limit_s=60) for j in range(6, 9)]
+    limited = replace(snap(*jobs, nodes=nodes), settings=Settings(max_job_test=2))
+    plan = schedule(limited)
+    # jobs 1 and 2 are tried; 3-5 are past the limit and keep what they had; the
+    # copies of job 1 are decided by their class, which is no try
+    assert set(plan.reasons) == {1, 2, 6, 7, 8}
+    assert plan.reasons[1] == "Resources" and plan.reasons[6] == "Priority"
+    assert set(schedule(replace(limited, settings=Settings())).reasons) == set(range(1, 9))

@@ -240,6 +240,11 @@ class CtldMachine(RuleBasedStateMachine):
         )
         queued = [cluster.jobs[i].submit_time for i in index if i in pending]
         assert queued == sorted(queued), "queue index out of submit order"
+        # what submit-time accounting limits count, kept by the commit step
+        active = Counter(
+            (j.account, j.user, j.qos) for j in cluster.jobs.values() if j.state in js.ACTIVE
+        )
+        assert cluster.state.active_counts == active
 
     @invariant()
     def no_node_is_oversubscribed(self) -> None:

@@ -59,6 +59,7 @@ BUDGET: dict[str, set[str]] = {
     "sacct": QUERY,
     "sprio": QUERY,
     "sshare": QUERY,
+    "sreport": QUERY,
     "sacctmgr": {"client.options"},
     "sinfo": QUERY | {"corral.hostlist"},
     "scontrol": QUERY | {"corral.patterns"},

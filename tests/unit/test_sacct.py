@@ -282,3 +282,20 @@ def test_repeated_list_options_add_up_as_slurms() -> None:
     assert opts["user"] == "a,b"
     request = build_request(opts, "me", 1000, time.time())
     assert request["filter"]["jobIds"] == ["4", "7", "9"]
+
+
+def test_derived_exit_code_and_qos() -> None:
+    # DerivedExitCode: the highest srun step exit code (the script's own is ExitCode);
+    # QOS: the job's effective QOS (normal when it asked for none)
+    steps = [
+        {"stepId": 0, "state": "JOB_STATE_COMPLETED", "exitCode": 0},
+        {"stepId": 1, "state": "JOB_STATE_FAILED", "exitCode": 5},
+        {"stepId": 2, "state": "JOB_STATE_CANCELLED", "exitSignal": 9},
+    ]
+    jobs = reply(
+        job(1, "COMPLETED", steps=steps, qos="high"),
+        job(2, "FAILED", exitCode=3),
+        job(3, "PENDING", spec={"qos": "low"}),
+    )
+    out = format_accounting(jobs, "JobID,ExitCode,DerivedExitCode,QOS", steps=False, parsable="P")
+    assert out.splitlines()[1:] == ["1|0:0|5:0|high", "2|3:0|0:0|normal", "3|0:0|0:0|low"]

@@ -59,6 +59,10 @@ class ControllerCalls:
         reply: t.GetSharesResponse = self.call("GetShares", request)
         return reply
 
+    def report_usage(self, request: t.ReportUsageRequest) -> t.ReportUsageResponse:
+        reply: t.ReportUsageResponse = self.call("ReportUsage", request)
+        return reply
+
     def sacctmgr(self, request: t.SacctmgrRequest) -> t.SacctmgrResponse:
         reply: t.SacctmgrResponse = self.call("Sacctmgr", request)
         return reply

@@ -2452,6 +2452,179 @@ class GetSharesResponse(_message.Message):
 Global___GetSharesResponse: _TypeAlias = GetSharesResponse  # noqa: Y015
 
 @_typing.final
+class ReportUsageRequest(_message.Message):
+    """sreport and `corral report`: the TRES-seconds each (account, user) used, from the
+    stored job records (each run of a requeued job counts its own time; a running job
+    counts up to now), clipped to each bucket. A read: private_data=accounting limits a
+    user to their own jobs.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BOUNDS_FIELD_NUMBER: _builtins.int
+    ACCOUNTS_FIELD_NUMBER: _builtins.int
+    USERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """bucket edges, ascending: [start, end] is one window"""
+
+    @_builtins.property
+    def accounts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """only these accounts (empty: every account)"""
+
+    @_builtins.property
+    def users(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """only these users (empty: every user)"""
+
+    def __init__(
+        self,
+        *,
+        bounds: _abc.Iterable[_builtins.float] | None = ...,
+        accounts: _abc.Iterable[_builtins.str] | None = ...,
+        users: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "bounds", b"bounds", "users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportUsageRequest: _TypeAlias = ReportUsageRequest  # noqa: Y015
+
+@_typing.final
+class UsageRecord(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class TresSEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ACCOUNT_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    TRES_S_FIELD_NUMBER: _builtins.int
+    account: _builtins.str
+    user: _builtins.str
+    bucket: _builtins.int
+    """bounds[bucket] .. bounds[bucket + 1]"""
+    @_builtins.property
+    def tres_s(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """cpu, gres/gpu, mem (MB), node, billing -> TRES-seconds"""
+
+    def __init__(
+        self,
+        *,
+        account: _builtins.str = ...,
+        user: _builtins.str = ...,
+        bucket: _builtins.int = ...,
+        tres_s: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "bucket", b"bucket", "tres_s", b"tres_s", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UsageRecord: _TypeAlias = UsageRecord  # noqa: Y015
+
+@_typing.final
+class AccountParent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCOUNT_FIELD_NUMBER: _builtins.int
+    PARENT_FIELD_NUMBER: _builtins.int
+    account: _builtins.str
+    parent: _builtins.str
+    """empty for root"""
+    def __init__(
+        self,
+        *,
+        account: _builtins.str = ...,
+        parent: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AccountParent: _TypeAlias = AccountParent  # noqa: Y015
+
+@_typing.final
+class ReportUsageResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CapacityEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    RECORDS_FIELD_NUMBER: _builtins.int
+    CAPACITY_FIELD_NUMBER: _builtins.int
+    ACCOUNTS_FIELD_NUMBER: _builtins.int
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    NOW_FIELD_NUMBER: _builtins.int
+    cluster: _builtins.str
+    now: _builtins.float
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___UsageRecord]: ...
+    @_builtins.property
+    def capacity(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """the cluster's TRES counts now, by the same names"""
+
+    @_builtins.property
+    def accounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___AccountParent]:
+        """the account tree the reports print"""
+
+    def __init__(
+        self,
+        *,
+        records: _abc.Iterable[Global___UsageRecord] | None = ...,
+        capacity: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        accounts: _abc.Iterable[Global___AccountParent] | None = ...,
+        cluster: _builtins.str = ...,
+        now: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "capacity", b"capacity", "cluster", b"cluster", "now", b"now", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportUsageResponse: _TypeAlias = ReportUsageResponse  # noqa: Y015
+
+@_typing.final
 class SacctmgrRequest(_message.Message):
     """sacctmgr: the accounting database (accounts, users, associations, QOS and limits)."""
 

@@ -80,6 +80,11 @@ class ControllerStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.GetSharesRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.GetSharesResponse.FromString,
                 _registered_method=True)
+        self.ReportUsage = channel.unary_unary(
+                '/corral.v1.Controller/ReportUsage',
+                request_serializer=corral_dot_v1_dot_corral__pb2.ReportUsageRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.ReportUsageResponse.FromString,
+                _registered_method=True)
         self.Sacctmgr = channel.unary_unary(
                 '/corral.v1.Controller/Sacctmgr',
                 request_serializer=corral_dot_v1_dot_corral__pb2.SacctmgrRequest.SerializeToString,
@@ -184,6 +189,12 @@ class ControllerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetShares(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportUsage(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -296,6 +307,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.GetShares,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.GetSharesRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.GetSharesResponse.SerializeToString,
+            ),
+            'ReportUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportUsage,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.ReportUsageRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.ReportUsageResponse.SerializeToString,
             ),
             'Sacctmgr': grpc.unary_unary_rpc_method_handler(
                     servicer.Sacctmgr,
@@ -591,6 +607,33 @@ class Controller:
             '/corral.v1.Controller/GetShares',
             corral_dot_v1_dot_corral__pb2.GetSharesRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.GetSharesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/ReportUsage',
+            corral_dot_v1_dot_corral__pb2.ReportUsageRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.ReportUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -53,6 +53,7 @@ class ControllerStub:
     UpdateJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.UpdateJobRequest, _corral_pb2.UpdateJobResponse]
     GetClusterInfo: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetClusterInfoRequest, _corral_pb2.GetClusterInfoResponse]
     GetShares: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetSharesRequest, _corral_pb2.GetSharesResponse]
+    ReportUsage: _grpc.UnaryUnaryMultiCallable[_corral_pb2.ReportUsageRequest, _corral_pb2.ReportUsageResponse]
     Sacctmgr: _grpc.UnaryUnaryMultiCallable[_corral_pb2.SacctmgrRequest, _corral_pb2.SacctmgrResponse]
     ExplainJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.ExplainJobRequest, _corral_pb2.ExplainJobResponse]
     CreateReservation: _grpc.UnaryUnaryMultiCallable[_corral_pb2.CreateReservationRequest, _corral_pb2.CreateReservationResponse]
@@ -76,6 +77,7 @@ class ControllerAsyncStub(ControllerStub):
     UpdateJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.UpdateJobRequest, _corral_pb2.UpdateJobResponse]  # type: ignore[assignment]
     GetClusterInfo: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetClusterInfoRequest, _corral_pb2.GetClusterInfoResponse]  # type: ignore[assignment]
     GetShares: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetSharesRequest, _corral_pb2.GetSharesResponse]  # type: ignore[assignment]
+    ReportUsage: _aio.UnaryUnaryMultiCallable[_corral_pb2.ReportUsageRequest, _corral_pb2.ReportUsageResponse]  # type: ignore[assignment]
     Sacctmgr: _aio.UnaryUnaryMultiCallable[_corral_pb2.SacctmgrRequest, _corral_pb2.SacctmgrResponse]  # type: ignore[assignment]
     ExplainJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.ExplainJobRequest, _corral_pb2.ExplainJobResponse]  # type: ignore[assignment]
     CreateReservation: _aio.UnaryUnaryMultiCallable[_corral_pb2.CreateReservationRequest, _corral_pb2.CreateReservationResponse]  # type: ignore[assignment]
@@ -150,6 +152,13 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _corral_pb2.GetSharesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_corral_pb2.GetSharesResponse, _abc.Awaitable[_corral_pb2.GetSharesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ReportUsage(
+        self,
+        request: _corral_pb2.ReportUsageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.ReportUsageResponse, _abc.Awaitable[_corral_pb2.ReportUsageResponse]]: ...
 
     @_abc_1.abstractmethod
     def Sacctmgr(

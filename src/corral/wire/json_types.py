@@ -532,6 +532,32 @@ class GetSharesResponse(TypedDict, total=False):
     rows: list[ShareRow]
 
 
+class ReportUsageRequest(TypedDict, total=False):
+    bounds: list[float]
+    accounts: list[str]
+    users: list[str]
+
+
+class UsageRecord(TypedDict, total=False):
+    account: str
+    user: str
+    bucket: int
+    tresS: dict[str, float]
+
+
+class AccountParent(TypedDict, total=False):
+    account: str
+    parent: str
+
+
+class ReportUsageResponse(TypedDict, total=False):
+    records: list[UsageRecord]
+    capacity: dict[str, float]
+    accounts: list[AccountParent]
+    cluster: str
+    now: float
+
+
 class SacctmgrRequest(TypedDict, total=False):
     action: str
     entity: str

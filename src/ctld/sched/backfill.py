@@ -49,6 +49,9 @@ def _unavailable(names: list[str]) -> str:
     return UNAVAILABLE_NODES + ",".join(names)
 
 
+_Prepared = tuple[Shape, list["_Candidate"], float, float]
+
+
 @dataclass(frozen=True)
 class _Candidate:
     partition: PartitionView
@@ -119,6 +122,13 @@ class _Pass:
         self.forecasted = 0
         self.blocked_partitions: set[str] = set()
         self.fcfs_blocked = False
+        # classes (JobRequest.klass) that failed to start in this pass: the reason its
+        # prepare gave (None: prepared, then found no room), and what blocked() needs
+        self.dead: dict[int, tuple[str, _Prepared | None, Shape]] = {}
+        # the reason a class's later blocked jobs get once no forecast is left to make
+        self.later: dict[int, str] = {}
+        self.tests = 0  # full tries that started nothing, against settings.max_job_test
+        self.max_tests = snap.settings.max_job_test
         self.starving: frozenset[int] = frozenset()  # past the starvation guard's threshold
 
     # ------------------------------------------------------------ the pass
@@ -152,21 +162,80 @@ class _Pass:
         )
 
     def backfill_shortest_first(self, rest: tuple[JobRequest, ...]) -> None:
-        order = sorted(
-            range(len(rest)), key=lambda i: (self.durations(rest[i])[1], i)
-        )  # stable: equal predictions keep their priority order
-        waiting: list[tuple[int, tuple[Shape, list[_Candidate], float, float]]] = []
+        expected_of: dict[int, float] = {}
+        keys: list[float] = []
+        for req in rest:
+            expected = expected_of.get(req.klass)
+            if expected is None:
+                expected = expected_of[req.klass] = self.durations(req)[1]
+            keys.append(expected)
+        # a stable sort: equal predictions keep their priority order
+        order = sorted(range(len(rest)), key=keys.__getitem__)
+        # what blocked() needs for each job left waiting, by its place in priority order
+        waiting: list[_Prepared | None] = [None] * len(rest)
         for i in order:
             req = rest[i]
             if req.blocked_reason:
                 self.reasons[req.job_id] = req.blocked_reason
                 continue
-            prepared = self.prepare(req)
-            if prepared is not None and not self.try_start(req, *prepared):
-                waiting.append((i, prepared))
+            dead = None if req.job_id in self.starving else self.dead.get(req.klass)
+            waiting[i] = self.class_mate(req, dead) if dead is not None else self.tried(req)
         # reasons and forecasts for the ones left, in priority order again
-        for i, prepared in sorted(waiting, key=lambda w: w[0]):
-            self.blocked(rest[i], *prepared)
+        later_of, reasons, settings = self.later, self.reasons, self.settings
+        for i, prepared in enumerate(waiting):
+            if prepared is None:
+                continue
+            req = rest[i]
+            later = later_of.get(req.klass)
+            if (
+                later is not None
+                and req.job_id not in self.starving
+                and self.reserved >= settings.reserve_depth
+                and self.forecasted >= settings.forecast_depth
+            ):
+                reasons[req.job_id] = later  # blocked()'s own shortcut, without the call
+                continue
+            self.blocked(req, *prepared)
+
+    def tried(self, req: JobRequest) -> _Prepared | None:
+        """Try ``req`` in full: start it, or return what blocked() needs (None: its
+        reason is set, or it is past ``max_job_test`` and left out of the plan)."""
+        if self.max_tests and self.tests >= self.max_tests:
+            return None
+        prepared = self.prepare(req)
+        if prepared is None:
+            self.tests += 1
+            self.dead[req.klass] = (self.reasons[req.job_id], None, job_shape(req))
+            return None
+        if self.try_start(req, *prepared):
+            return None  # a start is no try: the limit bounds fruitless work only
+        self.tests += 1
+        self.dead[req.klass] = ("", prepared, prepared[0])
+        return prepared
+
+    def class_mate(
+        self, req: JobRequest, dead: tuple[str, _Prepared | None, Shape]
+    ) -> _Prepared | None:
+        """``req``'s class found no start in this pass, so neither does ``req`` (a pass
+        only takes resources away, and limits only fill): prepare's checks in its
+        order, without the search. Returns what blocked() needs, or None with the
+        reason set. (A starving job is never a class-mate: it is planned its own way.)"""
+        limit = self.qos_limits.get(req.qos, 0)
+        if limit and self.user_jobs.get((req.qos, req.user), 0) >= limit:
+            self.reasons[req.job_id] = QOS_MAX_JOBS_PER_USER
+            return None
+        reason, prepared, shape = dead
+        over = self.limits.blocked(req, shape)
+        if over:
+            self.reasons[req.job_id] = over
+            return None
+        if prepared is None:
+            self.reasons[req.job_id] = reason
+            return None
+        if self.fcfs_blocked:
+            self.reasons[req.job_id] = PRIORITY
+            return None
+        return prepared
 
     def durations(self, req: JobRequest) -> tuple[float, float]:
         """(its limit, what the plan expects it to run): the prediction when planning
@@ -176,7 +245,7 @@ class _Pass:
             return duration, min(float(req.predicted_s), duration)
         return duration, duration
 
-    def prepare(self, req: JobRequest) -> tuple[Shape, list[_Candidate], float, float] | None:
+    def prepare(self, req: JobRequest) -> _Prepared | None:
         """Its shape, candidate partitions and durations; None (reason set) if it has none."""
         limit = self.qos_limits.get(req.qos, 0)
         if limit and self.user_jobs.get((req.qos, req.user), 0) >= limit:
@@ -232,10 +301,9 @@ class _Pass:
         return False
 
     def consider(self, req: JobRequest) -> None:
-        prepared = self.prepare(req)
-        if prepared is None:
-            return
-        if not self.try_start(req, *prepared):
+        dead = None if req.job_id in self.starving else self.dead.get(req.klass)
+        prepared = self.class_mate(req, dead) if dead is not None else self.tried(req)
+        if prepared is not None:
             self.blocked(req, *prepared)
 
     def candidate(self, req: JobRequest, shape: Shape, part_name: str) -> _Candidate | str:
@@ -439,6 +507,15 @@ class _Pass:
         duration: float,
         expected: float,
     ) -> None:
+        later = self.later.get(req.klass)
+        if (
+            later is not None
+            and req.job_id not in self.starving
+            and self.reserved >= self.settings.reserve_depth
+            and self.forecasted >= self.settings.forecast_depth
+        ):
+            self.reasons[req.job_id] = later  # what blocked() below would decide
+            return
         queued_behind = any(c.partition.name in self.blocked_partitions for c in candidates)
         waiting_for_resv = all(self.now < c.not_before for c in candidates)
         self.blocked_partitions.update(c.partition.name for c in candidates)
@@ -459,6 +536,8 @@ class _Pass:
             self.reasons[req.job_id] = PRIORITY
         else:
             self.reasons[req.job_id] = RESOURCES
+        # its class-mates queue behind it: their partitions are blocked from now on
+        self.later[req.klass] = RESERVATION if waiting_for_resv else PRIORITY
 
     def earliest(
         self,
@@ -575,6 +654,9 @@ class _Pass:
 
         def check(nodes: Iterable[NodeProfile], t: float) -> None:
             for node in nodes:
+                if not req.exclusive and not node.may_fit_at(t, shape, limits):
+                    fitting.pop(node.name, None)  # holds only take away: no fit either
+                    continue
                 avail = node.window(t, t + duration, cand.ignore, t + expected, limits)
                 if node.fits(avail, shape, req.exclusive):
                     fitting[node.name] = (node, avail)

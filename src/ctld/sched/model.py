@@ -72,6 +72,23 @@ class ReservationView:
     flags: tuple[str, ...] = ()
 
 
+_class_ids: dict[tuple[object, ...], int] = {}
+_next_class = [1]
+
+
+def _class_id(klass: tuple[object, ...]) -> int:
+    """The number of a class of requests; new ones numbered on (a memo only: when it
+    grows large it starts over, and numbers are never given twice, so equal classes
+    may then get two numbers, which costs sharing, never correctness)."""
+    got = _class_ids.get(klass)
+    if got is None:
+        if len(_class_ids) >= 100_000:
+            _class_ids.clear()
+        got = _class_ids[klass] = _next_class[0]
+        _next_class[0] += 1
+    return got
+
+
 @dataclass(frozen=True)
 class JobRequest:
     """One pending job as the scheduler sees it (already defaulted by ctld)."""
@@ -102,6 +119,50 @@ class JobRequest:
     submit_time: float = 0.0
     eligible_time: float = 0.0  # when it could first start (--begin); 0: submit_time
     predicted_s: int = 0  # predicted run time (predict.py), <= the limit; 0: the limit
+    # everything the core reads of a job but its id, priority, age and blocked reason,
+    # as a small number (equal for equal classes): jobs of one class that cannot start
+    # now leave their later class-mates unable too (a pass only takes resources away),
+    # so the core decides that once per class
+    klass: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "klass",
+            _class_id(
+                (
+                    self.partitions,
+                    self.nodes_min,
+                    self.nodes_max,
+                    self.ntasks,
+                    self.ntasks_per_node,
+                    self.cpus_per_task,
+                    self.mem_per_node_mb,
+                    self.mem_per_cpu_mb,
+                    self.gpus_per_node,
+                    self.gpus_total,
+                    self.gpus_per_task,
+                    self.gpu_type,
+                    self.exclusive,
+                    self.nodelist,
+                    self.exclude,
+                    self.time_limit_s,
+                    self.user,
+                    self.account,
+                    self.qos,
+                    self.reservation,
+                    self.predicted_s,
+                )
+            ),
+        )
+
+    def with_priority(self, priority: int) -> JobRequest:
+        """This request at another priority (the queue's recalculation): a copy
+        without building the class again."""
+        copy = object.__new__(JobRequest)
+        copy.__dict__.update(self.__dict__)
+        copy.__dict__["priority"] = priority
+        return copy
 
 
 @dataclass(frozen=True)
@@ -121,7 +182,11 @@ class Settings:
     or "shortest" (backfill candidates behind the reserved jobs tried shortest
     predicted run first, as EASY-SJBF). ``starve_after_s``: a job eligible for longer
     than this goes ahead of every younger one, oldest first, whatever its priority, so
-    the reservation is its own (a starvation guard; 0: off).
+    the reservation is its own (a starvation guard; 0: off). ``max_job_test``: how
+    many pending jobs that cannot start one pass tries in full (Slurm's
+    ``bf_max_job_test``); a job that starts, or whose class (``klass``) already failed
+    in this pass, is not a try. Jobs past the limit are left out of the plan: they
+    keep their reason and forecast.
     """
 
     backfill: bool = True
@@ -130,6 +195,7 @@ class Settings:
     placement: str = "pack"
     predict: bool = False
     backfill_order: str = "priority"
+    max_job_test: int = 0  # fruitless full tries per pass (bf_max_job_test); 0: no limit
     starve_after_s: float = 0.0
     qos_max_jobs_per_user: tuple[tuple[str, int], ...] = ()
 

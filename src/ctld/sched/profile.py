@@ -59,6 +59,7 @@ class NodeProfile:
     free_gpus: set[int]
     all_gpus: frozenset[int]
     busy: bool  # something runs on it now
+    name: str = ""  # the view's (a plain attribute: read for every node in a search)
     releases: list[Release] = field(default_factory=list)
     holds: list[Hold] = field(default_factory=list)
     # releases sorted by end with running sums, rebuilt when a release is added: what
@@ -82,11 +83,8 @@ class NodeProfile:
             free_gpus=set(view.gpus_free),
             all_gpus=frozenset(indices),
             busy=not view.idle,
+            name=view.name,
         )
-
-    @property
-    def name(self) -> str:
-        return self.view.name
 
     def could_ever_fit(self, shape: Shape, gpu_type: str) -> bool:
         if gpu_type and shape.gpus_per_node and self.view.gpu_type != gpu_type:
@@ -135,6 +133,24 @@ class NodeProfile:
                 gpus -= h.gpus
                 held = True
         return Avail(cpus, mem, frozenset(gpus), empty=not running and not held)
+
+    def may_fit_at(self, t: float, shape: Shape, limits: bool = False) -> bool:
+        """False when, holds aside, not enough is free at ``t`` for ``shape``: a cheap
+        test before ``window`` (released GPUs are never free ones, so counts add)."""
+        if limits:
+            if self._lindex_len != len(self.releases):
+                self._index_limits()
+            ends, cum = self._lends, self._lcum
+        else:
+            if self._index_len != len(self.releases):
+                self._index()
+            ends, cum = self._ends, self._cum
+        back_cpus, back_mem, back_gpus = cum[bisect_right(ends, t)]
+        return (
+            self.free_cpus + back_cpus >= shape.cpus_per_node
+            and self.free_mem + back_mem >= shape.mem_per_node_mb
+            and len(self.free_gpus) + len(back_gpus) >= shape.gpus_per_node
+        )
 
     def window(
         self,

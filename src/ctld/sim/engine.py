@@ -59,6 +59,7 @@ def ctld_default() -> Policy:
         placement=sc.placement,
         predict=sc.predict,
         backfill_order=sc.backfill_order,
+        max_job_test=sc.max_job_test,
         starve_after_s=sc.starvation_guard_s,
     )
     weights = Weights(

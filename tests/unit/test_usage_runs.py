@@ -1,0 +1,54 @@
+"""Fair-share usage counts every run of a requeued job, as Slurm charges every run:
+the run that a requeue ends is charged at once, and a restarted ctld reloads it from the
+store (job_runs), on both stores."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from corral.config import parse_config
+from corral.identity import Identity
+from corral.wire import corral_pb2 as pb
+from ctld import jobstate as js
+from ctld.testing import ManualClock, RecordingDispatcher, make_cluster, register_all, registration
+from ctld.usage import billing_rate
+
+CONFIG = parse_config(
+    {
+        "nodes": [{"names": "n[1-2]"}],
+        "partitions": [{"name": "gpu", "nodes": "n[1-2]", "default": True, "max_time": "1:00:00"}],
+        "priority": {"decay_half_life": 3600},
+    }
+)
+ALICE = Identity("alice", 1000, 1000)
+
+
+async def test_a_requeued_run_is_charged_and_reloaded(store_url: str) -> None:
+    clock = ManualClock()
+    cluster = make_cluster(CONFIG, store_url, clock=clock, dispatcher=RecordingDispatcher())
+    reloaded = None
+    try:
+        await register_all(cluster)
+        spec = pb.JobSpec(script="#!/bin/sh\ntrue\n", work_dir="/tmp", name="t", gpus_per_node=2)
+        job = await cluster.submit(ALICE, spec)
+        await cluster.schedule_pass()
+        while cluster._tasks:
+            await asyncio.gather(*list(cluster._tasks))
+        assert job.state == js.RUNNING
+        rate = billing_rate(job, CONFIG.priority)
+        assert rate > 0
+        clock.advance(30)
+        await cluster.register_node(registration(cluster, job.batch_host))  # it lost the job
+        assert job.state == js.PENDING and job.restart_count == 1
+        key = (job.account, "alice")
+        charged = cluster.ledger.snapshot(clock(), [])
+        assert charged[key] == pytest.approx(30 * rate)
+        clock.advance(3600)  # one half-life later, after a restart: half of it
+        reloaded = make_cluster(CONFIG, store_url, clock=clock)
+        assert reloaded.ledger.snapshot(clock(), [])[key] == pytest.approx(15 * rate)
+    finally:
+        cluster.store.close()
+        if reloaded is not None:
+            reloaded.store.close()
