@@ -106,6 +106,30 @@ def _down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status() -> int:
+    """Each controller: its role (primary, or backup in standby), up or down; what the
+    primary says of itself. Exit 1 when no primary answers."""
+    from client.ping import labels, ping_all
+    from corral.rest import ENV_HINT
+    from corral.slurmfmt import format_timestamp
+
+    pinged = ping_all()
+    width = max(len("CONTROLLER"), *(len(p.name) for p in pinged))
+    print(f"{'CONTROLLER':<{width}}  {'ROLE':<8}  STATE  DETAIL")
+    for label, p in zip(labels(pinged), pinged, strict=True):
+        role = label if p.up else "-"
+        if p.primary and p.info:
+            since = format_timestamp(float(p.info.get("startTime", 0)))
+            detail = (
+                f"cluster {p.info.get('cluster', '')}, corral {p.info.get('version', '')}, "
+                f"primary since {since}, next job id {p.info.get('nextJobId', '')}"
+            )
+        else:
+            detail = p.detail.removesuffix(ENV_HINT)
+        print(f"{p.name:<{width}}  {role:<8}  {'UP' if p.up else 'DOWN':<5}  {detail}")
+    return 0 if any(p.primary for p in pinged) else 1
+
+
 def main_args(argv: list[str]) -> int:
     if argv and argv[0] in ("ctld", "noded"):
         return _exec_daemon(argv[0], argv[1:])
@@ -143,6 +167,7 @@ def main_args(argv: list[str]) -> int:
         default="auto",
         help="nodes in network namespaces (root) or on 127.0.0.x; auto: namespaces if root",
     )
+    sub.add_parser("status", help="the controllers: which is primary, which are up")
     down = sub.add_parser("down", help="stop the local cluster of a state dir")
     down.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     sub.add_parser("ctld", help="run the controller in the foreground (see corral ctld -h)")
@@ -161,6 +186,8 @@ def main_args(argv: list[str]) -> int:
         return certs(args)
     if args.command == "token":
         return token(args)
+    if args.command == "status":
+        return _status()
     return _down(args)
 
 

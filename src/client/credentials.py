@@ -39,7 +39,7 @@ def certs(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     directory = args.dir or config.tls.dir or "/etc/corral/tls"
     nodes = hostlist.expand(args.nodes) if args.nodes else config.node_names
-    hosts = [config.controller.host, *(args.controller_host or [])]
+    hosts = [c.host for c in config.controller.controllers] + list(args.controller_host or [])
     names = create_cluster_certs(directory, config.cluster_name, nodes, hosts)
     print(f"corral: certificates in {directory}: ca.crt (CA), {', '.join(names)}")
     print("copy ca.crt and each daemon's NAME.crt/NAME.key to its host; keep ca.key here")

@@ -678,6 +678,12 @@ def dispatch(words: Sequence[str], one_liner: bool) -> int:
         return 0
     if command == "top":
         return top(words[1:])
+    if command == "ping":
+        from client.ping import ping_all, ping_lines
+
+        pinged = ping_all()
+        sys.stdout.write(ping_lines(pinged))
+        return 0 if any(p.primary for p in pinged) else 1
     if command in ("version", "-v"):
         sys.stdout.write(f"slurm {__version__} (corral)\n")
         return 0

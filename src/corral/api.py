@@ -20,15 +20,21 @@ from __future__ import annotations
 
 import os
 
-from corral.errors import ERROR_METADATA_KEY, ControllerUnavailable, CorralError, from_wire
+from corral.errors import (
+    ERROR_METADATA_KEY,
+    ControllerUnavailable,
+    CorralError,
+    NotPrimary,
+    from_wire,
+)
 from corral.identity import Identity, current_identity
 from corral.rest import (
     DEFAULT_TIMEOUT_S,
     TIMEOUT_ENV,
-    controller_address,
     controller_socket,
+    controller_targets,
     credential_headers,
-    post,
+    post_any,
 )
 from corral.wire.controller import ControllerCalls
 
@@ -58,7 +64,8 @@ class Controller(ControllerCalls):
 
 class HttpController(Controller):
     """The Controller over ctld's HTTP/JSON gateway (standard library only): each call
-    is one request on one short connection."""
+    is one request on one short connection, to the first controller of the list that
+    is primary (corral.rest.post_any)."""
 
     def __init__(
         self,
@@ -68,28 +75,39 @@ class HttpController(Controller):
         *,
         socket_path: str | None = None,
         token: str | None = None,
+        targets: list[tuple[str, int] | str] | None = None,
     ) -> None:
-        if socket_path is None and address is None:
-            socket_path = controller_socket()
-        self.socket_path = socket_path or ""
-        self.address = address or (("", 0) if self.socket_path else controller_address())
+        if targets:
+            self.targets: list[tuple[str, int] | str] = list(targets)
+        elif socket_path:
+            self.targets = [socket_path]
+        elif address is not None:
+            self.targets = [address]
+        else:
+            self.targets = controller_targets()
+        self.socket_path = next((t for t in self.targets if isinstance(t, str)), "")
+        self.address = next((t for t in self.targets if not isinstance(t, str)), ("", 0))
         self.identity = identity or current_identity()
         self.timeout = _timeout(timeout)
         self.token = token
 
-    def headers(self, method: str) -> list[tuple[str, str]]:
-        return [] if self.socket_path else super().headers(method)
-
     def call(self, method: str, request: Any) -> Any:
-        target = self.socket_path or self.address
-        return post(target, method, request, self.headers(method), self.timeout)
+        def headers(target: tuple[str, int] | str) -> list[tuple[str, str]]:
+            # over a Unix socket the kernel says who calls: no credential
+            return [] if isinstance(target, str) else self.headers(method)
+
+        reply, first = post_any(self.targets, method, request, headers, self.timeout)
+        if first:  # the primary is not the first: ask it first next time
+            self.targets.insert(0, self.targets.pop(first))
+        return reply
 
 
-def grpc_target() -> str:
-    """host:port of ctld's gRPC server: $CORRAL_CTLD_GRPC, else the config file."""
+def grpc_targets() -> list[str]:
+    """host:port of each controller's gRPC server, in order: $CORRAL_CTLD_GRPC
+    (comma-separated), else the config file's controller.hosts."""
     value = os.environ.get(GRPC_ADDRESS_ENV)
     if value:
-        return value
+        return [v.strip() for v in value.split(",") if v.strip()]
     from corral.config import load_config
 
     try:
@@ -98,11 +116,17 @@ def grpc_target() -> str:
         raise ControllerUnavailable(
             f"cannot find the controller: set {GRPC_ADDRESS_ENV} or CORRAL_CONF ({exc})"
         ) from None
-    return f"{ctl.host}:{ctl.grpc_port}"
+    return [f"{c.host}:{c.grpc_port}" for c in ctl.controllers]
+
+
+def grpc_target() -> str:
+    """host:port of the first controller's gRPC server."""
+    return grpc_targets()[0]
 
 
 class GrpcController(Controller):
-    """The Controller over gRPC: one channel, requests and replies as proto3 JSON dicts."""
+    """The Controller over gRPC: one channel per controller, requests and replies as
+    proto3 JSON dicts; a call goes to the first controller that is primary."""
 
     def __init__(
         self,
@@ -120,11 +144,13 @@ class GrpcController(Controller):
 
         self._grpc, self._json, self._pb = grpc, json_format, corral_pb2
         self._methods, self._service = SERVICES[CONTROLLER], CONTROLLER
-        self.target = target or grpc_target()
+        self.targets = [target] if target else grpc_targets()
+        self.target = self.targets[0]
         self.identity = identity or current_identity()
         self.timeout = _timeout(timeout)
         self.token = token
-        self._channel = grpc.insecure_channel(self.target)
+        self._channels = {t: grpc.insecure_channel(t) for t in self.targets}
+        self._channel = self._channels[self.target]
 
     def call(self, method: str, request: Any) -> Any:
         req_name, resp_name, _, _ = self._methods[method]
@@ -135,7 +161,43 @@ class GrpcController(Controller):
             from corral.errors import InvalidRequest
 
             raise InvalidRequest(f"malformed {req_name}: {exc}") from None
-        stub = self._channel.unary_unary(
+        if len(self.targets) == 1:
+            return self._call_one(self.target, method, message, req_type, resp_type)
+        import time
+
+        deadline = time.monotonic() + self.timeout
+        while True:
+            failures = []
+            for target in list(self.targets):
+                # only a controller that can be reached gets the request: one that took
+                # it and then failed may have done it, so it is never sent twice
+                ready = self._grpc.channel_ready_future(self._channels[target])
+                try:
+                    ready.result(timeout=0.5)
+                except self._grpc.FutureTimeoutError:
+                    failures.append(f"{target}: cannot connect")
+                    continue
+                try:
+                    reply = self._call_one(target, method, message, req_type, resp_type)
+                except NotPrimary as exc:
+                    failures.append(f"{target}: {exc}")
+                    continue
+                if target != self.targets[0]:  # ask the primary first next time
+                    self.targets.remove(target)
+                    self.targets.insert(0, target)
+                    self.target = target
+                return reply
+            if time.monotonic() >= deadline:
+                raise ControllerUnavailable(
+                    "Unable to contact slurm controller (connect failure): no primary "
+                    f"controller answered within {self.timeout:g} s: " + "; ".join(failures)
+                )
+            time.sleep(0.1)
+
+    def _call_one(
+        self, target: str, method: str, message: Any, req_type: Any, resp_type: Any
+    ) -> Any:
+        stub = self._channels[target].unary_unary(
             f"/{self._service}/{method}",
             request_serializer=req_type.SerializeToString,
             response_deserializer=resp_type.FromString,
@@ -143,11 +205,12 @@ class GrpcController(Controller):
         try:
             reply = stub(message, metadata=tuple(self.headers(method)), timeout=self.timeout)
         except self._grpc.RpcError as exc:
-            raise error_from_rpc(exc, self.target) from None
+            raise error_from_rpc(exc, target) from None
         return self._json.MessageToDict(reply)
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in self._channels.values():
+            channel.close()
 
 
 def error_from_rpc(exc: Any, target: str = "") -> CorralError:
@@ -174,9 +237,8 @@ def connect(
     """The Controller client the environment points at (see ``controller_address`` and
     ``grpc_target``): HTTP/JSON unless ``grpc``. ctld's Unix socket wins whenever there
     is one: only there does the kernel vouch for the caller without a credential."""
-    socket_path = controller_socket()
-    if socket_path:
-        return HttpController(identity=identity, timeout=timeout, socket_path=socket_path)
+    if controller_socket():  # every controller's socket that is there, in order
+        return HttpController(identity=identity, timeout=timeout)
     if grpc:
         return GrpcController(identity=identity, timeout=timeout)
     return HttpController(identity=identity, timeout=timeout)
@@ -189,4 +251,5 @@ __all__ = [
     "connect",
     "error_from_rpc",
     "grpc_target",
+    "grpc_targets",
 ]

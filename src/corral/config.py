@@ -11,7 +11,7 @@ import os
 import pathlib
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from corral import hostlist
@@ -31,6 +31,20 @@ PREEMPT_MODES = ("", "requeue", "cancel", "off")  # Slurm's PreemptMode, SUSPEND
 # Slurm's AccountingStorageEnforce values corral knows (docs/config.md)
 ENFORCE = ("associations", "limits", "qos")
 TRES_NAMES = ("cpu", "mem", "gres/gpu")  # what accounting limits count (mem in MB)
+
+
+@dataclass(frozen=True)
+class ControllerHost:
+    """One controller of ``controller.hosts`` (Slurm's SlurmctldHost lines), in order:
+    where it listens and where the daemons and commands dial it."""
+
+    host: str
+    listen: str = ""
+    grpc_port: int = DEFAULT_GRPC_PORT
+    http_port: int = DEFAULT_HTTP_PORT
+    node_port: int = DEFAULT_NODE_PORT
+    socket: str = DEFAULT_SOCKET
+    name: str = ""  # what scontrol ping and the lease call it (default: host, or host:port)
 
 
 @dataclass(frozen=True)
@@ -60,6 +74,44 @@ class ControllerConfig:
     # "qos" (a job's QOS must be one its association may use), "associations" (a user
     # without an association for the job's account is refused)
     accounting_enforce: tuple[str, ...] = ("limits", "qos")
+    # every controller, in order (Slurm's SlurmctldHost list); empty: just the one above
+    hosts: tuple[ControllerHost, ...] = ()
+    lease_s: float = 20.0  # a standby takes over once the primary's lease is this stale
+
+    @property
+    def controllers(self) -> tuple[ControllerHost, ...]:
+        """Every controller in order; one (this table's own address) without ``hosts``."""
+        if self.hosts:
+            return self.hosts
+        return (
+            ControllerHost(
+                host=self.host,
+                listen=self.listen,
+                grpc_port=self.grpc_port,
+                http_port=self.http_port,
+                node_port=self.node_port,
+                socket=self.socket,
+                name=self.host,
+            ),
+        )
+
+    @property
+    def failover(self) -> bool:
+        """A standby is configured: the controllers share a lease in the store."""
+        return len(self.hosts) > 1
+
+    def as_controller(self, index: int) -> ControllerConfig:
+        """This table as controller ``index`` of ``hosts`` sees it (its own address)."""
+        entry = self.controllers[index]
+        return replace(
+            self,
+            host=entry.host,
+            listen=entry.listen,
+            grpc_port=entry.grpc_port,
+            http_port=entry.http_port,
+            node_port=entry.node_port,
+            socket=entry.socket,
+        )
 
     @property
     def bind_host(self) -> str:
@@ -411,11 +463,27 @@ def _controller(sec: _Section) -> ControllerConfig:
         log_json=sec.get("log_json", bool, d.log_json),
         job_requeue=sec.get("job_requeue", bool, d.job_requeue),
         requeue_delay_s=sec.positive("requeue_delay_s", d.requeue_delay_s),
+        lease_s=sec.positive("lease_s", d.lease_s, allow_zero=False),
         accounting_enforce=tuple(
             v.lower() for v in sec.strings("accounting_enforce", d.accounting_enforce)
         ),
     )
+    hosts = _controller_hosts(sec, cfg)
     sec.done()
+    if hosts:
+        if "host" in sec.data:
+            raise ConfigError(f"{sec.key('host')}: give controller.host or controller.hosts")
+        first = hosts[0]
+        cfg = replace(
+            cfg,
+            hosts=hosts,
+            host=first.host,
+            listen=first.listen,
+            grpc_port=first.grpc_port,
+            http_port=first.http_port,
+            node_port=first.node_port,
+            socket=first.socket,
+        )
     for what in cfg.accounting_enforce:
         if what not in ENFORCE:
             raise ConfigError(
@@ -427,6 +495,59 @@ def _controller(sec: _Section) -> ControllerConfig:
     if cfg.socket and not (cfg.socket.startswith("@") or os.path.isabs(cfg.socket)):
         raise ConfigError(f"{sec.key('socket')}: an absolute path or @abstract-name")
     return cfg
+
+
+def _controller_hosts(sec: _Section, base: ControllerConfig) -> tuple[ControllerHost, ...]:
+    """``hosts``: each a host name (every port as in [controller]) or a table that
+    overrides them (two controllers on one host need their own ports and socket)."""
+    raw = sec.get("hosts", list, [])
+    entries: list[ControllerHost] = []
+    for i, item in enumerate(raw):
+        where = f"{sec.key('hosts')}[{i}]"
+        if isinstance(item, str):
+            item = {"host": item}
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: expected a host name or a table")
+        one = _Section(item, where)
+        host = one.get("host", str, "")
+        if not host:
+            raise ConfigError(f"{one.key('host')}: missing (the address daemons dial)")
+        entry = ControllerHost(
+            host=host,
+            listen=one.get("listen", str, base.listen),
+            grpc_port=one.port("grpc_port", base.grpc_port),
+            http_port=one.port("http_port", base.http_port),
+            node_port=one.port("node_port", base.node_port),
+            socket=one.get("socket", str, base.socket),
+            name=one.get("name", str, ""),
+        )
+        one.done()
+        if entry.socket and not (entry.socket.startswith("@") or os.path.isabs(entry.socket)):
+            raise ConfigError(f"{one.key('socket')}: an absolute path or @abstract-name")
+        entries.append(entry)
+    hosts = [e.host for e in entries]
+    named = []
+    for e in entries:  # the host alone unless two controllers share it
+        name = e.name or (e.host if hosts.count(e.host) == 1 else f"{e.host}:{e.grpc_port}")
+        named.append(replace(e, name=name))
+    names = [e.name for e in named]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ConfigError(f"{sec.key('hosts')}[{i}]: controller {name!r} is listed twice")
+    return tuple(named)
+
+
+def _check_failover(controller: ControllerConfig, heartbeat: HeartbeatConfig) -> None:
+    """A standby must take over (and nodes find it) before nodes fence their jobs."""
+    if not controller.failover:
+        return
+    fence_after = heartbeat.timeout_s - heartbeat.interval_s
+    if controller.lease_s + heartbeat.interval_s >= fence_after:
+        raise ConfigError(
+            f"controller.lease_s: {controller.lease_s:g} s plus a heartbeat interval must be "
+            f"shorter than heartbeat.timeout_s - heartbeat.interval_s ({fence_after:g} s), "
+            "or nodes kill their jobs before the standby has taken over"
+        )
 
 
 def _auth(sec: _Section) -> AuthConfig:
@@ -748,6 +869,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
     cluster_name = top.get("cluster_name", str, "corral")
     controller = _controller(_Section(top.get("controller", dict, {}), "controller"))
     heartbeat = _heartbeat(_Section(top.get("heartbeat", dict, {}), "heartbeat"))
+    _check_failover(controller, heartbeat)
     noded = _noded(_Section(top.get("noded", dict, {}), "noded"))
     raw_nodes = top.get("nodes", list, [])
     nodes = tuple(_node(_Section(n, f"nodes[{i}]")) for i, n in enumerate(raw_nodes))

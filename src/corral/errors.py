@@ -32,7 +32,8 @@ ctld, noded, the gateway and the commands agree without a lookup table elsewhere
     ├── StoreError                 UNAVAILABLE          503  1  the durable store failed
     │   └── StoreUnavailable       UNAVAILABLE          503  1  database away or full: no changes
     └── ControllerUnavailable      UNAVAILABLE          503  1  "Unable to contact slurm ..."
-        └── NodeUnreachable        UNAVAILABLE          503  1  ctld: a node agent did not answer
+        ├── NodeUnreachable        UNAVAILABLE          503  1  ctld: a node agent did not answer
+        └── NotPrimary             UNAVAILABLE          503  1  a standby ctld, or one deposed
 
 Slurm's commands end with exit code 1 for all of these; the messages above are
 Slurm's own where it has one, so scripts that grep for them keep working. An error
@@ -207,6 +208,13 @@ class ControllerUnavailable(CorralError):
 
 class NodeUnreachable(ControllerUnavailable):
     """A node agent did not answer (travels like ControllerUnavailable: UNAVAILABLE)."""
+
+
+class NotPrimary(ControllerUnavailable):
+    """This ctld is a standby (or was deposed: another holds the lease): clients move on
+    to the next controller of the list, as from Slurm's backup in standby mode."""
+
+    slurm_message = "slurmctld is in standby mode: not the primary controller"
 
 
 def _tree(cls: type[CorralError]) -> list[type[CorralError]]:

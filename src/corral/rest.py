@@ -18,10 +18,11 @@ import json
 import os
 import socket
 
-from corral.errors import ControllerUnavailable, CorralError, TooLarge, from_wire
+from corral.errors import ControllerUnavailable, CorralError, NotPrimary, TooLarge, from_wire
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 ADDRESS_ENV = "CORRAL_CTLD_HTTP"
@@ -52,17 +53,37 @@ def _config() -> dict[str, Any]:
         ) from None
 
 
-def controller_socket() -> str:
-    """ctld's Unix socket if it is to be used: $CORRAL_CTLD_SOCKET, else the config's
-    (when no TCP address is set in the environment and the socket is there)."""
+def _raw_controllers(ctl: dict[str, Any]) -> list[dict[str, Any]]:
+    """controller.hosts from the raw TOML (each entry with the [controller] defaults
+    filled in), or the one controller of the table; corral.config checks them."""
+    from corral.config import DEFAULT_HTTP_PORT, DEFAULT_SOCKET
+
+    base = {
+        "host": ctl.get("host", "127.0.0.1"),
+        "http_port": ctl.get("http_port", DEFAULT_HTTP_PORT),
+        "socket": ctl.get("socket", DEFAULT_SOCKET),
+    }
+    hosts = ctl.get("hosts") or [base]
+    return [{**base, **({"host": h} if isinstance(h, str) else h)} for h in hosts]
+
+
+def controller_sockets() -> list[str]:
+    """Each controller's Unix socket, in order, "" where it is not to be used:
+    $CORRAL_CTLD_SOCKET (comma-separated), else the config's (those that exist), none
+    when only $CORRAL_CTLD_HTTP is set."""
     value = os.environ.get(SOCKET_ENV)
     if value is not None or os.environ.get(ADDRESS_ENV):
-        return value or ""
-    ctl = _config().get("controller", {})
-    from corral.config import DEFAULT_SOCKET
+        return [v.strip() for v in (value or "").split(",")]
+    out = []
+    for entry in _raw_controllers(_config().get("controller", {})):
+        path = str(entry["socket"])
+        out.append(path if path.startswith("@") or (path and os.path.exists(path)) else "")
+    return out
 
-    path = str(ctl.get("socket", DEFAULT_SOCKET))
-    return path if path.startswith("@") or os.path.exists(path) else ""
+
+def controller_socket() -> str:
+    """ctld's Unix socket if it is to be used (the first controller's with a socket)."""
+    return next((s for s in controller_sockets() if s), "")
 
 
 def credential_headers(method: str, token: str | None = None) -> list[tuple[str, str]]:
@@ -94,18 +115,45 @@ def credential_headers(method: str, token: str | None = None) -> list[tuple[str,
 ENV_HINT = " (for a cluster started by `corral up`: source STATE_DIR/env.sh)"
 
 
-def controller_address() -> tuple[str, int]:
-    """host and port of ctld's HTTP gateway: $CORRAL_CTLD_HTTP, else the config file."""
+def controller_addresses() -> list[tuple[str, int]]:
+    """host and port of each controller's HTTP gateway, in order: $CORRAL_CTLD_HTTP
+    (host:port, comma-separated), else the config file's controller.hosts."""
     value = os.environ.get(ADDRESS_ENV)
     if not value:
         ctl = _config().get("controller", {})
-        from corral.config import DEFAULT_HTTP_PORT
+        return [(str(e["host"]), int(e["http_port"])) for e in _raw_controllers(ctl)]
+    out = []
+    for item in value.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdecimal():
+            raise ControllerUnavailable(f"{ADDRESS_ENV}={value!r} is not host:port[,host:port]")
+        out.append((host.strip("[]"), int(port)))
+    return out
 
-        return str(ctl.get("host", "127.0.0.1")), int(ctl.get("http_port", DEFAULT_HTTP_PORT))
-    host, _, port = value.rpartition(":")
-    if not host or not port.isdecimal():
-        raise ControllerUnavailable(f"{ADDRESS_ENV}={value!r} is not host:port")
-    return host.strip("[]"), int(port)
+
+def controller_address() -> tuple[str, int]:
+    """host and port of the first controller's HTTP gateway."""
+    return controller_addresses()[0]
+
+
+def controller_targets() -> list[tuple[str, int] | str]:
+    """Where to reach each controller, in order: its Unix socket when there is one to
+    use, else its HTTP address."""
+    sockets = controller_sockets()
+    if not os.environ.get(ADDRESS_ENV) and any(sockets):
+        try:
+            addresses = controller_addresses()
+        except ControllerUnavailable:  # sockets alone will do
+            addresses = []
+    else:
+        addresses = controller_addresses()
+    out: list[tuple[str, int] | str] = []
+    for i in range(max(len(sockets), len(addresses))):
+        if i < len(sockets) and sockets[i]:
+            out.append(sockets[i])
+        elif i < len(addresses):
+            out.append(addresses[i])
+    return out
 
 
 def _connect(address: tuple[str, int] | str, timeout: float) -> socket.socket:
@@ -134,16 +182,7 @@ def where(address: tuple[str, int] | str) -> str:
     return address if isinstance(address, str) else f"{address[0]}:{address[1]}"
 
 
-def post(
-    address: tuple[str, int] | str,
-    method: str,
-    request: Any,
-    headers: list[tuple[str, str]],
-    timeout: float,
-) -> Any:
-    """One Controller call: the request as proto3 JSON on one short connection (TCP, or
-    ctld's Unix socket when ``address`` is a path); the reply as parsed JSON, or the
-    CorralError the gateway named."""
+def _encode(request: Any) -> bytes:
     body = json.dumps(request, separators=(",", ":")).encode()
     if len(body) > MAX_REQUEST_BYTES:
         part, size = _largest_part(request)
@@ -151,6 +190,26 @@ def post(
             f"the request is too large: {len(body)} bytes (the largest part, {part}, is "
             f"{size} bytes); the controller accepts at most {MAX_REQUEST_BYTES} bytes"
         )
+    return body
+
+
+def _open(address: tuple[str, int] | str, timeout: float) -> socket.socket:
+    try:
+        return _connect(address, timeout)
+    except OSError as exc:
+        raise ControllerUnavailable(
+            f"Unable to contact slurm controller (connect failure) at "
+            f"{where(address)}: {exc.strerror or exc}{ENV_HINT}"
+        ) from None
+
+
+def _exchange(
+    sock: socket.socket,
+    address: tuple[str, int] | str,
+    method: str,
+    body: bytes,
+    headers: list[tuple[str, str]],
+) -> Any:
     host = "ctld" if isinstance(address, str) else address[0]
     extra = "".join(f"{k}: {v}\r\n" for k, v in headers)
     head = (
@@ -162,7 +221,7 @@ def post(
         "Connection: close\r\n\r\n"
     ).encode()
     try:
-        with _connect(address, timeout) as sock:
+        with sock:
             sock.sendall(head + body)
             chunks = []
             while True:
@@ -176,6 +235,61 @@ def post(
             f"{where(address)}: {exc.strerror or exc}{ENV_HINT}"
         ) from None
     return _parse_response(b"".join(chunks))
+
+
+def post(
+    address: tuple[str, int] | str,
+    method: str,
+    request: Any,
+    headers: list[tuple[str, str]],
+    timeout: float,
+) -> Any:
+    """One Controller call: the request as proto3 JSON on one short connection (TCP, or
+    ctld's Unix socket when ``address`` is a path); the reply as parsed JSON, or the
+    CorralError the gateway named."""
+    body = _encode(request)
+    return _exchange(_open(address, timeout), address, method, body, headers)
+
+
+def post_any(
+    targets: list[tuple[str, int] | str],
+    method: str,
+    request: Any,
+    headers: Callable[[tuple[str, int] | str], list[tuple[str, str]]],
+    timeout: float,
+) -> tuple[Any, int]:
+    """One call to whichever controller is primary: each in order, moving on from one
+    that cannot be reached or answers NotPrimary (a standby), round after round until
+    ``timeout`` (a takeover takes up to controller.lease_s). A request that reached a
+    controller and then lost it is not sent again: it may have been done. Returns the
+    reply and the index of the controller that answered."""
+    body = _encode(request)
+    if len(targets) == 1:
+        return _exchange(
+            _open(targets[0], timeout), targets[0], method, body, headers(targets[0])
+        ), 0
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        failures = []
+        for i, target in enumerate(targets):
+            try:
+                sock = _open(target, min(timeout, 5.0))
+            except ControllerUnavailable as exc:
+                failures.append(str(exc).removesuffix(ENV_HINT))
+                continue
+            try:
+                return _exchange(sock, target, method, body, headers(target)), i
+            except NotPrimary as exc:
+                failures.append(f"{where(target)}: {exc}")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ControllerUnavailable(
+                "Unable to contact slurm controller (connect failure): no primary controller "
+                f"answered within {timeout:g} s: " + "; ".join(failures)
+            )
+        time.sleep(min(0.1, left))
 
 
 def _largest_part(request: Any) -> tuple[str, int]:

@@ -43,8 +43,9 @@ __all__ = [
 class StepCredentials:
     """An HMAC per step, keyed by a secret of this ctld process: CreateStep gives it to
     the step's creator, GetStep (mutual TLS) to the nodes; noded runs a step's tasks
-    only for a RunTasks that shows it. A restarted ctld has a new key: steps already
-    started are unaffected."""
+    only for a RunTasks that shows it. The key is derived from ctld's TLS key when there
+    is one (ctld.server.step_key: every controller of the list, and a restarted ctld,
+    issue the same credentials), else random per process."""
 
     def __init__(self, key: bytes | None = None) -> None:
         self.key = key or os.urandom(32)

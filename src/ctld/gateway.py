@@ -11,6 +11,7 @@ the proto stays the one schema.
 from __future__ import annotations
 
 import socket
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from aiohttp import web
@@ -20,7 +21,21 @@ from corral.auth.peercred import peer_credentials
 from corral.errors import CorralError, InvalidRequest, TooLarge
 from corral.limits import MAX_REQUEST_BYTES
 from ctld.auth import Caller
-from ctld.rpc import ControllerApi
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from google.protobuf.message import Message
+
+
+class GatewayApi(Protocol):
+    """What the gateway calls: ControllerApi, or ctld.standby's Switch in front of it."""
+
+    @property
+    def methods(self) -> Mapping[str, tuple[type[Message], Any]]: ...
+
+    async def call_json(self, method: str, request: Message, caller: Caller) -> bytes: ...
+
 
 log = structlog.get_logger("ctld.gateway")
 MAX_BODY = MAX_REQUEST_BYTES
@@ -42,7 +57,7 @@ def _caller(request: web.Request, method: str) -> Caller:
     return Caller(metadata=metadata, method=method)
 
 
-def make_app(api: ControllerApi) -> web.Application:
+def make_app(api: GatewayApi) -> web.Application:
     async def handle(request: web.Request) -> web.Response:
         method = request.match_info["method"]
         entry = api.methods.get(method)

@@ -51,7 +51,8 @@ def current(conn: Connection) -> str | None:
     rev = MigrationContext.configure(conn).get_current_revision()
     if rev is not None:
         return rev
-    tables = set(sa.inspect(conn).get_table_names())
+    # the controllers' lease (ctld.lease) is no part of the schema
+    tables = set(sa.inspect(conn).get_table_names()) - {"corral_controller_lease"}
     if not tables - {"alembic_version"}:
         return None
     if "meta" in tables:

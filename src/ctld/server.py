@@ -4,53 +4,180 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import signal
 import ssl
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import grpc
+import sqlalchemy as sa
 import structlog
 from aiohttp import web
 from grpc import aio
+from prometheus_client import CollectorRegistry
 
 from corral.auth import CONTROLLER_CN, tls
 from corral.auth.peercred import socket_address
 from corral.clock import SystemClock
 from corral.config import ClusterConfig
-from corral.errors import CorralError
+from corral.errors import ConfigError, CorralError
 from corral.limits import NODED_MAX_RECEIVE_BYTES
+from corral.wire.methods import CONTROLLER, NODE_CONTROLLER
 from ctld import jobstate as js
+from ctld import standby
 from ctld.auth import ClusterAuthenticator, StepCredentials
 from ctld.cluster import Cluster
 from ctld.dispatch import GrpcDispatcher
 from ctld.gateway import make_app
-from ctld.metrics import add_metrics_route, make_registry
-from ctld.rpc import ControllerApi, NodeControllerApi, add_servicers
-from ctld.store import Store
+from ctld.lease import Holder, Lease, keep
+from ctld.metrics import ClusterCollector, add_metrics_route
+from ctld.rpc import ControllerApi, NodeControllerApi, service_handler
+from ctld.standby import Switch
+from ctld.store import Store, normalize_url
 
 log = structlog.get_logger("ctld")
 PURGE_INTERVAL_S = 30.0
 RETENTION_INTERVAL_S = 3600.0  # how often old jobs are purged from the store
 
 
-async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
+async def serve(config: ClusterConfig, *, ready_file: str = "", controller: int = 0) -> None:
+    """Run controller ``controller`` of ``controller.hosts`` (the only one without them)
+    until SIGTERM/SIGINT. With a standby configured it is primary only while it holds
+    the lease (ctld.lease); otherwise it waits as a standby, and returns to that when
+    another controller deposes it."""
+    config = replace(config, controller=config.controller.as_controller(controller))
     ctl = config.controller
+    me = ctl.controllers[controller].name
+    if ctl.failover and not normalize_url(ctl.effective_store_url).startswith("postgresql"):
+        raise ConfigError(
+            f"controller.hosts lists {len(ctl.hosts)} controllers, but failover needs the "
+            f'store on PostgreSQL (store_url = "postgresql://..."); the store is '
+            f"{ctl.effective_store_url}: SQLite is one file on one host, a standby cannot "
+            "share it. Failover is not offered on SQLite: list one controller, or move "
+            "the store to PostgreSQL"
+        )
     os.makedirs(ctl.state_dir, mode=0o700, exist_ok=True)
-    store = Store(ctl.effective_store_url, sqlite_synchronous=ctl.sqlite_synchronous)
-    store.open()
-    tls_dir = config.tls.dir
-    dispatcher = GrpcDispatcher(tls_dir)
-    cluster = Cluster(config, store, dispatcher, clock=SystemClock())
-    cluster.load()
-    step_credentials = StepCredentials()
-    api = ControllerApi(cluster, make_authenticator(config), step_credentials)
-    if not tls_dir:
-        log.warning("no [tls] dir: daemons talk in plaintext and node calls are not authenticated")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    lease: Lease | None = None
+    if ctl.failover:
+        engine = Store.make_engine(normalize_url(ctl.effective_store_url), ctl.sqlite_synchronous)
+        lease = Lease(engine, me, ctl.lease_s)
+        switch = Switch(lambda: standby.refusal(me, lease.last if lease else Holder("", 0, 0)))
+    else:
+        switch = Switch(lambda: f"{me}: ctld is starting (loading its state from the store)")
+    registry = CollectorRegistry(auto_describe=False)
+    listening = await _listen(config, switch, registry)
+    try:
+        if lease is None:
+            await run_primary(config, stop, switch, registry, ready=_ready(ready_file, listening))
+        else:
+            log.info("ctld starting as a standby", me=me, lease_s=ctl.lease_s)
+            _ready(ready_file, listening)()
+            await _run_failover(config, stop, switch, registry, lease)
+    finally:
+        await listening.close()
+        if lease is not None:
+            lease.engine.dispose()
 
+
+async def _run_failover(
+    config: ClusterConfig,
+    stop: asyncio.Event,
+    switch: Switch,
+    registry: CollectorRegistry,
+    lease: Lease,
+) -> None:
+    """Standby until the lease is ours, primary until it is lost, and again (ctld.lease)."""
+    poll_s = max(0.05, lease.lease_s / 5)
+    while not stop.is_set():
+        taken = False
+        while not stop.is_set() and not taken:
+            try:
+                await asyncio.to_thread(lease.ensure)
+                taken = await asyncio.to_thread(lease.try_acquire)
+            except sa.exc.SQLAlchemyError as exc:
+                log.error("lease: the store does not answer", error=str(exc).splitlines()[0])
+            if not taken:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), poll_s)
+        if not taken:
+            return
+        why: list[str] = []
+        lost = asyncio.Event()
+
+        def on_lost(reason: str, why: list[str] = why, lost: asyncio.Event = lost) -> None:
+            if not lost.is_set():
+                why.append(reason)
+                lost.set()
+
+        lease.on_lost = _threadsafe(asyncio.get_running_loop(), on_lost)
+        keeper = asyncio.create_task(keep(lease, on_lost))
+        try:
+            await run_primary(config, stop, switch, registry, lease=lease, lost=lost)
+        except BaseException:  # cannot serve (a store it cannot open): let another try
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                await asyncio.to_thread(lease.release)
+            raise
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+        if stop.is_set():
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                await asyncio.to_thread(lease.release)
+            return
+        log.error("stepping down to standby", me=lease.me, reason=why[0] if why else "lease lost")
+        lease.token = 0
+
+
+def _threadsafe(
+    loop: asyncio.AbstractEventLoop, fn: Callable[[str], None]
+) -> Callable[[str], None]:
+    """``fn`` called from another thread (the store's writer), run on ``loop``."""
+
+    def call(reason: str) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: ctld is stopping
+            loop.call_soon_threadsafe(fn, reason)
+
+    return call
+
+
+@dataclass
+class _Listening:
+    """ctld's ports: gRPC (clients and nodes) and the HTTP gateway, for its whole life."""
+
+    server: aio.Server
+    runners: list[web.AppRunner]
+    grpc_port: int
+    http_port: int
+    node_port: int
+    socket: str
+
+    async def close(self) -> None:
+        for r in self.runners:
+            await r.cleanup()
+        await self.server.stop(grace=2)
+        if self.socket and not self.socket.startswith("@"):
+            with contextlib.suppress(OSError):
+                os.unlink(self.socket)
+
+
+async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegistry) -> _Listening:
+    ctl = config.controller
+    tls_dir = config.tls.dir
     server = aio.server(options=[("grpc.max_receive_message_length", NODED_MAX_RECEIVE_BYTES)])
-    nodes = NodeControllerApi(cluster, verify_nodes=bool(tls_dir), steps=step_credentials)
-    add_servicers(server, api, nodes)
+    server.add_generic_rpc_handlers(
+        (
+            service_handler(CONTROLLER, switch.call),
+            service_handler(NODE_CONTROLLER, switch.call_nodes),
+        )
+    )
     grpc_addr = f"{ctl.bind_host}:{ctl.grpc_port}"
     if config.tls.clients:
         grpc_port = server.add_secure_port(grpc_addr, client_tls(tls_dir))
@@ -67,8 +194,7 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
         raise SystemExit(f"ctld: cannot listen on {grpc_addr} and {node_addr}")
     await server.start()
 
-    registry = make_registry(cluster)
-    app = make_app(api)
+    app = make_app(switch)
     add_metrics_route(app, registry)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
@@ -99,15 +225,64 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
         auth=config.auth.type,
         tls=bool(tls_dir),
         http=f"{ctl.bind_host}:{ctl.http_port}",
-        store=store.url,
         cluster=config.cluster_name,
-        nodes=len(cluster.nodes),
     )
+    return _Listening(server, runners, grpc_port, ctl.http_port, node_port, ctl.socket)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+
+def _ready(ready_file: str, listening: _Listening) -> Callable[[], None]:
+    """Write 'pid grpc_port http_port node_port' to ``ready_file``: ctld answers."""
+
+    def write() -> None:
+        if ready_file:
+            with open(ready_file + ".tmp", "w") as fh:
+                fh.write(
+                    f"{os.getpid()} {listening.grpc_port} {listening.http_port} "
+                    f"{listening.node_port}\n"
+                )
+            os.replace(ready_file + ".tmp", ready_file)
+
+    return write
+
+
+async def run_primary(
+    config: ClusterConfig,
+    stop: asyncio.Event,
+    switch: Switch,
+    registry: CollectorRegistry,
+    *,
+    lease: Lease | None = None,
+    lost: asyncio.Event | None = None,
+    ready: Callable[[], None] = lambda: None,
+) -> None:
+    """The controller in charge: rebuild the state from the store (as after a restart),
+    answer, schedule; until ``stop``, or ``lost`` (another controller has the lease)."""
+    ctl = config.controller
+    store = Store(
+        ctl.effective_store_url,
+        sqlite_synchronous=ctl.sqlite_synchronous,
+        fence=lease.check if lease is not None else None,
+    )
+    await asyncio.to_thread(store.open)
+    tls_dir = config.tls.dir
+    dispatcher = GrpcDispatcher(tls_dir)
+    cluster = Cluster(config, store, dispatcher, clock=SystemClock())
+    await asyncio.to_thread(cluster.load)
+    step_credentials = StepCredentials(step_key(tls_dir))
+    api = ControllerApi(cluster, make_authenticator(config), step_credentials)
+    if not tls_dir:
+        log.warning("no [tls] dir: daemons talk in plaintext and node calls are not authenticated")
+    nodes = NodeControllerApi(cluster, verify_nodes=bool(tls_dir), steps=step_credentials)
+    collector = ClusterCollector(cluster)
+    registry.register(collector)
+    switch.serve(api, nodes)
+    log.info(
+        "ctld serving as the primary",
+        store=store.url,
+        nodes=len(cluster.nodes),
+        me=lease.me if lease is not None else None,
+        lease_token=lease.token if lease is not None else None,
+    )
 
     async def retention() -> None:
         """Finished jobs older than purge_job_after leave the store (archived first)."""
@@ -136,26 +311,38 @@ async def serve(config: ClusterConfig, *, ready_file: str = "") -> None:
             retention(),
         )
     ]
-    if ready_file:
-        with open(ready_file + ".tmp", "w") as fh:
-            fh.write(f"{os.getpid()} {grpc_port} {ctl.http_port} {node_port}\n")
-        os.replace(ready_file + ".tmp", ready_file)
-    await stop.wait()
-    log.info("ctld stopping")
+    ready()
+    waits = [asyncio.create_task(stop.wait())]
+    if lost is not None:
+        waits.append(asyncio.create_task(lost.wait()))
+    _done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for w in pending:
+        w.cancel()
+    log.info("ctld stopping" if stop.is_set() else "ctld deposed: stopping as the primary")
+    switch.serve(None, None)  # calls from now on are refused as a standby's
+    registry.unregister(collector)
     for t in tasks:
         t.cancel()
     for t in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await t
-    for r in runners:
-        await r.cleanup()
-    await server.stop(grace=2)
     await dispatcher.close()
-    store.close()  # drains the writer: every queued commit is made durable or failed
-    if ctl.socket and not ctl.socket.startswith("@"):
-        with contextlib.suppress(OSError):
-            os.unlink(ctl.socket)
-    log.info("ctld stopped")
+    await asyncio.to_thread(store.close)  # drains the writer: every queued commit durable or failed
+    log.info("ctld stopped" if stop.is_set() else "ctld is a standby again")
+
+
+def step_key(tls_dir: str) -> bytes | None:
+    """The step credentials' key: derived from ctld's private key when there is one, so
+    every controller of the list issues the same credentials (a step created just
+    before a failover still runs); else a random key of this process."""
+    if not tls_dir:
+        return None
+    try:
+        with open(os.path.join(tls_dir, "ctld.key"), "rb") as fh:
+            secret = fh.read()
+    except OSError:
+        return None
+    return hashlib.sha256(b"corral step credentials\0" + secret).digest()
 
 
 def make_authenticator(config: ClusterConfig) -> ClusterAuthenticator:

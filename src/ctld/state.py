@@ -65,7 +65,7 @@ class State:
         self.wake_event = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
         self.launching: set[int] = set()  # jobs whose LaunchJob RPC is in flight
-        self.ledger = UsageLedger(config.priority)
+        self.ledger = UsageLedger(config.priority, self._usage_factor)
         self.priorities = Priorities(config, self.ledger)
         self.reservations = Reservations(config, clock)
         self.gone: dict[int, pb.Job | None] = {}  # purged jobs a dependency asked about
@@ -86,6 +86,9 @@ class State:
         self.limits = LimitSet()
         self.accounting_version = 0
         self.install_accounting(self.accounting)
+
+    def _usage_factor(self, qos: str) -> float:
+        return next((q.usage_factor for q in self.config.qos if q.name == qos), 1.0)
 
     def install_accounting(self, acc: Accounting) -> None:
         """Make ``acc`` the accounting database everything reads: the QOS table (the

@@ -15,6 +15,11 @@ schema is Alembic's (ctld.migrate). When the database goes away (unreachable, di
 the store is *down*: every commit fails at once with StoreUnavailable, while the writer
 probes the database; the updates of commits that failed that way are kept and written
 first when it is back, so the store catches up with what ctld did in memory meanwhile.
+
+With a standby controller, ``fence`` (ctld.lease: the lease's fencing token) runs first
+in every write transaction. Once it refuses, the store is *deposed*: that commit and
+every later one fail with NotPrimary, nothing of them is written (not even the backlog),
+and ctld steps down.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +38,7 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from corral.errors import StoreError, StoreUnavailable
+from corral.errors import NotPrimary, StoreError, StoreUnavailable
 from corral.wire import corral_pb2 as pb
 from ctld import migrate
 from ctld.archive import archive_jobs
@@ -110,6 +115,7 @@ class Store:
         *,
         sqlite_synchronous: str = "FULL",
         probe_interval_s: float = PROBE_INTERVAL_S,
+        fence: Callable[[Connection], None] | None = None,
     ) -> None:
         try:
             parsed = sa.engine.make_url(normalize_url(url))
@@ -120,7 +126,7 @@ class Store:
             raise StoreError(
                 f"store_url {self.url}: only sqlite:///PATH and postgresql://... are supported"
             )
-        self.engine: Engine = self._make_engine(normalize_url(url), sqlite_synchronous)
+        self.engine: Engine = self.make_engine(normalize_url(url), sqlite_synchronous)
         self.backend = self.engine.dialect.name  # "sqlite" or "postgresql"
         self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
@@ -133,9 +139,19 @@ class Store:
         # what ctld changed in memory while the store was down, written first on return
         self._backlog: list[Op] = []
         self._backlog_lock = threading.Lock()
+        self.fence = fence
+        self.deposed = ""  # why another controller's lease fenced this one off; empty: not
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        """A write transaction, fenced first when a lease is held."""
+        with self.engine.begin() as conn:
+            if self.fence is not None:
+                self.fence(conn)
+            yield conn
 
     @staticmethod
-    def _make_engine(url: str, synchronous: str) -> Engine:
+    def make_engine(url: str, synchronous: str) -> Engine:
         if url.startswith("sqlite"):
             engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -195,6 +211,8 @@ class Store:
 
     def check_writable(self) -> None:
         """Raise StoreUnavailable while the store is down (before changing anything)."""
+        if self.deposed:
+            raise NotPrimary(self.deposed)
         if self.trouble:
             raise StoreUnavailable(self._down_message())
 
@@ -212,6 +230,9 @@ class Store:
         While the store is down it fails at once with StoreUnavailable."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
+        if self.deposed:
+            fut.set_exception(NotPrimary(self.deposed))
+            return fut
         if self.trouble and self._keep(ops):
             fut.set_exception(StoreUnavailable(self._down_message()))
             return fut
@@ -238,6 +259,9 @@ class Store:
                 continue
             if first is None:
                 return
+            if self.deposed:  # nothing more is written by a controller fenced off
+                self._refuse_deposed([first])
+                continue
             batch = [first]
             stop = False
             while len(batch) < MAX_BATCH:
@@ -251,7 +275,9 @@ class Store:
                 batch.append(item)
             if self.trouble:
                 self._probe()
-            if self.trouble:
+            if self.deposed:
+                self._refuse_deposed(batch)
+            elif self.trouble:
                 self._refuse(batch)
             else:
                 self._commit_batch(batch)
@@ -276,6 +302,20 @@ class Store:
             self._finish(req, error)
         self.requests += len(batch)
 
+    def _depose(self, exc: NotPrimary) -> None:
+        if not self.deposed:
+            log.error("deposed: another controller holds the lease", error=str(exc))
+        self.deposed = str(exc)
+        with self._backlog_lock:  # the new primary's state is the truth now
+            self._backlog.clear()
+        self.trouble = ""
+
+    def _refuse_deposed(self, batch: list[_Request]) -> None:
+        error = NotPrimary(self.deposed)
+        for req in batch:
+            self._finish(req, error)
+        self.requests += len(batch)
+
     def _probe(self) -> None:
         """Down: try the database; once it answers, write the backlog and come back up."""
         replayed = 0
@@ -283,9 +323,12 @@ class Store:
             with self._backlog_lock:
                 backlog = list(self._backlog)
             try:
-                with self.engine.begin() as conn:
+                with self._writing() as conn:
                     conn.execute(sa.text("SELECT 1"))
                     apply_ops(conn, backlog)
+            except NotPrimary as exc:
+                self._depose(exc)
+                return
             except Exception as exc:
                 if _is_trouble(exc):
                     self.trouble = _describe(exc)
@@ -308,8 +351,12 @@ class Store:
 
     def _commit_batch(self, batch: list[_Request]) -> None:
         try:
-            with self.engine.begin() as conn:
+            with self._writing() as conn:
                 apply_ops(conn, (op for req in batch for op in req.ops))
+        except NotPrimary as exc:  # fenced off: none of it is written, ever
+            self._depose(exc)
+            self._refuse_deposed(batch)
+            return
         except Exception as exc:  # isolate the request that failed; the rest still commit
             if _is_trouble(exc):
                 self._go_down(exc)
@@ -321,8 +368,12 @@ class Store:
                 return
             for i, req in enumerate(batch):
                 try:
-                    with self.engine.begin() as conn:
+                    with self._writing() as conn:
                         apply_ops(conn, req.ops)
+                except NotPrimary as exc:
+                    self._depose(exc)
+                    self._refuse_deposed(batch[i:])
+                    return
                 except Exception as exc:
                     if _is_trouble(exc):
                         self._go_down(exc)
@@ -504,7 +555,7 @@ class Store:
                     )
                     archive_jobs(archive_dir, found, self.earlier_runs(ids), message_to_json)
             try:
-                with self.engine.begin() as conn:
+                with self._writing() as conn:
                     for table in (job_events, job_runs):
                         conn.execute(table.delete().where(table.c.job_id.in_(ids)))
                     conn.execute(jobs.delete().where(jobs.c.job_id.in_(ids)))

@@ -8,7 +8,7 @@ the store's finished jobs when ctld starts, so usage is as durable as accounting
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from corral.config import PriorityConfig
 from corral.wire import corral_pb2 as pb
@@ -26,8 +26,12 @@ def billing_rate(job: pb.Job, priority: PriorityConfig) -> float:
 
 
 class UsageLedger:
-    def __init__(self, priority: PriorityConfig) -> None:
+    def __init__(
+        self, priority: PriorityConfig, usage_factor: Callable[[str], float] = lambda qos: 1.0
+    ) -> None:
         self.priority = priority
+        # a QOS's UsageFactor, looked up when charged: sacctmgr may change it at any time
+        self.usage_factor = usage_factor
         self.half_life = float(priority.decay_half_life_s)
         self._value: dict[Key, float] = {}
         self._as_of: dict[Key, float] = {}
@@ -52,7 +56,7 @@ class UsageLedger:
         if job.start_time <= 0 or job.end_time <= job.start_time:
             return
         elapsed = job.end_time - job.start_time
-        self.add((job.account, job.user), elapsed * billing_rate(job, self.priority), job.end_time)
+        self.add((job.account, job.user), elapsed * self._rate(job), job.end_time)
 
     def snapshot(self, now: float, running: Iterable[pb.Job]) -> dict[Key, float]:
         """Usage of every association at ``now``, counting running jobs so far."""
@@ -60,7 +64,8 @@ class UsageLedger:
         for job in running:
             if job.start_time > 0:
                 key = (job.account, job.user)
-                out[key] = out.get(key, 0.0) + max(now - job.start_time, 0.0) * billing_rate(
-                    job, self.priority
-                )
+                out[key] = out.get(key, 0.0) + max(now - job.start_time, 0.0) * self._rate(job)
         return out
+
+    def _rate(self, job: pb.Job) -> float:
+        return billing_rate(job, self.priority) * self.usage_factor(job.qos or "normal")

@@ -12,7 +12,7 @@ import contextlib
 import os
 import platform
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -104,9 +104,13 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
 
 
 class ControllerLink:
+    """The link to ctld: with several controllers (controller.hosts), to the first that
+    answers as primary; a failed call (unreachable, or a standby's NotPrimary) moves the
+    link on to the next controller, and registration starts over there."""
+
     def __init__(
         self,
-        ctld_address: str,
+        ctld_address: str | Sequence[str],
         name: str,
         address: str,
         resources: pb.NodeResources,
@@ -135,20 +139,39 @@ class ControllerLink:
         self.boot_time = time.time()
         self.agent_address = agent_address
         self.stream_address = stream_address
-        if tls_dir:  # this node's certificate proves which node calls
-            self.channel = aio.secure_channel(
-                ctld_address,
-                tls.channel_credentials(tls_dir, name),
-                options=tls.channel_options(CONTROLLER_CN),
-            )
-        else:
-            self.channel = aio.insecure_channel(ctld_address)
-        self.stub = pbg.NodeControllerStub(self.channel)
+        self.addresses = [ctld_address] if isinstance(ctld_address, str) else list(ctld_address)
+        self.channels: list[aio.Channel] = []
+        for target in self.addresses:
+            if tls_dir:  # this node's certificate proves which node calls; every
+                # controller shows the one controller certificate
+                channel = aio.secure_channel(
+                    target,
+                    tls.channel_credentials(tls_dir, name),
+                    options=tls.channel_options(CONTROLLER_CN),
+                )
+            else:
+                channel = aio.insecure_channel(target)
+            self.channels.append(channel)
+        self.stubs = [pbg.NodeControllerStub(c) for c in self.channels]
+        self.current = 0  # the controller the link talks to
         self.outbox: list[pb.JobStatusUpdate] = []
         self._outbox_ready = asyncio.Event()
         self.registered = asyncio.Event()
         self.health: list[pb.NodeHealthEvent] = []  # until a heartbeat carried them
         self._beat_now = asyncio.Event()
+
+    @property
+    def stub(self) -> pbg.NodeControllerAsyncStub:
+        return self.stubs[self.current]
+
+    @property
+    def channel(self) -> aio.Channel:
+        return self.channels[self.current]
+
+    def _move_on(self) -> bool:
+        """The next controller of the list; True once a whole round has failed."""
+        self.current = (self.current + 1) % len(self.stubs)
+        return self.current == 0
 
     def running_job_ids(self) -> list[int]:
         """Jobs with anything here: batch scripts and step tasks (fenced ones until gone)."""
@@ -210,7 +233,12 @@ class ControllerLink:
         if reply.heartbeat_interval_s > 0:
             self.interval = reply.heartbeat_interval_s
         self.registered.set()
-        log.info("registered with ctld", node=self.name, cluster=reply.cluster)
+        log.info(
+            "registered with ctld",
+            node=self.name,
+            cluster=reply.cluster,
+            controller=self.addresses[self.current],
+        )
 
     async def run_heartbeats(self) -> None:
         backoff = 0.2
@@ -235,10 +263,17 @@ class ControllerLink:
                     await asyncio.wait_for(self._beat_now.wait(), self.interval)
             except grpc.RpcError as exc:
                 if self.registered.is_set():
-                    log.warning("ctld unreachable", node=self.name, error=_details(exc))
+                    log.warning(
+                        "ctld unreachable",
+                        node=self.name,
+                        controller=self.addresses[self.current],
+                        error=_details(exc),
+                    )
                 self.registered.clear()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                if self._move_on():  # every controller tried: wait before the next round
+                    await asyncio.sleep(backoff)
+                    limit = MAX_BACKOFF_S if len(self.stubs) == 1 else self.interval
+                    backoff = min(backoff * 2, limit)
 
     def _contacted(self) -> None:
         self.last_contact = time.monotonic()
@@ -293,7 +328,8 @@ class ControllerLink:
                 self._outbox_ready.clear()
 
     async def close(self) -> None:
-        await self.channel.close(None)
+        for channel in self.channels:
+            await channel.close(None)
 
 
 def _details(exc: grpc.RpcError) -> str:

@@ -123,7 +123,7 @@ async def serve(
     hb = config.heartbeat
     fence_after_s = hb.timeout_s - hb.interval_s if config.noded.self_fence else 0.0
     link = ControllerLink(
-        f"{ctl.host}:{ctl.node_port}",
+        [f"{c.host}:{c.node_port}" for c in ctl.controllers],
         name,
         advertised,
         found.resources,

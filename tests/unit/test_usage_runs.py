@@ -52,3 +52,33 @@ async def test_a_requeued_run_is_charged_and_reloaded(store_url: str) -> None:
         cluster.store.close()
         if reloaded is not None:
             reloaded.store.close()
+
+
+async def test_a_qos_usage_factor_scales_the_charge(store_url: str) -> None:
+    config = parse_config(
+        {
+            "nodes": [{"names": "n[1-2]"}],
+            "partitions": [{"name": "gpu", "nodes": "n[1-2]", "default": True}],
+            "qos": [{"name": "cheap", "usage_factor": 0.5}, {"name": "dear", "usage_factor": 2}],
+        }
+    )
+    clock = ManualClock()
+    cluster = make_cluster(config, store_url, clock=clock, dispatcher=RecordingDispatcher())
+    try:
+        await register_all(cluster)
+        jobs = []
+        for qos in ("cheap", "dear", "normal"):
+            spec = pb.JobSpec(script="#!/bin/sh\ntrue\n", work_dir="/tmp", qos=qos)
+            jobs.append(await cluster.submit(Identity(qos, 2000, 2000), spec))
+        await cluster.schedule_pass()
+        while cluster._tasks:
+            await asyncio.gather(*list(cluster._tasks))
+        assert all(j.state == js.RUNNING for j in jobs)
+        clock.advance(100)
+        usage = cluster.ledger.snapshot(clock(), jobs)
+        rate = billing_rate(jobs[0], config.priority)
+        assert [usage[(j.account, j.user)] for j in jobs] == pytest.approx(
+            [50 * rate, 200 * rate, 100 * rate]
+        )
+    finally:
+        cluster.store.close()

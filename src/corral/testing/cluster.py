@@ -40,17 +40,23 @@ from corral.testing.netns import NodeNetwork
 DEFAULT_GPU_MODEL = "NVIDIA H100 80GB HBM3"
 
 
-def local_socket(state_dir: Path) -> str:
+def local_socket(state_dir: Path, index: int = 0) -> str:
     tag = hashlib.sha1(str(state_dir).encode()).hexdigest()[:12]
-    return f"/tmp/corral-{tag}/ctld.sock"
+    return f"/tmp/corral-{tag}/ctld{index or ''}.sock"
 
 
 def remove_socket(state_dir: Path) -> None:
     path = local_socket(state_dir)
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+    for stale in Path(os.path.dirname(path)).glob("ctld*.sock"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
     with contextlib.suppress(OSError):
         os.rmdir(os.path.dirname(path))
+
+
+def ctld_name(index: int) -> str:
+    """The process name of controller ``index`` (its log, pid and ready files)."""
+    return f"ctld{index or ''}"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -79,6 +85,11 @@ class LocalCluster(Harness):
     grpc_port: int = 0
     http_port: int = 0
     node_port: int = 0
+    # more than one: a standby (or several) on ports of its own, all in controller.hosts
+    # (failover needs store_url on PostgreSQL); the first is started first
+    controllers: int = 1
+    lease_s: float = 3.0
+    extra_ports: list[tuple[int, int, int]] = field(default_factory=list)  # standbys' ports
     # authentication: "local" (the Unix socket), "munge" or "jwt" for TCP clients; a JWT
     # key and the cluster's certificates are always made (docs/security.md)
     auth_type: str = "local"
@@ -164,20 +175,48 @@ class LocalCluster(Harness):
     def grpc_address(self) -> str:
         return f"{self.controller_host}:{self.grpc_port}"
 
+    def controller_ports(self, index: int) -> tuple[int, int, int]:
+        """grpc, http and node port of controller ``index``."""
+        if index == 0:
+            return self.grpc_port, self.http_port, self.node_port
+        return self.extra_ports[index - 1]
+
+    @property
+    def http_addresses(self) -> str:
+        """Every controller's gateway, in order (comma-separated, as the env var)."""
+        return ",".join(
+            f"{self.controller_host}:{self.controller_ports(i)[1]}" for i in range(self.controllers)
+        )
+
+    @property
+    def sockets(self) -> str:
+        return ",".join(local_socket(self.state_dir, i) for i in range(self.controllers))
+
+    @property
+    def grpc_addresses(self) -> str:
+        return ",".join(
+            f"{self.controller_host}:{self.controller_ports(i)[0]}" for i in range(self.controllers)
+        )
+
     def env(self) -> dict[str, str]:
         """Environment for commands that talk to this cluster (over its Unix socket)."""
         env = dict(os.environ)
         env["CORRAL_CONF"] = str(self.config_path)
-        env["CORRAL_CTLD_HTTP"] = self.http_address
-        env["CORRAL_CTLD_SOCKET"] = self.socket
-        env["CORRAL_CTLD_GRPC"] = self.grpc_address
+        env["CORRAL_CTLD_HTTP"] = self.http_addresses
+        env["CORRAL_CTLD_SOCKET"] = self.sockets
+        env["CORRAL_CTLD_GRPC"] = self.grpc_addresses
         bindir = str(Path(self.python).parent)
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
         return env
 
-    def client(self) -> Client:
-        """A client of this cluster as this process's own user (the Unix socket)."""
-        return Client(socket_path=self.socket)
+    def client(self, index: int | None = None) -> Client:
+        """A client of this cluster as this process's own user (the Unix sockets: of
+        whichever controller is primary, or of controller ``index`` alone)."""
+        if index is not None:
+            return Client(socket_path=local_socket(self.state_dir, index))
+        if self.controllers == 1:
+            return Client(socket_path=self.socket)
+        return Client(targets=list[tuple[str, int] | str](self.sockets.split(",")))
 
     def tcp_client(self, token: str | None = None) -> Client:
         """A client over TCP: it needs a credential (``token``, or munge)."""
@@ -223,12 +262,16 @@ class LocalCluster(Harness):
             self.http_port = free_port()
         if not self.node_port:
             self.node_port = free_port()
+        while len(self.extra_ports) < self.controllers - 1:
+            self.extra_ports.append((free_port(), free_port(), free_port()))
         self.make_credentials()
         tls = f'\n[tls]\ndir = "{self.tls_dir}"\n' if self.tls else ""
         if self.tls and self.tls_clients:
             tls += "clients = true\n"
         munge = f'munge_socket = "{self.munge_socket}"\n' if self.munge_socket else ""
         nodes_expr = f"node[{self.node_names[0][4:]}-{self.node_names[-1][4:]}]"
+        # with a standby, controller.hosts names every controller (host alone is refused)
+        host_line = f'host = "{self.controller_host}"\n' if self.controllers == 1 else ""
         gpus = ""
         if self.gpus_per_node:
             gpus = (
@@ -239,8 +282,7 @@ class LocalCluster(Harness):
 cluster_name = "{self.cluster_name}"
 
 [controller]
-host = "{self.controller_host}"
-grpc_port = {self.grpc_port}
+{host_line}grpc_port = {self.grpc_port}
 http_port = {self.http_port}
 node_port = {self.node_port}
 socket = "{self.socket}"
@@ -248,7 +290,7 @@ state_dir = "{self.state_dir}"
 store_url = "{self.store_url}"
 kill_wait_s = {self.kill_wait_s}
 sched_interval_s = 2.0
-{self.controller_config}
+{self._hosts_config()}{self.controller_config}
 
 [auth]
 type = "{self.auth_type}"
@@ -282,14 +324,28 @@ max_time = "1-00:00:00"
 {self.extra_config}"""
         self.config_path.write_text(text)
 
+    def _hosts_config(self) -> str:
+        """controller.hosts, when there is a standby: each on ports of its own."""
+        if self.controllers == 1:
+            return ""
+        entries = []
+        for i in range(self.controllers):
+            grpc_port, http_port, node_port = self.controller_ports(i)
+            entries.append(
+                f'  {{ host = "{self.controller_host}", grpc_port = {grpc_port}, '
+                f"http_port = {http_port}, node_port = {node_port}, "
+                f'socket = "{local_socket(self.state_dir, i)}" }},\n'
+            )
+        return f"lease_s = {self.lease_s}\nhosts = [\n{''.join(entries)}]\n"
+
     def write_env_sh(self) -> None:
         bindir = Path(self.python).parent
         self.env_path.write_text(
             f"# source this to point the corral commands at the cluster in {self.state_dir}\n"
             f"export CORRAL_CONF={self.config_path}\n"
-            f"export CORRAL_CTLD_HTTP={self.http_address}\n"
-            f"export CORRAL_CTLD_SOCKET={self.socket}\n"
-            f"export CORRAL_CTLD_GRPC={self.grpc_address}\n"
+            f"export CORRAL_CTLD_HTTP={self.http_addresses}\n"
+            f"export CORRAL_CTLD_SOCKET={self.sockets}\n"
+            f"export CORRAL_CTLD_GRPC={self.grpc_addresses}\n"
             f'export PATH="{bindir}:$PATH"\n'
             "hash -r 2>/dev/null  # a shell that ran Slurm's sbatch must not keep using it\n"
             f'if [ "$(command -v sbatch)" != "{bindir}/sbatch" ]; then\n'
@@ -322,11 +378,16 @@ max_time = "1-00:00:00"
         self.procs[name] = proc
         return proc
 
-    def start_ctld(self, timeout: float = 30.0) -> None:
-        ready = self.state_dir / "run" / "ctld.ready"
+    def start_ctld(self, timeout: float = 30.0, index: int = 0) -> None:
+        """Start controller ``index``: ready once it answers (a standby: as a standby)."""
+        name = ctld_name(index)
+        ready = self.state_dir / "run" / f"{name}.ready"
         ready.unlink(missing_ok=True)
-        self._spawn("ctld", ["-m", "ctld", "-f", str(self.config_path), "--ready-file", str(ready)])
-        self._wait_file(ready, "ctld", timeout)
+        args = ["-m", "ctld", "-f", str(self.config_path), "--ready-file", str(ready)]
+        if self.controllers > 1:
+            args += ["--controller", str(index)]
+        self._spawn(name, args)
+        self._wait_file(ready, name, timeout)
 
     def start_node(self, index: int, timeout: float = 30.0) -> None:
         name = self.node_names[index]
@@ -444,7 +505,8 @@ max_time = "1-00:00:00"
         self.write_config()
         self.write_env_sh()
         try:
-            self.start_ctld()
+            for i in range(self.controllers):
+                self.start_ctld(index=i)
             if self.simulated:
                 self.start_simulator(max(timeout, 60.0 + self.nodes * 0.2))
             else:
@@ -542,11 +604,13 @@ max_time = "1-00:00:00"
         self.network.set_link(index, up)
 
     def stop(self) -> None:
-        """Stop nodes first (their jobs end), then ctld."""
-        for name in [n for n in list(self.procs) if n != "ctld"]:
+        """Stop nodes first (their jobs end), then ctld (the standbys first)."""
+        ctlds = [ctld_name(i) for i in reversed(range(self.controllers))]
+        for name in [n for n in list(self.procs) if n not in ctlds]:
             self.stop_process(name)
-        if "ctld" in self.procs:
-            self.stop_process("ctld")
+        for name in ctlds:
+            if name in self.procs:
+                self.stop_process(name)
         if self.network is not None:
             self.network.destroy()
         remove_socket(self.state_dir)
@@ -560,7 +624,7 @@ max_time = "1-00:00:00"
 
 def print_logs(c: LocalCluster) -> None:
     """The daemons' last lines: pytest shows a test's captured output when it fails."""
-    for name in ["ctld", *c.node_names]:
+    for name in [ctld_name(i) for i in range(c.controllers)] + c.node_names:
         print(f"----- {name} log -----\n{c.log_tail(name, 60)}")
 
 
@@ -652,9 +716,9 @@ def stop_state_dir(state_dir: Path) -> list[str]:
     """Stop every daemon this state dir started (nodes first); return their names."""
     state_dir = state_dir.resolve()
     names = list(daemon_names(state_dir))
-    stopped = [n for n in names if n != "ctld" and stop_by_pidfile(state_dir, n)]
-    if "ctld" in names and stop_by_pidfile(state_dir, "ctld"):
-        stopped.append("ctld")
+    ctlds = sorted((n for n in names if n.startswith("ctld")), reverse=True)
+    stopped = [n for n in names if n not in ctlds and stop_by_pidfile(state_dir, n)]
+    stopped += [n for n in ctlds if stop_by_pidfile(state_dir, n)]
     remove_socket(state_dir)
     if netns.available()[0]:  # namespaces and bridge of a netns cluster, if any
         stopped += NodeNetwork(state_dir, ()).destroy()
