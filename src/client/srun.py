@@ -10,7 +10,6 @@ allocates, and releases afterwards.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import selectors
@@ -284,8 +283,7 @@ class Step:
             if output is not None:
                 output.close()
             codes = [c for c, killed in self.exits.values() if not killed]
-            # the job may have ended (scancel): the step ended with it
-            with contextlib.suppress(CorralError):
+            try:  # noqa: SIM105 (contextlib costs srun's start-up)
                 self.api.complete_step(
                     {
                         "jobId": str(job.get("jobId", self.job_id)),
@@ -294,6 +292,8 @@ class Step:
                         "exitSignal": sig,
                     },
                 )
+            except CorralError:
+                pass  # the job may have ended (scancel): the step ended with it
         return code, sig
 
     def _create_step(self) -> t.CreateStepResponse:
@@ -482,8 +482,7 @@ class Step:
             return
         if not quiet and not all(r in self.exits for r in conn.ranks):
             self._lost(conn.name, conn.ranks, "the connection to its noded was lost")
-        with contextlib.suppress(KeyError, ValueError):
-            sel.unregister(conn.sock)
+        _unregister(sel, conn.sock)
         conn.close()
 
     def _lost(self, node: str, ranks: list[int], why: object) -> None:
@@ -521,8 +520,7 @@ class Step:
 
     def _stdin_ended(self, sel: selectors.BaseSelector) -> None:
         self.stdin_open = False
-        with contextlib.suppress(KeyError, ValueError):
-            sel.unregister(0)
+        _unregister(sel, 0)
         for conn in self.stdin_conns:
             if not conn.done:
                 conn.send(ss.STDIN_EOF)
@@ -640,6 +638,13 @@ class Step:
         if len(self.exits) < self.ntasks:
             code = max(code, 1)
         return code, first_signal
+
+
+def _unregister(sel: selectors.BaseSelector, what: Any) -> None:
+    try:  # noqa: SIM105 (contextlib costs srun's start-up)
+        sel.unregister(what)
+    except (KeyError, ValueError):
+        pass  # not registered (any more)
 
 
 def _noted(signum: int, frame: object) -> None:

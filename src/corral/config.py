@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pathlib
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -243,6 +244,9 @@ class SchedulerConfig:
     # the job eligible longest, once past this, goes first and gets the reservation,
     # kept by limits (the starvation guard, docs/simulator.md); 0: off
     starvation_guard_s: int = 6 * 3600
+    # Slurm's PreemptType=preempt/qos with its PreemptMode: "off" (preempt/none),
+    # "requeue" or "cancel" (what a preempted job of a QOS without its own mode gets)
+    preempt_mode: str = "off"
 
 
 @dataclass(frozen=True)
@@ -706,6 +710,9 @@ def _scheduler(sec: _Section) -> SchedulerConfig:
     order = sec.get("backfill_order", str, d.backfill_order)
     if order not in ("shortest", "priority"):
         raise ConfigError(f"{sec.key('backfill_order')}: must be shortest or priority")
+    preempt_mode = sec.get("preempt_mode", str, d.preempt_mode)
+    if preempt_mode not in ("off", "requeue", "cancel"):
+        raise ConfigError(f"{sec.key('preempt_mode')}: must be off, requeue or cancel")
     cfg = SchedulerConfig(
         backfill=sec.get("backfill", bool, d.backfill),
         reserve_depth=sec.positive("reserve_depth", d.reserve_depth),
@@ -717,6 +724,7 @@ def _scheduler(sec: _Section) -> SchedulerConfig:
         backfill_order=order,
         max_job_test=sec.positive("max_job_test", d.max_job_test),
         starvation_guard_s=sec.duration("starvation_guard", d.starvation_guard_s),
+        preempt_mode=preempt_mode,
     )
     sec.done()
     return cfg
@@ -815,6 +823,28 @@ def _tres_table(sec: _Section, name: str) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(out))
 
 
+def preempt_loop(qos: Iterable[QosConfig]) -> list[str]:
+    """A chain of QOSes that preempt each other back to the first ([] if none).
+
+    Slurm refuses such a chain (a QOS preempting itself included): two jobs could
+    otherwise take the same resources from each other forever.
+    """
+    edges = {q.name: q.preempt for q in qos}
+    for start in edges:
+        path, todo = [start], [iter(edges[start])]
+        while todo:
+            nxt = next(todo[-1], None)
+            if nxt is None:
+                todo.pop()
+                path.pop()
+            elif nxt == start:
+                return [*path, nxt]
+            elif nxt not in path and nxt in edges:
+                path.append(nxt)
+                todo.append(iter(edges[nxt]))
+    return []
+
+
 def _check_accounts(accounts: tuple[AccountConfig, ...]) -> None:
     names = [a.name for a in accounts]
     for i, name in enumerate(names):
@@ -868,6 +898,9 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
         for target in q.preempt:
             if target not in (*qos_names, "normal"):
                 raise ConfigError(f"qos[{i}].preempt: {target!r} is not a QOS")
+    loop = preempt_loop(qos)
+    if loop:
+        raise ConfigError(f"qos: preemption loop: {' -> '.join(loop)}")
     idle_gpus = _idle_gpus(_Section(top.get("idle_gpus", dict, {}), "idle_gpus"))
     auth = _auth(_Section(top.get("auth", dict, {}), "auth"))
     tls = _tls(_Section(top.get("tls", dict, {}), "tls"))

@@ -36,6 +36,7 @@ from ctld.intake import Intake
 from ctld.node_reports import NodeReports
 from ctld.nodes import NodeRecord
 from ctld.outbox import Dispatcher, Outbox
+from ctld.preemption import Preempter
 from ctld.priorities import Priorities
 from ctld.queries import Queries, select
 from ctld.reservations import Reservations
@@ -81,7 +82,10 @@ class Cluster:
         self.steps = StepOps(st, self.policy, self.endings, self.outbox)
         self.node_reports = NodeReports(st, self.policy, self.endings, self.outbox, self.steps)
         self.settings = settings_from(st)
-        self.scheduler = Scheduler(st, self.endings, dispatcher, lambda: self.snapshot())
+        self.preempter = Preempter(st, self.outbox)
+        self.scheduler = Scheduler(
+            st, self.endings, dispatcher, lambda: self.snapshot(), self.preempter
+        )
         self.snapshots = SnapshotBuilder(st, self.settings)
         self.queries = Queries(st, lambda: self.snapshot())
         self.accounting_ops = SacctmgrOps(st, self.policy)

@@ -91,6 +91,34 @@ class Endings:
             signal=job.exit_signal,
         )
 
+    def preempted(self, ch: Change, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> bool:
+        """The node reports a job being preempted gone (however it ended: a job that
+        saved its state and exited on the notice was preempted too): requeue it, its run
+        recorded PREEMPTED, or (mode cancel, or a job that may not be requeued, as
+        Slurm's REQUEUE mode does) end it PREEMPTED. False if it is not being preempted."""
+        st = self.state
+        victim = st.preemptions.victim(job)
+        if victim is None:
+            return False
+        del st.preemptions.victims[job.job_id]
+        self.requeue_on_exit.discard(job.job_id)
+        self.hold_on_requeue.pop(job.job_id, None)
+        job.usage.CopyFrom(upd.usage)
+        job.exit_code = max(0, min(upd.exit_code, 255))
+        job.exit_signal = max(0, min(upd.exit_signal, 64))
+        detail = f"preempted by job {victim.preemptor}"
+        if victim.mode == "requeue" and failures.may_requeue(job, st.config.controller.job_requeue):
+            self.requeue(ch, job, cause=cause, detail=detail, run_state=js.PREEMPTED)
+            log.info("preempted job requeued", job_id=job.job_id, by=victim.preemptor)
+            return True
+        job.end_time = max(upd.time, job.start_time) if upd.time else st.clock()
+        job.reason = "None"
+        ch.transition(job, "exited", cause=cause, to=js.PREEMPTED, detail=detail)
+        self.end_running_steps(ch, job, js.CANCELLED)
+        self._ended(job)
+        log.info("preempted job ended", job_id=job.job_id, by=victim.preemptor)
+        return True
+
     def end_allocation(
         self, ch: Change, job: pb.Job, final: int, *, cause: str, exit_code: int, exit_signal: int
     ) -> None:

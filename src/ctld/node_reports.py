@@ -247,7 +247,9 @@ class NodeReports:
                 job.usage.CopyFrom(upd.usage)
                 self.endings.node_failed(ch, job, node, upd.detail or "lost on its node", cause)
             elif upd.kind == Update.KIND_EXITED:
-                if job.job_id in self._requeue_on_exit:
+                if self.endings.preempted(ch, job, upd, cause):
+                    pass
+                elif job.job_id in self._requeue_on_exit:
                     self._requeue_on_exit.discard(job.job_id)
                     job.usage.CopyFrom(upd.usage)
                     self.endings.requeue(

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from corral.config import PREEMPT_MODES, QosConfig
+from corral.config import PREEMPT_MODES, QosConfig, preempt_loop
 from corral.errors import CorralError, InvalidRequest
 from corral.identity import Identity
 from corral.slurmfmt import format_elapsed, parse_duration
@@ -757,6 +757,10 @@ class SacctmgrOps:
                 names = _qos_list(acc, value, list(q.preempt))
                 if q.name in names:
                     raise InvalidRequest(f" A QOS cannot preempt itself: {q.name}")
+                others = [x for n, x in acc.qos.items() if n != q.name]
+                loop = preempt_loop([*others, dataclasses.replace(q, preempt=tuple(names))])
+                if loop:  # jobs would take the same GPUs from each other in turn
+                    raise InvalidRequest(f" QOS preemption loop: {' -> '.join(loop)}")
                 kw["preempt"] = tuple(names)
             elif key == "PreemptMode":
                 mode = text.strip().lower()

@@ -27,6 +27,7 @@ from ctld import pending
 from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.outbox import Dispatcher
+from ctld.preemption import Preempter
 from ctld.priorities import apply_factors
 from ctld.sched import INFINITY, Placement, Plan, Snapshot, schedule
 from ctld.state import State
@@ -45,9 +46,11 @@ class Scheduler:
         endings: Endings,
         dispatcher: Dispatcher,
         snapshot: Callable[[], Snapshot],
+        preempter: Preempter,
     ) -> None:
         self.state = state
         self.endings = endings
+        self.preempter = preempter
         self.dispatcher = dispatcher
         self.snapshot = snapshot
         self.passes = 0
@@ -61,7 +64,10 @@ class Scheduler:
         st = self.state
         interval = st.config.controller.sched_interval_s
         while True:
-            await self._woken_or(interval)
+            # a preempted job's grace time ends on time, not at the next periodic pass
+            grace_end = st.preemptions.next_grace_end()
+            wait = interval if grace_end is None else min(interval, grace_end - st.clock())
+            await self._woken_or(max(wait, MIN_PASS_GAP_S))
             st.wake_event.clear()
             try:
                 await self.schedule_pass()
@@ -95,10 +101,12 @@ class Scheduler:
         # by reference counting, and a full collection of a deep queue's heap in the
         # middle of it cost as much as the rest (half the core's time at 50k pending);
         # whatever cycles a pass leaves are collected after it
+        await self.preempter.expire()
         collecting = gc.isenabled()
         gc.disable()
         try:
             self.refresh_priorities()
+            self.state.preemptions.prune(self.state.jobs)
             snap = self.snapshot()
             plan = schedule(snap)
         finally:
@@ -275,6 +283,8 @@ class Scheduler:
                 st.spawn(self._launch_when_durable(launches))
                 raise
             self._launch_all(launches)
+        if plan.preemptions:
+            await self.preempter.apply(plan, pass_no=pass_no)
         if never and st.config.scheduler.kill_invalid_depend:
             await self._cancel_never_satisfied(never)
         if refused:

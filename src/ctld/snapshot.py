@@ -35,6 +35,7 @@ from ctld.sched import (
 )
 from ctld.state import State
 from ctld.validate import request_from_spec
+from ctld.victims import Preemptions
 
 
 def _priority_order(req: JobRequest) -> tuple[int, float, int]:
@@ -159,7 +160,8 @@ class SnapshotBuilder:
         if len(settled) > 2 * len(st.pending) + 1024:  # forget departed jobs
             self._settled = {k: v for k, v in settled.items() if k in st.pending}
         ordered = self._in_priority_order(pending)
-        running = tuple(self._running_view(j) for j in on_node)
+        book = st.preemptions
+        running = tuple(self._preempting(self._running_view(j), book) for j in on_node)
         if len(self._running) > 2 * len(on_node) + 1024:
             live = {j.job_id for j in on_node}
             self._running = {k: v for k, v in self._running.items() if k in live}
@@ -173,6 +175,8 @@ class SnapshotBuilder:
             reservations=st.reservations.views(),
             settings=self.settings,
             limits=st.limits,
+            qos=st.qos.views(),
+            claims=book.claim_views(),
         )
 
     def _in_priority_order(self, queue: list[JobRequest]) -> list[JobRequest]:
@@ -222,9 +226,21 @@ class SnapshotBuilder:
             start_time=j.start_time,
             predicted_s=predicted,
             account=j.account,
+            priority=j.priority,
+            preemptable=j.state == js.RUNNING and not j.spec.allocation_only,
         )
         self._running[j.job_id] = (revision, predicted, view)
         return view
+
+    def _preempting(self, view: RunningView, book: Preemptions) -> RunningView:
+        """A job being preempted: no one's victim again, gone by its deadline (grace
+        time + KillWait)."""
+        victim = book.victims.get(view.job_id)
+        job = self.state.jobs.get(view.job_id)
+        if victim is None or job is None or book.victim(job) is None:
+            return view
+        end = min(view.end_time, victim.deadline)
+        return dataclasses.replace(view, end_time=end, preemptable=False)
 
     def request_for(self, job: pb.Job) -> JobRequest:
         """What the core sees of a pending job (sbatch --test-only asks for one too)."""

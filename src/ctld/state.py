@@ -26,6 +26,7 @@ from ctld import jobstate as js
 from ctld.accounting import Accounting
 from ctld.nodes import NodeRecord
 from ctld.priorities import Priorities
+from ctld.qos import QosTable
 from ctld.reservations import Reservations
 from ctld.sched import JobRequest, job_shape
 from ctld.sched.model import LimitSet
@@ -33,6 +34,7 @@ from ctld.sched.predict import RunTimePredictor
 from ctld.store import Op, Store, insert_job, update_job
 from ctld.usage import UsageLedger
 from ctld.validate import NodeCapacity, request_from_spec
+from ctld.victims import Preemptions
 
 log = structlog.get_logger("ctld")
 
@@ -75,6 +77,8 @@ class State:
         self.predicted: dict[int, int] = {}
         # sacctmgr's database (seeded from the config until the store is loaded); what
         # ctld derives from it is refreshed by install_accounting
+        self.qos = QosTable(config)  # the one QOS lookup: install_accounting refreshes it
+        self.preemptions = Preemptions()
         self.accounting = Accounting(config)
         # pending and running jobs by (account, user, qos): what submit-time limits count
         # (kept by the commit step, so a submit does not walk every job)
@@ -93,6 +97,7 @@ class State:
         self.accounting = acc
         self.config = dataclasses.replace(self.config, qos=acc.qos_table())
         self.priorities.set_qos(self.config.qos)
+        self.qos.replace(self.config.qos)
         self.priorities.set_tree(acc.share_tree())
         self.priorities.with_users(
             (j.account, j.user) for j in self.jobs.values() if j.state in js.ACTIVE

@@ -28,7 +28,9 @@ def test_a_slow_reader_gets_every_byte_though_a_child_holds_the_pipes() -> None:
         yield pb.TaskInput(stdin_eof=True)  # then srun's half-close
 
     async def main() -> tuple[bytes, list[pb.TaskExit]]:
-        runner = StepRunner("n1", "corral-test-{job_id}", verify)
+        # a marker of this process's own: other test runs on the host (same job id, same
+        # marker) would otherwise find and kill this one's tasks when they clean up
+        runner = StepRunner("n1", f"corral-test-{os.getpid()}-{{job_id}}", verify)
         start = pb.RunTasksRequest(
             job=job, step=step, node="n1", cwd="/tmp", step_credential="cred"
         )

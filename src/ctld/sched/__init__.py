@@ -10,12 +10,15 @@ to order the queue it puts in the snapshot, and ``sprio``/``sshare`` show their 
 from ctld.sched.backfill import schedule
 from ctld.sched.model import (
     INFINITY,
+    Claim,
     Forecast,
     JobRequest,
     NodeView,
     PartitionView,
     Placement,
     Plan,
+    Preemption,
+    QosView,
     ReservationView,
     RunningView,
     Settings,
@@ -26,12 +29,15 @@ from ctld.sched.shape import Shape, job_shape
 
 __all__ = [
     "INFINITY",
+    "Claim",
     "Forecast",
     "JobRequest",
     "NodeView",
     "PartitionView",
     "Placement",
     "Plan",
+    "Preemption",
+    "QosView",
     "ReservationView",
     "RunningView",
     "Settings",

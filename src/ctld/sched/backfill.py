@@ -11,10 +11,12 @@ is reproducible and the simulator runs the very same code.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from corral.reasons import Reason
+from ctld.sched import preempt
 from ctld.sched.frag import Fragmentation, pending_demands
 from ctld.sched.limits import LimitTracker
 from ctld.sched.model import (
@@ -24,6 +26,8 @@ from ctld.sched.model import (
     PartitionView,
     Placement,
     Plan,
+    Preemption,
+    RunningView,
     Snapshot,
     Start,
 )
@@ -41,6 +45,12 @@ REQ_NODE_NOT_AVAIL = Reason.REQ_NODE_NOT_AVAIL
 RESERVATION = Reason.RESERVATION
 QOS_MAX_JOBS_PER_USER = Reason.QOS_MAX_JOBS_PER_USER
 UNAVAILABLE_NODES = f"{Reason.REQ_NODE_NOT_AVAIL}, UnavailableNodes:"  # + the nodes
+
+
+# preemption searches per pass (each looks at every node of its partitions): a deep
+# queue of preemptors is served over several passes, not in one long one that would
+# hold up ctld's loop
+MAX_PREEMPT_SEARCHES = 50
 
 
 def _unavailable(names: list[str]) -> str:
@@ -74,10 +84,22 @@ class _Pass:
         self.qos_limits = dict(snap.settings.qos_max_jobs_per_user)
         self.user_jobs: dict[tuple[str, str], int] = {}
         self.predict = snap.settings.predict
+        # preemption: who may preempt whom, the claims of earlier passes, and the jobs
+        # already being preempted (their end is their preemption's deadline)
+        self.qos = {q.name: q for q in snap.qos}
+        self.may_preempt = preempt.targets(snap.qos)
+        self.claims = {c.job_id: c for c in snap.claims}
+        self.preempted: set[int] = {v for c in snap.claims for v in c.victims}
+        self.preemptions: list[Preemption] = []
+        # shapes that found nothing to preempt: a pass only takes resources and
+        # victims away, so they find nothing later in it either
+        self.no_preempt: set[tuple[object, ...]] = set()
+        self.pools: dict[str, list[RunningView]] = {}  # by preemptor QOS, lowest first
+        self.preempt_searches = 0
         self.limits = LimitTracker(snap.limits, snap.running)
         for run in snap.running:
             end = limit_end = max(run.end_time, self.now + 1.0)  # overrunning: about to end
-            if self.predict and run.predicted_s > 0:
+            if self.predict and run.predicted_s > 0 and run.job_id not in self.preempted:
                 end = expected_end(run.start_time, run.predicted_s, run.end_time, self.now)
                 end = max(end, self.now + 1.0)
             for p in run.placements:
@@ -104,6 +126,16 @@ class _Pass:
                             owner=f"resv:{resv.name}",
                         )
                     )
+        for claim in snap.claims:
+            victims = frozenset(claim.victims)
+            for p in claim.placements:
+                node = self.nodes.get(p.node)
+                if node is not None:
+                    owner = preempt.claim_owner(claim.job_id)
+                    for h in preempt.claim_holds(
+                        node, owner, p.cpus, p.mem_mb, p.gpu_indices, victims, self.now
+                    ):
+                        node.hold(h)
         self.profile_version = 0  # bumped when a start or hold changes any node
         self.no_fit_now: set[tuple[object, ...]] = set()
         self.candidates: dict[tuple[object, ...], _Candidate | str] = {}
@@ -159,6 +191,7 @@ class _Pass:
             reasons=self.reasons,
             forecasts=self.forecasts,
             considered=considered,
+            preemptions=tuple(self.preemptions),
         )
 
     def backfill_shortest_first(self, rest: tuple[JobRequest, ...]) -> None:
@@ -178,8 +211,11 @@ class _Pass:
             if req.blocked_reason:
                 self.reasons[req.job_id] = req.blocked_reason
                 continue
-            dead = None if req.job_id in self.starving else self.dead.get(req.klass)
-            waiting[i] = self.class_mate(req, dead) if dead is not None else self.tried(req)
+            dead = None if self.own_way(req) else self.dead.get(req.klass)
+            prepared = self.class_mate(req, dead) if dead is not None else self.tried(req)
+            if prepared is not None and self.try_preempt(req, *prepared):
+                prepared = None  # preempting for it, or waiting on its claim
+            waiting[i] = prepared
         # reasons and forecasts for the ones left, in priority order again
         later_of, reasons, settings = self.later, self.reasons, self.settings
         for i, prepared in enumerate(waiting):
@@ -210,8 +246,14 @@ class _Pass:
         if self.try_start(req, *prepared):
             return None  # a start is no try: the limit bounds fruitless work only
         self.tests += 1
-        self.dead[req.klass] = ("", prepared, prepared[0])
+        if req.job_id not in self.claims:  # a claim's candidates are its owner's alone
+            self.dead[req.klass] = ("", prepared, prepared[0])
         return prepared
+
+    def own_way(self, req: JobRequest) -> bool:
+        """A job never treated as its class's mate: a starving one, or one with a claim
+        (resources kept for it alone)."""
+        return req.job_id in self.starving or req.job_id in self.claims
 
     def class_mate(
         self, req: JobRequest, dead: tuple[str, _Prepared | None, Shape]
@@ -271,6 +313,9 @@ class _Pass:
         if self.fcfs_blocked:
             self.reasons[req.job_id] = PRIORITY
             return None
+        if req.job_id in self.claims:  # what was freed for it is its own
+            owner = preempt.claim_owner(req.job_id)
+            candidates = [dataclasses.replace(c, ignore=owner) for c in candidates]
         return shape, candidates, duration, expected
 
     def try_start(
@@ -301,9 +346,9 @@ class _Pass:
         return False
 
     def consider(self, req: JobRequest) -> None:
-        dead = None if req.job_id in self.starving else self.dead.get(req.klass)
+        dead = None if self.own_way(req) else self.dead.get(req.klass)
         prepared = self.class_mate(req, dead) if dead is not None else self.tried(req)
-        if prepared is not None:
+        if prepared is not None and not self.try_preempt(req, *prepared):
             self.blocked(req, *prepared)
 
     def candidate(self, req: JobRequest, shape: Shape, part_name: str) -> _Candidate | str:
@@ -501,6 +546,208 @@ class _Pass:
         self.user_jobs[key] = self.user_jobs.get(key, 0) + 1
         self.limits.start(req, shape)
         self.profile_version += 1
+
+    # ------------------------------------------------------------ preemption
+
+    def try_preempt(
+        self,
+        req: JobRequest,
+        shape: Shape,
+        candidates: list[_Candidate],
+        duration: float,
+        expected: float,
+    ) -> bool:
+        """Preempt for ``req`` if its QOS allows and that lets it start (see preempt.py);
+        True if it is now taken care of (preempting, or waiting on its claim)."""
+        claim = self.claims.get(req.job_id)
+        if claim is not None:  # its victims are still leaving: it waits for them only
+            self.reasons[req.job_id] = RESOURCES
+            nodes = tuple(dict.fromkeys(p.node for p in claim.placements))
+            ends = [self.nodes[n].releases for n in nodes if n in self.nodes]
+            start = max(
+                (r.end for rs in ends for r in rs if r.job_id in claim.victims), default=self.now
+            )
+            self.forecasts[req.job_id] = Forecast(
+                req.job_id, start, claim.partition, nodes, True, tuple(sorted(claim.victims))
+            )
+            return True
+        if (req.qos or "normal") not in self.may_preempt:
+            return False
+        if req.reservation:
+            return False  # a reservation's resources are its own already
+        usable = [c for c in candidates if self.now >= c.not_before]
+        key: tuple[object, ...] = (req.qos or "normal", shape, req.gpu_type, req.exclusive)
+        key += (req.nodelist, req.exclude, tuple(c.partition.name for c in usable))
+        key += (duration, expected)
+        if key in self.no_preempt or self.preempt_searches >= MAX_PREEMPT_SEARCHES:
+            return False
+        self.preempt_searches += 1
+        names = {n for c in usable for n in c.members}
+        own = req.qos or "normal"
+        if own not in self.pools:
+            self.pools[own] = preempt.pool(
+                own, self.snap.running, self.qos, self.may_preempt, set()
+            )
+        rank: dict[int, int] = {}  # lower: preempted sooner
+        on_node: dict[str, list[int]] = {}
+        for i, v in enumerate(self.pools[own]):
+            if v.job_id in self.preempted:
+                continue
+            rank[v.job_id] = i
+            for p in v.placements:
+                if p.node in names:
+                    on_node.setdefault(p.node, []).append(v.job_id)
+        for cand in usable:
+            found = self.fit_freed(req, shape, cand, duration, expected, on_node, rank)
+            if found is not None:
+                self.preempt(req, shape, cand, *found)
+                return True
+        self.no_preempt.add(key)
+        return False
+
+    def fit_freed(
+        self,
+        req: JobRequest,
+        shape: Shape,
+        cand: _Candidate,
+        duration: float,
+        expected: float,
+        on_node: dict[str, list[int]],
+        rank: dict[int, int],
+    ) -> tuple[list[tuple[NodeProfile, Avail]], frozenset[int]] | None:
+        """The nodes of ``cand`` where ``req`` would fit now for its whole limit, and the
+        victims to preempt there: on each node the fewest, lowest ones it needs (taken
+        lowest first until it fits, then each dropped again, the most valuable first,
+        while it still fits); the nodes needing the fewest and lowest victims win."""
+        end, job_end = self.now + duration, self.now + expected
+        if end > cand.not_after:
+            return None
+
+        def fit(node: NodeProfile, victims: list[int]) -> tuple[NodeProfile, Avail] | None:
+            trial = preempt.freed(node, frozenset(victims))
+            avail = trial.window(self.now, end, cand.ignore, job_end)
+            return (trial, avail) if trial.fits(avail, shape, req.exclusive) else None
+
+        def sums(node: NodeProfile) -> dict[int, tuple[int, int, int]]:
+            # what each job gives back on this node (GPU sets of jobs never overlap)
+            out: dict[int, tuple[int, int, int]] = {}
+            for r in node.releases:
+                c, m, g = out.get(r.job_id, (0, 0, 0))
+                out[r.job_id] = (c + r.cpus, m + r.mem, g + len(r.gpus))
+            return out
+
+        def victims_on(node: NodeProfile, here: list[int]) -> list[int] | None:
+            """The fewest, lowest victims on ``node`` that let ``req`` fit there."""
+            if node.holds or req.exclusive:
+                # reservations or an empty node to find: the exact (slower) check
+                chosen: list[int] = []
+                ok = fit(node, chosen) is not None
+                for victim in here:
+                    if ok:
+                        break
+                    chosen.append(victim)
+                    ok = fit(node, chosen) is not None
+                if not ok:
+                    return None
+                for victim in reversed(list(chosen)):  # the most valuable first
+                    rest = [v for v in chosen if v != victim]
+                    if fit(node, rest) is not None:
+                        chosen = rest
+                return chosen
+            # a node without holds: free now plus what the victims hold, summed up
+            give = sums(node)
+            need = (shape.cpus_per_node, shape.mem_per_node_mb, shape.gpus_per_node)
+            have = [node.free_cpus, node.free_mem, len(node.free_gpus)]
+            chosen = []
+            for victim in here:
+                if all(h >= n for h, n in zip(have, need, strict=True)):
+                    break
+                chosen.append(victim)
+                have = [h + g for h, g in zip(have, give[victim], strict=True)]
+            if not all(h >= n for h, n in zip(have, need, strict=True)):
+                return None
+            for victim in reversed(list(chosen)):  # the most valuable first
+                less = [h - g for h, g in zip(have, give[victim], strict=True)]
+                if all(h >= n for h, n in zip(less, need, strict=True)):
+                    chosen.remove(victim)
+                    have = less
+            return chosen
+
+        options: list[tuple[tuple[int, int], NodeProfile, list[int]]] = []
+        # nodes by their lowest victim: once enough nodes need one victim each, a node
+        # whose lowest victim ranks above theirs cannot do better (one victim, higher)
+        order = sorted(
+            cand.nodes,
+            key=lambda n: (rank[on_node[n.name][0]] if n.name in on_node else -1, n.index),
+        )
+        singles: list[int] = []
+        for node in order:
+            here = on_node.get(node.name, [])
+            if not here and shape.nodes == 1 and node.name not in cand.required:
+                continue  # it did not fit here when it tried to start: still does not
+            if (
+                here
+                and not cand.required
+                and len(singles) >= shape.nodes
+                and rank[here[0]] > sorted(singles)[shape.nodes - 1]
+            ):
+                break
+            chosen = victims_on(node, here)
+            if chosen is not None:
+                cost = (len(chosen), max((rank[v] for v in chosen), default=-1))
+                options.append((cost, node, chosen))
+                if len(chosen) == 1:
+                    singles.append(cost[1])
+        required = [o for o in options if o[1].name in cand.required]
+        if len(required) < len(cand.required):
+            return None
+        others = sorted(
+            (o for o in options if o[1].name not in cand.required),
+            key=lambda o: (o[0], o[1].index),
+        )
+        picked = (required + others)[: max(shape.nodes, len(required))]
+        if len(picked) < shape.nodes:
+            return None
+        placed = [fit(node, chosen) for _, node, chosen in picked]
+        if any(p is None for p in placed):
+            return None  # (the sums agree with the exact check: a safeguard only)
+        victims = frozenset(v for o in picked for v in o[2])
+        if not victims:
+            return None  # it fits without preempting anything: not a case for preemption
+        return [p for p in placed if p is not None], victims
+
+    def preempt(
+        self,
+        req: JobRequest,
+        shape: Shape,
+        cand: _Candidate,
+        chosen: list[tuple[NodeProfile, Avail]],
+        victims: frozenset[int],
+    ) -> None:
+        owner = preempt.claim_owner(req.job_id)
+        placements = []
+        for trial, avail in chosen:
+            node = self.nodes[trial.name]
+            if req.exclusive:
+                cpus, mem = node.view.cpus_total, node.view.mem_total_mb
+                gpus = tuple(sorted(node.all_gpus))
+            else:
+                cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
+                gpus = _pick_gpus(avail.gpus, shape.gpus_per_node)
+            for hold in preempt.claim_holds(node, owner, cpus, mem, gpus, victims, self.now):
+                node.hold(hold)
+            placements.append(Placement(node.name, cpus, mem, gpus))
+        self.profile_version += 1
+        self.preempted |= victims
+        self.preemptions.append(
+            Preemption(req.job_id, cand.partition.name, tuple(placements), tuple(sorted(victims)))
+        )
+        self.reasons[req.job_id] = RESOURCES
+        nodes = tuple(p.node for p in placements)
+        start = max(preempt.victims_end(self.nodes[n], victims, self.now) for n in nodes)
+        self.forecasts[req.job_id] = Forecast(
+            req.job_id, start, cand.partition.name, nodes, True, tuple(sorted(victims))
+        )
 
     # ------------------------------------------------------------ later
 

@@ -57,6 +57,10 @@ class RunningView:
     start_time: float = 0.0
     predicted_s: float = 0.0  # its predicted run time (predict.py); 0: none, use the limit
     account: str = ""
+    priority: int = 0
+    # whether a preemptor may take its resources (a running batch job not already being
+    # preempted; its QOS's mode decides the rest)
+    preemptable: bool = True
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,28 @@ def _class_id(klass: tuple[object, ...]) -> int:
         got = _class_ids[klass] = _next_class[0]
         _next_class[0] += 1
     return got
+
+
+@dataclass(frozen=True)
+class QosView:
+    """What preemption needs of a QOS (Slurm's preempt/qos)."""
+
+    name: str
+    priority: int = 0
+    preempts: tuple[str, ...] = ()  # QOSes whose running jobs its pending jobs may preempt
+    mode: str = "off"  # what preempting one of its jobs does: "requeue", "cancel", "off"
+    grace_s: int = 0  # how long a preempted job of this QOS has between SIGTERM and KILL
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Resources promised to a pending preemptor while its victims leave them: nobody
+    else may plan on them."""
+
+    job_id: int
+    placements: tuple[Placement, ...]
+    victims: tuple[int, ...] = ()  # its victims still on their nodes
+    partition: str = ""
 
 
 @dataclass(frozen=True)
@@ -273,6 +299,8 @@ class Snapshot:
     # for placement "frag": the expected demand; empty: the pending jobs' own shapes
     demands: tuple[Demand, ...] = ()
     limits: LimitSet = field(default_factory=LimitSet)  # accounting limits (sacctmgr)
+    qos: tuple[QosView, ...] = ()  # preemption: which QOS may preempt which, and how
+    claims: tuple[Claim, ...] = ()  # preemptors' promised resources
 
 
 @dataclass(frozen=True)
@@ -298,9 +326,20 @@ class Forecast:
 
 
 @dataclass(frozen=True)
+class Preemption:
+    """Running jobs to preempt so that a pending job can start on what they free."""
+
+    job_id: int  # the preemptor
+    partition: str
+    placements: tuple[Placement, ...]  # where it will run: claimed until it starts
+    victims: tuple[int, ...]  # fewest, lowest first: the core's pick
+
+
+@dataclass(frozen=True)
 class Plan:
     snapshot_version: int
     starts: tuple[Start, ...] = ()
     reasons: dict[int, str] = field(default_factory=dict)  # pending job -> Slurm reason
     forecasts: dict[int, Forecast] = field(default_factory=dict)
     considered: int = 0  # pending jobs looked at in this pass
+    preemptions: tuple[Preemption, ...] = ()
