@@ -241,9 +241,9 @@ class SchedulerConfig:
     # pending jobs that cannot start one pass tries in full (Slurm's bf_max_job_test);
     # starts, and jobs of a class that already failed in the pass, are not tries; 0: none
     max_job_test: int = 500
-    # a job eligible this long goes ahead of every younger one and gets the reservation,
-    # kept by limits (the starvation guard); 0: off
-    starvation_guard_s: int = 0
+    # the job eligible longest, once past this, goes first and gets the reservation,
+    # kept by limits (the starvation guard, docs/simulator.md); 0: off
+    starvation_guard_s: int = 6 * 3600
     # Slurm's PreemptType=preempt/qos with its PreemptMode: "off" (preempt/none),
     # "requeue" or "cancel" (what a preempted job of a QOS without its own mode gets)
     preempt_mode: str = "off"

@@ -107,11 +107,23 @@ def gpu_node(name: str, free: int) -> NodeView:
     return NodeView(name, 64, 100_000, 8, 64, 100_000, tuple(range(8 - free, 8)), idle=free == 8)
 
 
-def test_frag_placement_keeps_nodes_usable_for_the_expected_jobs() -> None:
-    # a 1-GPU job; node a has 2 GPUs free, node b 5. Best fit takes a (leaving 1 GPU no
-    # 2-GPU job can use); with 2-GPU jobs expected, frag takes b
-    nodes = (gpu_node("a", 2), gpu_node("b", 5))
-    job = (JobRequest(1, ("p",), gpus_per_node=1),)
+def test_frag_placement_keeps_nodes_about_to_drain_free_for_whole_node_jobs() -> None:
+    # nodes a and b each run a 4-GPU job; a's ends in
+    # 100 s, b's in 5000 s. A 1-GPU job expected to run 1000 s: best fit sees two equal
+    # nodes and takes a (name order), which then cannot take an 8-GPU job at t=100;
+    # frag puts it on b, which stays busy past its end anyway
+    nodes = (gpu_node("a", 4), gpu_node("b", 4))
+    running = tuple(
+        RunningView(
+            10 + i,
+            end,
+            (Placement(name, 0, 0, (0, 1, 2, 3)),),
+            start_time=0.0,
+            predicted_s=int(end),
+        )
+        for i, (name, end) in enumerate((("a", 100.0), ("b", 5000.0)))
+    )
+    job = (JobRequest(1, ("p",), gpus_per_node=1, time_limit_s=4000, predicted_s=1000),)
     part = (PartitionView("p", ("a", "b")),)
     for placement, node in (("pack", "a"), ("frag", "b")):
         plan = schedule(
@@ -121,21 +133,23 @@ def test_frag_placement_keeps_nodes_usable_for_the_expected_jobs() -> None:
                 nodes,
                 part,
                 job,
-                settings=Settings(placement=placement),
-                demands=(Demand(2),),
+                running,
+                settings=Settings(placement=placement, predict=True),
             )
         )
         assert plan.starts[0].placements[0].node == node
-    # a 2-GPU job fills a's 2 GPUs exactly under either
+    # the fewest free GPUs still comes first: a node with 2 free wins over both
+    nodes3 = (*nodes, gpu_node("c", 2))
     plan = schedule(
         Snapshot(
             1,
             0.0,
-            nodes,
-            part,
-            (JobRequest(1, ("p",), gpus_per_node=2),),
-            settings=Settings(placement="frag"),
-            demands=(Demand(2), Demand(8)),
+            nodes3,
+            (PartitionView("p", ("a", "b", "c")),),
+            job,
+            running,
+            settings=Settings(placement="frag", predict=True),
+            demands=(Demand(2),),
         )
     )
-    assert plan.starts[0].placements[0].node == "a"
+    assert plan.starts[0].placements[0].node == "c"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
 from ctld.sim import swf
@@ -95,3 +97,20 @@ def test_predictions_backfill_a_job_limits_would_hold_back() -> None:
     plus = {o.job.job_id: o.start for o in replay(trace.jobs, 4, "easy++").outcomes}
     assert easy[5] > 42 and easy[4] == 140
     assert plus[5] == 42 and plus[4] == 140  # the prediction held: job 4 not delayed
+
+
+def test_sim_command_sets_the_starvation_guard(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ctld.sim.__main__ import main
+
+    trace = tmp_path / "t.swf"
+    trace.write_text(
+        "; MaxProcs: 4\n"
+        "1 0 -1 10 4 -1 -1 4 100 -1 1 1 -1 -1 -1 -1 -1 -1\n"
+        "2 5 -1 10 2 -1 -1 2 100 -1 1 2 -1 -1 -1 -1 -1 -1\n"
+    )
+    assert main([str(trace), "--policy", "corral", "--starvation-guard", "0"]) == 0
+    assert "| corral | 2 |" in capsys.readouterr().out
+    assert main([str(trace), "--starvation-guard", "-1"]) == 2
+    assert "--starvation-guard must be >= 0" in capsys.readouterr().err

@@ -105,3 +105,18 @@ async def test_each_start_is_checked_even_when_the_version_matches(cluster: Clus
     await cluster.apply_plan(again, pass_no=10)
     assert [e.event for e in first.events].count("started") == 1
     assert_not_oversubscribed(cluster)
+
+
+async def test_ctld_hands_the_core_the_starvation_guard_and_eligible_times(
+    cluster: Cluster,
+) -> None:
+    # the default guard reaches the core, and a --begin job's wait counts from its begin
+    snap = cluster.snapshot()
+    assert snap.settings.starve_after_s == 6 * 3600
+    now = cluster.clock()
+    later = await cluster.submit(ALICE, spec(gpus_per_node=2, begin_time=now + 600))
+    plain = await cluster.submit(ALICE, spec(gpus_per_node=2))
+    cluster.clock.advance(700)  # type: ignore[attr-defined]
+    reqs = {r.job_id: r for r in cluster.snapshot().pending}
+    assert reqs[later.job_id].eligible_time == pytest.approx(now + 600)
+    assert reqs[plain.job_id].eligible_time == pytest.approx(reqs[plain.job_id].submit_time)

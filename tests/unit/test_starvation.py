@@ -180,9 +180,9 @@ def test_no_backfill_decision_delays_a_starving_jobs_reservation(s: Snapshot) ->
         return
     top = reserved[0]
     req = next(j for j in s.pending if j.job_id == top.job_id)
-    if req.submit_time > -1000.0:
-        return  # not starving: its reservation is kept by predictions (test_backfill)
-    order, _ = starving_first(s.pending, s.now - s.settings.starve_after_s)
+    order, moved = starving_first(s.pending, s.now - s.settings.starve_after_s)
+    if req.job_id not in moved:
+        return  # not the guarded job: its reservation is kept by predictions (test_backfill)
     ids = [j.job_id for j in order]
     ahead = set(ids[: ids.index(req.job_id)])
     limits = {j.job_id: (INFINITY if j.time_limit_s < 0 else j.time_limit_s) for j in s.pending}

@@ -448,7 +448,7 @@ class _Pass:
                 fitting.append((node, avail))
         if free_now < shape.nodes or required_free < len(cand.required):
             self.no_fit_now.add(key)
-        return self.choose(fitting, shape, cand)
+        return self.choose(fitting, shape, cand, self.now, job_end)
 
     def _fit_now_packed(
         self, shape: Shape, cand: _Candidate, end: float, job_end: float, key: tuple[object, ...]
@@ -485,6 +485,8 @@ class _Pass:
         fitting: list[tuple[NodeProfile, Avail]],
         shape: Shape,
         cand: _Candidate,
+        at: float = 0.0,
+        job_end: float = INFINITY,
     ) -> list[tuple[NodeProfile, Avail]] | None:
         if len(fitting) < shape.nodes:
             return None
@@ -493,12 +495,15 @@ class _Pass:
             return None
         others = [f for f in fitting if f[0].name not in cand.required]
         if self.settings.placement == "frag":
-            # the node where this job leaves the fewest GPUs that the jobs likely to
-            # come could not use; ties by best fit
+            # best fit first (whole nodes stay whole); among nodes as full, the one this
+            # job keeps busy least past its jobs' expected ends (so a node about to
+            # drain still drains: where the next whole-node job starts), then the one
+            # where it leaves the fewest GPUs the jobs likely to come could not use
             others.sort(
                 key=lambda f: (
-                    self.frag.delta(f[1], shape),
                     len(f[1].gpus),
+                    _extension(f[0], at, job_end),
+                    self.frag.delta(f[1], shape),
                     f[1].cpus,
                     f[1].mem,
                     f[0].index,
@@ -917,7 +922,7 @@ class _Pass:
                 check(with_holds, t)
             if t + duration > cand.not_after:
                 return None
-            chosen = self.choose(list(fitting.values()), shape, cand)
+            chosen = self.choose(list(fitting.values()), shape, cand, t, t + expected)
             if chosen is not None:
                 return t, chosen
         return None
@@ -926,19 +931,30 @@ class _Pass:
 def starving_first(
     pending: tuple[JobRequest, ...], cutoff: float
 ) -> tuple[tuple[JobRequest, ...], frozenset[int]]:
-    """The queue with the jobs eligible since ``cutoff`` or earlier moved to its front,
-    oldest first, and their ids: the starvation guard. Priority (fair-share above all)
-    and shortest-first backfill may pass a job over for days; past the threshold it
-    gets the reservation as FCFS would give it, kept against the limits of the jobs
-    backfilled around it."""
-    starving = [
-        r for r in pending if (r.eligible_time or r.submit_time) <= cutoff and not r.blocked_reason
-    ]
-    if not starving:
+    """The queue with the longest waiter moved to its front if it has been eligible
+    since ``cutoff`` or earlier, and its id: the starvation guard. Priority (fair-share
+    above all) and shortest-first backfill may pass a job over for days; past the
+    threshold the oldest job gets the reservation as FCFS would give it, kept against
+    the limits of the jobs backfilled around it. The others keep their order (moving
+    them all ahead cost more slowdown for no shorter longest wait)."""
+    oldest = min(
+        (r for r in pending if not r.blocked_reason),
+        key=lambda r: (r.eligible_time or r.submit_time, r.job_id),
+        default=None,
+    )
+    if oldest is None or (oldest.eligible_time or oldest.submit_time) > cutoff:
         return pending, frozenset()
-    starving.sort(key=lambda r: (r.eligible_time or r.submit_time, r.job_id))
-    moved = frozenset(r.job_id for r in starving)
-    return (*starving, *(r for r in pending if r.job_id not in moved)), moved
+    return (oldest, *(r for r in pending if r is not oldest)), frozenset((oldest.job_id,))
+
+
+def _extension(node: NodeProfile, at: float, job_end: float) -> float:
+    """How much later ``node`` would be wholly free with a job from ``at`` to
+    ``job_end`` on it than it will be anyway (its jobs' expected ends)."""
+    busy_until = max((r.end for r in node.releases if r.end > at), default=at)
+    for h in node.holds:
+        if h.start <= at < h.end:
+            busy_until = max(busy_until, h.end)
+    return 0.0 if job_end <= busy_until else job_end - busy_until
 
 
 def _pick_gpus(available: frozenset[int], count: int) -> tuple[int, ...]:

@@ -200,16 +200,17 @@ class Settings:
     ``backfill`` off: strict first come first served). ``forecast_depth``: how many
     further blocked jobs get an expected start (the costly part of a pass).
     ``placement``: "pack" (best fit: small GPU jobs onto partly used nodes),
-    "firstfit" (the first nodes that fit, in name order) or "frag" (the node whose
-    free GPUs are least likely to be needed whole by the jobs still to come).
+    "firstfit" (the first nodes that fit, in name order) or "frag" (best fit; among
+    nodes as full, the one whose jobs outlast this one, then the one whose free GPUs
+    are least likely to be needed whole by the jobs still to come).
     ``predict``: plan with predicted run times (``predicted_s``) instead of limits for
     backfill fits and forecasts; advance reservations are always checked against
     limits, and jobs are still killed at their limits. ``backfill_order``: "priority"
     or "shortest" (backfill candidates behind the reserved jobs tried shortest
-    predicted run first, as EASY-SJBF). ``starve_after_s``: a job eligible for longer
-    than this goes ahead of every younger one, oldest first, whatever its priority, so
-    the reservation is its own (a starvation guard; 0: off). ``max_job_test``: how
-    many pending jobs that cannot start one pass tries in full (Slurm's
+    predicted run first, as EASY-SJBF). ``starve_after_s``: the job eligible longest
+    goes ahead of all others once that is longer than this, whatever its priority, and
+    its reservation is planned and kept by limits (a starvation guard; 0: off).
+    ``max_job_test``: how many pending jobs that cannot start one pass tries in full (Slurm's
     ``bf_max_job_test``); a job that starts, or whose class (``klass``) already failed
     in this pass, is not a try. Jobs past the limit are left out of the plan: they
     keep their reason and forecast.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ctld.sim import swf
@@ -22,7 +23,17 @@ def main(argv: list[str]) -> int:
     )
     ap.add_argument("--jobs", type=int, default=0, help="the first N jobs (0: all)")
     ap.add_argument("--procs", type=int, default=0, help="machine size (default: the header's)")
+    ap.add_argument(
+        "--starvation-guard",
+        type=float,
+        default=None,
+        metavar="HOURS",
+        help="the corral policies' starvation guard (default: ctld's; 0: off)",
+    )
     args = ap.parse_args(argv)
+    if args.starvation_guard is not None and args.starvation_guard < 0:
+        print("corral sim: --starvation-guard must be >= 0 hours", file=sys.stderr)
+        return 2
     try:
         trace = swf.load(args.trace, args.jobs)
     except OSError as exc:
@@ -40,7 +51,11 @@ def main(argv: list[str]) -> int:
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for policy in args.policy or ["fcfs", "easy", "corral"]:
-        s = summarize(replay(trace.jobs, procs, policy))
+        pol = POLICIES[policy]
+        if args.starvation_guard is not None and policy.startswith("corral"):
+            guard = args.starvation_guard * 3600
+            pol = replace(pol, settings=replace(pol.settings, starve_after_s=guard))
+        s = summarize(replay(trace.jobs, procs, pol))
         delayed = (
             f"{s.top_delayed} ({s.top_delay_mean_s / 60:.0f}, {s.top_delay_max_s / 60:.0f})"
             if s.top_delayed
