@@ -38,18 +38,8 @@ from ctld.commit import Change
 from ctld.state import State
 from ctld.store_rows import Op
 
-ENTITIES = {
-    "account": "account",
-    "accounts": "account",
-    "acct": "account",
-    "user": "user",
-    "users": "user",
-    "association": "assoc",
-    "associations": "assoc",
-    "assoc": "assoc",
-    "assocs": "assoc",
-    "qos": "qos",
-}
+# the command maps Slurm's spellings (accounts, acct, associations...) to these
+ENTITIES = ("account", "user", "assoc", "qos")
 
 # lower-case spellings -> the canonical key
 KEYS = {
@@ -308,8 +298,8 @@ class SacctmgrOps:
         self._lock = asyncio.Lock()
 
     async def execute(self, who: Identity, req: pb.SacctmgrRequest) -> pb.SacctmgrResponse:
-        entity = ENTITIES.get(req.entity.lower())
-        if entity is None:
+        entity = req.entity.lower()
+        if entity not in ENTITIES:
             raise InvalidRequest(f"No valid entity in {req.action} command")
         action = {"create": "add", "update": "modify", "remove": "delete", "show": "list"}.get(
             req.action, req.action
