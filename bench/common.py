@@ -205,7 +205,9 @@ class BenchCluster(LocalCluster):
     switchinterval: float = 0.0
     log_level: str = ""
 
-    def start_ctld(self, timeout: float = 30.0) -> None:
+    def start_ctld(self, timeout: float = 30.0, index: int = 0) -> None:
+        if index:
+            raise ValueError("the bench cluster runs one controller")
         ready = self.state_dir / "run" / "ctld.ready"
         ready.unlink(missing_ok=True)
         probe_opts = {
