@@ -43,6 +43,11 @@ def main() -> int:
     subprocess.run(
         [str(BIN / "corral"), "down", "--state-dir", str(state)], check=False, capture_output=True
     )
+    store = state / "corral.db"
+    if store.exists():  # an earlier demo's store: bring its schema up to this ctld's
+        subprocess.run(
+            [str(BIN / "corral"), "db", "upgrade", "--url", f"sqlite:///{store}"], check=True
+        )
     subprocess.run(
         [
             str(BIN / "corral"),
