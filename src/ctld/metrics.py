@@ -95,12 +95,6 @@ class ClusterCollector(Collector):
         )
 
 
-def make_registry(cluster: Cluster) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ClusterCollector(cluster))
-    return registry
-
-
 def add_metrics_route(app: web.Application, registry: CollectorRegistry) -> None:
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE})

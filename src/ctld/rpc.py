@@ -460,17 +460,9 @@ def _check_node(caller: Caller, claimed: str) -> None:
         )
 
 
-def add_servicers(server: grpc.aio.Server, api: ControllerApi, nodes: NodeControllerApi) -> None:
-    """Register the Controller and NodeController services from the method table."""
-    server.add_generic_rpc_handlers(
-        (service_handler(CONTROLLER, api.call), service_handler(NODE_CONTROLLER, nodes.call))
-    )
-
-
 __all__ = [
     "ControllerApi",
     "NodeControllerApi",
-    "add_servicers",
     "grpc_caller",
     "service_handler",
 ]
