@@ -340,6 +340,30 @@ def test_squeue_long_format_fields_with_widths(two: Commands) -> None:
     assert bad.returncode == 1 and "Invalid job format specification: NoSuchField" in bad.stderr
 
 
+def test_limits_show_in_whole_minutes_and_gpus_as_2205_tres(two: Commands) -> None:
+    # Slurm 22.05 (checked on a real one): `-t 0` is UNLIMITED, `-t 0:30` shows as 1:00
+    # (squeue), 00:01:00 (scontrol, sacct); %b and -O tres-per-node print gres:gpu:N,
+    # tres-per-job the --gpus count; -O names are matched without case
+    short = two("sbatch", "--parsable", "-H", "-t", "0:30", "--gres=gpu:2", "--wrap", "true")
+    endless = two("sbatch", "--parsable", "-H", "-t", "0", "--gpus=3", "--wrap", "true")
+    ids = f"{short.stdout.strip()},{endless.stdout.strip()}"
+    rows = two("squeue", "-h", "-S", "i", "-o", "%l|%b", "-j", ids).stdout.split()
+    assert rows == ["1:00|gres:gpu:2", "UNLIMITED|N/A"]
+    out = two(
+        "squeue", "-S", "i", "-O", "TimeLimit:10,tres-per-node:14,TRES-PER-JOB:12", "-j", ids
+    ).stdout.splitlines()
+    assert out == [
+        f"{'TIME_LIMIT':<10}{'TRES_PER_NODE':<14}{'TRES_PER_JOB':<12}",
+        f"{'1:00':<10}{'gres:gpu:2':<14}{'N/A':<12}",
+        f"{'UNLIMITED':<10}{'N/A':<14}{'gres:gpu:3':<12}",
+    ]
+    shown = two("scontrol", "show", "job", short.stdout.strip()).stdout
+    assert "TimeLimit=00:01:00 " in shown and "TresPerNode=gres:gpu:2" in shown
+    two("scancel", short.stdout.strip(), endless.stdout.strip())
+    limits = two("sacct", "-X", "-n", "-P", "-o", "Timelimit", "-j", ids).stdout.split()
+    assert limits == ["00:01:00", "UNLIMITED"]
+
+
 def test_scontrol_update_job_name_pending_and_running(two: Commands) -> None:
     # scontrol(1): JobName=<name> (or Name=) may be changed, pending or running
     held = two("sbatch", "--parsable", "-H", "-J", "old", "--wrap", "true").stdout.strip()
