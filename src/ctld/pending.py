@@ -36,6 +36,10 @@ def settle(job: pb.Job) -> bool:
     if job.reason in HELD:
         return write(job, "")  # released: the next pass says what it waits for
     # (a reason may carry detail after a comma: "ReqNodeNotAvail, UnavailableNodes:n1")
-    if job.reason and job.reason.split(",", 1)[0] not in PENDING_REASONS:
+    if (
+        job.reason
+        and job.reason not in PENDING_REASONS
+        and job.reason.split(",", 1)[0] not in PENDING_REASONS
+    ):
         return write(job, Reason.RESOURCES)  # back in the queue from a node (requeued)
     return False

@@ -310,18 +310,32 @@ def test_batch_environment_has_slurms_variables(two: Commands) -> None:
     assert text.startswith("home=/") and " path=set secret=unset" in text, text
 
 
-def test_pending_on_drained_nodes_shows_req_node_not_avail(two: Commands) -> None:
-    # Slurm: a job whose usable nodes are all drained/down waits with
-    # "ReqNodeNotAvail, UnavailableNodes:node[01-02]", not Resources
+def test_pending_on_drained_nodes_shows_slurms_reasons(two: Commands) -> None:
+    # Slurm 22.05 (checked on a real one): a job that names drained nodes (-w) waits
+    # with "ReqNodeNotAvail, UnavailableNodes:NODES"; one that names none, with too few
+    # nodes up, with "Nodes required for job are DOWN, DRAINED or reserved for jobs in
+    # higher priority partitions"; never Resources
     two("scontrol", "update", "NodeName=node[01-02]", "State=DRAIN", "Reason=maintenance")
+    named = two("sbatch", "--parsable", "-w", "node[01-02]", "--wrap", "true").stdout.strip()
     job_id = two("sbatch", "--parsable", "-N2", "--wrap", "true").stdout.strip()
-    wanted = "ReqNodeNotAvail, UnavailableNodes:node[01-02]"
-    wait_for(lambda: two.job(job_id).get("reason") == wanted, 30, "the reason")
-    assert two("squeue", "-h", "-o", "%R", "-j", job_id).stdout.strip() == f"({wanted})"
+    unavailable = "ReqNodeNotAvail, UnavailableNodes:node[01-02]"
+    down = (
+        "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
+        "partitions"
+    )
+    wait_for(lambda: two.job(named).get("reason") == unavailable, 30, "the -w job's reason")
+    wait_for(lambda: two.job(job_id).get("reason") == down, 30, "the other job's reason")
+    rows = two("squeue", "-h", "-S", "i", "-o", "%R", "-j", f"{named},{job_id}").stdout
+    assert rows.splitlines() == [f"({unavailable})", f"({down})"]
+    shown = two("scontrol", "show", "job", job_id).stdout
+    assert "Reason=Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in" in shown
+    why = two("corral", "why", named).stdout
+    assert "down or drained (node[01-02])" in why and unavailable in why
     why = two("corral", "why", job_id).stdout
-    assert "down or drained (node[01-02])" in why and wanted in why
+    assert "the others are down or drained" in why and down in why
     two("scontrol", "update", "NodeName=node[01-02]", "State=RESUME")
     two.wait_state(job_id, "COMPLETED")
+    two.wait_state(named, "COMPLETED")
 
 
 # ------------------------------------------------------------------ squeue -O, scontrol update

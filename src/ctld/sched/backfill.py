@@ -42,6 +42,7 @@ PARTITION_DOWN = Reason.PARTITION_DOWN
 PARTITION_TIME_LIMIT = Reason.PARTITION_TIME_LIMIT
 PARTITION_NODE_LIMIT = Reason.PARTITION_NODE_LIMIT
 REQ_NODE_NOT_AVAIL = Reason.REQ_NODE_NOT_AVAIL
+NODES_DOWN = Reason.NODES_DOWN
 RESERVATION = Reason.RESERVATION
 QOS_MAX_JOBS_PER_USER = Reason.QOS_MAX_JOBS_PER_USER
 UNAVAILABLE_NODES = f"{Reason.REQ_NODE_NOT_AVAIL}, UnavailableNodes:"  # + the nodes
@@ -54,7 +55,7 @@ MAX_PREEMPT_SEARCHES = 50
 
 
 def _unavailable(names: list[str]) -> str:
-    """Slurm's reason when the nodes a job could use are down or drained (ctld prints
+    """Slurm's reason when nodes the job requires (-w) are down or drained (ctld prints
     the names as a compressed hostlist)."""
     return UNAVAILABLE_NODES + ",".join(names)
 
@@ -394,7 +395,7 @@ class _Pass:
             and node.could_ever_fit(shape, req.gpu_type)
         )
         usable = {n.name for n in nodes}
-        # down or drained nodes that would otherwise do: Slurm names them in the reason
+        # down or drained nodes that would otherwise do: Slurm names the required ones
         down = [
             name
             for name in part.nodes
@@ -409,7 +410,7 @@ class _Pass:
             return _unavailable(unavailable) if unavailable else REQ_NODE_NOT_AVAIL
         if len(nodes) < shape.nodes:
             if down and len(nodes) + len(down) >= shape.nodes:
-                return _unavailable(down)  # it would fit but for them
+                return NODES_DOWN  # it would fit but for them (Slurm's words)
             return REQ_NODE_NOT_AVAIL if required or allowed is not None else RESOURCES
         return _Candidate(part, nodes, required, ignore, not_before, not_after, frozenset(usable))
 
