@@ -256,7 +256,7 @@ def test_time_limit_and_cancel_leave_slurmstepds_line_and_timeout_shows_0_0(
     two.wait_state(late, "TIMEOUT", timeout=60)
     last = (two.cwd / f"slurm-{late}.out").read_text().splitlines()[-1]
     assert re.fullmatch(
-        rf"slurmstepd: error: \*\*\* JOB {late} ON node0[12] CANCELLED AT "
+        rf"slurmstepd-(node0[12]): error: \*\*\* JOB {late} ON \1 CANCELLED AT "
         r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d DUE TO TIME LIMIT \*\*\*",
         last,
     ), last
@@ -269,8 +269,26 @@ def test_time_limit_and_cancel_leave_slurmstepds_line_and_timeout_shows_0_0(
     two("scancel", gone)
     two.wait_state(gone, "CANCELLED")
     assert re.fullmatch(
-        rf"slurmstepd: error: \*\*\* JOB {gone} ON node0[12] CANCELLED AT \S+ \*\*\*",
+        rf"slurmstepd-(node0[12]): error: \*\*\* JOB {gone} ON \1 CANCELLED AT \S+ \*\*\*",
         out.read_text().splitlines()[-1],
+    )
+
+    # a working directory the node lacks: the job runs in /tmp, and says so as 22.05 does
+    lost = two(
+        "sbatch",
+        "--parsable",
+        "-D",
+        "/nonexistent-dir",
+        "-o",
+        f"{two.cwd}/lost.out",
+        "--wrap",
+        "pwd",
+    ).stdout.strip()
+    two.wait_state(lost, "COMPLETED")
+    assert re.fullmatch(
+        r"slurmstepd-node0[12]: error: couldn't chdir to `/nonexistent-dir': No such file or "
+        r"directory: going to /tmp instead\n/tmp\n",
+        (two.cwd / "lost.out").read_text(),
     )
 
 
