@@ -328,6 +328,21 @@ def test_batch_environment_has_slurms_variables(two: Commands) -> None:
     assert text.startswith("home=/") and " path=set secret=unset" in text, text
 
 
+def test_default_account_and_qos_reach_the_batch_environment(two: Commands) -> None:
+    # sbatch(1): SLURM_JOB_ACCOUNT / SLURM_JOB_QOS are the job's account and QOS, which
+    # without -A/-q are the user's DefaultAccount and the association's DefaultQOS
+    two("sacctmgr", "-i", "add", "qos", "high", "Priority=10")
+    two("sacctmgr", "-i", "add", "account", "vision")
+    two("sacctmgr", "-i", "add", "user", "root", "Account=vision", "DefaultAccount=vision")
+    two("sacctmgr", "-i", "modify", "user", "root", "set", "QOS=normal,high", "DefaultQOS=high")
+    job_id = two(
+        "sbatch", "--parsable", "--wrap", "echo $SLURM_JOB_ACCOUNT $SLURM_JOB_QOS"
+    ).stdout.strip()
+    two.wait_state(job_id, "COMPLETED")
+    assert (two.cwd / f"slurm-{job_id}.out").read_text() == "vision high\n"
+    assert two("squeue", "-h", "-t", "all", "-o", "%a %q", "-j", job_id).stdout == "vision high\n"
+
+
 def test_pending_on_drained_nodes_shows_slurms_reasons(two: Commands) -> None:
     # Slurm 22.05 (checked on a real one): a job that names drained nodes (-w) waits
     # with "ReqNodeNotAvail, UnavailableNodes:NODES"; one that names none, with too few
