@@ -109,7 +109,7 @@ def test_bad_requests_give_clear_errors_and_create_no_job(cmd: Commands) -> None
             "Requested node configuration is not available",
             1,
         ),
-        (["sbatch", "--time=soon", "--wrap", "true"], "Invalid time limit specification", 255),
+        (["sbatch", "--time=soon", "--wrap", "true"], "Invalid --time specification", 255),
         (["sbatch", "--gres=tpu:1", "--wrap", "true"], "Invalid generic resource", 1),
     ]
     for argv, message, code in cases:

@@ -243,6 +243,8 @@ def test_option_and_time_errors_exit_255_for_sbatch_srun_salloc(two: Commands) -
         proc = two(*argv, check=False)
         assert proc.returncode == 255, (argv, proc.returncode, proc.stderr)
         assert proc.stderr.startswith(f"{argv[0]}: error: "), proc.stderr
+        if any("time" in a or a == "-t" for a in argv):  # Slurm's words for a bad --time
+            assert "error: Invalid --time specification" in proc.stderr, proc.stderr
     assert two.cluster.client().get_jobs({}).get("jobs", []) == []  # nothing was submitted
 
 
