@@ -130,6 +130,38 @@ def test_signal_option_without_b_reaches_the_steps_before_the_limit(two: Command
     assert two.job(job_id)["state"] == "JOB_STATE_COMPLETED"
 
 
+COUNT_USR1 = """import os, signal, time
+got = []
+signal.signal(signal.SIGUSR1, lambda s, f: (got.append(s), print("got usr1", flush=True)))
+print("ready", flush=True)
+while not os.path.exists("stop"):
+    time.sleep(0.05)
+print("usr1 x", len(got), flush=True)
+"""
+
+
+def test_each_step_task_gets_the_signal_once(two: Commands) -> None:
+    # Slurm signals each process of a step once: a task that checkpoints on every
+    # SIGUSR1 (submitit does on USR2) must not see two
+    import sys
+
+    (two.cwd / "count.py").write_text(COUNT_USR1)
+    job_id = two(
+        "sbatch",
+        "--parsable",
+        "-t",
+        "1",
+        "--signal=USR1@58",
+        "--wrap",
+        f"srun {sys.executable} count.py",
+    ).stdout.strip()
+    out = two.cwd / f"slurm-{job_id}.out"
+    wait_for(lambda: out.exists() and "got usr1" in out.read_text(), 30, "the warning")
+    (two.cwd / "stop").touch()
+    two.wait_state(job_id, "COMPLETED")
+    assert out.read_text() == "ready\ngot usr1\nusr1 x 1\n"
+
+
 def test_scancel_full_reaches_the_shell_and_batch_without_signal_kills_it(
     two: Commands,
 ) -> None:
