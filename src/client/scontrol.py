@@ -424,12 +424,13 @@ def show(words: Sequence[str], one_liner: bool) -> int:
 
 def show_hosts(entity: str, expr: str) -> int:
     """``hostnames``: one name a line; ``hostlist``/``hostlistsorted``: the expression.
-    With no list, SLURM_JOB_NODELIST (as Slurm's); a list starting with / is a file."""
+    With no list, SLURM_JOB_NODELIST (as Slurm's man page says), else SLURM_NODELIST (what
+    a real 22.05 reads); a list starting with / is a file."""
     import os
 
     from corral import hostlist
 
-    expr = expr or os.environ.get("SLURM_JOB_NODELIST", "")
+    expr = expr or os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST", "")
     if expr.startswith("/"):
         try:
             with open(expr) as fh:
