@@ -143,6 +143,9 @@ def test_scancel_unknown_or_finished_job_is_silent(cmd: Commands) -> None:
     assert (proc.returncode, proc.stderr) == (0, "")
     assert cmd.job(done)["state"] == "JOB_STATE_COMPLETED"
     assert cmd("scancel", "-t", "CD", "-u", "root", check=False).returncode == 0
+    proc = cmd("scancel", "-p", "debug", "-u", "root", check=False)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert cmd.job(done)["state"] == "JOB_STATE_COMPLETED"
 
 
 @pytest.mark.parametrize("cluster", ["sqlite", "postgresql"], indirect=True)
