@@ -511,6 +511,12 @@ def hold_messages(outcomes: Sequence[Json]) -> list[str]:
 def update_holds(action: str, words: Sequence[str]) -> int:
     if not words:
         raise Reported(f"too few arguments for keyword:{action}")
+    if action.startswith("requeue"):
+        # a job that requeues itself (submitit does, from its step) gets SIGTERM for it
+        # at once: the command must still finish and exit 0, not die of its own request
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     rc = 0
     for word in words:  # each argument is its own request, as in Slurm
         outcomes = _hold(action, word)

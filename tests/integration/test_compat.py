@@ -181,6 +181,35 @@ echo after-step
     held = two("sbatch", "--parsable", "-H", "--wrap", "true").stdout.strip()
     two("scancel", "-b", held)
     assert two.wait_state(held, "CANCELLED")["state"] == "JOB_STATE_CANCELLED"
+    # a running one: the shell is killed, the job ends FAILED 0:9 (as a real 22.05's)
+    running = two("sbatch", "--parsable", "--wrap", "echo up; sleep 60").stdout.strip()
+    out = two.cwd / f"slurm-{running}.out"
+    wait_for(lambda: out.exists() and "up" in out.read_text(), 30, "the job to start")
+    two("scancel", "-b", running)
+    two.wait_state(running, "FAILED")
+    rows = two("sacct", "-X", "-n", "-P", "-o", "State,ExitCode", "-j", running).stdout
+    assert rows == "FAILED|0:9\n"
+
+
+def test_a_job_that_requeues_itself_sees_scontrol_succeed(two: Commands) -> None:
+    # submitit's timeout path: its step runs `scontrol requeue $SLURM_JOB_ID` and checks
+    # the exit code; the TERM that the requeue sends the job must not kill the command
+    (two.cwd / "self.sh").write_text(
+        """#!/bin/sh
+trap 'echo shell-got-term' TERM
+if [ "$SLURM_RESTART_COUNT" = 0 ]; then
+  srun sh -c 'trap "echo step-got-term" TERM; scontrol requeue $SLURM_JOB_ID
+    echo "requeue rc=$?"; sleep 30'
+else
+  echo "back after $SLURM_RESTART_COUNT"
+fi
+"""
+    )
+    job_id = two("sbatch", "--parsable", "self.sh").stdout.strip()
+    out = two.cwd / f"slurm-{job_id}.out"
+    wait_for(lambda: out.exists() and "back after 1" in out.read_text(), 90, "the requeued run")
+    two.wait_state(job_id, "COMPLETED")
+    assert "requeue rc=0" in out.read_text().splitlines(), out.read_text()
 
 
 # ------------------------------------------------------------------ nodes reach the host
