@@ -224,6 +224,12 @@ class NodeReports:
         if job is not None and upd.kind == Update.KIND_STEP_ENDED:
             self.steps.part_ended(ch, job, node, upd)
             return
+        if job is not None and _stalled_elsewhere(job, node, upd):
+            # a hung srun task on a node other than the batch host: requeue like a failure
+            if job.state == js.RUNNING and not failures.stale_report(job, upd):
+                cause = f"node:{node.name} report"
+                self.endings.node_failed(ch, job, node, upd.detail or "stalled", cause)
+            return
         if job is None or job.state not in js.ON_NODE or job.batch_host != node.name:
             return  # already finished (a retried report) or not this node's job
         if failures.stale_report(job, upd):
@@ -244,7 +250,8 @@ class NodeReports:
                 Update.END_NODE_FAIL,
                 Update.END_STALLED,
             ):
-                job.usage.CopyFrom(upd.usage)
+                if upd.HasField("usage"):  # a step's stall report has none of the job's
+                    job.usage.CopyFrom(upd.usage)
                 self.endings.node_failed(ch, job, node, upd.detail or "lost on its node", cause)
             elif upd.kind == Update.KIND_EXITED:
                 if self.endings.preempted(ch, job, upd, cause):
@@ -369,3 +376,13 @@ class NodeReports:
                 log.info("node resumed", node=node.name, by=who.user)
         await ch.commit()
         st.wake()  # a resumed or drained node changes what can start
+
+
+def _stalled_elsewhere(job: pb.Job, node: NodeRecord, upd: pb.JobStatusUpdate) -> bool:
+    """A stall report from a node of the job that is not its batch host (srun tasks)."""
+    return (
+        upd.kind == Update.KIND_EXITED
+        and upd.end_reason == Update.END_STALLED
+        and job.batch_host != node.name
+        and failures.on_node(job, node.name)
+    )

@@ -282,6 +282,58 @@ def test_stalled_job_is_named_and_requeued(make_cluster: Any) -> None:
     assert_ran_once(cluster, job_id, 60)
 
 
+def rank_pid(cluster: LocalCluster, index: int, rank: int) -> int:
+    """The pid of the srun task of ``rank`` on node ``index`` (its SLURM_PROCID)."""
+    want = f"SLURM_PROCID={rank}".encode()
+    for pid in cluster.node_job_pids(index):
+        try:
+            env = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if want in env:
+            return pid
+    raise AssertionError(f"no task of rank {rank} on node {index}")
+
+
+def test_stalled_srun_rank_on_another_node_is_named_and_requeued(make_cluster: Any) -> None:
+    """Every srun task has its own progress file: a hung rank on a node that is not
+    the batch host is found there, named (node and rank) and the job requeued."""
+    cluster, cmd = make_cluster(nodes=2, sample_interval_s=0.5)
+    job_id = cmd(
+        "sbatch",
+        "--parsable",
+        "-N2",
+        "--ntasks-per-node=1",
+        "--progress-timeout=2",
+        "-o",
+        "train-%j.out",
+        "--wrap",
+        f"srun python3 {TRAIN} --steps 60 --step-time 0.2",
+    ).stdout.strip()
+    host = cmd.wait_state(job_id, "RUNNING")["batchHost"]
+    other = next(n for n in cluster.node_names if n != host)
+
+    def taken(run: str, rank: str) -> int:
+        return sum(1 for e in steps_log(cluster, job_id) if (e["run"], e["rank"]) == (run, rank))
+
+    wait_for(lambda: taken("0", "1") >= 3, 60, "rank 1 to take 3 steps")
+    os.kill(rank_pid(cluster, cluster.node_names.index(other), 1), signal.SIGSTOP)
+    wait_for(lambda: taken("1", "1") >= 1, 60, "the requeued run's rank 1 to take a step")
+    named = f"progress stalled on node {other} rank 1 (step {job_id}.0)"
+    requeued = [e for e in cmd.job(job_id)["events"] if e["event"] == "requeued"]
+    assert named in requeued[0]["detail"], requeued
+    acct = cmd("sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State,Reason").stdout
+    assert f"NODE_FAIL|{named}" in acct.splitlines()[0]
+    assert named in cmd("corral", "why", job_id).stdout
+    cmd.wait_state(job_id, "COMPLETED", timeout=90)
+    log = steps_log(cluster, job_id)
+    first_rerun = next(i for i, e in enumerate(log) if e["run"] == "1")
+    assert not [e for e in log[first_rerun:] if e["run"] == "0"], "the stalled copy ran on"
+    rerun = [int(e["step"]) for e in log if (e["run"], e["rank"]) == ("1", "0")]
+    assert rerun[0] > 3 and rerun[-1] == 60  # resumed from rank 0's checkpoint
+    assert_no_stray(cluster)
+
+
 def test_ctld_killed_during_concurrent_submits_loses_and_doubles_nothing(
     make_cluster: Any, tmp_path: pathlib.Path
 ) -> None:
