@@ -41,10 +41,10 @@ def make_cluster(tmp_path: pathlib.Path) -> Iterator[Any]:
         kw.setdefault("nodes", 3)
         kw.setdefault("gpus_per_node", 0)
         kw.setdefault("kill_wait_s", 2.0)
+        kw.setdefault("heartbeat_interval_s", INTERVAL_S)
+        kw.setdefault("heartbeat_timeout_s", TIMEOUT_S)
         c = LocalCluster(
             state,
-            heartbeat_interval_s=INTERVAL_S,
-            heartbeat_timeout_s=TIMEOUT_S,
             noded_config=f'checkpoint_dir = "{state / "checkpoints"}"',
             **kw,
         )
@@ -256,6 +256,50 @@ def test_scontrol_requeue_and_state_down(make_cluster: Any) -> None:
     wait_for(lambda: node_state(cluster, node).get("state") == "NODE_STATE_IDLE", 20, "resumed")
     cmd("scancel", job_id)
     cmd.wait_state(job_id, "CANCELLED")
+    assert_no_stray(cluster)
+
+
+def test_requeue_and_operator_down_survive_a_ctld_restart(make_cluster: Any) -> None:
+    """ctld loses nothing it acknowledged: a requeue asked while the node stops the job,
+    and an operator's State=DOWN, both outlive a kill -9 of ctld."""
+    # a long timeout: neither self-fencing nor DOWN may stand in for what is tested
+    cluster, cmd = make_cluster(nodes=2, kill_wait_s=5.0, heartbeat_timeout_s=60.0)
+    ckpt = cluster.state_dir / "checkpoints"
+    # the batch shell takes its time to stop (SIGKILL after kill_wait ends it): ctld dies
+    # in between, so the new ctld alone hears how the run ended
+    job_id = cmd(
+        "sbatch",
+        "--parsable",
+        "-o",
+        "train-%j.out",
+        "--wrap",
+        f'trap "touch {ckpt}/$SLURM_JOB_ID/term-$SLURM_RESTART_COUNT; sleep 60" TERM\n'
+        f"python3 {TRAIN} --steps 80 --step-time 0.1 & wait; wait",
+    ).stdout.strip()
+    cmd.wait_state(job_id, "RUNNING")
+    wait_steps(cluster, job_id, 3)
+    cmd("scontrol", "requeue", job_id)
+    wait_for(lambda: (ckpt / job_id / "term-0").exists(), 20, "the batch shell to get SIGTERM")
+    cluster.kill_process("ctld")
+    cluster.start_ctld()
+    wait_steps(cluster, job_id, 1, run="1")  # requeued, not CANCELLED
+    runs = cmd("sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State").stdout.split()
+    assert runs[0] == "REQUEUED", runs
+
+    host = cmd.job(job_id)["batchHost"]
+    cmd("scontrol", "update", f"NodeName={host}", "State=DOWN", "Reason=maint")
+    wait_steps(cluster, job_id, 1, run="2")
+    cluster.kill_process("ctld")
+    cluster.start_ctld()
+    # registered again, heartbeating, and still DOWN with the operator's reason
+    wait_for(lambda: node_state(cluster, host).get("lastHeartbeat"), 20, "the node back")
+    sinfo = cmd("sinfo", "-R", "-h", "-n", host, "-o", "%E|%T").stdout.split()
+    assert sinfo == ["maint|down*"], sinfo  # sinfo gives DOWN Slurm's "*" always
+    assert host not in cmd.job(job_id)["nodelist"]
+    cmd("scontrol", "update", f"NodeName={host}", "State=RESUME")
+    wait_for(lambda: node_state(cluster, host).get("state") == "NODE_STATE_IDLE", 20, "resumed")
+    cmd.wait_state(job_id, "COMPLETED", timeout=90)
+    assert_ran_once(cluster, job_id, 80)
     assert_no_stray(cluster)
 
 

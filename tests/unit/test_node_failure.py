@@ -230,6 +230,65 @@ async def test_operator_down_requeues_now_and_resume_reregisters(tmp_path: pathl
     assert node.schedulable
 
 
+async def restart(cluster: Cluster, clock: ManualClock, tmp_path: pathlib.Path) -> Any:
+    """A new ctld on the same store (the old one gone without a word), nodes registered."""
+    cluster.store.close()
+    disp = RecordingDispatcher()
+    again = make_cluster(config(), f"sqlite:///{tmp_path}/c.db", clock=clock, dispatcher=disp)
+    return again, disp
+
+
+@pytest.mark.parametrize(
+    ("action", "hold"),
+    [(pb.JOB_UPDATE_REQUEUE, pb.HOLD_NONE), (pb.JOB_UPDATE_REQUEUE_HOLD, pb.HOLD_ADMIN)],
+)
+async def test_a_requeue_asked_survives_a_ctld_restart(
+    tmp_path: pathlib.Path, action: int, hold: int
+) -> None:
+    cluster, clock, _ = await make(tmp_path)
+    job = await cluster.submit(ALICE, spec(nodelist="n1"))
+    await settle(cluster)
+    (out,) = await cluster.update_hold(
+        ADMIN, pb.UpdateJobRequest(job_ids=[job.job_id], action=action)
+    )
+    assert out.ok and job.state == js.RUNNING
+    again, disp = await restart(cluster, clock, tmp_path)
+    # the node still runs it: the kill is sent again, then its exit report requeues it
+    req = registration(again, "n1")
+    req.running_job_ids.append(job.job_id)
+    await again.register_node(req)
+    while again._tasks:
+        await asyncio.gather(*list(again._tasks))
+    assert [(n, r.job_id, r.terminate) for n, r in disp.signalled] == [("n1", job.job_id, True)]
+    done = Update(
+        job_id=job.job_id, kind=Update.KIND_EXITED, exit_signal=15, signalled_by_request=True
+    )
+    await again.report_status(pb.ReportJobStatusRequest(node="n1", updates=[done]))
+    now = again.jobs[job.job_id]
+    assert now.state == js.PENDING and now.restart_count == 1 and now.hold == hold
+    assert not now.requeue_on_exit
+    assert again.store.earlier_runs([job.job_id])[-1].state == pb.JOB_STATE_REQUEUED
+    again.store.close()
+
+
+async def test_an_operators_down_survives_a_ctld_restart(tmp_path: pathlib.Path) -> None:
+    cluster, clock, _ = await make(tmp_path)
+    await cluster.update_node(ADMIN, pb.UpdateNodeRequest(names=["n1"], state="DOWN", reason="fan"))
+    again, _ = await restart(cluster, clock, tmp_path)
+    await register_all(again)
+    node = again.nodes["n1"]
+    assert node.state == pb.NODE_STATE_DOWN and node.reason == "fan" and not node.schedulable
+    assert not node.to_wire().not_responding  # an operator's DOWN, not a silent node
+    assert again.heartbeat(pb.HeartbeatRequest(name="n1"))
+    await again.update_node(ADMIN, pb.UpdateNodeRequest(names=["n1"], state="RESUME"))
+    await again.register_node(registration(again, "n1"))
+    assert node.schedulable
+    third, _ = await restart(again, clock, tmp_path)
+    await register_all(third)
+    assert third.nodes["n1"].schedulable  # RESUME was durable too
+    third.store.close()
+
+
 async def test_signal_before_a_maintenance_reservation(tmp_path: pathlib.Path) -> None:
     cluster, clock, disp = await make(tmp_path)
     warned = await cluster.submit(ALICE, spec(nodelist="n1", signal="B:USR1@60"))
