@@ -140,8 +140,11 @@ def test_dead_node_job_requeued_resumes_and_no_requeue_ends_node_fail(
     detected = time.monotonic() - killed_at
     assert detected <= TIMEOUT_S + INTERVAL_S + 1.0, detected
     assert node_state(cluster, dead)["reason"] == "Not responding"
-    sinfo = cmd("sinfo", "-R", "-h", "-o", "%E|%N").stdout
-    assert f"Not responding|{dead}" in sinfo
+    sinfo = cmd("sinfo", "-R", "-h", "-o", "%E|%H|%N").stdout
+    day = time.strftime("%Y-%m-%dT")
+    assert f"Not responding|{day}" in sinfo and f"|{dead}" in sinfo, sinfo
+    show = cmd("scontrol", "show", "node", dead).stdout
+    assert "State=DOWN+NOT_RESPONDING" in show and f"Reason=Not responding [root@{day}" in show
     # requeued onto the healthy nodes without waiting for the dead one
     wait_steps(cluster, job_id, 1, run="1")
     again = cmd.job(job_id)

@@ -271,6 +271,23 @@ async def test_a_requeue_asked_survives_a_ctld_restart(
     again.store.close()
 
 
+async def test_a_requeuehold_whose_job_vanished_meanwhile_is_requeued_held(
+    tmp_path: pathlib.Path,
+) -> None:
+    cluster, clock, _ = await make(tmp_path)
+    job = await cluster.submit(ALICE, spec(nodelist="n1"))
+    await settle(cluster)
+    hold = pb.UpdateJobRequest(job_ids=[job.job_id], action=pb.JOB_UPDATE_REQUEUE_HOLD)
+    (out,) = await cluster.update_hold(ALICE, hold)
+    assert out.ok
+    again, _ = await restart(cluster, clock, tmp_path)
+    await again.register_node(registration(again, "n1"))  # it self-fenced: no job, no report
+    now = again.jobs[job.job_id]
+    assert now.state == js.PENDING and now.hold == pb.HOLD_USER and now.restart_count == 1
+    assert again.store.earlier_runs([job.job_id])[-1].state == pb.JOB_STATE_REQUEUED
+    again.store.close()
+
+
 async def test_an_operators_down_survives_a_ctld_restart(tmp_path: pathlib.Path) -> None:
     cluster, clock, _ = await make(tmp_path)
     await cluster.update_node(ADMIN, pb.UpdateNodeRequest(names=["n1"], state="DOWN", reason="fan"))
