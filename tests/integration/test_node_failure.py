@@ -306,6 +306,24 @@ def test_requeue_and_operator_down_survive_a_ctld_restart(make_cluster: Any) -> 
     assert_no_stray(cluster)
 
 
+def test_drain_lets_jobs_finish_places_nothing_and_resume_returns_the_node(
+    make_cluster: Any,
+) -> None:
+    cluster, cmd = make_cluster(nodes=2)
+    job_id = submit_training(cmd, steps=15, step_time=0.2)
+    host = cmd.wait_state(job_id, "RUNNING")["batchHost"]
+    wait_steps(cluster, job_id, 2)
+    cmd("scontrol", "update", f"NodeName={host}", "State=DRAIN", "Reason=disk")
+    assert cmd("sinfo", "-h", "-n", host, "-o", "%T").stdout.split() == ["draining"]
+    later = cmd("sbatch", "--parsable", "-w", host, "--wrap", "true").stdout.strip()
+    done = cmd.wait_state(job_id, "COMPLETED", timeout=60)  # it ran on, where it was
+    assert done["batchHost"] == host and "restartCount" not in done
+    wait_for(lambda: node_state(cluster, host).get("state") == "NODE_STATE_DRAIN", 20, "drained")
+    assert cmd.job(later)["state"] == "JOB_STATE_PENDING"  # nothing new goes there
+    cmd("scontrol", "update", f"NodeName={host}", "State=RESUME")
+    cmd.wait_state(later, "COMPLETED", timeout=30)
+
+
 def assert_no_stray(cluster: LocalCluster) -> None:
     for i in range(cluster.nodes):
         wait_for(lambda i=i: not cluster.node_job_pids(i), 15, f"node {i} clean")
