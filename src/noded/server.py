@@ -136,6 +136,7 @@ async def serve(
         steps,
         fence_after_s=fence_after_s,
         contact_file=os.path.join(spool, CONTACT_FILE),
+        reports_file=os.path.join(spool, spool_mod.REPORTS_FILE),
         tls_dir=tls_dir,
         agent_address=f"{advertised_host}:{agent_bound}" if tls_dir else "",
         stream_address=stream_address,

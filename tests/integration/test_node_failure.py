@@ -324,6 +324,37 @@ def test_drain_lets_jobs_finish_places_nothing_and_resume_returns_the_node(
     cmd.wait_state(later, "COMPLETED", timeout=30)
 
 
+def test_a_report_held_by_a_restarted_noded_still_arrives(make_cluster: Any) -> None:
+    """A job ends while ctld is away; noded is killed and started again before ctld is
+    back: its report, kept in the spool, reaches ctld (the job is not run again)."""
+    cluster, cmd = make_cluster(nodes=1, heartbeat_timeout_s=60.0)
+    job_id = cmd(
+        "sbatch",
+        "--parsable",
+        "-o",
+        "once-%j.out",
+        "--wrap",
+        "echo ran >> runs; while [ ! -e go ]; do sleep 0.05; done",
+    ).stdout.strip()
+    cmd.wait_state(job_id, "RUNNING")
+    wait_for(lambda: (cmd.cwd / "runs").exists(), 20, "the job to start")
+    cluster.kill_process("ctld")
+    (cmd.cwd / "go").touch()  # it ends now; nobody can hear of it
+    spool = cluster.state_dir / "spool" / cluster.node_names[0]
+    wait_for(
+        lambda: not list(spool.glob("job*/state.json")) and (spool / "reports.pb").exists(),
+        20,
+        "the job done, its report waiting in the spool",
+    )
+    cluster.kill_node(0, with_jobs=False)
+    cluster.start_ctld()
+    cluster.start_node(0)
+    job = cmd.wait_state(job_id, "COMPLETED")
+    assert "restartCount" not in job
+    assert (cmd.cwd / "runs").read_text() == "ran\n"  # ran once
+    wait_for(lambda: not (spool / "reports.pb").exists(), 20, "the delivered report dropped")
+
+
 def assert_no_stray(cluster: LocalCluster) -> None:
     for i in range(cluster.nodes):
         wait_for(lambda i=i: not cluster.node_job_pids(i), 15, f"node {i} clean")
