@@ -184,6 +184,31 @@ async def test_stale_and_lost_reports(tmp_path: pathlib.Path) -> None:
     assert cluster.store.earlier_runs([job.job_id])[0].reason == "noded restarted"
 
 
+async def test_a_stall_reported_by_any_node_of_the_job_requeues_it(tmp_path: pathlib.Path) -> None:
+    cluster, _, disp = await make(tmp_path)
+    job = await start_two_node_job(cluster)
+    other = next(a.node for a in job.allocations if a.node != job.batch_host)
+    outside = next(n for n in cluster.nodes if n not in {a.node for a in job.allocations})
+    why = f"progress stalled on node {other} rank 1 (step {job.job_id}.0): no heartbeat for 9s"
+    stall = Update(
+        job_id=job.job_id, step_id=0, kind=Update.KIND_EXITED, end_reason=Update.END_STALLED
+    )
+    stall.detail = why
+    for node, run in ((outside, 0), (other, 3)):  # not its node; an earlier run
+        stall.restart_count = run
+        await cluster.report_status(pb.ReportJobStatusRequest(node=node, updates=[stall]))
+        assert job.state == js.RUNNING
+    stall.restart_count = 0
+    await cluster.report_status(pb.ReportJobStatusRequest(node=other, updates=[stall]))
+    assert job.state == js.PENDING and job.restart_count == 1
+    (run,) = cluster.store.earlier_runs([job.job_id])
+    assert run.state == js.NODE_FAIL and run.reason == why
+    while cluster._tasks:
+        await asyncio.gather(*list(cluster._tasks))
+    kills = {n for n, r in disp.signalled if r.job_id == job.job_id and r.terminate}
+    assert kills == {a.node for a in run.allocations}  # every part of it stopped
+
+
 async def test_scontrol_requeue_and_requeuehold(tmp_path: pathlib.Path) -> None:
     cluster, _, disp = await make(tmp_path)
     job = await cluster.submit(ALICE, spec(nodelist="n1"))
