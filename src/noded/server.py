@@ -88,6 +88,7 @@ async def serve(
         noded=config.noded,
         idle=config.idle_gpus,
         gpus=found.gpus,
+        clock=launcher.clock,
     )
     pbg.add_NodeAgentServicer_to_server(
         NodeAgentServicer(launcher, steps, controller_only=bool(tls_dir)), server

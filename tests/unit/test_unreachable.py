@@ -66,18 +66,30 @@ class Flaky:
         return True
 
 
-def outbox(dispatcher: Any) -> Outbox:
+class NoWait:
+    """A clock whose sleeps return at once, remembered."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+
+def outbox(dispatcher: Any, clock: NoWait | None = None) -> Outbox:
     state: Any = types.SimpleNamespace(
-        config=types.SimpleNamespace(heartbeat=types.SimpleNamespace(interval_s=0.05))
+        config=types.SimpleNamespace(heartbeat=types.SimpleNamespace(interval_s=2.0)),
+        clock=clock or NoWait(),
     )
     return Outbox(state, dispatcher)
 
 
 async def test_a_kill_to_an_unreachable_node_is_retried_until_it_answers() -> None:
-    flaky = Flaky(misses=3)
+    flaky, clock = Flaky(misses=3), NoWait()
     kill = pb.SignalJobRequest(job_id=1, terminate=True, signal=15)
-    await asyncio.wait_for(outbox(flaky)._send(node("x:1"), kill), 10)
+    await asyncio.wait_for(outbox(flaky, clock)._send(node("x:1"), kill), 10)
     assert flaky.calls == 4
+    assert clock.slept == [0.5, 1.0, 2.0]  # backing off up to one heartbeat interval
 
 
 async def test_retries_stop_once_the_node_is_down_and_plain_signals_are_not_retried() -> None:
