@@ -106,6 +106,10 @@ def test_export_values_are_hidden_from_others() -> None:
     line = "sbatch --export=ALL,TOKEN=s3cret --wrap 'x'"
     assert scrub_submit_line(line) == "sbatch --export=<hidden> --wrap <hidden>"
     assert "s3cret" not in scrub_submit_line("sbatch --export TOKEN=s3cret job.sh")
+    # the commands take unambiguous prefixes of long options: --wra is --wrap
+    assert scrub_submit_line("sbatch -H --wra 'echo s3cret'") == "sbatch -H --wrap <hidden>"
+    assert scrub_submit_line("srun --expo=K=s3cret x") == "srun --export=<hidden> x"
+    assert scrub_submit_line("sbatch --exclusive --wckey=w x") == "sbatch --exclusive --wckey=w x"
 
 
 def test_config_auth_and_tls_keys() -> None:
