@@ -429,6 +429,8 @@ def test_noded_takes_launch_and_signal_from_ctld_only(
     )
     agent = secure.agent_address("node01")
     steps = job_step_address(secure, "node01")
+    rogue = tmp_path / "rogue-ca"
+    ctls.create_cluster_certs(str(rogue), "rogue", [])
 
     async def attempts() -> dict[str, grpc.StatusCode]:
         out: dict[str, grpc.StatusCode] = {}
@@ -450,7 +452,21 @@ def test_noded_takes_launch_and_signal_from_ctld_only(
                     options=ctls.channel_options("node01"),
                 ),
             ),
-            ("step port", grpc.aio.insecure_channel(steps)),
+            ("step port", step_channel(secure, "node01")),
+            # a certificate of its own making that says "ctld": the step port asks for none
+            (
+                "step port, forged ctld cert",
+                grpc.aio.secure_channel(
+                    steps,
+                    grpc.ssl_channel_credentials(
+                        (secure.tls_dir / "ca.crt").read_bytes(),
+                        (rogue / "ctld.key").read_bytes(),
+                        (rogue / "ctld.crt").read_bytes(),
+                    ),
+                    options=ctls.channel_options("node01"),
+                ),
+            ),
+            ("step port, plaintext", grpc.aio.insecure_channel(steps)),
         ):
             async with channel:
                 stub = pbg.NodeAgentStub(channel)
@@ -468,6 +484,10 @@ def test_noded_takes_launch_and_signal_from_ctld_only(
     assert codes["signal, agent port, no cert"] == S.UNAVAILABLE
     assert codes["launch, step port"] == S.UNAUTHENTICATED
     assert codes["signal, step port"] == S.UNAUTHENTICATED
+    assert codes["launch, step port, forged ctld cert"] == S.UNAUTHENTICATED
+    assert codes["signal, step port, forged ctld cert"] == S.UNAUTHENTICATED
+    assert codes["launch, step port, plaintext"] == S.UNAVAILABLE  # TLS only
+    assert codes["signal, step port, plaintext"] == S.UNAVAILABLE
     assert not marker.exists()
     assert job(secure, victim)["state"] == "JOB_STATE_RUNNING"
     secure.client().call("CancelJobs", {"filter": {"jobIds": [str(victim)]}})
@@ -477,6 +497,17 @@ def test_noded_takes_launch_and_signal_from_ctld_only(
 def job_step_address(cluster: LocalCluster, name: str) -> str:
     nodes = cluster.client().call("GetNodes", {"names": [name]})["nodes"]
     return str(nodes[0]["address"])
+
+
+def step_channel(cluster: LocalCluster, name: str) -> Any:
+    """A gRPC client without a certificate on node ``name``'s step port (TLS: the
+    cluster CA checks the node's certificate)."""
+    ca = (cluster.tls_dir / "ca.crt").read_bytes()
+    return grpc.aio.secure_channel(
+        job_step_address(cluster, name),
+        grpc.ssl_channel_credentials(ca),
+        options=ctls.channel_options(name),
+    )
 
 
 # ---------------------------------------------------------------- PrivateData
@@ -523,7 +554,6 @@ def test_only_the_srun_that_created_a_step_starts_its_tasks(
     job_id = int(out.strip().split(";")[0])
     seen = wait_for(lambda: (j := job(secure, job_id)).get("steps") and j, 30, "the step")
     step_id = int(seen["steps"][0].get("stepId", 0))
-    address = job_step_address(secure, "node01")
 
     async def attempt(credential: str) -> tuple[grpc.StatusCode, str]:
         start = pb.RunTasksRequest(
@@ -533,7 +563,7 @@ def test_only_the_srun_that_created_a_step_starts_its_tasks(
             environment={"LD_PRELOAD": "/tmp/not-alices.so"},
             step_credential=credential,
         )
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with step_channel(secure, "node01") as channel:
             call = pbg.NodeAgentStub(channel).RunTasks(iter([pb.TaskInput(start=start)]))
             try:
                 await call.read()

@@ -178,6 +178,19 @@ def server_credentials(directory: str, name: str) -> Any:
     )
 
 
+def step_server_credentials(directory: str, name: str) -> Any:
+    """noded's step port (gRPC RunTasks for clients without a certificate): TLS with
+    this node's certificate, server side only. No client certificate is asked for, so
+    none is ever seen there: LaunchJob and SignalJob, which need ctld's, are refused."""
+    import grpc
+
+    return grpc.ssl_server_credentials(
+        [(_read(directory, f"{name}.key"), _read(directory, f"{name}.crt"))],
+        root_certificates=None,
+        require_client_auth=False,
+    )
+
+
 def stream_server_context(directory: str, name: str) -> Any:
     """srun's task stream (server side only: srun has no certificate; it proves the
     step's credential instead): this node's certificate from the cluster CA."""
