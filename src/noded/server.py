@@ -92,6 +92,7 @@ async def serve(
         # two ports: the agent port takes only peers with a cluster certificate (ctld);
         # gRPC clients without one reach RunTasks on the step port, over TLS too: its
         # request carries the step's credential itself, which must not cross in clear
+        tls.watch_revocations(tls_dir)  # a revoked controller certificate is refused
         agent_bound = server.add_secure_port(
             f"{bind_host}:{bind_port}", tls.server_credentials(tls_dir, name)
         )

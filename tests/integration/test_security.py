@@ -623,3 +623,36 @@ def test_nothing_listens_on_every_interface(secure: LocalCluster) -> None:
         ]
         assert listening, name
         assert not [a for a in listening if a.ip in ("0.0.0.0", "::")], (name, listening)
+
+
+def test_a_revoked_node_certificate_gets_nothing(
+    secure: LocalCluster, tmp_path: pathlib.Path
+) -> None:
+    """A stolen node certificate (here a second one for node02 from the cluster CA),
+    once revoked (corral certs --revoke), can no longer heartbeat as node02; the real
+    node02's own certificate still can, and the list is read without a restart."""
+    stolen = tmp_path / "stolen"
+    stolen.mkdir()
+    for name in ("ca.crt", "ca.key"):
+        shutil.copy(secure.tls_dir / name, stolen / name)
+    ctls.issue(str(stolen), "node02")
+
+    async def heartbeat(directory: pathlib.Path) -> grpc.StatusCode:
+        target = f"{secure.controller_host}:{secure.node_port}"
+        creds = ctls.channel_credentials(str(directory), "node02")
+        options = ctls.channel_options(CONTROLLER_CN)
+        async with grpc.aio.secure_channel(target, creds, options=options) as ch:
+            stub = pbg.NodeControllerStub(ch)
+            return await _code(stub.Heartbeat(pb.HeartbeatRequest(name="node02"), timeout=5))
+
+    S = grpc.StatusCode
+    assert asyncio.run(heartbeat(stolen)) == S.OK  # from the CA: good until revoked
+    revoked = secure.tls_dir / ctls.REVOKED_FILE
+    serial = ctls.revoke(str(stolen), ["node02"])[0]
+    shutil.copy(stolen / ctls.REVOKED_FILE, revoked)  # handed to ctld's host
+    try:
+        assert f"{serial:x} node02" in revoked.read_text()
+        assert asyncio.run(heartbeat(stolen)) == S.UNAUTHENTICATED
+        assert asyncio.run(heartbeat(secure.tls_dir)) == S.OK  # the real node02's
+    finally:
+        revoked.unlink()

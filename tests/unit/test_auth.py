@@ -191,6 +191,18 @@ def test_corral_certs_makes_a_ca_and_one_certificate_per_daemon(tmp_path: pathli
     sans = ctld.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "ctld" in sans.get_values_for_type(x509.DNSName)
     assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["10.0.0.1"]
+    # revoking: the serial joins tls.dir/revoked, which a daemon re-reads when it changes
+    from corral.auth import tls
+
+    watch = tls.Revocations(str(out))
+    gpu01, gpu02 = ((out / f"gpu0{i}.crt").read_bytes() for i in (1, 2))
+    assert not watch.revoked(gpu01)
+    assert main_args(["certs", "-f", str(conf), "--dir", str(out), "--revoke", "gpu01"]) == 0
+    assert watch.revoked(gpu01) and not watch.revoked(gpu02)
+    assert f"{cert.serial_number:x} gpu02" not in (out / "revoked").read_text()
+    assert main_args(["certs", "-f", str(conf), "--dir", str(out), "--revoke", "gpu02"]) == 0
+    assert watch.revoked(gpu01) and watch.revoked(gpu02)
+    assert f"{cert.serial_number:x} gpu02" in (out / "revoked").read_text()
 
 
 def test_token_lifetimes() -> None:
