@@ -131,8 +131,10 @@ def command(
     *argv: str,
     cwd: pathlib.Path | None = None,
     gid: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[int, str, str]:
-    """A real command (its main, in-process) as user ``pw`` over the cluster's socket."""
+    """A real command (its main, in-process) as user ``pw`` over the cluster's socket
+    (``env`` adds to, or overrides, the cluster's CORRAL_ variables)."""
     import importlib
 
     module = importlib.import_module(f"client.{argv[0]}")
@@ -141,8 +143,8 @@ def command(
         sys.argv = list(argv)
         module.main()
 
-    env = {k: v for k, v in cluster.env().items() if k.startswith(("CORRAL_", "PATH"))}
-    return as_user(pw, body, cwd=cwd, env=env, gid=gid)
+    base = {k: v for k, v in cluster.env().items() if k.startswith(("CORRAL_", "PATH"))}
+    return as_user(pw, body, cwd=cwd, env={**base, **(env or {})}, gid=gid)
 
 
 def raw(

@@ -249,6 +249,31 @@ def test_only_the_key_owner_can_mint_tokens_and_tokens_are_checked(
             secure.tcp_client(token=bad).call("GetJobs", {})
 
 
+def test_commands_over_tcp_take_a_token_from_slurm_jwt_or_an_owner_only_file(
+    secure: LocalCluster, users: Users
+) -> None:
+    bob, home = users.bob, users.home(users.bob)
+    tcp = {"CORRAL_CTLD_SOCKET": ""}  # the HTTP gateway's TCP port, not the socket
+    code, _, err = command(secure, bob, "squeue", env=tcp)
+    assert code != 0 and "no credential" in err
+    token = secure.token(bob.pw_name)  # as `corral token --user bob` prints it
+    argv = ("sbatch", "--parsable", "-o", "jwt.out", "--wrap", "id -u")
+    code, out, err = command(secure, bob, *argv, cwd=home, env={**tcp, "SLURM_JWT": token})
+    assert code == 0, err
+    seen = wait_state(secure, int(out.strip()), "COMPLETED", "FAILED")
+    assert seen["uid"] == bob.pw_uid
+    assert (home / "jwt.out").read_text().strip() == str(bob.pw_uid)
+    path = home / "token"
+    path.write_text(token)
+    os.chown(path, bob.pw_uid, bob.pw_gid)
+    for mode, works in ((0o644, False), (0o600, True)):
+        path.chmod(mode)
+        code, _, err = command(secure, bob, "squeue", env={**tcp, "CORRAL_TOKEN_FILE": str(path)})
+        assert (code == 0) is works, (oct(mode), err)
+        if not works:
+            assert "a token file must be yours and readable by you only" in err
+
+
 # ---------------------------------------------------------------- files
 
 
