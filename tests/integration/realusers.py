@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes  # noqa: F401  (libmunge is loaded before a child becomes another user)
-import grp  # noqa: F401  (commands import it lazily; a child that became a user may not read it)
+import grp  # (also imported early: commands import it lazily, a child user may not read it)
 import json
 import os
 import pathlib
@@ -35,16 +35,31 @@ def can_make_users() -> bool:
 
 
 class Users:
+    """alice, bob and op, each with a home under ``base``; alice is also a member of
+    ``group`` (a supplementary group of hers in the user database)."""
+
     def __init__(self, base: pathlib.Path) -> None:
         self.base = base
         self.made: list[str] = []
+        self.groups: list[str] = []
         tag = secrets.token_hex(3)
-        self.alice = self._add(f"crla{tag}")
-        self.bob = self._add(f"crlb{tag}")
-        self.op = self._add(f"crlo{tag}")
+        self.group = self._group(f"crlg{tag}")
+        try:
+            self.alice = self._add(f"crla{tag}", "-G", self.group.gr_name)
+            self.bob = self._add(f"crlb{tag}")
+            self.op = self._add(f"crlo{tag}")
+        except BaseException:
+            self.remove()  # a half-made set is removed too
+            raise
 
-    def _add(self, name: str) -> pwd.struct_passwd:
-        subprocess.run(["useradd", "-M", "-d", "/nonexistent", "-s", "/bin/sh", name], check=True)
+    def _group(self, name: str) -> grp.struct_group:
+        subprocess.run(["groupadd", name], check=True)
+        self.groups.append(name)
+        return grp.getgrnam(name)
+
+    def _add(self, name: str, *flags: str) -> pwd.struct_passwd:
+        argv = ["useradd", "-M", "-d", "/nonexistent", "-s", "/bin/sh", *flags, name]
+        subprocess.run(argv, check=True)
         self.made.append(name)
         pw = pwd.getpwnam(name)
         home = self.base / name
@@ -58,6 +73,8 @@ class Users:
     def remove(self) -> None:
         for name in self.made:
             subprocess.run(["userdel", name], check=False, capture_output=True)
+            subprocess.run(["groupdel", name], check=False, capture_output=True)
+        for name in self.groups:
             subprocess.run(["groupdel", name], check=False, capture_output=True)
 
 

@@ -98,6 +98,20 @@ def test_a_group_the_user_is_not_in_is_refused(secure: LocalCluster, users: User
         secure, users.bob, "sbatch", "--wrap", "true", cwd=users.home(users.bob), gid=42
     )
     assert code != 0 and "not a member of group 42" in err
+    # nor alice's group, which the database gives alice only
+    group = users.group.gr_gid
+    home = users.home(users.bob)
+    code, _, err = command(secure, users.bob, "sbatch", "--wrap", "true", cwd=home, gid=group)
+    assert code != 0 and f"not a member of group {group}" in err
+    # alice, running with it (as after `sg`), submits and her job runs with it
+    alice, home = users.alice, users.home(users.alice)
+    argv = ("sbatch", "--parsable", "-o", "gid.out", "--wrap", "id -g; id -G")
+    code, out, err = command(secure, alice, *argv, cwd=home, gid=group)
+    assert code == 0, err
+    seen = wait_state(secure, int(out.strip()), "COMPLETED", "FAILED")
+    assert (seen["uid"], seen["gid"]) == (alice.pw_uid, group)
+    gid, groups = (home / "gid.out").read_text().splitlines()
+    assert int(gid) == group and str(group) in groups.split()
 
 
 # ---------------------------------------------------------------- users: their own jobs only
