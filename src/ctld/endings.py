@@ -10,7 +10,6 @@ from __future__ import annotations
 import structlog
 
 from corral.errors import JobStateConflict
-from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
 from ctld import failures
 from ctld import jobstate as js
@@ -184,8 +183,7 @@ class Endings:
         fill_request_totals(job)
         delay = st.config.controller.requeue_delay_s
         if delay > 0:
-            job.eligible_time = now + delay
-            job.reason = Reason.BEGIN_TIME
+            job.eligible_time = now + delay  # its reason: BeginTime (pending.settle)
         if job.spec.requeue_expedite:
             job.admin_priority = job.priority = failures.expedite_priority(
                 st.jobs[i] for i in st.pending if i in st.jobs

@@ -84,6 +84,7 @@ async def serve(
         lambda job_id, step_id: link_ref[0].get_step(job_id, step_id),
         lambda update: link_ref[0].report(update),
         launcher.contain_step_task,
+        clock=launcher.clock,
     )
     pbg.add_NodeAgentServicer_to_server(
         NodeAgentServicer(launcher, steps, controller_only=bool(tls_dir)), server

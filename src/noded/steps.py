@@ -34,6 +34,7 @@ from corral.errors import CorralError, LaunchError
 from corral.jobsyntax import parse_warn_signal
 from corral.tasks import task_gpus
 from corral.wire import corral_pb2 as pb
+from noded.clock import Clock, RealClock, Timer
 from noded.env import step_environment
 from noded.spawn import identity_for, start_gated
 from noded.tracking import MARKER_VAR, STEP_MARKER_VAR, JobProcesses
@@ -164,7 +165,9 @@ class StepRunner:
         verify: Verify,
         report: Callable[[pb.JobStatusUpdate], None] | None = None,
         contain: Callable[[int, int], None] | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock: Clock = clock or RealClock()  # the --signal warning (tests: ManualClock)
         # puts a task (held at its gate) into its batch job's cgroup and cores, if here
         self.contain = contain or (lambda job_id, pid: None)
         self.node_name = node_name
@@ -219,12 +222,11 @@ class StepRunner:
         self.steps[key] = running
         queue: asyncio.Queue[Chunk | None] = asyncio.Queue(QUEUE_DEPTH)
         workers: list[asyncio.Task[None]] = []
+        warning: Timer | None = None
         try:
             port = start.master_port or free_port(start.master_addr or "0.0.0.0")
             await self._spawn_all(start, here, port, running)
-            warn = self._arm_warning(job, running)
-            if warn is not None:
-                workers.append(warn)
+            warning = self._arm_warning(job, running)
             yield Started(port, [t.process.pid for t in running.tasks])
             stdin_ranks = set(start.stdin_ranks)
             for task in running.tasks:
@@ -245,6 +247,8 @@ class StepRunner:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(feeder), HALF_CLOSE_WAIT_S)
         finally:
+            if warning is not None:
+                warning.cancel()
             for w in workers:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)  # before gates close
@@ -352,8 +356,7 @@ class StepRunner:
             master=f"{master}:{port}",
         )
 
-    @staticmethod
-    def _arm_warning(job: pb.Job, running: RunningStep) -> asyncio.Task[None] | None:
+    def _arm_warning(self, job: pb.Job, running: RunningStep) -> Timer | None:
         """--signal=SIG@T without B: reaches the steps (not the batch shell) T seconds
         before the time limit; each node's step signals its own tasks then."""
         if not job.spec.signal or job.time_limit_s <= 0 or not job.start_time:
@@ -364,16 +367,15 @@ class StepRunner:
             return None
         if warn.batch_only:
             return None
-        delay = job.start_time + job.time_limit_s - warn.seconds - time.time()
+        delay = job.start_time + job.time_limit_s - warn.seconds - self.clock.now()
         if delay <= 0:
             return None  # a step started after the warning: Slurm sends it once
 
-        async def later() -> None:
-            await asyncio.sleep(delay)
+        def fire() -> None:
             log.info("signalling the step before the time limit", job_id=job.job_id)
             running.signal(warn.signal)
 
-        return asyncio.create_task(later())
+        return self.clock.call_later(delay, fire)
 
     @staticmethod
     def _close_gate(task: Task) -> None:

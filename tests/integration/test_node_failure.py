@@ -11,56 +11,42 @@ from __future__ import annotations
 import itertools
 import os
 import pathlib
-import shutil
 import signal
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from corral.errors import CorralError
 from corral.testing import LocalCluster
+from corral.testing.cluster import ClusterFactory
 from corral.testing.netns import available as netns_available
-from tests.conftest import Commands, print_logs, wait_for
+from tests.conftest import Commands, wait_for
 
 TRAIN = pathlib.Path(__file__).resolve().parents[2] / "examples" / "train-checkpoint.py"
 INTERVAL_S, TIMEOUT_S = 1.0, 5.0
 
 
 @pytest.fixture
-def make_cluster(tmp_path: pathlib.Path) -> Iterator[Any]:
-    started: list[LocalCluster] = []
-    base = pathlib.Path(tempfile.mkdtemp(prefix="corral-chaos-"))
-    base.chmod(0o755)
-
+def make_cluster(tmp_path: pathlib.Path, cluster_factory: ClusterFactory) -> Any:
     def make(**kw: Any) -> tuple[LocalCluster, Commands]:
-        state = base / f"cluster{len(started)}"
+        # the state dir the factory gives this cluster: the checkpoints live in it
+        state = cluster_factory.base / f"cluster{len(cluster_factory.started)}"
         kw.setdefault("nodes", 3)
         kw.setdefault("gpus_per_node", 0)
-        kw.setdefault("kill_wait_s", 2.0)
-        c = LocalCluster(
-            state,
+        c = cluster_factory(
             heartbeat_interval_s=INTERVAL_S,
             heartbeat_timeout_s=TIMEOUT_S,
             noded_config=f'checkpoint_dir = "{state / "checkpoints"}"',
             **kw,
         )
-        started.append(c)
-        c.start()
-        work = tmp_path / f"work{len(started)}"
+        assert c.state_dir == state
+        work = tmp_path / f"work{len(cluster_factory.started)}"
         work.mkdir()
         return c, Commands(c, work)
 
-    try:
-        yield make
-    finally:
-        for c in started:
-            c.stop()
-            print_logs(c)
-        shutil.rmtree(base, ignore_errors=True)
+    return make
 
 
 def submit_training(cmd: Commands, *args: str, steps: int = 40, step_time: float = 0.25) -> str:
