@@ -6,7 +6,6 @@ munge is a test requirement, never skipped: .ci/run installs the package.
 
 from __future__ import annotations
 
-import ctypes  # noqa: F401  (loaded before a child becomes another user: /root is 0700)
 import os
 import shutil
 import time
@@ -20,7 +19,7 @@ from corral.testing import LocalCluster
 from corral.testing.munge import Munged
 from corral.testing.munge import available as munge_available
 from tests.conftest import print_logs
-from tests.integration.test_security import Users, as_user, job, open_dir, raw, wait_state
+from tests.integration.realusers import Users, as_user, job, open_dir, raw, wait_state
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -60,17 +59,6 @@ def test_a_credential_from_another_key_is_refused(munged: Munged) -> None:
             munge.Verifier(munged.socket).verify(forged, b"corral:SubmitJob")
     finally:
         rogue.stop()
-
-
-@pytest.fixture(scope="module")
-def users() -> Iterator[Users]:
-    base = open_dir("corral-munge-homes-")
-    made = Users(base)
-    try:
-        yield made
-    finally:
-        made.remove()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
