@@ -27,7 +27,7 @@ from typing import Any
 
 from corral.api import HttpController as Client
 from corral.errors import CorralError
-from corral.testing import LocalCluster, wait_for
+from corral.testing import LocalCluster
 
 
 def can_make_users() -> bool:
@@ -199,10 +199,3 @@ def submit_as(cluster: LocalCluster, users: Users, pw: pwd.struct_passwd, *args:
 def job(cluster: LocalCluster, job_id: int, **flags: Any) -> dict[str, Any]:
     reply = cluster.client().call("GetJobs", {"filter": {"jobIds": [str(job_id)]}, **flags})
     return dict(reply["jobs"][0])
-
-
-def wait_state(cluster: LocalCluster, job_id: int, *states: str, timeout: float = 30) -> Any:
-    wanted = {f"JOB_STATE_{s}" for s in states}
-    return wait_for(
-        lambda: (j := job(cluster, job_id))["state"] in wanted and j, timeout, f"{job_id} {states}"
-    )

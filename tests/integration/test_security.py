@@ -17,7 +17,6 @@ import pwd
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -27,19 +26,18 @@ from corral.auth import CONTROLLER_CN
 from corral.auth import tls as ctls
 from corral.errors import CorralError
 from corral.testing import LocalCluster
+from corral.testing.cluster import ClusterFactory
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
-from tests.conftest import print_logs, wait_for
+from tests.conftest import wait_for
 from tests.integration.realusers import (
     Users,
     as_user,
     can_make_users,
     command,
     job,
-    open_dir,
     raw,
     submit_as,
-    wait_state,
 )
 
 pytestmark = [
@@ -49,22 +47,12 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def secure(users: Users) -> Iterator[LocalCluster]:
-    base = open_dir("corral-sec-")  # noded's spool: the users' scripts are read from there
-    c = LocalCluster(
-        base / "cluster",
-        nodes=2,
-        gpus_per_node=0,
-        kill_wait_s=2.0,
-        controller_config=f'operators = ["{users.op.pw_name}"]',
+def secure(users: Users, module_cluster_factory: ClusterFactory) -> LocalCluster:
+    # the factory's base directory is world-readable: noded's spool, where the users'
+    # scripts are read from, is under it
+    return module_cluster_factory(
+        nodes=2, gpus_per_node=0, controller_config=f'operators = ["{users.op.pw_name}"]'
     )
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
-        print_logs(c)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- users: submit as themselves
@@ -75,7 +63,7 @@ def test_a_user_submits_as_themselves_whatever_they_claim(
 ) -> None:
     bob = users.bob
     job_id = submit_as(secure, users, bob, "--wrap", "id -u; id -g", "-o", "id.out")
-    seen = wait_state(secure, job_id, "COMPLETED", "FAILED")
+    seen = secure.wait_state(job_id, "COMPLETED", "FAILED")
     assert (seen["user"], seen["uid"]) == (bob.pw_name, bob.pw_uid)
     text = (users.home(bob) / "id.out").read_text().split()
     assert text == [str(bob.pw_uid), str(bob.pw_gid)]
@@ -87,7 +75,7 @@ def test_a_user_submits_as_themselves_whatever_they_claim(
         "environment": {"PATH": "/usr/bin:/bin"},
     }
     reply = raw(secure, bob, "SubmitJob", {"spec": spec}, headers=claims)
-    forged = wait_state(secure, int(reply["ok"]["jobId"]), "COMPLETED", "FAILED")
+    forged = secure.wait_state(int(reply["ok"]["jobId"]), "COMPLETED", "FAILED")
     assert (forged["uid"], forged.get("gid", 0)) == (bob.pw_uid, bob.pw_gid)
     assert (users.home(bob) / "forged.out").read_text().strip() == str(bob.pw_uid)
 
@@ -108,7 +96,7 @@ def test_a_group_the_user_is_not_in_is_refused(secure: LocalCluster, users: User
     argv = ("sbatch", "--parsable", "-o", "gid.out", "--wrap", "id -g; id -G")
     code, out, err = command(secure, alice, *argv, cwd=home, gid=group)
     assert code == 0, err
-    seen = wait_state(secure, int(out.strip()), "COMPLETED", "FAILED")
+    seen = secure.wait_state(int(out.strip()), "COMPLETED", "FAILED")
     assert (seen["uid"], seen["gid"]) == (alice.pw_uid, group)
     gid, groups = (home / "gid.out").read_text().splitlines()
     assert int(gid) == group and str(group) in groups.split()
@@ -120,7 +108,7 @@ def test_a_group_the_user_is_not_in_is_refused(secure: LocalCluster, users: User
 def test_users_act_on_their_own_jobs_only(secure: LocalCluster, users: Users) -> None:
     alice, bob = users.alice, users.bob
     held = submit_as(secure, users, alice, "-H", "--wrap", "true")
-    assert wait_state(secure, held, "PENDING")
+    assert secure.wait_state(held, "PENDING")
     for argv in (
         ("scancel", str(held)),
         ("scontrol", "release", str(held)),
@@ -152,7 +140,7 @@ def test_users_act_on_their_own_jobs_only(secure: LocalCluster, users: Users) ->
     assert int(job(secure, held)["timeLimitS"]) == 300
     code, _, err = command(secure, alice, "scancel", str(held))
     assert code == 0, err
-    wait_state(secure, held, "CANCELLED")
+    secure.wait_state(held, "CANCELLED")
 
 
 def test_users_never_see_others_scripts_environment_or_exports(
@@ -221,7 +209,7 @@ def test_operators_act_on_every_job_and_drain_nodes_users_cannot(
     held = submit_as(secure, users, alice, "-H", "--wrap", "true")
     code, _, err = command(secure, op, "scancel", str(held))
     assert code == 0, err
-    wait_state(secure, held, "CANCELLED")
+    secure.wait_state(held, "CANCELLED")
 
 
 def test_reservations_need_an_administrator(secure: LocalCluster, users: Users) -> None:
@@ -274,7 +262,7 @@ def test_commands_over_tcp_take_a_token_from_slurm_jwt_or_an_owner_only_file(
     argv = ("sbatch", "--parsable", "-o", "jwt.out", "--wrap", "id -u")
     code, out, err = command(secure, bob, *argv, cwd=home, env={**tcp, "SLURM_JWT": token})
     assert code == 0, err
-    seen = wait_state(secure, int(out.strip()), "COMPLETED", "FAILED")
+    seen = secure.wait_state(int(out.strip()), "COMPLETED", "FAILED")
     assert seen["uid"] == bob.pw_uid
     assert (home / "jwt.out").read_text().strip() == str(bob.pw_uid)
     path = home / "token"
@@ -299,7 +287,7 @@ def test_a_symlinked_output_into_another_users_directory_is_refused(
     (users.home(bob) / "out-link").symlink_to(target)
     os.lchown(users.home(bob) / "out-link", bob.pw_uid, bob.pw_gid)
     job_id = submit_as(secure, users, bob, "-o", "out-link", "--wrap", "echo gotcha")
-    seen = wait_state(secure, job_id, "FAILED", "COMPLETED")
+    seen = secure.wait_state(job_id, "FAILED", "COMPLETED")
     assert seen["state"] == "JOB_STATE_FAILED"
     assert "cannot set up the job's files" in seen["reason"]
     assert not target.exists()
@@ -340,7 +328,7 @@ def test_oversize_submissions_are_refused_with_the_limit(
     }
     reply = raw(secure, bob, "SubmitJob", {"spec": spec})
     assert "ok" in reply, reply
-    done = wait_state(secure, int(reply["ok"]["jobId"]), "COMPLETED", "FAILED", timeout=60)
+    done = secure.wait_state(int(reply["ok"]["jobId"]), "COMPLETED", "FAILED", timeout=60)
     assert done["state"] == "JOB_STATE_COMPLETED", done.get("reason")
     assert (home / "big.out").read_text() == "ran\n"
 
@@ -368,7 +356,7 @@ async def _code(call: Any) -> grpc.StatusCode:
 
 def test_node_calls_need_the_nodes_own_certificate(secure: LocalCluster, users: Users) -> None:
     running = submit_as(secure, users, users.alice, "-w", "node01", "--wrap", "sleep 60")
-    wait_state(secure, running, "RUNNING")
+    secure.wait_state(running, "RUNNING")
     res = pb.NodeResources(cpus=1024)
     done = pb.JobStatusUpdate(job_id=running, kind=pb.JobStatusUpdate.KIND_EXITED)
 
@@ -450,14 +438,14 @@ def test_node_calls_need_the_nodes_own_certificate(secure: LocalCluster, users: 
     assert "drain" not in nodes["node01"]["state"].lower()
     assert job(secure, running)["state"] == "JOB_STATE_RUNNING"
     secure.client().call("CancelJobs", {"filter": {"jobIds": [str(running)]}})
-    wait_state(secure, running, "CANCELLED")
+    secure.wait_state(running, "CANCELLED")
 
 
 def test_noded_takes_launch_and_signal_from_ctld_only(
     secure: LocalCluster, users: Users, tmp_path: pathlib.Path
 ) -> None:
     victim = submit_as(secure, users, users.alice, "-w", "node01", "--wrap", "sleep 60")
-    wait_state(secure, victim, "RUNNING")
+    secure.wait_state(victim, "RUNNING")
     marker = tmp_path / "launched"
     forged = pb.Job(
         job_id=99999,
@@ -530,7 +518,7 @@ def test_noded_takes_launch_and_signal_from_ctld_only(
     assert not marker.exists()
     assert job(secure, victim)["state"] == "JOB_STATE_RUNNING"
     secure.client().call("CancelJobs", {"filter": {"jobIds": [str(victim)]}})
-    wait_state(secure, victim, "CANCELLED")
+    secure.wait_state(victim, "CANCELLED")
 
 
 def job_step_address(cluster: LocalCluster, name: str) -> str:
@@ -552,28 +540,21 @@ def step_channel(cluster: LocalCluster, name: str) -> Any:
 # ---------------------------------------------------------------- PrivateData
 
 
-def test_private_data_hides_other_users_jobs(users: Users) -> None:
-    base = open_dir("corral-sec-private-")
-    c = LocalCluster(
-        base / "cluster",
+def test_private_data_hides_other_users_jobs(users: Users, cluster_factory: ClusterFactory) -> None:
+    c = cluster_factory(
         nodes=1,
         gpus_per_node=0,
         controller_config=(
             f'private_data = ["jobs", "accounting"]\noperators = ["{users.op.pw_name}"]'
         ),
     )
-    c.start()
-    try:
-        mine = submit_as(c, users, users.alice, "-H", "--wrap", "true")
-        for pw, visible in ((users.bob, False), (users.alice, True), (users.op, True)):
-            code, out, err = command(c, pw, "squeue", "-h", "-o", "%i")
-            assert code == 0, err
-            assert (str(mine) in out.split()) is visible, (pw.pw_name, out)
-        code, out, _ = command(c, users.bob, "sacct", "-X", "-n", "-P", "-o", "JobID", "-a")
-        assert str(mine) not in out.split()
-    finally:
-        c.stop()
-        shutil.rmtree(base, ignore_errors=True)
+    mine = submit_as(c, users, users.alice, "-H", "--wrap", "true")
+    for pw, visible in ((users.bob, False), (users.alice, True), (users.op, True)):
+        code, out, err = command(c, pw, "squeue", "-h", "-o", "%i")
+        assert code == 0, err
+        assert (str(mine) in out.split()) is visible, (pw.pw_name, out)
+    code, out, _ = command(c, users.bob, "sacct", "-X", "-n", "-P", "-o", "JobID", "-a")
+    assert str(mine) not in out.split()
 
 
 def test_only_the_srun_that_created_a_step_starts_its_tasks(
@@ -615,37 +596,33 @@ def test_only_the_srun_that_created_a_step_starts_its_tasks(
         assert code == grpc.StatusCode.FAILED_PRECONDITION
         assert "step credential does not match" in details
     secure.client().call("CancelJobs", {"filter": {"jobIds": [str(job_id)]}})
-    wait_state(secure, job_id, "CANCELLED", "COMPLETED", "FAILED")
+    secure.wait_state(job_id, "CANCELLED", "COMPLETED", "FAILED")
 
 
-def test_client_ports_speak_tls_when_configured(tmp_path: pathlib.Path) -> None:
-    c = LocalCluster(tmp_path / "tlsc", nodes=1, gpus_per_node=0, tls_clients=True)
-    c.start()
+def test_client_ports_speak_tls_when_configured(cluster_factory: ClusterFactory) -> None:
+    c = cluster_factory(nodes=1, gpus_per_node=0, tls_clients=True)
+    ca = str(c.tls_dir / "ca.crt")
+    token = c.token(pwd.getpwuid(os.getuid()).pw_name)
+    os.environ["CORRAL_CTLD_CA"] = ca
     try:
-        ca = str(c.tls_dir / "ca.crt")
-        token = c.token(pwd.getpwuid(os.getuid()).pw_name)
-        os.environ["CORRAL_CTLD_CA"] = ca
-        try:
-            nodes = c.tcp_client(token=token).get_nodes({})["nodes"]
-            assert [n["name"] for n in nodes] == ["node01"]
-        finally:
-            del os.environ["CORRAL_CTLD_CA"]
-        with pytest.raises(CorralError):  # plaintext to a TLS port gets no answer
-            c.tcp_client(token=token).get_nodes({})
-
-        async def grpc_over_tls() -> int:
-            creds = grpc.ssl_channel_credentials((c.tls_dir / "ca.crt").read_bytes())
-            target = f"127.0.0.1:{c.grpc_port}"
-            opts = ctls.channel_options(CONTROLLER_CN)
-            async with grpc.aio.secure_channel(target, creds, options=opts) as channel:
-                reply = await pbg.ControllerStub(channel).GetNodes(
-                    pb.GetNodesRequest(), metadata=c.grpc_metadata(), timeout=10
-                )
-            return len(reply.nodes)
-
-        assert asyncio.run(grpc_over_tls()) == 1
+        nodes = c.tcp_client(token=token).get_nodes({})["nodes"]
+        assert [n["name"] for n in nodes] == ["node01"]
     finally:
-        c.stop()
+        del os.environ["CORRAL_CTLD_CA"]
+    with pytest.raises(CorralError):  # plaintext to a TLS port gets no answer
+        c.tcp_client(token=token).get_nodes({})
+
+    async def grpc_over_tls() -> int:
+        creds = grpc.ssl_channel_credentials((c.tls_dir / "ca.crt").read_bytes())
+        target = f"127.0.0.1:{c.grpc_port}"
+        opts = ctls.channel_options(CONTROLLER_CN)
+        async with grpc.aio.secure_channel(target, creds, options=opts) as channel:
+            reply = await pbg.ControllerStub(channel).GetNodes(
+                pb.GetNodesRequest(), metadata=c.grpc_metadata(), timeout=10
+            )
+        return len(reply.nodes)
+
+    assert asyncio.run(grpc_over_tls()) == 1
 
 
 def test_nothing_listens_on_every_interface(secure: LocalCluster) -> None:
