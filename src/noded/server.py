@@ -95,12 +95,16 @@ async def serve(
     )
     if tls_dir:
         # two ports: the agent port takes only peers with a cluster certificate (ctld);
-        # srun, which has none, reaches RunTasks on the step port
+        # gRPC clients without one reach RunTasks on the step port, over TLS too: its
+        # request carries the step's credential itself, which must not cross in clear
+        tls.watch_revocations(tls_dir)  # a revoked controller certificate is refused
         agent_bound = server.add_secure_port(
             f"{bind_host}:{bind_port}", tls.server_credentials(tls_dir, name)
         )
         s_port = config.noded.step_port if step_port is None else step_port
-        bound = server.add_insecure_port(f"{bind_host}:{s_port}")
+        bound = server.add_secure_port(
+            f"{bind_host}:{s_port}", tls.step_server_credentials(tls_dir, name)
+        )
     else:
         log.warning("no [tls] dir: NodeAgent calls are not authenticated", node=name)
         agent_bound = bound = server.add_insecure_port(f"{bind_host}:{bind_port}")
