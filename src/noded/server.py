@@ -84,6 +84,10 @@ async def serve(
         lambda job_id, step_id: link_ref[0].get_step(job_id, step_id),
         lambda update: link_ref[0].report(update),
         launcher.contain_step_task,
+        spool_dir=spool,
+        noded=config.noded,
+        idle=config.idle_gpus,
+        gpus=found.gpus,
         clock=launcher.clock,
     )
     pbg.add_NodeAgentServicer_to_server(
@@ -137,6 +141,7 @@ async def serve(
         steps,
         fence_after_s=fence_after_s,
         contact_file=os.path.join(spool, CONTACT_FILE),
+        reports_file=os.path.join(spool, spool_mod.REPORTS_FILE),
         tls_dir=tls_dir,
         agent_address=f"{advertised_host}:{agent_bound}" if tls_dir else "",
         stream_address=stream_address,
@@ -158,6 +163,7 @@ async def serve(
         asyncio.create_task(link.run_outbox()),
         asyncio.create_task(link.run_self_fence()),
         asyncio.create_task(launcher.run_monitor()),
+        asyncio.create_task(steps.run_monitor()),
         asyncio.create_task(_watch_gpus(found.gpus, link, config.noded.health_interval_s)),
     ]
     if ready_file:
