@@ -23,31 +23,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from corral.testing import LocalCluster
+from corral.testing import LocalCluster, wait_for
+from corral.testing.cluster import ClusterFactory
 from corral.testing.netns import available as netns_available
 
 TRAIN = Path(__file__).resolve().parents[1] / "examples" / "train-checkpoint.py"
 BIN = Path(sys.executable).parent
-
-
-def wait(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 class Bench:
@@ -101,9 +89,9 @@ def one_round(b: Bench, mode: str, steps: int) -> dict[str, Any]:
         "--wrap",
         f"exec python3 {TRAIN} --steps {steps} --step-time 0.2",
     ).strip()
-    host = wait(lambda: b.job(job_id).get("batchHost"), 60, "the job to start")
+    host = wait_for(lambda: b.job(job_id).get("batchHost"), 60, "the job to start")
     index = b.c.node_names.index(host)
-    wait(lambda: len(b.steps(job_id)) >= 3, 60, "three steps")
+    wait_for(lambda: len(b.steps(job_id)) >= 3, 60, "three steps")
     failed_wall, failed = time.time(), time.monotonic()
     if mode == "node dies":
         b.c.kill_node(index, with_jobs=True)
@@ -111,9 +99,9 @@ def one_round(b: Bench, mode: str, steps: int) -> dict[str, Any]:
         b.c.kill_node(index, with_jobs=False)
     else:
         b.c.cut_node(index)
-    wait(lambda: b.node(host).get("state") == "NODE_STATE_DOWN", 120, "DOWN")
+    wait_for(lambda: b.node(host).get("state") == "NODE_STATE_DOWN", 120, "DOWN")
     detect_s = time.monotonic() - failed
-    first = wait(
+    first = wait_for(
         lambda: next((e for e in b.steps(job_id) if e["run"] != "0"), None), 120, "the resume"
     )
     resume_s = float(first["time"]) - failed_wall
@@ -122,8 +110,8 @@ def one_round(b: Bench, mode: str, steps: int) -> dict[str, Any]:
         b.c.cut_node(index, up=True)
     else:
         b.c.start_node(index)
-    wait(lambda: b.node(host).get("state") == "NODE_STATE_IDLE", 60, "the node back")
-    wait(lambda: b.job(job_id).get("state") == "JOB_STATE_COMPLETED", 180, "COMPLETED")
+    wait_for(lambda: b.node(host).get("state") == "NODE_STATE_IDLE", 60, "the node back")
+    wait_for(lambda: b.job(job_id).get("state") == "JOB_STATE_COMPLETED", 180, "COMPLETED")
     return {"job": job_id, "mode": mode, "detect_s": detect_s, "resume_s": resume_s}
 
 
@@ -136,26 +124,23 @@ def main() -> int:
     parser.add_argument("--json", default="", help="also write the rounds here")
     args = parser.parse_args()
 
-    base = Path(tempfile.mkdtemp(prefix="corral-failbench-"))
-    base.chmod(0o755)
+    factory = ClusterFactory(prefix="corral-failbench-")
+    factory.keep = bool(os.environ.get("CORRAL_BENCH_KEEP"))
     netns = netns_available()[0]
     modes = ["node dies", "noded crash"] + (["partition"] if netns else [])
-    state = base / "cluster"
-    cluster = LocalCluster(
-        state,
-        nodes=3,
-        gpus_per_node=0,
-        kill_wait_s=2.0,
-        heartbeat_interval_s=args.interval,
-        heartbeat_timeout_s=args.timeout,
-        noded_config=f'checkpoint_dir = "{state / "checkpoints"}"',
-        isolation="netns" if netns else "loopback",
-    )
-    work = base / "work"
+    state = factory.base / "cluster0"  # the factory's first cluster: its checkpoints
+    work = factory.base / "work"
     work.mkdir()
     rounds: list[dict[str, Any]] = []
     try:
-        cluster.start()
+        cluster = factory(
+            nodes=3,
+            gpus_per_node=0,
+            heartbeat_interval_s=args.interval,
+            heartbeat_timeout_s=args.timeout,
+            noded_config=f'checkpoint_dir = "{state / "checkpoints"}"',
+            isolation="netns" if netns else "loopback",
+        )
         b = Bench(cluster, work)
         for i in range(args.rounds):
             r = one_round(b, modes[i % len(modes)], args.steps)
@@ -172,9 +157,7 @@ def main() -> int:
         twice = [r["job"] for r in rounds if ran_twice(b.steps(r["job"]))]
         completed = sum(1 for _, s in found if s == "COMPLETED")
     finally:
-        cluster.stop()
-        if not os.environ.get("CORRAL_BENCH_KEEP"):
-            shutil.rmtree(base, ignore_errors=True)
+        factory.close(logs=False)
     if args.json:
         Path(args.json).write_text(json.dumps(rounds, indent=1))
     print_table(args, rounds, acked, ids, twice, completed)

@@ -51,6 +51,7 @@ from bench.common import (
     run_cmd,
     save_result,
 )
+from corral.testing import wait_for
 
 CPUS = 64
 GPUS = 8
@@ -228,14 +229,19 @@ def run_nodes(nodes: int, levels: list[int], probes: int, result: PhaseResult) -
                 cluster, _spec(cluster, runtime=36000, gpus=GPUS, limit=86400, hold=False), nodes
             )
         )
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            running = cluster.client().call(
-                "GetJobs", {"filter": {"states": ["JOB_STATE_RUNNING"]}}
-            )
-            if len(running.get("jobs", [])) >= len(busy):
-                break
-            time.sleep(0.5)
+        wait_for(
+            lambda: (
+                len(
+                    cluster.client()
+                    .call("GetJobs", {"filter": {"states": ["JOB_STATE_RUNNING"]}})
+                    .get("jobs", [])
+                )
+                >= len(busy)
+            ),
+            300,
+            "every node busy",
+            interval=0.5,
+        )
         table = Table(
             f"{nodes} simulated nodes x {GPUS} GPUs, every node busy, 8-GPU jobs pending",
             [

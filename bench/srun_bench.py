@@ -27,6 +27,7 @@ from bench.common import (
     phase_main,
     summary,
 )
+from corral.testing import wait_for
 
 SLURM_SRUN = "71 ms (p95 352 ms); 26 ms in a quiet run"
 
@@ -40,13 +41,14 @@ def _allocation(cluster: Any) -> str:
         "nodesMin": 2,
     }
     job_id = str(client.submit_job({"spec": spec})["jobId"])
-    deadline = time.monotonic() + 30
-    while client.get_jobs({"filter": {"jobIds": [job_id]}})["jobs"][0]["state"] != (
-        "JOB_STATE_RUNNING"
-    ):
-        if time.monotonic() > deadline:
-            raise TimeoutError("the allocation did not start")
-        time.sleep(0.02)
+    wait_for(
+        lambda: (
+            client.get_jobs({"filter": {"jobIds": [job_id]}})["jobs"][0]["state"]
+            == "JOB_STATE_RUNNING"
+        ),
+        30,
+        "the allocation to start",
+    )
     return job_id
 
 

@@ -1,6 +1,6 @@
 """The accounting database: accounts, users, associations and QOS, with their limits.
 
-What ``sacctmgr`` reads and changes (ctld/sacctmgr_ops.py parses its requests). The
+What ``sacctmgr`` reads and changes (ctld/sacctmgr_words.py parses its requests). The
 records live in the store's ``accounting`` table, one JSON document per record; ctld
 keeps them in memory and writes a change through the one commit path before it is
 installed. The config's ``[[accounts]]`` and ``[[qos]]`` seed it: an entry is created

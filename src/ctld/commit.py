@@ -112,9 +112,10 @@ class Change:
     async def commit(self) -> None:
         st = self.state
         self.committed = True
+        now = st.clock()
         for job in (*self._new, *self._jobs.values()):
             if job.state == js.PENDING:
-                settle(job)
+                settle(job, now)
             else:  # it left the queue
                 st.pending.pop(job.job_id, None)
                 st.requests.pop(job.job_id, None)

@@ -6,7 +6,6 @@ change is durable.
 
 from __future__ import annotations
 
-import asyncio
 import signal as signal_mod
 from collections.abc import Iterable
 from typing import Protocol
@@ -63,7 +62,7 @@ class Outbox:
                     "signal not delivered", job_id=req.job_id, node=node.name, error=str(exc)
                 )
                 return
-            await asyncio.sleep(delay)
+            await self.state.clock.sleep(delay)  # the injected clock (tests: ManualClock)
             delay = min(delay * 2, self.state.config.heartbeat.interval_s)
 
     def terminate_request(self, job: pb.Job) -> pb.SignalJobRequest:

@@ -7,8 +7,8 @@ limits, reservations, QOS limits) in the core (``ctld/sched``). Both come back i
 plan's ``reasons`` and the applier (``scheduling.py``) writes them here.
 
 ``settle`` is for the commit step: a pending job it has just changed (held, released,
-requeued) shows what that change means at once, as in Slurm, not only after the next
-pass; it reads only the job itself.
+requeued, a requeue's delay) shows what that change means at once, as in Slurm, not
+only after the next pass; it reads only the job itself (and the time).
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ def write(job: pb.Job, reason: str) -> bool:
     return True
 
 
-def settle(job: pb.Job) -> bool:
-    """The reason a pending job has right after a change to it (until the next pass)."""
+def settle(job: pb.Job, now: float | None = None) -> bool:
+    """The reason a pending job has right after a change to it (until the next pass);
+    with ``now``, a job back from a node that may not start before its eligible time
+    (controller.requeue_delay_s) waits for BeginTime."""
     if job.hold:
         return write(
             job, Reason.JOB_HELD_ADMIN if job.hold == pb.HOLD_ADMIN else Reason.JOB_HELD_USER
@@ -38,8 +40,10 @@ def settle(job: pb.Job) -> bool:
     # (a reason may carry detail after a comma: "ReqNodeNotAvail, UnavailableNodes:n1")
     if (
         job.reason
-        and job.reason not in PENDING_REASONS
+        and job.reason not in PENDING_REASONS  # Slurm's "Nodes required ... DOWN, ..."
         and job.reason.split(",", 1)[0] not in PENDING_REASONS
     ):
-        return write(job, Reason.RESOURCES)  # back in the queue from a node (requeued)
+        # back in the queue from a node (requeued)
+        late = now is not None and job.eligible_time > now
+        return write(job, Reason.BEGIN_TIME if late else Reason.RESOURCES)
     return False

@@ -8,7 +8,6 @@ import hashlib
 import os
 import signal
 import ssl
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -185,6 +184,7 @@ async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegi
         grpc_port = server.add_insecure_port(grpc_addr)
     node_addr = f"{ctl.bind_host}:{ctl.node_port}"
     if tls_dir:
+        tls.watch_revocations(tls_dir)  # a revoked node certificate is no certificate
         node_port = server.add_secure_port(
             node_addr, tls.server_credentials(tls_dir, CONTROLLER_CN)
         )
@@ -291,7 +291,7 @@ async def run_primary(
                 try:
                     purged = await asyncio.to_thread(
                         store.purge_jobs,
-                        ended_before=time.time() - ctl.purge_job_after_s,
+                        ended_before=cluster.clock() - ctl.purge_job_after_s,
                         finished_states=js.FINISHED,
                         archive_dir=ctl.archive_dir,
                     )
@@ -300,7 +300,7 @@ async def run_primary(
                 else:
                     if purged:
                         log.info("jobs purged", jobs=purged, archive_dir=ctl.archive_dir or None)
-            await asyncio.sleep(RETENTION_INTERVAL_S)
+            await cluster.clock.sleep(RETENTION_INTERVAL_S)
 
     tasks = [
         asyncio.create_task(t)

@@ -30,7 +30,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,22 +39,15 @@ import structlog
 from sqlalchemy.engine import Connection, Engine
 
 from corral.errors import NotPrimary, StoreError, StoreUnavailable
-from corral.wire import corral_pb2 as pb
 from ctld import migrate
-from ctld.archive import archive_jobs
-from ctld.jsonmap import message_to_json
+from ctld.store_queries import StoreQueries, describe, is_trouble
 from ctld.store_rows import (
     NodeDrain,
     Op,
-    accounting,
     apply_ops,
     insert_job,
-    job_events,
-    job_runs,
     jobs,
     metadata,
-    node_drains,
-    reservations,
     update_job,
 )
 
@@ -82,32 +75,8 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def _is_trouble(exc: BaseException) -> bool:
-    """The database is away or full (it may come back), not a bad request."""
-    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
-        return True
-    return isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError | sa.exc.TimeoutError)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip()
-    return (text.splitlines() or [type(exc).__name__])[0][:300]
-
-
-@contextlib.contextmanager
-def _read_errors(engine: Engine) -> Iterator[Connection]:
-    """A read connection whose database errors leave as StoreError, with the cause."""
-    try:
-        with engine.connect() as conn:
-            yield conn
-    except sa.exc.SQLAlchemyError as exc:
-        if _is_trouble(exc):
-            raise StoreUnavailable(f"the store cannot answer: {_describe(exc)}") from exc
-        raise StoreError(f"store query failed: {_describe(exc)}") from exc
-
-
-class Store:
-    """The engine, the schema and the group-commit writer."""
+class Store(StoreQueries):
+    """The engine, the schema and the group-commit writer; the reads are StoreQueries'."""
 
     def __init__(
         self,
@@ -286,7 +255,7 @@ class Store:
 
     def _go_down(self, exc: BaseException) -> None:
         first = not self.trouble
-        self.trouble = _describe(exc)
+        self.trouble = describe(exc)
         if first:
             self.down_since = time.time()
             self.outages += 1
@@ -330,8 +299,8 @@ class Store:
                 self._depose(exc)
                 return
             except Exception as exc:
-                if _is_trouble(exc):
-                    self.trouble = _describe(exc)
+                if is_trouble(exc):
+                    self.trouble = describe(exc)
                     return
                 # not the database's absence: the backlog itself cannot be written; ctld's
                 # memory still has those changes and writes each job whole on its next change
@@ -358,7 +327,7 @@ class Store:
             self._refuse_deposed(batch)
             return
         except Exception as exc:  # isolate the request that failed; the rest still commit
-            if _is_trouble(exc):
+            if is_trouble(exc):
                 self._go_down(exc)
                 self._refuse(batch)
                 return
@@ -375,7 +344,7 @@ class Store:
                     self._refuse_deposed(batch[i:])
                     return
                 except Exception as exc:
-                    if _is_trouble(exc):
+                    if is_trouble(exc):
                         self._go_down(exc)
                         self._refuse(batch[i:])
                         return
@@ -417,190 +386,3 @@ class Store:
 
         with contextlib.suppress(RuntimeError):  # the loop is closed: ctld is shutting down
             req.loop.call_soon_threadsafe(resolve)
-
-    # ------------------------------------------------------------ reads (any thread)
-
-    def _reading(self) -> contextlib.AbstractContextManager[Connection]:
-        return _read_errors(self.engine)
-
-    def next_job_id(self) -> int:
-        with self._reading() as conn:
-            value = conn.execute(sa.select(sa.func.max(jobs.c.job_id))).scalar()
-        return int(value or 0) + 1
-
-    def load_jobs(self, *, active_states: Iterable[int], finished_after: float) -> list[pb.Job]:
-        """Active jobs, and finished ones that ended after ``finished_after``, with stories."""
-        cond = sa.or_(jobs.c.state.in_(list(active_states)), jobs.c.end_time > finished_after)
-        with self._reading() as conn:
-            return self._jobs_with_events(conn, sa.select(jobs.c.data).where(cond))
-
-    def load_reservations(self) -> list[pb.Reservation]:
-        with self._reading() as conn:
-            rows = conn.execute(sa.select(reservations.c.data).order_by(reservations.c.name))
-            return [pb.Reservation.FromString(data) for (data,) in rows]
-
-    def load_drains(self) -> list[NodeDrain]:
-        with self._reading() as conn:
-            rows = conn.execute(sa.select(node_drains).order_by(node_drains.c.name))
-            return [NodeDrain(r.name, r.reason, r.reason_time, r.reason_uid) for r in rows]
-
-    def load_accounting(self) -> list[tuple[str, str, str]]:
-        """sacctmgr's records: (kind, name, JSON), in kind and name order."""
-        with self._reading() as conn:
-            rows = conn.execute(
-                sa.select(accounting.c.kind, accounting.c.name, accounting.c.data).order_by(
-                    accounting.c.kind, accounting.c.name
-                )
-            )
-            return [(r.kind, r.name, r.data) for r in rows]
-
-    def finished_since(self, horizon: float) -> list[pb.Job]:
-        """Jobs that ran and ended after ``horizon`` (what fair-share usage is made of)."""
-        stmt = sa.select(jobs.c.data).where(jobs.c.end_time > horizon, jobs.c.start_time > 0)
-        with self._reading() as conn:
-            return self._jobs_with_events(conn, stmt, with_events=False)
-
-    def earlier_runs_since(self, horizon: float) -> list[pb.Job]:
-        """Earlier runs of requeued jobs that ended after ``horizon`` (fair-share usage)."""
-        stmt = sa.select(job_runs.c.data).where(
-            job_runs.c.end_time > horizon, job_runs.c.start_time > 0
-        )
-        with self._reading() as conn:
-            return [pb.Job.FromString(data) for (data,) in conn.execute(stmt)]
-
-    def runs_between(self, start: float, end: float) -> list[pb.Job]:
-        """Every run that overlapped [start, end): current runs (jobs rows that started;
-        end_time 0 while running) and the earlier runs of requeued jobs (job_runs), each
-        as the job stood then. What sreport adds up."""
-        out: list[pb.Job] = []
-        with self._reading() as conn:
-            for table in (jobs, job_runs):
-                stmt = sa.select(table.c.data).where(
-                    table.c.start_time > 0,
-                    table.c.start_time < end,
-                    sa.or_(table.c.end_time == 0, table.c.end_time > start),
-                )
-                out.extend(pb.Job.FromString(data) for (data,) in conn.execute(stmt))
-        return out
-
-    def query_jobs(
-        self,
-        *,
-        job_ids: list[int],
-        users: list[str],
-        states: list[int],
-        names: Sequence[str] = (),
-        partitions: Sequence[str] = (),
-        accounts: Sequence[str] = (),
-        start_after: float,
-        end_before: float,
-        limit: int,
-        after_job_id: int = 0,
-    ) -> list[pb.Job]:
-        stmt = sa.select(jobs.c.data).order_by(jobs.c.job_id)
-        if after_job_id:
-            stmt = stmt.where(jobs.c.job_id > after_job_id)
-        if job_ids:
-            stmt = stmt.where(jobs.c.job_id.in_(job_ids))
-        if users:
-            stmt = stmt.where(jobs.c.user.in_(users))
-        if states:
-            stmt = stmt.where(jobs.c.state.in_(states))
-        for column, values in (
-            (jobs.c.name, names),
-            (jobs.c.partition, partitions),
-            (jobs.c.account, accounts),
-        ):
-            if values:
-                stmt = stmt.where(column.in_(list(values)))
-        if start_after:
-            stmt = stmt.where(sa.or_(jobs.c.end_time == 0, jobs.c.end_time >= start_after))
-        if end_before:
-            stmt = stmt.where(jobs.c.submit_time <= end_before)
-        if limit:
-            stmt = stmt.limit(limit)
-        with self._reading() as conn:
-            return self._jobs_with_events(conn, stmt, with_events=False)
-
-    def purge_jobs(
-        self,
-        *,
-        ended_before: float,
-        finished_states: Iterable[int],
-        archive_dir: str = "",
-        chunk: int = 2000,
-    ) -> int:
-        """Delete finished jobs that ended before ``ended_before`` (with their events and
-        earlier runs); with ``archive_dir``, first append each, whole, as a JSON line to
-        ``archive_dir/jobs-YYYY-MM.jsonl`` (the month it ended), made durable before the
-        delete commits: a crash between the two archives a job twice, never loses it."""
-        states = list(finished_states)
-        total = 0
-        while True:
-            cond = sa.and_(
-                jobs.c.state.in_(states), jobs.c.end_time > 0, jobs.c.end_time < ended_before
-            )
-            with self._reading() as conn:
-                ids = [
-                    r[0]
-                    for r in conn.execute(
-                        sa.select(jobs.c.job_id).where(cond).order_by(jobs.c.job_id).limit(chunk)
-                    )
-                ]
-                if not ids:
-                    return total
-                if archive_dir:
-                    found = self._jobs_with_events(
-                        conn, sa.select(jobs.c.data).where(jobs.c.job_id.in_(ids))
-                    )
-                    archive_jobs(archive_dir, found, self.earlier_runs(ids), message_to_json)
-            try:
-                with self._writing() as conn:
-                    for table in (job_events, job_runs):
-                        conn.execute(table.delete().where(table.c.job_id.in_(ids)))
-                    conn.execute(jobs.delete().where(jobs.c.job_id.in_(ids)))
-            except sa.exc.SQLAlchemyError as exc:
-                raise StoreError(f"purge failed: {_describe(exc)}") from exc
-            total += len(ids)
-
-    def earlier_runs(self, job_ids: Iterable[int]) -> list[pb.Job]:
-        """The earlier runs of these jobs (sacct -D), by job id and run."""
-        ids = list(job_ids)
-        out: list[pb.Job] = []
-        with self._reading() as conn:
-            for start in range(0, len(ids), 500):
-                stmt = (
-                    sa.select(job_runs.c.data)
-                    .where(job_runs.c.job_id.in_(ids[start : start + 500]))
-                    .order_by(job_runs.c.job_id, job_runs.c.run)
-                )
-                out.extend(pb.Job.FromString(data) for (data,) in conn.execute(stmt))
-        return out
-
-    @staticmethod
-    def _jobs_with_events(
-        conn: Connection, stmt: sa.Select[Any], *, with_events: bool = True
-    ) -> list[pb.Job]:
-        out: dict[int, pb.Job] = {}
-        for (data,) in conn.execute(stmt):
-            job = pb.Job.FromString(data)
-            out[job.job_id] = job
-        if with_events and out:
-            ids = list(out)
-            for start in range(0, len(ids), 500):
-                chunk = ids[start : start + 500]
-                rows = conn.execute(
-                    sa.select(job_events)
-                    .where(job_events.c.job_id.in_(chunk))
-                    .order_by(job_events.c.id)
-                )
-                for r in rows:
-                    out[r.job_id].events.add(
-                        time=r.time,
-                        event=r.event,
-                        from_state=r.from_state,
-                        to_state=r.to_state,
-                        cause=r.cause,
-                        detail=r.detail,
-                    )
-        return list(out.values())

@@ -12,10 +12,8 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import signal
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -27,12 +25,12 @@ from corral.api import GrpcController
 from corral.errors import ControllerUnavailable, CorralError, NotPrimary
 from corral.rest import _parse_response
 from corral.testing import LocalCluster
-from corral.testing.cluster import local_socket
+from corral.testing.cluster import ClusterFactory, local_socket
 from corral.testing.postgres import TempPostgres
 from corral.wire import corral_pb2 as pb
 from ctld.lease import Lease
 from ctld.store import Store, insert_job, jobs, normalize_url
-from tests.conftest import Commands, pg_admin_url, pg_schema, print_logs, wait_for
+from tests.conftest import Commands, pg_admin_url, pg_schema, wait_for
 
 LEASE_S = 3.0
 
@@ -170,11 +168,9 @@ def names(c: LocalCluster) -> list[str]:
 
 
 @pytest.fixture
-def ha_cluster(pg_url: str) -> Iterator[LocalCluster]:
-    base = pathlib.Path(tempfile.mkdtemp(prefix="corral-failover-"))
-    base.chmod(0o755)
-    c = LocalCluster(
-        base / "c",
+def ha_cluster(pg_url: str, cluster_factory: ClusterFactory) -> LocalCluster:
+    # the factory comes after pg_url: it stops the cluster before the store's schema goes
+    return cluster_factory(
         nodes=2,
         gpus_per_node=0,
         controllers=2,
@@ -182,15 +178,7 @@ def ha_cluster(pg_url: str) -> Iterator[LocalCluster]:
         store_url=pg_url,
         heartbeat_interval_s=1.0,
         heartbeat_timeout_s=12.0,
-        kill_wait_s=2.0,
     )
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()  # before the store's schema goes
-        print_logs(c)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 class Burst:

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corral.testing import LocalCluster
+from corral.testing.cluster import ClusterFactory
 from corral.wire import corral_pb2 as pb
-from tests.conftest import print_logs
 
 pytestmark = pytest.mark.timeout(300)
 METHODS = [
@@ -73,14 +73,8 @@ spec_like = st.dictionaries(spec_keys, json_values, max_size=6)
 
 
 @pytest.fixture(scope="module")
-def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("fuzz") / "cluster", nodes=1, gpus_per_node=2)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
-        print_logs(c)
+def fuzzed(module_cluster_factory: ClusterFactory) -> LocalCluster:
+    return module_cluster_factory(nodes=1, gpus_per_node=2)
 
 
 def post(cluster: LocalCluster, method: str, body: bytes) -> tuple[int, bytes]:

@@ -37,6 +37,11 @@ def _stores(targets: list[ast.expr]) -> list[ast.expr]:
     return out
 
 
+def _literal(args: list[ast.expr]) -> object:
+    """The value of a call's one literal argument (None if it is not a literal)."""
+    return args[0].value if args and isinstance(args[0], ast.Constant) else None
+
+
 def _violations(path: pathlib.Path) -> list[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     found = []
@@ -59,9 +64,20 @@ def _violations(path: pathlib.Path) -> list[str]:
             owner = func.value.id if isinstance(func.value, ast.Name) else ""
             if func.attr == "transition" and owner in ("js", "jobstate"):
                 found.append(f"{path.name}:{node.lineno}: calls jobstate.transition")
-            store = isinstance(func.value, ast.Attribute) and func.value.attr == "store"
+            store = (isinstance(func.value, ast.Attribute) and func.value.attr == "store") or (
+                isinstance(func.value, ast.Name) and func.value.id == "store"
+            )
             if func.attr == "commit" and store:
                 found.append(f"{path.name}:{node.lineno}: commits to the store")
+            if func.attr == "ClearField" and _literal(node.args[:1]) == "state":
+                found.append(f"{path.name}:{node.lineno}: clears .state")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "setattr"
+            and _literal(node.args[1:2]) == "state"
+        ):
+            found.append(f"{path.name}:{node.lineno}: assigns .state")
         if (
             isinstance(node, ast.ImportFrom)
             and node.module == "ctld.jobstate"
@@ -116,3 +132,17 @@ def test_the_checker_sees_each_kind_of_bypass(tmp_path: pathlib.Path) -> None:
         "commits to the store",
         "imports jobstate.transition",
     ]
+
+
+def test_the_checker_sees_indirect_bypasses(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "indirect.py"
+    bad.write_text(
+        "def f(job, st):\n"
+        "    setattr(job, 'state', 3)\n"
+        "    job.ClearField('state')\n"
+        "    store = st.store\n"
+        "    store.commit()\n"
+        "    setattr(job, 'priority', 3)  # not a state\n"
+    )
+    found = sorted(f.split(": ", 1)[1] for f in _violations(bad))
+    assert found == ["assigns .state", "clears .state", "commits to the store"]

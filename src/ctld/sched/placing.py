@@ -1,0 +1,241 @@
+"""Placing a job now: its candidate nodes in each partition (or the reason it has none),
+the nodes where it fits for its whole time limit without touching a hold, the best of
+them by the placement policy, and its start."""
+
+from __future__ import annotations
+
+from ctld.sched.model import INFINITY, JobRequest, PartitionView, Placement, Start
+from ctld.sched.pass_state import (
+    NODES_DOWN,
+    PARTITION_DOWN,
+    PARTITION_NODE_LIMIT,
+    PARTITION_TIME_LIMIT,
+    REQ_NODE_NOT_AVAIL,
+    RESERVATION,
+    RESOURCES,
+    UNAVAILABLE_NODES,
+    Candidate,
+    PassState,
+)
+from ctld.sched.profile import Avail, NodeProfile
+from ctld.sched.shape import Shape
+
+
+class Placing(PassState):
+    """Where a job could run (its candidate partitions and nodes) and where it fits now."""
+
+    def candidate(self, req: JobRequest, shape: Shape, part_name: str) -> Candidate | str:
+        part = self.partitions.get(part_name)
+        # DRAIN refuses new submissions (at submit) but still runs its queue; DOWN and
+        # INACTIVE keep their queue waiting
+        if part is None or part.state not in ("UP", "DRAIN"):
+            return PARTITION_DOWN
+        if part.max_time_s >= 0 and (req.time_limit_s < 0 or req.time_limit_s > part.max_time_s):
+            return PARTITION_TIME_LIMIT
+        if part.max_nodes and shape.nodes > part.max_nodes:
+            return PARTITION_NODE_LIMIT
+        # everything below depends on static node facts only: computed once per pass
+        # for each distinct (partition, shape, constraints)
+        key = (part_name, shape, req.gpu_type, req.nodelist, req.exclude, req.reservation)
+        cached = self.candidates.get(key)
+        if cached is None:
+            cached = self._candidate(req, shape, part)
+            self.candidates[key] = cached
+        return cached
+
+    def _candidate(self, req: JobRequest, shape: Shape, part: PartitionView) -> Candidate | str:
+        ignore, not_before, not_after = "", self.now, INFINITY
+        allowed: set[str] | None = None
+        if req.reservation:
+            resv = self.reservations.get(req.reservation)
+            if resv is None or resv.end <= self.now:
+                return RESERVATION
+            ignore, not_before, not_after = f"resv:{resv.name}", resv.start, resv.end
+            allowed = set(resv.nodes)
+        members = set(part.nodes)
+        required = frozenset(req.nodelist)
+        if not required <= members or (allowed is not None and not required <= allowed):
+            return REQ_NODE_NOT_AVAIL
+        excluded = set(req.exclude)
+        nodes = tuple(
+            node
+            for name in part.nodes
+            if (node := self.nodes.get(name)) is not None
+            and node.view.schedulable
+            and name not in excluded
+            and (allowed is None or name in allowed)
+            and node.could_ever_fit(shape, req.gpu_type)
+        )
+        usable = {n.name for n in nodes}
+        # down or drained nodes that would otherwise do: Slurm names the required ones
+        down = [
+            name
+            for name in part.nodes
+            if (node := self.nodes.get(name)) is not None
+            and not node.view.schedulable
+            and name not in excluded
+            and (allowed is None or name in allowed)
+            and node.could_ever_fit(shape, req.gpu_type)
+        ]
+        if not required <= usable:
+            unavailable = [n for n in down if n in required]
+            return _unavailable(unavailable) if unavailable else REQ_NODE_NOT_AVAIL
+        if len(nodes) < shape.nodes:
+            if down and len(nodes) + len(down) >= shape.nodes:
+                return NODES_DOWN  # it would fit but for them (Slurm's words)
+            return REQ_NODE_NOT_AVAIL if required or allowed is not None else RESOURCES
+        return Candidate(part, nodes, required, ignore, not_before, not_after, frozenset(usable))
+
+    # ------------------------------------------------------------ now
+
+    def fit_now(
+        self, req: JobRequest, shape: Shape, cand: Candidate, duration: float, expected: float
+    ) -> list[tuple[NodeProfile, Avail]] | None:
+        # the same shape that found no room now finds none later in this pass either:
+        # a pass only ever takes resources away from "now"
+        key: tuple[object, ...] = (cand.partition.name, shape, req.gpu_type, req.exclusive)
+        key += (cand.required, req.exclude, cand.ignore)
+        if key in self.no_fit_now:
+            return None
+        end = self.now + duration
+        if end > cand.not_after:
+            return None
+        # advance reservations are kept against the limit, the reserved jobs ahead
+        # against the prediction (a wrong one can delay them, never an advance one)
+        job_end = self.now + expected
+        if self.settings.placement == "pack" and not req.exclusive and not cand.required:
+            return self._fit_now_packed(shape, cand, end, job_end, key)
+        fitting = []
+        free_now = 0
+        required_free = 0
+        for node in cand.nodes:
+            now_avail = Avail(
+                node.free_cpus, node.free_mem, frozenset(node.free_gpus), not node.busy
+            )
+            if not node.fits(now_avail, shape, req.exclusive):
+                continue
+            free_now += 1
+            required_free += node.name in cand.required
+            avail = node.window(self.now, end, cand.ignore, job_end) if node.holds else now_avail
+            if node.fits(avail, shape, req.exclusive):
+                fitting.append((node, avail))
+        if free_now < shape.nodes or required_free < len(cand.required):
+            self.no_fit_now.add(key)
+        return self.choose(fitting, shape, cand, self.now, job_end)
+
+    def _fit_now_packed(
+        self, shape: Shape, cand: Candidate, end: float, job_end: float, key: tuple[object, ...]
+    ) -> list[tuple[NodeProfile, Avail]] | None:
+        fitting: list[tuple[NodeProfile, Avail]] = []
+        free_now = 0
+        for free_gpus in range(shape.gpus_per_node, self.max_gpus + 1):
+            for node in self.buckets[free_gpus].values():
+                if (
+                    node.name not in cand.members
+                    or node.free_cpus < shape.cpus_per_node
+                    or node.free_mem < shape.mem_per_node_mb
+                ):
+                    continue
+                free_now += 1
+                now_avail = Avail(
+                    node.free_cpus, node.free_mem, frozenset(node.free_gpus), not node.busy
+                )
+                avail = (
+                    node.window(self.now, end, cand.ignore, job_end) if node.holds else now_avail
+                )
+                if node.fits(avail, shape, False):
+                    fitting.append((node, avail))
+                    if free_gpus == self.max_gpus and len(fitting) >= shape.nodes:
+                        break  # whole free nodes: any of them is as good a fit
+            if len(fitting) >= shape.nodes:
+                return self.choose(fitting, shape, cand)
+        if free_now < shape.nodes:
+            self.no_fit_now.add(key)
+        return None
+
+    def choose(
+        self,
+        fitting: list[tuple[NodeProfile, Avail]],
+        shape: Shape,
+        cand: Candidate,
+        at: float = 0.0,
+        job_end: float = INFINITY,
+    ) -> list[tuple[NodeProfile, Avail]] | None:
+        if len(fitting) < shape.nodes:
+            return None
+        required = [f for f in fitting if f[0].name in cand.required]
+        if len(required) < len(cand.required):
+            return None
+        others = [f for f in fitting if f[0].name not in cand.required]
+        if self.settings.placement == "frag":
+            # best fit first (whole nodes stay whole); among nodes as full, the one this
+            # job keeps busy least past its jobs' expected ends (so a node about to
+            # drain still drains: where the next whole-node job starts), then the one
+            # where it leaves the fewest GPUs the jobs likely to come could not use
+            others.sort(
+                key=lambda f: (
+                    len(f[1].gpus),
+                    _extension(f[0], at, job_end),
+                    self.frag.delta(f[1], shape),
+                    f[1].cpus,
+                    f[1].mem,
+                    f[0].index,
+                )
+            )
+        elif self.settings.placement == "pack":
+            # best fit: the fullest node that still fits, so whole nodes stay free
+            others.sort(key=lambda f: (len(f[1].gpus), f[1].cpus, f[1].mem, f[0].index))
+        else:
+            others.sort(key=lambda f: f[0].index)
+        return (required + others)[: max(shape.nodes, len(required))]
+
+    def start(
+        self,
+        req: JobRequest,
+        shape: Shape,
+        cand: Candidate,
+        chosen: list[tuple[NodeProfile, Avail]],
+        duration: float,
+        limit: float,
+        on_prediction: bool = False,
+    ) -> None:
+        placements = []
+        end = self.now + duration
+        for node, avail in chosen:
+            if req.exclusive:
+                cpus, mem = node.view.cpus_total, node.free_mem
+                gpus = tuple(sorted(node.free_gpus))
+            else:
+                cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
+                gpus = pick_gpus(avail.gpus, shape.gpus_per_node)
+            before = len(node.free_gpus)
+            node.take_now(cpus, mem, gpus, end, req.job_id, self.now + limit)
+            if len(node.free_gpus) != before:
+                del self.buckets[before][node.name]
+                self.buckets[len(node.free_gpus)][node.name] = node
+            placements.append(Placement(node.name, cpus, mem, gpus))
+        self.starts.append(Start(req.job_id, cand.partition.name, tuple(placements), on_prediction))
+        key = (req.qos, req.user)
+        self.user_jobs[key] = self.user_jobs.get(key, 0) + 1
+        self.limits.start(req, shape)
+        self.profile_version += 1
+
+
+def _unavailable(names: list[str]) -> str:
+    """Slurm's reason when nodes the job requires (-w) are down or drained (ctld prints
+    the names as a compressed hostlist)."""
+    return UNAVAILABLE_NODES + ",".join(names)
+
+
+def _extension(node: NodeProfile, at: float, job_end: float) -> float:
+    """How much later ``node`` would be wholly free with a job from ``at`` to
+    ``job_end`` on it than it will be anyway (its jobs' expected ends)."""
+    busy_until = max((r.end for r in node.releases if r.end > at), default=at)
+    for h in node.holds:
+        if h.start <= at < h.end:
+            busy_until = max(busy_until, h.end)
+    return 0.0 if job_end <= busy_until else job_end - busy_until
+
+
+def pick_gpus(available: frozenset[int], count: int) -> tuple[int, ...]:
+    return tuple(sorted(available)[:count])
