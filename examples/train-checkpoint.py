@@ -12,11 +12,13 @@ checkpoint contract (docs/reliability.md):
 - the ``--signal`` warning (SIGUSR1 by default here) before the time limit or a
   maintenance window makes it save at once;
 - each step touches ``$CORRAL_PROGRESS_FILE`` when set (the opt-in progress heartbeat
-  that lets noded tell a hung job from a slow one).
+  that lets noded tell a hung job from a slow one; each srun task has its own);
+- started by srun as several tasks (data-parallel ranks), only rank 0
+  (``SLURM_PROCID``) saves; every rank loads the same checkpoint.
 
-Every step also appends ``run=<restart count> host=<node> step=<n>`` to ``steps.log``
-in the checkpoint directory: the tests read it to prove that the job resumed where it
-stopped and that no two copies ever ran at once.
+Every step also appends ``run=<restart count> host=<node> step=<n> rank=<r>`` to
+``steps.log`` in the checkpoint directory: the tests read it to prove that the job
+resumed where it stopped and that no two copies ever ran at once.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def main() -> int:
     run = os.environ.get("SLURM_RESTART_COUNT", "0")
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     progress = os.environ.get("CORRAL_PROGRESS_FILE", "")
+    rank = int(os.environ.get("SLURM_PROCID", "0"))
 
     step, loss = load(ckpt_dir)
     if step:
@@ -68,7 +71,8 @@ def main() -> int:
         print(f"starting fresh (run {run} on {host})", flush=True)
 
     def save_now(signum: int, _frame: object) -> None:
-        save(ckpt_dir, step, loss)
+        if rank == 0:
+            save(ckpt_dir, step, loss)
         print(f"signal {signal.Signals(signum).name}: checkpoint at step {step}", flush=True)
 
     signal.signal(signal.SIGUSR1, save_now)
@@ -78,12 +82,12 @@ def main() -> int:
             time.sleep(args.step_time)  # the "work" of one step
             step += 1
             loss *= 0.9
-            log.write(f"run={run} host={host} step={step} time={time.time():.3f}\n")
+            log.write(f"run={run} host={host} step={step} rank={rank} time={time.time():.3f}\n")
             log.flush()
             if progress:
                 with open(progress, "a"):
                     os.utime(progress)
-            if step % args.save_every == 0:
+            if rank == 0 and step % args.save_every == 0:
                 save(ckpt_dir, step, loss)
             print(f"step {step} loss {loss:.4f}", flush=True)
     print(f"done: {step} steps (run {run})", flush=True)

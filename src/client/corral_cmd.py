@@ -7,6 +7,7 @@ corral ctld [ctld options]                                    run the controller
 corral noded [noded options]                                  run a node agent
 corral why JOBID                                              why a job is not running
 corral certs [--dir DIR]                                      the cluster CA and certificates
+corral certs --revoke NAME [--dir DIR]                        revoke a daemon's certificate
 corral token --user U [--lifetime 7d]                         a JWT for a user (admins)
 corral sim TRACE [--policy P] [--jobs N] [--procs N]          replay an SWF trace
 corral db upgrade|current [-f CONFIG] [--url URL]            migrate the store's schema

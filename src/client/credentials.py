@@ -2,6 +2,7 @@
 
 ``corral certs`` makes the cluster CA (once) and a certificate for ctld and for each
 node of the config: copy ``ca.crt`` plus a daemon's own ``.crt``/``.key`` to its host.
+``corral certs --revoke NAME`` adds that certificate's serial to ``revoked``.
 ``corral token`` mints a JWT for a user (Slurm's ``scontrol token``); it needs the key
 file, which only its owner can read, so only an administrator can run it.
 """
@@ -38,6 +39,15 @@ def certs(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     directory = args.dir or config.tls.dir or "/etc/corral/tls"
+    if args.revoke:
+        from corral.auth.tls import revoke
+
+        names = hostlist.expand(",".join(args.revoke))
+        serials = revoke(directory, names)
+        done = ", ".join(f"{n} (serial {s:x})" for n, s in zip(names, serials, strict=True))
+        print(f"corral: revoked {done} in {directory}/revoked")
+        print("copy that file to tls.dir on ctld's and every node's host: read within a call")
+        return 0
     nodes = hostlist.expand(args.nodes) if args.nodes else config.node_names
     hosts = [c.host for c in config.controller.controllers] + list(args.controller_host or [])
     names = create_cluster_certs(directory, config.cluster_name, nodes, hosts)
@@ -67,6 +77,12 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     c.add_argument("--dir", default="", help="where (default tls.dir, else /etc/corral/tls)")
     c.add_argument("--nodes", default="", help="hostlist (default: every node of the config)")
     c.add_argument("--controller-host", action="append", help="another name or IP of ctld")
+    c.add_argument(
+        "--revoke",
+        action="append",
+        metavar="NAME",
+        help="revoke the certificate of daemon NAME (a hostlist; repeatable)",
+    )
     t = sub.add_parser("token", help="a JWT for a user (administrators: needs the key)")
     t.add_argument("-f", "--config", default=None)
     t.add_argument("--user", default="")

@@ -4,7 +4,8 @@ Standard library only (no grpc, protobuf or asyncio: srun's start-up is its cost
 A ``NodeStream`` connects, reads noded's HELLO (the nonce), sends START with the step
 credential's proof, and from then on is driven by srun's one selector loop: frames
 are parsed from what arrived, what srun sends is buffered and written as the socket
-takes it.
+takes it. On a plaintext stream every frame after START carries its tag both ways
+(corral/stepstream.py ``FrameMac``); one that fails it ends this node's stream.
 """
 
 from __future__ import annotations
@@ -45,19 +46,23 @@ class NodeStream:
         self.started = False
         self.done = False  # srun has every exit from here (DONE sent)
         self.closed = False
+        self.up: ss.FrameMac | None = None  # tags of what srun sends (plaintext only)
+        self.down: ss.FrameMac | None = None  # ... and of what noded sends
+        self.proven = False  # noded's STARTED passed its tag: every frame has one now
+        self.tampered = False
         self.would_block: tuple[type[BaseException], ...] = (BlockingIOError, InterruptedError)
         address = str(node.get("streamAddress", ""))
         if not address:
             raise CorralError(f"{self.name}: its noded has no task stream (upgrade it)")
         try:
-            host, port, tls = ss.split_address(address)
+            host, port, self.tls = ss.split_address(address)
         except ValueError as exc:
             raise CorralError(f"{self.name}: {exc}") from None
         try:
             host_arg: Any = host.encode() if host.isascii() else host  # no idna import
             sock = socket.create_connection((host_arg, port), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if tls:
+            if self.tls:
                 sock = self._wrap(sock)
             self.sock = sock
             kind, payload = self._read_frame()
@@ -67,6 +72,12 @@ class NodeStream:
             ) from None
         if kind != ss.HELLO or not payload.startswith(ss.MAGIC):
             self.sock.close()
+            if kind == ss.HELLO and payload.startswith(ss.MAGIC_PREFIX):
+                theirs = payload.split(b"\n", 1)[0].decode(errors="replace")
+                raise CorralError(
+                    f"{self.name}: its noded speaks {theirs}, this srun "
+                    f"{ss.MAGIC.decode().strip()} (upgrade srun and noded together)"
+                )
             raise CorralError(f"{self.name}: {address} does not speak the task stream")
         self.nonce = bytes(payload[len(ss.MAGIC) :])
 
@@ -107,15 +118,37 @@ class NodeStream:
 
     def start(self, credential: str, body: dict[str, Any]) -> None:
         self.sock.sendall(ss.start_frame(credential, self.nonce, body))
+        if not self.tls:
+            up, down = ss.session_keys(credential, self.nonce)
+            self.up, self.down = ss.FrameMac(up), ss.FrameMac(down)
         self.sock.setblocking(False)
 
     def await_started(self) -> tuple[int, bytes]:
         """Block for the first answer to START: STARTED, or REFUSED with the reason."""
         self.sock.setblocking(True)
         try:
-            return self._read_frame()
+            kind, payload = self._read_frame()
         finally:
             self.sock.setblocking(False)
+        kind, checked = self._checked(kind, bytearray(payload))
+        return kind, bytes(checked)
+
+    def _checked(self, kind: int, payload: bytearray) -> tuple[int, bytearray]:
+        """A frame as received, its tag checked and cut off; a frame that fails becomes
+        a REFUSED saying so (and nothing more is taken from this stream)."""
+        if self.down is None or self.tampered:
+            return kind, payload
+        if kind == ss.REFUSED and not self.proven:
+            return kind, payload  # noded's first answer may be an untagged refusal
+        try:
+            self.down.open(kind, payload)
+        except ss.TamperedError as exc:
+            self.tampered = True
+            why = f"its task stream was tampered with on the way ({exc})"
+            return ss.REFUSED, bytearray(why.encode())
+        if kind == ss.STARTED:
+            self.proven = True
+        return kind, payload
 
     # ------------------------------------------------------------ the loop's side
 
@@ -138,20 +171,20 @@ class NodeStream:
         """Whole frames received so far, in order (consumed as they are yielded)."""
         buf, pos, size = self.rbuf, 0, len(self.rbuf)
         try:
-            while size - pos >= ss.HEADER.size:
+            while size - pos >= ss.HEADER.size and not self.tampered:
                 length, kind = ss.HEADER.unpack_from(buf, pos)
                 end = pos + 4 + length
                 if end > size:
                     break
                 payload = buf[pos + ss.HEADER.size : end]
                 pos = end
-                yield kind, payload
+                yield self._checked(kind, payload)
         finally:
-            del buf[:pos]
+            del buf[: size if self.tampered else pos]
 
     def send(self, kind: int, payload: bytes = b"") -> None:
         if not self.closed:
-            self.wbuf += ss.frame(kind, payload)
+            self.wbuf += ss.frame(kind, payload) if self.up is None else self.up.seal(kind, payload)
             self.flush()
 
     def flush(self) -> bool:

@@ -41,9 +41,10 @@ def explain_text(reply: Json) -> str:
     now = real(reply, "now")
     job_id = num(job, "jobId")
     state = job_state(job)
+    requeued = _requeued(job)
     if state != "PENDING":
         where = f" on {text(job, 'nodelist')}" if text(job, "nodelist") else ""
-        return f"Job {job_id} is not pending: it is {state}{where}.\n"
+        return f"Job {job_id} is not pending: it is {state}{where}.\n" + requeued
     reason = text(job, "reason") or "None"
     key, _, nodes = reason.partition(", UnavailableNodes:")
     meaning = REASONS.get(key, key)
@@ -87,7 +88,16 @@ def explain_text(reply: Json) -> str:
         for a in alternatives:
             when = "at once" if a.get("now") else _when(real(a, "start"), now)
             lines.append(f"  {text(a, 'change')}: {when}")
-    return "".join(line + "\n" for line in lines)
+    return "".join(line + "\n" for line in lines) + requeued
+
+
+def _requeued(job: Json) -> str:
+    """How its last run ended, for a requeued job (a node failure, a stalled rank)."""
+    restarts = num(job, "restartCount")
+    events = [e for e in job.get("events") or [] if text(e, "event") == "requeued"]
+    if not restarts or not events:
+        return ""
+    return f"Requeued {restarts} time(s); the last run ended: {text(events[-1], 'detail')}.\n"
 
 
 def main_args(argv: list[str]) -> int:

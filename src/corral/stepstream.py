@@ -16,7 +16,16 @@ its proof is HMAC-SHA256 keyed by the step's credential (the secret ctld gives t
 step's creator from CreateStep and the nodes from GetStep over mutual TLS) over this
 connection's nonce and the whole body. So the credential never crosses the wire, a
 recorded START is worthless on any other connection (replay), and no byte of the body
-(environment, command's node, cwd) can be changed in flight. docs/security.md.
+(environment, command's node, cwd) can be changed in flight.
+
+After START, on a plaintext stream, every frame in both directions ends with a 16-byte
+tag (``FrameMac``): HMAC-SHA256 under a key of this connection and direction (derived
+from the credential and the nonce) over the frame's sequence number, kind and payload.
+A frame injected, changed, replayed, reordered or dropped by a peer on the path fails
+the next check, and the connection ends. noded's first answer to START is the one
+exception: a REFUSED before STARTED carries no tag (noded may not know the credential
+yet); all it can do is end the connection, which such a peer can do anyway. A TLS
+stream (``tls.clients``) has TLS's own integrity and no tags. docs/security.md.
 """
 
 from __future__ import annotations
@@ -42,10 +51,13 @@ def _builtin_sha256() -> Any:
 
 _sha256 = _builtin_sha256()
 
-MAGIC = b"corral-steps/1\n"
+MAGIC = b"corral-steps/2\n"  # 2: frames after START carry a tag
+MAGIC_PREFIX = b"corral-steps/"
 NONCE_BYTES = 32
 PROOF_BYTES = 32
-HEADER = struct.Struct("!IB")  # length of kind + payload, kind
+TAG_BYTES = 16  # HMAC-SHA256 truncated to 128 bits (RFC 2104's HMAC-SHA256-128)
+HEADER = struct.Struct("!IB")  # length of kind + payload (+ tag), kind
+SEQ_KIND = struct.Struct("!QB")  # what a tag covers before the payload
 RANK = struct.Struct("!I")
 EXIT_FIELDS = struct.Struct("!Iii")
 SIGNAL_FIELD = struct.Struct("!i")
@@ -99,6 +111,88 @@ def proof(credential: str, nonce: bytes, body: bytes) -> bytes:
 def start_frame(credential: str, nonce: bytes, body: dict[str, object]) -> bytes:
     raw = json.dumps(body, separators=(",", ":")).encode()
     return frame(START, proof(credential, nonce, raw) + raw)
+
+
+def session_keys(credential: str, nonce: bytes) -> tuple[bytes, bytes]:
+    """This connection's tag keys: (srun -> noded, noded -> srun)."""
+    secret = credential.encode()
+    return (
+        hmac_sha256(secret, b"corral-step-up\0" + nonce),
+        hmac_sha256(secret, b"corral-step-down\0" + nonce),
+    )
+
+
+def _compare() -> Any:
+    """A constant-time comparison without hmac (whose import loads OpenSSL)."""
+    try:
+        return __import__("_operator")._compare_digest
+    except (ImportError, AttributeError):  # pragma: no cover
+        import hmac
+
+        return hmac.compare_digest
+
+
+_equal = _compare()
+
+
+class TamperedError(Exception):
+    """A frame failed its tag: changed, injected, replayed or out of order."""
+
+
+class FrameMac:
+    """The tags of one direction of one connection. Frame ``n`` (from 0, the first after
+    START) carries HMAC-SHA256(key, n, kind, payload)[:16]. HMAC's inner and outer
+    states are made once and copied per frame. ``sha256`` is the hash's constructor:
+    srun starts on the built-in one (no OpenSSL in its start-up) and, once a stream has
+    carried ``FAST_AFTER`` bytes, moves to OpenSSL's, which is several times faster
+    where the CPU has SHA instructions (the tags are the same)."""
+
+    FAST_AFTER = 1 << 20
+
+    def __init__(self, key: bytes, sha256: Any = None) -> None:
+        self.key = key
+        self.seq = 0
+        self.fast = sha256 is not None
+        self.carried = 0
+        self._use(sha256 or _sha256)
+
+    def _use(self, sha256: Any) -> None:
+        padded = self.key.ljust(64, b"\0")
+        self._inner = sha256(padded.translate(_IPAD))
+        self._outer = sha256(padded.translate(_OPAD))
+
+    def tag(self, kind: int, *parts: bytes | bytearray | memoryview) -> bytes:
+        inner = self._inner.copy()
+        inner.update(SEQ_KIND.pack(self.seq, kind))
+        for part in parts:
+            inner.update(part)
+            self.carried += len(part)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        self.seq += 1
+        if not self.fast and self.carried > self.FAST_AFTER:
+            self.fast = True
+            try:  # noqa: SIM105 (contextlib is one more import in srun's start-up)
+                self._use(__import__("_hashlib").openssl_sha256)
+            except (ImportError, AttributeError):  # pragma: no cover
+                pass
+        return bytes(outer.digest()[:TAG_BYTES])
+
+    def seal(self, kind: int, *parts: bytes) -> bytes:
+        """A whole frame of ``kind`` with ``parts`` as its payload, and its tag."""
+        size = sum(len(p) for p in parts)
+        return b"".join((HEADER.pack(size + 1 + TAG_BYTES, kind), *parts, self.tag(kind, *parts)))
+
+    def open(self, kind: int, payload: bytearray) -> None:
+        """Check the tag at the end of ``payload`` and cut it off (TamperedError)."""
+        if len(payload) < TAG_BYTES:
+            raise TamperedError(f"a frame of kind {kind} without its tag")
+        with memoryview(payload) as view:
+            expected = self.tag(kind, view[:-TAG_BYTES])
+            good = _equal(expected, bytes(view[-TAG_BYTES:]))
+        if not good:
+            raise TamperedError(f"frame {self.seq - 1} (kind {kind}) failed its tag")
+        del payload[-TAG_BYTES:]
 
 
 def split_address(address: str) -> tuple[str, int, bool]:

@@ -52,7 +52,7 @@ TABLE: dict[str, str | Role] = {
     "issue tokens": Role.ADMIN,
 }
 
-_SECRET_OPTIONS = ("--export", "--wrap")  # values that may carry secrets or the script
+_SECRET_OPTIONS = ("export", "wrap")  # values that may carry secrets or the script
 HIDDEN = "<hidden>"
 
 
@@ -118,6 +118,17 @@ class Policy:
             raise PermissionDenied(f"Access/permission denied: {action} needs an administrator")
 
 
+def _secret_option(word: str) -> str:
+    """``word`` as the option whose value is hidden, or "". The commands take any
+    unambiguous prefix of a long option (``--wra`` is ``--wrap``), so a prefix counts."""
+    if not word.startswith("--"):
+        return ""
+    name = word[2:].partition("=")[0]
+    if len(name) < 2:
+        return ""
+    return next((f"--{o}" for o in _SECRET_OPTIONS if o.startswith(name)), "")
+
+
 def scrub_submit_line(line: str) -> str:
     """A submit line as others may see it: ``--export`` values (often secrets) and
     ``--wrap`` scripts hidden."""
@@ -132,10 +143,10 @@ def scrub_submit_line(line: str) -> str:
             out.append(HIDDEN)
             hide_next = False
             continue
-        opt = next((o for o in _SECRET_OPTIONS if word == o or word.startswith(o + "=")), "")
-        if word == opt:
+        opt = _secret_option(word)
+        if opt and "=" not in word:
             hide_next = True
-            out.append(word)
+            out.append(opt)
         elif opt:
             out.append(f"{opt}={HIDDEN}")
         else:

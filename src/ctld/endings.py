@@ -26,10 +26,6 @@ class Endings:
     def __init__(self, state: State, outbox: Outbox) -> None:
         self.state = state
         self.outbox = outbox
-        # running jobs being stopped to be requeued when their node reports them gone
-        # (the idle-GPU policy, scontrol requeue), and the hold scontrol requeuehold asks
-        self.requeue_on_exit: set[int] = set()
-        self.hold_on_requeue: dict[int, int] = {}
 
     def cancel(self, ch: Change, job: pb.Job, cause: str, now: float) -> None:
         """Cancel ``job``: a pending one ends now, a running one is asked to stop."""
@@ -100,8 +96,7 @@ class Endings:
         if victim is None:
             return False
         del st.preemptions.victims[job.job_id]
-        self.requeue_on_exit.discard(job.job_id)
-        self.hold_on_requeue.pop(job.job_id, None)
+        clear_requeue(job)
         job.usage.CopyFrom(upd.usage)
         job.exit_code = max(0, min(upd.exit_code, 255))
         job.exit_signal = max(0, min(upd.exit_signal, 64))
@@ -195,13 +190,16 @@ class Endings:
         st.enqueue(job)  # its reason: Resources until a pass says (pending.settle)
 
     def node_failed(self, ch: Change, job: pb.Job, node: NodeRecord, why: str, cause: str) -> None:
-        """The job lost its copy on ``node``: kill every part of it, requeue it or NODE_FAIL."""
-        self.requeue_on_exit.discard(job.job_id)
-        self.hold_on_requeue.pop(job.job_id, None)
+        """The job lost its copy on ``node``: kill every part of it, requeue it or NODE_FAIL.
+
+        A job being stopped to be requeued (scontrol requeue[hold]) is requeued as asked,
+        with its hold, whatever its --requeue says: the run ends REQUEUED."""
+        asked = job.requeue_on_exit
+        hold = clear_requeue(job)
         if job.state == js.COMPLETING:  # cancelled before: nothing more to wait for
             self.end_allocation(ch, job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=9)
             return
-        if not failures.may_requeue(job, self.state.config.controller.job_requeue):
+        if not asked and not failures.may_requeue(job, self.state.config.controller.job_requeue):
             log.warning("job ended by a node failure", job_id=job.job_id, node=node.name)
             self.end_allocation(ch, job, js.NODE_FAIL, cause=cause, exit_code=0, exit_signal=9)
             job.reason = "NodeDown"
@@ -215,4 +213,21 @@ class Endings:
         if node.name not in job.failed_nodes:
             job.failed_nodes.append(node.name)
         log.warning("job requeued after a node failure", job_id=job.job_id, node=node.name)
-        self.requeue(ch, job, cause=cause, detail=why, run_state=js.NODE_FAIL)
+        run_state = pb.JOB_STATE_REQUEUED if asked else js.NODE_FAIL
+        self.requeue(ch, job, cause=cause, detail=why, run_state=run_state, hold=hold)
+
+
+def requeue_when_gone(job: pb.Job, hold: int = pb.HOLD_NONE) -> None:
+    """Its nodes are being told to stop ``job``: requeue it (held: ``hold``) when its
+    node reports it gone. Kept in the job itself, so it is durable with the change that
+    asks for it and a ctld restarted meanwhile still requeues it."""
+    job.requeue_on_exit = True
+    job.requeue_hold = hold  # type: ignore[assignment]  # one of HoldKind's values
+
+
+def clear_requeue(job: pb.Job) -> int:
+    """Forget a requeue asked for; returns the hold it asked (HOLD_NONE if none)."""
+    hold = int(job.requeue_hold) if job.requeue_on_exit else pb.HOLD_NONE
+    job.requeue_on_exit = False
+    job.requeue_hold = pb.HOLD_NONE
+    return hold

@@ -28,7 +28,7 @@ from ctld import deps
 from ctld import jobstate as js
 from ctld.authz import Policy
 from ctld.commit import Change
-from ctld.endings import Endings
+from ctld.endings import Endings, requeue_when_gone
 from ctld.outbox import Outbox
 from ctld.priorities import apply_factors
 from ctld.queries import select
@@ -289,10 +289,10 @@ class Intake:
         if job.spec.no_requeue:
             raise JobStateConflict("Requested operation is presently disabled (--no-requeue)")
         ch.transition(job, "updated", cause=cause, now=now, detail="requeue requested")
-        self.endings.requeue_on_exit.add(job.job_id)
+        hold = pb.HOLD_NONE
         if action == pb.JOB_UPDATE_REQUEUE_HOLD:
-            admin = self.policy.is_operator(who)
-            self.endings.hold_on_requeue[job.job_id] = pb.HOLD_ADMIN if admin else pb.HOLD_USER
+            hold = pb.HOLD_ADMIN if self.policy.is_operator(who) else pb.HOLD_USER
+        requeue_when_gone(job, hold)
         ch.signal_all(self.outbox.terminate_elsewhere(job))
         ch.signal(*self.outbox.terminate_batch(job))
 

@@ -17,7 +17,7 @@ from ctld import failures
 from ctld import jobstate as js
 from ctld.authz import Policy
 from ctld.commit import Change
-from ctld.endings import Endings
+from ctld.endings import Endings, clear_requeue, requeue_when_gone
 from ctld.nodes import NodeRecord
 from ctld.outbox import Outbox
 from ctld.state import State, user_name
@@ -38,8 +38,6 @@ class NodeReports:
         self.endings = endings
         self.outbox = outbox
         self.steps = steps
-        # running jobs being stopped, to requeue when the node reports them gone
-        self._requeue_on_exit = endings.requeue_on_exit
         self._maint_warned: set[tuple[int, int, str]] = set()  # (job, run, reservation)
 
     async def register_node(self, req: pb.RegisterNodeRequest) -> NodeRecord:
@@ -69,6 +67,7 @@ class NodeReports:
         await self._apply_updates(node, req.unreported)
         await self.node_faults(node, req.health)
         await self._reconcile(node, set(req.running_job_ids))
+        self._stop_again(node, set(req.running_job_ids))
         # fencing: what it runs beyond what it may keep is killed before it gets work
         node.fencing = bool(set(req.running_job_ids) - set(self.jobs_kept_by(node.name)))
         if node.fencing:
@@ -114,6 +113,21 @@ class NodeReports:
                     self.endings.node_failed(
                         ch, job, node, f"node {node.name} does not run it", cause
                     )
+
+    def _stop_again(self, node: NodeRecord, running: set[int]) -> None:
+        """Kills asked for before (a cancel, a requeue) that a restarted ctld cannot know
+        were delivered: sent again to a registering node that still runs the job."""
+        st = self.state
+        again = []
+        for job_id in sorted(node.job_ids & running):
+            job = st.jobs.get(job_id)
+            if job is not None and (
+                job.state == js.COMPLETING or (job.state == js.RUNNING and job.requeue_on_exit)
+            ):
+                again.append((node, self.outbox.terminate_request(job)))
+        if again:
+            log.info("kills sent again", node=node.name, jobs=[r.job_id for _, r in again])
+            self.outbox.send(again)
 
     def heartbeat(self, req: pb.HeartbeatRequest) -> bool:
         """Record a heartbeat; False means ctld wants the node to register again."""
@@ -224,6 +238,12 @@ class NodeReports:
         if job is not None and upd.kind == Update.KIND_STEP_ENDED:
             self.steps.part_ended(ch, job, node, upd)
             return
+        if job is not None and _stalled_elsewhere(job, node, upd):
+            # a hung srun task on a node other than the batch host: requeue like a failure
+            if job.state == js.RUNNING and not failures.stale_report(job, upd):
+                cause = f"node:{node.name} report"
+                self.endings.node_failed(ch, job, node, upd.detail or "stalled", cause)
+            return
         if job is None or job.state not in js.ON_NODE or job.batch_host != node.name:
             return  # already finished (a retried report) or not this node's job
         if failures.stale_report(job, upd):
@@ -235,7 +255,7 @@ class NodeReports:
                 Update.KIND_LAUNCH_FAILED,
             ):
                 # cancelled meanwhile: however it ended on the node, it ends CANCELLED
-                self._requeue_on_exit.discard(job.job_id)
+                clear_requeue(job)
                 if upd.kind == Update.KIND_LAUNCH_FAILED and upd.end_reason == END_PROLOG_FAILED:
                     ch.put(*self.drain(node, "Prolog error", upd.time or st.clock()))
                 ended = upd if upd.kind == Update.KIND_EXITED else Update(time=upd.time)
@@ -244,20 +264,17 @@ class NodeReports:
                 Update.END_NODE_FAIL,
                 Update.END_STALLED,
             ):
-                job.usage.CopyFrom(upd.usage)
+                if upd.HasField("usage"):  # a step's stall report has none of the job's
+                    job.usage.CopyFrom(upd.usage)
                 self.endings.node_failed(ch, job, node, upd.detail or "lost on its node", cause)
             elif upd.kind == Update.KIND_EXITED:
                 if self.endings.preempted(ch, job, upd, cause):
                     pass
-                elif job.job_id in self._requeue_on_exit:
-                    self._requeue_on_exit.discard(job.job_id)
+                elif job.requeue_on_exit:
+                    hold = clear_requeue(job)
                     job.usage.CopyFrom(upd.usage)
                     self.endings.requeue(
-                        ch,
-                        job,
-                        cause=cause,
-                        detail=upd.detail or "requeued on request",
-                        hold=self.endings.hold_on_requeue.pop(job.job_id, pb.HOLD_NONE),
+                        ch, job, cause=cause, detail=upd.detail or "requeued on request", hold=hold
                     )
                 else:
                     self.endings.finish(ch, job, upd, cause)
@@ -300,7 +317,7 @@ class NodeReports:
             self.endings.cancel(ch, job, "policy:idle_gpus cancel", st.clock())
         elif job.state == js.RUNNING and policy.action == "requeue":
             # it stays RUNNING while the node stops it; its exit report requeues it
-            self._requeue_on_exit.add(job.job_id)
+            requeue_when_gone(job)
             ch.signal(*self.outbox.terminate_batch(job))
 
     # ------------------------------------------------------------ node health
@@ -349,8 +366,12 @@ class NodeReports:
                 await self.node_down(node, req.reason.strip(), cause=f"rpc:UpdateNode {who.user}")
                 node.admin_down = True
                 node.set_reason(req.reason.strip()[:256], now, user=who.user, uid=who.uid)
+                # durable: a ctld restart must not bring it back up by itself
+                ch.put(Op(downs_put=[NodeDrain(node.name, node.reason, now, who.uid)]))
                 continue
             if state == "RESUME" and node.down:
+                if node.admin_down:
+                    ch.put(Op(downs_delete=[node.name]))
                 node.down = node.admin_down = False
                 node.registered = False  # it registers again, and is fenced then
                 if not node.drain:
@@ -369,3 +390,13 @@ class NodeReports:
                 log.info("node resumed", node=node.name, by=who.user)
         await ch.commit()
         st.wake()  # a resumed or drained node changes what can start
+
+
+def _stalled_elsewhere(job: pb.Job, node: NodeRecord, upd: pb.JobStatusUpdate) -> bool:
+    """A stall report from a node of the job that is not its batch host (srun tasks)."""
+    return (
+        upd.kind == Update.KIND_EXITED
+        and upd.end_reason == Update.END_STALLED
+        and job.batch_host != node.name
+        and failures.on_node(job, node.name)
+    )

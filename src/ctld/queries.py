@@ -74,7 +74,10 @@ class Queries:
         job = st.job(job_id)
         resp = pb.ExplainJobResponse(now=st.clock())
         resp.job.CopyFrom(job)
+        # only the last requeue's event: why its last run ended (a node, a stalled rank)
+        last = [e for e in job.events if e.event == "requeued"][-1:]
         del resp.job.events[:]
+        resp.job.events.extend(last)
         resp.job.spec.ClearField("script")
         resp.job.spec.ClearField("environment")
         if job.state != js.PENDING:

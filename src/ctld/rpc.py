@@ -451,7 +451,10 @@ class NodeControllerApi:
 
 def _check_node(caller: Caller, claimed: str) -> None:
     if not caller.peer_cert:
-        raise Unauthenticated("Access/permission denied: node calls need the node's certificate")
+        raise Unauthenticated(
+            "Access/permission denied: node calls need the node's certificate (from the "
+            "cluster CA, not revoked)"
+        )
     if caller.peer_cert != claimed:
         log.warning("node call refused", claimed=claimed, certificate=caller.peer_cert)
         raise PermissionDenied(

@@ -184,6 +184,7 @@ async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegi
         grpc_port = server.add_insecure_port(grpc_addr)
     node_addr = f"{ctl.bind_host}:{ctl.node_port}"
     if tls_dir:
+        tls.watch_revocations(tls_dir)  # a revoked node certificate is no certificate
         node_port = server.add_secure_port(
             node_addr, tls.server_credentials(tls_dir, CONTROLLER_CN)
         )

@@ -140,6 +140,15 @@ class State:
                     user=user_name(drain.reason_uid),
                     uid=drain.reason_uid,
                 )
+        for down in self.store.load_downs():  # an operator's DOWN outlives a restart
+            if (node := self.nodes.get(down.name)) is not None:
+                node.down = node.admin_down = True
+                node.set_reason(
+                    down.reason,
+                    down.reason_time,
+                    user=user_name(down.reason_uid),
+                    uid=down.reason_uid,
+                )
         horizon = now - 10 * self.config.priority.decay_half_life_s  # older adds < 0.1%
         for job in sorted(self.store.finished_since(horizon), key=lambda j: j.end_time):
             self.ledger.add_finished(job)

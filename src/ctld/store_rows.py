@@ -84,6 +84,16 @@ node_drains = sa.Table(
     sa.Column("reason_uid", sa.Integer, nullable=False),
 )
 
+# Operators' State=DOWN (the same columns): it stays DOWN across ctld restarts until RESUME.
+node_downs = sa.Table(
+    "node_downs",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("reason_time", sa.Float, nullable=False),
+    sa.Column("reason_uid", sa.Integer, nullable=False),
+)
+
 # sacctmgr's records (accounts, users, associations, QOS), each a JSON document keyed by
 # its kind and name (an association's name is "account/user", "account/" for the
 # account's own); ctld/accounting.py reads and writes them.
@@ -114,6 +124,8 @@ class Op:
     reservations_delete: list[str] = field(default_factory=list)
     drains_put: list[NodeDrain] = field(default_factory=list)
     drains_delete: list[str] = field(default_factory=list)
+    downs_put: list[NodeDrain] = field(default_factory=list)  # an operator's State=DOWN
+    downs_delete: list[str] = field(default_factory=list)
     runs: list[dict[str, Any]] = field(default_factory=list)  # job_runs rows
     accounting_put: list[tuple[str, str, str]] = field(default_factory=list)  # kind, name, JSON
     accounting_delete: list[tuple[str, str]] = field(default_factory=list)  # kind, name
@@ -224,6 +236,10 @@ def apply_ops(conn: Connection, ops: Iterable[Op]) -> None:
             )
         for name in [*op.drains_delete, *(d.name for d in op.drains_put)]:
             conn.execute(node_drains.delete().where(node_drains.c.name == name))
+        for name in [*op.downs_delete, *(d.name for d in op.downs_put)]:
+            conn.execute(node_downs.delete().where(node_downs.c.name == name))
+        for down in op.downs_put:
+            conn.execute(node_downs.insert(), _drain_row(down))
         for kind, name in [*op.accounting_delete, *((k, n) for k, n, _ in op.accounting_put)]:
             conn.execute(
                 accounting.delete().where(accounting.c.kind == kind, accounting.c.name == name)
@@ -240,3 +256,12 @@ def apply_ops(conn: Connection, ops: Iterable[Op]) -> None:
                     "reason_uid": drain.reason_uid,
                 },
             )
+
+
+def _drain_row(d: NodeDrain) -> dict[str, Any]:
+    return {
+        "name": d.name,
+        "reason": d.reason,
+        "reason_time": d.reason_time,
+        "reason_uid": d.reason_uid,
+    }

@@ -24,6 +24,7 @@ from corral.auth import CONTROLLER_CN, tls
 from corral.errors import CorralError
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
+from noded import spool
 from noded.launcher import Launcher, LaunchError
 from noded.steps import StepRunner
 
@@ -120,6 +121,7 @@ class ControllerLink:
         fence_after_s: float = 0.0,
         contact_file: str = "",
         *,
+        reports_file: str = "",
         tls_dir: str = "",
         agent_address: str = "",
         stream_address: str = "",
@@ -154,8 +156,15 @@ class ControllerLink:
             self.channels.append(channel)
         self.stubs = [pbg.NodeControllerStub(c) for c in self.channels]
         self.current = 0  # the controller the link talks to
-        self.outbox: list[pb.JobStatusUpdate] = []
+        # undelivered reports live in the spool too: a restarted noded delivers them
+        self.reports_file = reports_file
+        self.outbox: list[pb.JobStatusUpdate] = (
+            spool.load_reports(reports_file) if reports_file else []
+        )
         self._outbox_ready = asyncio.Event()
+        if self.outbox:
+            log.info("undelivered reports of an earlier noded", node=name, n=len(self.outbox))
+            self._outbox_ready.set()
         self.registered = asyncio.Event()
         self.health: list[pb.NodeHealthEvent] = []  # until a heartbeat carried them
         self._beat_now = asyncio.Event()
@@ -189,7 +198,16 @@ class ControllerLink:
 
     def report(self, update: pb.JobStatusUpdate) -> None:
         self.outbox.append(update)
+        self._save_outbox()
         self._outbox_ready.set()
+
+    def _save_outbox(self) -> None:
+        if not self.reports_file:
+            return
+        try:
+            spool.save_reports(self.reports_file, self.outbox)
+        except OSError as exc:
+            log.error("undelivered reports not saved in the spool", error=str(exc))
 
     async def get_step(self, job_id: int, step_id: int) -> tuple[pb.Job, pb.Step, str]:
         """ctld's record of a step srun wants run here, with the credential srun must
@@ -324,6 +342,7 @@ class ControllerLink:
                 continue
             backoff = 0.2
             del self.outbox[: len(batch)]
+            self._save_outbox()
             if not self.outbox:
                 self._outbox_ready.clear()
 

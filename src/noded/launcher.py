@@ -28,7 +28,7 @@ from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import CorralError, LaunchError
 from corral.jobsyntax import WarnSignal, parse_warn_signal
 from corral.wire import corral_pb2 as pb
-from noded import spool
+from noded import progress, spool
 from noded.cgroups import CgroupManager, CgroupUnavailable, JobCgroup
 from noded.clock import Clock, RealClock, Timer
 from noded.env import batch_environment
@@ -214,9 +214,9 @@ class Launcher:
         )
         if self.noded.checkpoint_dir:  # the default, in the user's submit dir, is theirs
             _make_checkpoint_dir(env["CORRAL_CHECKPOINT_DIR"], who.uid, who.gid)
-        running.progress_file = env[PROGRESS_VAR] = _progress_file(
-            self._job_dir(job.job_id), who.uid, who.gid
-        )
+        path = os.path.join(self._job_dir(job.job_id), "progress")
+        running.progress_file = path if progress.make_file(path, who.uid, who.gid) else ""
+        env[PROGRESS_VAR] = running.progress_file
         env[MARKER_VAR] = running.marker
         running.cgroup = self._make_cgroup(running)
         gated = await spawn_gated(
@@ -504,6 +504,7 @@ class Launcher:
         stale = self.cgroups.stale() if self.cgroups is not None else []
         orphans = _orphans(earlier, self.instance)
         killed = await _kill_all(groups, stale, orphans)
+        progress.remove_step_files(self.spool_dir)  # every step of theirs is gone now
         for cg in stale + [p.cgroup for p in groups if p.cgroup is not None]:
             deadline = time.monotonic() + 5.0
             while not cg.try_remove() and time.monotonic() < deadline:
@@ -658,30 +659,24 @@ class Launcher:
         """A job that opted in (touched its progress file) and then stopped touching it
         for its stall timeout, while its GPUs idle, is stalled: killed, reported
         END_STALLED with the node and rank, and requeued by ctld."""
-        timeout = running.job.spec.progress_timeout_s or self.noded.progress_timeout_s
+        timeout = progress.timeout_for(running.job, self.noded.progress_timeout_s)
         if timeout <= 0 or not running.progress_file or running.stall:
             return False
         if running.process is None or running.process.returncode is not None:
             return False
-        try:
-            touched = os.stat(running.progress_file).st_mtime
-        except OSError:
-            return False
-        if touched <= 0 or now - touched < timeout:
+        silent = progress.silent_for(running.progress_file, now)
+        if silent is None or silent < timeout:
             return False  # never touched (not opted in), or recent
-        busy = [u for u in running.gpu_utils if u >= self.idle.threshold_pct]
+        busy = progress.gpus_busy(running.gpu_utils, self.idle.threshold_pct)
         if running.alloc.gpu_indices and (busy or not running.gpu_utils):
             return False  # GPUs at work (or not sampled yet): slow, not hung
-        running.stall = (
-            f"progress stalled on node {self.node_name} rank 0 (batch script): "
-            f"no heartbeat for {now - touched:.0f}s"
-        )
+        running.stall = progress.stall_detail(self.node_name, 0, "batch script", silent)
         log.error(
             "job stalled: killed to be requeued",
             job_id=running.job_id,
             node=self.node_name,
             rank=0,
-            silent_s=round(now - touched),
+            silent_s=round(silent),
         )
         running.end_reason = Update.END_STALLED
         self._terminate(running, running.kill_wait_s)
@@ -709,21 +704,6 @@ class Launcher:
             self.report(
                 Update(job_id=running.job_id, kind=Update.KIND_IDLE_GPUS, time=running.idle_since)
             )
-
-
-def _progress_file(job_dir: str, uid: int, gid: int) -> str:
-    """The job's progress heartbeat file: made now, the user's, dated 1970 (untouched)."""
-    path = os.path.join(job_dir, "progress")
-    try:
-        with open(path, "a"):
-            pass
-        os.utime(path, (0, 0))
-        if os.geteuid() == 0:
-            os.chown(path, uid, gid)
-    except OSError as exc:
-        log.warning("progress file not made", path=path, error=str(exc))
-        return ""
-    return path
 
 
 def _make_checkpoint_dir(path: str, uid: int, gid: int) -> None:

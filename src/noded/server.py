@@ -84,6 +84,10 @@ async def serve(
         lambda job_id, step_id: link_ref[0].get_step(job_id, step_id),
         lambda update: link_ref[0].report(update),
         launcher.contain_step_task,
+        spool_dir=spool,
+        noded=config.noded,
+        idle=config.idle_gpus,
+        gpus=found.gpus,
         clock=launcher.clock,
     )
     pbg.add_NodeAgentServicer_to_server(
@@ -91,12 +95,16 @@ async def serve(
     )
     if tls_dir:
         # two ports: the agent port takes only peers with a cluster certificate (ctld);
-        # srun, which has none, reaches RunTasks on the step port
+        # gRPC clients without one reach RunTasks on the step port, over TLS too: its
+        # request carries the step's credential itself, which must not cross in clear
+        tls.watch_revocations(tls_dir)  # a revoked controller certificate is refused
         agent_bound = server.add_secure_port(
             f"{bind_host}:{bind_port}", tls.server_credentials(tls_dir, name)
         )
         s_port = config.noded.step_port if step_port is None else step_port
-        bound = server.add_insecure_port(f"{bind_host}:{s_port}")
+        bound = server.add_secure_port(
+            f"{bind_host}:{s_port}", tls.step_server_credentials(tls_dir, name)
+        )
     else:
         log.warning("no [tls] dir: NodeAgent calls are not authenticated", node=name)
         agent_bound = bound = server.add_insecure_port(f"{bind_host}:{bind_port}")
@@ -133,6 +141,7 @@ async def serve(
         steps,
         fence_after_s=fence_after_s,
         contact_file=os.path.join(spool, CONTACT_FILE),
+        reports_file=os.path.join(spool, spool_mod.REPORTS_FILE),
         tls_dir=tls_dir,
         agent_address=f"{advertised_host}:{agent_bound}" if tls_dir else "",
         stream_address=stream_address,
@@ -154,6 +163,7 @@ async def serve(
         asyncio.create_task(link.run_outbox()),
         asyncio.create_task(link.run_self_fence()),
         asyncio.create_task(launcher.run_monitor()),
+        asyncio.create_task(steps.run_monitor()),
         asyncio.create_task(_watch_gpus(found.gpus, link, config.noded.health_interval_s)),
     ]
     if ready_file:

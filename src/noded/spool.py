@@ -7,6 +7,11 @@ let ctld start a second copy beside them. Each job therefore has a small state f
 accepts it and again once it runs, and ``instances`` lists the markers' instance
 tokens of the nodeds that ran here, so step tasks without a state file are found too.
 
+Status reports not yet acknowledged by ctld (``reports.pb``) are kept here too: a job
+that ended while ctld was away has its state file removed once its report is queued,
+so a noded restarted before ctld is back must still deliver that report (else ctld
+would find the job missing and run it again).
+
 A new noded cannot take the old processes over (they are not its children: their
 exit status is lost with the old noded), so it kills every one of them, removes their
 cgroups, and reports the jobs lost; ctld requeues them (or ends them NODE_FAIL).
@@ -17,11 +22,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
+
+from corral.wire import corral_pb2 as pb
+
 STATE_FILE = "state.json"
 INSTANCES_FILE = "instances"
+REPORTS_FILE = "reports.pb"
 
 
 @dataclass
@@ -88,3 +99,25 @@ def forget_instances(spool: str, mine: str) -> None:
     with open(path + ".tmp", "w") as fh:
         fh.write(mine + "\n")
     os.replace(path + ".tmp", path)
+
+
+def save_reports(path: str, updates: Sequence[pb.JobStatusUpdate]) -> None:
+    """Keep the undelivered reports (atomically); none left: no file. The page cache
+    outlives a killed noded; a machine that loses it lost its jobs as well."""
+    if not updates:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return
+    data = pb.ReportJobStatusRequest(updates=updates).SerializeToString()
+    with open(path + ".tmp", "wb") as fh:
+        fh.write(data)
+    os.replace(path + ".tmp", path)
+
+
+def load_reports(path: str) -> list[pb.JobStatusUpdate]:
+    """What an earlier noded here had not delivered (an unreadable file: nothing)."""
+    try:
+        with open(path, "rb") as fh:
+            return list(pb.ReportJobStatusRequest.FromString(fh.read()).updates)
+    except (OSError, DecodeError):
+        return []

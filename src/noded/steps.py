@@ -10,6 +10,10 @@ child keeps a pipe open past DRAIN_S, the pipe is still read until empty (everyt
 the task wrote before it exited is in it by then), never cut mid-way. The stream ends
 only after srun half-closed it (it does once it saw every exit here), so srun never
 writes to a finished stream (gRPC then reports INTERNAL over the real status).
+
+Each task gets its own progress heartbeat file (``$CORRAL_PROGRESS_FILE``, progress.py);
+``check_progress`` finds a task that opted in and went silent (its GPUs idle), names
+its node and rank to ctld (END_STALLED: the job is requeued) and stops the step here.
 """
 
 from __future__ import annotations
@@ -30,14 +34,17 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import CorralError, LaunchError
 from corral.jobsyntax import parse_warn_signal
 from corral.tasks import task_gpus
 from corral.wire import corral_pb2 as pb
+from noded import progress
 from noded.clock import Clock, RealClock, Timer
 from noded.env import step_environment
+from noded.gpu import GpuBackend
 from noded.spawn import identity_for, start_gated
-from noded.tracking import MARKER_VAR, STEP_MARKER_VAR, JobProcesses
+from noded.tracking import MARKER_VAR, PROGRESS_VAR, STEP_MARKER_VAR, JobProcesses
 
 log = structlog.get_logger("noded")
 
@@ -49,6 +56,7 @@ F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux), not in Python 3.11's fcntl
 DRAIN_S = 2.0  # how long after a task exits its pipes may still deliver output
 QUEUE_DEPTH = 64  # chunks in flight per node before readers wait for srun (<= 16 MiB)
 HALF_CLOSE_WAIT_S = 30.0  # after the last exit, how long srun has to half-close
+STALL_KILL_S = 5.0  # a stalled step here: SIGTERM now, SIGKILL this much later
 TASK_SHIM = (
     "read _ || exit 111; SLURM_TASK_PID=$$; export SLURM_TASK_PID; "
     'cd "$1" 2>/dev/null || cd /tmp; shift; exec "$@"'
@@ -71,6 +79,8 @@ class Task:
     out_fds: tuple[int, int]  # read ends of its stdout and stderr pipes
     drain: asyncio.Event = field(default_factory=asyncio.Event)  # read what is there, stop
     tty: int = -1  # --pty: the terminal's master side, for input and window sizes
+    progress: str = ""  # its own progress heartbeat file ("": none)
+    gpus: list[int] = field(default_factory=list)  # the GPUs it sees (its idle test)
 
 
 @dataclass(slots=True)
@@ -110,6 +120,8 @@ class RunningStep:
     exits: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (code, signal)
     procs: JobProcesses | None = None
     kill_task: asyncio.Task[None] | None = None
+    stall_timeout_s: float = 0.0  # the job's progress timeout (0: not watched)
+    stall: str = ""  # set once a task here was found stalled (reported once)
 
     def signal(self, sig: int) -> None:
         if self.procs is not None:
@@ -165,9 +177,19 @@ class StepRunner:
         verify: Verify,
         report: Callable[[pb.JobStatusUpdate], None] | None = None,
         contain: Callable[[int, int], None] | None = None,
+        *,
+        spool_dir: str = "",
+        noded: NodedConfig | None = None,
+        idle: IdleGpuConfig | None = None,
+        gpus: GpuBackend | None = None,
         clock: Clock | None = None,
     ) -> None:
-        self.clock: Clock = clock or RealClock()  # the --signal warning (tests: ManualClock)
+        # progress heartbeats: each task's file lives under the spool ("": none)
+        self.spool_dir = spool_dir
+        self.noded = noded or NodedConfig()
+        self.idle = idle or IdleGpuConfig()
+        self.gpus = gpus
+        self.clock: Clock = clock or RealClock()  # --signal warning, stalls (tests: ManualClock)
         # puts a task (held at its gate) into its batch job's cgroup and cores, if here
         self.contain = contain or (lambda job_id, pid: None)
         self.node_name = node_name
@@ -219,6 +241,7 @@ class StepRunner:
         if key in self.steps:
             raise LaunchError(f"step {job.job_id}.{step.step_id} already runs on this node")
         running = RunningStep(job.job_id, step.step_id, job.restart_count)
+        running.stall_timeout_s = progress.timeout_for(job, self.noded.progress_timeout_s)
         self.steps[key] = running
         queue: asyncio.Queue[Chunk | None] = asyncio.Queue(QUEUE_DEPTH)
         workers: list[asyncio.Task[None]] = []
@@ -266,6 +289,10 @@ class StepRunner:
                     os.close(task.tty)
                     task.tty = -1
             self.steps.pop(key, None)
+            for task in running.tasks:
+                if task.progress:
+                    with contextlib.suppress(OSError):
+                        os.unlink(task.progress)
             codes = [c for c, sig in running.exits.values() if not sig]
             signals = [sig for _, sig in running.exits.values() if sig]
             # a task whose end was never seen was killed by the cleanup above
@@ -291,6 +318,7 @@ class StepRunner:
         running.procs = JobProcesses(-1, step_marker, None, STEP_MARKER_VAR, uid=who.uid)
         master = start.master_addr or "127.0.0.1"
         for local_id, rank in enumerate(here.ranks):
+            gpus = task_gpus(here, step.spec, local_id)
             env = step_environment(
                 dict(start.environment),
                 job,
@@ -298,13 +326,16 @@ class StepRunner:
                 here,
                 rank=rank,
                 local_id=local_id,
-                gpus=task_gpus(here, step.spec, local_id),
+                gpus=gpus,
                 cluster=start.cluster,
                 master_addr=master,
                 master_port=port,
             )
             env[MARKER_VAR] = self.marker(job.job_id)
             env[STEP_MARKER_VAR] = step_marker
+            # its own heartbeat, never the batch script's (inherited through srun)
+            beat = self._progress_file(job.job_id, step.step_id, rank, who.uid, who.gid)
+            env[PROGRESS_VAR] = beat
             # plain pipes read here (not asyncio's): their read ends can be drained to
             # empty without blocking, so the last output is never cut off
             out_r, out_w = os.pipe()
@@ -344,7 +375,18 @@ class StepRunner:
                 self.contain(job.job_id, proc.pid)
             except OSError as exc:
                 log.warning("step task not confined", job_id=job.job_id, error=str(exc))
-            running.tasks.append(Task(rank, proc, write_fd, exited, (out_r, err_r), tty=tty))
+            running.tasks.append(
+                Task(
+                    rank,
+                    proc,
+                    write_fd,
+                    exited,
+                    (out_r, err_r),
+                    tty=tty,
+                    progress=beat,
+                    gpus=list(gpus),
+                )
+            )
             with contextlib.suppress(OSError):
                 os.write(write_fd, b"go\n")
         log.info(
@@ -355,6 +397,16 @@ class StepRunner:
             tasks=len(running.tasks),
             master=f"{master}:{port}",
         )
+
+    def _progress_file(self, job_id: int, step_id: int, rank: int, uid: int, gid: int) -> str:
+        if not self.spool_dir:
+            return ""
+        try:
+            path = progress.step_file(self.spool_dir, job_id, step_id, rank)
+        except OSError as exc:
+            log.warning("progress directory not made", error=str(exc))
+            return ""
+        return path if progress.make_file(path, uid, gid) else ""
 
     def _arm_warning(self, job: pb.Job, running: RunningStep) -> Timer | None:
         """--signal=SIG@T without B: reaches the steps (not the batch shell) T seconds
@@ -480,6 +532,84 @@ class StepRunner:
             running.procs.signal_all(signal.SIGKILL)
             await asyncio.sleep(0.02)
         log.error("step processes survive SIGKILL", job_id=running.job_id)
+
+    # ------------------------------------------------------------ hung ranks
+
+    async def run_monitor(self) -> None:
+        """Check every step's progress heartbeats each sample interval."""
+        while True:
+            await asyncio.sleep(self.noded.sample_interval_s)
+            try:
+                self.check_progress(self.clock.now())
+            except Exception:
+                log.exception("step progress check failed")
+
+    def check_progress(self, now: float) -> list[str]:
+        """Find steps with a task that opted in (touched its file) and then went silent for
+        the job's stall timeout while its GPUs idle. The most silent such task here is
+        named (it stopped first: ranks that wait on it in a collective fall silent
+        later); ctld hears END_STALLED with the node and rank, and requeues the job.
+        Returns the details reported."""
+        found: list[str] = []
+        for running in list(self.steps.values()):
+            timeout = running.stall_timeout_s
+            if timeout <= 0 or running.stall:
+                continue
+            worst: tuple[float, Task] | None = None
+            for task in running.tasks:
+                if not task.progress or task.process.returncode is not None:
+                    continue
+                if task.rank in running.exits:
+                    continue
+                silent = progress.silent_for(task.progress, now)
+                if silent is None or silent < timeout or self._gpus_busy(task, running):
+                    continue
+                if worst is None or silent > worst[0]:
+                    worst = (silent, task)
+            if worst is None:
+                continue
+            silent, task = worst
+            what = f"step {running.job_id}.{running.step_id}"
+            running.stall = progress.stall_detail(self.node_name, task.rank, what, silent)
+            log.error(
+                "step task stalled: the job is to be requeued",
+                job_id=running.job_id,
+                step_id=running.step_id,
+                node=self.node_name,
+                rank=task.rank,
+                silent_s=round(silent),
+            )
+            self.report(
+                pb.JobStatusUpdate(
+                    job_id=running.job_id,
+                    step_id=running.step_id,
+                    kind=pb.JobStatusUpdate.KIND_EXITED,
+                    end_reason=pb.JobStatusUpdate.END_STALLED,
+                    time=time.time(),
+                    exit_signal=int(signal.SIGKILL),
+                    restart_count=running.run,
+                    detail=running.stall,
+                )
+            )
+            # ctld kills every part of the job at once; this covers a ctld away meanwhile
+            running.signal(signal.SIGCONT)
+            running.signal(signal.SIGTERM)
+            if running.kill_task is None:
+                running.kill_task = asyncio.create_task(self._kill_after(running, STALL_KILL_S))
+            found.append(running.stall)
+        return found
+
+    def _gpus_busy(self, task: Task, running: RunningStep) -> bool:
+        """The task's GPUs at work: slow, not hung (a task without GPUs: never busy)."""
+        if not task.gpus or self.gpus is None:
+            return False
+        pids = running.procs.pids() if running.procs is not None else {task.process.pid}
+        try:
+            samples = self.gpus.sample(task.gpus, pids)
+        except Exception:
+            log.warning("GPU sample failed: the task is taken as busy", exc_info=True)
+            return True
+        return progress.gpus_busy([s.util_pct for s in samples], self.idle.threshold_pct)
 
     # ------------------------------------------------------------ from ctld
 

@@ -2,7 +2,9 @@
 
 A connection gets a fresh nonce; its first frame must be START with the step
 credential's proof over that nonce and the body, or it is refused and closed before
-anything else is read (a bounded wait, a bounded size). The step then runs through the
+anything else is read (a bounded wait, a bounded size). Without TLS, every frame after
+START carries its tag both ways (``FrameMac``): a frame that fails it ends the step as
+srun going away does. The step then runs through the
 same StepRunner as gRPC's RunTasks: frames in become TaskInputs, TaskEvents go out as
 frames, and ``drain`` after each write is the flow control (a slow srun fills the
 socket, then the runner's bounded queue, then the tasks' pipes: nothing is dropped).
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import json
 import os
@@ -77,14 +80,32 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return kind, await reader.readexactly(length - 1)
 
 
-def event_frame(item: Started | Chunk) -> bytes:
+def event_frame(item: Started | Chunk, mac: ss.FrameMac | None = None) -> bytes:
     if isinstance(item, Chunk):
         if item.exit is None:  # output: the bytes as they came, behind a 9-byte head
             kind = ss.STDERR if item.stderr else ss.STDOUT
+            if mac is not None:
+                return mac.seal(kind, ss.RANK.pack(item.rank), item.data)
             return ss.HEADER.pack(len(item.data) + 5, kind) + ss.RANK.pack(item.rank) + item.data
-        return ss.frame(ss.EXIT, ss.EXIT_FIELDS.pack(item.rank, *item.exit))
-    body = {"masterPort": item.master_port, "pids": item.pids}
-    return ss.frame(ss.STARTED, json.dumps(body).encode())
+        kind, payload = ss.EXIT, ss.EXIT_FIELDS.pack(item.rank, *item.exit)
+    else:
+        body = {"masterPort": item.master_port, "pids": item.pids}
+        kind, payload = ss.STARTED, json.dumps(body).encode()
+    return ss.frame(kind, payload) if mac is None else mac.seal(kind, payload)
+
+
+class Tags:
+    """The tags of one plaintext connection, once its START is proven (None with TLS)."""
+
+    def __init__(self) -> None:
+        self.inbound: ss.FrameMac | None = None
+        self.outbound: ss.FrameMac | None = None
+        self.started = False  # STARTED sent: from then on even REFUSED carries a tag
+
+    def key(self, credential: str, nonce: bytes) -> None:
+        up, down = ss.session_keys(credential, nonce)
+        self.inbound = ss.FrameMac(up, hashlib.sha256)
+        self.outbound = ss.FrameMac(down, hashlib.sha256)
 
 
 def task_input(kind: int, payload: bytes) -> pb.TaskInput | None:
@@ -132,52 +153,76 @@ class StepStreamServer:
                 await self._refuse(writer, str(exc) or "no START in time")
                 return
 
-            def proven(credential: str) -> bool:
-                return hmac.compare_digest(ss.proof(credential, nonce, body), mac)
+            tags = None if self.tls is not None else Tags()
 
-            await self._serve(start, proven, reader, writer)
+            def proven(credential: str) -> bool:
+                good = hmac.compare_digest(ss.proof(credential, nonce, body), mac)
+                if good and tags is not None:
+                    tags.key(credential, nonce)
+                return good
+
+            await self._serve(start, proven, tags, reader, writer)
         finally:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
     @staticmethod
-    async def _refuse(writer: asyncio.StreamWriter, why: str) -> None:
+    async def _refuse(writer: asyncio.StreamWriter, why: str, tags: Tags | None = None) -> None:
         with contextlib.suppress(Exception):
-            writer.write(ss.frame(ss.REFUSED, why.encode()))
+            if tags is not None and tags.started and tags.outbound is not None:
+                writer.write(tags.outbound.seal(ss.REFUSED, why.encode()))
+            else:
+                writer.write(ss.frame(ss.REFUSED, why.encode()))
             await writer.drain()
 
     async def _serve(
         self,
         start: pb.RunTasksRequest,
         proven: Any,
+        tags: Tags | None,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
         me = asyncio.current_task()
 
         async def inputs() -> AsyncIterator[pb.TaskInput]:
+            # read only after STARTED (StepRunner feeds the tasks then): the keys are set
             try:
                 while True:
-                    kind, payload = await read_frame(reader)
+                    kind, raw = await read_frame(reader)
+                    payload = bytearray(raw)
+                    if tags is not None:
+                        if tags.inbound is None:
+                            raise ss.TamperedError("a frame before the step was proven")
+                        tags.inbound.open(kind, payload)
                     if kind == ss.DONE:
                         return
-                    item = task_input(kind, payload)
+                    item = task_input(kind, bytes(payload))
                     if item is not None:
                         yield item
+            except ss.TamperedError as exc:
+                # a peer on the path wrote into the connection: nothing more from it
+                log.warning("task stream tampered with", job_id=start.job.job_id, error=str(exc))
+                if me is not None:
+                    me.cancel()
             except (asyncio.IncompleteReadError, OSError, Refused):
                 # srun went away without DONE: its step ends (gRPC's cancellation)
                 if me is not None:
                     me.cancel()
 
         events = self.steps.events(start, inputs(), check=proven)
+        outbound = None
         try:
             async for event in events:
-                writer.write(event_frame(event))
+                if tags is not None and outbound is None:
+                    outbound = tags.outbound  # set by the proof, before the first event
+                    tags.started = True
+                writer.write(event_frame(event, outbound))
                 await writer.drain()
         except CorralError as exc:
             log.warning("task stream refused", job_id=start.job.job_id, error=str(exc))
-            await self._refuse(writer, str(exc))
+            await self._refuse(writer, str(exc), tags)
         except (OSError, asyncio.CancelledError):
             log.info("srun went away", job_id=start.job.job_id, step_id=start.step.step_id)
         finally:

@@ -4,14 +4,13 @@ reason until another ends, submit-time refusals, and a restart keeping it all.""
 
 from __future__ import annotations
 
-import os
 import pathlib
-import shutil
 
 import pytest
 
 from corral.testing import LocalCluster
 from tests.conftest import Commands, wait_for
+from tests.integration.realusers import Users, command
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -111,33 +110,25 @@ def test_grp_gres_limit_on_real_daemons(
     )
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("useradd"), reason="needs root and useradd"
-)
-def test_a_user_may_read_but_not_change_it(cluster: LocalCluster, cmd: Commands) -> None:
-    from tests.integration.test_security import Users, command, open_dir
-
-    users = Users(open_dir("corral-acct-"))
-    try:
-        sacctmgr(cmd, "-i", "add", "account", "vision")
-        name = users.alice.pw_name
-        sacctmgr(cmd, "-i", "add", "user", name, "Account=vision")
-        code, _out, err = command(
-            cluster, users.alice, "sacctmgr", "-i", "modify", "user", name, "set", "MaxJobs=9"
-        )
-        assert code == 1
-        assert "Access/permission denied" in err
-        code, out, err = command(
-            cluster, users.alice, "sacctmgr", "-n", "-P", "show", "user", "format=User,DefaultA"
-        )
-        assert code == 0, err
-        assert out == f"{name}|vision\n"
-        # AdminLevel=Operator in the database makes them an operator
-        sacctmgr(cmd, "-i", "modify", "user", name, "set", "AdminLevel=Operator")
-        code, out, err = command(
-            cluster, users.alice, "sacctmgr", "-i", "modify", "user", name, "set", "MaxJobs=9"
-        )
-        assert code == 0, err
-    finally:
-        users.remove()
-        shutil.rmtree(users.base, ignore_errors=True)
+def test_a_user_may_read_but_not_change_it(
+    cluster: LocalCluster, cmd: Commands, users: Users
+) -> None:
+    sacctmgr(cmd, "-i", "add", "account", "vision")
+    name = users.alice.pw_name
+    sacctmgr(cmd, "-i", "add", "user", name, "Account=vision")
+    code, _out, err = command(
+        cluster, users.alice, "sacctmgr", "-i", "modify", "user", name, "set", "MaxJobs=9"
+    )
+    assert code == 1
+    assert "Access/permission denied" in err
+    code, out, err = command(
+        cluster, users.alice, "sacctmgr", "-n", "-P", "show", "user", "format=User,DefaultA"
+    )
+    assert code == 0, err
+    assert out == f"{name}|vision\n"
+    # AdminLevel=Operator in the database makes them an operator
+    sacctmgr(cmd, "-i", "modify", "user", name, "set", "AdminLevel=Operator")
+    code, out, err = command(
+        cluster, users.alice, "sacctmgr", "-i", "modify", "user", name, "set", "MaxJobs=9"
+    )
+    assert code == 0, err

@@ -6,9 +6,7 @@ munge is a test requirement, never skipped: .ci/run installs the package.
 
 from __future__ import annotations
 
-import ctypes  # noqa: F401  (loaded before a child becomes another user: /root is 0700)
 import os
-import shutil
 import time
 from collections.abc import Iterator
 
@@ -17,10 +15,10 @@ import pytest
 from corral.auth import munge
 from corral.errors import CorralError, PermissionDenied
 from corral.testing import LocalCluster
+from corral.testing.cluster import ClusterFactory
 from corral.testing.munge import Munged
 from corral.testing.munge import available as munge_available
-from tests.conftest import print_logs
-from tests.integration.test_security import Users, as_user, job, open_dir, raw, wait_state
+from tests.integration.realusers import Users, as_user, job, raw
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -63,29 +61,10 @@ def test_a_credential_from_another_key_is_refused(munged: Munged) -> None:
 
 
 @pytest.fixture(scope="module")
-def users() -> Iterator[Users]:
-    base = open_dir("corral-munge-homes-")
-    made = Users(base)
-    try:
-        yield made
-    finally:
-        made.remove()
-        shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def munge_cluster(munged: Munged, users: Users) -> Iterator[LocalCluster]:
-    base = open_dir("corral-munge-cluster-")
-    c = LocalCluster(
-        base / "cluster", nodes=1, gpus_per_node=0, auth_type="munge", munge_socket=munged.socket
+def munge_cluster(munged: Munged, module_cluster_factory: ClusterFactory) -> LocalCluster:
+    return module_cluster_factory(
+        nodes=1, gpus_per_node=0, auth_type="munge", munge_socket=munged.socket
     )
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
-        print_logs(c)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_a_user_submits_over_tcp_with_munge(
@@ -112,7 +91,7 @@ def test_a_user_submits_over_tcp_with_munge(
 
     code, out, err = as_user(bob, submit)
     assert code == 0, err
-    seen = wait_state(munge_cluster, int(out), "COMPLETED", "FAILED")
+    seen = munge_cluster.wait_state(int(out), "COMPLETED", "FAILED")
     assert (seen["user"], seen["uid"]) == (bob.pw_name, bob.pw_uid)
     assert (users.home(bob) / "munge.out").read_text().strip() == str(bob.pw_uid)
     # no credential over TCP: refused; the Unix socket still works for everyone

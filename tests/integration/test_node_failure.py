@@ -35,9 +35,9 @@ def make_cluster(tmp_path: pathlib.Path, cluster_factory: ClusterFactory) -> Any
         state = cluster_factory.base / f"cluster{len(cluster_factory.started)}"
         kw.setdefault("nodes", 3)
         kw.setdefault("gpus_per_node", 0)
+        kw.setdefault("heartbeat_interval_s", INTERVAL_S)
+        kw.setdefault("heartbeat_timeout_s", TIMEOUT_S)
         c = cluster_factory(
-            heartbeat_interval_s=INTERVAL_S,
-            heartbeat_timeout_s=TIMEOUT_S,
             noded_config=f'checkpoint_dir = "{state / "checkpoints"}"',
             **kw,
         )
@@ -126,8 +126,11 @@ def test_dead_node_job_requeued_resumes_and_no_requeue_ends_node_fail(
     detected = time.monotonic() - killed_at
     assert detected <= TIMEOUT_S + INTERVAL_S + 1.0, detected
     assert node_state(cluster, dead)["reason"] == "Not responding"
-    sinfo = cmd("sinfo", "-R", "-h", "-o", "%E|%N").stdout
-    assert f"Not responding|{dead}" in sinfo
+    sinfo = cmd("sinfo", "-R", "-h", "-o", "%E|%H|%N").stdout
+    day = time.strftime("%Y-%m-%dT")
+    assert f"Not responding|{day}" in sinfo and f"|{dead}" in sinfo, sinfo
+    show = cmd("scontrol", "show", "node", dead).stdout
+    assert "State=DOWN+NOT_RESPONDING" in show and f"Reason=Not responding [root@{day}" in show
     # requeued onto the healthy nodes without waiting for the dead one
     wait_steps(cluster, job_id, 1, run="1")
     again = cmd.job(job_id)
@@ -245,6 +248,99 @@ def test_scontrol_requeue_and_state_down(make_cluster: Any) -> None:
     assert_no_stray(cluster)
 
 
+def test_requeue_and_operator_down_survive_a_ctld_restart(make_cluster: Any) -> None:
+    """ctld loses nothing it acknowledged: a requeue asked while the node stops the job,
+    and an operator's State=DOWN, both outlive a kill -9 of ctld."""
+    # a long timeout: neither self-fencing nor DOWN may stand in for what is tested
+    cluster, cmd = make_cluster(nodes=2, kill_wait_s=5.0, heartbeat_timeout_s=60.0)
+    ckpt = cluster.state_dir / "checkpoints"
+    # the batch shell takes its time to stop (SIGKILL after kill_wait ends it): ctld dies
+    # in between, so the new ctld alone hears how the run ended
+    job_id = cmd(
+        "sbatch",
+        "--parsable",
+        "-o",
+        "train-%j.out",
+        "--wrap",
+        f'trap "touch {ckpt}/$SLURM_JOB_ID/term-$SLURM_RESTART_COUNT; sleep 60" TERM\n'
+        f"python3 {TRAIN} --steps 80 --step-time 0.1 & wait; wait",
+    ).stdout.strip()
+    cmd.wait_state(job_id, "RUNNING")
+    wait_steps(cluster, job_id, 3)
+    cmd("scontrol", "requeue", job_id)
+    wait_for(lambda: (ckpt / job_id / "term-0").exists(), 20, "the batch shell to get SIGTERM")
+    cluster.kill_process("ctld")
+    cluster.start_ctld()
+    wait_steps(cluster, job_id, 1, run="1")  # requeued, not CANCELLED
+    runs = cmd("sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State").stdout.split()
+    assert runs[0] == "REQUEUED", runs
+
+    host = cmd.job(job_id)["batchHost"]
+    cmd("scontrol", "update", f"NodeName={host}", "State=DOWN", "Reason=maint")
+    wait_steps(cluster, job_id, 1, run="2")
+    cluster.kill_process("ctld")
+    cluster.start_ctld()
+    # registered again, heartbeating, and still DOWN with the operator's reason
+    wait_for(lambda: node_state(cluster, host).get("lastHeartbeat"), 20, "the node back")
+    sinfo = cmd("sinfo", "-R", "-h", "-n", host, "-o", "%E|%T").stdout.split()
+    assert sinfo == ["maint|down*"], sinfo  # sinfo gives DOWN Slurm's "*" always
+    assert host not in cmd.job(job_id)["nodelist"]
+    cmd("scontrol", "update", f"NodeName={host}", "State=RESUME")
+    wait_for(lambda: node_state(cluster, host).get("state") == "NODE_STATE_IDLE", 20, "resumed")
+    cmd.wait_state(job_id, "COMPLETED", timeout=90)
+    assert_ran_once(cluster, job_id, 80)
+    assert_no_stray(cluster)
+
+
+def test_drain_lets_jobs_finish_places_nothing_and_resume_returns_the_node(
+    make_cluster: Any,
+) -> None:
+    cluster, cmd = make_cluster(nodes=2)
+    job_id = submit_training(cmd, steps=15, step_time=0.2)
+    host = cmd.wait_state(job_id, "RUNNING")["batchHost"]
+    wait_steps(cluster, job_id, 2)
+    cmd("scontrol", "update", f"NodeName={host}", "State=DRAIN", "Reason=disk")
+    assert cmd("sinfo", "-h", "-n", host, "-o", "%T").stdout.split() == ["draining"]
+    later = cmd("sbatch", "--parsable", "-w", host, "--wrap", "true").stdout.strip()
+    done = cmd.wait_state(job_id, "COMPLETED", timeout=60)  # it ran on, where it was
+    assert done["batchHost"] == host and "restartCount" not in done
+    wait_for(lambda: node_state(cluster, host).get("state") == "NODE_STATE_DRAIN", 20, "drained")
+    assert cmd.job(later)["state"] == "JOB_STATE_PENDING"  # nothing new goes there
+    cmd("scontrol", "update", f"NodeName={host}", "State=RESUME")
+    cmd.wait_state(later, "COMPLETED", timeout=30)
+
+
+def test_a_report_held_by_a_restarted_noded_still_arrives(make_cluster: Any) -> None:
+    """A job ends while ctld is away; noded is killed and started again before ctld is
+    back: its report, kept in the spool, reaches ctld (the job is not run again)."""
+    cluster, cmd = make_cluster(nodes=1, heartbeat_timeout_s=60.0)
+    job_id = cmd(
+        "sbatch",
+        "--parsable",
+        "-o",
+        "once-%j.out",
+        "--wrap",
+        "echo ran >> runs; while [ ! -e go ]; do sleep 0.05; done",
+    ).stdout.strip()
+    cmd.wait_state(job_id, "RUNNING")
+    wait_for(lambda: (cmd.cwd / "runs").exists(), 20, "the job to start")
+    cluster.kill_process("ctld")
+    (cmd.cwd / "go").touch()  # it ends now; nobody can hear of it
+    spool = cluster.state_dir / "spool" / cluster.node_names[0]
+    wait_for(
+        lambda: not list(spool.glob("job*/state.json")) and (spool / "reports.pb").exists(),
+        20,
+        "the job done, its report waiting in the spool",
+    )
+    cluster.kill_node(0, with_jobs=False)
+    cluster.start_ctld()
+    cluster.start_node(0)
+    job = cmd.wait_state(job_id, "COMPLETED")
+    assert "restartCount" not in job
+    assert (cmd.cwd / "runs").read_text() == "ran\n"  # ran once
+    wait_for(lambda: not (spool / "reports.pb").exists(), 20, "the delivered report dropped")
+
+
 def assert_no_stray(cluster: LocalCluster) -> None:
     for i in range(cluster.nodes):
         wait_for(lambda i=i: not cluster.node_job_pids(i), 15, f"node {i} clean")
@@ -266,6 +362,58 @@ def test_stalled_job_is_named_and_requeued(make_cluster: Any) -> None:
     assert f"NODE_FAIL|progress stalled on node {host} rank 0" in acct.splitlines()[0]
     cmd.wait_state(job_id, "COMPLETED", timeout=90)
     assert_ran_once(cluster, job_id, 60)
+
+
+def rank_pid(cluster: LocalCluster, index: int, rank: int) -> int:
+    """The pid of the srun task of ``rank`` on node ``index`` (its SLURM_PROCID)."""
+    want = f"SLURM_PROCID={rank}".encode()
+    for pid in cluster.node_job_pids(index):
+        try:
+            env = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if want in env:
+            return pid
+    raise AssertionError(f"no task of rank {rank} on node {index}")
+
+
+def test_stalled_srun_rank_on_another_node_is_named_and_requeued(make_cluster: Any) -> None:
+    """Every srun task has its own progress file: a hung rank on a node that is not
+    the batch host is found there, named (node and rank) and the job requeued."""
+    cluster, cmd = make_cluster(nodes=2, sample_interval_s=0.5)
+    job_id = cmd(
+        "sbatch",
+        "--parsable",
+        "-N2",
+        "--ntasks-per-node=1",
+        "--progress-timeout=2",
+        "-o",
+        "train-%j.out",
+        "--wrap",
+        f"srun python3 {TRAIN} --steps 60 --step-time 0.2",
+    ).stdout.strip()
+    host = cmd.wait_state(job_id, "RUNNING")["batchHost"]
+    other = next(n for n in cluster.node_names if n != host)
+
+    def taken(run: str, rank: str) -> int:
+        return sum(1 for e in steps_log(cluster, job_id) if (e["run"], e["rank"]) == (run, rank))
+
+    wait_for(lambda: taken("0", "1") >= 3, 60, "rank 1 to take 3 steps")
+    os.kill(rank_pid(cluster, cluster.node_names.index(other), 1), signal.SIGSTOP)
+    wait_for(lambda: taken("1", "1") >= 1, 60, "the requeued run's rank 1 to take a step")
+    named = f"progress stalled on node {other} rank 1 (step {job_id}.0)"
+    requeued = [e for e in cmd.job(job_id)["events"] if e["event"] == "requeued"]
+    assert named in requeued[0]["detail"], requeued
+    acct = cmd("sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State,Reason").stdout
+    assert f"NODE_FAIL|{named}" in acct.splitlines()[0]
+    assert named in cmd("corral", "why", job_id).stdout
+    cmd.wait_state(job_id, "COMPLETED", timeout=90)
+    log = steps_log(cluster, job_id)
+    first_rerun = next(i for i, e in enumerate(log) if e["run"] == "1")
+    assert not [e for e in log[first_rerun:] if e["run"] == "0"], "the stalled copy ran on"
+    rerun = [int(e["step"]) for e in log if (e["run"], e["rank"]) == ("1", "0")]
+    assert rerun[0] > 3 and rerun[-1] == 60  # resumed from rank 0's checkpoint
+    assert_no_stray(cluster)
 
 
 def test_ctld_killed_during_concurrent_submits_loses_and_doubles_nothing(

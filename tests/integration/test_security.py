@@ -2,220 +2,56 @@
 
 Each row of the authorization table is tried by real users made with useradd: through
 the real commands (run in a child process that became that user, so ctld learns the
-uid from the kernel) and through forged raw requests. Node-side: calls without the
-node's certificate, with another node's certificate, and straight to noded.
+uid from the kernel: tests/integration/realusers.py) and through forged raw requests.
+Node-side: calls without the node's certificate, with another node's certificate, and
+straight to noded.
 """
 
 from __future__ import annotations
 
 import asyncio
-import grp  # noqa: F401  (commands import it lazily; a child that became a user may not read it)
 import json
 import os
 import pathlib
 import pwd
-import secrets
 import shutil
 import subprocess
 import sys
-import tempfile
-import traceback
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
 import pytest
 
-from corral.api import HttpController as Client
 from corral.auth import CONTROLLER_CN
 from corral.auth import tls as ctls
 from corral.errors import CorralError
 from corral.testing import LocalCluster
+from corral.testing.cluster import ClusterFactory
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
-from tests.conftest import print_logs, wait_for
+from tests.conftest import wait_for
+from tests.integration.realusers import (
+    Users,
+    as_user,
+    can_make_users,
+    command,
+    job,
+    raw,
+    submit_as,
+)
 
 pytestmark = [
     pytest.mark.timeout(180),
-    pytest.mark.skipif(
-        os.geteuid() != 0 or not shutil.which("useradd"), reason="needs root and useradd"
-    ),
+    pytest.mark.skipif(not can_make_users(), reason="needs root and useradd"),
 ]
 
 
-class Users:
-    def __init__(self, base: pathlib.Path) -> None:
-        self.base = base
-        self.made: list[str] = []
-        tag = secrets.token_hex(3)
-        self.alice = self._add(f"crla{tag}")
-        self.bob = self._add(f"crlb{tag}")
-        self.op = self._add(f"crlo{tag}")
-
-    def _add(self, name: str) -> pwd.struct_passwd:
-        subprocess.run(["useradd", "-M", "-d", "/nonexistent", "-s", "/bin/sh", name], check=True)
-        self.made.append(name)
-        pw = pwd.getpwnam(name)
-        home = self.base / name
-        home.mkdir(mode=0o755)
-        os.chown(home, pw.pw_uid, pw.pw_gid)
-        return pw
-
-    def home(self, pw: pwd.struct_passwd) -> pathlib.Path:
-        return self.base / pw.pw_name
-
-    def remove(self) -> None:
-        for name in self.made:
-            subprocess.run(["userdel", name], check=False, capture_output=True)
-            subprocess.run(["groupdel", name], check=False, capture_output=True)
-
-
-def open_dir(prefix: str) -> pathlib.Path:
-    """A directory other users can enter (pytest's own tmp dirs are root's, 0700)."""
-    path = pathlib.Path(tempfile.mkdtemp(prefix=prefix))
-    path.chmod(0o755)
-    return path
-
-
 @pytest.fixture(scope="module")
-def users() -> Iterator[Users]:
-    base = open_dir("corral-sec-homes-")
-    made = Users(base)
-    try:
-        yield made
-    finally:
-        made.remove()
-        shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def secure(users: Users) -> Iterator[LocalCluster]:
-    base = open_dir("corral-sec-")  # noded's spool: the users' scripts are read from there
-    c = LocalCluster(
-        base / "cluster",
-        nodes=2,
-        gpus_per_node=0,
-        kill_wait_s=2.0,
-        controller_config=f'operators = ["{users.op.pw_name}"]',
-    )
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
-        print_logs(c)
-        shutil.rmtree(base, ignore_errors=True)
-
-
-# ---------------------------------------------------------------- running as a user
-
-
-def as_user(
-    pw: pwd.struct_passwd,
-    body: Callable[[], Any],
-    *,
-    cwd: pathlib.Path | None = None,
-    env: dict[str, str] | None = None,
-    gid: int | None = None,
-) -> tuple[int, str, str]:
-    """Run ``body`` in a child that is ``pw`` (uid, gid, groups): (exit, stdout, stderr)."""
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: become the user, run, never return
-        code = 99
-        try:
-            os.close(out_r)
-            os.close(err_r)
-            sys.stdout = open(out_w, "w")  # noqa: SIM115
-            sys.stderr = open(err_w, "w")  # noqa: SIM115
-            primary = pw.pw_gid if gid is None else gid
-            os.setgroups(os.getgrouplist(pw.pw_name, pw.pw_gid))
-            os.setgid(primary)
-            os.setuid(pw.pw_uid)
-            os.chdir(cwd or "/")
-            os.environ.clear()
-            os.environ.update(env or {})
-            os.environ["USER"] = pw.pw_name
-            result = body()
-            code = result if isinstance(result, int) else 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    os.close(out_w)
-    os.close(err_w)
-    with open(out_r) as fo, open(err_r) as fe:
-        out, err = fo.read(), fe.read()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out, err
-
-
-def command(
-    cluster: LocalCluster,
-    pw: pwd.struct_passwd,
-    *argv: str,
-    cwd: pathlib.Path | None = None,
-    gid: int | None = None,
-) -> tuple[int, str, str]:
-    """A real command (its main, in-process) as user ``pw`` over the cluster's socket."""
-    import importlib
-
-    module = importlib.import_module(f"client.{argv[0]}")
-
-    def body() -> None:
-        sys.argv = list(argv)
-        module.main()
-
-    env = {k: v for k, v in cluster.env().items() if k.startswith(("CORRAL_", "PATH"))}
-    return as_user(pw, body, cwd=cwd, env=env, gid=gid)
-
-
-def raw(
-    cluster: LocalCluster,
-    pw: pwd.struct_passwd,
-    method: str,
-    request: dict[str, Any],
-    headers: dict[str, str] | None = None,
-    gid: int | None = None,
-) -> dict[str, Any]:
-    """A hand-made request as ``pw`` on the socket, with any headers it likes to claim."""
-
-    def body() -> None:
-        client = Client(socket_path=cluster.socket)
-        if headers:  # forged claims ride along with the request
-            original = client.headers
-            claims = list(headers.items())
-            client.headers = lambda m: original(m) + claims  # type: ignore[method-assign]
-        try:
-            print(json.dumps({"ok": client.call(method, request)}))
-        except CorralError as exc:
-            print(json.dumps({"error": type(exc).__name__, "message": exc.message}))
-
-    code, out, err = as_user(pw, body, gid=gid)
-    assert code == 0, err
-    return dict(json.loads(out))
-
-
-def submit_as(cluster: LocalCluster, users: Users, pw: pwd.struct_passwd, *args: str) -> int:
-    code, out, err = command(cluster, pw, "sbatch", "--parsable", *args, cwd=users.home(pw))
-    assert code == 0, err
-    return int(out.strip().split(";")[0])
-
-
-def job(cluster: LocalCluster, job_id: int, **flags: Any) -> dict[str, Any]:
-    reply = cluster.client().call("GetJobs", {"filter": {"jobIds": [str(job_id)]}, **flags})
-    return dict(reply["jobs"][0])
-
-
-def wait_state(cluster: LocalCluster, job_id: int, *states: str, timeout: float = 30) -> Any:
-    wanted = {f"JOB_STATE_{s}" for s in states}
-    return wait_for(
-        lambda: (j := job(cluster, job_id))["state"] in wanted and j, timeout, f"{job_id} {states}"
+def secure(users: Users, module_cluster_factory: ClusterFactory) -> LocalCluster:
+    # the factory's base directory is world-readable: noded's spool, where the users'
+    # scripts are read from, is under it
+    return module_cluster_factory(
+        nodes=2, gpus_per_node=0, controller_config=f'operators = ["{users.op.pw_name}"]'
     )
 
 
@@ -227,7 +63,7 @@ def test_a_user_submits_as_themselves_whatever_they_claim(
 ) -> None:
     bob = users.bob
     job_id = submit_as(secure, users, bob, "--wrap", "id -u; id -g", "-o", "id.out")
-    seen = wait_state(secure, job_id, "COMPLETED", "FAILED")
+    seen = secure.wait_state(job_id, "COMPLETED", "FAILED")
     assert (seen["user"], seen["uid"]) == (bob.pw_name, bob.pw_uid)
     text = (users.home(bob) / "id.out").read_text().split()
     assert text == [str(bob.pw_uid), str(bob.pw_gid)]
@@ -239,7 +75,7 @@ def test_a_user_submits_as_themselves_whatever_they_claim(
         "environment": {"PATH": "/usr/bin:/bin"},
     }
     reply = raw(secure, bob, "SubmitJob", {"spec": spec}, headers=claims)
-    forged = wait_state(secure, int(reply["ok"]["jobId"]), "COMPLETED", "FAILED")
+    forged = secure.wait_state(int(reply["ok"]["jobId"]), "COMPLETED", "FAILED")
     assert (forged["uid"], forged.get("gid", 0)) == (bob.pw_uid, bob.pw_gid)
     assert (users.home(bob) / "forged.out").read_text().strip() == str(bob.pw_uid)
 
@@ -250,6 +86,20 @@ def test_a_group_the_user_is_not_in_is_refused(secure: LocalCluster, users: User
         secure, users.bob, "sbatch", "--wrap", "true", cwd=users.home(users.bob), gid=42
     )
     assert code != 0 and "not a member of group 42" in err
+    # nor alice's group, which the database gives alice only
+    group = users.group.gr_gid
+    home = users.home(users.bob)
+    code, _, err = command(secure, users.bob, "sbatch", "--wrap", "true", cwd=home, gid=group)
+    assert code != 0 and f"not a member of group {group}" in err
+    # alice, running with it (as after `sg`), submits and her job runs with it
+    alice, home = users.alice, users.home(users.alice)
+    argv = ("sbatch", "--parsable", "-o", "gid.out", "--wrap", "id -g; id -G")
+    code, out, err = command(secure, alice, *argv, cwd=home, gid=group)
+    assert code == 0, err
+    seen = secure.wait_state(int(out.strip()), "COMPLETED", "FAILED")
+    assert (seen["uid"], seen["gid"]) == (alice.pw_uid, group)
+    gid, groups = (home / "gid.out").read_text().splitlines()
+    assert int(gid) == group and str(group) in groups.split()
 
 
 # ---------------------------------------------------------------- users: their own jobs only
@@ -258,7 +108,7 @@ def test_a_group_the_user_is_not_in_is_refused(secure: LocalCluster, users: User
 def test_users_act_on_their_own_jobs_only(secure: LocalCluster, users: Users) -> None:
     alice, bob = users.alice, users.bob
     held = submit_as(secure, users, alice, "-H", "--wrap", "true")
-    assert wait_state(secure, held, "PENDING")
+    assert secure.wait_state(held, "PENDING")
     for argv in (
         ("scancel", str(held)),
         ("scontrol", "release", str(held)),
@@ -283,9 +133,14 @@ def test_users_act_on_their_own_jobs_only(secure: LocalCluster, users: Users) ->
     # the owner may
     code, _, err = command(secure, alice, "scontrol", "update", f"JobId={held}", "TimeLimit=5")
     assert code == 0, err
+    # ...but raising a limit of their own job is an operator's (Slurm's rule)
+    argv = ("scontrol", "update", f"JobId={held}", "TimeLimit=2-00:00:00")
+    code, _, err = command(secure, alice, *argv)
+    assert code != 0 and "only an operator may extend a time limit" in err
+    assert int(job(secure, held)["timeLimitS"]) == 300
     code, _, err = command(secure, alice, "scancel", str(held))
     assert code == 0, err
-    wait_state(secure, held, "CANCELLED")
+    secure.wait_state(held, "CANCELLED")
 
 
 def test_users_never_see_others_scripts_environment_or_exports(
@@ -293,7 +148,14 @@ def test_users_never_see_others_scripts_environment_or_exports(
 ) -> None:
     alice, bob = users.alice, users.bob
     job_id = submit_as(
-        secure, users, alice, "-H", "--export=ALL,API_KEY=s3cret", "--wrap", "echo s3cret-script"
+        # --wra: the commands take unambiguous prefixes, and the submit line keeps them
+        secure,
+        users,
+        alice,
+        "-H",
+        "--export=ALL,API_KEY=s3cret",
+        "--wra",
+        "echo s3cret-script",
     )
     others = raw(secure, bob, "GetJobs", {"filter": {"jobIds": [str(job_id)]}, "withSpec": True})[
         "ok"
@@ -347,7 +209,7 @@ def test_operators_act_on_every_job_and_drain_nodes_users_cannot(
     held = submit_as(secure, users, alice, "-H", "--wrap", "true")
     code, _, err = command(secure, op, "scancel", str(held))
     assert code == 0, err
-    wait_state(secure, held, "CANCELLED")
+    secure.wait_state(held, "CANCELLED")
 
 
 def test_reservations_need_an_administrator(secure: LocalCluster, users: Users) -> None:
@@ -389,6 +251,31 @@ def test_only_the_key_owner_can_mint_tokens_and_tokens_are_checked(
             secure.tcp_client(token=bad).call("GetJobs", {})
 
 
+def test_commands_over_tcp_take_a_token_from_slurm_jwt_or_an_owner_only_file(
+    secure: LocalCluster, users: Users
+) -> None:
+    bob, home = users.bob, users.home(users.bob)
+    tcp = {"CORRAL_CTLD_SOCKET": ""}  # the HTTP gateway's TCP port, not the socket
+    code, _, err = command(secure, bob, "squeue", env=tcp)
+    assert code != 0 and "no credential" in err
+    token = secure.token(bob.pw_name)  # as `corral token --user bob` prints it
+    argv = ("sbatch", "--parsable", "-o", "jwt.out", "--wrap", "id -u")
+    code, out, err = command(secure, bob, *argv, cwd=home, env={**tcp, "SLURM_JWT": token})
+    assert code == 0, err
+    seen = secure.wait_state(int(out.strip()), "COMPLETED", "FAILED")
+    assert seen["uid"] == bob.pw_uid
+    assert (home / "jwt.out").read_text().strip() == str(bob.pw_uid)
+    path = home / "token"
+    path.write_text(token)
+    os.chown(path, bob.pw_uid, bob.pw_gid)
+    for mode, works in ((0o644, False), (0o600, True)):
+        path.chmod(mode)
+        code, _, err = command(secure, bob, "squeue", env={**tcp, "CORRAL_TOKEN_FILE": str(path)})
+        assert (code == 0) is works, (oct(mode), err)
+        if not works:
+            assert "a token file must be yours and readable by you only" in err
+
+
 # ---------------------------------------------------------------- files
 
 
@@ -400,7 +287,7 @@ def test_a_symlinked_output_into_another_users_directory_is_refused(
     (users.home(bob) / "out-link").symlink_to(target)
     os.lchown(users.home(bob) / "out-link", bob.pw_uid, bob.pw_gid)
     job_id = submit_as(secure, users, bob, "-o", "out-link", "--wrap", "echo gotcha")
-    seen = wait_state(secure, job_id, "FAILED", "COMPLETED")
+    seen = secure.wait_state(job_id, "FAILED", "COMPLETED")
     assert seen["state"] == "JOB_STATE_FAILED"
     assert "cannot set up the job's files" in seen["reason"]
     assert not target.exists()
@@ -441,7 +328,7 @@ def test_oversize_submissions_are_refused_with_the_limit(
     }
     reply = raw(secure, bob, "SubmitJob", {"spec": spec})
     assert "ok" in reply, reply
-    done = wait_state(secure, int(reply["ok"]["jobId"]), "COMPLETED", "FAILED", timeout=60)
+    done = secure.wait_state(int(reply["ok"]["jobId"]), "COMPLETED", "FAILED", timeout=60)
     assert done["state"] == "JOB_STATE_COMPLETED", done.get("reason")
     assert (home / "big.out").read_text() == "ran\n"
 
@@ -469,7 +356,7 @@ async def _code(call: Any) -> grpc.StatusCode:
 
 def test_node_calls_need_the_nodes_own_certificate(secure: LocalCluster, users: Users) -> None:
     running = submit_as(secure, users, users.alice, "-w", "node01", "--wrap", "sleep 60")
-    wait_state(secure, running, "RUNNING")
+    secure.wait_state(running, "RUNNING")
     res = pb.NodeResources(cpus=1024)
     done = pb.JobStatusUpdate(job_id=running, kind=pb.JobStatusUpdate.KIND_EXITED)
 
@@ -516,6 +403,12 @@ def test_node_calls_need_the_nodes_own_certificate(secure: LocalCluster, users: 
                     timeout=5,
                 )
             )
+            out["heartbeat as node01 with node02's cert"] = await _code(
+                stub.Heartbeat(
+                    pb.HeartbeatRequest(name="node01", health=[pb.NodeHealthEvent(reason="x")]),
+                    timeout=5,
+                )
+            )
             out["report node01's job as node01 with node02's cert"] = await _code(
                 stub.ReportJobStatus(
                     pb.ReportJobStatusRequest(node="node01", updates=[done]), timeout=5
@@ -537,6 +430,7 @@ def test_node_calls_need_the_nodes_own_certificate(secure: LocalCluster, users: 
     assert codes["register, plaintext"] == S.UNAVAILABLE
     assert codes["register, client port"] == S.UNAUTHENTICATED
     assert codes["register as node01 with node02's cert"] == S.PERMISSION_DENIED
+    assert codes["heartbeat as node01 with node02's cert"] == S.PERMISSION_DENIED
     assert codes["report node01's job as node01 with node02's cert"] == S.PERMISSION_DENIED
     assert codes["report node01's job as node02"] == S.OK
     nodes = {n["name"]: n for n in secure.client().call("GetNodes", {})["nodes"]}
@@ -544,14 +438,14 @@ def test_node_calls_need_the_nodes_own_certificate(secure: LocalCluster, users: 
     assert "drain" not in nodes["node01"]["state"].lower()
     assert job(secure, running)["state"] == "JOB_STATE_RUNNING"
     secure.client().call("CancelJobs", {"filter": {"jobIds": [str(running)]}})
-    wait_state(secure, running, "CANCELLED")
+    secure.wait_state(running, "CANCELLED")
 
 
 def test_noded_takes_launch_and_signal_from_ctld_only(
     secure: LocalCluster, users: Users, tmp_path: pathlib.Path
 ) -> None:
     victim = submit_as(secure, users, users.alice, "-w", "node01", "--wrap", "sleep 60")
-    wait_state(secure, victim, "RUNNING")
+    secure.wait_state(victim, "RUNNING")
     marker = tmp_path / "launched"
     forged = pb.Job(
         job_id=99999,
@@ -562,6 +456,8 @@ def test_noded_takes_launch_and_signal_from_ctld_only(
     )
     agent = secure.agent_address("node01")
     steps = job_step_address(secure, "node01")
+    rogue = tmp_path / "rogue-ca"
+    ctls.create_cluster_certs(str(rogue), "rogue", [])
 
     async def attempts() -> dict[str, grpc.StatusCode]:
         out: dict[str, grpc.StatusCode] = {}
@@ -583,7 +479,21 @@ def test_noded_takes_launch_and_signal_from_ctld_only(
                     options=ctls.channel_options("node01"),
                 ),
             ),
-            ("step port", grpc.aio.insecure_channel(steps)),
+            ("step port", step_channel(secure, "node01")),
+            # a certificate of its own making that says "ctld": the step port asks for none
+            (
+                "step port, forged ctld cert",
+                grpc.aio.secure_channel(
+                    steps,
+                    grpc.ssl_channel_credentials(
+                        (secure.tls_dir / "ca.crt").read_bytes(),
+                        (rogue / "ctld.key").read_bytes(),
+                        (rogue / "ctld.crt").read_bytes(),
+                    ),
+                    options=ctls.channel_options("node01"),
+                ),
+            ),
+            ("step port, plaintext", grpc.aio.insecure_channel(steps)),
         ):
             async with channel:
                 stub = pbg.NodeAgentStub(channel)
@@ -601,10 +511,14 @@ def test_noded_takes_launch_and_signal_from_ctld_only(
     assert codes["signal, agent port, no cert"] == S.UNAVAILABLE
     assert codes["launch, step port"] == S.UNAUTHENTICATED
     assert codes["signal, step port"] == S.UNAUTHENTICATED
+    assert codes["launch, step port, forged ctld cert"] == S.UNAUTHENTICATED
+    assert codes["signal, step port, forged ctld cert"] == S.UNAUTHENTICATED
+    assert codes["launch, step port, plaintext"] == S.UNAVAILABLE  # TLS only
+    assert codes["signal, step port, plaintext"] == S.UNAVAILABLE
     assert not marker.exists()
     assert job(secure, victim)["state"] == "JOB_STATE_RUNNING"
     secure.client().call("CancelJobs", {"filter": {"jobIds": [str(victim)]}})
-    wait_state(secure, victim, "CANCELLED")
+    secure.wait_state(victim, "CANCELLED")
 
 
 def job_step_address(cluster: LocalCluster, name: str) -> str:
@@ -612,31 +526,35 @@ def job_step_address(cluster: LocalCluster, name: str) -> str:
     return str(nodes[0]["address"])
 
 
+def step_channel(cluster: LocalCluster, name: str) -> Any:
+    """A gRPC client without a certificate on node ``name``'s step port (TLS: the
+    cluster CA checks the node's certificate)."""
+    ca = (cluster.tls_dir / "ca.crt").read_bytes()
+    return grpc.aio.secure_channel(
+        job_step_address(cluster, name),
+        grpc.ssl_channel_credentials(ca),
+        options=ctls.channel_options(name),
+    )
+
+
 # ---------------------------------------------------------------- PrivateData
 
 
-def test_private_data_hides_other_users_jobs(users: Users) -> None:
-    base = open_dir("corral-sec-private-")
-    c = LocalCluster(
-        base / "cluster",
+def test_private_data_hides_other_users_jobs(users: Users, cluster_factory: ClusterFactory) -> None:
+    c = cluster_factory(
         nodes=1,
         gpus_per_node=0,
         controller_config=(
             f'private_data = ["jobs", "accounting"]\noperators = ["{users.op.pw_name}"]'
         ),
     )
-    c.start()
-    try:
-        mine = submit_as(c, users, users.alice, "-H", "--wrap", "true")
-        for pw, visible in ((users.bob, False), (users.alice, True), (users.op, True)):
-            code, out, err = command(c, pw, "squeue", "-h", "-o", "%i")
-            assert code == 0, err
-            assert (str(mine) in out.split()) is visible, (pw.pw_name, out)
-        code, out, _ = command(c, users.bob, "sacct", "-X", "-n", "-P", "-o", "JobID", "-a")
-        assert str(mine) not in out.split()
-    finally:
-        c.stop()
-        shutil.rmtree(base, ignore_errors=True)
+    mine = submit_as(c, users, users.alice, "-H", "--wrap", "true")
+    for pw, visible in ((users.bob, False), (users.alice, True), (users.op, True)):
+        code, out, err = command(c, pw, "squeue", "-h", "-o", "%i")
+        assert code == 0, err
+        assert (str(mine) in out.split()) is visible, (pw.pw_name, out)
+    code, out, _ = command(c, users.bob, "sacct", "-X", "-n", "-P", "-o", "JobID", "-a")
+    assert str(mine) not in out.split()
 
 
 def test_only_the_srun_that_created_a_step_starts_its_tasks(
@@ -656,7 +574,6 @@ def test_only_the_srun_that_created_a_step_starts_its_tasks(
     job_id = int(out.strip().split(";")[0])
     seen = wait_for(lambda: (j := job(secure, job_id)).get("steps") and j, 30, "the step")
     step_id = int(seen["steps"][0].get("stepId", 0))
-    address = job_step_address(secure, "node01")
 
     async def attempt(credential: str) -> tuple[grpc.StatusCode, str]:
         start = pb.RunTasksRequest(
@@ -666,7 +583,7 @@ def test_only_the_srun_that_created_a_step_starts_its_tasks(
             environment={"LD_PRELOAD": "/tmp/not-alices.so"},
             step_credential=credential,
         )
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with step_channel(secure, "node01") as channel:
             call = pbg.NodeAgentStub(channel).RunTasks(iter([pb.TaskInput(start=start)]))
             try:
                 await call.read()
@@ -679,34 +596,79 @@ def test_only_the_srun_that_created_a_step_starts_its_tasks(
         assert code == grpc.StatusCode.FAILED_PRECONDITION
         assert "step credential does not match" in details
     secure.client().call("CancelJobs", {"filter": {"jobIds": [str(job_id)]}})
-    wait_state(secure, job_id, "CANCELLED", "COMPLETED", "FAILED")
+    secure.wait_state(job_id, "CANCELLED", "COMPLETED", "FAILED")
 
 
-def test_client_ports_speak_tls_when_configured(tmp_path: pathlib.Path) -> None:
-    c = LocalCluster(tmp_path / "tlsc", nodes=1, gpus_per_node=0, tls_clients=True)
-    c.start()
+def test_client_ports_speak_tls_when_configured(cluster_factory: ClusterFactory) -> None:
+    c = cluster_factory(nodes=1, gpus_per_node=0, tls_clients=True)
+    ca = str(c.tls_dir / "ca.crt")
+    token = c.token(pwd.getpwuid(os.getuid()).pw_name)
+    os.environ["CORRAL_CTLD_CA"] = ca
     try:
-        ca = str(c.tls_dir / "ca.crt")
-        token = c.token(pwd.getpwuid(os.getuid()).pw_name)
-        os.environ["CORRAL_CTLD_CA"] = ca
-        try:
-            nodes = c.tcp_client(token=token).get_nodes({})["nodes"]
-            assert [n["name"] for n in nodes] == ["node01"]
-        finally:
-            del os.environ["CORRAL_CTLD_CA"]
-        with pytest.raises(CorralError):  # plaintext to a TLS port gets no answer
-            c.tcp_client(token=token).get_nodes({})
-
-        async def grpc_over_tls() -> int:
-            creds = grpc.ssl_channel_credentials((c.tls_dir / "ca.crt").read_bytes())
-            target = f"127.0.0.1:{c.grpc_port}"
-            opts = ctls.channel_options(CONTROLLER_CN)
-            async with grpc.aio.secure_channel(target, creds, options=opts) as channel:
-                reply = await pbg.ControllerStub(channel).GetNodes(
-                    pb.GetNodesRequest(), metadata=c.grpc_metadata(), timeout=10
-                )
-            return len(reply.nodes)
-
-        assert asyncio.run(grpc_over_tls()) == 1
+        nodes = c.tcp_client(token=token).get_nodes({})["nodes"]
+        assert [n["name"] for n in nodes] == ["node01"]
     finally:
-        c.stop()
+        del os.environ["CORRAL_CTLD_CA"]
+    with pytest.raises(CorralError):  # plaintext to a TLS port gets no answer
+        c.tcp_client(token=token).get_nodes({})
+
+    async def grpc_over_tls() -> int:
+        creds = grpc.ssl_channel_credentials((c.tls_dir / "ca.crt").read_bytes())
+        target = f"127.0.0.1:{c.grpc_port}"
+        opts = ctls.channel_options(CONTROLLER_CN)
+        async with grpc.aio.secure_channel(target, creds, options=opts) as channel:
+            reply = await pbg.ControllerStub(channel).GetNodes(
+                pb.GetNodesRequest(), metadata=c.grpc_metadata(), timeout=10
+            )
+        return len(reply.nodes)
+
+    assert asyncio.run(grpc_over_tls()) == 1
+
+
+def test_nothing_listens_on_every_interface(secure: LocalCluster) -> None:
+    """ctld and each noded bind what the configuration names, never 0.0.0.0 or ::."""
+    import psutil
+
+    for name, proc in secure.procs.items():
+        top = psutil.Process(proc.pid)  # nsenter/unshare wrap noded in a netns cluster
+        listening = [
+            c.laddr
+            for p in (top, *top.children(recursive=True))
+            for c in p.net_connections("inet")
+            if c.status == psutil.CONN_LISTEN
+        ]
+        assert listening, name
+        assert not [a for a in listening if a.ip in ("0.0.0.0", "::")], (name, listening)
+
+
+def test_a_revoked_node_certificate_gets_nothing(
+    secure: LocalCluster, tmp_path: pathlib.Path
+) -> None:
+    """A stolen node certificate (here a second one for node02 from the cluster CA),
+    once revoked (corral certs --revoke), can no longer heartbeat as node02; the real
+    node02's own certificate still can, and the list is read without a restart."""
+    stolen = tmp_path / "stolen"
+    stolen.mkdir()
+    for name in ("ca.crt", "ca.key"):
+        shutil.copy(secure.tls_dir / name, stolen / name)
+    ctls.issue(str(stolen), "node02")
+
+    async def heartbeat(directory: pathlib.Path) -> grpc.StatusCode:
+        target = f"{secure.controller_host}:{secure.node_port}"
+        creds = ctls.channel_credentials(str(directory), "node02")
+        options = ctls.channel_options(CONTROLLER_CN)
+        async with grpc.aio.secure_channel(target, creds, options=options) as ch:
+            stub = pbg.NodeControllerStub(ch)
+            return await _code(stub.Heartbeat(pb.HeartbeatRequest(name="node02"), timeout=5))
+
+    S = grpc.StatusCode
+    assert asyncio.run(heartbeat(stolen)) == S.OK  # from the CA: good until revoked
+    revoked = secure.tls_dir / ctls.REVOKED_FILE
+    serial = ctls.revoke(str(stolen), ["node02"])[0]
+    shutil.copy(stolen / ctls.REVOKED_FILE, revoked)  # handed to ctld's host
+    try:
+        assert f"{serial:x} node02" in revoked.read_text()
+        assert asyncio.run(heartbeat(stolen)) == S.UNAUTHENTICATED
+        assert asyncio.run(heartbeat(secure.tls_dir)) == S.OK  # the real node02's
+    finally:
+        revoked.unlink()

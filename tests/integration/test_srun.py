@@ -361,7 +361,10 @@ def test_noded_runs_only_steps_ctld_knows(two: Commands, tmp_path: pathlib.Path)
     start = pb.TaskInput(start=pb.RunTasksRequest(job=forged, step=step, node=node["name"]))
 
     async def attempt() -> grpc.StatusCode:
-        async with grpc.aio.insecure_channel(node["address"]) as channel:
+        ca = (two.cluster.tls_dir / "ca.crt").read_bytes()  # the step port is TLS
+        creds = grpc.ssl_channel_credentials(ca)
+        options = [("grpc.ssl_target_name_override", node["name"])]
+        async with grpc.aio.secure_channel(node["address"], creds, options=options) as channel:
             call = pbg.NodeAgentStub(channel).RunTasks(iter([start]))
             try:
                 await call.read()

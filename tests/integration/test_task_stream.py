@@ -133,9 +133,66 @@ def test_a_recorded_start_cannot_be_replayed(step: tuple[dict, str, pathlib.Path
         again.sendall(frame)
         kind, why = answer(again)
         assert kind == ss.REFUSED and b"step credential does not match" in why
-    sock.sendall(ss.frame(ss.STDIN_EOF))
+    up = ss.FrameMac(ss.session_keys(credential, nonce)[0])
+    sock.sendall(up.seal(ss.STDIN_EOF))
     wait_for(marker.exists, 20, "the real step's task to run")
     sock.close()
+
+
+def overlap_step(one: LocalCluster, job_id: str, argv: list[str]) -> tuple[dict, dict]:
+    """A step of ``job_id`` running ``argv`` with its stdin from srun; (reply, body)."""
+    spec = {"jobId": job_id, "argv": argv, "overlap": True}
+    reply = one.client().create_step({"spec": spec})
+    return reply, {**body(reply), "stdinRanks": [0]}
+
+
+def proven_stream(reply: dict, start: dict) -> tuple[socket.socket, ss.FrameMac, ss.FrameMac]:
+    """A connection with a proven START, as the step's srun: (socket, its tags out, in)."""
+    credential = reply["stepCredential"]
+    sock, nonce = hello(reply["step"]["nodes"][0]["streamAddress"])
+    sock.sendall(ss.start_frame(credential, nonce, start))
+    up, down = (ss.FrameMac(k) for k in ss.session_keys(credential, nonce))
+    kind, payload = read_frame(sock)
+    assert kind == ss.STARTED, payload
+    checked = bytearray(payload)
+    down.open(kind, checked)  # noded's frames carry their tags too
+    return sock, up, down
+
+
+def closed(sock: socket.socket) -> bool:
+    sock.settimeout(20)
+    try:
+        while sock.recv(65536):
+            pass
+    except OSError:
+        pass
+    sock.close()
+    return True
+
+
+def test_a_frame_injected_after_start_ends_the_step_unheard(
+    step: tuple[dict, str, pathlib.Path], one: LocalCluster, tmp_path: pathlib.Path
+) -> None:
+    """An on-path peer writing into a proven plaintext stream (no tag, a made-up tag,
+    or a genuine frame played again): noded takes none of it, closes the stream and
+    ends the step, so the task never reads the injected input."""
+    _, job_id, _ = step
+    for attack in ("no tag", "a made-up tag", "a replayed frame"):
+        out = tmp_path / f"heard-{attack.replace(' ', '-')}"
+        argv = ["sh", "-c", f'while read x; do echo "$x" >> {out}; done']
+        reply, start = overlap_step(one, job_id, argv)
+        sock, up, _ = proven_stream(reply, start)
+        genuine = up.seal(ss.STDIN, b"mine\n")
+        sock.sendall(genuine)
+        wait_for(lambda o=out: o.exists() and o.read_text() == "mine\n", 20, "the real input")
+        if attack == "no tag":
+            sock.sendall(ss.frame(ss.STDIN, b"injected\n"))
+        elif attack == "a made-up tag":
+            sock.sendall(ss.frame(ss.STDIN, b"injected\n" + os.urandom(ss.TAG_BYTES)))
+        else:
+            sock.sendall(genuine)
+        assert closed(sock)  # noded ended the stream
+        assert out.read_text() == "mine\n", attack
 
 
 def test_srun_imports_neither_grpc_nor_protobuf(one: LocalCluster, tmp_path: pathlib.Path) -> None:

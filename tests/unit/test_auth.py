@@ -106,6 +106,10 @@ def test_export_values_are_hidden_from_others() -> None:
     line = "sbatch --export=ALL,TOKEN=s3cret --wrap 'x'"
     assert scrub_submit_line(line) == "sbatch --export=<hidden> --wrap <hidden>"
     assert "s3cret" not in scrub_submit_line("sbatch --export TOKEN=s3cret job.sh")
+    # the commands take unambiguous prefixes of long options: --wra is --wrap
+    assert scrub_submit_line("sbatch -H --wra 'echo s3cret'") == "sbatch -H --wrap <hidden>"
+    assert scrub_submit_line("srun --expo=K=s3cret x") == "srun --export=<hidden> x"
+    assert scrub_submit_line("sbatch --exclusive --wckey=w x") == "sbatch --exclusive --wckey=w x"
 
 
 def test_config_auth_and_tls_keys() -> None:
@@ -187,6 +191,18 @@ def test_corral_certs_makes_a_ca_and_one_certificate_per_daemon(tmp_path: pathli
     sans = ctld.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "ctld" in sans.get_values_for_type(x509.DNSName)
     assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["10.0.0.1"]
+    # revoking: the serial joins tls.dir/revoked, which a daemon re-reads when it changes
+    from corral.auth import tls
+
+    watch = tls.Revocations(str(out))
+    gpu01, gpu02 = ((out / f"gpu0{i}.crt").read_bytes() for i in (1, 2))
+    assert not watch.revoked(gpu01)
+    assert main_args(["certs", "-f", str(conf), "--dir", str(out), "--revoke", "gpu01"]) == 0
+    assert watch.revoked(gpu01) and not watch.revoked(gpu02)
+    assert f"{cert.serial_number:x} gpu02" not in (out / "revoked").read_text()
+    assert main_args(["certs", "-f", str(conf), "--dir", str(out), "--revoke", "gpu02"]) == 0
+    assert watch.revoked(gpu01) and watch.revoked(gpu02)
+    assert f"{cert.serial_number:x} gpu02" in (out / "revoked").read_text()
 
 
 def test_token_lifetimes() -> None:

@@ -91,7 +91,10 @@ def test_example_configs_in_deploy_are_valid() -> None:
     examples = sorted(root.glob("*.toml"))
     assert examples, "deploy/examples has no example config"
     for path in examples:
-        load_config(str(path))
+        cfg = load_config(str(path))
+        # nothing binds every interface (issue 12: lab-4node.toml once bound ctld to it)
+        binds = [c.listen or c.host for c in cfg.controller.controllers] + [cfg.noded.listen]
+        assert not {"0.0.0.0", "::"} & set(binds), (path.name, binds)
 
 
 def test_negative_durations_and_duplicate_qos_are_refused() -> None:

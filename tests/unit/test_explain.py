@@ -96,3 +96,20 @@ def test_explain_text_words_it() -> None:
     assert "job 9 of bob on n1" in text
     assert "Recent jobs used 50% of their limits (median of 4)" in text
     assert "  -N 1: at once" in text
+
+
+def test_a_requeued_job_says_why_its_last_run_ended() -> None:
+    why = "progress stalled on node node02 rank 1 (step 4.0): no heartbeat for 31s"
+    job = {
+        "jobId": "4",
+        "state": "JOB_STATE_RUNNING",
+        "nodelist": "node01",
+        "restartCount": 2,
+        "events": [{"event": "requeued", "detail": why}],
+    }
+    text = explain_text({"now": 0, "job": job})
+    assert text.splitlines() == [
+        "Job 4 is not pending: it is RUNNING on node01.",
+        f"Requeued 2 time(s); the last run ended: {why}.",
+    ]
+    assert "Requeued" not in explain_text({"now": 0, "job": {**job, "restartCount": 0}})

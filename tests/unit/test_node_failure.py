@@ -184,6 +184,31 @@ async def test_stale_and_lost_reports(tmp_path: pathlib.Path) -> None:
     assert cluster.store.earlier_runs([job.job_id])[0].reason == "noded restarted"
 
 
+async def test_a_stall_reported_by_any_node_of_the_job_requeues_it(tmp_path: pathlib.Path) -> None:
+    cluster, _, disp = await make(tmp_path)
+    job = await start_two_node_job(cluster)
+    other = next(a.node for a in job.allocations if a.node != job.batch_host)
+    outside = next(n for n in cluster.nodes if n not in {a.node for a in job.allocations})
+    why = f"progress stalled on node {other} rank 1 (step {job.job_id}.0): no heartbeat for 9s"
+    stall = Update(
+        job_id=job.job_id, step_id=0, kind=Update.KIND_EXITED, end_reason=Update.END_STALLED
+    )
+    stall.detail = why
+    for node, run in ((outside, 0), (other, 3)):  # not its node; an earlier run
+        stall.restart_count = run
+        await cluster.report_status(pb.ReportJobStatusRequest(node=node, updates=[stall]))
+        assert job.state == js.RUNNING
+    stall.restart_count = 0
+    await cluster.report_status(pb.ReportJobStatusRequest(node=other, updates=[stall]))
+    assert job.state == js.PENDING and job.restart_count == 1
+    (run,) = cluster.store.earlier_runs([job.job_id])
+    assert run.state == js.NODE_FAIL and run.reason == why
+    while cluster._tasks:
+        await asyncio.gather(*list(cluster._tasks))
+    kills = {n for n, r in disp.signalled if r.job_id == job.job_id and r.terminate}
+    assert kills == {a.node for a in run.allocations}  # every part of it stopped
+
+
 async def test_scontrol_requeue_and_requeuehold(tmp_path: pathlib.Path) -> None:
     cluster, _, disp = await make(tmp_path)
     job = await cluster.submit(ALICE, spec(nodelist="n1"))
@@ -228,6 +253,82 @@ async def test_operator_down_requeues_now_and_resume_reregisters(tmp_path: pathl
     assert not node.down and not cluster.heartbeat(pb.HeartbeatRequest(name="n1"))
     await cluster.register_node(registration(cluster, "n1"))
     assert node.schedulable
+
+
+async def restart(cluster: Cluster, clock: ManualClock, tmp_path: pathlib.Path) -> Any:
+    """A new ctld on the same store (the old one gone without a word), nodes registered."""
+    cluster.store.close()
+    disp = RecordingDispatcher()
+    again = make_cluster(config(), f"sqlite:///{tmp_path}/c.db", clock=clock, dispatcher=disp)
+    return again, disp
+
+
+@pytest.mark.parametrize(
+    ("action", "hold"),
+    [(pb.JOB_UPDATE_REQUEUE, pb.HOLD_NONE), (pb.JOB_UPDATE_REQUEUE_HOLD, pb.HOLD_ADMIN)],
+)
+async def test_a_requeue_asked_survives_a_ctld_restart(
+    tmp_path: pathlib.Path, action: int, hold: int
+) -> None:
+    cluster, clock, _ = await make(tmp_path)
+    job = await cluster.submit(ALICE, spec(nodelist="n1"))
+    await settle(cluster)
+    (out,) = await cluster.update_hold(
+        ADMIN, pb.UpdateJobRequest(job_ids=[job.job_id], action=action)
+    )
+    assert out.ok and job.state == js.RUNNING
+    again, disp = await restart(cluster, clock, tmp_path)
+    # the node still runs it: the kill is sent again, then its exit report requeues it
+    req = registration(again, "n1")
+    req.running_job_ids.append(job.job_id)
+    await again.register_node(req)
+    while again._tasks:
+        await asyncio.gather(*list(again._tasks))
+    assert [(n, r.job_id, r.terminate) for n, r in disp.signalled] == [("n1", job.job_id, True)]
+    done = Update(
+        job_id=job.job_id, kind=Update.KIND_EXITED, exit_signal=15, signalled_by_request=True
+    )
+    await again.report_status(pb.ReportJobStatusRequest(node="n1", updates=[done]))
+    now = again.jobs[job.job_id]
+    assert now.state == js.PENDING and now.restart_count == 1 and now.hold == hold
+    assert not now.requeue_on_exit
+    assert again.store.earlier_runs([job.job_id])[-1].state == pb.JOB_STATE_REQUEUED
+    again.store.close()
+
+
+async def test_a_requeuehold_whose_job_vanished_meanwhile_is_requeued_held(
+    tmp_path: pathlib.Path,
+) -> None:
+    cluster, clock, _ = await make(tmp_path)
+    job = await cluster.submit(ALICE, spec(nodelist="n1"))
+    await settle(cluster)
+    hold = pb.UpdateJobRequest(job_ids=[job.job_id], action=pb.JOB_UPDATE_REQUEUE_HOLD)
+    (out,) = await cluster.update_hold(ALICE, hold)
+    assert out.ok
+    again, _ = await restart(cluster, clock, tmp_path)
+    await again.register_node(registration(again, "n1"))  # it self-fenced: no job, no report
+    now = again.jobs[job.job_id]
+    assert now.state == js.PENDING and now.hold == pb.HOLD_USER and now.restart_count == 1
+    assert again.store.earlier_runs([job.job_id])[-1].state == pb.JOB_STATE_REQUEUED
+    again.store.close()
+
+
+async def test_an_operators_down_survives_a_ctld_restart(tmp_path: pathlib.Path) -> None:
+    cluster, clock, _ = await make(tmp_path)
+    await cluster.update_node(ADMIN, pb.UpdateNodeRequest(names=["n1"], state="DOWN", reason="fan"))
+    again, _ = await restart(cluster, clock, tmp_path)
+    await register_all(again)
+    node = again.nodes["n1"]
+    assert node.state == pb.NODE_STATE_DOWN and node.reason == "fan" and not node.schedulable
+    assert not node.to_wire().not_responding  # an operator's DOWN, not a silent node
+    assert again.heartbeat(pb.HeartbeatRequest(name="n1"))
+    await again.update_node(ADMIN, pb.UpdateNodeRequest(names=["n1"], state="RESUME"))
+    await again.register_node(registration(again, "n1"))
+    assert node.schedulable
+    third, _ = await restart(again, clock, tmp_path)
+    await register_all(third)
+    assert third.nodes["n1"].schedulable  # RESUME was durable too
+    third.store.close()
 
 
 async def test_signal_before_a_maintenance_reservation(tmp_path: pathlib.Path) -> None:

@@ -125,3 +125,14 @@ async def test_time_limit_signal_and_idle_window_on_virtual_time(tmp_path: pathl
     clock.advance(1)
     launcher._check_idle(running, [0.0])
     assert [r.kind for r in reports] == [Update.KIND_IDLE_GPUS]
+
+
+def test_undelivered_reports_are_kept_in_the_spool(tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / spool.REPORTS_FILE)
+    ended = [Update(job_id=3, kind=Update.KIND_EXITED, exit_code=2, restart_count=1)]
+    spool.save_reports(path, ended)
+    assert spool.load_reports(path) == ended
+    spool.save_reports(path, [])  # all delivered: no file left
+    assert not os.path.exists(path) and spool.load_reports(path) == []
+    pathlib.Path(path).write_bytes(b"\xff\xff not a message")
+    assert spool.load_reports(path) == []

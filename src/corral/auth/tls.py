@@ -8,6 +8,8 @@ not names: peers check the name with a target-name override, so an IP works.
 
 Files in one directory: ``ca.crt``, ``ca.key`` (keep it on the admin host),
 ``ctld.crt``/``ctld.key``, ``<node>.crt``/``<node>.key``; keys are owner-only.
+``revoked`` lists the serial numbers of certificates no daemon accepts any more
+(``corral certs --revoke NAME``); each daemon re-reads it when it changes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from corral.auth import CONTROLLER_CN
 from corral.errors import ConfigError
 
 VALID_DAYS = 3650
+REVOKED_FILE = "revoked"
 
 
 def _write(path: str, data: bytes, mode: int) -> None:
@@ -155,6 +158,83 @@ def create_cluster_certs(
     return names
 
 
+def serial_of(pem: bytes) -> int:
+    from cryptography import x509
+
+    return int(x509.load_pem_x509_certificate(pem).serial_number)
+
+
+def revoke(directory: str, names: Iterable[str]) -> list[int]:
+    """Add the certificates ``NAME.crt`` of ``directory`` to its ``revoked`` list."""
+    serials = []
+    lines = []
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for name in names:
+        serial = serial_of(_read(directory, f"{name}.crt"))
+        serials.append(serial)
+        lines.append(f"{serial:x} {name} {now}\n")
+    path = os.path.join(directory, REVOKED_FILE)
+    try:
+        with open(path) as fh:
+            kept = fh.read()
+    except FileNotFoundError:
+        kept = ""
+    _write(path, (kept + "".join(lines)).encode(), 0o644)
+    return serials
+
+
+class Revocations:
+    """The serials in ``revoked``, re-read whenever the file changes (a stat per look),
+    and the serial of each certificate seen (parsed once)."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, REVOKED_FILE)
+        self.stamp: tuple[int, int] | None = None
+        self.serials: frozenset[int] = frozenset()
+        self._seen: dict[bytes, int] = {}
+
+    def _refresh(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self.stamp, self.serials = None, frozenset()
+            return
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self.stamp:
+            return
+        serials = set()
+        with open(self.path) as fh:
+            for line in fh:
+                word = line.split("#", 1)[0].split()
+                if word:
+                    try:
+                        serials.add(int(word[0], 16))
+                    except ValueError:
+                        continue  # not a serial: ignored, never fatal
+        self.stamp, self.serials = stamp, frozenset(serials)
+
+    def revoked(self, pem: bytes) -> bool:
+        self._refresh()
+        if not self.serials:
+            return False
+        serial = self._seen.get(pem)
+        if serial is None:
+            serial = serial_of(pem)
+            if len(self._seen) > 4096:
+                self._seen.clear()
+            self._seen[pem] = serial
+        return serial in self.serials
+
+
+_revocations: Revocations | None = None
+
+
+def watch_revocations(directory: str) -> None:
+    """This daemon honours ``directory``'s ``revoked`` list in every peer_name()."""
+    global _revocations
+    _revocations = Revocations(directory) if directory else None
+
+
 # ---------------------------------------------------------------- gRPC
 
 
@@ -175,6 +255,19 @@ def server_credentials(directory: str, name: str) -> Any:
         [(_read(directory, f"{name}.key"), _read(directory, f"{name}.crt"))],
         root_certificates=_read(directory, "ca.crt"),
         require_client_auth=True,
+    )
+
+
+def step_server_credentials(directory: str, name: str) -> Any:
+    """noded's step port (gRPC RunTasks for clients without a certificate): TLS with
+    this node's certificate, server side only. No client certificate is asked for, so
+    none is ever seen there: LaunchJob and SignalJob, which need ctld's, are refused."""
+    import grpc
+
+    return grpc.ssl_server_credentials(
+        [(_read(directory, f"{name}.key"), _read(directory, f"{name}.crt"))],
+        root_certificates=None,
+        require_client_auth=False,
     )
 
 
@@ -206,7 +299,14 @@ def channel_options(peer: str) -> list[tuple[str, Any]]:
 
 
 def peer_name(context: Any) -> str:
-    """The common name in the caller's verified certificate; "" without one."""
+    """The common name in the caller's verified certificate; "" without one, or when
+    the certificate is revoked (``watch_revocations``)."""
     auth = context.auth_context() or {}
     names = auth.get("x509_common_name") or []
-    return names[0].decode() if names else ""
+    if not names:
+        return ""
+    if _revocations is not None:
+        pems = auth.get("x509_pem_cert") or []
+        if not pems or _revocations.revoked(pems[0]):
+            return ""
+    return str(names[0].decode())

@@ -506,6 +506,8 @@ class Job(_message.Message):
     RESTART_COUNT_FIELD_NUMBER: _builtins.int
     CANCELLED_BY_UID_FIELD_NUMBER: _builtins.int
     FAILED_NODES_FIELD_NUMBER: _builtins.int
+    REQUEUE_ON_EXIT_FIELD_NUMBER: _builtins.int
+    REQUEUE_HOLD_FIELD_NUMBER: _builtins.int
     EXPECTED_START_FIELD_NUMBER: _builtins.int
     FORECAST_NODES_FIELD_NUMBER: _builtins.int
     WAITS_FOR_FIELD_NUMBER: _builtins.int
@@ -555,6 +557,12 @@ class Job(_message.Message):
     restart_count: _builtins.int
     cancelled_by_uid: _builtins.int
     """who cancelled it (unset: nobody)"""
+    requeue_on_exit: _builtins.bool
+    """set while its nodes stop a running job to requeue it (scontrol requeue[hold], the
+    idle-GPU policy): stored with the job, so a ctld restart meanwhile still requeues it
+    """
+    requeue_hold: Global___HoldKind.ValueType
+    """scontrol requeuehold: the hold it gets then"""
     expected_start: _builtins.float
     """-- the scheduler's view of a pending job (field numbers 100+) --
     forecast start (squeue --start); 0: none
@@ -640,6 +648,8 @@ class Job(_message.Message):
         restart_count: _builtins.int = ...,
         cancelled_by_uid: _builtins.int | None = ...,
         failed_nodes: _abc.Iterable[_builtins.str] | None = ...,
+        requeue_on_exit: _builtins.bool = ...,
+        requeue_hold: Global___HoldKind.ValueType = ...,
         expected_start: _builtins.float = ...,
         forecast_nodes: _builtins.str = ...,
         waits_for: _abc.Iterable[_builtins.int] | None = ...,
@@ -656,7 +666,7 @@ class Job(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "priority_factors", b"priority_factors", "spec", b"spec", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "requeue_hold", b"requeue_hold", "requeue_on_exit", b"requeue_on_exit", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__admin_priority: _TypeAlias = _typing.Literal["admin_priority"]  # noqa: Y015
     _WhichOneofArgType__admin_priority: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority"]  # noqa: Y015

@@ -126,6 +126,8 @@ class Job(TypedDict, total=False):
     restartCount: int
     cancelledByUid: int | str
     failedNodes: list[str]
+    requeueOnExit: bool
+    requeueHold: HoldKind
     expectedStart: float
     forecastNodes: str
     waitsFor: list[str]

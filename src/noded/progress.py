@@ -1,0 +1,77 @@
+"""The opt-in progress heartbeat: a file each process of a job touches once per step.
+
+noded makes one file per batch script and one per srun task (``$CORRAL_PROGRESS_FILE``),
+owned by the job's user and dated 1970: untouched, it means nothing (the job did not
+opt in). Once touched, a file that then stays silent for the job's stall timeout while
+that process's GPUs idle marks a hung rank. The launcher (batch scripts) and the step
+runner (srun's tasks, on every node of a step) judge their own files with these rules,
+so a hung rank is named with its node wherever it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Sequence
+
+import structlog
+
+from corral.wire import corral_pb2 as pb
+
+log = structlog.get_logger("noded")
+
+STEPS_DIR = "progress"  # <spool>/progress/<job>.<step>.<rank>: srun tasks' files
+
+
+def make_file(path: str, uid: int, gid: int) -> bool:
+    """Create the heartbeat file: the user's, dated 1970 (untouched). False if not made."""
+    try:
+        with open(path, "a"):
+            pass
+        os.utime(path, (0, 0))
+        if os.geteuid() == 0:
+            os.chown(path, uid, gid)
+    except OSError as exc:
+        log.warning("progress file not made", path=path, error=str(exc))
+        return False
+    return True
+
+
+def step_file(spool: str, job_id: int, step_id: int, rank: int) -> str:
+    """An srun task's heartbeat file (its directory made on first use)."""
+    d = os.path.join(spool, STEPS_DIR)
+    os.makedirs(d, mode=0o755, exist_ok=True)
+    return os.path.join(d, f"{job_id}.{step_id}.{rank}")
+
+
+def remove_step_files(spool: str) -> None:
+    """What an earlier noded's steps left (their tasks were killed at recovery)."""
+    with contextlib.suppress(OSError):
+        shutil.rmtree(os.path.join(spool, STEPS_DIR))
+
+
+def silent_for(path: str, now: float) -> float | None:
+    """Seconds since the process last touched its file; None if it never did."""
+    try:
+        touched = os.stat(path).st_mtime
+    except OSError:
+        return None
+    if touched <= 0:
+        return None  # untouched: the job did not opt in
+    return max(now - touched, 0.0)
+
+
+def timeout_for(job: pb.Job, default_s: float) -> float:
+    """The job's stall timeout: --progress-timeout, else noded.progress_timeout_s."""
+    return float(job.spec.progress_timeout_s or default_s)
+
+
+def gpus_busy(utils: Sequence[float], threshold_pct: float) -> bool:
+    """Any GPU at or above the idle threshold: the process is slow, not hung."""
+    return any(u >= threshold_pct for u in utils)
+
+
+def stall_detail(node: str, rank: int, what: str, silent_s: float) -> str:
+    """The words ctld records (requeued event, sacct Reason, corral why)."""
+    return f"progress stalled on node {node} rank {rank} ({what}): no heartbeat for {silent_s:.0f}s"
