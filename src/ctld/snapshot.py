@@ -255,7 +255,25 @@ class SnapshotBuilder:
             submit_time=job.submit_time,
             eligible_time=max(job.eligible_time, job.submit_time),
             predicted_s=self.state.predictor.predict(job.user, job.time_limit_s),
+            exclude=req.exclude + self._avoided(job, req),
         )
+
+    def _avoided(self, job: pb.Job, req: JobRequest) -> tuple[str, ...]:
+        """The nodes an earlier run of this job failed on (node down, stall): a requeued
+        job is placed away from them, as long as every partition it may run in keeps
+        enough other nodes; otherwise they are not held against it (it would wait for
+        ever on a small cluster)."""
+        failed = tuple(
+            n for n in job.failed_nodes if n not in req.exclude and n not in req.nodelist
+        )
+        if not failed:
+            return ()
+        shunned = set(req.exclude).union(failed)
+        needed = max(req.nodes_min, len(req.nodelist), 1)
+        for part in self.state.config.partitions:
+            if part.name in req.partitions and sum(n not in shunned for n in part.nodes) < needed:
+                return ()
+        return failed
 
     def _blocked_request(self, job: pb.Job, reason: str) -> JobRequest:
         revision = self.state.revisions.get(job.job_id, 0)

@@ -356,3 +356,48 @@ async def test_signal_before_a_maintenance_reservation(tmp_path: pathlib.Path) -
     want = pb.SignalJobRequest(job_id=warned.job_id, signal=10, batch_only=True, run=0)
     assert sent == [("n1", want)]
     assert quiet.state == js.RUNNING
+
+
+async def stall_on(cluster: Cluster, job: pb.Job, node: str) -> None:
+    stall = Update(
+        job_id=job.job_id, step_id=0, kind=Update.KIND_EXITED, end_reason=Update.END_STALLED
+    )
+    stall.detail = f"progress stalled on node {node} rank 0"
+    stall.restart_count = job.restart_count
+    await cluster.report_status(pb.ReportJobStatusRequest(node=node, updates=[stall]))
+    assert job.state == js.PENDING
+    while cluster._tasks:
+        await asyncio.gather(*list(cluster._tasks))
+
+
+async def test_a_requeued_job_is_placed_away_from_the_node_it_failed_on(
+    tmp_path: pathlib.Path,
+) -> None:
+    cluster, clock, _ = await make(tmp_path)
+    job = await cluster.submit(ALICE, spec(requeue=True))
+    await settle(cluster)
+    seen = {job.batch_host}
+    for _ in range(2):  # each failed node is avoided while others remain
+        await stall_on(cluster, job, job.batch_host)
+        clock.advance(3600)  # past any requeue delay
+        await settle(cluster)
+        assert job.state == js.RUNNING and job.batch_host not in seen, (job.batch_host, seen)
+        seen.add(job.batch_host)
+    # every node has failed it now: none is held against it, it still runs
+    await stall_on(cluster, job, job.batch_host)
+    clock.advance(3600)
+    await settle(cluster)
+    assert job.state == js.RUNNING and sorted(job.failed_nodes) == sorted(cluster.nodes)
+
+
+async def test_avoiding_a_failed_node_never_strands_a_job_that_needs_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    cluster, clock, _ = await make(tmp_path)
+    job = await cluster.submit(ALICE, spec(nodes_min=3, requeue=True))
+    await settle(cluster)
+    assert job.state == js.RUNNING
+    await stall_on(cluster, job, job.allocations[1].node)
+    clock.advance(3600)
+    await settle(cluster)
+    assert job.state == js.RUNNING and len(job.allocations) == 3
