@@ -243,7 +243,7 @@ class SchedulerConfig:
     max_job_test: int = 500
     # the job eligible longest, once past this, goes first and gets the reservation,
     # kept by limits (the starvation guard, docs/simulator.md); 0: off
-    starvation_guard_s: int = 6 * 3600
+    starvation_guard_s: int = 24 * 3600
     # Slurm's PreemptType=preempt/qos with its PreemptMode: "off" (preempt/none),
     # "requeue" or "cancel" (what a preempted job of a QOS without its own mode gets)
     preempt_mode: str = "off"

@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from ctld.sim import swf
-from ctld.sim.engine import replay
+from ctld.sim.engine import Corrector, replay
 from ctld.sim.metrics import bounded_slowdown, summarize
 
 TRACE = """\
@@ -114,3 +114,22 @@ def test_sim_command_sets_the_starvation_guard(
     assert "| corral | 2 |" in capsys.readouterr().out
     assert main([str(trace), "--starvation-guard", "-1"]) == 2
     assert "--starvation-guard must be >= 0" in capsys.readouterr().err
+
+
+def test_forecast_correction_scales_by_the_median_ratio_of_its_queue_position() -> None:
+    c = Corrector(keep=3)
+    # nothing learned yet: the forecast as it is
+    assert c.correct(1, 0.0, 100.0, 0) == 100.0
+    c.started(1, 300.0)  # waited 300 s against a forecast of 100: ratio 3
+    for job, waited in ((2, 100.0), (3, 200.0)):
+        c.correct(job, 0.0, 100.0, 0)
+        c.started(job, waited)
+    # ratios 3, 1, 2 at the top place: the median is 2
+    assert c.correct(4, 1000.0, 1100.0, 0) == 1200.0
+    # another place in the queue (5th: its own bucket) has learned nothing
+    assert c.correct(5, 1000.0, 1100.0, 4) == 1100.0
+    # only the last ``keep`` ratios count: 1, 2, 5 -> 2; then 2, 5, 5 -> 5
+    c.started(4, 1000.0 + 500.0)
+    c.correct(6, 0.0, 100.0, 0)
+    c.started(6, 500.0)
+    assert c.correct(7, 0.0, 100.0, 0) == 500.0

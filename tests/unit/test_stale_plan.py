@@ -112,7 +112,7 @@ async def test_ctld_hands_the_core_the_starvation_guard_and_eligible_times(
 ) -> None:
     # the default guard reaches the core, and a --begin job's wait counts from its begin
     snap = cluster.snapshot()
-    assert snap.settings.starve_after_s == 6 * 3600
+    assert snap.settings.starve_after_s == 24 * 3600
     now = cluster.clock()
     later = await cluster.submit(ALICE, spec(gpus_per_node=2, begin_time=now + 600))
     plain = await cluster.submit(ALICE, spec(gpus_per_node=2))

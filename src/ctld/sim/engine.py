@@ -15,7 +15,6 @@ configured) and usage decayed with the configured half-life.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 import time
@@ -102,7 +101,8 @@ class Outcome:
     start: float
     end: float
     first_forecast: float = 0.0
-    corrected_forecast: float = 0.0  # scaled by how much of their limits jobs really used
+    # the first forecast with a correction learned from past forecasts (see Corrector)
+    corrected_forecast: float = 0.0
 
 
 @dataclass
@@ -156,6 +156,42 @@ class _Fairshare:
         self.factor = {r.user: r.fairshare for r in share_rows(tree, usage) if r.user}
 
 
+class Corrector:
+    """A correction of forecasts learned from history (an experiment, not in ctld).
+
+    For each past job, the ratio of its real wait to its first forecast's wait (both
+    from the pass that made the forecast), kept per queue position (log2 buckets of its
+    place among the forecasts: the reserved job, 2nd, 3rd-4th, 5th-8th, ...), the last
+    ``keep`` of each. A new forecast's wait is scaled by its bucket's median ratio: the
+    median minimizes absolute error, and a deep place in the queue is overtaken more.
+    """
+
+    def __init__(self, keep: int = 500, floor_s: float = 60.0) -> None:
+        self.keep, self.floor = keep, floor_s
+        self.ratios: dict[int, list[float]] = {}  # bucket -> recent ratios, in order
+        self.made: dict[int, tuple[float, float, int]] = {}  # job -> (at, wait, bucket)
+
+    def correct(self, job_id: int, now: float, start: float, position: int) -> float:
+        bucket = position.bit_length()
+        wait = max(start - now, self.floor)
+        self.made[job_id] = (now, wait, bucket)
+        past = self.ratios.get(bucket)
+        if not past:
+            return start
+        ordered = sorted(past)
+        return now + max(start - now, 0.0) * ordered[len(ordered) // 2]
+
+    def started(self, job_id: int, now: float) -> None:
+        made = self.made.pop(job_id, None)
+        if made is None:
+            return
+        at, wait, bucket = made
+        past = self.ratios.setdefault(bucket, [])
+        past.append((now - at) / wait)
+        if len(past) > self.keep:
+            del past[0]
+
+
 def replay(jobs: tuple[TraceJob, ...], procs: int, policy: str | Policy) -> Result:
     pol = POLICIES[policy] if isinstance(policy, str) else policy
     settings = pol.settings
@@ -164,7 +200,7 @@ def replay(jobs: tuple[TraceJob, ...], procs: int, policy: str | Policy) -> Resu
     by_id = {j.job_id: j for j in jobs}
     forecasts: dict[int, float] = {}
     corrected: dict[int, float] = {}
-    ratios: list[float] = []  # run / estimate of finished jobs, kept sorted
+    corrector = Corrector()
     predictor = RunTimePredictor()
     predicted: dict[int, int] = {}  # made when the job enters the queue, as ctld does
     share = _Fairshare(pol.half_life_s)
@@ -190,7 +226,6 @@ def replay(jobs: tuple[TraceJob, ...], procs: int, policy: str | Policy) -> Resu
             predictor.observe(str(job.user), elapsed, int(job.estimate))
             if pol.fairshare:
                 share.add(str(job.user), elapsed * job.procs, now)
-            bisect.insort(ratios, min(job.run / job.estimate, 1.0))
             result.outcomes.append(
                 Outcome(job, starts[jid], now, forecasts.get(jid, 0.0), corrected.get(jid, 0.0))
             )
@@ -253,16 +288,16 @@ def replay(jobs: tuple[TraceJob, ...], procs: int, policy: str | Policy) -> Resu
         began = time.perf_counter()
         plan = schedule(snap)
         result.pass_times.append(time.perf_counter() - began)
-        median = ratios[len(ratios) // 2] if ratios else 1.0
-        for jid, f in plan.forecasts.items():
+        for position, (jid, f) in enumerate(plan.forecasts.items()):
             if jid not in forecasts:
                 forecasts[jid] = f.start
-                corrected[jid] = now + (f.start - now) * median
+                corrected[jid] = corrector.correct(jid, now, f.start, position)
         for st in plan.starts:
             job = pending.pop(st.job_id)
             n = sum(p.cpus for p in st.placements)
             free -= n
             starts[job.job_id] = now
+            corrector.started(job.job_id, now)
             forecasts.setdefault(job.job_id, now)
             corrected.setdefault(job.job_id, now)
             running[job.job_id] = (now + job.estimate, n)

@@ -20,7 +20,7 @@ class Summary:
     pass_mean_ms: float
     pass_max_ms: float
     forecast_mae_s: float  # |first expected start - actual start|, jobs that waited
-    corrected_mae_s: float  # the same for the history-corrected forecast
+    corrected_mae_s: float  # the same for the history-corrected forecast (engine.Corrector)
     wait_max_s: float = 0.0
     forecast_median_s: float = 0.0  # median |first expected start - actual start|
     forecast_p90_s: float = 0.0
@@ -29,6 +29,8 @@ class Summary:
     top_delayed: int = 0  # ... one of which still ran at the reserved start, delaying it
     top_delay_mean_s: float = 0.0  # over the delayed ones: start - reserved start
     top_delay_max_s: float = 0.0
+    corrected_median_s: float = 0.0  # the history-corrected forecast's median error
+    corrected_p90_s: float = 0.0
 
 
 def bounded_slowdown(wait: float, run: float) -> float:
@@ -51,6 +53,7 @@ def summarize(result: Result, warmup: float = 0.01) -> Summary:
         statistics.fmean(abs(o.corrected_forecast - o.start) for o in waited) if waited else 0.0
     )
     errors = sorted(abs(o.first_forecast - o.start) for o in waited)
+    corrected_errors = sorted(abs(o.corrected_forecast - o.start) for o in waited)
     delays = [d.delay for d in result.top_delays if d.delay > 0]
     times = result.pass_times or [0.0]
     return Summary(
@@ -71,6 +74,8 @@ def summarize(result: Result, warmup: float = 0.01) -> Summary:
         top_delayed=len(delays),
         top_delay_mean_s=statistics.fmean(delays) if delays else 0.0,
         top_delay_max_s=max(delays, default=0.0),
+        corrected_median_s=_pct(corrected_errors, 0.5),
+        corrected_p90_s=_pct(corrected_errors, 0.9),
     )
 
 
