@@ -342,7 +342,7 @@ def to_spec(
         spec["gpuType"], spec["gpusPerTask"] = parse_gpus(g["gpus_per_task"], "--gpus-per-task")
     if "time" in g:
         # Slurm: "A time limit of zero requests that no time limit be imposed"
-        spec["timeLimitS"] = parse_duration(g["time"]) or UNLIMITED
+        spec["timeLimitS"] = parse_duration(g["time"], what="--time") or UNLIMITED
     if g.get("hold"):
         spec["hold"] = True
     if "dependency" in g:

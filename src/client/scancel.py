@@ -107,7 +107,7 @@ def cancel(argv: list[str]) -> int:
         request.setdefault("signal", int(signal.SIGKILL))
     elif args.full and "signal" in request:  # the batch shell and its children too
         request["full"] = True
-    return report(api.cancel_jobs(request), args.quiet, args.verbose)
+    return report(api.cancel_jobs(request), args.quiet, args.verbose, request.get("signal", 0))
 
 
 ACTIVE_STATES: set[t.JobState] = {"JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_COMPLETING"}
@@ -120,9 +120,12 @@ def _already_gone(error: CorralError | None) -> bool:
     )
 
 
-def report(reply: t.CancelJobsResponse, quiet: bool, verbose: int = 0) -> int:
+def report(reply: t.CancelJobsResponse, quiet: bool, verbose: int = 0, sig: int = 0) -> int:
     rc = 0
     for outcome in reply.get("outcomes", []):
+        if verbose:  # -v: what it does to each job first, as Slurm's
+            what = f"Signal {sig} to job" if sig else "Terminating job"
+            sys.stderr.write(f"{PROG}: {what} {outcome.get('jobId')}\n")
         if outcome.get("ok"):
             continue
         gone = _already_gone(outcome_error(outcome))

@@ -424,12 +424,13 @@ def show(words: Sequence[str], one_liner: bool) -> int:
 
 def show_hosts(entity: str, expr: str) -> int:
     """``hostnames``: one name a line; ``hostlist``/``hostlistsorted``: the expression.
-    With no list, SLURM_JOB_NODELIST (as Slurm's); a list starting with / is a file."""
+    With no list, SLURM_JOB_NODELIST (as Slurm's man page says), else SLURM_NODELIST (what
+    a real 22.05 reads); a list starting with / is a file."""
     import os
 
     from corral import hostlist
 
-    expr = expr or os.environ.get("SLURM_JOB_NODELIST", "")
+    expr = expr or os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST", "")
     if expr.startswith("/"):
         try:
             with open(expr) as fh:
@@ -510,6 +511,12 @@ def hold_messages(outcomes: Sequence[Json]) -> list[str]:
 def update_holds(action: str, words: Sequence[str]) -> int:
     if not words:
         raise Reported(f"too few arguments for keyword:{action}")
+    if action.startswith("requeue"):
+        # a job that requeues itself (submitit does, from its step) gets SIGTERM for it
+        # at once: the command must still finish and exit 0, not die of its own request
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     rc = 0
     for word in words:  # each argument is its own request, as in Slurm
         outcomes = _hold(action, word)

@@ -13,6 +13,7 @@ from client.common import JOB_STATE_CODES, client, job_ref, job_state, num, real
 from client.fmt import (
     Column,
     Reported,
+    Spec,
     all_letters,
     call,
     check_format,
@@ -314,7 +315,7 @@ def wanted(job: Json, states: Collection[str] | None) -> bool:
 
 def format_jobs(
     reply: Json,
-    fmt: str = DEFAULT_FORMAT,
+    fmt: str | list[Spec] = DEFAULT_FORMAT,
     *,
     header: bool = True,
     states: Collection[str] | None = ACTIVE_STATES,
@@ -322,11 +323,16 @@ def format_jobs(
     long_date: bool = False,
     expand_arrays: bool = False,
 ) -> str:
-    """The whole output for a GetJobs reply (with newlines)."""
-    if fmt.lower() == "%all":
-        fmt = all_letters(COLUMNS)
-    prefix, specs = parse_format(fmt)
-    check_format(specs, COLUMNS, "job")
+    """The whole output for a GetJobs reply (with newlines); ``fmt`` is an -o string or
+    the specs of an -O list (``long_format``)."""
+    columns = COLUMNS
+    if isinstance(fmt, list):
+        prefix, specs, columns = "", fmt, {**COLUMNS, **LONG_COLUMNS}
+    else:
+        if fmt.lower() == "%all":
+            fmt = all_letters(COLUMNS)
+        prefix, specs = parse_format(fmt)
+        check_format(specs, COLUMNS, "job")
     now = real(reply, "now")
     rows = [Row(j, now) for j in reply.get("jobs", []) if wanted(j, states)]
     if not expand_arrays:
@@ -334,14 +340,15 @@ def format_jobs(
     rows = sort_rows(rows, sort)
     lines = [ctime(now)] if long_date and header else []
     if header:
-        lines.append(render(prefix, specs, COLUMNS, None))
-    lines.extend(map(renderer(prefix, specs, COLUMNS), rows))
+        lines.append(render(prefix, specs, columns, None))
+    lines.extend(map(renderer(prefix, specs, columns), rows))
     return "".join(line + "\n" for line in lines)
 
 
 # ---------------------------------------------------------------- -O / --Format
 
-# Slurm's -O field names (case-insensitive) and the -o letter that prints the same
+# Slurm 22.05's -O field names (matched without case, '-' or '_': `tres-per-node`,
+# `exit_code`, and the older `TresPerNode` spelling) and the -o letter printing the same
 FIELD_LETTERS = {
     "account": "a",
     "arrayjobid": "F",
@@ -349,6 +356,9 @@ FIELD_LETTERS = {
     "batchhost": "B",
     "command": "o",
     "comment": "k",
+    "contiguous": "O",
+    "cores": "I",
+    "corespec": "X",
     "dependency": "E",
     "endtime": "e",
     "exechost": "B",
@@ -359,13 +369,16 @@ FIELD_LETTERS = {
     "groupname": "g",
     "jobarrayid": "i",
     "jobid": "i",
+    "licenses": "W",
     "mincpus": "c",
     "minmemory": "m",
+    "mintmpdisk": "d",
     "name": "j",
     "nice": "y",
     "nodelist": "N",
     "numcpus": "C",
     "numnodes": "D",
+    "oversubscribe": "h",
     "partition": "P",
     "priority": "p",
     "prioritylong": "Q",
@@ -374,14 +387,17 @@ FIELD_LETTERS = {
     "reasonlist": "R",
     "reqnodes": "n",
     "reservation": "v",
+    "schednodes": "Y",
+    "sct": "z",
+    "sockets": "H",
     "starttime": "S",
     "state": "T",
     "statecompact": "t",
     "submittime": "V",
+    "threads": "J",
     "timeleft": "L",
     "timelimit": "l",
     "timeused": "M",
-    "tresperjob": "b",
     "trespernode": "b",
     "userid": "U",
     "username": "u",
@@ -390,24 +406,107 @@ FIELD_LETTERS = {
 }
 
 
-def long_format(text: str) -> str:
-    """``-O JobID:10,Name:.20,State`` as the equivalent ``-o`` string. As Slurm: each
-    field is SIZE wide (20 when not given; ``.`` right-justifies), then its suffix;
-    nothing else separates the fields."""
-    out: list[str] = []
+def _gpus_or_na(count: int, spec: Json) -> str:
+    return gpu_tres(count, text(spec, "gpuType")) if count else "N/A"
+
+
+def _std_path(row: Row, which: int) -> str:
+    from client.scontrol import std_paths  # only for these fields: squeue stays light
+
+    return std_paths(row.job)[which]
+
+
+def _tres_alloc(row: Row) -> str:
+    from client.scontrol import job_tres
+
+    return job_tres(row.job)
+
+
+def _pending_time(row: Row) -> str:
+    """Seconds from submission to start (or to now while pending), as Slurm counts."""
+    start = real(row.job, "startTime") if job_state(row.job) != "PENDING" else 0.0
+    return str(max(0, int((start or row.now) - real(row.job, "submitTime"))))
+
+
+def _exit_status(job: Json) -> str:
+    """EXIT_CODE: the raw wait status, as Slurm's squeue prints it (exit 3 is 768)."""
+    return str((num(job, "exitCode") & 0xFF) << 8 | num(job, "exitSignal") & 0x7F)
+
+
+# -O fields with no -o letter, under Slurm's headers
+LONG_COLUMNS: dict[str, Column] = {
+    "accruetime": _col(
+        "ACCRUE_TIME", lambda r: format_timestamp(real(r.job, "eligibleTime"), unknown="N/A")
+    ),
+    "admincomment": _col("ADMIN_COMMENT", _const("(null)")),
+    "allocnodes": _col("ALLOC_NODES", _spec("submitHost")),
+    "batchflag": _col("BATCH_FLAG", lambda r: "0" if r.spec.get("allocationOnly") else "1"),
+    "boardspernode": _col("BOARDS_PER_NODE", _const("0")),
+    "burstbuffer": _col("BURST_BUFFER", _const("(null)")),
+    "cluster": _col("CLUSTER", _job("cluster")),
+    "cpuspertask": _col("CPUS_PER_TASK", lambda r: str(max(1, num(r.spec, "cpusPerTask")))),
+    "cpuspertres": _col("CPUS_PER_TRES", _const("N/A")),
+    "deadline": _col("DEADLINE", _const("N/A")),
+    "derivedec": _col("DERIVED_EC", _const("0")),
+    "eligibletime": _col(
+        "ELIGIBLE_TIME", lambda r: format_timestamp(real(r.job, "eligibleTime"), unknown="N/A")
+    ),
+    "exitcode": _col("EXIT_CODE", lambda r: _exit_status(r.job)),
+    "maxcpus": _col("MAX_CPUS", _number("numCpus")),
+    "maxnodes": _col(
+        "MAX_NODES",
+        lambda r: str(num(r.spec, "nodesMax") or num(r.spec, "nodesMin") or num(r.job, "numNodes")),
+    ),
+    "mempertres": _col("MEM_PER_TRES", _const("N/A")),
+    "mintime": _col("TIME_MIN", _const("0:00")),
+    "network": _col("NETWORK", _const("(null)")),
+    "ntperboard": _col("NTASKS_PER_BOARD", _const("0")),
+    "ntpercore": _col("NTASKS_PER_CORE", _const("N/A")),
+    "ntpernode": _col("NTASKS_PER_NODE", lambda r: str(num(r.spec, "ntasksPerNode"))),
+    "ntpersocket": _col("NTASKS_PER_SOCKET", _const("N/A")),
+    "numtasks": _col("TASKS", lambda r: str(num(r.job, "numTasks") or num(r.spec, "ntasks") or 1)),
+    "pendingtime": _col("PENDING_TIME", _pending_time),
+    "preempttime": _col("PREEMPT_TIME", _const("N/A")),
+    "profile": _col("PROFILE", _const("NotSet")),
+    "reboot": _col("REBOOT", _const("0")),
+    "reqswitch": _col("REQ_SWITCH", _const("0")),
+    "requeue": _col("REQUEUE", lambda r: "0" if r.spec.get("noRequeue") else "1"),
+    "resizetime": _col("RESIZE_TIME", _const("N/A")),
+    "restartcnt": _col("RESTART_COUNT", _number("restartCount")),
+    "sperboard": _col("SOCKETS_PER_BOARD", _const("0")),
+    "stderr": _col("STDERR", lambda r: _std_path(r, 0)),
+    "stdin": _col("STDIN", lambda r: _std_path(r, 1)),
+    "stdout": _col("STDOUT", lambda r: _std_path(r, 2)),
+    "systemcomment": _col("SYSTEM_COMMENT", _const("(null)")),
+    "tresalloc": _col("TRES_ALLOC", _tres_alloc),
+    "tresbind": _col("TRES_BIND", _const("N/A")),
+    "tresfreq": _col("TRES_FREQ", _const("N/A")),
+    "tresperjob": _col("TRES_PER_JOB", lambda r: _gpus_or_na(num(r.spec, "gpus"), r.spec)),
+    "trespersocket": _col("TRES_PER_SOCKET", _const("N/A")),
+    "trespertask": _col("TRES_PER_TASK", lambda r: _gpus_or_na(num(r.spec, "gpusPerTask"), r.spec)),
+    "wait4switch": _col("WAIT4SWITCH", _const("0:00")),
+}
+
+
+def long_format(text: str) -> list[Spec]:
+    """``-O JobID:10,Name:.20,State`` as format specs. As Slurm: each field is SIZE wide
+    (20 when not given; ``.`` right-justifies), then its suffix; nothing else separates
+    the fields. A field is an -o letter's column or one of ``LONG_COLUMNS``."""
+    out: list[Spec] = []
     for item in (x for x in text.split(",") if x.strip()):
         name, _, rest = item.strip().partition(":")
-        letter = FIELD_LETTERS.get(name.lower())
+        key = name.lower().replace("-", "").replace("_", "")
+        letter = FIELD_LETTERS.get(key) or (key if key in LONG_COLUMNS else None)
         if letter is None:
             raise InvalidOption(f"Invalid job format specification: {name}")
         right = rest.startswith(".")
         rest = rest[1:] if right else rest
         digits = len(rest) - len(rest.lstrip("0123456789"))
         size, suffix = (int(rest[:digits]) if digits else 20), rest[digits:]
-        out.append(f"%{'.' if right else ''}{size}{letter}{suffix}")
+        out.append(Spec(letter, size, right, suffix))
     if not out:
         raise InvalidOption("Invalid job format specification: (empty)")
-    return "".join(out)
+    return out
 
 
 # ---------------------------------------------------------------- command line
@@ -514,7 +613,7 @@ def main_body(argv: Sequence[str]) -> int:
         sys.stdout.write(format_steps(reply, header=not opts.get("noheader")))
         return 0
     long = bool(opts.get("long"))
-    fmt = opts.get("format") or os.environ.get("SQUEUE_FORMAT") or ""
+    fmt: str | list[Spec] = opts.get("format") or os.environ.get("SQUEUE_FORMAT") or ""
     if not opts.get("format") and (opts.get("long_format") or os.environ.get("SQUEUE_FORMAT2")):
         fmt = long_format(opts.get("long_format") or os.environ.get("SQUEUE_FORMAT2", ""))
     default = START_FORMAT if opts.get("start") else LONG_FORMAT if long else DEFAULT_FORMAT

@@ -19,6 +19,12 @@ class Reason(StrEnum):
     PARTITION_TIME_LIMIT = "PartitionTimeLimit"
     PARTITION_NODE_LIMIT = "PartitionNodeLimit"
     REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
+    # Slurm's words (its reason code is Resources) when too few of the partition's nodes
+    # are up for the job: the rest are down or drained
+    NODES_DOWN = (
+        "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
+        "partitions"
+    )
     RESERVATION = "Reservation"
     QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
     # accounting limits (sacctmgr), decided by the core from the limits in the snapshot
@@ -60,6 +66,8 @@ EXPLAINED: dict[str, str] = {
     Reason.PARTITION_NODE_LIMIT: "it asks for more nodes than the partition allows",
     Reason.PARTITION_DOWN: "its partition is down",
     Reason.REQ_NODE_NOT_AVAIL: "a node it requires (-w, or its reservation's) is not available",
+    Reason.NODES_DOWN: "too few of the nodes it could run on are up: the others are down or "
+    "drained",
     Reason.RESERVATION: "it waits for its reservation to begin",
     Reason.QOS_MAX_JOBS_PER_USER: "you already run as many jobs as your QOS allows",
     Reason.ASSOC_GRP_GRES: "its account's running jobs hold all the GPUs its GrpTRES allows",

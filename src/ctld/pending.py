@@ -38,7 +38,11 @@ def settle(job: pb.Job, now: float | None = None) -> bool:
     if job.reason in HELD:
         return write(job, "")  # released: the next pass says what it waits for
     # (a reason may carry detail after a comma: "ReqNodeNotAvail, UnavailableNodes:n1")
-    if job.reason and job.reason.split(",", 1)[0] not in PENDING_REASONS:
+    if (
+        job.reason
+        and job.reason not in PENDING_REASONS  # Slurm's "Nodes required ... DOWN, ..."
+        and job.reason.split(",", 1)[0] not in PENDING_REASONS
+    ):
         # back in the queue from a node (requeued)
         late = now is not None and job.eligible_time > now
         return write(job, Reason.BEGIN_TIME if late else Reason.RESOURCES)

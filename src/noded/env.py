@@ -107,7 +107,7 @@ def batch_environment(
         slurm["SLURM_JOB_END_TIME"] = str(int(job.start_time + job.time_limit_s))
     if job.account:
         slurm["SLURM_JOB_ACCOUNT"] = job.account
-    slurm["SLURM_JOB_QOS"] = spec.qos or "normal"
+    slurm["SLURM_JOB_QOS"] = job.qos or spec.qos or "normal"  # ctld resolved DefaultQOS
     if spec.gpus:
         slurm["SLURM_GPUS"] = str(spec.gpus)
     if spec.gpus_per_node:

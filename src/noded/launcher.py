@@ -324,14 +324,15 @@ class Launcher:
 
     def _notice(self, running: RunningJob, why: str) -> None:
         """slurmstepd's line at the end of the job's stderr, which scripts and people
-        grep for: ``*** JOB N ON node CANCELLED AT time [DUE TO TIME LIMIT] ***``.
+        grep for: ``slurmstepd-NODE: error: *** JOB N ON NODE CANCELLED AT time [DUE TO
+        TIME LIMIT] ***`` (22.05 names its node after ``slurmstepd``).
         noded is root: it appends only to a regular file of the job's user, never
         through a link, and never creates one."""
         files = resolve_files(running.job, self.node_name)
         path = os.path.join(files.workdir, files.stderr)  # an absolute stderr stays as is
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         line = (
-            f"slurmstepd: error: *** JOB {running.job_id} ON {self.node_name} "
+            f"slurmstepd-{self.node_name}: error: *** JOB {running.job_id} ON {self.node_name} "
             f"CANCELLED AT {stamp}{why} ***\n"
         )
         try:

@@ -116,8 +116,8 @@ else
   exec 2>>"$err"
 fi
 cd "$wd" 2>/dev/null || {{
-  echo "slurmstepd: error: couldn't chdir to \\`$wd': No such file or directory: \
-going to /tmp instead" >&2; cd /tmp; }}
+  echo "slurmstepd${{SLURMD_NODENAME:+-$SLURMD_NODENAME}}: error: couldn't chdir to \
+\\`$wd': No such file or directory: going to /tmp instead" >&2; cd /tmp; }}
 exec "$@"
 """
 

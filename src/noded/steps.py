@@ -124,12 +124,13 @@ class RunningStep:
     stall: str = ""  # set once a task here was found stalled (reported once)
 
     def signal(self, sig: int) -> None:
-        if self.procs is not None:
-            self.procs.signal_all(sig)
+        """Each process of the step gets ``sig`` once (a task that counts its SIGUSR1s,
+        or checkpoints on each, must not see two)."""
+        sent = self.procs.signal_all(sig) if self.procs is not None else set()
         for task in self.tasks:  # the roots, even before the tracker has seen them
             # os.kill, not Process.send_signal: that polls first, and a poll of an exited
             # task reaps it, stealing its exit status from asyncio (it then reads 255)
-            if task.process.returncode is None:
+            if task.process.returncode is None and task.process.pid not in sent:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(task.process.pid, sig)
 

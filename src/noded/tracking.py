@@ -112,10 +112,10 @@ class JobProcesses:
                     found.add(pid)
         return found
 
-    def signal_all(self, *signals: int) -> int:
+    def signal_all(self, *signals: int) -> set[int]:
         """Send each signal to every process of the job at once: frozen in a cgroup,
         else the batch shell (the root) first, so it never outlives its children's
-        deaths long enough to react to them."""
+        deaths long enough to react to them. Returns the pids signalled."""
         pids = self.pids()
         order = sorted(pids, key=lambda pid: (pid != self.root_pid, pid))
         with self.cgroup.frozen() if self.cgroup is not None else contextlib.nullcontext():
@@ -123,7 +123,7 @@ class JobProcesses:
                 for pid in order:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, sig)
-        return len(pids)
+        return pids
 
     def alive(self) -> set[int]:
         """The job's processes that still run (zombies waiting for their parent excluded)."""

@@ -130,6 +130,38 @@ def test_signal_option_without_b_reaches_the_steps_before_the_limit(two: Command
     assert two.job(job_id)["state"] == "JOB_STATE_COMPLETED"
 
 
+COUNT_USR1 = """import os, signal, time
+got = []
+signal.signal(signal.SIGUSR1, lambda s, f: (got.append(s), print("got usr1", flush=True)))
+print("ready", flush=True)
+while not os.path.exists("stop"):
+    time.sleep(0.05)
+print("usr1 x", len(got), flush=True)
+"""
+
+
+def test_each_step_task_gets_the_signal_once(two: Commands) -> None:
+    # Slurm signals each process of a step once: a task that checkpoints on every
+    # SIGUSR1 (submitit does on USR2) must not see two
+    import sys
+
+    (two.cwd / "count.py").write_text(COUNT_USR1)
+    job_id = two(
+        "sbatch",
+        "--parsable",
+        "-t",
+        "1",
+        "--signal=USR1@58",
+        "--wrap",
+        f"srun {sys.executable} count.py",
+    ).stdout.strip()
+    out = two.cwd / f"slurm-{job_id}.out"
+    wait_for(lambda: out.exists() and "got usr1" in out.read_text(), 30, "the warning")
+    (two.cwd / "stop").touch()
+    two.wait_state(job_id, "COMPLETED")
+    assert out.read_text() == "ready\ngot usr1\nusr1 x 1\n"
+
+
 def test_scancel_full_reaches_the_shell_and_batch_without_signal_kills_it(
     two: Commands,
 ) -> None:
@@ -149,6 +181,35 @@ echo after-step
     held = two("sbatch", "--parsable", "-H", "--wrap", "true").stdout.strip()
     two("scancel", "-b", held)
     assert two.wait_state(held, "CANCELLED")["state"] == "JOB_STATE_CANCELLED"
+    # a running one: the shell is killed, the job ends FAILED 0:9 (as a real 22.05's)
+    running = two("sbatch", "--parsable", "--wrap", "echo up; sleep 60").stdout.strip()
+    out = two.cwd / f"slurm-{running}.out"
+    wait_for(lambda: out.exists() and "up" in out.read_text(), 30, "the job to start")
+    two("scancel", "-b", running)
+    two.wait_state(running, "FAILED")
+    rows = two("sacct", "-X", "-n", "-P", "-o", "State,ExitCode", "-j", running).stdout
+    assert rows == "FAILED|0:9\n"
+
+
+def test_a_job_that_requeues_itself_sees_scontrol_succeed(two: Commands) -> None:
+    # submitit's timeout path: its step runs `scontrol requeue $SLURM_JOB_ID` and checks
+    # the exit code; the TERM that the requeue sends the job must not kill the command
+    (two.cwd / "self.sh").write_text(
+        """#!/bin/sh
+trap 'echo shell-got-term' TERM
+if [ "$SLURM_RESTART_COUNT" = 0 ]; then
+  srun sh -c 'trap "echo step-got-term" TERM; scontrol requeue $SLURM_JOB_ID
+    echo "requeue rc=$?"; sleep 30'
+else
+  echo "back after $SLURM_RESTART_COUNT"
+fi
+"""
+    )
+    job_id = two("sbatch", "--parsable", "self.sh").stdout.strip()
+    out = two.cwd / f"slurm-{job_id}.out"
+    wait_for(lambda: out.exists() and "back after 1" in out.read_text(), 90, "the requeued run")
+    two.wait_state(job_id, "COMPLETED")
+    assert "requeue rc=0" in out.read_text().splitlines(), out.read_text()
 
 
 # ------------------------------------------------------------------ nodes reach the host
@@ -243,6 +304,8 @@ def test_option_and_time_errors_exit_255_for_sbatch_srun_salloc(two: Commands) -
         proc = two(*argv, check=False)
         assert proc.returncode == 255, (argv, proc.returncode, proc.stderr)
         assert proc.stderr.startswith(f"{argv[0]}: error: "), proc.stderr
+        if any("time" in a or a == "-t" for a in argv):  # Slurm's words for a bad --time
+            assert "error: Invalid --time specification" in proc.stderr, proc.stderr
     assert two.cluster.client().get_jobs({}).get("jobs", []) == []  # nothing was submitted
 
 
@@ -256,7 +319,7 @@ def test_time_limit_and_cancel_leave_slurmstepds_line_and_timeout_shows_0_0(
     two.wait_state(late, "TIMEOUT", timeout=60)
     last = (two.cwd / f"slurm-{late}.out").read_text().splitlines()[-1]
     assert re.fullmatch(
-        rf"slurmstepd: error: \*\*\* JOB {late} ON node0[12] CANCELLED AT "
+        rf"slurmstepd-(node0[12]): error: \*\*\* JOB {late} ON \1 CANCELLED AT "
         r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d DUE TO TIME LIMIT \*\*\*",
         last,
     ), last
@@ -269,8 +332,26 @@ def test_time_limit_and_cancel_leave_slurmstepds_line_and_timeout_shows_0_0(
     two("scancel", gone)
     two.wait_state(gone, "CANCELLED")
     assert re.fullmatch(
-        rf"slurmstepd: error: \*\*\* JOB {gone} ON node0[12] CANCELLED AT \S+ \*\*\*",
+        rf"slurmstepd-(node0[12]): error: \*\*\* JOB {gone} ON \1 CANCELLED AT \S+ \*\*\*",
         out.read_text().splitlines()[-1],
+    )
+
+    # a working directory the node lacks: the job runs in /tmp, and says so as 22.05 does
+    lost = two(
+        "sbatch",
+        "--parsable",
+        "-D",
+        "/nonexistent-dir",
+        "-o",
+        f"{two.cwd}/lost.out",
+        "--wrap",
+        "pwd",
+    ).stdout.strip()
+    two.wait_state(lost, "COMPLETED")
+    assert re.fullmatch(
+        r"slurmstepd-node0[12]: error: couldn't chdir to `/nonexistent-dir': No such file or "
+        r"directory: going to /tmp instead\n/tmp\n",
+        (two.cwd / "lost.out").read_text(),
     )
 
 
@@ -310,18 +391,47 @@ def test_batch_environment_has_slurms_variables(two: Commands) -> None:
     assert text.startswith("home=/") and " path=set secret=unset" in text, text
 
 
-def test_pending_on_drained_nodes_shows_req_node_not_avail(two: Commands) -> None:
-    # Slurm: a job whose usable nodes are all drained/down waits with
-    # "ReqNodeNotAvail, UnavailableNodes:node[01-02]", not Resources
+def test_default_account_and_qos_reach_the_batch_environment(two: Commands) -> None:
+    # sbatch(1): SLURM_JOB_ACCOUNT / SLURM_JOB_QOS are the job's account and QOS, which
+    # without -A/-q are the user's DefaultAccount and the association's DefaultQOS
+    two("sacctmgr", "-i", "add", "qos", "high", "Priority=10")
+    two("sacctmgr", "-i", "add", "account", "vision")
+    two("sacctmgr", "-i", "add", "user", "root", "Account=vision", "DefaultAccount=vision")
+    two("sacctmgr", "-i", "modify", "user", "root", "set", "QOS=normal,high", "DefaultQOS=high")
+    job_id = two(
+        "sbatch", "--parsable", "--wrap", "echo $SLURM_JOB_ACCOUNT $SLURM_JOB_QOS"
+    ).stdout.strip()
+    two.wait_state(job_id, "COMPLETED")
+    assert (two.cwd / f"slurm-{job_id}.out").read_text() == "vision high\n"
+    assert two("squeue", "-h", "-t", "all", "-o", "%a %q", "-j", job_id).stdout == "vision high\n"
+
+
+def test_pending_on_drained_nodes_shows_slurms_reasons(two: Commands) -> None:
+    # Slurm 22.05 (checked on a real one): a job that names drained nodes (-w) waits
+    # with "ReqNodeNotAvail, UnavailableNodes:NODES"; one that names none, with too few
+    # nodes up, with "Nodes required for job are DOWN, DRAINED or reserved for jobs in
+    # higher priority partitions"; never Resources
     two("scontrol", "update", "NodeName=node[01-02]", "State=DRAIN", "Reason=maintenance")
+    named = two("sbatch", "--parsable", "-w", "node[01-02]", "--wrap", "true").stdout.strip()
     job_id = two("sbatch", "--parsable", "-N2", "--wrap", "true").stdout.strip()
-    wanted = "ReqNodeNotAvail, UnavailableNodes:node[01-02]"
-    wait_for(lambda: two.job(job_id).get("reason") == wanted, 30, "the reason")
-    assert two("squeue", "-h", "-o", "%R", "-j", job_id).stdout.strip() == f"({wanted})"
+    unavailable = "ReqNodeNotAvail, UnavailableNodes:node[01-02]"
+    down = (
+        "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
+        "partitions"
+    )
+    wait_for(lambda: two.job(named).get("reason") == unavailable, 30, "the -w job's reason")
+    wait_for(lambda: two.job(job_id).get("reason") == down, 30, "the other job's reason")
+    rows = two("squeue", "-h", "-S", "i", "-o", "%R", "-j", f"{named},{job_id}").stdout
+    assert rows.splitlines() == [f"({unavailable})", f"({down})"]
+    shown = two("scontrol", "show", "job", job_id).stdout
+    assert "Reason=Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in" in shown
+    why = two("corral", "why", named).stdout
+    assert "down or drained (node[01-02])" in why and unavailable in why
     why = two("corral", "why", job_id).stdout
-    assert "down or drained (node[01-02])" in why and wanted in why
+    assert "the others are down or drained" in why and down in why
     two("scontrol", "update", "NodeName=node[01-02]", "State=RESUME")
     two.wait_state(job_id, "COMPLETED")
+    two.wait_state(named, "COMPLETED")
 
 
 # ------------------------------------------------------------------ squeue -O, scontrol update
@@ -338,6 +448,30 @@ def test_squeue_long_format_fields_with_widths(two: Commands) -> None:
     assert row == f"{job_id:<8}{'fmtjob':>10}{'PENDING':<10}|{getpass.getuser():<20}"
     bad = two("squeue", "--Format=NoSuchField", check=False)
     assert bad.returncode == 1 and "Invalid job format specification: NoSuchField" in bad.stderr
+
+
+def test_limits_show_in_whole_minutes_and_gpus_as_2205_tres(two: Commands) -> None:
+    # Slurm 22.05 (checked on a real one): `-t 0` is UNLIMITED, `-t 0:30` shows as 1:00
+    # (squeue), 00:01:00 (scontrol, sacct); %b and -O tres-per-node print gres:gpu:N,
+    # tres-per-job the --gpus count; -O names are matched without case
+    short = two("sbatch", "--parsable", "-H", "-t", "0:30", "--gres=gpu:2", "--wrap", "true")
+    endless = two("sbatch", "--parsable", "-H", "-t", "0", "--gpus=3", "--wrap", "true")
+    ids = f"{short.stdout.strip()},{endless.stdout.strip()}"
+    rows = two("squeue", "-h", "-S", "i", "-o", "%l|%b", "-j", ids).stdout.split()
+    assert rows == ["1:00|gres:gpu:2", "UNLIMITED|N/A"]
+    out = two(
+        "squeue", "-S", "i", "-O", "TimeLimit:10,tres-per-node:14,TRES-PER-JOB:12", "-j", ids
+    ).stdout.splitlines()
+    assert out == [
+        f"{'TIME_LIMIT':<10}{'TRES_PER_NODE':<14}{'TRES_PER_JOB':<12}",
+        f"{'1:00':<10}{'gres:gpu:2':<14}{'N/A':<12}",
+        f"{'UNLIMITED':<10}{'N/A':<14}{'gres:gpu:3':<12}",
+    ]
+    shown = two("scontrol", "show", "job", short.stdout.strip()).stdout
+    assert "TimeLimit=00:01:00 " in shown and "TresPerNode=gres:gpu:2" in shown
+    two("scancel", short.stdout.strip(), endless.stdout.strip())
+    limits = two("sacct", "-X", "-n", "-P", "-o", "Timelimit", "-j", ids).stdout.split()
+    assert limits == ["00:01:00", "UNLIMITED"]
 
 
 def test_scontrol_update_job_name_pending_and_running(two: Commands) -> None:

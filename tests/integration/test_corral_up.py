@@ -55,6 +55,23 @@ def test_up_runs_jobs_and_down_leaves_nothing(tmp_path: pathlib.Path) -> None:
         assert job.returncode == 0, job.stderr
         out = tmp_path / f"slurm-{job.stdout.strip()}.out"
         wait_for(lambda: out.exists() and out.read_text() == "ok\n", 30, "job output")
+        # a shell where something else answers to `sbatch` (a function, as a site's
+        # profile may define) is warned, naming ours; a clean one is not
+        shadowed = subprocess.run(
+            ["bash", "-c", f"sbatch() {{ :; }}; source {state}/env.sh"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert "warning: sbatch here is 'sbatch', not corral's" in shadowed.stderr
+        assert f"({BIN}/sbatch)" in shadowed.stderr
+        clean = subprocess.run(
+            ["bash", "-c", f"source {state}/env.sh && command -v sbatch"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert (clean.stdout, clean.stderr) == (f"{BIN}/sbatch\n", "")
     finally:
         down = subprocess.run(
             [str(BIN / "corral"), "down", "--state-dir", str(state)],

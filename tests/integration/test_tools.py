@@ -113,6 +113,43 @@ def test_submitit_result_exception_map_array_cancel_and_state(
     ]
 
 
+CHECKPOINT = """
+import os, time
+import submitit
+
+class Resumable(submitit.helpers.Checkpointable):
+    def __call__(self, tag):
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+        if restarts == 0:
+            time.sleep(300)  # the limit's USR2 comes first: checkpoint, requeue, resume
+        return f"{tag} after {restarts} restart(s)"
+
+ex = submitit.AutoExecutor(folder="ckpt")
+ex.update_parameters(timeout_min=1, slurm_signal_delay_s=50)
+job = ex.submit(Resumable(), "resumed")
+print("> result", job.result())
+deadline = time.time() + 60
+while job.state in ("PENDING", "RUNNING", "REQUEUED", "UNKNOWN") and time.time() < deadline:
+    time.sleep(0.3)
+print("> state", job.state)
+log = open(job.paths.stderr).read()
+print("> usr2 caught", log.count("Caught signal SIGUSR2"))
+"""
+
+
+def test_submitit_checkpoint_requeues_on_the_time_limit_signal(
+    lab: tuple[LocalCluster, pathlib.Path],
+) -> None:
+    # submitit's timeout path: --signal=USR2@50 reaches its srun step (not the batch
+    # shell), it checkpoints and runs `scontrol requeue`, the job comes back with
+    # SLURM_RESTART_COUNT=1 and finishes from the checkpoint
+    assert drive(lab, CHECKPOINT) == [
+        "> result resumed after 1 restart(s)",
+        "> state COMPLETED",
+        "> usr2 caught 1",
+    ]
+
+
 DASK = """
 import sys
 from dask.distributed import Client

@@ -273,8 +273,11 @@ def test_down_or_drained_nodes_are_named_as_slurm_does() -> None:
         nodes=(node("n1"), drained),
     )
     plan = schedule(s)
+    # as a real 22.05 words them: required (-w) nodes are named; too few nodes up
+    # for a job that names none is Slurm's "Nodes required for job are DOWN, ..."
     assert plan.reasons == {
-        1: "ReqNodeNotAvail, UnavailableNodes:n2",
+        1: "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher "
+        "priority partitions",
         2: "ReqNodeNotAvail, UnavailableNodes:n2",
         3: "Resources",
     }

@@ -201,3 +201,41 @@ def test_a_real_frozen_job_makes_no_progress_and_dies_of_the_signal_on_thaw(
         counter.wait()
         wait_for(job.try_remove, 10, "the cgroup to go")
         manager.close()
+
+
+def test_a_step_signal_reaches_each_task_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the tracker finds the task by its marker and the task list holds it as a root:
+    # one kill for it, not two (Slurm signals each process of a step once; a task that
+    # checkpoints on each SIGUSR1 would checkpoint twice)
+    import subprocess
+    import types
+
+    from noded.steps import RunningStep
+    from noded.tracking import STEP_MARKER_VAR, JobProcesses
+
+    marker = f"test:{os.getpid()}:1.0"
+    child = subprocess.Popen(
+        ["sleep", "30"], env={**os.environ, STEP_MARKER_VAR: marker}, start_new_session=True
+    )
+    try:
+        kills: list[tuple[int, int]] = []
+        real_kill = os.kill
+
+        def kill(pid: int, sig: int) -> None:
+            kills.append((pid, sig))
+            real_kill(pid, sig)
+
+        monkeypatch.setattr(os, "kill", kill)
+        step = RunningStep(job_id=1, step_id=0)
+        step.procs = JobProcesses(-1, marker, None, STEP_MARKER_VAR, uid=os.getuid())
+        task = types.SimpleNamespace(process=types.SimpleNamespace(pid=child.pid, returncode=None))
+        step.tasks.append(task)  # type: ignore[arg-type]
+        step.signal(signal.SIGCONT)
+        assert kills == [(child.pid, signal.SIGCONT)]
+        step.procs = None  # no tracker (yet): the root still gets it
+        kills.clear()
+        step.signal(signal.SIGCONT)
+        assert kills == [(child.pid, signal.SIGCONT)]
+    finally:
+        child.kill()
+        child.wait()

@@ -131,6 +131,8 @@ def test_settle_keeps_a_pending_reason_and_its_detail() -> None:
 
     job = pb.Job(state=js.PENDING, reason="ReqNodeNotAvail, UnavailableNodes:n[1-2]")
     assert not settle(job) and job.reason == "ReqNodeNotAvail, UnavailableNodes:n[1-2]"
+    job.reason = Reason.NODES_DOWN  # a reason with a comma of its own stays whole
+    assert not settle(job) and job.reason == Reason.NODES_DOWN
     job.hold = pb.HOLD_USER
     assert settle(job) and job.reason == Reason.JOB_HELD_USER
     job.hold = pb.HOLD_NONE

@@ -25,6 +25,9 @@ def test_hostnames_one_a_line_from_the_list_or_slurm_job_nodelist(
     monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-2]")
     assert run(capsys, "show", "hostnames")[1] == "n1\nn2\n"  # the launch recipe's form
     monkeypatch.delenv("SLURM_JOB_NODELIST")
+    monkeypatch.setenv("SLURM_NODELIST", "m[3-4]")  # what a real 22.05 reads
+    assert run(capsys, "show", "hostnames")[1] == "m3\nm4\n"
+    monkeypatch.delenv("SLURM_NODELIST")
     rc, _, err = run(capsys, "show", "hostnames")
     assert rc == 1 and "empty" in err
 

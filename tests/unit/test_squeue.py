@@ -211,3 +211,42 @@ def test_filter_from_options() -> None:
     assert states == ACTIVE_STATES
     flt, states = build_filter({"states": "all"}, "me")
     assert "states" not in flt and states is None
+
+
+def test_long_format_takes_slurm_2205_field_names() -> None:
+    # squeue(1) 22.05 -O names, matched without case; headers and values as Slurm's
+    # (checked against a real 22.05: `exit_code` is the raw wait status)
+    from client.squeue import long_format
+
+    jobs = reply(
+        job(
+            7,
+            "PENDING",
+            hold="HOLD_USER",
+            spec={
+                "gpus": 4,
+                "gpusPerNode": 2,
+                "gpusPerTask": 1,
+                "cpusPerTask": 2,
+                "ntasks": 3,
+                "noRequeue": True,
+            },
+            numTasks=3,
+        ),
+        running(8, exitCode=3, restartCount=2),
+    )
+    fields = (
+        "JobID:4,tres-per-node:14,TRES-PER-JOB:13,tres_per_task:14,cpus-per-task:14,"
+        "NumTasks:6,exit_code:10,Requeue:8,RestartCnt:14,PendingTime:13,TresPerNode:.14|"
+    )
+    out = format_jobs(jobs, long_format(fields), sort="i")
+    assert out.splitlines() == [
+        "JOBITRES_PER_NODE TRES_PER_JOB TRES_PER_TASK CPUS_PER_TASK TASKS EXIT_CODE REQUEUE "
+        "RESTART_COUNT PENDING_TIME  TRES_PER_NODE|",
+        "7   gres:gpu:2    gres:gpu:4   gres:gpu:1    2             3     0         0       "
+        f"0             {'600':<13}{'gres:gpu:2':>14}|",
+        "8   N/A           N/A          N/A           1             1     768       1       "
+        f"2             {'475':<13}{'N/A':>14}|",
+    ]
+    with pytest.raises(InvalidOption, match="Invalid job format specification: Nodes"):
+        long_format("JobID,Nodes")

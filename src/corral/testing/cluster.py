@@ -349,8 +349,9 @@ max_time = "1-00:00:00"
             f'export PATH="{bindir}:$PATH"\n'
             "hash -r 2>/dev/null  # a shell that ran Slurm's sbatch must not keep using it\n"
             f'if [ "$(command -v sbatch)" != "{bindir}/sbatch" ]; then\n'
-            "  echo \"warning: sbatch is $(command -v sbatch), not corral's "
-            f'({bindir}/sbatch): an alias or function shadows it" >&2\n'
+            "  echo \"warning: sbatch here is '$(command -v sbatch)', not corral's "
+            f"({bindir}/sbatch): an alias or function shadows it "
+            '(unalias sbatch; unset -f sbatch)" >&2\n'
             "fi\n"
         )
 

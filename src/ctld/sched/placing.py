@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ctld.sched.model import INFINITY, JobRequest, PartitionView, Placement, Start
 from ctld.sched.pass_state import (
+    NODES_DOWN,
     PARTITION_DOWN,
     PARTITION_NODE_LIMIT,
     PARTITION_TIME_LIMIT,
@@ -66,7 +67,7 @@ class Placing(PassState):
             and node.could_ever_fit(shape, req.gpu_type)
         )
         usable = {n.name for n in nodes}
-        # down or drained nodes that would otherwise do: Slurm names them in the reason
+        # down or drained nodes that would otherwise do: Slurm names the required ones
         down = [
             name
             for name in part.nodes
@@ -81,7 +82,7 @@ class Placing(PassState):
             return _unavailable(unavailable) if unavailable else REQ_NODE_NOT_AVAIL
         if len(nodes) < shape.nodes:
             if down and len(nodes) + len(down) >= shape.nodes:
-                return _unavailable(down)  # it would fit but for them
+                return NODES_DOWN  # it would fit but for them (Slurm's words)
             return REQ_NODE_NOT_AVAIL if required or allowed is not None else RESOURCES
         return Candidate(part, nodes, required, ignore, not_before, not_after, frozenset(usable))
 
@@ -221,7 +222,7 @@ class Placing(PassState):
 
 
 def _unavailable(names: list[str]) -> str:
-    """Slurm's reason when the nodes a job could use are down or drained (ctld prints
+    """Slurm's reason when nodes the job requires (-w) are down or drained (ctld prints
     the names as a compressed hostlist)."""
     return UNAVAILABLE_NODES + ",".join(names)
 
