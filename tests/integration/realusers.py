@@ -25,6 +25,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psutil
+
 from corral.api import HttpController as Client
 from corral.errors import CorralError
 from corral.testing import LocalCluster
@@ -72,10 +74,27 @@ class Users:
 
     def remove(self) -> None:
         for name in self.made:
+            # userdel refuses a user who still has processes (a job a failed test left):
+            # they go first, so no test user outlives its test
+            kill_processes_of(name)
             subprocess.run(["userdel", name], check=False, capture_output=True)
             subprocess.run(["groupdel", name], check=False, capture_output=True)
         for name in self.groups:
             subprocess.run(["groupdel", name], check=False, capture_output=True)
+
+
+def kill_processes_of(name: str) -> None:
+    """SIGKILL every process running as user ``name`` (before userdel, which refuses a
+    user who still has processes)."""
+    try:
+        uid = pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return
+    for proc in psutil.process_iter(["uids"]):
+        uids = proc.info["uids"]
+        if uids is not None and uid in (uids.real, uids.effective):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
 
 
 def open_dir(prefix: str) -> pathlib.Path:

@@ -28,6 +28,7 @@ from corral.identity import Identity
 from corral.testing import LocalCluster
 from corral.testing.cluster import ClusterFactory
 from tests.conftest import Commands, pid_alive, wait_for
+from tests.integration.realusers import kill_processes_of
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CI runs as root)")
 PY = sys.executable
@@ -89,6 +90,7 @@ def throwaway_user() -> Iterator[pwd.struct_passwd]:
         try:
             yield pwd.getpwnam(user)
         finally:
+            kill_processes_of(user)
             subprocess.run(["userdel", user], check=False)
     finally:
         subprocess.run(["groupdel", group], check=False)
