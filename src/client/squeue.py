@@ -491,14 +491,17 @@ LONG_COLUMNS: dict[str, Column] = {
 def long_format(text: str) -> list[Spec]:
     """``-O JobID:10,Name:.20,State`` as format specs. As Slurm: each field is SIZE wide
     (20 when not given; ``.`` right-justifies), then its suffix; nothing else separates
-    the fields. A field is an -o letter's column or one of ``LONG_COLUMNS``."""
+    the fields. A field is an -o letter's column or one of ``LONG_COLUMNS``; an unknown
+    one is reported and left out (Slurm 22.05 goes on without it and exits 0), and only
+    a format left with no field at all is an error."""
     out: list[Spec] = []
     for item in (x for x in text.split(",") if x.strip()):
         name, _, rest = item.strip().partition(":")
         key = name.lower().replace("-", "").replace("_", "")
         letter = FIELD_LETTERS.get(key) or (key if key in LONG_COLUMNS else None)
         if letter is None:
-            raise InvalidOption(f"Invalid job format specification: {name}")
+            sys.stderr.write(f"squeue: error: Invalid job format specification: {name}\n")
+            continue
         right = rest.startswith(".")
         rest = rest[1:] if right else rest
         digits = len(rest) - len(rest.lstrip("0123456789"))

@@ -446,6 +446,10 @@ def test_squeue_long_format_fields_with_widths(two: Commands) -> None:
     import getpass
 
     assert row == f"{job_id:<8}{'fmtjob':>10}{'PENDING':<10}|{getpass.getuser():<20}"
+    # Slurm 22.05 reports an unknown field, leaves it out and exits 0
+    part = two("squeue", "--Format=JobID:8,NoSuchField", "-j", job_id, check=False)
+    assert part.returncode == 0 and "Invalid job format specification: NoSuchField" in part.stderr
+    assert part.stdout.splitlines() == [f"{'JOBID':<8}", f"{job_id:<8}"]
     bad = two("squeue", "--Format=NoSuchField", check=False)
     assert bad.returncode == 1 and "Invalid job format specification: NoSuchField" in bad.stderr
 
