@@ -121,6 +121,9 @@ def run(prog: str, body: Callable[[], int]) -> NoReturn:
     try:
         code = body()
     except CorralError as exc:
+        if getattr(exc, "getopt", False):  # getopt's own words carry no "error: "
+            sys.stderr.write(f"{prog}: {exc.message}\n")
+            sys.exit(exc.exit_code)
         die(prog, exc.message, exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

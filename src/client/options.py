@@ -23,6 +23,14 @@ OPTIONAL = "optional"  # --long[=value] only; ``const`` when absent
 LIST = "list"  # a comma separated list; repeats add to it (sacct -j 1 -j 2), as Slurm's
 
 
+def getopt_error(message: str) -> InvalidOption:
+    """An error getopt itself reports: Slurm's commands print it as ``sbatch: MESSAGE``,
+    without the ``error:`` their own messages carry (client.common.run reads the mark)."""
+    exc = InvalidOption(message)
+    exc.getopt = True  # type: ignore[attr-defined]
+    return exc
+
+
 class Option:
     __slots__ = ("const", "convert", "dest", "help", "kind", "long", "short")
 
@@ -61,10 +69,10 @@ class OptionParser:
         if len(matches) == 1:
             return matches[0]
         if not matches:
-            raise InvalidOption(
+            raise getopt_error(
                 f"unrecognized option '--{name}'\nTry \"{self.prog} --help\" for more information"
             )
-        raise InvalidOption(f"option '--{name}' is ambiguous")
+        raise getopt_error(f"option '--{name}' is ambiguous")
 
     def _store(self, out: dict[str, Any], opt: Option, value: str | None) -> None:
         if opt.kind == FLAG:
@@ -86,28 +94,32 @@ class OptionParser:
                 out[opt.dest] = value
 
     def parse(
-        self, argv: Sequence[str], *, stop_at_positional: bool = True
+        self, argv: Sequence[str], *, stop_at_positional: bool = True, permute: bool = False
     ) -> tuple[dict[str, Any], list[str]]:
-        """Options as {dest: value} (only those given) and the remaining arguments."""
+        """Options as {dest: value} (only those given) and the remaining arguments.
+
+        ``permute``: as GNU getopt, options and positional words may come in any order
+        (``scancel 12 -s USR1``); the positional words are returned in their order."""
         out: dict[str, Any] = {}
+        words: list[str] = []
         i = 0
         n = len(argv)
         while i < n:
             arg = argv[i]
             if arg == "--":
-                return out, list(argv[i + 1 :])
+                return out, words + list(argv[i + 1 :])
             if arg.startswith("--"):
                 name, eq, value = arg[2:].partition("=")
                 opt = self._lookup_long(name)
                 if opt.kind in (FLAG, COUNT):
                     if eq:
-                        raise InvalidOption(f"option '--{opt.long}' doesn't allow an argument")
+                        raise getopt_error(f"option '--{opt.long}' doesn't allow an argument")
                     self._store(out, opt, None)
                 elif eq or opt.kind == OPTIONAL:
                     self._store(out, opt, value if eq else None)
                 else:
                     if i + 1 >= n:
-                        raise InvalidOption(f"option '--{opt.long}' requires an argument")
+                        raise getopt_error(f"option '--{opt.long}' requires an argument")
                     i += 1
                     self._store(out, opt, argv[i])
             elif arg.startswith("-") and len(arg) > 1:
@@ -115,7 +127,7 @@ class OptionParser:
                 while j < len(arg):
                     opt = self._short.get(arg[j])  # type: ignore[assignment]
                     if opt is None:
-                        raise InvalidOption(
+                        raise getopt_error(
                             f"invalid option -- '{arg[j]}'\nTry \"{self.prog} "
                             '--help" for more information'
                         )
@@ -130,16 +142,18 @@ class OptionParser:
                         self._store(out, opt, None)
                     else:
                         if i + 1 >= n:
-                            raise InvalidOption(f"option requires an argument -- '{arg[j]}'")
+                            raise getopt_error(f"option requires an argument -- '{arg[j]}'")
                         i += 1
                         self._store(out, opt, argv[i])
                     break
+            elif permute:
+                words.append(arg)
             else:
                 if stop_at_positional:
                     return out, list(argv[i:])
                 raise InvalidOption(f"unexpected argument {arg!r}")
             i += 1
-        return out, []
+        return out, words
 
     def help_text(self) -> str:
         lines = [f"Usage: {self.usage or self.prog + ' [OPTIONS...]'}", ""]

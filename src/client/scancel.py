@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 import signal
 import sys
 
 from client.common import client, outcome_error, parse_job_state, run
 from client.fmt import job_filter
+from client.options import COUNT, FLAG, Option, OptionParser
 from corral.errors import (
     CorralError,
     InvalidJobId,
@@ -23,10 +23,25 @@ if TYPE_CHECKING:
 
 PROG = "scancel"
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise InvalidOption(message)
+OPTIONS = (
+    Option("A", "account", "account", help="act only on jobs charging these accounts"),
+    Option("b", "batch", "batch", FLAG, help="signal the batch shell only"),
+    Option("f", "full", "full", FLAG, help="signal the batch shell and its children too"),
+    Option("i", "interactive", "interactive", FLAG, help="confirm each job"),
+    Option("", "me", "me", FLAG, help="act only on your own jobs"),
+    Option("n", "name", "name", help="act only on jobs with these names"),
+    Option("", "jobname", "name", help="same as --name"),
+    Option("p", "partition", "partition", help="act only on jobs in these partitions"),
+    Option("Q", "quiet", "quiet", FLAG, help="no error messages"),
+    Option("s", "signal", "signal", help="the signal to send (name or number)"),
+    Option("t", "state", "state", help="act only on jobs in these states"),
+    Option("u", "user", "user", help="act only on these users' jobs"),
+    Option("v", "verbose", "verbose", COUNT, help="say what is done to each job"),
+    Option("h", "help", "help", FLAG, help="this help"),
+    Option("", "usage", "usage", FLAG, help="this help"),
+    Option("V", "version", "version", FLAG, help="the version"),
+)
+PARSER = OptionParser(PROG, OPTIONS, usage="scancel [OPTIONS] [job_id[_array_id][.step_id]...]")
 
 
 def parse_signal(value: str) -> int:
@@ -41,25 +56,24 @@ def parse_signal(value: str) -> int:
         sig = getattr(signal.Signals, name, None) if name in signal.Signals.__members__ else None
         if sig is not None:
             return int(sig)
-    raise InvalidOption(f"Invalid job signal: {value}")
+    raise InvalidOption(f"Unknown job signal: {value}")
 
 
 def cancel(argv: list[str]) -> int:
-    p = _Parser(prog=PROG, allow_abbrev=False)
-    p.add_argument("job_ids", nargs="*")
-    p.add_argument("-u", "--user")
-    p.add_argument("-n", "--name", "--jobname", dest="name")
-    p.add_argument("-t", "--state")
-    p.add_argument("-p", "--partition")
-    p.add_argument("-A", "--account")
-    p.add_argument("-s", "--signal")
-    p.add_argument("-b", "--batch", action="store_true")
-    p.add_argument("--me", action="store_true")
-    p.add_argument("-i", "--interactive", action="store_true")
-    p.add_argument("-v", "--verbose", action="count", default=0)
-    p.add_argument("-Q", "--quiet", action="store_true")
-    p.add_argument("-f", "--full", action="store_true")
-    args = p.parse_args(argv)
+    opts, job_ids = PARSER.parse(argv, permute=True)
+    if opts.get("help") or opts.get("usage"):
+        sys.stdout.write(PARSER.help_text())
+        return 0
+    if opts.get("version"):
+        from corral import __version__
+
+        sys.stdout.write(f"slurm {__version__} (corral)\n")
+        return 0
+    args = _Args(job_ids, opts)
+    sig = parse_signal(args.signal) if args.signal else 0  # a bad one before any RPC
+    filters = (args.me, args.user, args.name, args.state, args.partition, args.account)
+    if not job_ids and not any(filters):
+        raise InvalidRequest("No job identification provided")
     flt: t.JobFilter = {}
     steps = [s for s in args.job_ids if re.fullmatch(r"\d+\.\d+", s)]
     args.job_ids = [s for s in args.job_ids if s not in steps]
@@ -67,8 +81,8 @@ def cancel(argv: list[str]) -> int:
         request_steps: t.CancelJobsRequest = {
             "steps": [{"jobId": j, "stepId": int(st)} for j, st in (x.split(".") for x in steps)]
         }
-        if args.signal:
-            request_steps["signal"] = parse_signal(args.signal)
+        if sig:
+            request_steps["signal"] = sig
         rc = report(client().cancel_jobs(request_steps), args.quiet, args.verbose)
         if not args.job_ids:
             return rc
@@ -100,14 +114,32 @@ def cancel(argv: list[str]) -> int:
         # filters without ids or users mean "my jobs", so nobody gets others' denials
         flt["users"] = [api.identity.user]
     request: t.CancelJobsRequest = {"filter": flt}
-    if args.signal:
-        request["signal"] = parse_signal(args.signal)
+    if sig:
+        request["signal"] = sig
     if args.batch:  # the batch shell only; without -s, SIGKILL (a pending job: cancelled)
         request["batchOnly"] = True
         request.setdefault("signal", int(signal.SIGKILL))
     elif args.full and "signal" in request:  # the batch shell and its children too
         request["full"] = True
     return report(api.cancel_jobs(request), args.quiet, args.verbose, request.get("signal", 0))
+
+
+class _Args:
+    """The parsed command line, by attribute."""
+
+    def __init__(self, job_ids: list[str], opts: dict[str, object]) -> None:
+        self.job_ids = job_ids
+        self.user = str(opts.get("user") or "")
+        self.name = str(opts.get("name") or "")
+        self.state = str(opts.get("state") or "")
+        self.partition = str(opts.get("partition") or "")
+        self.account = str(opts.get("account") or "")
+        self.signal = str(opts.get("signal") or "")
+        self.batch = bool(opts.get("batch"))
+        self.me = bool(opts.get("me"))
+        self.full = bool(opts.get("full"))
+        self.quiet = bool(opts.get("quiet"))
+        self.verbose = int(opts.get("verbose") or 0)  # type: ignore[call-overload]
 
 
 ACTIVE_STATES: set[t.JobState] = {"JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_COMPLETING"}

@@ -63,7 +63,7 @@ BUDGET: dict[str, set[str]] = {
     "sacctmgr": {"client.options"},
     "sinfo": QUERY | {"corral.hostlist"},
     "scontrol": QUERY | {"corral.patterns"},
-    "scancel": {"client.fmt", "corral.slurmfmt", "argparse", "gettext", "signal", "warnings"},
+    "scancel": {"client.fmt", "client.options", "corral.slurmfmt", "signal"},
 }
 # srun and salloc allocate (sbatch's options), srun streams its tasks over a socket of
 # its own (client.taskstream: selectors, struct, the built-in SHA-256 for the step
