@@ -115,7 +115,9 @@ def test_bad_requests_give_clear_errors_and_create_no_job(cmd: Commands) -> None
     for argv, message, code in cases:
         proc = cmd(*argv, check=False)
         assert proc.returncode == code, (argv, proc.returncode)
-        assert proc.stderr.startswith("sbatch: error: "), proc.stderr
+        # getopt's own words carry no "error: ", as a real 22.05 prints them
+        getopt = "unrecognized option" in message
+        assert proc.stderr.startswith("sbatch: " if getopt else "sbatch: error: "), proc.stderr
         assert message in proc.stderr, (argv, proc.stderr)
     (cmd.cwd / "noshebang.sh").write_text("echo hi\n")
     proc = cmd("sbatch", "noshebang.sh", check=False)
