@@ -119,6 +119,8 @@ class Launcher:
         self.cores = cores or CoreAllocator()
         self.instance = secrets.token_hex(6)  # tells this noded's jobs from any other's
         self.jobs: dict[int, RunningJob] = {}
+        # a requeued job's next run, held until its earlier copy here is gone
+        self._next_runs: dict[int, pb.LaunchJobRequest] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         os.makedirs(spool_dir, mode=0o755, exist_ok=True)
         if os.geteuid() == 0 and not _reachable_by_others(spool_dir):
@@ -136,8 +138,11 @@ class Launcher:
     async def launch(self, request: pb.LaunchJobRequest) -> None:
         """Take the job on; prolog and start run in the background (LaunchJob returns)."""
         job = request.job
-        if job.job_id in self.jobs:
-            return  # a retried LaunchJob: it is already here
+        current = self.jobs.get(job.job_id)
+        if current is not None:
+            if job.restart_count > current.restart_count:
+                self._supersede(current, request)
+            return  # else a retried LaunchJob: it is already here
         alloc = next((a for a in job.allocations if a.node == self.node_name), None)
         running = RunningJob(
             job=job,
@@ -151,6 +156,23 @@ class Launcher:
         task = asyncio.create_task(self._run(running))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _supersede(self, current: RunningJob, request: pb.LaunchJobRequest) -> None:
+        """A requeued job's next run came while its earlier copy here still ends (its
+        kill may even come later): that copy is killed, and the new run starts once it is
+        gone, so the two never run at once nor share a job directory or cgroup."""
+        queued = self._next_runs.get(current.job_id)
+        if queued is None or queued.job.restart_count < request.job.restart_count:
+            self._next_runs[current.job_id] = request
+        log.info(
+            "earlier run superseded: the new one waits for it to end",
+            job_id=current.job_id,
+            run=current.restart_count,
+            next_run=request.job.restart_count,
+        )
+        if not current.cancel_requested:
+            current.cancel_requested = True
+            self._terminate(current, request.kill_wait_s or current.kill_wait_s)
 
     async def _run(self, running: RunningJob) -> None:
         try:
@@ -458,6 +480,9 @@ class Launcher:
                 os.unlink(os.path.join(job_dir, name))
         with contextlib.suppress(OSError):
             os.rmdir(job_dir)
+        next_run = self._next_runs.pop(running.job_id, None)
+        if next_run is not None:
+            await self.launch(next_run)
 
     def _job_dir(self, job_id: int) -> str:
         return spool.job_dir(self.spool_dir, job_id)
@@ -609,6 +634,7 @@ class Launcher:
 
     async def shutdown(self, kill_wait_s: float) -> None:
         """Stop every job (node shutdown): SIGTERM, then SIGKILL after kill_wait."""
+        self._next_runs.clear()  # nothing new starts on a node going down
         for running in list(self.jobs.values()):
             running.cancel_requested = True
             self._terminate(running, kill_wait_s)

@@ -57,6 +57,9 @@ DRAIN_S = 2.0  # how long after a task exits its pipes may still deliver output
 QUEUE_DEPTH = 64  # chunks in flight per node before readers wait for srun (<= 16 MiB)
 HALF_CLOSE_WAIT_S = 30.0  # after the last exit, how long srun has to half-close
 STALL_KILL_S = 5.0  # a stalled step here: SIGTERM now, SIGKILL this much later
+SUPERSEDED_KILL_WAIT_S = STALL_KILL_S  # an earlier run's step: SIGTERM, then SIGKILL
+# its end, bounded: SIGKILL, the output drain and srun's half-close all fit inside
+SUPERSEDED_END_WAIT_S = SUPERSEDED_KILL_WAIT_S + DRAIN_S + HALF_CLOSE_WAIT_S + 5.0
 TASK_SHIM = (
     "read _ || exit 111; SLURM_TASK_PID=$$; export SLURM_TASK_PID; "
     'cd "$1" 2>/dev/null || cd /tmp; shift; exec "$@"'
@@ -122,6 +125,7 @@ class RunningStep:
     kill_task: asyncio.Task[None] | None = None
     stall_timeout_s: float = 0.0  # the job's progress timeout (0: not watched)
     stall: str = ""  # set once a task here was found stalled (reported once)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     def signal(self, sig: int) -> None:
         """Each process of the step gets ``sig`` once (a task that counts its SIGUSR1s,
@@ -239,6 +243,7 @@ class StepRunner:
         if here is None or start.node != self.node_name:
             raise LaunchError(f"step {job.job_id}.{step.step_id} has no tasks on {self.node_name}")
         key = (job.job_id, step.step_id)
+        await self._let_earlier_run_end(key, job.restart_count)
         if key in self.steps:
             raise LaunchError(f"step {job.job_id}.{step.step_id} already runs on this node")
         running = RunningStep(job.job_id, step.step_id, job.restart_count)
@@ -290,6 +295,7 @@ class StepRunner:
                     os.close(task.tty)
                     task.tty = -1
             self.steps.pop(key, None)
+            running.ended.set()
             for task in running.tasks:
                 if task.progress:
                     with contextlib.suppress(OSError):
@@ -626,6 +632,18 @@ class StepRunner:
 
     def job_ids(self) -> set[int]:
         return {jid for jid, _ in self.steps}
+
+    async def _let_earlier_run_end(self, key: tuple[int, int], run: int) -> None:
+        """The same step of a requeued job's earlier run may still be ending here (its
+        kill can trail the new run's start): it is killed, and waited for, first."""
+        earlier = self.steps.get(key)
+        if earlier is None or earlier.run >= run:
+            return
+        log.info("earlier run's step superseded", job_id=key[0], step_id=key[1], run=earlier.run)
+        if earlier.kill_task is None:
+            self.terminate_job(key[0], SUPERSEDED_KILL_WAIT_S, earlier.run)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(earlier.ended.wait(), SUPERSEDED_END_WAIT_S)
 
     def terminate_job(self, job_id: int, kill_wait_s: float, run: int | None = None) -> bool:
         """The job ends: its steps here get SIGCONT+SIGTERM, SIGKILL after kill_wait_s."""
