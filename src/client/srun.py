@@ -10,7 +10,6 @@ allocates, and releases afterwards.
 
 from __future__ import annotations
 
-import json
 import os
 import selectors
 import shlex
@@ -24,7 +23,7 @@ from client.common import option_errors, run
 from client.jobopts import export_environment, merge, parse_gpus
 from client.options import FLAG, OPTIONAL, Option, OptionParser
 from client.taskstream import NodeStream
-from corral import __version__
+from corral import __version__, cjson
 from corral import stepstream as ss
 from corral.api import Controller, connect
 from corral.errors import CorralError, InvalidOption, StepBusy
@@ -358,7 +357,7 @@ class Step:
             why = payload.decode(errors="replace") if kind == ss.REFUSED else "no answer"
             raise CorralError(f"{head.name}: {why}")
         head.started = True
-        port = int(json.loads(payload).get("masterPort", 0))
+        port = int(cjson.loads(payload).get("masterPort", 0))
         for node in self.nodes[1:]:
             try:
                 conn = NodeStream(node, timeout)
