@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import selectors
-import shlex
 import signal
 import socket
 import sys
@@ -20,7 +19,7 @@ import time
 
 from client.alloc import allocation_options, release, request_allocation, say
 from client.common import option_errors, run
-from client.jobopts import export_environment, merge, parse_gpus
+from client.jobopts import export_environment, merge, parse_gpus, submit_line
 from client.options import FLAG, OPTIONAL, Option, OptionParser
 from client.taskstream import NodeStream
 from corral import __version__, cjson
@@ -130,7 +129,7 @@ def step_spec(job_id: str, cli: dict[str, Any], command: list[str], argv: list[s
         "jobId": job_id,
         "name": os.path.basename(command[0]),
         "argv": command,
-        "submitLine": shlex.join([PROG, *argv]),
+        "submitLine": submit_line([PROG, *argv]),
     }
     if "nodes" in cli:
         low = cli["nodes"].split("-", 1)[0]

@@ -29,24 +29,10 @@ COMMON = {
     "pwd",
 }
 QUERY = {"client.fmt", "client.options", "corral.slurmfmt"}
-# re, for patterns these commands parse on every call (sacct's fields, sinfo's
-# hostlists, scontrol's output patterns): what ``import re`` brings with it
-RE = {
-    "collections",
-    "copyreg",
-    "enum",
-    "functools",
-    "itertools",
-    "keyword",
-    "operator",
-    "re",
-    "re._casefix",
-    "re._compiler",
-    "re._constants",
-    "re._parser",
-    "reprlib",
-    "types",
-}
+# enum, with what it brings: the signal and socket modules build enums at import
+ENUM = {"collections", "enum", "functools", "itertools", "keyword", "operator", "reprlib", "types"}
+# re, for patterns these commands parse on every call (sacct's fields, sinfo's hostlists)
+RE = ENUM | {"copyreg", "re", "re._casefix", "re._compiler", "re._constants", "re._parser"}
 BUDGET: dict[str, set[str]] = {
     # itertools: built in (jobsyntax's pairwise), nothing to load
     "sbatch": {"client.jobopts", "client.options", "corral.jobsyntax", "corral.slurmfmt"}
@@ -58,7 +44,7 @@ BUDGET: dict[str, set[str]] = {
     "sreport": QUERY,
     "sacctmgr": {"client.options"},
     "sinfo": QUERY | {"corral.hostlist"} | RE,
-    "scontrol": QUERY | {"corral.patterns"} | RE,
+    "scontrol": QUERY | {"corral.patterns"},
     "scancel": QUERY | {"corral.signals"},
 }
 # srun and salloc allocate (sbatch's options) and handle signals (the signal module);
@@ -67,7 +53,7 @@ BUDGET: dict[str, set[str]] = {
 # protobuf, asyncio or OpenSSL. What it imports only while running is checked by
 # tests/integration/test_task_stream.py (PYTHONPROFILEIMPORTTIME).
 SOCKET = {"array", "errno", "math", "select", "selectors", "socket"}
-ALLOCATING = BUDGET["sbatch"] | {"client.alloc", "shlex", "signal"} | RE | {"collections.abc"}
+ALLOCATING = BUDGET["sbatch"] | {"client.alloc", "signal"} | ENUM | {"collections.abc"}
 BUDGET["srun"] = (
     ALLOCATING
     | SOCKET
@@ -79,10 +65,11 @@ BUDGET["srun"] = (
         "struct",
     }
 )
-# salloc runs its command as a child process
+# salloc runs its command as a child process (subprocess; locale brings re)
 BUDGET["salloc"] = (
     ALLOCATING
     | SOCKET
+    | RE
     | {
         "contextlib",
         "fcntl",
