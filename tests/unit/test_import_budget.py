@@ -31,19 +31,19 @@ COMMON = {
 QUERY = {"client.fmt", "client.options", "corral.slurmfmt"}
 # enum, with what it brings: the signal and socket modules build enums at import
 ENUM = {"collections", "enum", "functools", "itertools", "keyword", "operator", "reprlib", "types"}
-# re, for patterns these commands parse on every call (sacct's fields, sinfo's hostlists)
+# re, with what it brings (sacct imports it only to parse -S/-E times)
 RE = ENUM | {"copyreg", "re", "re._casefix", "re._compiler", "re._constants", "re._parser"}
 BUDGET: dict[str, set[str]] = {
     # itertools: built in (jobsyntax's pairwise), nothing to load
     "sbatch": {"client.jobopts", "client.options", "corral.jobsyntax", "corral.slurmfmt"}
     | {"corral.signals", "itertools"},
     "squeue": QUERY,
-    "sacct": QUERY | RE,
+    "sacct": QUERY,
     "sprio": QUERY,
     "sshare": QUERY,
     "sreport": QUERY,
     "sacctmgr": {"client.options"},
-    "sinfo": QUERY | {"corral.hostlist"} | RE,
+    "sinfo": QUERY | {"corral.hostlist", "itertools"},
     "scontrol": QUERY | {"corral.patterns"},
     "scancel": QUERY | {"corral.signals"},
 }
