@@ -12,7 +12,6 @@ import time
 
 from client.options import COUNT, FLAG, OPTIONAL, Option, OptionParser
 from corral.errors import InvalidOption, InvalidRequest
-from corral.jobsyntax import parse_array, parse_dependency
 from corral.slurmfmt import UNLIMITED, parse_duration, parse_size_mb, parse_timestamp
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
@@ -366,9 +365,13 @@ def to_spec(
     if g.get("hold"):
         spec["hold"] = True
     if "dependency" in g:
+        from corral.jobsyntax import parse_dependency  # only jobs that use it pay for it
+
         parse_dependency(g["dependency"])
         spec["dependency"] = g["dependency"]
     if "array" in g:
+        from corral.jobsyntax import parse_array
+
         parse_array(g["array"])
         spec["array"] = g["array"]
     if "begin" in g:

@@ -34,9 +34,8 @@ ENUM = {"collections", "enum", "functools", "itertools", "keyword", "operator", 
 # re, with what it brings (sacct imports it only to parse -S/-E times)
 RE = ENUM | {"copyreg", "re", "re._casefix", "re._compiler", "re._constants", "re._parser"}
 BUDGET: dict[str, set[str]] = {
-    # itertools: built in (jobsyntax's pairwise), nothing to load
-    "sbatch": {"client.jobopts", "client.options", "corral.jobsyntax", "corral.slurmfmt"}
-    | {"corral.signals", "itertools"},
+    # corral.jobsyntax only with --array or --dependency
+    "sbatch": {"client.jobopts", "client.options", "corral.slurmfmt"},
     "squeue": QUERY,
     "sacct": QUERY,
     "sprio": QUERY,
@@ -53,7 +52,8 @@ BUDGET: dict[str, set[str]] = {
 # protobuf, asyncio or OpenSSL. What it imports only while running is checked by
 # tests/integration/test_task_stream.py (PYTHONPROFILEIMPORTTIME).
 SOCKET = {"array", "errno", "math", "select", "selectors", "socket"}
-ALLOCATING = BUDGET["sbatch"] | {"client.alloc", "signal"} | ENUM | {"collections.abc"}
+ALLOCATING = BUDGET["sbatch"] | {"client.alloc", "corral.signals", "signal"} | ENUM
+ALLOCATING |= {"collections.abc", "corral.jobsyntax"}
 BUDGET["srun"] = (
     ALLOCATING
     | SOCKET
