@@ -4,6 +4,7 @@
     nice -n 19 .venv/bin/python -m bench.side_by_side --quick    # a trial: fewer samples
     nice -n 19 .venv/bin/python -m bench.side_by_side --scale    # + bench.scale (corral only)
     nice -n 19 .venv/bin/python -m bench.side_by_side --no-slurm # corral alone
+    .venv/bin/python -m bench.side_by_side --render bench/results/side-<stamp>/side.json
 
 Real Slurm is the anchors' single-host cluster (/work/shared/anchors/slurm: one node of
 64 CPUs, slurmdbd accounting): ``up.sh --clean`` starts it (root; it installs nothing when
@@ -106,6 +107,10 @@ def _poll(what: str, check: Callable[[], bool], timeout: float) -> None:
 
 def _queue(env: dict[str, str], cwd: Path, *args: str) -> str:
     return _timed(["squeue", "-h", *args], env, cwd)[2]
+
+
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def floor(runs: int) -> dict[str, Any]:
@@ -225,7 +230,7 @@ def measure_slurm(s: Settings, out: Path) -> dict[str, Any]:
     if up.returncode != 0:
         _down(env)
         return {"error": f"up.sh failed (rc={up.returncode})"}
-    result: dict[str, Any] = {"up_s": time.monotonic() - t0}
+    result: dict[str, Any] = {"up_s": time.monotonic() - t0, "load": _load()}
     try:
         version = _timed(["sinfo", "-V"], env, out)[2].strip()
         result["version"] = version
@@ -247,7 +252,7 @@ def _down(env: dict[str, str]) -> None:
 
 def measure_corral(s: Settings, out: Path) -> dict[str, Any]:
     t0 = time.monotonic()
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {"load": _load()}
     # the anchors' node: one host, 64 CPUs
     with bench_cluster("side", nodes=1, cpus_per_node=64) as cluster:
         env = cluster.env()
@@ -500,7 +505,7 @@ def aims(corral: dict[str, Any], slurm: dict[str, Any]) -> Table:
 
 
 def render(
-    args: argparse.Namespace,
+    quick: bool,
     s: Settings,
     corral: dict[str, Any],
     slurm: dict[str, Any],
@@ -510,12 +515,14 @@ def render(
 ) -> str:
     scale_part = "" if scale is None else f", scale {scale['elapsed_s'] / 60:.1f} min"
     lines = [
-        f"## One run beside Slurm ({meta['started']} UTC{', --quick' if args.quick else ''})",
+        f"## One run beside Slurm ({meta['started']} UTC{', --quick' if quick else ''})",
         "",
         f"`{meta['command']}`: {meta['elapsed_s'] / 60:.1f} min in all (Slurm's part "
         f"{slurm.get('elapsed_s', 0) / 60:.1f} min, corral's {corral.get('elapsed_s', 0) / 60:.1f}"
         f" min{scale_part}); "
-        f"load average {meta['load_start']} at the start, {meta['load_end']} at the end "
+        f"load average {meta['load_start']} at the start, {slurm.get('load', '-')} when "
+        f"Slurm's part began, {corral.get('load', '-')} when corral's began, "
+        f"{meta['load_end']} at the end "
         f"({os.cpu_count()} cores). Slurm: {slurm.get('version', 'not run')}, the anchors' "
         "single host (one node, 64 CPUs, slurmdbd), defaults; corral: a LocalCluster of one "
         f"node x 64 CPUs. Samples: {s.runs} calls per command, {s.query_reps} per query and "
@@ -540,7 +547,7 @@ def render(
             "### Scale, corral only (no Slurm counterpart here: the anchors' Slurm has one "
             "real node)",
             "",
-            f"`.venv/bin/python -m {shlex.join(scale['argv'])}` (the node simulator), "
+            f"`.venv/bin/python {shlex.join(scale['argv'])}` (the node simulator), "
             f"{scale['elapsed_s'] / 60:.1f} min:",
             "",
             scale["text"].replace("## scale", "").strip().replace("\n### ", "\n#### "),
@@ -557,7 +564,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", action="store_true", help="also bench.scale (corral only)")
     p.add_argument("--scale-50k", action="store_true", help="--scale with 50,000 pending too")
     p.add_argument("--no-slurm", action="store_true", help="corral alone")
+    p.add_argument("--render", metavar="SIDE_JSON", help="print the tables of an earlier run")
     args = p.parse_args(argv)
+    if args.render:
+        raw = json.loads(Path(args.render).read_text())
+        quick = "--quick" in raw["meta"]["command"].split()
+        print(
+            render(
+                quick,
+                QUICK if quick else FULL,
+                raw["corral"],
+                raw["slurm"],
+                raw["floor"],
+                raw["scale"],
+                raw["meta"],
+            )
+        )
+        return 0
     if not args.no_slurm:
         if os.geteuid() != 0:
             p.error("starting Slurm needs root (or pass --no-slurm)")
@@ -584,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     floors.append(floor(s.runs))
     meta["load_end"] = f"{os.getloadavg()[0]:.1f}"
     meta["elapsed_s"] = time.monotonic() - t0
-    text = render(args, s, corral, slurm, floors, scale, meta)
+    text = render(args.quick, s, corral, slurm, floors, scale, meta)
     print(text, flush=True)
     (out / "tables.md").write_text(text)
     raw = {"meta": meta, "floor": floors, "corral": corral, "slurm": slurm, "scale": scale}
