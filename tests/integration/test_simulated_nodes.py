@@ -144,13 +144,14 @@ def test_time_limit_scancel_fault_and_crash(small: LocalCluster, tmp_path: pathl
 
 @pytest.fixture
 def hundred(cluster_factory: ClusterFactory) -> LocalCluster:
-    # heartbeats every 2 s (50/s for the lot), a node silent for 10 s is down
+    # heartbeats every 2 s (50/s for the lot); a node silent for 20 s is down (a margin
+    # for a loaded machine: no live node may be taken for a dead one)
     return cluster_factory(
         start_timeout=120,
         nodes=100,
         simulated=True,
         heartbeat_interval_s=2.0,
-        heartbeat_timeout_s=10.0,
+        heartbeat_timeout_s=20.0,
         kill_wait_s=1.0,
     )
 
