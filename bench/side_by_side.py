@@ -331,10 +331,16 @@ def _mib(kib: Any) -> str:
     return "n/a" if kib is None else f"{kib / 1024:.0f} MiB"
 
 
+def _levels(*benches: dict[str, Any]) -> list[int]:
+    """The queue depths either system's query phase reached."""
+    keys = {k for b in benches for k in _get(b, "query") or {} if k.startswith("pending_")}
+    return sorted(int(k[8:]) for k in keys)
+
+
 def tables(corral: dict[str, Any], slurm: dict[str, Any], fl: dict[str, Any]) -> list[Table]:
     cb, sb = corral.get("bench", {}), slurm.get("bench", {})
     cx, sx = corral.get("extras", {}), slurm.get("extras", {})
-    levels = sorted(int(k.split("_")[1]) for k in _get(cb, "query") or {} if k[:8] == "pending_")
+    levels = _levels(cb, sb)
     top = levels[-1] if levels else 0
     out: list[Table] = []
 
@@ -470,7 +476,7 @@ def aims(corral: dict[str, Any], slurm: dict[str, Any]) -> Table:
         ok = None if value is None or not base else value <= 2 * base
         target = "n/a" if not base else f"2 x floor = {2 * base * 1000:.1f} ms"
         table.add(f"{label} within 2x of `python3 -c pass`", _ms(stat), target, verdict(ok))
-    levels = sorted(int(k[8:]) for k in _get(cb, "query") or {} if k.startswith("pending_"))
+    levels = _levels(cb, sb)
     level = next((n for n in levels if n >= 1000), levels[-1] if levels else 0)
     c = _get(cb, "query", f"pending_{level}", "squeue")
     s = _get(sb, "query", f"pending_{level}", "squeue")
@@ -599,19 +605,30 @@ def main(argv: list[str] | None = None) -> int:
     }
     floors = [floor(s.runs)]
     slurm: dict[str, Any] = {"error": "not run (--no-slurm)"}
+    corral: dict[str, Any] = {"error": "not run"}
+    scale: dict[str, Any] | None = None
+
+    def save() -> None:
+        """side.json as far as the run got: a later part's failure keeps the earlier ones
+        (``--render`` prints them)."""
+        meta["load_end"] = f"{os.getloadavg()[0]:.1f}"
+        meta["elapsed_s"] = time.monotonic() - t0
+        raw = {"meta": meta, "floor": floors, "corral": corral, "slurm": slurm, "scale": scale}
+        (out / "side.json").write_text(json.dumps(raw, indent=1, default=str))
+
     if not args.no_slurm:
         slurm = measure_slurm(s, out)
+        save()
     log("corral: a LocalCluster, 1 node x 64 CPUs")
     corral = measure_corral(s, out)
-    scale = measure_scale(args) if args.scale or args.scale_50k else None
+    save()
+    if args.scale or args.scale_50k:
+        scale = measure_scale(args)
     floors.append(floor(s.runs))
-    meta["load_end"] = f"{os.getloadavg()[0]:.1f}"
-    meta["elapsed_s"] = time.monotonic() - t0
+    save()
     text = render(args.quick, s, corral, slurm, floors, scale, meta)
     print(text, flush=True)
     (out / "tables.md").write_text(text)
-    raw = {"meta": meta, "floor": floors, "corral": corral, "slurm": slurm, "scale": scale}
-    (out / "side.json").write_text(json.dumps(raw, indent=1, default=str))
     log(f"{meta['elapsed_s'] / 60:.1f} min; tables in {out / 'tables.md'}")
     return 0
 
