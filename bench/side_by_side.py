@@ -386,7 +386,9 @@ def tables(corral: dict[str, Any], slurm: dict[str, Any], fl: dict[str, Any]) ->
     commands.notes.append(
         "the queries at each depth are bench.py's (`squeue` with the pending jobs held); "
         "one `sbatch`, `scancel` and the floor are timed by bench/side_by_side.py; "
-        "corral's commands with their bytecode written (PYTHONDONTWRITEBYTECODE unset)"
+        "corral's commands with their bytecode written (PYTHONDONTWRITEBYTECODE unset); "
+        "`sacct -X`: Slurm's database keeps the day's jobs of earlier runs, corral's "
+        "cluster is new, so their row counts differ"
     )
     out.append(commands)
 
