@@ -6,7 +6,8 @@ steps start and end here too) and then committed as one unit, always in this ord
 0. the queue index follows the jobs (one that left PENDING leaves it) and a pending
    job's reason is settled (``pending.settle``: a hold shows at once);
 1. persist: every job it touched (and any other row, e.g. a drain) in one store commit;
-2. bump ``State.version`` (a plan made before the change is stale);
+2. bump ``State.version`` (a plan made before the change is stale), and
+   ``State.arrivals`` too for a submit or a start at submit;
 3. wake the scheduler, unless the change cannot let anything start (``wake=False``:
    a held submit, a step starting or ending);
 4. send the signals the change asked for (nothing reaches a node before it is durable).
@@ -36,10 +37,20 @@ if TYPE_CHECKING:
 
 
 class Change:
-    def __init__(self, state: State, outbox: Outbox | None = None, *, wake: bool = True) -> None:
+    def __init__(
+        self,
+        state: State,
+        outbox: Outbox | None = None,
+        *,
+        wake: bool = True,
+        arrival: bool = False,
+    ) -> None:
         self.state = state
         self.outbox = outbox
         self.wake = wake
+        # a submit, or a start at submit: counted apart (``State.arrivals``), since they
+        # leave every job the last pass left waiting unable to start still
+        self.arrival = arrival
         self._jobs: dict[int, pb.Job] = {}
         self._new: list[pb.Job] = []
         self._new_ids: set[int] = set()
@@ -135,6 +146,8 @@ class Change:
                 st.wake()
             else:
                 st.version += 1
+            if self.arrival:
+                st.arrivals += 1
         signals, self._signals = self._signals, []
         if signals:
             assert self.outbox is not None, "a change that signals nodes needs the outbox"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -29,7 +29,9 @@ from ctld.endings import Endings
 from ctld.outbox import Dispatcher
 from ctld.preemption import Preempter
 from ctld.priorities import apply_factors
-from ctld.sched import INFINITY, Placement, Plan, Snapshot, schedule
+from ctld.sched import INFINITY, Placement, Plan, Snapshot, Start, schedule
+from ctld.sched.quick import quick_starts, reserved_jobs
+from ctld.snapshot import SnapshotBuilder
 from ctld.state import State
 
 log = structlog.get_logger("ctld")
@@ -47,6 +49,7 @@ class Scheduler:
         dispatcher: Dispatcher,
         snapshot: Callable[[], Snapshot],
         preempter: Preempter,
+        quick: SnapshotBuilder | None = None,
     ) -> None:
         self.state = state
         self.endings = endings
@@ -59,6 +62,14 @@ class Scheduler:
         self.starts_total = 0
         self.stale_plans = 0  # plans (or starts) refused because the state had moved
         self._recalc: list[int] = []  # pending jobs whose priority recalculation is due
+        # starts at submit (None: never): the snapshot builder, and what the last
+        # applied plan left: the state's version less its arrivals, the reserved jobs
+        self.quick = quick
+        self._quick_base: tuple[int, tuple[int, ...]] | None = None
+        self.quick_tries = 0  # short passes run for submits
+        self._arrived: list[int] = []  # submitted, to be decided by the next short pass
+        self._batch: asyncio.Future[None] | None = None
+        self.quick_starts_total = 0
 
     async def run(self) -> None:
         st = self.state
@@ -175,9 +186,9 @@ class Scheduler:
         if plan.snapshot_version != st.version:
             log.info("stale plan dropped", plan_version=plan.snapshot_version, version=st.version)
             self.stale_plans += 1
+            self._quick_base = None
             st.wake()
             return False
-        now = st.clock()
         never: list[pb.Job] = []
         jobs, forecasts = st.jobs, plan.forecasts
         for job_id, reason in plan.reasons.items():
@@ -223,10 +234,32 @@ class Scheduler:
                 job.waits_for[:] = forecast.waits_for
             if changed:
                 st.touch(job)
-        ch = Change(st, wake=False)
+        _, refused = await self._start(plan.starts, cause=f"sched:pass={pass_no}")
+        if plan.preemptions:
+            await self.preempter.apply(plan, pass_no=pass_no)
+        if never and st.config.scheduler.kill_invalid_depend:
+            await self._cancel_never_satisfied(never)
+        if refused:
+            self.stale_plans += 1
+            self._quick_base = None
+            st.wake()  # what was refused gets a pass on the state as it is now
+        else:
+            # what a start at submit is decided against until anything else changes
+            self._quick_base = (st.version - st.arrivals, reserved_jobs(plan))
+        return True
+
+    async def _start(
+        self, starts: Iterable[Start], *, cause: str, arrival: bool = False
+    ) -> tuple[list[pb.Job], int]:
+        """Start what a plan starts (each checked again: still pending, its placements
+        still free), durable before any node hears of it; the started jobs, and how
+        many starts were refused."""
+        st = self.state
+        now = st.clock()
+        ch = Change(st, wake=False, arrival=arrival)
         launches: list[pb.Job] = []
         refused = 0
-        for start in plan.starts:
+        for start in starts:
             job = st.jobs.get(start.job_id)
             if job is None or job.state != js.PENDING:
                 refused += 1
@@ -265,13 +298,7 @@ class Scheduler:
             job.expected_start, job.forecast_nodes = 0, ""
             job.forecast_reserved = False
             del job.waits_for[:]
-            ch.transition(
-                job,
-                "started",
-                cause=f"sched:pass={pass_no}",
-                now=now,
-                detail=f"nodes={job.nodelist}",
-            )
+            ch.transition(job, "started", cause=cause, now=now, detail=f"nodes={job.nodelist}")
             launches.append(job)
         if launches:
             self.starts_total += len(launches)
@@ -283,14 +310,67 @@ class Scheduler:
                 st.spawn(self._launch_when_durable(launches))
                 raise
             self._launch_all(launches)
-        if plan.preemptions:
-            await self.preempter.apply(plan, pass_no=pass_no)
-        if never and st.config.scheduler.kill_invalid_depend:
-            await self._cancel_never_satisfied(never)
-        if refused:
-            self.stale_plans += 1
-            st.wake()  # what was refused gets a pass on the state as it is now
-        return True
+        return launches, refused
+
+    # ------------------------------------------------------------ a start at submit
+
+    def quick_ready(self) -> bool:
+        """Whether a new job may be decided at submit (sched/quick.py): a pass has
+        applied its plan, only arrivals (submits, starts at submit) changed the state
+        since, and no job's --begin time has come since."""
+        st = self.state
+        return (
+            self.quick is not None
+            and self._quick_base is not None
+            and st.version - st.arrivals == self._quick_base[0]
+            and st.clock() < self.quick.next_eligible
+        )
+
+    async def start_on_submit(self, jobs: list[pb.Job]) -> None:
+        """Start the new ``jobs`` now if a pass would, without waiting for one: placed
+        by the core against the last plan's reservations (``quick_starts``). Returns
+        once they are decided. Submits that arrive together are decided together (one
+        short pass for a burst). A pass is asked for when any of them did not start (it
+        writes their reasons and forecasts), or when the state moved on so that the
+        short queue is not enough."""
+        new = [j.job_id for j in jobs if j.state == js.PENDING and not j.hold]
+        if not new:
+            return
+        self._arrived.extend(new)
+        batch = self._batch
+        if batch is None:
+            batch = self._batch = asyncio.get_running_loop().create_future()
+            self.state.spawn(self._decide(batch))
+        await asyncio.shield(batch)
+
+    async def _decide(self, batch: asyncio.Future[None]) -> None:
+        st = self.state
+        try:
+            await asyncio.sleep(0)  # the submits committed with these join the batch
+            new, self._arrived, self._batch = self._arrived, [], None
+            if self.quick is None or self._quick_base is None or not self.quick_ready():
+                st.wake_event.set()  # (the submits bumped the version already)
+                return
+            self.quick_tries += 1
+            collecting = gc.isenabled()
+            gc.disable()  # as in a pass: it allocates much and frees it all by refcounting
+            try:
+                snap = self.quick.build_quick(new, self._quick_base[1])
+                starts = quick_starts(snap, new)
+            finally:
+                if collecting:
+                    gc.enable()
+            launches, _ = await self._start(starts, cause="sched:submit", arrival=True)
+            self.quick_starts_total += len(launches)
+            if len(launches) < len(new):
+                st.wake_event.set()
+        except Exception:  # the pass decides them then
+            log.exception("start at submit failed")
+            st.wake_event.set()
+        finally:
+            if self._batch is batch:
+                self._batch = None
+            batch.set_result(None)
 
     def _free(self, p: Placement) -> bool:
         """Whether ``p`` fits on its node now (after the starts applied before it)."""

@@ -52,6 +52,9 @@ class State:
                 self.nodes[name] = NodeRecord(name=name, config=entry, partitions=parts)
         self.next_job_id = 1
         self.version = 0  # bumped on every change a scheduling pass depends on
+        # the bumps of ``version`` by submits and starts at submit: when nothing else
+        # moved it since a pass, that pass's waiting jobs still cannot start
+        self.arrivals = 0
         self.start_time = clock()
         self.saved_events: dict[int, int] = {}
         # runs of requeued jobs that ended since the job was last saved (job_runs rows)
