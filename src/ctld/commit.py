@@ -7,7 +7,8 @@ steps start and end here too) and then committed as one unit, always in this ord
    job's reason is settled (``pending.settle``: a hold shows at once);
 1. persist: every job it touched (and any other row, e.g. a drain) in one store commit;
 2. bump ``State.version`` (a plan made before the change is stale), and
-   ``State.arrivals`` too for a submit or a start at submit;
+   ``State.arrivals`` too for a submit or a start at submit, ``State.releases`` for a
+   change that only ends jobs (what starts at submit may be decided after);
 3. wake the scheduler, unless the change cannot let anything start (``wake=False``:
    a held submit, a step starting or ending);
 4. send the signals the change asked for (nothing reaches a node before it is durable).
@@ -148,10 +149,23 @@ class Change:
                 st.version += 1
             if self.arrival:
                 st.arrivals += 1
+            elif self._releases_only():
+                st.releases += 1
         signals, self._signals = self._signals, []
         if signals:
             assert self.outbox is not None, "a change that signals nodes needs the outbox"
             self.outbox.send(signals)
+
+    def _releases_only(self) -> bool:
+        """Whether this change leaves every job it touched out of the queue (a running
+        job's end, a pending one's cancel, a step): it can free resources, but puts no
+        job in the queue and changes no node or limit."""
+        return (
+            not self._new
+            and not self._ops
+            and bool(self._jobs)
+            and all(j.state != js.PENDING for j in self._jobs.values())
+        )
 
     async def __aenter__(self) -> Change:
         return self

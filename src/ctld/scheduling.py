@@ -29,7 +29,7 @@ from ctld.endings import Endings
 from ctld.outbox import Dispatcher
 from ctld.preemption import Preempter
 from ctld.priorities import apply_factors
-from ctld.sched import INFINITY, Placement, Plan, Snapshot, Start, schedule
+from ctld.sched import INFINITY, JobRequest, Placement, Plan, Snapshot, Start, schedule
 from ctld.sched.quick import quick_starts, reserved_jobs
 from ctld.snapshot import SnapshotBuilder
 from ctld.state import State
@@ -39,6 +39,8 @@ log = structlog.get_logger("ctld")
 MIN_PASS_GAP_S = 0.005  # at most ~200 passes/s however many events arrive
 PASS_GAP_RATIO = 0.5  # the scheduler takes at most 2/3 of the loop however busy
 RECALC_SLICE = 10_000  # pending jobs whose priorities one pass recalculates
+# classes of waiting jobs a start at submit weighs after ends, at most (more: a pass)
+MAX_QUICK_CLASSES = 200
 
 
 class Scheduler:
@@ -65,7 +67,11 @@ class Scheduler:
         # starts at submit (None: never): the snapshot builder, and what the last
         # applied plan left: the state's version less its arrivals, the reserved jobs
         self.quick = quick
-        self._quick_base: tuple[int, tuple[int, ...]] | None = None
+        self._quick_base: tuple[int, int, tuple[int, ...]] | None = None
+        # the last pass's queue, and the first of each class in it (made when needed)
+        self._next_queue: tuple[JobRequest, ...] = ()
+        self._queue: tuple[JobRequest, ...] = ()
+        self._classes: tuple[int, ...] | None = None
         self.quick_tries = 0  # short passes run for submits
         self._arrived: list[int] = []  # submitted, to be decided by the next short pass
         self._batch: asyncio.Future[None] | None = None
@@ -120,6 +126,7 @@ class Scheduler:
             self.state.preemptions.prune(self.state.jobs)
             snap = self.snapshot()
             plan = schedule(snap)
+            self._next_queue = snap.pending
         finally:
             if collecting:
                 gc.enable()
@@ -245,7 +252,8 @@ class Scheduler:
             st.wake()  # what was refused gets a pass on the state as it is now
         else:
             # what a start at submit is decided against until anything else changes
-            self._quick_base = (st.version - st.arrivals, reserved_jobs(plan))
+            self._quick_base = (self._moved(), st.releases, reserved_jobs(plan))
+            self._queue, self._classes = self._next_queue, None
         return True
 
     async def _start(
@@ -314,17 +322,48 @@ class Scheduler:
 
     # ------------------------------------------------------------ a start at submit
 
+    def _moved(self) -> int:
+        """The state's version less the bumps of arrivals and of ends."""
+        st = self.state
+        return st.version - st.arrivals - st.releases
+
     def quick_ready(self) -> bool:
         """Whether a new job may be decided at submit (sched/quick.py): a pass has
-        applied its plan, only arrivals (submits, starts at submit) changed the state
-        since, and no job's --begin time has come since."""
-        st = self.state
+        applied its plan, only arrivals (submits, starts at submit) and ends changed
+        the state since, and no job's --begin time has come since."""
         return (
             self.quick is not None
             and self._quick_base is not None
-            and st.version - st.arrivals == self._quick_base[0]
-            and st.clock() < self.quick.next_eligible
+            and self._moved() == self._quick_base[0]
+            and self.state.clock() < self.quick.next_eligible
         )
+
+    def _waiting(self) -> tuple[int, ...] | None:
+        """Besides the reserved jobs, the waiting jobs a start at submit must weigh:
+        none while only arrivals came since the pass (what it left waiting still
+        cannot start); after ends, the first job of each class in the pass's queue
+        (its class-mates get its verdict, as in the pass) and the one waiting
+        longest (the starvation guard's). None: too many classes for a short pass."""
+        assert self._quick_base is not None
+        if self.state.releases == self._quick_base[1]:
+            return ()
+        if self._classes is None:
+            first: dict[int, int] = {}
+            oldest: tuple[float, int] | None = None
+            for req in self._queue:
+                if req.blocked_reason:
+                    continue
+                if req.klass not in first:
+                    if len(first) >= MAX_QUICK_CLASSES:
+                        return None
+                    first[req.klass] = req.job_id
+                key = (req.eligible_time or req.submit_time, req.job_id)
+                if oldest is None or key < oldest:
+                    oldest = key
+            if oldest is not None:
+                first.setdefault(-1, oldest[1])
+            self._classes = tuple(first.values())
+        return self._classes
 
     async def start_on_submit(self, jobs: list[pb.Job]) -> None:
         """Start the new ``jobs`` now if a pass would, without waiting for one: placed
@@ -351,15 +390,27 @@ class Scheduler:
             if self.quick is None or self._quick_base is None or not self.quick_ready():
                 st.wake_event.set()  # (the submits bumped the version already)
                 return
+            waiting = self._waiting()
+            weighed = (*self._quick_base[2], *(waiting or ()))
+            jobs = st.jobs
+            if waiting is None or any(
+                (j := jobs.get(job_id)) is None or j.state != js.PENDING for job_id in weighed
+            ):
+                # a job it would weigh has left the queue: its class-mates or the next
+                # in line may start now, and only a pass knows
+                st.wake_event.set()
+                return
             self.quick_tries += 1
             collecting = gc.isenabled()
             gc.disable()  # as in a pass: it allocates much and frees it all by refcounting
             try:
-                snap = self.quick.build_quick(new, self._quick_base[1])
-                starts = quick_starts(snap, new)
+                starts = quick_starts(self.quick.build_quick(new, weighed), new)
             finally:
                 if collecting:
                     gc.enable()
+            if starts is None:  # e.g. a waiting job can start now: a pass decides
+                st.wake_event.set()
+                return
             launches, _ = await self._start(starts, cause="sched:submit", arrival=True)
             self.quick_starts_total += len(launches)
             if len(launches) < len(new):

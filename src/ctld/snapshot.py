@@ -127,23 +127,22 @@ class SnapshotBuilder:
 
     def build_quick(self, job_ids: Iterable[int], reserved: Iterable[int]) -> Snapshot:
         """The cluster as it is now with only ``job_ids`` (new jobs) and ``reserved``
-        (the last plan's reserved jobs) pending, those of them still pending and not
-        held back: the input of a start at submit (sched/quick.py). Reads no other
-        pending job."""
+        (the last plan's reserved jobs, and any waiting jobs to weigh) pending, those
+        of them still pending and not held back: the input of a start at submit
+        (sched/quick.py). Reads no other pending job."""
         st = self.state
         self._refresh_settings()
         now = st.clock()
         on_node, array_room = self._on_node()
         throttles: dict[int, int] = {}
         reqs: list[JobRequest] = []
-        for group in (reserved, job_ids):
-            for job_id in group:
-                job = st.jobs.get(job_id)
-                if job is None or job.state != js.PENDING:
-                    continue
-                req = self._request(job, now, array_room, throttles)
-                if not req.blocked_reason:
-                    reqs.append(req)
+        for job_id in dict.fromkeys([*reserved, *job_ids]):
+            job = st.jobs.get(job_id)
+            if job is None or job.state != js.PENDING:
+                continue
+            req = self._request(job, now, array_room, throttles)
+            if not req.blocked_reason:
+                reqs.append(req)
         return self._snapshot(now, on_node, quick_queue(reqs, ()), self.demands)
 
     def _refresh_settings(self) -> None:

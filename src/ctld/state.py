@@ -55,6 +55,9 @@ class State:
         # the bumps of ``version`` by submits and starts at submit: when nothing else
         # moved it since a pass, that pass's waiting jobs still cannot start
         self.arrivals = 0
+        # the bumps by changes that only ended jobs: they free resources, so jobs the
+        # last pass left waiting may start; a start at submit then weighs them too
+        self.releases = 0
         self.start_time = clock()
         self.saved_events: dict[int, int] = {}
         # runs of requeued jobs that ended since the job was last saved (job_runs rows)

@@ -140,27 +140,40 @@ def _random_job(rng: random.Random, nodes: int) -> pb.JobSpec:
     )
 
 
-@pytest.mark.parametrize("seed", range(12))
+async def end(c: Cluster, job: pb.Job) -> None:
+    update = pb.JobStatusUpdate(
+        job_id=job.job_id, kind=pb.JobStatusUpdate.KIND_EXITED, time=c.state.clock()
+    )
+    await c.report_status(pb.ReportJobStatusRequest(node=job.batch_host, updates=[update]))
+
+
+@pytest.mark.parametrize("seed", range(16))
 async def test_the_decision_at_submit_is_the_full_pass_decision(
     tmp_path: pathlib.Path, seed: int
 ) -> None:
     """Two clusters fed the same jobs: one decides the last at submit, the other asks a
-    full pass over its whole queue; they start it, or not, on the same nodes."""
+    full pass over its whole queue; a job started at submit is started by the pass, on
+    the same nodes, and nothing else is. Half the seeds end running jobs in between
+    (resources freed: the waiting jobs are weighed too)."""
     rng = random.Random(seed)
     nodes = 4
-    quick = await new_cluster(tmp_path / "a.db", config(nodes, reserve_depth=rng.choice([1, 2])))
+    depth = rng.choice([1, 2])
+    quick = await new_cluster(tmp_path / "a.db", config(nodes, reserve_depth=depth))
     full = await new_cluster(
-        tmp_path / "b.db",
-        config(nodes, start_on_submit=False, reserve_depth=quick.settings.reserve_depth),
+        tmp_path / "b.db", config(nodes, start_on_submit=False, reserve_depth=depth)
     )
     try:
-        for c in (quick, full):
-            c.scheduler.quick = None if c is full else c.scheduler.quick
         jobs = [_random_job(rng, nodes) for _ in range(rng.randint(3, 12))]
         for c in (quick, full):
             for s in jobs:
                 await c.submit(ALICE, s)
             await c.schedule_pass()
+        ends = seed % 2 == 1
+        if ends:
+            running = [j.job_id for j in full.jobs.values() if j.state == js.RUNNING]
+            for job_id in rng.sample(running, min(len(running), rng.randint(1, 2))):
+                for c in (quick, full):
+                    await end(c, c.jobs[job_id])
         probes = [_random_job(rng, nodes) for _ in range(3)]
         for s in probes:
             a = await quick.submit(ALICE, s)
@@ -168,21 +181,41 @@ async def test_the_decision_at_submit_is_the_full_pass_decision(
             assert a.job_id == b.job_id
             plan = schedule(full.snapshot())
             started = {st.job_id: st for st in plan.starts}
-            # nothing the last pass left waiting can start now: only arrivals came since
-            assert set(started) <= {b.job_id}, (seed, started)
-            assert (a.state == js.RUNNING) == (b.job_id in started), (seed, s)
             if a.state == js.RUNNING:
+                assert set(started) == {b.job_id}, (seed, started)
                 assert sorted(p.node for p in started[b.job_id].placements) == sorted(
                     al.node for al in a.allocations
                 )
                 await full.apply_plan(plan, pass_no=99)  # the two stay alike
-            else:
-                # a pass makes both alike again (reasons, forecasts, base)
-                await quick.schedule_pass()
-                await full.schedule_pass()
+                continue
+            if not ends:
+                # nothing the last pass left waiting can start: only arrivals came
+                assert not started, (seed, started)
+            # a pass makes both alike again (reasons, forecasts, what starts)
+            await quick.schedule_pass()
+            await full.schedule_pass()
     finally:
         await close(quick)
         await close(full)
+
+
+async def test_after_an_end_a_job_starts_at_submit_unless_a_waiting_job_could(
+    cluster: Cluster,
+) -> None:
+    top = await reserved_queue(cluster)  # n1 busy; a 2-node job reserved after it
+    short = await cluster.submit(ALICE, spec(gpus_per_node=1, time_limit_s=60))
+    assert short.state == js.RUNNING  # n2's GPU 0
+    await end(cluster, short)  # freed: nothing waiting fits in it (top needs n1 too)
+    again = await cluster.submit(ALICE, spec(gpus_per_node=1, time_limit_s=60))
+    assert again.state == js.RUNNING and again.events[-1].cause == "sched:submit"
+    # the job on n1 ends: top can start now, so a new job waits for the pass
+    (first,) = [j for j in cluster.jobs.values() if j.nodelist == "n1" and j.state == js.RUNNING]
+    await end(cluster, first)
+    await end(cluster, again)
+    late = await cluster.submit(ALICE, spec(gpus_per_node=1, time_limit_s=60))
+    assert late.state == js.PENDING and cluster.state.wake_event.is_set()
+    await cluster.schedule_pass()
+    assert top.state == js.RUNNING
 
 
 def test_the_simulator_starts_at_submit_as_ctld_does() -> None:

@@ -35,11 +35,17 @@ def quick_queue(
     return tuple(sorted([*reserved, *new], key=priority_order))
 
 
-def quick_starts(snapshot: Snapshot, new: Iterable[int]) -> tuple[Start, ...]:
-    """The starts of the jobs ``new`` in a pass over ``snapshot`` (whose ``pending`` is
-    ``quick_queue``'s). None without backfill: a strict FCFS queue starts a new job only
-    when nothing waits ahead of it, which only a full pass knows."""
-    if not snapshot.settings.backfill:
-        return ()
+def quick_starts(snapshot: Snapshot, new: Iterable[int]) -> tuple[Start, ...] | None:
+    """The starts of the new jobs ``new`` in a pass over ``snapshot`` (whose ``pending``
+    is ``quick_queue``'s). None when the short queue cannot stand for the whole one: a
+    job other than the new ones would start (resources were freed since the last pass,
+    so the jobs waiting behind it may start too), a preemptor holds a claim, or there is
+    no backfill (a strict FCFS queue starts a new job only when nothing waits ahead of
+    it, which only a full pass knows)."""
+    if not snapshot.settings.backfill or snapshot.claims:
+        return None
     ids = set(new)
-    return tuple(s for s in schedule(snapshot).starts if s.job_id in ids)
+    starts = schedule(snapshot).starts
+    if any(s.job_id not in ids for s in starts):
+        return None
+    return starts

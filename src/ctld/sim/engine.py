@@ -330,11 +330,12 @@ def replay(
                 snapshot(quick_queue(reserved, [request(pending[j]) for j in new]), now, free), new
             )
             result.quick_times.append(time.perf_counter() - began)
-            for st in quick_plan:
+            for st in quick_plan or ():
                 free -= start(st, now)
-            result.quick_starts += len(quick_plan)
-            if len(quick_plan) == len(new):
-                continue
+            if quick_plan is not None:
+                result.quick_starts += len(quick_plan)
+                if len(quick_plan) == len(new):
+                    continue
         reqs = [request(j) for j in pending.values()]
         reqs.sort(key=priority_order)
         began = time.perf_counter()
