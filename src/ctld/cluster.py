@@ -94,6 +94,8 @@ class Cluster:
         )
         self.intake.quick_ready = self.scheduler.quick_ready
         self.intake.start_on_submit = self.scheduler.start_on_submit
+        if config.scheduler.start_on_submit:
+            st.check_release = self.scheduler.check_release
         self.queries = Queries(st, lambda: self.snapshot())
         self.accounting_ops = SacctmgrOps(st, self.policy)
 

@@ -143,14 +143,16 @@ class Change:
                 st.enqueue(job)
                 if job.state in js.ACTIVE:
                     st.active_counts[(job.account, job.user, job.qos)] += 1
-            if self.wake:
-                st.wake()
-            else:
-                st.version += 1
+            st.version += 1
+            release = not self.arrival and self._releases_only()
             if self.arrival:
                 st.arrivals += 1
-            elif self._releases_only():
+            elif release:
                 st.releases += 1
+            # an end is first checked by a short pass (Scheduler.check_release): a full
+            # one only if a waiting job may start on what it freed
+            if self.wake and not (release and st.check_release is not None and st.check_release()):
+                st.wake_event.set()
         signals, self._signals = self._signals, []
         if signals:
             assert self.outbox is not None, "a change that signals nodes needs the outbox"

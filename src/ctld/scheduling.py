@@ -69,8 +69,8 @@ class Scheduler:
         self.quick = quick
         self._quick_base: tuple[int, int, tuple[int, ...]] | None = None
         # the last pass's queue, and the first of each class in it (made when needed)
-        self._next_queue: tuple[JobRequest, ...] = ()
-        self._queue: tuple[JobRequest, ...] = ()
+        self._next_queue: tuple[JobRequest, ...] | None = None
+        self._queue: tuple[JobRequest, ...] | None = None
         self._classes: tuple[int, ...] | None = None
         self.quick_tries = 0  # short passes run for submits
         self._arrived: list[int] = []  # submitted, to be decided by the next short pass
@@ -253,7 +253,10 @@ class Scheduler:
         else:
             # what a start at submit is decided against until anything else changes
             self._quick_base = (self._moved(), st.releases, reserved_jobs(plan))
+            # (a plan applied without its pass's queue, e.g. by a test: ends then wait
+            # for a pass)
             self._queue, self._classes = self._next_queue, None
+            self._next_queue = None
         return True
 
     async def _start(
@@ -347,6 +350,8 @@ class Scheduler:
         assert self._quick_base is not None
         if self.state.releases == self._quick_base[1]:
             return ()
+        if self._queue is None:
+            return None
         if self._classes is None:
             first: dict[int, int] = {}
             oldest: tuple[float, int] | None = None
@@ -365,6 +370,22 @@ class Scheduler:
             self._classes = tuple(first.values())
         return self._classes
 
+    def check_release(self) -> bool:
+        """A change that only ended jobs: True when a short pass over the waiting jobs'
+        classes will decide whether a full pass is needed (woken only if one of them
+        may start on what was freed); False: wake a pass now, as for any change."""
+        if self.quick is None or self.quick.watching or not self.quick_ready():
+            return False
+        self._join_batch()
+        return True
+
+    def _join_batch(self) -> asyncio.Future[None]:
+        batch = self._batch
+        if batch is None:
+            batch = self._batch = asyncio.get_running_loop().create_future()
+            self.state.spawn(self._decide(batch))
+        return batch
+
     async def start_on_submit(self, jobs: list[pb.Job]) -> None:
         """Start the new ``jobs`` now if a pass would, without waiting for one: placed
         by the core against the last plan's reservations (``quick_starts``). Returns
@@ -376,11 +397,7 @@ class Scheduler:
         if not new:
             return
         self._arrived.extend(new)
-        batch = self._batch
-        if batch is None:
-            batch = self._batch = asyncio.get_running_loop().create_future()
-            self.state.spawn(self._decide(batch))
-        await asyncio.shield(batch)
+        await asyncio.shield(self._join_batch())
 
     async def _decide(self, batch: asyncio.Future[None]) -> None:
         st = self.state

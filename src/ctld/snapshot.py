@@ -88,6 +88,9 @@ class SnapshotBuilder:
         # not take what such a job may have by then), and the queue's demand there
         self.next_eligible = INFINITY
         self.demands: tuple[Demand, ...] = ()
+        # whether a pending job waits on other jobs (a dependency, its array's %N):
+        # an end may then let it start, which only a pass sees
+        self.watching = False
 
     def build(self) -> Snapshot:
         st = self.state
@@ -99,6 +102,7 @@ class SnapshotBuilder:
         revisions = st.revisions
         settled = self._settled
         next_eligible = INFINITY
+        watching = False
         for job_id in st.pending:
             memo = settled.get(job_id)
             if memo is not None and memo[0] == revisions.get(job_id, 0):
@@ -114,9 +118,12 @@ class SnapshotBuilder:
             throttled = bool(job.array_job_id) and "%" in job.spec.array
             if job.eligible_time <= now and not job.spec.dependency and not throttled:
                 settled[job_id] = (revisions.get(job_id, 0), req)
-            elif now < job.eligible_time < next_eligible and not job.hold:
-                next_eligible = job.eligible_time
+            else:
+                if now < job.eligible_time < next_eligible and not job.hold:
+                    next_eligible = job.eligible_time
+                watching |= bool(job.spec.dependency) or throttled
         self.next_eligible = next_eligible
+        self.watching = watching
         if len(settled) > 2 * len(st.pending) + 1024:  # forget departed jobs
             self._settled = {k: v for k, v in settled.items() if k in st.pending}
         snap = self._snapshot(now, on_node, tuple(self._in_priority_order(pending)))

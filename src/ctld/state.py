@@ -13,7 +13,7 @@ import asyncio
 import collections
 import dataclasses
 import pwd
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -58,6 +58,8 @@ class State:
         # the bumps by changes that only ended jobs: they free resources, so jobs the
         # last pass left waiting may start; a start at submit then weighs them too
         self.releases = 0
+        # the scheduler's check of an end (True: it decides whether a pass is needed)
+        self.check_release: Callable[[], bool] | None = None
         self.start_time = clock()
         self.saved_events: dict[int, int] = {}
         # runs of requeued jobs that ended since the job was last saved (job_runs rows)

@@ -140,6 +140,25 @@ def _random_job(rng: random.Random, nodes: int) -> pb.JobSpec:
     )
 
 
+async def settle(c: Cluster) -> None:
+    while c._tasks:
+        await asyncio.gather(*list(c._tasks))
+
+
+async def test_an_end_wakes_a_pass_for_a_job_waiting_on_it(cluster: Cluster) -> None:
+    await reserved_queue(cluster)
+    short = await cluster.submit(ALICE, spec(gpus_per_node=1, time_limit_s=60))
+    after = await cluster.submit(ALICE, spec(time_limit_s=60, dependency=f"afterok:{short.job_id}"))
+    await cluster.schedule_pass()
+    cluster.state.wake_event.clear()
+    assert after.state == js.PENDING
+    await end(cluster, short)
+    await settle(cluster)
+    assert cluster.state.wake_event.is_set()  # its dependency is met: only a pass sees it
+    await cluster.schedule_pass()
+    assert after.state == js.RUNNING
+
+
 async def end(c: Cluster, job: pb.Job) -> None:
     update = pb.JobStatusUpdate(
         job_id=job.job_id, kind=pb.JobStatusUpdate.KIND_EXITED, time=c.state.clock()
@@ -206,12 +225,18 @@ async def test_after_an_end_a_job_starts_at_submit_unless_a_waiting_job_could(
     short = await cluster.submit(ALICE, spec(gpus_per_node=1, time_limit_s=60))
     assert short.state == js.RUNNING  # n2's GPU 0
     await end(cluster, short)  # freed: nothing waiting fits in it (top needs n1 too)
+    await settle(cluster)
+    assert not cluster.state.wake_event.is_set()  # a short pass saw that: no full one
     again = await cluster.submit(ALICE, spec(gpus_per_node=1, time_limit_s=60))
     assert again.state == js.RUNNING and again.events[-1].cause == "sched:submit"
     # the job on n1 ends: top can start now, so a new job waits for the pass
     (first,) = [j for j in cluster.jobs.values() if j.nodelist == "n1" and j.state == js.RUNNING]
-    await end(cluster, first)
     await end(cluster, again)
+    await settle(cluster)
+    assert not cluster.state.wake_event.is_set()  # top still needs n1
+    await end(cluster, first)
+    await settle(cluster)
+    assert cluster.state.wake_event.is_set()  # top may start now: a pass decides
     late = await cluster.submit(ALICE, spec(gpus_per_node=1, time_limit_s=60))
     assert late.state == js.PENDING and cluster.state.wake_event.is_set()
     await cluster.schedule_pass()
