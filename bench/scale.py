@@ -140,7 +140,9 @@ async def _submit_to_start(cluster: BenchCluster, n: int) -> list[float]:
                 jobs = (await stub.GetJobs(get, metadata=md)).jobs
                 if jobs and jobs[0].start_time > 0:
                     out.append(jobs[0].start_time - t0)
-                    AT_SUBMIT.append(any(e.cause == "sched:submit" for e in jobs[0].events))
+                    told = pb.GetJobsRequest(filter=get.filter, with_events=True)
+                    (job,) = (await stub.GetJobs(told, metadata=md)).jobs
+                    AT_SUBMIT.append(any(e.cause == "sched:submit" for e in job.events))
                     break
                 await asyncio.sleep(0.005)
             await asyncio.sleep(0.05)

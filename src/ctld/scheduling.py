@@ -30,7 +30,7 @@ from ctld.outbox import Dispatcher
 from ctld.preemption import Preempter
 from ctld.priorities import apply_factors
 from ctld.sched import INFINITY, JobRequest, Placement, Plan, Snapshot, Start, schedule
-from ctld.sched.quick import quick_starts, reserved_jobs
+from ctld.sched.quick import MAX_CLASSES, quick_starts, reserved_jobs, waiting_firsts
 from ctld.snapshot import SnapshotBuilder
 from ctld.state import State
 
@@ -39,8 +39,6 @@ log = structlog.get_logger("ctld")
 MIN_PASS_GAP_S = 0.005  # at most ~200 passes/s however many events arrive
 PASS_GAP_RATIO = 0.5  # the scheduler takes at most 2/3 of the loop however busy
 RECALC_SLICE = 10_000  # pending jobs whose priorities one pass recalculates
-# classes of waiting jobs a start at submit weighs after ends, at most (more: a pass)
-MAX_QUICK_CLASSES = 200
 
 
 class Scheduler:
@@ -67,11 +65,13 @@ class Scheduler:
         # starts at submit (None: never): the snapshot builder, and what the last
         # applied plan left: the state's version less its arrivals, the reserved jobs
         self.quick = quick
-        self._quick_base: tuple[int, int, tuple[int, ...]] | None = None
+        self._quick_base: tuple[int, tuple[int, ...]] | None = None
         # the last pass's queue, and the first of each class in it (made when needed)
         self._next_queue: tuple[JobRequest, ...] | None = None
         self._queue: tuple[JobRequest, ...] | None = None
         self._classes: tuple[int, ...] | None = None
+        self._too_many = False
+        self._plan = Plan(snapshot_version=0)  # the last applied plan
         self.quick_tries = 0  # short passes run for submits
         self._arrived: list[int] = []  # submitted, to be decided by the next short pass
         self._batch: asyncio.Future[None] | None = None
@@ -252,11 +252,11 @@ class Scheduler:
             st.wake()  # what was refused gets a pass on the state as it is now
         else:
             # what a start at submit is decided against until anything else changes
-            self._quick_base = (self._moved(), st.releases, reserved_jobs(plan))
+            self._quick_base = (self._moved(), reserved_jobs(plan))
             # (a plan applied without its pass's queue, e.g. by a test: ends then wait
             # for a pass)
             self._queue, self._classes = self._next_queue, None
-            self._next_queue = None
+            self._next_queue, self._plan = None, plan
         return True
 
     async def _start(
@@ -342,33 +342,16 @@ class Scheduler:
         )
 
     def _waiting(self) -> tuple[int, ...] | None:
-        """Besides the reserved jobs, the waiting jobs a start at submit must weigh:
-        none while only arrivals came since the pass (what it left waiting still
-        cannot start); after ends, the first job of each class in the pass's queue
-        (its class-mates get its verdict, as in the pass) and the one waiting
-        longest (the starvation guard's). None: too many classes for a short pass."""
-        assert self._quick_base is not None
-        if self.state.releases == self._quick_base[1]:
-            return ()
+        """Besides the reserved jobs, the waiting jobs a start at submit weighs: the
+        first of each class in the last pass's queue and the longest waiter
+        (``waiting_firsts``; made once per pass). None: not known (a plan applied
+        without its pass), or too many classes for a short pass."""
         if self._queue is None:
             return None
         if self._classes is None:
-            first: dict[int, int] = {}
-            oldest: tuple[float, int] | None = None
-            for req in self._queue:
-                if req.blocked_reason:
-                    continue
-                if req.klass not in first:
-                    if len(first) >= MAX_QUICK_CLASSES:
-                        return None
-                    first[req.klass] = req.job_id
-                key = (req.eligible_time or req.submit_time, req.job_id)
-                if oldest is None or key < oldest:
-                    oldest = key
-            if oldest is not None:
-                first.setdefault(-1, oldest[1])
-            self._classes = tuple(first.values())
-        return self._classes
+            firsts = waiting_firsts(self._queue, self._plan, MAX_CLASSES)
+            self._classes, self._too_many = firsts or (), firsts is None
+        return None if self._too_many else self._classes
 
     def check_release(self) -> bool:
         """A change that only ended jobs: True when a short pass over the waiting jobs'
@@ -408,7 +391,7 @@ class Scheduler:
                 st.wake_event.set()  # (the submits bumped the version already)
                 return
             waiting = self._waiting()
-            weighed = (*self._quick_base[2], *(waiting or ()))
+            weighed = (*self._quick_base[1], *(waiting or ()))
             jobs = st.jobs
             if waiting is None or any(
                 (j := jobs.get(job_id)) is None or j.state != js.PENDING for job_id in weighed

@@ -26,6 +26,7 @@ from ctld.sched import (
     NodeView,
     PartitionView,
     Placement,
+    Plan,
     RunningView,
     Settings,
     Snapshot,
@@ -35,7 +36,14 @@ from ctld.sched import (
 from ctld.sched.fairshare import AccountShare, share_rows
 from ctld.sched.predict import RunTimePredictor
 from ctld.sched.priority import Weights, factors
-from ctld.sched.quick import priority_order, quick_queue, quick_starts, reserved_jobs
+from ctld.sched.quick import (
+    MAX_CLASSES,
+    priority_order,
+    quick_queue,
+    quick_starts,
+    reserved_jobs,
+    waiting_firsts,
+)
 from ctld.sim.swf import TraceJob
 
 RECALC_S = 30.0  # ctld recomputes the queue's priorities at most this often
@@ -225,6 +233,8 @@ def replay(
     # the jobs the last pass reserved for (None: something other than a submit happened
     # since, so new jobs wait for a pass), as ctld keeps them
     last_reserved: tuple[int, ...] | None = None
+    last_queue: tuple[JobRequest, ...] = ()  # that pass's queue, in priority order
+    last_plan = Plan(snapshot_version=0)
 
     def request(j: TraceJob) -> JobRequest:
         return JobRequest(
@@ -324,12 +334,17 @@ def replay(
             # ctld decides new jobs at submit when only submits came since its last
             # pass (sched/quick.py), and runs a pass only for those it did not start
             new = [j for j in arrived if j in pending]
-            reserved = [request(pending[j]) for j in last_reserved if j in pending]
-            began = time.perf_counter()
-            quick_plan = quick_starts(
-                snapshot(quick_queue(reserved, [request(pending[j]) for j in new]), now, free), new
-            )
-            result.quick_times.append(time.perf_counter() - began)
+            waiting = waiting_firsts(last_queue, last_plan, MAX_CLASSES)
+            weighed = (*last_reserved, *(waiting or ()))
+            quick_plan = None
+            if waiting is not None and all(j in pending for j in weighed):
+                began = time.perf_counter()
+                queue = quick_queue(
+                    [request(pending[j]) for j in dict.fromkeys(weighed)],
+                    [request(pending[j]) for j in new],
+                )
+                quick_plan = quick_starts(snapshot(queue, now, free), new)
+                result.quick_times.append(time.perf_counter() - began)
             for st in quick_plan or ():
                 free -= start(st, now)
             if quick_plan is not None:
@@ -341,7 +356,7 @@ def replay(
         began = time.perf_counter()
         plan = schedule(snapshot(tuple(reqs), now, free))
         result.pass_times.append(time.perf_counter() - began)
-        last_reserved = reserved_jobs(plan)
+        last_reserved, last_queue, last_plan = reserved_jobs(plan), tuple(reqs), plan
         for position, (jid, f) in enumerate(plan.forecasts.items()):
             if jid not in forecasts:
                 forecasts[jid] = f.start
