@@ -241,6 +241,9 @@ class SchedulerConfig:
     # pending jobs that cannot start one pass tries in full (Slurm's bf_max_job_test);
     # starts, and jobs of a class that already failed in the pass, are not tries; 0: none
     max_job_test: int = 500
+    # decide a new job at submit against the last plan's reservations (sched/quick.py)
+    # when only submits happened since that pass, instead of waiting for the next one
+    start_on_submit: bool = True
     # the job eligible longest, once past this, goes first and gets the reservation,
     # kept by limits (the starvation guard, docs/simulator.md); 0: off
     starvation_guard_s: int = 24 * 3600
@@ -723,6 +726,7 @@ def _scheduler(sec: _Section) -> SchedulerConfig:
         predict=sec.get("predict", bool, d.predict),
         backfill_order=order,
         max_job_test=sec.positive("max_job_test", d.max_job_test),
+        start_on_submit=sec.get("start_on_submit", bool, d.start_on_submit),
         starvation_guard_s=sec.duration("starvation_guard", d.starvation_guard_s),
         preempt_mode=preempt_mode,
     )

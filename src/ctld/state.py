@@ -13,7 +13,7 @@ import asyncio
 import collections
 import dataclasses
 import pwd
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -52,6 +52,14 @@ class State:
                 self.nodes[name] = NodeRecord(name=name, config=entry, partitions=parts)
         self.next_job_id = 1
         self.version = 0  # bumped on every change a scheduling pass depends on
+        # the bumps of ``version`` by submits and starts at submit: when nothing else
+        # moved it since a pass, that pass's waiting jobs still cannot start
+        self.arrivals = 0
+        # the bumps by changes that only ended jobs: they free resources, so jobs the
+        # last pass left waiting may start; a start at submit then weighs them too
+        self.releases = 0
+        # the scheduler's check of an end (True: it decides whether a pass is needed)
+        self.check_release: Callable[[], bool] | None = None
         self.start_time = clock()
         self.saved_events: dict[int, int] = {}
         # runs of requeued jobs that ended since the job was last saved (job_runs rows)
