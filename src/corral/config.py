@@ -229,7 +229,9 @@ class SchedulerConfig:
     backfill: bool = True
     reserve_depth: int = 1  # 1: EASY backfill; large: conservative
     forecast_depth: int = 100  # further blocked jobs that get an expected start
-    placement: str = "pack"  # "pack" (best fit), "firstfit" or "frag" (fragmentation-aware)
+    # "pack" (best fit), "firstfit", "frag" (best fit, time- and fragmentation-aware),
+    # "fgd" (least fragmentation first: ATC'23's rule) or "random"
+    placement: str = "pack"
     kill_invalid_depend: bool = False  # cancel jobs whose dependency can never be met
     max_array_size: int = 1001  # Slurm's MaxArraySize: array task ids stay below it
     # plan backfill and forecasts with run times predicted from each user's history
@@ -705,8 +707,8 @@ def _partition(sec: _Section, known_nodes: set[str]) -> PartitionConfig:
 def _scheduler(sec: _Section) -> SchedulerConfig:
     d = SchedulerConfig()
     placement = sec.get("placement", str, d.placement)
-    if placement not in ("pack", "firstfit", "frag"):
-        raise ConfigError(f"{sec.key('placement')}: must be pack, firstfit or frag")
+    if placement not in ("pack", "firstfit", "frag", "fgd", "random"):
+        raise ConfigError(f"{sec.key('placement')}: must be pack, firstfit, frag, fgd or random")
     order = sec.get("backfill_order", str, d.backfill_order)
     if order not in ("shortest", "priority"):
         raise ConfigError(f"{sec.key('backfill_order')}: must be shortest or priority")

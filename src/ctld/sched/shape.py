@@ -14,6 +14,7 @@ class Shape:
     cpus_per_node: int
     mem_per_node_mb: int
     gpus_per_node: int
+    shards_per_node: int = 0  # shards of one GPU, besides any whole GPUs
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -41,6 +42,7 @@ def job_shape(req: JobRequest) -> Shape:
         cpus_per_node=cpus,
         mem_per_node_mb=mem,
         gpus_per_node=gpus,
+        shards_per_node=req.shards_per_node,
     )
 
 
