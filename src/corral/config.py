@@ -196,6 +196,9 @@ class GpuConfig:
     type: str = ""  # GRES type name; empty: derived from the model ("h100")
     topology: str = "nvlink"  # fake backend: "nvlink" (all pairs NV18) or "pcie"
     state_file: str = ""  # fake backend: JSON that tests write to inject load and faults
+    # gres/shard: each GPU offers this many shards to --gres=shard:K jobs (0: no sharing;
+    # Slurm's gres.conf Name=shard Count= is this times the GPU count)
+    shards_per_gpu: int = 0
 
 
 @dataclass(frozen=True)
@@ -652,6 +655,7 @@ def _gpus(sec: _Section) -> GpuConfig:
         type=sec.get("type", str, d.type),
         topology=sec.get("topology", str, d.topology),
         state_file=sec.get("state_file", str, d.state_file),
+        shards_per_gpu=sec.positive("shards_per_gpu", d.shards_per_gpu),
     )
     sec.done()
     if cfg.topology not in ("nvlink", "pcie"):

@@ -51,5 +51,5 @@ def fits_empty(shape: Shape, cpus: int, mem_mb: int, gpus: int) -> bool:
     return (
         shape.cpus_per_node <= cpus
         and shape.mem_per_node_mb <= mem_mb
-        and (shape.gpus_per_node <= gpus)
+        and (shape.gpus_per_node + (1 if shape.shards_per_node else 0) <= gpus)
     )
