@@ -31,8 +31,25 @@ class Fragmentation:
         gpu = [d for d in demands if (d.gpus > 0 or d.shards > 0) and d.weight > 0]
         gpu = gpu or list(DEFAULT_DEMANDS)
         total = sum(d.weight for d in gpu)
-        self.demands = [(d.gpus, d.shards, d.cpus, d.mem_mb, d.weight / total) for d in gpu]
+        # demands by their GPU ask (whole GPUs, shards): what a node's GPUs decide; the
+        # CPUs and memory only decide whether a demand fits there at all
+        by_ask: dict[tuple[int, int], list[tuple[int, int, float]]] = {}
+        for d in gpu:
+            by_ask.setdefault((d.gpus, d.shards), []).append((d.cpus, d.mem_mb, d.weight / total))
+        self.asks = list(by_ask)
+        self.by_ask = [by_ask[a] for a in self.asks]
         self.cache: dict[State, float] = {}
+        self.fit_cache: dict[tuple[int, int], list[float]] = {}
+
+    def _fitting(self, cpus: int, mem: int) -> list[float]:
+        """Per GPU ask, the weight of the demands whose CPUs and memory fit."""
+        got = self.fit_cache.get((cpus, mem))
+        if got is None:
+            got = [sum(w for c, m, w in ds if c <= cpus and m <= mem) for ds in self.by_ask]
+            if len(self.fit_cache) > 100_000:
+                self.fit_cache.clear()
+            self.fit_cache[(cpus, mem)] = got
+        return got
 
     def of(self, state: State) -> float:
         """Expected GPU capacity (in GPUs) of a node in ``state`` that the demands
@@ -46,18 +63,18 @@ class Fragmentation:
         got = 0.0
         if free:
             top = shared[-1] if shared else 0
-            for g, k, c, m, w in self.demands:
-                if c > cpus or m > mem:
-                    got += w * free
-                elif k:
-                    if k > per_gpu or not (whole > g or (whole == g and top >= k)):
-                        got += w * free
-                    else:
-                        got += w * sum(s for s in shared if s < k) / per_gpu
-                elif whole < g:
-                    got += w * free
-                else:
-                    got += w * shared_free
+            # a demand that does not fit leaves all of it unusable; one that fits, the
+            # shared GPUs it cannot use
+            usable = 0.0
+            for (g, k), w in zip(self.asks, self._fitting(cpus, mem), strict=True):
+                if not w:
+                    continue
+                if k:
+                    if k <= per_gpu and (whole > g or (whole == g and top >= k)):
+                        usable += w * (free - sum(s for s in shared if s < k) / per_gpu)
+                elif whole >= g:
+                    usable += w * whole
+            got = free - usable
         if len(self.cache) > 200_000:
             self.cache.clear()
         self.cache[state] = got
