@@ -69,3 +69,16 @@ def test_bad_shard_requests_are_refused(shared: Commands) -> None:
         proc = shared("sbatch", *flags, "--wrap", "true", check=False)
         assert proc.returncode == 1, (flags, proc.stderr)
         assert message in proc.stderr, (flags, proc.stderr)
+
+
+def test_srun_shard_job_sees_its_gpu_and_shards(shared: Commands) -> None:
+    out = shared(
+        "srun",
+        "--gres=shard:3",
+        "-t",
+        "1",
+        "sh",
+        "-c",
+        'echo "$CUDA_VISIBLE_DEVICES shards=$SLURM_SHARDS_ON_NODE"',
+    ).stdout
+    assert out.strip() == "0 shards=3"
