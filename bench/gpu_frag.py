@@ -7,10 +7,12 @@ never leave; each goes through one pass of corral's scheduling core, and is plac
 dropped. Each GPU offers ``--shards`` shards (gres/shard; default 100, so every
 fraction in the trace, a multiple of 0.01 GPU, is exact); a task asking for a fraction
 of one GPU asks that many shards, rounded up (``--shards 0``: no sharing, a whole GPU
-each). Reported: at the moment the GPU work submitted (a fraction of a GPU counts as
-that fraction, as in the paper) reaches 100% and 130% of the cluster's GPUs, the share
-of GPU capacity allocated (whole GPUs, plus shards as their fraction of a GPU: the
-paper's GPU allocation ratio) and the share of GPU work placed (what the tasks asked).
+each). CPUs are counted in thousandths, as the trace (and the paper) counts them: a
+task asking 4.3 CPUs takes 4.3 of a node's, not 5. Reported: at the moment the GPU
+work submitted (a fraction of a GPU counts as that fraction, as in the paper) reaches
+100% and 130% of the cluster's GPUs, the share of GPU capacity allocated (whole GPUs,
+plus shards as their fraction of a GPU: the paper's GPU allocation ratio) and the share
+of GPU work placed (what the tasks asked).
 
 ``--mode lab``: 64 nodes x 8 GPUs (64 CPUs, 512 GiB), a synthetic mixed load of 1/2/4/8-GPU
 jobs (by count 40/20/20/20%) arriving as a Poisson stream at ``--load`` of the GPUs,
@@ -53,6 +55,9 @@ from ctld.sched.predict import RunTimePredictor
 TRACE = Path(__file__).resolve().parents[2] / "shared/traces/gpu/alibaba-gpu-v2023"
 PLACEMENTS = ("firstfit", "pack", "frag", "fgd", "random")
 BATCH = 1000
+# CPUs counted in thousandths, as the trace gives them (1000: whole CPUs, a task's
+# rounded up, which strands GPUs behind CPUs the tasks never asked for)
+CPU_UNIT = 1
 
 
 @dataclass
@@ -113,10 +118,10 @@ def load_nodes(path: Path) -> list[Node]:
         return [
             Node(
                 r["sn"],
-                int(r["cpu_milli"]) // 1000,
+                int(r["cpu_milli"]) // CPU_UNIT,
                 int(r["memory_mib"]),
                 int(r["gpu"]),
-                int(r["cpu_milli"]) // 1000,
+                int(r["cpu_milli"]) // CPU_UNIT,
                 int(r["memory_mib"]),
                 set(range(int(r["gpu"]))),
             )
@@ -129,7 +134,7 @@ def load_tasks(path: Path) -> list[Task]:
         return [
             Task(
                 int(r["num_gpu"]),
-                max(1, math.ceil(int(r["cpu_milli"]) / 1000)),
+                max(1, math.ceil(int(r["cpu_milli"]) / CPU_UNIT)),
                 int(r["memory_mib"]),
                 int(r["gpu_milli"]) if int(r["num_gpu"]) == 1 else 1000 * int(r["num_gpu"]),
             )
