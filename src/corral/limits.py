@@ -27,6 +27,13 @@ MAX_ITEMS = 10000  # any list or map
 MAX_SPEC_BYTES = 6 * MIB  # a serialized JobSpec
 MAX_REQUEST_BYTES = 8 * MIB  # an HTTP body (JSON escaping makes text longer)
 NODED_MAX_RECEIVE_BYTES = 16 * MIB  # a LaunchJob: a spec plus allocations and steps
+# Every daemon's gRPC server. gRPC sets SO_REUSEPORT by default: a second server on a
+# taken port then binds anyway and the kernel splits connections between the two (a
+# node's TLS handshake landing on another daemon's plaintext port); ours fail instead.
+GRPC_SERVER_OPTIONS = (
+    ("grpc.max_receive_message_length", NODED_MAX_RECEIVE_BYTES),
+    ("grpc.so_reuseport", 0),
+)
 
 # fields with their own string bound (message.field)
 _STRING_LIMITS = {

@@ -23,7 +23,7 @@ from corral.auth.peercred import socket_address
 from corral.clock import SystemClock
 from corral.config import ClusterConfig
 from corral.errors import ConfigError, CorralError
-from corral.limits import NODED_MAX_RECEIVE_BYTES
+from corral.limits import GRPC_SERVER_OPTIONS
 from corral.wire.methods import CONTROLLER, NODE_CONTROLLER
 from ctld import jobstate as js
 from ctld import standby
@@ -170,7 +170,7 @@ class _Listening:
 async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegistry) -> _Listening:
     ctl = config.controller
     tls_dir = config.tls.dir
-    server = aio.server(options=[("grpc.max_receive_message_length", NODED_MAX_RECEIVE_BYTES)])
+    server = aio.server(options=GRPC_SERVER_OPTIONS)
     server.add_generic_rpc_handlers(
         (
             service_handler(CONTROLLER, switch.call),
@@ -178,20 +178,26 @@ async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegi
         )
     )
     grpc_addr = f"{ctl.bind_host}:{ctl.grpc_port}"
-    if config.tls.clients:
-        grpc_port = server.add_secure_port(grpc_addr, client_tls(tls_dir))
-    else:
-        grpc_port = server.add_insecure_port(grpc_addr)
     node_addr = f"{ctl.bind_host}:{ctl.node_port}"
-    if tls_dir:
-        tls.watch_revocations(tls_dir)  # a revoked node certificate is no certificate
-        node_port = server.add_secure_port(
-            node_addr, tls.server_credentials(tls_dir, CONTROLLER_CN)
-        )
-    else:
-        node_port = server.add_insecure_port(node_addr)
+    try:
+        if config.tls.clients:
+            grpc_port = server.add_secure_port(grpc_addr, client_tls(tls_dir))
+        else:
+            grpc_port = server.add_insecure_port(grpc_addr)
+        if tls_dir:
+            tls.watch_revocations(tls_dir)  # a revoked node certificate is no certificate
+            node_port = server.add_secure_port(
+                node_addr, tls.server_credentials(tls_dir, CONTROLLER_CN)
+            )
+        else:
+            node_port = server.add_insecure_port(node_addr)
+    except RuntimeError:  # grpcio raises where older versions returned 0
+        grpc_port = node_port = 0
     if grpc_port == 0 or node_port == 0:
-        raise SystemExit(f"ctld: cannot listen on {grpc_addr} and {node_addr}")
+        raise SystemExit(
+            f"ctld: cannot listen on {grpc_addr} and {node_addr}: "
+            "a port is taken, or the address is not this host's"
+        )
     await server.start()
 
     app = make_app(switch)
@@ -202,7 +208,12 @@ async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegi
     site = web.TCPSite(
         runner, ctl.bind_host, ctl.http_port, reuse_address=True, ssl_context=ssl_context
     )
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        raise SystemExit(
+            f"ctld: cannot listen on {ctl.bind_host}:{ctl.http_port}: {exc.strerror or exc}"
+        ) from None
     if ctl.socket:
         await web.UnixSite(runner, prepare_socket(ctl.socket)).start()
         if not ctl.socket.startswith("@"):

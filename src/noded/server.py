@@ -17,7 +17,7 @@ from grpc import aio
 from corral.auth import tls
 from corral.config import ClusterConfig, GpuConfig
 from corral.errors import GpuError
-from corral.limits import NODED_MAX_RECEIVE_BYTES
+from corral.limits import GRPC_SERVER_OPTIONS
 from corral.wire import corral_pb2_grpc as pbg
 from noded import spool as spool_mod
 from noded.agent import ControllerLink, NodeAgentServicer
@@ -77,7 +77,7 @@ async def serve(
         gpu_devices=found.devices,
         health=lambda reason, detail: link_ref[0].report_health(reason, detail),
     )
-    server = aio.server(options=[("grpc.max_receive_message_length", NODED_MAX_RECEIVE_BYTES)])
+    server = aio.server(options=GRPC_SERVER_OPTIONS)
     steps = StepRunner(
         name,
         f"{name}:{{job_id}}:{launcher.instance}",
@@ -93,23 +93,15 @@ async def serve(
     pbg.add_NodeAgentServicer_to_server(
         NodeAgentServicer(launcher, steps, controller_only=bool(tls_dir)), server
     )
-    if tls_dir:
-        # two ports: the agent port takes only peers with a cluster certificate (ctld);
-        # gRPC clients without one reach RunTasks on the step port, over TLS too: its
-        # request carries the step's credential itself, which must not cross in clear
-        tls.watch_revocations(tls_dir)  # a revoked controller certificate is refused
-        agent_bound = server.add_secure_port(
-            f"{bind_host}:{bind_port}", tls.server_credentials(tls_dir, name)
-        )
-        s_port = config.noded.step_port if step_port is None else step_port
-        bound = server.add_secure_port(
-            f"{bind_host}:{s_port}", tls.step_server_credentials(tls_dir, name)
-        )
-    else:
-        log.warning("no [tls] dir: NodeAgent calls are not authenticated", node=name)
-        agent_bound = bound = server.add_insecure_port(f"{bind_host}:{bind_port}")
+    try:
+        agent_bound, bound = _add_ports(server, config, name, bind_host, bind_port, step_port)
+    except RuntimeError:  # grpcio raises where older versions returned 0
+        agent_bound = bound = 0
     if bound == 0 or agent_bound == 0:
-        raise SystemExit(f"noded: cannot listen on {bind_host}:{bind_port}")
+        raise SystemExit(
+            f"noded: cannot listen on {bind_host}:{bind_port}: "
+            "a port is taken, or the address is not this host's"
+        )
     await server.start()
     # srun's framed task stream: what srun uses (no grpc in its start-up); TLS where the
     # client ports have it, and always the step credential's proof first (stream.py)
@@ -229,3 +221,31 @@ async def _watch_gpus(gpus: GpuBackend, link: ControllerLink, interval_s: float)
 async def _drained(link: ControllerLink) -> None:
     while link.outbox:
         await asyncio.sleep(0.05)
+
+
+def _add_ports(
+    server: aio.Server,
+    config: ClusterConfig,
+    name: str,
+    bind_host: str,
+    bind_port: int,
+    step_port: int | None,
+) -> tuple[int, int]:
+    """The agent port and the step port (one port without TLS)."""
+    tls_dir = config.tls.dir
+    if not tls_dir:
+        log.warning("no [tls] dir: NodeAgent calls are not authenticated", node=name)
+        bound = server.add_insecure_port(f"{bind_host}:{bind_port}")
+        return bound, bound
+    # two ports: the agent port takes only peers with a cluster certificate (ctld);
+    # gRPC clients without one reach RunTasks on the step port, over TLS too: its
+    # request carries the step's credential itself, which must not cross in clear
+    tls.watch_revocations(tls_dir)  # a revoked controller certificate is refused
+    agent_bound = server.add_secure_port(
+        f"{bind_host}:{bind_port}", tls.server_credentials(tls_dir, name)
+    )
+    s_port = config.noded.step_port if step_port is None else step_port
+    bound = server.add_secure_port(
+        f"{bind_host}:{s_port}", tls.step_server_credentials(tls_dir, name)
+    )
+    return agent_bound, bound

@@ -59,6 +59,9 @@ def ctld_name(index: int) -> str:
     return f"ctld{index or ''}"
 
 
+PORT_ATTEMPTS = 3  # fresh ports for a ctld whose chosen port was taken meanwhile
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -504,11 +507,11 @@ max_time = "1-00:00:00"
                 # "auto": a host that refuses namespaces still gets a working cluster
                 self.network = None
                 self.isolation_note = f"no network namespaces ({exc}): nodes on 127.0.0.x"
+        chosen_ports = not (self.grpc_port or self.http_port or self.node_port)
         self.write_config()
         self.write_env_sh()
         try:
-            for i in range(self.controllers):
-                self.start_ctld(index=i)
+            self._start_controllers(retry_ports=chosen_ports)
             if self.simulated:
                 self.start_simulator(max(timeout, 60.0 + self.nodes * 0.2))
             else:
@@ -519,6 +522,26 @@ max_time = "1-00:00:00"
             self.stop()
             raise
         return self
+
+    def _start_controllers(self, *, retry_ports: bool) -> None:
+        """Start every ctld. A port chosen free may be taken before ctld binds it
+        (another test's daemon, a kernel-chosen port): new ports are chosen then."""
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                for i in range(self.controllers):
+                    self.start_ctld(index=i)
+                return
+            except RuntimeError as exc:
+                if not retry_ports or "cannot listen on" not in str(exc):
+                    raise
+                if attempt == PORT_ATTEMPTS - 1:
+                    raise
+                for name in [n for n in self.procs if n.startswith("ctld")]:
+                    self.kill_process(name)
+                self.grpc_port = self.http_port = self.node_port = 0
+                self.extra_ports = []
+                self.write_config()
+                self.write_env_sh()
 
     def wait_nodes_up(self, timeout: float = 30.0) -> None:
         up_states = ("NODE_STATE_IDLE", "NODE_STATE_MIXED", "NODE_STATE_ALLOCATED")
