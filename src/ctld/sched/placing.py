@@ -137,7 +137,11 @@ class Placing(PassState):
                 continue
             free_now += 1
             required_free += node.name in cand.required
-            avail = node.window(self.now, end, cand.ignore, job_end) if node.holds else now_avail
+            avail = (
+                node.window(self.now, end, cand.ignore, job_end, shared=True)
+                if node.holds
+                else now_avail
+            )
             if node.fits(avail, shape, req.exclusive):
                 fitting.append((node, avail))
         if free_now < shape.nodes or required_free < len(cand.required):

@@ -177,6 +177,7 @@ class NodeProfile:
         ignore: str = "",
         t1_jobs: float | None = None,
         limits: bool = False,
+        shared: bool = False,
     ) -> Avail:
         """What stays available for the whole of [t0, t1).
 
@@ -184,11 +185,13 @@ class NodeProfile:
         predicted end); advance reservations' ("resv:") and starving jobs' ("guard:") up
         to ``t1`` (the limit). A starving job's hold is checked with every job running
         to its limit, as ``limits`` checks every instant: a wrong prediction then can
-        not make room that is not there.
+        not make room that is not there. ``shared``: with the shared GPUs a shard job
+        may join (starting now only: forecasts and reservations plan on whole GPUs, so
+        that no hold is ever made on shards a later start could take).
         """
         jobs_end = t1 if t1_jobs is None else min(t1_jobs, t1)
         best = self._at(t0, ignore, limits)
-        if self.shard_free and t0 <= self.clock:
+        if shared and self.shard_free and t0 <= self.clock:
             best = dataclasses.replace(best, room=self._room(t0, t1, jobs_end, ignore))
         for h in self.holds:
             horizon = jobs_end if h.owner.startswith("job:") else t1
