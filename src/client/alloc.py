@@ -8,13 +8,12 @@ until the job runs; Ctrl-C while waiting cancels the request.
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import sys
 import time
 
 from client.common import option_errors
-from client.jobopts import JOB_OPTIONS, to_spec
+from client.jobopts import JOB_OPTIONS, submit_line, to_spec
 from client.options import Option
 from corral.errors import AllocationRevoked, CorralError
 from corral.slurmfmt import compress_counts
@@ -61,7 +60,7 @@ def request_allocation(
             argv=[],
             environ=environ,
             cwd=os.getcwd(),
-            submit_line=shlex.join([prog, *argv]),
+            submit_line=submit_line([prog, *argv]),
             default_name=name,
         )
     spec["allocationOnly"] = True

@@ -9,14 +9,13 @@ strings, enums by name. ``num``/``text`` read them with the right default.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 
 from corral.api import Controller, HttpController
 from corral.errors import CorralError, from_wire
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any, NoReturn
 
     from corral.wire import json_types as t

@@ -6,15 +6,12 @@ Precedence is Slurm's: command-line flags, then input environment variables, the
 
 from __future__ import annotations
 
+import _socket
 import os
-import re
-import shlex
-import socket
 import time
 
 from client.options import COUNT, FLAG, OPTIONAL, Option, OptionParser
 from corral.errors import InvalidOption, InvalidRequest
-from corral.jobsyntax import parse_array, parse_dependency
 from corral.slurmfmt import UNLIMITED, parse_duration, parse_size_mb, parse_timestamp
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
@@ -138,6 +135,8 @@ def directives(script: str, prefix: str = "#SBATCH") -> list[str]:
         if stripped.startswith(prefix) and (
             len(stripped) == len(prefix) or stripped[len(prefix)].isspace()
         ):
+            import shlex  # only scripts with directives pay for it (it imports re)
+
             try:
                 args.extend(shlex.split(stripped[len(prefix) :], comments=True))
             except ValueError as exc:
@@ -185,7 +184,26 @@ def merge(
     return opts
 
 
-_GPU_COUNT = re.compile(r"(?:([A-Za-z0-9_.\-]+):)?(\d+)")
+_ASCII_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_NAME_START = frozenset(_ASCII_LETTERS + "_")  # an environment variable's first letter
+_NAME_CHARS = frozenset(_ASCII_LETTERS + "0123456789_")
+_GPU_TYPE_CHARS = _NAME_CHARS | {".", "-"}
+# what shlex.quote leaves bare (its [^\w@%+=:,./-] with re.ASCII)
+_SHELL_SAFE = _NAME_CHARS | frozenset("@%+=:,./-")
+
+
+def shell_quote(word: str) -> str:
+    """shlex.quote without shlex (which imports re): ``word`` as one shell word."""
+    if not word:
+        return "''"
+    if all(c in _SHELL_SAFE for c in word):
+        return word
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
+def submit_line(argv: list[str]) -> str:
+    """The command line as one shell line (Slurm's SubmitLine), as shlex.join."""
+    return " ".join(shell_quote(word) for word in argv)
 
 
 def parse_gres(value: str) -> tuple[str, int, int]:
@@ -223,18 +241,19 @@ def _int(text: str, whole: str) -> int:
 
 
 def parse_gpus(value: str, what: str) -> tuple[str, int]:
-    m = _GPU_COUNT.fullmatch(value.strip())
-    if not m:
+    """``[type:]N``: the type ("" when none) and the count."""
+    kind, colon, count = value.strip().rpartition(":")
+    if not count.isdecimal() or (colon and not (kind and set(kind) <= _GPU_TYPE_CHARS)):
         raise InvalidOption(f"Invalid {what} specification: {value}")
-    return m.group(1) or "", int(m.group(2))
+    return kind, int(count)
 
 
 def parse_nodes(value: str) -> tuple[int, int]:
-    m = re.fullmatch(r"(\d+)(?:-(\d+))?", value.strip())
-    if not m or int(m.group(1)) < 1:
+    first, dash, last = value.strip().partition("-")  # N or N-M
+    if not first.isdecimal() or (dash and not last.isdecimal()) or int(first) < 1:
         raise InvalidOption(f"Invalid node count specification: {value}")
-    lo = int(m.group(1))
-    hi = int(m.group(2)) if m.group(2) else 0
+    lo = int(first)
+    hi = int(last) if dash else 0
     if hi and hi < lo:
         raise InvalidOption(f"Invalid node count specification: {value}")
     return lo, hi
@@ -254,7 +273,7 @@ def export_environment(value: str, environ: dict[str, str]) -> dict[str, str]:
         env = {k: v for k, v in environ.items() if k.startswith("SLURM_")}
     for item in items:
         name, eq, val = item.partition("=")
-        if not name or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        if not name or name[0] not in _NAME_START or not set(name) <= _NAME_CHARS:
             raise InvalidOption(f"invalid --export variable {item!r}")
         if eq:
             env[name] = val
@@ -357,9 +376,13 @@ def to_spec(
     if g.get("hold"):
         spec["hold"] = True
     if "dependency" in g:
+        from corral.jobsyntax import parse_dependency  # only jobs that use it pay for it
+
         parse_dependency(g["dependency"])
         spec["dependency"] = g["dependency"]
     if "array" in g:
+        from corral.jobsyntax import parse_array
+
         parse_array(g["array"])
         spec["array"] = g["array"]
     if "begin" in g:
@@ -380,5 +403,5 @@ def to_spec(
     if g.get("no_kill"):
         spec["noKill"] = True
     spec["submitLine"] = submit_line
-    spec["submitHost"] = socket.gethostname()
+    spec["submitHost"] = _socket.gethostname()  # socket.gethostname, without socket
     return spec

@@ -8,7 +8,6 @@ for every batch job. Output is a pure function of a QueryAccounting reply and it
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 
@@ -346,9 +345,9 @@ def format_accounting(
 
 # ---------------------------------------------------------------- time window
 
-_RELATIVE = re.compile(r"now([+-])(\d+)(seconds?|minutes?|hours?|days?|weeks?)?", re.I)
+_RELATIVE = r"now([+-])(\d+)(seconds?|minutes?|hours?|days?|weeks?)?"
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DATE = re.compile(r"(\d\d)[/.]?(\d\d)(?:[/.]?(\d\d))?(?:-(\d{1,2}):(\d\d)(?::(\d\d))?)?")
+_DATE = r"(\d\d)[/.]?(\d\d)(?:[/.]?(\d\d))?(?:-(\d{1,2}):(\d\d)(?::(\d\d))?)?"
 
 
 def midnight(now: float) -> float:
@@ -359,14 +358,16 @@ def midnight(now: float) -> float:
 def parse_when(value: str, now: float) -> float:
     """-S/-E times, meant in the past as sacct means them: ``now-2hours``, ``HH:MM``
     (today), ``MM/DD[/YY]``, ``MMDD[YY]``, ``YYYY-MM-DD[THH:MM[:SS]]``, ``midnight``."""
+    import re  # only with -S/-E: every other sacct call starts without it
+
     s = value.strip()
-    rel = _RELATIVE.fullmatch(s)
+    rel = re.fullmatch(_RELATIVE, s, re.IGNORECASE)
     if rel:
         step = int(rel.group(2)) * _UNIT_S[(rel.group(3) or "s")[0].lower()]
         return now + step if rel.group(1) == "+" else now - step
     if s.lower() in ("today", "midnight"):
         return midnight(now)
-    date = _DATE.fullmatch(s)
+    date = re.fullmatch(_DATE, s)
     if date and not re.fullmatch(r"\d{1,2}:\d\d(:\d\d)?", s):
         return _month_day(date.groups(), now, value)
     try:

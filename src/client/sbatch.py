@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 
 from client.common import client, option_errors, run
-from client.jobopts import build_parser, merge, to_spec
+from client.jobopts import build_parser, merge, submit_line, to_spec
 from corral import __version__
 from corral.errors import ControllerUnavailable, CorralError, InvalidOption, InvalidRequest
 
@@ -75,7 +74,7 @@ def _prepare(argv: list[str]) -> tuple[t.JobSpec, dict[str, Any]] | None:
         argv=script_args,
         environ=environ,
         cwd=os.getcwd(),
-        submit_line=shlex.join([PROG, *argv]),
+        submit_line=submit_line([PROG, *argv]),
         default_name=default_name,
     )
     if script_path is not None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
-import signal
 import sys
 
 from client.common import client, outcome_error, parse_job_state, run
 from client.fmt import job_filter
 from client.options import COUNT, FLAG, Option, OptionParser
+from corral import signals
 from corral.errors import (
     CorralError,
     InvalidJobId,
@@ -49,13 +48,12 @@ def parse_signal(value: str) -> int:
     v = value.strip().upper()
     if v.isdigit():
         n = int(v)
-        if 0 < n < signal.NSIG:
+        if 0 < n < signals.NSIG:
             return n
     else:
-        name = v if v.startswith("SIG") else "SIG" + v
-        sig = getattr(signal.Signals, name, None) if name in signal.Signals.__members__ else None
+        sig = signals.number(v if v.startswith("SIG") else "SIG" + v)
         if sig is not None:
-            return int(sig)
+            return sig
     raise InvalidOption(f"Unknown job signal: {value}")
 
 
@@ -75,7 +73,7 @@ def cancel(argv: list[str]) -> int:
     if not job_ids and not any(filters):
         raise InvalidRequest("No job identification provided")
     flt: t.JobFilter = {}
-    steps = [s for s in args.job_ids if re.fullmatch(r"\d+\.\d+", s)]
+    steps = [s for s in args.job_ids if _is_step(s)]
     args.job_ids = [s for s in args.job_ids if s not in steps]
     if steps:  # JOBID.STEP: those steps only
         request_steps: t.CancelJobsRequest = {
@@ -118,10 +116,16 @@ def cancel(argv: list[str]) -> int:
         request["signal"] = sig
     if args.batch:  # the batch shell only; without -s, SIGKILL (a pending job: cancelled)
         request["batchOnly"] = True
-        request.setdefault("signal", int(signal.SIGKILL))
+        request.setdefault("signal", signals.SIGKILL)
     elif args.full and "signal" in request:  # the batch shell and its children too
         request["full"] = True
     return report(api.cancel_jobs(request), args.quiet, args.verbose, request.get("signal", 0))
+
+
+def _is_step(word: str) -> bool:
+    """JOBID.STEPID"""
+    job, _, step = word.partition(".")
+    return job.isdecimal() and step.isdecimal()
 
 
 class _Args:

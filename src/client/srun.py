@@ -10,10 +10,8 @@ allocates, and releases afterwards.
 
 from __future__ import annotations
 
-import json
 import os
 import selectors
-import shlex
 import signal
 import socket
 import sys
@@ -21,10 +19,10 @@ import time
 
 from client.alloc import allocation_options, release, request_allocation, say
 from client.common import option_errors, run
-from client.jobopts import export_environment, merge, parse_gpus
+from client.jobopts import export_environment, merge, parse_gpus, submit_line
 from client.options import FLAG, OPTIONAL, Option, OptionParser
 from client.taskstream import NodeStream
-from corral import __version__
+from corral import __version__, cjson
 from corral import stepstream as ss
 from corral.api import Controller, connect
 from corral.errors import CorralError, InvalidOption, StepBusy
@@ -131,7 +129,7 @@ def step_spec(job_id: str, cli: dict[str, Any], command: list[str], argv: list[s
         "jobId": job_id,
         "name": os.path.basename(command[0]),
         "argv": command,
-        "submitLine": shlex.join([PROG, *argv]),
+        "submitLine": submit_line([PROG, *argv]),
     }
     if "nodes" in cli:
         low = cli["nodes"].split("-", 1)[0]
@@ -358,7 +356,7 @@ class Step:
             why = payload.decode(errors="replace") if kind == ss.REFUSED else "no answer"
             raise CorralError(f"{head.name}: {why}")
         head.started = True
-        port = int(json.loads(payload).get("masterPort", 0))
+        port = int(cjson.loads(payload).get("masterPort", 0))
         for node in self.nodes[1:]:
             try:
                 conn = NodeStream(node, timeout)

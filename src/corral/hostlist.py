@@ -1,12 +1,12 @@
 """Slurm hostlist expressions: ``node[01-04,07]``, ``gpu[1-2]-ib[0-1]``, comma lists.
 
 ``expand`` turns an expression into names in order; ``compress`` turns names back into
-the shortest expression that keeps their order, as Slurm prints them.
+the shortest expression that keeps their order, as Slurm prints them. Parsed by hand,
+not with ``re``: sinfo imports this at every start-up.
 """
 
 from __future__ import annotations
 
-import re
 from itertools import product
 
 from corral.errors import InvalidRequest
@@ -41,10 +41,10 @@ def _expand_range(body: str, expr: str) -> list[str]:
     out: list[str] = []
     for item in body.split(","):
         item = item.strip()
-        m = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", item)
-        if not m:
+        lo_s, dash, hi_s = item.partition("-")  # N or N-M
+        if not _digits(lo_s) or (dash and not _digits(hi_s)):
             raise InvalidRequest(f"invalid hostlist {expr!r}: bad range {item!r}")
-        lo_s, hi_s = m.group(1), m.group(2) or m.group(1)
+        hi_s = hi_s if dash else lo_s
         lo, hi = int(lo_s), int(hi_s)
         if hi < lo:
             raise InvalidRequest(f"invalid hostlist {expr!r}: range {item!r} runs backwards")
@@ -60,7 +60,7 @@ def expand(expr: str) -> list[str]:
     names: list[str] = []
     seen: set[str] = set()
     for part in _split_top(expr):
-        pieces = re.split(r"(\[[^\]]*\])", part)
+        pieces = _bracketed(part)
         choices: list[list[str]] = []
         for piece in pieces:
             if piece.startswith("["):
@@ -84,7 +84,32 @@ def expand(expr: str) -> list[str]:
     return names
 
 
-_NUMERIC_TAIL = re.compile(r"^(.*?)([0-9]+)$")
+def _digits(text: str) -> bool:
+    """One or more ASCII digits."""
+    return text.isascii() and text.isdigit()
+
+
+def _bracketed(part: str) -> list[str]:
+    """``part`` cut around each ``[...]``: text, bracket, text, ... (re.split's list for
+    the pattern ``(\\[[^\\]]*\\])``)."""
+    pieces: list[str] = []
+    i = 0
+    while (start := part.find("[", i)) >= 0 and (end := part.find("]", start + 1)) >= 0:
+        pieces += [part[i:start], part[start : end + 1]]
+        i = end + 1
+    pieces.append(part[i:])
+    return pieces
+
+
+def _numeric_tail(name: str) -> tuple[str, str] | None:
+    """A name's prefix and trailing ASCII digits (``node``, ``012`` for ``node012``),
+    None without digits: what ``^(.*?)([0-9]+)$`` matched (its ``.`` stops at a newline,
+    its ``$`` also matches before a final one)."""
+    body = name[:-1] if name.endswith("\n") else name
+    prefix = body.rstrip("0123456789")
+    if len(prefix) == len(body) or "\n" in prefix:
+        return None
+    return prefix, body[len(prefix) :]
 
 
 class _Run:
@@ -102,11 +127,11 @@ def compress(names: list[str]) -> str:
     items: list[str | _Run] = []
     runs: dict[tuple[str, int], _Run] = {}
     for name in names:
-        m = _NUMERIC_TAIL.match(name)
-        if not m:
+        tail = _numeric_tail(name)
+        if tail is None:
             items.append(name)
             continue
-        prefix, digits = m.group(1), m.group(2)
+        prefix, digits = tail
         width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
         run = runs.get((prefix, width))
         if run is None:
@@ -144,11 +169,11 @@ def ranged(names: list[str]) -> str:
     follow each other with one prefix share brackets (``n3,n1,n2`` -> ``n[3,1-2]``)."""
     groups: list[tuple[str, int, list[list[int]]] | str] = []
     for name in names:
-        m = _NUMERIC_TAIL.match(name)
-        if not m:
+        tail = _numeric_tail(name)
+        if tail is None:
             groups.append(name)
             continue
-        prefix, digits = m.group(1), m.group(2)
+        prefix, digits = tail
         width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
         n = int(digits)
         last = groups[-1] if groups else None
@@ -177,7 +202,8 @@ def ranged(names: list[str]) -> str:
 
 def sort_key(name: str) -> tuple[str, int, int, str]:
     """Slurm's hostlist order: by prefix, then number (``n2`` before ``n10``)."""
-    m = _NUMERIC_TAIL.match(name)
-    if not m:
+    tail = _numeric_tail(name)
+    if tail is None:
         return (name, -1, 0, name)
-    return (m.group(1), len(m.group(2)) if m.group(2).startswith("0") else 0, int(m.group(2)), name)
+    prefix, digits = tail
+    return (prefix, len(digits) if digits.startswith("0") else 0, int(digits), name)

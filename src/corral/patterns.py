@@ -1,10 +1,12 @@
-"""Slurm's filename patterns for ``-o``/``-e``/``-i``: %j %x %u %N %A %a %n %t %s %%."""
+"""Slurm's filename patterns for ``-o``/``-e``/``-i``: %j %x %u %N %A %a %n %t %s %%.
+
+Parsed by hand, not with ``re``: srun imports this at every start-up.
+"""
 
 from __future__ import annotations
 
-import re
-
-_PATTERN = re.compile(r"%(\d*)([A-Za-z%])")
+# what may follow "%" and its optional width (an ASCII letter, or "%")
+_ESCAPES = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz%")
 
 
 def expand_pattern(
@@ -39,16 +41,28 @@ def expand_pattern(
         "%": "%",
     }
 
-    def sub(m: re.Match[str]) -> str:
-        width, key = m.group(1), m.group(2)
-        if key not in values:
-            return m.group(0)
-        value = values[key]
-        if width and value.isdecimal():
+    out: list[str] = []
+    i, end = 0, len(pattern)
+    while (start := pattern.find("%", i)) >= 0:  # %[width]X
+        out.append(pattern[i:start])
+        k = start + 1
+        while k < end and pattern[k].isdecimal():
+            k += 1
+        key = pattern[k] if k < end else ""
+        if key not in _ESCAPES:  # not an escape: the "%" stays, as written
+            out.append("%")
+            i = start + 1
+            continue
+        width = pattern[start + 1 : k]
+        value = values.get(key)
+        if value is None:
+            value = pattern[start : k + 1]  # an unknown escape is left as written
+        elif width and value.isdecimal():
             value = value.zfill(min(int(width), 10))
-        return value
-
-    return _PATTERN.sub(sub, pattern)
+        out.append(value)
+        i = k + 1
+    out.append(pattern[i:])
+    return "".join(out)
 
 
 DEFAULT_OUTPUT = "slurm-%j.out"

@@ -2,12 +2,13 @@
 
 Durations are whole seconds; -1 means UNLIMITED. Timestamps are UTC epoch seconds
 inside corral and local time (``YYYY-MM-DDTHH:MM:SS``) when printed, as Slurm prints.
-Standard library only: the commands import this on every call.
+Standard library only, and without ``re``: the commands import this on every call,
+and the formats are parsed by hand (a ``\\d`` of Slurm's patterns is
+``str.isdecimal``, the same Unicode class).
 """
 
 from __future__ import annotations
 
-import re
 import time as _time
 
 from corral.errors import InvalidOption
@@ -26,12 +27,19 @@ def parse_duration(text: str, *, what: str = "time limit") -> int:
     s = text.strip()
     if s.lower() in _UNLIMITED_WORDS:
         return UNLIMITED
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", s)
-    if not m:
+    days_s: str | None
+    days_s, dash, clock = s.partition("-")  # [D-]N[:N[:N]]
+    if not dash:
+        days_s, clock = None, s
+    parts = clock.split(":")
+    if (
+        len(parts) > 3
+        or not all(p.isdecimal() for p in parts)
+        or (days_s is not None and not days_s.isdecimal())
+    ):
         raise InvalidOption(f"Invalid {what} specification: {text!r}")
-    days_s, a, b, c = m.groups()
     days = int(days_s) if days_s else 0
-    nums = [int(x) for x in (a, b, c) if x is not None]
+    nums = [int(x) for x in parts]
     if days_s is not None:
         # D-H, D-H:M, D-H:M:S
         hours, minutes, seconds = ([*nums, 0, 0])[:3]
@@ -87,10 +95,15 @@ _UNITS = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 def parse_size_mb(text: str, *, what: str = "memory") -> int:
     """``--mem`` sizes to MiB: a number with an optional K/M/G/T suffix (default M)."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGTkmgt]?)[Bb]?", text.strip())
-    if not m:
+    number = text.strip()  # N[.N][ ][K|M|G|T][B]
+    if number[-1:] in ("B", "b"):
+        number = number[:-1]
+    unit = number[-1:] if number[-1:] in ("K", "M", "G", "T", "k", "m", "g", "t") else ""
+    number = number[: len(number) - len(unit)].rstrip()
+    whole, dot, fraction = number.partition(".")
+    if not whole.isdecimal() or (dot and not fraction.isdecimal()):
         raise InvalidOption(f"Invalid {what} specification: {text!r}")
-    value = float(m.group(1)) * _UNITS[m.group(2).upper()]
+    value = float(number) * _UNITS[unit.upper()]
     mb = int(value) if value == int(value) else int(value) + 1
     if mb > 1 << 40:
         raise InvalidOption(f"Invalid {what} specification: {text!r} (too large)")
@@ -108,8 +121,46 @@ def format_size_mb(mb: int) -> str:
     return f"{mb}M"
 
 
-_REL = re.compile(r"now\+(\d+)(seconds?|minutes?|hours?|days?|weeks?)?", re.IGNORECASE)
 _REL_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_REL_WORDS = frozenset(
+    ("", "second", "seconds", "minute", "minutes", "hour", "hours", "day", "days", "week", "weeks")
+)
+
+
+def _relative(low: str) -> tuple[int, str] | None:
+    """``now+N[unit]`` (lower case): N and the unit's letter ("s" when none)."""
+    if not low.startswith("now+"):
+        return None
+    rest = low[4:]
+    digits = 0
+    while digits < len(rest) and rest[digits].isdecimal():
+        digits += 1
+    word = rest[digits:]
+    if not digits or word not in _REL_WORDS:
+        return None
+    return int(rest[:digits]), (word or "s")[0]
+
+
+def _clock(text: str) -> tuple[int, int, int] | None:
+    """``H[H]:MM[:SS]``: hours, minutes, seconds."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not 1 <= len(parts[0]) <= 2:
+        return None
+    if any(len(p) != 2 for p in parts[1:]) or not all(p.isdecimal() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1]), int(parts[2]) if len(parts) == 3 else 0
+
+
+def _date(text: str) -> tuple[int, int, int, int, int, int] | None:
+    """``YYYY-MM-DD[THH:MM[:SS]]``."""
+    day, t, at = text.partition("T")
+    ymd = day.split("-")
+    if [len(p) for p in ymd] != [4, 2, 2] or not all(p.isdecimal() for p in ymd):
+        return None
+    clock = _clock(at) if t else (0, 0, 0)
+    if clock is None:
+        return None
+    return int(ymd[0]), int(ymd[1]), int(ymd[2]), *clock
 
 
 def parse_timestamp(text: str, *, now: float, what: str = "begin time") -> float:
@@ -119,10 +170,10 @@ def parse_timestamp(text: str, *, now: float, what: str = "begin time") -> float
     low = s.lower()
     if low == "now":
         return now
-    m = _REL.fullmatch(s)
-    if m:
-        unit = (m.group(2) or "s")[0].lower()
-        return now + int(m.group(1)) * _REL_UNIT[unit]
+    relative = _relative(low)
+    if relative:
+        count, unit = relative
+        return now + count * _REL_UNIT[unit]
     lt = _time.localtime(now)
     day_start = _time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1))
     if low in ("today", "midnight", "noon", "teatime", "tomorrow"):
@@ -135,13 +186,13 @@ def parse_timestamp(text: str, *, now: float, what: str = "begin time") -> float
         }[low]
         t = day_start + offset
         return t + 86400 if low in ("noon", "teatime") and t <= now else t
-    m = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", s)
-    if m:
-        t = day_start + int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3) or 0)
+    clock = _clock(s)
+    if clock:
+        t = day_start + clock[0] * 3600 + clock[1] * 60 + clock[2]
         return t + 86400 if t <= now else t
-    m = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})(?:T(\d{1,2}):(\d{2})(?::(\d{2}))?)?", s)
-    if m:
-        y, mo, d, hh, mm, ss = (int(x) if x else 0 for x in m.groups())
+    date = _date(s)
+    if date:
+        y, mo, d, hh, mm, ss = date
         try:
             return _time.mktime((y, mo, d, hh, mm, ss, 0, 0, -1))
         except (OverflowError, ValueError) as exc:

@@ -30,8 +30,9 @@ stream (``tls.clients``) has TLS's own integrity and no tags. docs/security.md.
 
 from __future__ import annotations
 
-import json
 import struct
+
+from corral.cjson import dumps
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ def proof(credential: str, nonce: bytes, body: bytes) -> bytes:
 
 
 def start_frame(credential: str, nonce: bytes, body: dict[str, object]) -> bytes:
-    raw = json.dumps(body, separators=(",", ":")).encode()
+    raw = dumps(body).encode()
     return frame(START, proof(credential, nonce, raw) + raw)
 
 

@@ -15,7 +15,7 @@ import pytest
 from corral.api import Controller as Client
 from corral.testing import LocalCluster
 from corral.testing.cluster import ClusterFactory
-from tests.conftest import wait_for
+from tests.conftest import Commands, wait_for
 
 ACTIVE = ["JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_COMPLETING"]
 
@@ -140,3 +140,83 @@ def test_time_limit_scancel_fault_and_crash(small: LocalCluster, tmp_path: pathl
     small.sim("revive", "node03")
     wait_for(lambda: node("node03")["state"] == "NODE_STATE_IDLE", 30, "node03 back")
     assert small.sim("stats")["stats"]["oversubscribed"] == 0
+
+
+@pytest.fixture
+def hundred(cluster_factory: ClusterFactory) -> LocalCluster:
+    # heartbeats every 2 s (50/s for the lot); a node silent for 20 s is down (a margin
+    # for a loaded machine: no live node may be taken for a dead one)
+    return cluster_factory(
+        start_timeout=120,
+        nodes=100,
+        simulated=True,
+        heartbeat_interval_s=2.0,
+        heartbeat_timeout_s=20.0,
+        kill_wait_s=1.0,
+    )
+
+
+@pytest.mark.timeout(300)
+def test_100_nodes_placement_commands_and_a_failed_node_requeues_its_job(
+    hundred: LocalCluster, tmp_path: pathlib.Path
+) -> None:
+    client = hundred.client()
+    work = tmp_path / "work"
+    work.mkdir()
+    cmd = Commands(hundred, work)
+    # one whole node each, released at once: a pass places 100 jobs on 100 nodes
+    ids = [
+        _submit(
+            client,
+            _spec(work, "#SIM runtime=600", exclusive=True, timeLimitS=900, hold=True),
+        )
+        for _ in range(100)
+    ]
+    client.call("UpdateJob", {"jobIds": [str(i) for i in ids], "action": "JOB_UPDATE_RELEASE"})
+    wait_for(
+        lambda: all(j["state"] == "JOB_STATE_RUNNING" for j in _jobs(client, ids).values()),
+        120,
+        "every job to run",
+    )
+    hosts = {i: str(j["batchHost"]) for i, j in _jobs(client, ids).items()}
+    assert sorted(hosts.values()) == hundred.node_names  # one job per node, every node
+    assert hundred.sim("stats")["stats"]["oversubscribed"] == 0
+
+    # the commands see the same picture across the hundred nodes
+    lines = cmd("squeue", "-h", "-t", "R", "-o", "%i %N").stdout.split("\n")
+    assert {int(a): b for a, b in (line.split() for line in lines if line)} == hosts
+    assert cmd("sinfo", "-h", "-o", "%D %T").stdout.split() == ["100", "allocated"]
+
+    # a node fails: ctld finds it silent, marks it down and requeues its job
+    victim = ids[41]
+    dead = hosts[victim]
+    hundred.sim("crash", dead)
+
+    def node(name: str) -> dict[str, object]:
+        return dict(client.call("GetNodes", {"names": [name]})["nodes"][0])
+
+    wait_for(lambda: node(dead)["state"] == "NODE_STATE_DOWN", 60, f"{dead} down")
+    wait_for(
+        lambda: _jobs(client, [victim])[victim]["state"] == "JOB_STATE_PENDING",
+        60,
+        "the job requeued",
+    )
+    states = sorted(cmd("sinfo", "-h", "-o", "%D %T").stdout.split("\n"))
+    # "*": not responding, as Slurm marks it
+    assert [s for s in states if s] == ["1 down*", "99 allocated"]
+    # every other node is busy: the requeued job starts where a cancelled job was
+    freed = ids[7]
+    cmd("scancel", str(freed))
+    wait_for(
+        lambda: _jobs(client, [victim])[victim]["state"] == "JOB_STATE_RUNNING",
+        60,
+        "the requeued job to run again",
+    )
+    again = _jobs(client, [victim])[victim]
+    assert again["batchHost"] == hosts[freed] != dead
+    assert int(again.get("restartCount", 0)) == 1
+    assert _jobs(client, [freed])[freed]["state"] == "JOB_STATE_CANCELLED"
+    # the node comes back: it registers again and is idle
+    hundred.sim("revive", dead)
+    wait_for(lambda: node(dead)["state"] == "NODE_STATE_IDLE", 60, f"{dead} back")
+    assert hundred.sim("stats")["stats"]["oversubscribed"] == 0
