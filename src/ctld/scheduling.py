@@ -280,11 +280,17 @@ class Scheduler:
                 refused += 1
                 continue
             for p in start.placements:
-                st.nodes[p.node].allocate(job.job_id, p.cpus, p.mem_mb, list(p.gpu_indices))
+                st.nodes[p.node].allocate(
+                    job.job_id, p.cpus, p.mem_mb, list(p.gpu_indices), p.shards
+                )
             del job.allocations[:]
             for p in start.placements:
                 job.allocations.add(
-                    node=p.node, cpus=p.cpus, mem_mb=p.mem_mb, gpu_indices=list(p.gpu_indices)
+                    node=p.node,
+                    cpus=p.cpus,
+                    mem_mb=p.mem_mb,
+                    gpu_indices=list(p.gpu_indices),
+                    shards=p.shards,
                 )
             job.partition = start.partition
             job.nodelist = hostlist.compress([p.node for p in start.placements])
@@ -303,7 +309,8 @@ class Scheduler:
             job.num_nodes = len(start.placements)
             job.num_cpus = sum(p.cpus for p in start.placements)
             job.mem_mb = sum(p.mem_mb for p in start.placements)
-            job.num_gpus = sum(len(p.gpu_indices) for p in start.placements)
+            # whole GPUs (a shared GPU's shards are not a GPU of the job's own)
+            job.num_gpus = sum(len(p.gpu_indices) - bool(p.shards) for p in start.placements)
             job.start_time = now
             pending.write(job, "None")  # Slurm's reason for a job that runs
             job.expected_start, job.forecast_nodes = 0, ""
@@ -430,11 +437,19 @@ class Scheduler:
             return False
         res = node.resources
         gpus = set(p.gpu_indices)
+        if p.shards and p.gpu_indices:
+            # its shared GPU: not given whole, and with the shards left
+            g = p.gpu_indices[0]
+            per_gpu = node.config.gpus.shards_per_gpu
+            if g in node.alloc_gpus or node.alloc_shards.get(g, 0) + p.shards > per_gpu:
+                return False
+            gpus.discard(g)
         return (
             node.alloc_cpus + p.cpus <= res.cpus
             and node.alloc_mem_mb + p.mem_mb <= res.memory_mb
             and not gpus & node.alloc_gpus
-            and gpus <= set(node.gpu_indices)
+            and not gpus & set(node.alloc_shards)
+            and set(p.gpu_indices) <= set(node.gpu_indices)
         )
 
     async def _launch_when_durable(self, launches: list[pb.Job]) -> None:

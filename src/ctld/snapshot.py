@@ -212,11 +212,15 @@ class SnapshotBuilder:
                 gpus_total=len(n.resources.gpus),
                 cpus_free=max(0, n.resources.cpus - n.alloc_cpus),
                 mem_free_mb=max(0, n.resources.memory_mb - n.alloc_mem_mb),
-                gpus_free=tuple(i for i in n.gpu_indices if i not in n.alloc_gpus),
+                gpus_free=tuple(
+                    i for i in n.gpu_indices if i not in n.alloc_gpus and i not in n.alloc_shards
+                ),
                 gpu_type=n.gpu_type,
                 schedulable=n.schedulable,
                 idle=not n.job_ids,
                 gpu_indices=n.gpu_indices,
+                shards_per_gpu=n.config.gpus.shards_per_gpu,
+                shards_used=tuple(sorted(n.alloc_shards.items())),
             )
             for n in st.nodes.values()
         )
@@ -284,7 +288,8 @@ class SnapshotBuilder:
             job_id=j.job_id,
             end_time=j.start_time + j.time_limit_s if j.time_limit_s >= 0 else INFINITY,
             placements=tuple(
-                Placement(a.node, a.cpus, a.mem_mb, tuple(a.gpu_indices)) for a in j.allocations
+                Placement(a.node, a.cpus, a.mem_mb, tuple(a.gpu_indices), a.shards)
+                for a in j.allocations
             ),
             user=j.user,
             qos=j.qos,

@@ -137,7 +137,13 @@ class State:
                 for alloc in job.allocations:
                     node = self.nodes.get(alloc.node)
                     if node is not None:
-                        node.allocate(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
+                        node.allocate(
+                            job.job_id,
+                            alloc.cpus,
+                            alloc.mem_mb,
+                            list(alloc.gpu_indices),
+                            alloc.shards,
+                        )
         self.reservations.load(self.store.load_reservations())
         for drain in self.store.load_drains():
             if (node := self.nodes.get(drain.name)) is not None:
@@ -253,7 +259,14 @@ class State:
                 res = n.resources
                 hit = (
                     res,
-                    NodeCapacity(n.name, res.cpus, res.memory_mb, len(res.gpus), n.gpu_type),
+                    NodeCapacity(
+                        n.name,
+                        res.cpus,
+                        res.memory_mb,
+                        len(res.gpus),
+                        n.gpu_type,
+                        n.config.gpus.shards_per_gpu,
+                    ),
                 )
                 cache[n.name] = hit
             out[n.name] = hit[1]
@@ -265,7 +278,9 @@ class State:
         for alloc in job.allocations:
             node = self.nodes.get(alloc.node)
             if node is not None:
-                node.release(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
+                node.release(
+                    job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices), alloc.shards
+                )
 
     def remember_run(self, job: pb.Job) -> None:
         self.predicted.pop(job.job_id, None)
