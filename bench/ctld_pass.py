@@ -116,10 +116,29 @@ async def measure(pending: int, repeats: int, profile: bool) -> dict[str, float]
         await _timed_pass(c, refresh=True)  # settle reasons and forecasts once
         steady = [await _timed_pass(c, refresh=False) for _ in range(repeats)]
         recalc = await _timed_pass(c, refresh=True)
+        quick_on = c.scheduler.quick
+        c.scheduler.quick = None  # the probes wait for a pass: that pass is timed
         probes = []
+        plain = []
         for _ in range(repeats):
+            t0 = time.thread_time()
             await c.submit(USER, _spec(0))
+            plain.append(time.thread_time() - t0)
             probes.append(await _timed_pass(c, refresh=False))
+        c.scheduler.quick = quick_on
+        quick = []  # a probe decided at submit (scheduler.start_on_submit), after a pass
+        for _ in range(repeats if quick_on is not None else 0):
+            t0 = time.thread_time()
+            job = await c.submit(USER, _spec(0))
+            quick.append(time.thread_time() - t0)
+            assert job.state == js.RUNNING, "not started at submit"
+            await _timed_pass(c, refresh=False)
+        if profile and quick_on is not None:
+            prof = cProfile.Profile()
+            prof.enable()
+            await c.submit(USER, _spec(0))
+            prof.disable()
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
         if profile:
             await c.submit(USER, _spec(0))
             clock = c.state.clock
@@ -147,6 +166,8 @@ async def measure(pending: int, repeats: int, profile: bool) -> dict[str, float]
     out.update({f"probe_{k}": med(probes, k) for k in ("refresh", "snapshot", "plan", "apply")})
     out.update({f"recalc_{k}": recalc[k] * 1000 for k in ("refresh", "snapshot", "plan", "apply")})
     out["probe_starts"] = statistics.median(p["starts"] for p in probes)
+    out["submit"] = statistics.median(plain) * 1000
+    out["submit_quick"] = statistics.median(quick) * 1000 if quick else float("nan")
     return out
 
 
@@ -160,8 +181,10 @@ def main(argv: list[str]) -> int:
     print(f"{NODES} nodes x {GPUS} GPUs, each running an 8-GPU job; 8-GPU jobs pending\n")
     print("| pending | pass | snapshot + plan | refresh | snapshot | plan | apply |")
     print("|---|---|---:|---:|---:|---:|---:|")
+    rows = []
     for n in args.pending:
         r = asyncio.run(measure(n, args.repeats, args.profile))
+        rows.append((n, r))
         for kind, label in (
             ("steady", "periodic"),
             ("probe", "one 1-CPU job starts"),
@@ -174,6 +197,10 @@ def main(argv: list[str]) -> int:
                 + " |",
                 flush=True,
             )
+    print("\n| pending | submit, waiting for a pass | submit, started at submit |")
+    print("|---|---:|---:|")
+    for n, r in rows:
+        print(f"| {n:,} | {r['submit']:.1f} ms | {r['submit_quick']:.1f} ms |")
     return 0
 
 

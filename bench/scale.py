@@ -116,6 +116,9 @@ async def _release(cluster: BenchCluster, ids: list[int]) -> None:
             )
 
 
+AT_SUBMIT: list[bool] = []  # per probe: started at submit (start_on_submit), not by a pass
+
+
 async def _submit_to_start(cluster: BenchCluster, n: int) -> list[float]:
     """Sequential probes: a 1-CPU job that fits now; submit sent -> ctld's start_time."""
     import grpc
@@ -137,6 +140,9 @@ async def _submit_to_start(cluster: BenchCluster, n: int) -> list[float]:
                 jobs = (await stub.GetJobs(get, metadata=md)).jobs
                 if jobs and jobs[0].start_time > 0:
                     out.append(jobs[0].start_time - t0)
+                    told = pb.GetJobsRequest(filter=get.filter, with_events=True)
+                    (job,) = (await stub.GetJobs(told, metadata=md)).jobs
+                    AT_SUBMIT.append(any(e.cause == "sched:submit" for e in job.events))
                     break
                 await asyncio.sleep(0.005)
             await asyncio.sleep(0.05)
@@ -209,7 +215,9 @@ def _storm(cluster: BenchCluster, nodes: int) -> tuple[float, float, float]:
     return ready - t0, done - ready, _cpu_s(pid) - cpu0
 
 
-def run_nodes(nodes: int, levels: list[int], probes: int, result: PhaseResult) -> None:
+def run_nodes(
+    nodes: int, levels: list[int], probes: int, result: PhaseResult, commands: bool = True
+) -> None:
     with bench_cluster(
         f"scale{nodes}",
         nodes=nodes,
@@ -271,12 +279,16 @@ def run_nodes(nodes: int, levels: list[int], probes: int, result: PhaseResult) -
             cpu = _quiet_cpu(cluster, QUIET_S)
             pass_alone, cpu_alone, n_alone = _pass_ms(cluster, 6, busy=False)
             pass_busy, cpu_busy, n_busy = _pass_ms(cluster, 6, busy=True)
+            del AT_SUBMIT[:]
             lat = asyncio.run(_submit_to_start(cluster, probes))
+            log(f"scale{nodes}: {sum(AT_SUBMIT)} of {len(lat)} probes started at submit")
             rss = cluster.rss_mib()
             per_job = (rss - rss0) * 1024 / level if level else 0.0
-            squeue = _command_ms(cluster, ["squeue"])
-            squeue_short = _command_ms(cluster, ["squeue", "-h", "-o", "%i %T"])
-            sacct = _command_ms(cluster, ["sacct", "-X"])
+            squeue = squeue_short = sacct = "not run"
+            if commands:
+                squeue = _command_ms(cluster, ["squeue"])
+                squeue_short = _command_ms(cluster, ["squeue", "-h", "-o", "%i %T"])
+                sacct = _command_ms(cluster, ["sacct", "-X"])
             p50, p99 = percentile(lat, 50), percentile(lat, 99)
             table.add(
                 level,
@@ -327,6 +339,7 @@ def main() -> None:
     p.add_argument("--pending", default="1000,10000,50000,100000")
     p.add_argument("--probes", type=int, default=50)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--no-commands", action="store_true", help="skip squeue/sacct timings")
     args = p.parse_args()
     node_counts = [100] if args.quick else [int(x) for x in args.nodes.split(",")]
     levels = [1000, 5000] if args.quick else [int(x) for x in args.pending.split(",")]
@@ -342,7 +355,7 @@ def main() -> None:
     )
     t0 = time.monotonic()
     for n in node_counts:
-        run_nodes(n, levels, 20 if args.quick else args.probes, result)
+        run_nodes(n, levels, 20 if args.quick else args.probes, result, not args.no_commands)
         result.elapsed_s = time.monotonic() - t0
         save_result(result)  # what is done so far survives a later node count's failure
     result.elapsed_s = time.monotonic() - t0

@@ -237,7 +237,11 @@ def node_gres(node: Json) -> str:
     if not gpus:
         return "(null)"
     kind = node.get("gpuType")
-    return f"gpu:{kind}:{gpus}" if kind else f"gpu:{gpus}"
+    gres = f"gpu:{kind}:{gpus}" if kind else f"gpu:{gpus}"
+    per_gpu = node.get("shardsPerGpu")
+    if isinstance(per_gpu, int) and per_gpu:
+        gres += f",shard:{per_gpu * gpus}"  # Slurm's Name=shard Count= (the node's total)
+    return gres
 
 
 # ---------------------------------------------------------------- options the commands share

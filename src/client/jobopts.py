@@ -206,14 +206,20 @@ def submit_line(argv: list[str]) -> str:
     return " ".join(shell_quote(word) for word in argv)
 
 
-def parse_gres(value: str) -> tuple[str, int]:
-    """``gpu``, ``gpu:4``, ``gpu:h100:4`` -> (type, count). Only gpu GRES exist here.
-    An unknown GRES is a refused request (exit 1, Slurm's controller says it), not a
-    malformed option (255)."""
+def parse_gres(value: str) -> tuple[str, int, int]:
+    """``gpu``, ``gpu:4``, ``gpu:h100:4``, ``shard:K`` -> (type, GPUs, shards). Only gpu
+    and shard GRES exist here. An unknown GRES is a refused request (exit 1, Slurm's
+    controller says it), not a malformed option (255)."""
     items = [v for v in value.split(",") if v]
     gpu: tuple[str, int] | None = None
+    shards = 0
     for item in items:
         parts = item.split(":")
+        if parts[0] == "shard" and len(parts) <= 2:
+            shards = _int(parts[1], item) if len(parts) == 2 else 1
+            if not shards:
+                raise InvalidRequest(f"Invalid generic resource (gres) specification: {item}")
+            continue
         if parts[0] != "gpu" or len(parts) > 3:
             raise InvalidRequest(f"Invalid generic resource (gres) specification: {item}")
         if len(parts) == 1:
@@ -222,9 +228,10 @@ def parse_gres(value: str) -> tuple[str, int]:
             gpu = ("", _int(parts[1], item)) if parts[1].isdecimal() else (parts[1], 1)
         else:
             gpu = (parts[1], _int(parts[2], item))
-    if gpu is None:
+    if gpu is None and not shards:
         raise InvalidRequest(f"Invalid generic resource (gres) specification: {value}")
-    return gpu
+    gpu_type, count = gpu or ("", 0)
+    return gpu_type, count, shards
 
 
 def _int(text: str, whole: str) -> int:
@@ -352,7 +359,11 @@ def to_spec(
     if "mem_per_cpu" in g:
         spec["memPerCpuMb"] = parse_size_mb(g["mem_per_cpu"], what="--mem-per-cpu")
     if "gres" in g:
-        spec["gpuType"], spec["gpusPerNode"] = parse_gres(g["gres"])
+        gpu_type, gpus, shards = parse_gres(g["gres"])
+        if gpus:
+            spec["gpuType"], spec["gpusPerNode"] = gpu_type, gpus
+        if shards:
+            spec["shardsPerNode"] = shards
     if "gpus_per_node" in g:
         spec["gpuType"], spec["gpusPerNode"] = parse_gpus(g["gpus_per_node"], "--gpus-per-node")
     if "gpus" in g:

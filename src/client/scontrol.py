@@ -256,6 +256,8 @@ def optional_tres_lines(spec: Json) -> list[str]:
         lines.append(f"TresPerJob={gpu_tres(num(spec, 'gpus'), text(spec, 'gpuType'))}")
     if num(spec, "gpusPerNode"):
         lines.append(f"TresPerNode={gpu_tres(num(spec, 'gpusPerNode'), text(spec, 'gpuType'))}")
+    if num(spec, "shardsPerNode"):
+        lines.append(f"TresPerNode=gres:shard:{num(spec, 'shardsPerNode')}")
     return lines
 
 
@@ -287,7 +289,7 @@ def complete_state(node: Json) -> str:
     }.get(state, state)
 
 
-def node_tres(cpus: int, mem_mb: int, gpus: int, billing: bool) -> str:
+def node_tres(cpus: int, mem_mb: int, gpus: int, billing: bool, shards: int = 0) -> str:
     parts = [f"cpu={cpus}"] if cpus else []
     if mem_mb:
         parts.append(f"mem={convert_mb(mem_mb)}")
@@ -295,6 +297,8 @@ def node_tres(cpus: int, mem_mb: int, gpus: int, billing: bool) -> str:
         parts.append(f"billing={cpus}")
     if gpus:
         parts.append(f"gres/gpu={gpus}")
+    if shards:
+        parts.append(f"gres/shard={shards}")
     return ",".join(parts)
 
 
@@ -329,7 +333,13 @@ def node_lines(node: Json) -> list[str]:
         f"LastBusyTime={format_timestamp(real(node, 'lastHeartbeat'))}",
         f"CfgTRES={node_tres(cpus, num(r, 'memoryMb'), len(r.get('gpus', [])), True)}",
         "AllocTRES="
-        + node_tres(num(node, "allocCpus"), num(node, "allocMemMb"), num(node, "allocGpus"), False),
+        + node_tres(
+            num(node, "allocCpus"),
+            num(node, "allocMemMb"),
+            num(node, "allocGpus"),
+            False,
+            num(node, "allocShards"),
+        ),
         "CapWatts=n/a",
         "CurrentWatts=0 AveWatts=0",
         "ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s",

@@ -129,6 +129,8 @@ def reason_or_nodes(job: Json) -> str:
 
 def tres_per_node(spec: Json) -> str:
     gpus = num(spec, "gpusPerNode")
+    if num(spec, "shardsPerNode"):
+        return f"gres:shard:{num(spec, 'shardsPerNode')}"
     return gpu_tres(gpus, text(spec, "gpuType")) if gpus else "N/A"
 
 

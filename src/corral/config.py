@@ -196,6 +196,9 @@ class GpuConfig:
     type: str = ""  # GRES type name; empty: derived from the model ("h100")
     topology: str = "nvlink"  # fake backend: "nvlink" (all pairs NV18) or "pcie"
     state_file: str = ""  # fake backend: JSON that tests write to inject load and faults
+    # gres/shard: each GPU offers this many shards to --gres=shard:K jobs (0: no sharing;
+    # Slurm's gres.conf Name=shard Count= is this times the GPU count)
+    shards_per_gpu: int = 0
 
 
 @dataclass(frozen=True)
@@ -232,7 +235,9 @@ class SchedulerConfig:
     # of those, how many (in priority order) hold their expected slot so that the ones
     # behind are forecast after them; forecasts only, never a start (docs/simulator.md)
     stack_forecasts: int = 16
-    placement: str = "pack"  # "pack" (best fit), "firstfit" or "frag" (fragmentation-aware)
+    # "pack" (best fit), "firstfit", "frag" (best fit, time- and fragmentation-aware),
+    # "fgd" (least fragmentation first: ATC'23's rule) or "random"
+    placement: str = "pack"
     kill_invalid_depend: bool = False  # cancel jobs whose dependency can never be met
     max_array_size: int = 1001  # Slurm's MaxArraySize: array task ids stay below it
     # plan backfill and forecasts with run times predicted from each user's history
@@ -244,6 +249,9 @@ class SchedulerConfig:
     # pending jobs that cannot start one pass tries in full (Slurm's bf_max_job_test);
     # starts, and jobs of a class that already failed in the pass, are not tries; 0: none
     max_job_test: int = 500
+    # decide a new job at submit against the last plan's reservations (sched/quick.py)
+    # when only submits happened since that pass, instead of waiting for the next one
+    start_on_submit: bool = True
     # the job eligible longest, once past this, goes first and gets the reservation,
     # kept by limits (the starvation guard, docs/simulator.md); 0: off
     starvation_guard_s: int = 24 * 3600
@@ -653,6 +661,7 @@ def _gpus(sec: _Section) -> GpuConfig:
         type=sec.get("type", str, d.type),
         topology=sec.get("topology", str, d.topology),
         state_file=sec.get("state_file", str, d.state_file),
+        shards_per_gpu=sec.positive("shards_per_gpu", d.shards_per_gpu),
     )
     sec.done()
     if cfg.topology not in ("nvlink", "pcie"):
@@ -708,8 +717,8 @@ def _partition(sec: _Section, known_nodes: set[str]) -> PartitionConfig:
 def _scheduler(sec: _Section) -> SchedulerConfig:
     d = SchedulerConfig()
     placement = sec.get("placement", str, d.placement)
-    if placement not in ("pack", "firstfit", "frag"):
-        raise ConfigError(f"{sec.key('placement')}: must be pack, firstfit or frag")
+    if placement not in ("pack", "firstfit", "frag", "fgd", "random"):
+        raise ConfigError(f"{sec.key('placement')}: must be pack, firstfit, frag, fgd or random")
     order = sec.get("backfill_order", str, d.backfill_order)
     if order not in ("shortest", "priority"):
         raise ConfigError(f"{sec.key('backfill_order')}: must be shortest or priority")
@@ -727,6 +736,7 @@ def _scheduler(sec: _Section) -> SchedulerConfig:
         predict=sec.get("predict", bool, d.predict),
         backfill_order=order,
         max_job_test=sec.positive("max_job_test", d.max_job_test),
+        start_on_submit=sec.get("start_on_submit", bool, d.start_on_submit),
         starvation_guard_s=sec.duration("starvation_guard", d.starvation_guard_s),
         preempt_mode=preempt_mode,
     )

@@ -83,10 +83,19 @@ class Cluster:
         self.node_reports = NodeReports(st, self.policy, self.endings, self.outbox, self.steps)
         self.settings = settings_from(st)
         self.preempter = Preempter(st, self.outbox)
-        self.scheduler = Scheduler(
-            st, self.endings, dispatcher, lambda: self.snapshot(), self.preempter
-        )
         self.snapshots = SnapshotBuilder(st, self.settings)
+        self.scheduler = Scheduler(
+            st,
+            self.endings,
+            dispatcher,
+            lambda: self.snapshot(),
+            self.preempter,
+            quick=self.snapshots if config.scheduler.start_on_submit else None,
+        )
+        self.intake.quick_ready = self.scheduler.quick_ready
+        self.intake.start_on_submit = self.scheduler.start_on_submit
+        if config.scheduler.start_on_submit:
+            st.check_release = self.scheduler.check_release
         self.queries = Queries(st, lambda: self.snapshot())
         self.accounting_ops = SacctmgrOps(st, self.policy)
 

@@ -6,7 +6,9 @@ steps start and end here too) and then committed as one unit, always in this ord
 0. the queue index follows the jobs (one that left PENDING leaves it) and a pending
    job's reason is settled (``pending.settle``: a hold shows at once);
 1. persist: every job it touched (and any other row, e.g. a drain) in one store commit;
-2. bump ``State.version`` (a plan made before the change is stale);
+2. bump ``State.version`` (a plan made before the change is stale), and
+   ``State.arrivals`` too for a submit or a start at submit, ``State.releases`` for a
+   change that only ends jobs (what starts at submit may be decided after);
 3. wake the scheduler, unless the change cannot let anything start (``wake=False``:
    a held submit, a step starting or ending);
 4. send the signals the change asked for (nothing reaches a node before it is durable).
@@ -36,10 +38,20 @@ if TYPE_CHECKING:
 
 
 class Change:
-    def __init__(self, state: State, outbox: Outbox | None = None, *, wake: bool = True) -> None:
+    def __init__(
+        self,
+        state: State,
+        outbox: Outbox | None = None,
+        *,
+        wake: bool = True,
+        arrival: bool = False,
+    ) -> None:
         self.state = state
         self.outbox = outbox
         self.wake = wake
+        # a submit, or a start at submit: counted apart (``State.arrivals``), since they
+        # leave every job the last pass left waiting unable to start still
+        self.arrival = arrival
         self._jobs: dict[int, pb.Job] = {}
         self._new: list[pb.Job] = []
         self._new_ids: set[int] = set()
@@ -131,14 +143,31 @@ class Change:
                 st.enqueue(job)
                 if job.state in js.ACTIVE:
                     st.active_counts[(job.account, job.user, job.qos)] += 1
-            if self.wake:
-                st.wake()
-            else:
-                st.version += 1
+            st.version += 1
+            release = not self.arrival and self._releases_only()
+            if self.arrival:
+                st.arrivals += 1
+            elif release:
+                st.releases += 1
+            # an end is first checked by a short pass (Scheduler.check_release): a full
+            # one only if a waiting job may start on what it freed
+            if self.wake and not (release and st.check_release is not None and st.check_release()):
+                st.wake_event.set()
         signals, self._signals = self._signals, []
         if signals:
             assert self.outbox is not None, "a change that signals nodes needs the outbox"
             self.outbox.send(signals)
+
+    def _releases_only(self) -> bool:
+        """Whether this change leaves every job it touched out of the queue (a running
+        job's end, a pending one's cancel, a step): it can free resources, but puts no
+        job in the queue and changes no node or limit."""
+        return (
+            not self._new
+            and not self._ops
+            and bool(self._jobs)
+            and all(j.state != js.PENDING for j in self._jobs.values())
+        )
 
     async def __aenter__(self) -> Change:
         return self

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -50,6 +51,10 @@ class Intake:
         self.policy = policy
         self.endings = endings
         self.outbox = outbox
+        # starts at submit (the Scheduler's, set by the Cluster): whether a new job may
+        # be decided now, without a pass, and that decision
+        self.quick_ready: Callable[[], bool] = lambda: False
+        self.start_on_submit: Callable[[list[pb.Job]], Awaitable[None]] | None = None
 
     def trial_job(self, who: Identity, spec: pb.JobSpec) -> pb.Job:
         """The job ``spec`` would be, checked as submit checks it, but neither stored
@@ -142,7 +147,10 @@ class Intake:
         st.next_job_id += len(tasks)  # an array's tasks get consecutive ids
         cause = f"rpc:SubmitJob user={who.user}"
         made: list[pb.Job] = []
-        ch = Change(st, wake=not spec.hold)
+        # decided at submit (scheduling.py, start_on_submit) when only submits came
+        # since the last pass: that wakes a pass only for what it does not start
+        quick = not spec.hold and self.start_on_submit is not None and self.quick_ready()
+        ch = Change(st, wake=not spec.hold and not quick, arrival=True)
         for offset, task in enumerate(tasks):
             job = self._new_job(who, spec, accepted, qos, first_id + offset, now)
             if task is not None:
@@ -157,6 +165,8 @@ class Intake:
                 ch.transition(job, "held", cause=cause, now=now, detail="sbatch --hold")
             made.append(job)
         await ch.commit()  # durable before it is answered; a held job needs no pass
+        if quick and self.start_on_submit is not None:
+            await self.start_on_submit(made)
         log.info(
             "job submitted",
             job_id=first_id,

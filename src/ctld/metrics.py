@@ -62,6 +62,11 @@ class ClusterCollector(Collector):
         yield CounterMetricFamily(
             "corral_job_starts", "Jobs started since ctld started", value=c.starts_total
         )
+        yield CounterMetricFamily(
+            "corral_job_starts_at_submit",
+            "Jobs started when submitted, without waiting for a pass (start_on_submit)",
+            value=c.scheduler.quick_starts_total,
+        )
         nodes = GaugeMetricFamily("corral_nodes", "Nodes, by state", labels=["state"])
         node_states: Counter[str] = Counter(
             pb.NodeState.Name(n.state).removeprefix("NODE_STATE_")  # type: ignore[arg-type]

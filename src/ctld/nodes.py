@@ -37,7 +37,8 @@ class NodeRecord:
     os: str = ""
     alloc_cpus: int = 0
     alloc_mem_mb: int = 0
-    alloc_gpus: set[int] = field(default_factory=set)
+    alloc_gpus: set[int] = field(default_factory=set)  # GPUs given whole
+    alloc_shards: dict[int, int] = field(default_factory=dict)  # shared GPU -> shards given
     job_ids: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -97,23 +98,42 @@ class NodeRecord:
         if not busy:
             return NS.NODE_STATE_IDLE
         full = self.alloc_cpus >= self.resources.cpus or (
-            bool(self.resources.gpus) and len(self.alloc_gpus) >= len(self.resources.gpus)
+            bool(self.resources.gpus) and self.gpus_in_use() >= len(self.resources.gpus)
         )
         return NS.NODE_STATE_ALLOCATED if full else NS.NODE_STATE_MIXED
 
-    def allocate(self, job_id: int, cpus: int, mem_mb: int, gpus: list[int]) -> None:
+    def allocate(
+        self, job_id: int, cpus: int, mem_mb: int, gpus: list[int], shards: int = 0
+    ) -> None:
+        """``shards``: of ``gpus[0]`` (shared); the rest of ``gpus`` whole."""
         self.alloc_cpus += cpus
         self.alloc_mem_mb += mem_mb
+        if shards and gpus:
+            self.alloc_shards[gpus[0]] = self.alloc_shards.get(gpus[0], 0) + shards
+            gpus = gpus[1:]
         self.alloc_gpus.update(gpus)
         self.job_ids.add(job_id)
 
-    def release(self, job_id: int, cpus: int, mem_mb: int, gpus: list[int]) -> None:
+    def release(
+        self, job_id: int, cpus: int, mem_mb: int, gpus: list[int], shards: int = 0
+    ) -> None:
         if job_id not in self.job_ids:
             return
         self.job_ids.discard(job_id)
         self.alloc_cpus = max(0, self.alloc_cpus - cpus)
         self.alloc_mem_mb = max(0, self.alloc_mem_mb - mem_mb)
+        if shards and gpus:
+            left = self.alloc_shards.get(gpus[0], 0) - shards
+            if left > 0:
+                self.alloc_shards[gpus[0]] = left
+            else:
+                self.alloc_shards.pop(gpus[0], None)  # the GPU is whole again
+            gpus = gpus[1:]
         self.alloc_gpus.difference_update(gpus)
+
+    def gpus_in_use(self) -> int:
+        """GPUs given whole or shared."""
+        return len(self.alloc_gpus | set(self.alloc_shards))
 
     def to_wire(self) -> pb.Node:
         return pb.Node(
@@ -124,7 +144,9 @@ class NodeRecord:
             resources=self.resources,
             alloc_cpus=self.alloc_cpus,
             alloc_mem_mb=self.alloc_mem_mb,
-            alloc_gpus=len(self.alloc_gpus),
+            alloc_gpus=self.gpus_in_use(),
+            shards_per_gpu=self.config.gpus.shards_per_gpu,
+            alloc_shards=sum(self.alloc_shards.values()),
             partitions=self.partitions,
             last_heartbeat=self.last_heartbeat,
             boot_time=self.boot_time,

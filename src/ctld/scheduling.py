@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -29,7 +29,9 @@ from ctld.endings import Endings
 from ctld.outbox import Dispatcher
 from ctld.preemption import Preempter
 from ctld.priorities import apply_factors
-from ctld.sched import INFINITY, Placement, Plan, Snapshot, schedule
+from ctld.sched import INFINITY, JobRequest, Placement, Plan, Snapshot, Start, schedule
+from ctld.sched.quick import MAX_CLASSES, quick_starts, reserved_jobs, waiting_firsts
+from ctld.snapshot import SnapshotBuilder
 from ctld.state import State
 
 log = structlog.get_logger("ctld")
@@ -47,6 +49,7 @@ class Scheduler:
         dispatcher: Dispatcher,
         snapshot: Callable[[], Snapshot],
         preempter: Preempter,
+        quick: SnapshotBuilder | None = None,
     ) -> None:
         self.state = state
         self.endings = endings
@@ -59,6 +62,20 @@ class Scheduler:
         self.starts_total = 0
         self.stale_plans = 0  # plans (or starts) refused because the state had moved
         self._recalc: list[int] = []  # pending jobs whose priority recalculation is due
+        # starts at submit (None: never): the snapshot builder, and what the last
+        # applied plan left: the state's version less its arrivals, the reserved jobs
+        self.quick = quick
+        self._quick_base: tuple[int, tuple[int, ...]] | None = None
+        # the last pass's queue, and the first of each class in it (made when needed)
+        self._next_queue: tuple[JobRequest, ...] | None = None
+        self._queue: tuple[JobRequest, ...] | None = None
+        self._classes: tuple[int, ...] | None = None
+        self._too_many = False
+        self._plan = Plan(snapshot_version=0)  # the last applied plan
+        self.quick_tries = 0  # short passes run for submits
+        self._arrived: list[int] = []  # submitted, to be decided by the next short pass
+        self._batch: asyncio.Future[None] | None = None
+        self.quick_starts_total = 0
 
     async def run(self) -> None:
         st = self.state
@@ -109,6 +126,7 @@ class Scheduler:
             self.state.preemptions.prune(self.state.jobs)
             snap = self.snapshot()
             plan = schedule(snap)
+            self._next_queue = snap.pending
         finally:
             if collecting:
                 gc.enable()
@@ -175,9 +193,9 @@ class Scheduler:
         if plan.snapshot_version != st.version:
             log.info("stale plan dropped", plan_version=plan.snapshot_version, version=st.version)
             self.stale_plans += 1
+            self._quick_base = None
             st.wake()
             return False
-        now = st.clock()
         never: list[pb.Job] = []
         jobs, forecasts = st.jobs, plan.forecasts
         for job_id, reason in plan.reasons.items():
@@ -223,10 +241,36 @@ class Scheduler:
                 job.waits_for[:] = forecast.waits_for
             if changed:
                 st.touch(job)
-        ch = Change(st, wake=False)
+        _, refused = await self._start(plan.starts, cause=f"sched:pass={pass_no}")
+        if plan.preemptions:
+            await self.preempter.apply(plan, pass_no=pass_no)
+        if never and st.config.scheduler.kill_invalid_depend:
+            await self._cancel_never_satisfied(never)
+        if refused:
+            self.stale_plans += 1
+            self._quick_base = None
+            st.wake()  # what was refused gets a pass on the state as it is now
+        else:
+            # what a start at submit is decided against until anything else changes
+            self._quick_base = (self._moved(), reserved_jobs(plan))
+            # (a plan applied without its pass's queue, e.g. by a test: ends then wait
+            # for a pass)
+            self._queue, self._classes = self._next_queue, None
+            self._next_queue, self._plan = None, plan
+        return True
+
+    async def _start(
+        self, starts: Iterable[Start], *, cause: str, arrival: bool = False
+    ) -> tuple[list[pb.Job], int]:
+        """Start what a plan starts (each checked again: still pending, its placements
+        still free), durable before any node hears of it; the started jobs, and how
+        many starts were refused."""
+        st = self.state
+        now = st.clock()
+        ch = Change(st, wake=False, arrival=arrival)
         launches: list[pb.Job] = []
         refused = 0
-        for start in plan.starts:
+        for start in starts:
             job = st.jobs.get(start.job_id)
             if job is None or job.state != js.PENDING:
                 refused += 1
@@ -236,11 +280,17 @@ class Scheduler:
                 refused += 1
                 continue
             for p in start.placements:
-                st.nodes[p.node].allocate(job.job_id, p.cpus, p.mem_mb, list(p.gpu_indices))
+                st.nodes[p.node].allocate(
+                    job.job_id, p.cpus, p.mem_mb, list(p.gpu_indices), p.shards
+                )
             del job.allocations[:]
             for p in start.placements:
                 job.allocations.add(
-                    node=p.node, cpus=p.cpus, mem_mb=p.mem_mb, gpu_indices=list(p.gpu_indices)
+                    node=p.node,
+                    cpus=p.cpus,
+                    mem_mb=p.mem_mb,
+                    gpu_indices=list(p.gpu_indices),
+                    shards=p.shards,
                 )
             job.partition = start.partition
             job.nodelist = hostlist.compress([p.node for p in start.placements])
@@ -259,19 +309,14 @@ class Scheduler:
             job.num_nodes = len(start.placements)
             job.num_cpus = sum(p.cpus for p in start.placements)
             job.mem_mb = sum(p.mem_mb for p in start.placements)
-            job.num_gpus = sum(len(p.gpu_indices) for p in start.placements)
+            # whole GPUs (a shared GPU's shards are not a GPU of the job's own)
+            job.num_gpus = sum(len(p.gpu_indices) - bool(p.shards) for p in start.placements)
             job.start_time = now
             pending.write(job, "None")  # Slurm's reason for a job that runs
             job.expected_start, job.forecast_nodes = 0, ""
             job.forecast_reserved = False
             del job.waits_for[:]
-            ch.transition(
-                job,
-                "started",
-                cause=f"sched:pass={pass_no}",
-                now=now,
-                detail=f"nodes={job.nodelist}",
-            )
+            ch.transition(job, "started", cause=cause, now=now, detail=f"nodes={job.nodelist}")
             launches.append(job)
         if launches:
             self.starts_total += len(launches)
@@ -283,14 +328,107 @@ class Scheduler:
                 st.spawn(self._launch_when_durable(launches))
                 raise
             self._launch_all(launches)
-        if plan.preemptions:
-            await self.preempter.apply(plan, pass_no=pass_no)
-        if never and st.config.scheduler.kill_invalid_depend:
-            await self._cancel_never_satisfied(never)
-        if refused:
-            self.stale_plans += 1
-            st.wake()  # what was refused gets a pass on the state as it is now
+        return launches, refused
+
+    # ------------------------------------------------------------ a start at submit
+
+    def _moved(self) -> int:
+        """The state's version less the bumps of arrivals and of ends."""
+        st = self.state
+        return st.version - st.arrivals - st.releases
+
+    def quick_ready(self) -> bool:
+        """Whether a new job may be decided at submit (sched/quick.py): a pass has
+        applied its plan, only arrivals (submits, starts at submit) and ends changed
+        the state since, and no job's --begin time has come since."""
+        return (
+            self.quick is not None
+            and self._quick_base is not None
+            and self._moved() == self._quick_base[0]
+            and self.state.clock() < self.quick.next_eligible
+        )
+
+    def _waiting(self) -> tuple[int, ...] | None:
+        """Besides the reserved jobs, the waiting jobs a start at submit weighs: the
+        first of each class in the last pass's queue and the longest waiter
+        (``waiting_firsts``; made once per pass). None: not known (a plan applied
+        without its pass), or too many classes for a short pass."""
+        if self._queue is None:
+            return None
+        if self._classes is None:
+            firsts = waiting_firsts(self._queue, self._plan, MAX_CLASSES)
+            self._classes, self._too_many = firsts or (), firsts is None
+        return None if self._too_many else self._classes
+
+    def check_release(self) -> bool:
+        """A change that only ended jobs: True when a short pass over the waiting jobs'
+        classes will decide whether a full pass is needed (woken only if one of them
+        may start on what was freed); False: wake a pass now, as for any change."""
+        if self.quick is None or self.quick.watching or not self.quick_ready():
+            return False
+        self._join_batch()
         return True
+
+    def _join_batch(self) -> asyncio.Future[None]:
+        batch = self._batch
+        if batch is None:
+            batch = self._batch = asyncio.get_running_loop().create_future()
+            self.state.spawn(self._decide(batch))
+        return batch
+
+    async def start_on_submit(self, jobs: list[pb.Job]) -> None:
+        """Start the new ``jobs`` now if a pass would, without waiting for one: placed
+        by the core against the last plan's reservations (``quick_starts``). Returns
+        once they are decided. Submits that arrive together are decided together (one
+        short pass for a burst). A pass is asked for when any of them did not start (it
+        writes their reasons and forecasts), or when the state moved on so that the
+        short queue is not enough."""
+        new = [j.job_id for j in jobs if j.state == js.PENDING and not j.hold]
+        if not new:
+            return
+        self._arrived.extend(new)
+        await asyncio.shield(self._join_batch())
+
+    async def _decide(self, batch: asyncio.Future[None]) -> None:
+        st = self.state
+        try:
+            await asyncio.sleep(0)  # the submits committed with these join the batch
+            new, self._arrived, self._batch = self._arrived, [], None
+            if self.quick is None or self._quick_base is None or not self.quick_ready():
+                st.wake_event.set()  # (the submits bumped the version already)
+                return
+            waiting = self._waiting()
+            weighed = (*self._quick_base[1], *(waiting or ()))
+            jobs = st.jobs
+            if waiting is None or any(
+                (j := jobs.get(job_id)) is None or j.state != js.PENDING for job_id in weighed
+            ):
+                # a job it would weigh has left the queue: its class-mates or the next
+                # in line may start now, and only a pass knows
+                st.wake_event.set()
+                return
+            self.quick_tries += 1
+            collecting = gc.isenabled()
+            gc.disable()  # as in a pass: it allocates much and frees it all by refcounting
+            try:
+                starts = quick_starts(self.quick.build_quick(new, weighed), new)
+            finally:
+                if collecting:
+                    gc.enable()
+            if starts is None:  # e.g. a waiting job can start now: a pass decides
+                st.wake_event.set()
+                return
+            launches, _ = await self._start(starts, cause="sched:submit", arrival=True)
+            self.quick_starts_total += len(launches)
+            if len(launches) < len(new):
+                st.wake_event.set()
+        except Exception:  # the pass decides them then
+            log.exception("start at submit failed")
+            st.wake_event.set()
+        finally:
+            if self._batch is batch:
+                self._batch = None
+            batch.set_result(None)
 
     def _free(self, p: Placement) -> bool:
         """Whether ``p`` fits on its node now (after the starts applied before it)."""
@@ -299,11 +437,19 @@ class Scheduler:
             return False
         res = node.resources
         gpus = set(p.gpu_indices)
+        if p.shards and p.gpu_indices:
+            # its shared GPU: not given whole, and with the shards left
+            g = p.gpu_indices[0]
+            per_gpu = node.config.gpus.shards_per_gpu
+            if g in node.alloc_gpus or node.alloc_shards.get(g, 0) + p.shards > per_gpu:
+                return False
+            gpus.discard(g)
         return (
             node.alloc_cpus + p.cpus <= res.cpus
             and node.alloc_mem_mb + p.mem_mb <= res.memory_mb
             and not gpus & node.alloc_gpus
-            and gpus <= set(node.gpu_indices)
+            and not gpus & set(node.alloc_shards)
+            and set(p.gpu_indices) <= set(node.gpu_indices)
         )
 
     async def _launch_when_durable(self, launches: list[pb.Job]) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from collections.abc import Iterable
 
 from corral.jobsyntax import parse_array
 from corral.reasons import Reason
@@ -33,13 +34,12 @@ from ctld.sched import (
     Settings,
     Snapshot,
 )
+from ctld.sched.frag import pending_demands
+from ctld.sched.model import Demand
+from ctld.sched.quick import priority_order, quick_queue
 from ctld.state import State
 from ctld.validate import request_from_spec
 from ctld.victims import Preemptions
-
-
-def _priority_order(req: JobRequest) -> tuple[int, float, int]:
-    return (-req.priority, req.submit_time, req.job_id)
 
 
 def settings_from(state: State) -> Settings:
@@ -85,43 +85,25 @@ class SnapshotBuilder:
         # running jobs' views: (revision, prediction, view)
         self._running: dict[int, tuple[int, int, RunningView]] = {}
         self._accounting_version = state.accounting_version
+        # the earliest --begin still ahead in the last build (a start at submit must
+        # not take what such a job may have by then), and the queue's demand there
+        self.next_eligible = INFINITY
+        self.demands: tuple[Demand, ...] = ()
+        # whether a pending job waits on other jobs (a dependency, its array's %N):
+        # an end may then let it start, which only a pass sees
+        self.watching = False
 
     def build(self) -> Snapshot:
         st = self.state
-        if st.accounting_version != self._accounting_version:  # sacctmgr changed a QOS
-            self._accounting_version = st.accounting_version
-            self.settings = _with_qos(self.settings, st)
-        nodes = tuple(
-            NodeView(
-                name=n.name,
-                cpus_total=n.resources.cpus,
-                mem_total_mb=n.resources.memory_mb,
-                gpus_total=len(n.resources.gpus),
-                cpus_free=max(0, n.resources.cpus - n.alloc_cpus),
-                mem_free_mb=max(0, n.resources.memory_mb - n.alloc_mem_mb),
-                gpus_free=tuple(i for i in n.gpu_indices if i not in n.alloc_gpus),
-                gpu_type=n.gpu_type,
-                schedulable=n.schedulable,
-                idle=not n.job_ids,
-                gpu_indices=n.gpu_indices,
-            )
-            for n in st.nodes.values()
-        )
-        parts = tuple(
-            PartitionView(p.name, p.nodes, p.state, p.max_nodes, p.max_time_s, p.priority_tier)
-            for p in st.config.partitions
-        )
+        self._refresh_settings()
         now = st.clock()
-        on_node = [j for j in st.jobs.values() if j.state in js.ON_NODE]
+        on_node, array_room = self._on_node()
         pending: list[JobRequest] = []
-        # tasks an array may still start under its %N throttle, counted down this pass
-        array_room: dict[int, int] = {}
-        for j in on_node:
-            if j.array_job_id:
-                array_room[j.array_job_id] = array_room.get(j.array_job_id, 0) + 1
         throttles: dict[int, int] = {}
         revisions = st.revisions
         settled = self._settled
+        next_eligible = INFINITY
+        watching = False
         for job_id in st.pending:
             memo = settled.get(job_id)
             if memo is not None and memo[0] == revisions.get(job_id, 0):
@@ -130,37 +112,123 @@ class SnapshotBuilder:
             job = st.jobs.get(job_id)
             if job is None or job.state != js.PENDING:
                 continue
-            blocked = self._blocked_reason(job, now)
-            throttled = bool(job.array_job_id) and "%" in job.spec.array
-            if not blocked and throttled:
-                if job.array_job_id not in throttles:
-                    limit = parse_array(job.spec.array).max_running
-                    throttles[job.array_job_id] = limit - array_room.get(job.array_job_id, 0)
-                if throttles[job.array_job_id] <= 0:
-                    blocked = Reason.JOB_ARRAY_TASK_LIMIT
-                else:
-                    throttles[job.array_job_id] -= 1
-            if blocked:
-                req = self._blocked_request(job, blocked)
-            else:
-                known = st.requests.get(job_id)
-                if known is None:
-                    known = self.request_for(job)
-                    st.requests[job_id] = known
-                    st.predicted[job_id] = known.predicted_s
-                elif known.priority != job.priority:
-                    # the recalculation moved its priority, nothing else (ctld drops
-                    # the request of a job whose spec changes)
-                    known = st.requests[job_id] = known.with_priority(job.priority)
-                req = known
+            req = self._request(job, now, array_room, throttles)
             pending.append(req)
             # what a later pass must read again: time (--begin), other jobs (a
             # dependency, the array's running tasks); all else moves the revision
+            throttled = bool(job.array_job_id) and "%" in job.spec.array
             if job.eligible_time <= now and not job.spec.dependency and not throttled:
                 settled[job_id] = (revisions.get(job_id, 0), req)
+            else:
+                if now < job.eligible_time < next_eligible and not job.hold:
+                    next_eligible = job.eligible_time
+                watching |= bool(job.spec.dependency) or throttled
+        self.next_eligible = next_eligible
+        self.watching = watching
         if len(settled) > 2 * len(st.pending) + 1024:  # forget departed jobs
             self._settled = {k: v for k, v in settled.items() if k in st.pending}
-        ordered = self._in_priority_order(pending)
+        snap = self._snapshot(now, on_node, tuple(self._in_priority_order(pending)))
+        # fragmentation-aware placement weighs the queue's shapes: kept for the
+        # starts at submit, whose short queue does not show them
+        self.demands = pending_demands(snap)
+        return dataclasses.replace(snap, demands=self.demands) if self.demands else snap
+
+    def build_quick(self, job_ids: Iterable[int], reserved: Iterable[int]) -> Snapshot:
+        """The cluster as it is now with only ``job_ids`` (new jobs) and ``reserved``
+        (the last plan's reserved jobs, and any waiting jobs to weigh) pending, those
+        of them still pending and not held back: the input of a start at submit
+        (sched/quick.py). Reads no other pending job."""
+        st = self.state
+        self._refresh_settings()
+        now = st.clock()
+        on_node, array_room = self._on_node()
+        throttles: dict[int, int] = {}
+        reqs: list[JobRequest] = []
+        for job_id in dict.fromkeys([*reserved, *job_ids]):
+            job = st.jobs.get(job_id)
+            if job is None or job.state != js.PENDING:
+                continue
+            req = self._request(job, now, array_room, throttles)
+            if not req.blocked_reason:
+                reqs.append(req)
+        return self._snapshot(now, on_node, quick_queue(reqs, ()), self.demands)
+
+    def _refresh_settings(self) -> None:
+        st = self.state
+        if st.accounting_version != self._accounting_version:  # sacctmgr changed a QOS
+            self._accounting_version = st.accounting_version
+            self.settings = _with_qos(self.settings, st)
+
+    def _on_node(self) -> tuple[list[pb.Job], dict[int, int]]:
+        """The jobs holding resources, and how many tasks of each array run (for the
+        %N throttle: what it may still start, counted down by ``_request``)."""
+        on_node = [j for j in self.state.jobs.values() if j.state in js.ON_NODE]
+        array_room: dict[int, int] = {}
+        for j in on_node:
+            if j.array_job_id:
+                array_room[j.array_job_id] = array_room.get(j.array_job_id, 0) + 1
+        return on_node, array_room
+
+    def _request(
+        self, job: pb.Job, now: float, array_room: dict[int, int], throttles: dict[int, int]
+    ) -> JobRequest:
+        """What the core sees of pending ``job`` now (a held-back job's carries why)."""
+        st = self.state
+        blocked = self._blocked_reason(job, now)
+        throttled = bool(job.array_job_id) and "%" in job.spec.array
+        if not blocked and throttled:
+            if job.array_job_id not in throttles:
+                limit = parse_array(job.spec.array).max_running
+                throttles[job.array_job_id] = limit - array_room.get(job.array_job_id, 0)
+            if throttles[job.array_job_id] <= 0:
+                blocked = Reason.JOB_ARRAY_TASK_LIMIT
+            else:
+                throttles[job.array_job_id] -= 1
+        if blocked:
+            return self._blocked_request(job, blocked)
+        known = st.requests.get(job.job_id)
+        if known is None:
+            known = self.request_for(job)
+            st.requests[job.job_id] = known
+            st.predicted[job.job_id] = known.predicted_s
+        elif known.priority != job.priority:
+            # the recalculation moved its priority, nothing else (ctld drops
+            # the request of a job whose spec changes)
+            known = st.requests[job.job_id] = known.with_priority(job.priority)
+        return known
+
+    def _snapshot(
+        self,
+        now: float,
+        on_node: list[pb.Job],
+        pending: tuple[JobRequest, ...],
+        demands: tuple[Demand, ...] = (),
+    ) -> Snapshot:
+        st = self.state
+        nodes = tuple(
+            NodeView(
+                name=n.name,
+                cpus_total=n.resources.cpus,
+                mem_total_mb=n.resources.memory_mb,
+                gpus_total=len(n.resources.gpus),
+                cpus_free=max(0, n.resources.cpus - n.alloc_cpus),
+                mem_free_mb=max(0, n.resources.memory_mb - n.alloc_mem_mb),
+                gpus_free=tuple(
+                    i for i in n.gpu_indices if i not in n.alloc_gpus and i not in n.alloc_shards
+                ),
+                gpu_type=n.gpu_type,
+                schedulable=n.schedulable,
+                idle=not n.job_ids,
+                gpu_indices=n.gpu_indices,
+                shards_per_gpu=n.config.gpus.shards_per_gpu,
+                shards_used=tuple(sorted(n.alloc_shards.items())),
+            )
+            for n in st.nodes.values()
+        )
+        parts = tuple(
+            PartitionView(p.name, p.nodes, p.state, p.max_nodes, p.max_time_s, p.priority_tier)
+            for p in st.config.partitions
+        )
         book = st.preemptions
         running = tuple(self._preempting(self._running_view(j), book) for j in on_node)
         if len(self._running) > 2 * len(on_node) + 1024:
@@ -171,10 +239,11 @@ class SnapshotBuilder:
             now=now,
             nodes=nodes,
             partitions=parts,
-            pending=tuple(ordered),
+            pending=pending,
             running=running,
             reservations=st.reservations.views(),
             settings=self.settings,
+            demands=demands,
             limits=st.limits,
             qos=st.qos.views(),
             claims=book.claim_views(),
@@ -204,10 +273,10 @@ class SnapshotBuilder:
                 else:
                     ordered = list(self._ordered) if added else self._ordered
                 for req in added:
-                    bisect.insort(ordered, req, key=_priority_order)
+                    bisect.insort(ordered, req, key=priority_order)
                 self._ordered = ordered
                 return ordered
-        self._ordered = sorted(queue, key=_priority_order)
+        self._ordered = sorted(queue, key=priority_order)
         return self._ordered
 
     def _running_view(self, j: pb.Job) -> RunningView:
@@ -220,7 +289,8 @@ class SnapshotBuilder:
             job_id=j.job_id,
             end_time=j.start_time + j.time_limit_s if j.time_limit_s >= 0 else INFINITY,
             placements=tuple(
-                Placement(a.node, a.cpus, a.mem_mb, tuple(a.gpu_indices)) for a in j.allocations
+                Placement(a.node, a.cpus, a.mem_mb, tuple(a.gpu_indices), a.shards)
+                for a in j.allocations
             ),
             user=j.user,
             qos=j.qos,

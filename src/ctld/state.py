@@ -13,7 +13,7 @@ import asyncio
 import collections
 import dataclasses
 import pwd
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -52,6 +52,14 @@ class State:
                 self.nodes[name] = NodeRecord(name=name, config=entry, partitions=parts)
         self.next_job_id = 1
         self.version = 0  # bumped on every change a scheduling pass depends on
+        # the bumps of ``version`` by submits and starts at submit: when nothing else
+        # moved it since a pass, that pass's waiting jobs still cannot start
+        self.arrivals = 0
+        # the bumps by changes that only ended jobs: they free resources, so jobs the
+        # last pass left waiting may start; a start at submit then weighs them too
+        self.releases = 0
+        # the scheduler's check of an end (True: it decides whether a pass is needed)
+        self.check_release: Callable[[], bool] | None = None
         self.start_time = clock()
         self.saved_events: dict[int, int] = {}
         # runs of requeued jobs that ended since the job was last saved (job_runs rows)
@@ -129,7 +137,13 @@ class State:
                 for alloc in job.allocations:
                     node = self.nodes.get(alloc.node)
                     if node is not None:
-                        node.allocate(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
+                        node.allocate(
+                            job.job_id,
+                            alloc.cpus,
+                            alloc.mem_mb,
+                            list(alloc.gpu_indices),
+                            alloc.shards,
+                        )
         self.reservations.load(self.store.load_reservations())
         for drain in self.store.load_drains():
             if (node := self.nodes.get(drain.name)) is not None:
@@ -245,7 +259,14 @@ class State:
                 res = n.resources
                 hit = (
                     res,
-                    NodeCapacity(n.name, res.cpus, res.memory_mb, len(res.gpus), n.gpu_type),
+                    NodeCapacity(
+                        n.name,
+                        res.cpus,
+                        res.memory_mb,
+                        len(res.gpus),
+                        n.gpu_type,
+                        n.config.gpus.shards_per_gpu,
+                    ),
                 )
                 cache[n.name] = hit
             out[n.name] = hit[1]
@@ -257,7 +278,9 @@ class State:
         for alloc in job.allocations:
             node = self.nodes.get(alloc.node)
             if node is not None:
-                node.release(job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices))
+                node.release(
+                    job.job_id, alloc.cpus, alloc.mem_mb, list(alloc.gpu_indices), alloc.shards
+                )
 
     def remember_run(self, job: pb.Job) -> None:
         self.predicted.pop(job.job_id, None)

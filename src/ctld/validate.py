@@ -40,6 +40,7 @@ class NodeCapacity:
     mem_mb: int
     gpus: int
     gpu_type: str
+    shards_per_gpu: int = 0
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ def request_from_spec(
         gpus_per_node=spec.gpus_per_node,
         gpus_total=spec.gpus,
         gpus_per_task=spec.gpus_per_task,
+        shards_per_node=spec.shards_per_node,
         gpu_type=spec.gpu_type,
         exclusive=spec.exclusive,
         nodelist=tuple(hostlist.expand(spec.nodelist)) if spec.nodelist else (),
@@ -143,9 +145,13 @@ def validate_spec(
         ("-c", spec.cpus_per_task),
         ("--gpus", spec.gpus),
         ("--gpus-per-node", spec.gpus_per_node),
+        ("--gres=shard", spec.shards_per_node),
     ):
         if count > MAX_COUNT:
             raise InvalidOption(f"{flag} {count} is out of range")
+    if spec.shards_per_node and (spec.gpus or spec.gpus_per_node or spec.gpus_per_task):
+        # one GPU's shards or whole GPUs: a job asks one or the other
+        raise InvalidRequest("Invalid generic resource (gres) specification: shard with gpu")
     if spec.nodes_max and spec.nodes_max < spec.nodes_min:
         raise InvalidRequest("Node count specification invalid")
     if spec.signal:
@@ -218,7 +224,12 @@ def _partition_can_ever_run(
         if n.cpus == 0  # capacity unknown until it registers: give it the benefit of the doubt
         or (
             fits_empty(shape, n.cpus, n.mem_mb, n.gpus)
-            and (not req.gpu_type or not shape.gpus_per_node or req.gpu_type == n.gpu_type)
+            and (not shape.shards_per_node or shape.shards_per_node <= n.shards_per_gpu)
+            and (
+                not req.gpu_type
+                or not (shape.gpus_per_node or shape.shards_per_node)
+                or req.gpu_type == n.gpu_type
+            )
         )
     ]
     return len(fitting) >= shape.nodes

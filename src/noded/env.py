@@ -125,6 +125,9 @@ def batch_environment(
         slurm["SLURM_GPUS_ON_NODE"] = str(len(alloc.gpu_indices))
         slurm["CUDA_VISIBLE_DEVICES"] = gpus
         slurm["GPU_DEVICE_ORDINAL"] = gpus
+    if alloc is not None and alloc.shards:
+        # gres/shard: the shared GPU (CUDA_VISIBLE_DEVICES above) and the job's shards of it
+        slurm["SLURM_SHARDS_ON_NODE"] = str(alloc.shards)
     env.update(slurm)
     env["CORRAL_CHECKPOINT_DIR"] = checkpoint_dir(job, checkpoint_root)
     return env
@@ -207,4 +210,6 @@ def step_environment(
         env["SLURM_GPUS_ON_NODE"] = str(len(here.gpu_indices))
         env["CUDA_VISIBLE_DEVICES"] = visible
         env["GPU_DEVICE_ORDINAL"] = visible
+    if alloc is not None and alloc.shards:
+        env["SLURM_SHARDS_ON_NODE"] = str(alloc.shards)
     return env

@@ -125,8 +125,19 @@ async def test_the_scheduler_loop_runs_on_wake_ups_and_on_its_interval(env) -> N
         await clock.run_for(30, step=10)
         assert cluster.passes == passes  # nothing happened, no interval yet
         job = await cluster.submit(ALICE, pb.JobSpec(script="#!/bin/sh\n", work_dir="/tmp"))
+        assert job.state == js.RUNNING  # started at submit (start_on_submit): no pass
+        await until_idle(clock)
+        assert cluster.passes == passes
+        # (an end, with nothing waiting, is checked by a short pass: none woken either)
+        cancel = pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[job.job_id]))
+        await cluster.cancel(ALICE, cancel)
+        held = await cluster.submit(
+            ALICE, pb.JobSpec(script="#!/bin/sh\n", work_dir="/tmp", hold=True)
+        )
+        release = pb.UpdateJobRequest(job_ids=[held.job_id], action=pb.JOB_UPDATE_RELEASE)
+        await cluster.update_hold(ALICE, release)
         deadline = time.monotonic() + 10
-        while job.state != js.RUNNING:  # the submit's wake-up: no clock time needed
+        while cluster.passes == passes:  # the release's wake-up: no clock time needed
             assert time.monotonic() < deadline
             await asyncio.sleep(0.01)
         await until_idle(clock)

@@ -70,13 +70,22 @@ def test_environment_variables_sit_between_directives_and_flags() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("gpu", ("", 1)), ("gpu:2", ("", 2)), ("gpu:a100:8", ("a100", 8)), ("gpu:h100", ("h100", 1))],
+    [
+        ("gpu", ("", 1, 0)),
+        ("gpu:2", ("", 2, 0)),
+        ("gpu:a100:8", ("a100", 8, 0)),
+        ("gpu:h100", ("h100", 1, 0)),
+        ("shard:3", ("", 0, 3)),
+        ("shard", ("", 0, 1)),
+    ],
 )
-def test_gres(value: str, expected: tuple[str, int]) -> None:
+def test_gres(value: str, expected: tuple[str, int, int]) -> None:
     assert parse_gres(value) == expected
 
 
-@pytest.mark.parametrize("bad", ["tpu:1", "gpu:x:y", "gpu:1:2:3", ""])
+@pytest.mark.parametrize(
+    "bad", ["tpu:1", "gpu:x:y", "gpu:1:2:3", "", "shard:0", "shard:x", "shard:1:2"]
+)
 def test_bad_gres(bad: str) -> None:
     from corral.errors import InvalidRequest
 

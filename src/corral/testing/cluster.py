@@ -76,6 +76,7 @@ class LocalCluster(Harness):
     cpus_per_node: int = 16
     memory_mb_per_node: int = 64 * 1024
     gpu_model: str = DEFAULT_GPU_MODEL
+    shards_per_gpu: int = 0  # gres/shard on every node's GPUs (0: none)
     cluster_name: str = "corral"
     heartbeat_interval_s: float = 2.0
     heartbeat_timeout_s: float = 10.0
@@ -279,7 +280,7 @@ class LocalCluster(Harness):
         if self.gpus_per_node:
             gpus = (
                 f'gpus = {{ backend = "fake", count = {self.gpus_per_node}, '
-                f'model = "{self.gpu_model}" }}\n'
+                f'model = "{self.gpu_model}", shards_per_gpu = {self.shards_per_gpu} }}\n'
             )
         text = f"""# Written by corral's LocalCluster; a local test cluster on loopback.
 cluster_name = "{self.cluster_name}"

@@ -74,6 +74,7 @@ class JobSpec(TypedDict, total=False):
     noRequeue: bool
     requeueExpedite: bool
     progressTimeoutS: int
+    shardsPerNode: int
 
 
 class NodeAllocation(TypedDict, total=False):
@@ -81,6 +82,7 @@ class NodeAllocation(TypedDict, total=False):
     cpus: int
     memMb: int | str
     gpuIndices: list[int]
+    shards: int
 
 
 class JobEvent(TypedDict, total=False):
@@ -284,6 +286,8 @@ class Node(TypedDict, total=False):
     reservation: str
     maint: bool
     notResponding: bool
+    shardsPerGpu: int
+    allocShards: int
 
 
 class Partition(TypedDict, total=False):

@@ -236,7 +236,7 @@ class _Pass(Forecasting, Preempting):
                 relied = expected < duration and any(
                     node.holds
                     and not node.fits(
-                        node.window(self.now, self.now + duration, cand.ignore),
+                        node.window(self.now, self.now + duration, cand.ignore, shared=True),
                         shape,
                         req.exclusive,
                     )

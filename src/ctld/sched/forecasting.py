@@ -97,7 +97,10 @@ class Forecasting(Placing):
                     cpus, mem, gpus = node.view.cpus_total, node.view.mem_total_mb, node.all_gpus
                 else:
                     cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
-                    gpus = frozenset(pick_gpus(avail.gpus, shape.gpus_per_node))
+                    # a shard job is planned on a whole GPU of its own (a shared one
+                    # is never planned on later than now)
+                    count = shape.gpus_per_node + (1 if shape.shards_per_node else 0)
+                    gpus = frozenset(pick_gpus(avail.gpus, count))
                 # a starving job's hold is kept against the others' limits, so no wrong
                 # prediction can push it back ("guard:"); the rest's against predictions
                 kind = "guard" if req.job_id in self.starving else "job"

@@ -25,6 +25,10 @@ class NodeView:
     schedulable: bool = True  # up and not drained
     idle: bool = True  # nothing allocated (for --exclusive)
     gpu_indices: tuple[int, ...] | None = None  # all indices; None: 0..gpus_total-1
+    # GPU sharing (Slurm's gres/shard): each GPU offers this many shards (0: none). A GPU
+    # holding shard jobs is in ``shards_used`` (index, shards taken), never in ``gpus_free``
+    shards_per_gpu: int = 0
+    shards_used: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,8 @@ class Placement:
     cpus: int
     mem_mb: int
     gpu_indices: tuple[int, ...]
+    # shards of ``gpu_indices[0]`` (one GPU, shared with other shard jobs); 0: whole GPUs
+    shards: int = 0
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,7 @@ class JobRequest:
     gpus_per_node: int = 0
     gpus_total: int = 0
     gpus_per_task: int = 0
+    shards_per_node: int = 0  # --gres=shard:K: K shards of one GPU on each node
     gpu_type: str = ""
     exclusive: bool = False
     nodelist: tuple[str, ...] = ()
@@ -168,6 +175,7 @@ class JobRequest:
                     self.gpus_per_node,
                     self.gpus_total,
                     self.gpus_per_task,
+                    self.shards_per_node,
                     self.gpu_type,
                     self.exclusive,
                     self.nodelist,
@@ -199,10 +207,13 @@ class Settings:
     that lower jobs must not delay (1: EASY; a large number: conservative; 0 with
     ``backfill`` off: strict first come first served). ``forecast_depth``: how many
     further blocked jobs get an expected start (the costly part of a pass).
-    ``placement``: "pack" (best fit: small GPU jobs onto partly used nodes),
-    "firstfit" (the first nodes that fit, in name order) or "frag" (best fit; among
+    ``placement``: "pack" (best fit: small GPU jobs onto partly used nodes, shard jobs
+    onto the GPU with the fewest shards left that fit),
+    "firstfit" (the first nodes that fit, in name order), "frag" (best fit; among
     nodes as full, the one whose jobs outlast this one, then the one whose free GPUs
-    are least likely to be needed whole by the jobs still to come).
+    are least likely to be needed whole by the jobs still to come), "fgd" (the node
+    and GPU that least raise the expected fragmentation, FGD's rule, then best fit) or
+    "random" (any node that fits, drawn from a seed in the snapshot: a baseline).
     ``predict``: plan with predicted run times (``predicted_s``) instead of limits for
     backfill fits and forecasts; advance reservations are always checked against
     limits, and jobs are still killed at their limits. ``backfill_order``: "priority"
@@ -289,6 +300,7 @@ class Demand:
     cpus: int = 0
     mem_mb: int = 0
     weight: float = 1.0
+    shards: int = 0  # shards of one GPU (instead of whole GPUs)
 
 
 @dataclass(frozen=True)

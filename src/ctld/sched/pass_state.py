@@ -56,6 +56,8 @@ class PassState:
         self.now = snap.now
         self.settings = snap.settings
         self.nodes = {v.name: NodeProfile.from_view(v, i) for i, v in enumerate(snap.nodes)}
+        for profile in self.nodes.values():
+            profile.clock = self.now
         self.partitions = {p.name: p for p in snap.partitions}
         self.reservations = {r.name: r for r in snap.reservations}
         self.qos_limits = dict(snap.settings.qos_max_jobs_per_user)
@@ -81,7 +83,16 @@ class PassState:
                 end = max(end, self.now + 1.0)
             for p in run.placements:
                 node = self.nodes.get(p.node)
-                if node is not None:
+                if node is None:
+                    continue
+                if p.shards and p.gpu_indices:
+                    # its shards come back at its end; the GPU, when its last sharer's do
+                    whole = frozenset(p.gpu_indices[1:])
+                    node.releases.append(
+                        Release(end, p.cpus, p.mem_mb, whole, run.job_id, limit_end)
+                    )
+                    node.share_until(p.gpu_indices[0], end, limit_end)
+                else:
                     node.releases.append(
                         Release(
                             end, p.cpus, p.mem_mb, frozenset(p.gpu_indices), run.job_id, limit_end

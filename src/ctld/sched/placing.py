@@ -4,6 +4,9 @@ them by the placement policy, and its start."""
 
 from __future__ import annotations
 
+import random
+
+from ctld.sched.frag import State
 from ctld.sched.model import INFINITY, JobRequest, PartitionView, Placement, Start
 from ctld.sched.pass_state import (
     NODES_DOWN,
@@ -103,20 +106,42 @@ class Placing(PassState):
         # advance reservations are kept against the limit, the reserved jobs ahead
         # against the prediction (a wrong one can delay them, never an advance one)
         job_end = self.now + expected
-        if self.settings.placement == "pack" and not req.exclusive and not cand.required:
+        shards = shape.shards_per_node
+        if (
+            self.settings.placement == "pack"
+            and not req.exclusive
+            and not cand.required
+            and not shards
+        ):
             return self._fit_now_packed(shape, cand, end, job_end, key)
         fitting = []
         free_now = 0
         required_free = 0
         for node in cand.nodes:
+            # cheap refusals first: most nodes of a busy cluster are full
+            if node.free_cpus < shape.cpus_per_node or len(node.free_gpus) < shape.gpus_per_node:
+                continue
+            room: tuple[tuple[int, int], ...] = ()
+            if node.shard_free:
+                room = tuple((g, n) for g, n in sorted(node.shard_free.items()) if n)
+            if (
+                shards
+                and len(node.free_gpus) == shape.gpus_per_node
+                and not any(n >= shards for _, n in room)
+            ):
+                continue
             now_avail = Avail(
-                node.free_cpus, node.free_mem, frozenset(node.free_gpus), not node.busy
+                node.free_cpus, node.free_mem, frozenset(node.free_gpus), not node.busy, room
             )
             if not node.fits(now_avail, shape, req.exclusive):
                 continue
             free_now += 1
             required_free += node.name in cand.required
-            avail = node.window(self.now, end, cand.ignore, job_end) if node.holds else now_avail
+            avail = (
+                node.window(self.now, end, cand.ignore, job_end, shared=True)
+                if node.holds
+                else now_avail
+            )
             if node.fits(avail, shape, req.exclusive):
                 fitting.append((node, avail))
         if free_now < shape.nodes or required_free < len(cand.required):
@@ -167,7 +192,25 @@ class Placing(PassState):
         if len(required) < len(cand.required):
             return None
         others = [f for f in fitting if f[0].name not in cand.required]
-        if self.settings.placement == "frag":
+        policy = self.settings.placement
+        if shape.shards_per_node and policy != "firstfit":
+            others.sort(key=lambda f: self._shard_key(f[0], f[1], shape, at, job_end))
+        elif policy == "fgd":
+            # FGD: the node where the job raises the expected fragmentation least,
+            # then best fit
+            others.sort(
+                key=lambda f: (
+                    self.frag.delta(self.frag_state(f[0], f[1]), shape),
+                    len(f[1].gpus),
+                    f[1].cpus,
+                    f[1].mem,
+                    f[0].index,
+                )
+            )
+        elif policy == "random":
+            others.sort(key=lambda f: f[0].index)
+            self.rng().shuffle(others)
+        elif policy == "frag":
             # best fit first (whole nodes stay whole); among nodes as full, the one this
             # job keeps busy least past its jobs' expected ends (so a node about to
             # drain still drains: where the next whole-node job starts), then the one
@@ -176,7 +219,7 @@ class Placing(PassState):
                 key=lambda f: (
                     len(f[1].gpus),
                     _extension(f[0], at, job_end),
-                    self.frag.delta(f[1], shape),
+                    self.frag.delta(self.frag_state(f[0], f[1]), shape),
                     f[1].cpus,
                     f[1].mem,
                     f[0].index,
@@ -188,6 +231,64 @@ class Placing(PassState):
         else:
             others.sort(key=lambda f: f[0].index)
         return (required + others)[: max(shape.nodes, len(required))]
+
+    def rng(self, salt: int = 0) -> random.Random:
+        """The "random" placement's draw: seeded by the snapshot and the starts so far,
+        so that a plan stays a function of its snapshot."""
+        return random.Random(self.snap.version * 1_000_003 + len(self.starts) * 7919 + salt)
+
+    def frag_state(self, node: NodeProfile, avail: Avail) -> State:
+        # the shared GPUs a job may join then (at a later instant: none)
+        shared = tuple(sorted(n for _, n in avail.room))
+        return (avail.cpus, avail.mem, len(avail.gpus), shared, node.shards_per_gpu)
+
+    def shard_choice(
+        self, node: NodeProfile, avail: Avail, shape: Shape
+    ) -> tuple[int, int, bool, float]:
+        """The GPU a shard job takes on ``node``: (its index, the shards it has left
+        after, whether it is a free GPU turned shared, the fragmentation it adds under
+        "fgd", else 0). "firstfit": the lowest index with room; "random": any with
+        room; else best fit (the shared GPU with the fewest shards left that fit, else
+        a free GPU to share) or, under "fgd", the GPU (shared, or a free one) that
+        least raises the fragmentation."""
+        k = shape.shards_per_node
+        policy = self.settings.placement
+        whole = avail.gpus
+        if shape.gpus_per_node:
+            whole = whole - set(pick_gpus(avail.gpus, shape.gpus_per_node))
+        options = [(g, n - k, False) for g, n in avail.room if n >= k]
+        if whole:
+            options.append((min(whole), node.shards_per_gpu - k, True))
+        if not options:
+            return -1, -1, True, 0.0
+        if policy == "firstfit":
+            g, left, fresh = min(options)
+        elif policy == "random":
+            g, left, fresh = self.rng(node.index).choice(sorted(options))
+        elif policy == "fgd":
+            state = self.frag_state(node, avail)
+            delta, left, g, fresh = min(
+                (self.frag.delta(state, shape, n + k, fresh), n, g, fresh)
+                for g, n, fresh in options
+            )
+            return g, left, fresh, delta
+        else:
+            g, left, fresh = min(options, key=lambda o: (o[2], o[1], o[0]))
+        return g, left, fresh, 0.0
+
+    def _shard_key(
+        self, node: NodeProfile, avail: Avail, shape: Shape, at: float, job_end: float
+    ) -> tuple[object, ...]:
+        policy = self.settings.placement
+        if policy == "random":
+            return (self.rng(node.index).random(),)
+        _, left, fresh, delta = self.shard_choice(node, avail, shape)
+        tail = (len(avail.gpus), avail.cpus, avail.mem, node.index)
+        if policy == "fgd":
+            return (delta, fresh, left, *tail)
+        if policy == "frag":
+            return (fresh, left, len(avail.gpus), _extension(node, at, job_end), *tail[1:])
+        return (fresh, left, *tail)
 
     def start(
         self,
@@ -202,18 +303,27 @@ class Placing(PassState):
         placements = []
         end = self.now + duration
         for node, avail in chosen:
+            shards = shape.shards_per_node
             if req.exclusive:
                 cpus, mem = node.view.cpus_total, node.free_mem
                 gpus = tuple(sorted(node.free_gpus))
             else:
                 cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
                 gpus = pick_gpus(avail.gpus, shape.gpus_per_node)
+            if shards:
+                # one GPU's shards first, then any whole GPUs it asks besides
+                g = self.shard_choice(node, avail, shape)[0]
+                whole = () if req.exclusive else tuple(x for x in gpus if x != g)
+                if len(whole) < shape.gpus_per_node:
+                    rest = avail.gpus - {g}
+                    whole = pick_gpus(frozenset(rest), shape.gpus_per_node)
+                gpus = (g, *whole)
             before = len(node.free_gpus)
-            node.take_now(cpus, mem, gpus, end, req.job_id, self.now + limit)
+            node.take_now(cpus, mem, gpus, end, req.job_id, self.now + limit, shards)
             if len(node.free_gpus) != before:
                 del self.buckets[before][node.name]
                 self.buckets[len(node.free_gpus)][node.name] = node
-            placements.append(Placement(node.name, cpus, mem, gpus))
+            placements.append(Placement(node.name, cpus, mem, gpus, shards))
         self.starts.append(Start(req.job_id, cand.partition.name, tuple(placements), on_prediction))
         key = (req.qos, req.user)
         self.user_jobs[key] = self.user_jobs.get(key, 0) + 1

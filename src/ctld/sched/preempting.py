@@ -38,8 +38,8 @@ class Preempting(PassState):
                 req.job_id, start, claim.partition, nodes, True, tuple(sorted(claim.victims))
             )
             return True
-        if (req.qos or "normal") not in self.may_preempt:
-            return False
+        if (req.qos or "normal") not in self.may_preempt or shape.shards_per_node:
+            return False  # (shard jobs do not preempt: not built)
         if req.reservation:
             return False  # a reservation's resources are its own already
         usable = [c for c in candidates if self.now >= c.not_before]

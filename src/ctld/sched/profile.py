@@ -7,10 +7,16 @@ prediction) or, counted "by limits", when it would be killed at the latest. Runn
 jobs only ever give resources back, so over a window [t0, t1) the least available is
 at t0 or at the start of a hold inside it: those are the only instants a check has
 to look at.
+
+Shards (GPU sharing): a GPU holding shard jobs is not free; it comes back whole when the
+last of them ends (one release of that GPU alone, at their latest end). Until then only
+its shards left now can be given, and only to a job that ends before any hold on that
+GPU begins: a shared GPU is never planned on at a later instant.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
@@ -48,6 +54,8 @@ class Avail:
     mem: int
     gpus: frozenset[int]
     empty: bool  # nothing runs or is held: what --exclusive needs
+    # GPUs in shard use that a shard job may join over the window: (index, shards left)
+    room: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -71,6 +79,11 @@ class NodeProfile:
     _lindex_len: int = -1
     _lends: list[float] = field(default_factory=list)
     _lcum: list[tuple[int, int, frozenset[int]]] = field(default_factory=list)
+    shards_per_gpu: int = 0
+    shard_free: dict[int, int] = field(default_factory=dict)  # shared GPU -> shards left
+    # each shared GPU's release: it comes back whole when its last shard job ends
+    shard_back: dict[int, Release] = field(default_factory=dict)
+    clock: float = -1.0  # the pass's "now": shared GPUs are offered at this instant only
 
     @classmethod
     def from_view(cls, view: NodeView, index: int) -> NodeProfile:
@@ -82,17 +95,22 @@ class NodeProfile:
             free_mem=view.mem_free_mb,
             free_gpus=set(view.gpus_free),
             all_gpus=frozenset(indices),
-            busy=not view.idle,
+            busy=not view.idle or bool(view.shards_used),
             name=view.name,
+            shards_per_gpu=view.shards_per_gpu,
+            shard_free={g: view.shards_per_gpu - used for g, used in view.shards_used},
         )
 
     def could_ever_fit(self, shape: Shape, gpu_type: str) -> bool:
-        if gpu_type and shape.gpus_per_node and self.view.gpu_type != gpu_type:
+        shards = shape.shards_per_node
+        if gpu_type and (shape.gpus_per_node or shards) and self.view.gpu_type != gpu_type:
+            return False
+        if shards and shards > self.shards_per_gpu:
             return False
         return (
             shape.cpus_per_node <= self.view.cpus_total
             and shape.mem_per_node_mb <= self.view.mem_total_mb
-            and shape.gpus_per_node <= len(self.all_gpus)
+            and shape.gpus_per_node + (1 if shards else 0) <= len(self.all_gpus)
         )
 
     def _index(self) -> None:
@@ -159,6 +177,7 @@ class NodeProfile:
         ignore: str = "",
         t1_jobs: float | None = None,
         limits: bool = False,
+        shared: bool = False,
     ) -> Avail:
         """What stays available for the whole of [t0, t1).
 
@@ -166,10 +185,14 @@ class NodeProfile:
         predicted end); advance reservations' ("resv:") and starving jobs' ("guard:") up
         to ``t1`` (the limit). A starving job's hold is checked with every job running
         to its limit, as ``limits`` checks every instant: a wrong prediction then can
-        not make room that is not there.
+        not make room that is not there. ``shared``: with the shared GPUs a shard job
+        may join (starting now only: forecasts and reservations plan on whole GPUs, so
+        that no hold is ever made on shards a later start could take).
         """
         jobs_end = t1 if t1_jobs is None else min(t1_jobs, t1)
         best = self._at(t0, ignore, limits)
+        if shared and self.shard_free and t0 <= self.clock:
+            best = dataclasses.replace(best, room=self._room(t0, t1, jobs_end, ignore))
         for h in self.holds:
             horizon = jobs_end if h.owner.startswith("job:") else t1
             if h.owner != ignore and t0 < h.start < horizon:
@@ -179,17 +202,52 @@ class NodeProfile:
                     min(best.mem, at.mem),
                     best.gpus & at.gpus,
                     best.empty and at.empty,
+                    best.room,
                 )
         return best
 
-    def fits(self, avail: Avail, shape: Shape, exclusive: bool) -> bool:
-        if exclusive:
-            return avail.empty and avail.cpus >= self.view.cpus_total
-        return (
-            avail.cpus >= shape.cpus_per_node
-            and avail.mem >= shape.mem_per_node_mb
-            and len(avail.gpus) >= shape.gpus_per_node
+    def _room(
+        self, t0: float, t1: float, jobs_end: float, ignore: str
+    ) -> tuple[tuple[int, int], ...]:
+        """Shared GPUs with shards left that no hold claims during [t0, t1): a hold on a
+        shared GPU was planned for when it comes back whole, which a job joining it
+        would push back."""
+        held: set[int] = set()
+        for h in self.holds:
+            horizon = jobs_end if h.owner.startswith("job:") else t1
+            if h.owner != ignore and h.start < horizon and h.end > t0:
+                held |= h.gpus
+        return tuple(
+            (g, left) for g, left in sorted(self.shard_free.items()) if left and g not in held
         )
+
+    def shard_pick(self, avail: Avail, shards: int, fresh_ok: bool = True) -> tuple[int, int]:
+        """Best fit for ``shards`` on this node: (GPU, shards it has left after), the
+        shared GPU with the fewest left that fit, else the lowest free GPU (-1: none)."""
+        best = (-1, -1)
+        for g, left in avail.room:
+            if left >= shards and (best[0] < 0 or left < best[1] + shards):
+                best = (g, left - shards)
+        if best[0] < 0 and fresh_ok and avail.gpus:
+            best = (min(avail.gpus), self.shards_per_gpu - shards)
+        return best
+
+    def fits(self, avail: Avail, shape: Shape, exclusive: bool) -> bool:
+        shards = shape.shards_per_node
+        if exclusive:
+            if shards and not avail.gpus and not any(s >= shards for _, s in avail.room):
+                return False
+            return avail.empty and avail.cpus >= self.view.cpus_total
+        if not (avail.cpus >= shape.cpus_per_node and avail.mem >= shape.mem_per_node_mb):
+            return False
+        if shards:
+            # a shared GPU with room, or one more free GPU to share
+            if len(avail.gpus) > shape.gpus_per_node:
+                return True
+            return len(avail.gpus) == shape.gpus_per_node and any(
+                s >= shards for _, s in avail.room
+            )
+        return len(avail.gpus) >= shape.gpus_per_node
 
     def take_now(
         self,
@@ -199,12 +257,41 @@ class NodeProfile:
         end: float,
         job_id: int,
         limit_end: float = -1.0,
+        shards: int = 0,
     ) -> None:
         self.free_cpus -= cpus
         self.free_mem -= mem
-        self.free_gpus.difference_update(gpus)
         self.busy = True
+        if shards:
+            # shards of gpus[0]: the GPU turns shared (if it was free) and comes back
+            # whole only when its last shard job has ended
+            g, whole = gpus[0], frozenset(gpus[1:])
+            if g in self.free_gpus:
+                self.free_gpus.discard(g)
+                self.shard_free[g] = self.shards_per_gpu
+            self.shard_free[g] -= shards
+            self.free_gpus.difference_update(whole)
+            self.releases.append(Release(end, cpus, mem, whole, job_id, limit_end))
+            self.share_until(g, end, limit_end)
+            return
+        self.free_gpus.difference_update(gpus)
         self.releases.append(Release(end, cpus, mem, frozenset(gpus), job_id, limit_end))
+
+    def share_until(self, g: int, end: float, limit_end: float) -> None:
+        """Shared GPU ``g`` holds a shard job until ``end`` (``limit_end`` at the
+        latest): its whole-GPU release moves to the latest such end (job id 0: no one
+        job's end frees it, and no preemption)."""
+        old = self.shard_back.get(g)
+        last = end if limit_end < 0 else limit_end
+        if old is not None:
+            if old.end >= end and old.last >= last:
+                return
+            self.releases.remove(old)
+            end, last = max(end, old.end), max(last, old.last)
+        back = Release(end, 0, 0, frozenset((g,)), 0, last)
+        self.shard_back[g] = back
+        self.releases.append(back)
+        self._index_len = self._lindex_len = -1  # a release changed in place
 
     def hold(self, hold: Hold) -> None:
         self.holds.append(hold)

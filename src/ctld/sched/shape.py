@@ -14,6 +14,7 @@ class Shape:
     cpus_per_node: int
     mem_per_node_mb: int
     gpus_per_node: int
+    shards_per_node: int = 0  # shards of one GPU, besides any whole GPUs
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -41,6 +42,7 @@ def job_shape(req: JobRequest) -> Shape:
         cpus_per_node=cpus,
         mem_per_node_mb=mem,
         gpus_per_node=gpus,
+        shards_per_node=req.shards_per_node,
     )
 
 
@@ -49,5 +51,5 @@ def fits_empty(shape: Shape, cpus: int, mem_mb: int, gpus: int) -> bool:
     return (
         shape.cpus_per_node <= cpus
         and shape.mem_per_node_mb <= mem_mb
-        and (shape.gpus_per_node <= gpus)
+        and (shape.gpus_per_node + (1 if shape.shards_per_node else 0) <= gpus)
     )

@@ -26,14 +26,24 @@ from ctld.sched import (
     NodeView,
     PartitionView,
     Placement,
+    Plan,
     RunningView,
     Settings,
     Snapshot,
+    Start,
     schedule,
 )
 from ctld.sched.fairshare import AccountShare, share_rows
 from ctld.sched.predict import RunTimePredictor
 from ctld.sched.priority import Weights, factors
+from ctld.sched.quick import (
+    MAX_CLASSES,
+    priority_order,
+    quick_queue,
+    quick_starts,
+    reserved_jobs,
+    waiting_firsts,
+)
 from ctld.sim.swf import TraceJob
 
 RECALC_S = 30.0  # ctld recomputes the queue's priorities at most this often
@@ -132,6 +142,8 @@ class Result:
     procs: int = 0
     top_jobs: int = 0  # jobs that held the reservation at some pass
     top_delays: list[TopJobDelay] = field(default_factory=list)
+    quick_starts: int = 0  # jobs started at submit, without a pass (sched/quick.py)
+    quick_times: list[float] = field(default_factory=list)
 
 
 class _Fairshare:
@@ -198,7 +210,10 @@ class Corrector:
             del past[0]
 
 
-def replay(jobs: tuple[TraceJob, ...], procs: int, policy: str | Policy) -> Result:
+def replay(
+    jobs: tuple[TraceJob, ...], procs: int, policy: str | Policy, *, quick: bool = True
+) -> Result:
+    """``quick``: new jobs are decided at submit as ctld does (its ``start_on_submit``)."""
     pol = POLICIES[policy] if isinstance(policy, str) else policy
     settings = pol.settings
     result = Result(procs=procs)
@@ -222,10 +237,71 @@ def replay(jobs: tuple[TraceJob, ...], procs: int, policy: str | Policy) -> Resu
     watched: dict[int, tuple[float, set[int]]] = {}
     ever_top: set[int] = set()
     free = procs
+    # the jobs the last pass reserved for (None: something other than a submit happened
+    # since, so new jobs wait for a pass), as ctld keeps them
+    last_reserved: tuple[int, ...] | None = None
+    last_queue: tuple[JobRequest, ...] = ()  # that pass's queue, in priority order
+    last_plan = Plan(snapshot_version=0)
+
+    def request(j: TraceJob) -> JobRequest:
+        return JobRequest(
+            j.job_id,
+            ("p",),
+            ntasks=j.procs,
+            time_limit_s=int(j.estimate),
+            priority=prio.get(j.job_id, 0),
+            submit_time=j.submit,
+            user=str(j.user),
+            predicted_s=predicted[j.job_id],
+        )
+
+    def snapshot(queue: tuple[JobRequest, ...], now: float, free: int) -> Snapshot:
+        return Snapshot(
+            1,
+            now,
+            (NodeView("m", procs, 0, 0, free, 0, (), idle=free == procs),),
+            part,
+            queue,
+            tuple(
+                RunningView(
+                    jid,
+                    end,
+                    (Placement("m", n, 0, ()),),
+                    start_time=starts[jid],
+                    predicted_s=predicted[jid],
+                )
+                for jid, (end, n) in running.items()
+            ),
+            (),
+            settings,
+        )
+
+    def start(st: Start, now: float) -> int:
+        """Start what ``st`` starts; the processors it takes."""
+        job = pending.pop(st.job_id)
+        n = sum(p.cpus for p in st.placements)
+        starts[job.job_id] = now
+        corrector.started(job.job_id, now)
+        forecasts.setdefault(job.job_id, now)
+        corrected.setdefault(job.job_id, now)
+        running[job.job_id] = (now + job.estimate, n)
+        heapq.heappush(ends, (now + min(job.run, job.estimate), job.job_id))
+        held = watched.pop(job.job_id, None)
+        if held is not None:
+            reserved_at, backfilled = held
+            overran = any(
+                starts[b] + min(by_id[b].run, by_id[b].estimate) > reserved_at for b in backfilled
+            )
+            result.top_delays.append(TopJobDelay(job.job_id, reserved_at, now, overran))
+        return n
+
     i = 0
     while i < len(jobs) or ends:
         now = min(jobs[i].submit if i < len(jobs) else math.inf, ends[0][0] if ends else math.inf)
+        ended = False
+        arrived: list[int] = []
         while ends and ends[0][0] <= now:
+            ended = True
             _, jid = heapq.heappop(ends)
             free += running.pop(jid)[1]
             job = by_id[jid]
@@ -250,6 +326,7 @@ def replay(jobs: tuple[TraceJob, ...], procs: int, policy: str | Policy) -> Resu
             job = jobs[i]
             if job.procs <= procs:
                 pending[job.job_id] = job
+                arrived.append(job.job_id)
                 predicted[job.job_id] = predictor.predict(str(job.user), int(job.estimate))
                 if pol.weights is not None:
                     prio[job.job_id] = _priority(pol.weights, job, now, procs, share.factor)
@@ -258,6 +335,7 @@ def replay(jobs: tuple[TraceJob, ...], procs: int, policy: str | Policy) -> Resu
             continue
         if pol.weights is not None and now - last_recalc >= RECALC_S:
             last_recalc = now
+            last_reserved = None  # a recalculation is part of a pass: one runs now
             if pol.fairshare:
                 share.refresh(
                     now,
@@ -269,65 +347,40 @@ def replay(jobs: tuple[TraceJob, ...], procs: int, policy: str | Policy) -> Resu
                 )
             for jid, job in pending.items():
                 prio[jid] = _priority(pol.weights, job, now, procs, share.factor)
-        reqs = [
-            JobRequest(
-                j.job_id,
-                ("p",),
-                ntasks=j.procs,
-                time_limit_s=int(j.estimate),
-                priority=prio.get(j.job_id, 0),
-                submit_time=j.submit,
-                user=str(j.user),
-                predicted_s=predicted[j.job_id],
-            )
-            for j in pending.values()
-        ]
-        reqs.sort(key=lambda r: (-r.priority, r.submit_time, r.job_id))
-        snap = Snapshot(
-            1,
-            now,
-            (NodeView("m", procs, 0, 0, free, 0, (), idle=free == procs),),
-            part,
-            tuple(reqs),
-            tuple(
-                RunningView(
-                    jid,
-                    end,
-                    (Placement("m", n, 0, ()),),
-                    start_time=starts[jid],
-                    predicted_s=predicted[jid],
+        if quick and last_reserved is not None and not ended and arrived:
+            # ctld decides new jobs at submit when only submits came since its last
+            # pass (sched/quick.py), and runs a pass only for those it did not start
+            new = [j for j in arrived if j in pending]
+            waiting = waiting_firsts(last_queue, last_plan, MAX_CLASSES)
+            weighed = (*last_reserved, *(waiting or ()))
+            quick_plan = None
+            if waiting is not None and all(j in pending for j in weighed):
+                began = time.perf_counter()
+                queue = quick_queue(
+                    [request(pending[j]) for j in dict.fromkeys(weighed)],
+                    [request(pending[j]) for j in new],
                 )
-                for jid, (end, n) in running.items()
-            ),
-            (),
-            settings,
-        )
+                quick_plan = quick_starts(snapshot(queue, now, free), new)
+                result.quick_times.append(time.perf_counter() - began)
+            for st in quick_plan or ():
+                free -= start(st, now)
+            if quick_plan is not None:
+                result.quick_starts += len(quick_plan)
+                if len(quick_plan) == len(new):
+                    continue
+        reqs = [request(j) for j in pending.values()]
+        reqs.sort(key=priority_order)
         began = time.perf_counter()
-        plan = schedule(snap)
+        plan = schedule(snapshot(tuple(reqs), now, free))
         result.pass_times.append(time.perf_counter() - began)
+        last_reserved, last_queue, last_plan = reserved_jobs(plan), tuple(reqs), plan
         for position, (jid, f) in enumerate(plan.forecasts.items()):
             if jid not in forecasts:
                 forecasts[jid] = f.start
                 made[jid] = (now, position)
                 corrected[jid] = corrector.correct(jid, now, f.start, position)
         for st in plan.starts:
-            job = pending.pop(st.job_id)
-            n = sum(p.cpus for p in st.placements)
-            free -= n
-            starts[job.job_id] = now
-            corrector.started(job.job_id, now)
-            forecasts.setdefault(job.job_id, now)
-            corrected.setdefault(job.job_id, now)
-            running[job.job_id] = (now + job.estimate, n)
-            heapq.heappush(ends, (now + min(job.run, job.estimate), job.job_id))
-            held = watched.pop(job.job_id, None)
-            if held is not None:
-                reserved_at, backfilled = held
-                overran = any(
-                    starts[b] + min(by_id[b].run, by_id[b].estimate) > reserved_at
-                    for b in backfilled
-                )
-                result.top_delays.append(TopJobDelay(job.job_id, reserved_at, now, overran))
+            free -= start(st, now)
         on_prediction = {s.job_id for s in plan.starts if s.on_prediction}
         for f in plan.forecasts.values():
             if not f.reserved:
