@@ -125,6 +125,7 @@ def ctld_settings() -> Settings:
         predict=sc.predict,
         backfill_order=sc.backfill_order,
         max_job_test=sc.max_job_test,
+        stack_forecasts=sc.stack_forecasts,
     )
 
 

@@ -232,6 +232,9 @@ class SchedulerConfig:
     backfill: bool = True
     reserve_depth: int = 1  # 1: EASY backfill; large: conservative
     forecast_depth: int = 100  # further blocked jobs that get an expected start
+    # of those, how many (in priority order) hold their expected slot so that the ones
+    # behind are forecast after them; forecasts only, never a start (docs/simulator.md)
+    stack_forecasts: int = 16
     # "pack" (best fit), "firstfit", "frag" (best fit, time- and fragmentation-aware),
     # "fgd" (least fragmentation first: ATC'23's rule) or "random"
     placement: str = "pack"
@@ -726,6 +729,7 @@ def _scheduler(sec: _Section) -> SchedulerConfig:
         backfill=sec.get("backfill", bool, d.backfill),
         reserve_depth=sec.positive("reserve_depth", d.reserve_depth),
         forecast_depth=sec.positive("forecast_depth", d.forecast_depth),
+        stack_forecasts=sec.positive("stack_forecasts", d.stack_forecasts),
         placement=placement,
         kill_invalid_depend=sec.get("kill_invalid_depend", bool, d.kill_invalid_depend),
         max_array_size=sec.positive("max_array_size", d.max_array_size, allow_zero=False),

@@ -48,6 +48,7 @@ def settings_from(state: State) -> Settings:
         backfill=config.scheduler.backfill,
         reserve_depth=config.scheduler.reserve_depth,
         forecast_depth=config.scheduler.forecast_depth,
+        stack_forecasts=config.scheduler.stack_forecasts,
         placement=config.scheduler.placement,
         predict=config.scheduler.predict,
         backfill_order=config.scheduler.backfill_order,

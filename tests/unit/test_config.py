@@ -42,6 +42,14 @@ def test_job_retention_keys() -> None:
     assert ctl.purge_job_after_s == 365 * 86400 and ctl.archive_dir == "/srv/corral/archive"
 
 
+def test_stack_forecasts_is_a_count() -> None:
+    assert parse_config(GOOD).scheduler.stack_forecasts == 16
+    cfg = parse_config({**GOOD, "scheduler": {"stack_forecasts": 0}})
+    assert cfg.scheduler.stack_forecasts == 0
+    with pytest.raises(ConfigError, match=r"scheduler\.stack_forecasts"):
+        parse_config({**GOOD, "scheduler": {"stack_forecasts": -1}})
+
+
 def test_starvation_guard_is_a_duration() -> None:
     cfg = parse_config({**GOOD, "scheduler": {"starvation_guard": "12:00:00"}})
     assert cfg.scheduler.starvation_guard_s == 12 * 3600

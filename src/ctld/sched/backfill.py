@@ -118,6 +118,7 @@ class _Pass(Forecasting, Preempting):
             waiting[i] = prepared
         # reasons and forecasts for the ones left, in priority order again
         later_of, reasons, settings = self.later, self.reasons, self.settings
+        self.stacking = settings.stack_forecasts > 0
         for i, prepared in enumerate(waiting):
             if prepared is None:
                 continue

@@ -88,7 +88,10 @@ class Forecasting(Placing):
                 if self.now < r.end <= t and r.job_id > 0
             }
         )
-        if reserve:
+        stack = self.stacking and self.stacked < self.settings.stack_forecasts
+        if stack:
+            self.stacked += 1
+        if reserve or stack:
             for node, avail in chosen:
                 if req.exclusive:
                     cpus, mem, gpus = node.view.cpus_total, node.view.mem_total_mb, node.all_gpus

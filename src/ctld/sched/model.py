@@ -224,7 +224,11 @@ class Settings:
     ``max_job_test``: how many pending jobs that cannot start one pass tries in full (Slurm's
     ``bf_max_job_test``); a job that starts, or whose class (``klass``) already failed
     in this pass, is not a try. Jobs past the limit are left out of the plan: they
-    keep their reason and forecast.
+    keep their reason and forecast. ``stack_forecasts``: with shortest-first backfill,
+    how many of the forecasts made once the pass's starts are decided hold their slot
+    (as a reservation would, by predictions), so that the jobs behind them are forecast
+    after them rather than all into the same first gap; it changes no start. (With
+    backfill in priority order forecasts are made while jobs still start: not stacked.)
     """
 
     backfill: bool = True
@@ -236,6 +240,7 @@ class Settings:
     max_job_test: int = 0  # fruitless full tries per pass (bf_max_job_test); 0: no limit
     starve_after_s: float = 0.0
     qos_max_jobs_per_user: tuple[tuple[str, int], ...] = ()
+    stack_forecasts: int = 0
 
 
 @dataclass(frozen=True)

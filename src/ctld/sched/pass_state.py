@@ -140,6 +140,10 @@ class PassState:
         self.forecasts: dict[int, Forecast] = {}
         self.reserved = 0
         self.forecasted = 0
+        # forecasts made once the pass's starts are all decided hold their slot, so
+        # that each later forecast queues behind them (never changes a start)
+        self.stacking = False
+        self.stacked = 0
         self.blocked_partitions: set[str] = set()
         self.fcfs_blocked = False
         # classes (JobRequest.klass) that failed to start in this pass: the reason its

@@ -65,6 +65,7 @@ def ctld_default() -> Policy:
         backfill=sc.backfill,
         reserve_depth=sc.reserve_depth,
         forecast_depth=FORECAST_DEPTH,
+        stack_forecasts=sc.stack_forecasts,
         placement=sc.placement,
         predict=sc.predict,
         backfill_order=sc.backfill_order,
@@ -99,6 +100,8 @@ def _policies() -> dict[str, Policy]:
         "corral": corral,
         # ctld's default with scheduler.predict = false: backfill by limits only
         "corral-limits": replace(corral, settings=replace(corral.settings, predict=False)),
+        # ctld's default with forecasts unstacked (scheduler.stack_forecasts = 0), as before
+        "corral-flat": replace(corral, settings=replace(corral.settings, stack_forecasts=0)),
     }
 
 
@@ -113,6 +116,9 @@ class Outcome:
     first_forecast: float = 0.0
     # the first forecast with a correction learned from past forecasts (see Corrector)
     corrected_forecast: float = 0.0
+    forecast_at: float = 0.0  # when the first forecast was made
+    forecast_position: int = -1  # its place among that pass's forecasts (0: reserved)
+    predicted_s: int = 0  # its predicted run time
 
 
 @dataclass
@@ -215,6 +221,7 @@ def replay(
     by_id = {j.job_id: j for j in jobs}
     forecasts: dict[int, float] = {}
     corrected: dict[int, float] = {}
+    made: dict[int, tuple[float, int]] = {}  # job -> (when, position) of its first forecast
     corrector = Corrector()
     predictor = RunTimePredictor()
     predicted: dict[int, int] = {}  # made when the job enters the queue, as ctld does
@@ -302,8 +309,18 @@ def replay(
             predictor.observe(str(job.user), elapsed, int(job.estimate))
             if pol.fairshare:
                 share.add(str(job.user), elapsed * job.procs, now)
+            at, position = made.get(jid, (starts[jid], -1))
             result.outcomes.append(
-                Outcome(job, starts[jid], now, forecasts.get(jid, 0.0), corrected.get(jid, 0.0))
+                Outcome(
+                    job,
+                    starts[jid],
+                    now,
+                    forecasts.get(jid, 0.0),
+                    corrected.get(jid, 0.0),
+                    at,
+                    position,
+                    predicted.pop(jid, 0),
+                )
             )
         while i < len(jobs) and jobs[i].submit <= now:
             job = jobs[i]
@@ -360,6 +377,7 @@ def replay(
         for position, (jid, f) in enumerate(plan.forecasts.items()):
             if jid not in forecasts:
                 forecasts[jid] = f.start
+                made[jid] = (now, position)
                 corrected[jid] = corrector.correct(jid, now, f.start, position)
         for st in plan.starts:
             free -= start(st, now)
