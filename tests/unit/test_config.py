@@ -43,9 +43,9 @@ def test_job_retention_keys() -> None:
 
 
 def test_stack_forecasts_is_a_count() -> None:
-    assert parse_config(GOOD).scheduler.stack_forecasts == 16
-    cfg = parse_config({**GOOD, "scheduler": {"stack_forecasts": 0}})
-    assert cfg.scheduler.stack_forecasts == 0
+    assert parse_config(GOOD).scheduler.stack_forecasts == 0
+    cfg = parse_config({**GOOD, "scheduler": {"stack_forecasts": 16}})
+    assert cfg.scheduler.stack_forecasts == 16
     with pytest.raises(ConfigError, match=r"scheduler\.stack_forecasts"):
         parse_config({**GOOD, "scheduler": {"stack_forecasts": -1}})
 

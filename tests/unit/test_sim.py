@@ -78,8 +78,8 @@ def test_corral_policy_is_ctld_default_config() -> None:
     assert corral.weights is not None and corral.weights.age == pc.weight_age
     assert corral.weights.fairshare == pc.weight_fairshare and corral.fairshare
     assert not POLICIES["corral-limits"].settings.predict
-    assert corral.settings.stack_forecasts == sc.stack_forecasts > 0
-    assert POLICIES["corral-flat"].settings.stack_forecasts == 0
+    assert corral.settings.stack_forecasts == sc.stack_forecasts == 0
+    assert POLICIES["corral-stacked"].settings.stack_forecasts == 16
 
 
 def test_predictions_backfill_a_job_limits_would_hold_back() -> None:

@@ -100,8 +100,8 @@ def _policies() -> dict[str, Policy]:
         "corral": corral,
         # ctld's default with scheduler.predict = false: backfill by limits only
         "corral-limits": replace(corral, settings=replace(corral.settings, predict=False)),
-        # ctld's default with forecasts unstacked (scheduler.stack_forecasts = 0), as before
-        "corral-flat": replace(corral, settings=replace(corral.settings, stack_forecasts=0)),
+        # ctld's default with stacked forecasts (scheduler.stack_forecasts = 16, opt-in)
+        "corral-stacked": replace(corral, settings=replace(corral.settings, stack_forecasts=16)),
     }
 
 
