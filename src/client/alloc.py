@@ -8,13 +8,13 @@ until the job runs; Ctrl-C while waiting cancels the request.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 
 from client.common import option_errors
 from client.jobopts import JOB_OPTIONS, submit_line, to_spec
 from client.options import Option
+from corral import signals
 from corral.errors import AllocationRevoked, CorralError
 from corral.slurmfmt import compress_counts
 
@@ -72,7 +72,7 @@ def request_allocation(
     job_id = str(reply.get("jobId", "0"))
     if prog == "salloc":
         say(prog, f"Pending job allocation {job_id}")
-    hung_up = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    hung_up = {s: signals.set_handler(s, _interrupt) for s in (signals.SIGTERM, signals.SIGHUP)}
     try:
         wait_running(api, prog, job_id)
     except KeyboardInterrupt:
@@ -81,7 +81,7 @@ def request_allocation(
         raise
     finally:
         for sig, handler in hung_up.items():
-            signal.signal(sig, handler)
+            signals.set_handler(sig, handler)
     return job_id
 
 

@@ -11,9 +11,6 @@ allocates, and releases afterwards.
 from __future__ import annotations
 
 import os
-import selectors
-import signal
-import socket
 import sys
 import time
 
@@ -21,8 +18,9 @@ from client.alloc import allocation_options, release, request_allocation, say
 from client.common import option_errors, run
 from client.jobopts import export_environment, merge, parse_gpus, submit_line
 from client.options import FLAG, OPTIONAL, Option, OptionParser
+from client.poller import EVENT_READ, EVENT_WRITE, Poller
 from client.taskstream import NodeStream
-from corral import __version__, cjson
+from corral import __version__, cjson, signals
 from corral import stepstream as ss
 from corral.api import Controller, connect
 from corral.errors import CorralError, InvalidOption, StepBusy
@@ -231,7 +229,7 @@ class Output:
 
 
 #: what srun passes on to the tasks (SIGINT is its own: see Step._on_interrupt)
-FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+FORWARDED = (signals.SIGTERM, signals.SIGHUP, signals.SIGQUIT, signals.SIGUSR1, signals.SIGUSR2)
 STDIN_HIGH_WATER = 4 * 1024 * 1024  # queued for a node before srun stops reading stdin
 
 
@@ -375,22 +373,22 @@ class Step:
         return self._result()
 
     def _loop(self, with_stdin: bool) -> None:
-        sel = selectors.PollSelector()  # poll, not epoll: stdin may be a regular file
-        wake_r, wake_w = socket.socketpair()
-        wake_r.setblocking(False)
-        wake_w.setblocking(False)
-        forwarded = (*FORWARDED, signal.SIGINT, signal.SIGWINCH)
-        saved = {sig: signal.signal(sig, _noted) for sig in forwarded}
-        old_wakeup = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        sel = Poller()  # poll, not epoll: stdin may be a regular file
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        forwarded = (*FORWARDED, signals.SIGINT, signals.SIGWINCH)
+        saved = {sig: signals.set_handler(sig, _noted) for sig in forwarded}
+        old_wakeup = signals.set_wakeup_fd(wake_w)
         restore = self._raw_terminal() if self.cli.get("pty") else None
         try:
-            sel.register(wake_r, selectors.EVENT_READ, None)
+            sel.register(wake_r, EVENT_READ, None)
             for conn in self.streams.values():
                 sel.register(conn.sock, self._events(conn), conn)
             if with_stdin:
                 self.stdin_open = True
                 try:
-                    sel.register(0, selectors.EVENT_READ, "stdin")
+                    sel.register(0, EVENT_READ, "stdin")
                 except (ValueError, OSError):  # no stdin at all: end of input
                     self._stdin_ended(sel)
             for conn in list(self.streams.values()):  # what came with STARTED
@@ -402,8 +400,7 @@ class Step:
                 timeout = None
                 if self.wait_deadline:
                     timeout = max(0.0, self.wait_deadline - time.monotonic())
-                for key, mask in sel.select(timeout):
-                    what = key.data
+                for what, mask in sel.select(timeout):
                     if what is None:
                         self._signals(wake_r)
                     elif what == "stdin":
@@ -417,45 +414,45 @@ class Step:
         finally:
             if restore is not None:
                 restore()
-            signal.set_wakeup_fd(old_wakeup)
+            signals.set_wakeup_fd(old_wakeup)
             for sig, handler in saved.items():
-                signal.signal(sig, handler)
+                signals.set_handler(sig, handler)
             sel.close()
-            wake_r.close()
-            wake_w.close()
+            os.close(wake_r)
+            os.close(wake_w)
 
     @staticmethod
     def _events(conn: NodeStream) -> int:
-        return selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.wbuf else 0)
+        return EVENT_READ | (EVENT_WRITE if conn.wbuf else 0)
 
-    def _update(self, sel: selectors.BaseSelector) -> None:
+    def _update(self, sel: Poller) -> None:
         """Each open stream wants writes only while it has something to send; stdin is
         read only while every node has room for it (flow control for input)."""
         for conn in self.streams.values():
             if conn.closed:
                 continue
             events = self._events(conn)
-            if sel.get_key(conn.sock).events != events:
+            if sel.events(conn.sock) != events:
                 sel.modify(conn.sock, events, conn)
         if self.stdin_open:
             full = any(len(c.wbuf) > STDIN_HIGH_WATER for c in self.stdin_conns)
-            registered = 0 in sel.get_map()
+            registered = 0 in sel
             if full and registered:
                 sel.unregister(0)
             elif not full and not registered:
-                sel.register(0, selectors.EVENT_READ, "stdin")
+                sel.register(0, EVENT_READ, "stdin")
 
-    def _ready(self, conn: NodeStream, mask: int, sel: selectors.BaseSelector) -> None:
-        if mask & selectors.EVENT_WRITE and not conn.flush():
+    def _ready(self, conn: NodeStream, mask: int, sel: Poller) -> None:
+        if mask & EVENT_WRITE and not conn.flush():
             self._closed(conn, sel)
             return
-        if mask & selectors.EVENT_READ:
+        if mask & EVENT_READ:
             alive = conn.receive()
             self._dispatch(conn, sel)
             if not alive:
                 self._closed(conn, sel)
 
-    def _dispatch(self, conn: NodeStream, sel: selectors.BaseSelector) -> None:
+    def _dispatch(self, conn: NodeStream, sel: Poller) -> None:
         for kind, payload in conn.frames():
             if kind == ss.STDOUT or kind == ss.STDERR:
                 rank = ss.RANK.unpack_from(payload)[0]
@@ -475,7 +472,7 @@ class Step:
                 self._closed(conn, sel, quiet=True)
                 return
 
-    def _closed(self, conn: NodeStream, sel: selectors.BaseSelector, quiet: bool = False) -> None:
+    def _closed(self, conn: NodeStream, sel: Poller, quiet: bool = False) -> None:
         if conn.closed:
             return
         if not quiet and not all(r in self.exits for r in conn.ranks):
@@ -489,20 +486,20 @@ class Step:
             self.exits.setdefault(rank, (1, 0))
         self._kill_all()
 
-    def _signals(self, wake: socket.socket) -> None:
+    def _signals(self, wake: int) -> None:
         try:
-            got = wake.recv(256)
+            got = os.read(wake, 256)
         except BlockingIOError:
             return
         for sig in got:
-            if sig == signal.SIGINT:
+            if sig == signals.SIGINT:
                 self._on_interrupt()
-            elif sig == signal.SIGWINCH:
+            elif sig == signals.SIGWINCH:
                 self._resized()
             else:
                 self._send_signal(sig)
 
-    def _read_stdin(self, sel: selectors.BaseSelector) -> None:
+    def _read_stdin(self, sel: Poller) -> None:
         try:
             chunk = os.read(0, 65536)
         except BlockingIOError:
@@ -516,7 +513,7 @@ class Step:
             if not conn.done:
                 conn.send(ss.STDIN, chunk)
 
-    def _stdin_ended(self, sel: selectors.BaseSelector) -> None:
+    def _stdin_ended(self, sel: Poller) -> None:
         self.stdin_open = False
         _unregister(sel, 0)
         for conn in self.stdin_conns:
@@ -564,10 +561,7 @@ class Step:
 
     def _report_exit(self, node: str, rank: int, code: int, sig: int) -> None:
         if sig:
-            try:
-                how = signal.Signals(sig).name.removeprefix("SIG").capitalize()
-            except ValueError:
-                how = f"Signal {sig}"
+            how = signals.name(sig).removeprefix("SIG").capitalize()
             how = {"Kill": "Killed", "Term": "Terminated", "Int": "Interrupt"}.get(how, how)
             if not self.killed:
                 say(PROG, f"error: {node}: task {rank}: {how}")
@@ -606,7 +600,7 @@ class Step:
 
     def _kill_all(self) -> None:
         self.killed = True
-        self._send_signal(signal.SIGKILL)
+        self._send_signal(signals.SIGKILL)
 
     def _on_interrupt(self) -> None:
         now = time.monotonic()
@@ -638,7 +632,7 @@ class Step:
         return code, first_signal
 
 
-def _unregister(sel: selectors.BaseSelector, what: Any) -> None:
+def _unregister(sel: Poller, what: Any) -> None:
     try:  # noqa: SIM105 (contextlib costs srun's start-up)
         sel.unregister(what)
     except (KeyError, ValueError):
@@ -646,7 +640,7 @@ def _unregister(sel: selectors.BaseSelector, what: Any) -> None:
 
 
 def _noted(signum: int, frame: object) -> None:
-    """The signal's number reaches srun's loop through the wake-up socket."""
+    """The signal's number reaches srun's loop through the wake-up pipe."""
 
 
 def _ranges(ranks: list[int]) -> str:

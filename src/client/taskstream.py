@@ -10,11 +10,12 @@ takes it. On a plaintext stream every frame after START carries its tag both way
 
 from __future__ import annotations
 
+import _socket
 import os
-import socket
 
 from corral import stepstream as ss
 from corral.errors import CorralError
+from corral.rest import tcp_connect
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,10 +61,11 @@ class NodeStream:
             raise CorralError(f"{self.name}: {exc}") from None
         try:
             host_arg: Any = host.encode() if host.isascii() else host  # no idna import
-            sock = socket.create_connection((host_arg, port), timeout=timeout)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.tls:
-                sock = self._wrap(sock)
+            # _socket, not socket: ``socket`` brings enum and selectors (corral.rest)
+            sock = self._tls_connect(host_arg, port, timeout) if self.tls else None
+            if sock is None:
+                sock = tcp_connect(host_arg, port, timeout)
+            sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             self.sock = sock
             kind, payload = self._read_frame()
         except OSError as exc:
@@ -81,17 +83,18 @@ class NodeStream:
             raise CorralError(f"{self.name}: {address} does not speak the task stream")
         self.nonce = bytes(payload[len(ss.MAGIC) :])
 
-    def _wrap(self, sock: socket.socket) -> socket.socket:
-        import ssl
-
+    def _tls_connect(self, host: Any, port: int, timeout: float) -> _socket.socket:
         ca = os.environ.get(CA_ENV) or _config_ca()
         if not ca:
-            sock.close()
             raise CorralError(
                 f"{self.name}: its task stream speaks TLS: set {CA_ENV} to the cluster's CA"
             )
+        import socket  # ssl needs socket.socket (and imports socket anyway)
+        import ssl
+
+        plain = socket.create_connection((host, port), timeout=timeout)
         self.would_block = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
-        return ssl.create_default_context(cafile=ca).wrap_socket(sock, server_hostname=self.name)
+        return ssl.create_default_context(cafile=ca).wrap_socket(plain, server_hostname=self.name)
 
     def _read_frame(self) -> tuple[int, bytes]:
         """One whole frame, blocking (the hand-shake only)."""

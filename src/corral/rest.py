@@ -177,10 +177,10 @@ def _connect(address: tuple[str, int] | str, timeout: float) -> _socket.socket:
 
         plain = socket.create_connection((host_arg, port), timeout=timeout)  # type: ignore[arg-type]
         return ssl.create_default_context(cafile=ca).wrap_socket(plain, server_hostname="ctld")
-    return _tcp_connect(host_arg, port, timeout)
+    return tcp_connect(host_arg, port, timeout)
 
 
-def _tcp_connect(host: str | bytes, port: int, timeout: float) -> _socket.socket:
+def tcp_connect(host: str | bytes, port: int, timeout: float) -> _socket.socket:
     """socket.create_connection without the socket module: each address of ``host`` in
     turn; the last one's error when none answers."""
     error: OSError | None = None
