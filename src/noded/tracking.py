@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import psutil
@@ -40,18 +41,49 @@ class Usage:
         return user, system
 
 
+def environ_values(var: str) -> Iterator[tuple[int, str]]:
+    """(pid, value of ``var``) for every other process whose initial environment sets it.
+
+    Reads /proc directly: this scan runs at every step's end, and psutil's Process
+    objects and parsed environments cost ~4x more per process (~37 µs against ~9);
+    on a node with a thousand processes that was tens of ms on each srun's path."""
+    key = b"\0" + var.encode() + b"="
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for name in entries:
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                block = b"\0" + f.read()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        start = block.find(key)
+        if start < 0:
+            continue
+        start += len(key)
+        end = block.find(b"\0", start)
+        value = block[start:] if end < 0 else block[start:end]
+        yield int(name), value.decode(errors="replace")
+
+
 def marked_by_instance(tokens: set[str]) -> set[int]:
     """Processes whose job marker (``node:job:instance``) names one of ``tokens``."""
-    found: set[int] = set()
-    me = os.getpid()
-    for proc in psutil.process_iter():
-        if proc.pid == me:
-            continue
-        with contextlib.suppress(psutil.Error):
-            marker = proc.environ().get(MARKER_VAR, "")
-            if marker and marker.rpartition(":")[2] in tokens:
-                found.add(proc.pid)
-    return found
+    return {
+        pid
+        for pid, marker in environ_values(MARKER_VAR)
+        if marker and marker.rpartition(":")[2] in tokens
+    }
+
+
+def _real_uid(pid: int) -> int | None:
+    try:
+        return int(psutil.Process(pid).uids().real)
+    except psutil.Error:
+        return None
 
 
 class JobProcesses:
@@ -95,16 +127,11 @@ class JobProcesses:
             return set()
 
     def _marked(self) -> set[int]:
-        found: set[int] = set()
-        me = os.getpid()
-        for proc in psutil.process_iter():
-            if proc.pid == me:
-                continue
-            with contextlib.suppress(psutil.Error):
-                if proc.environ().get(self.var) == self.marker and (
-                    self.uid is None or proc.uids().real == self.uid
-                ):
-                    found.add(proc.pid)
+        found = {
+            pid
+            for pid, marker in environ_values(self.var)
+            if marker == self.marker and (self.uid is None or _real_uid(pid) == self.uid)
+        }
         # processes seen earlier that are still the same processes stay ours
         for pid, created in self.known.items():
             with contextlib.suppress(psutil.Error):

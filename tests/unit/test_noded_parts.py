@@ -239,3 +239,40 @@ def test_a_step_signal_reaches_each_task_once(monkeypatch: pytest.MonkeyPatch) -
     finally:
         child.kill()
         child.wait()
+
+
+def test_marker_scan_matches_the_whole_variable_and_value_only() -> None:
+    # the scan reads /proc/PID/environ itself: a variable whose name only ends or starts
+    # like the marker's, or a value that only starts like it, is not the job's; one
+    # first in the environment (no NUL before it) or with '=' in its value is
+    import subprocess
+
+    from noded.tracking import STEP_MARKER_VAR, JobProcesses, environ_values
+
+    marker = f"test:{os.getpid()}:7.0"
+    envs = {
+        "exact_first": {STEP_MARKER_VAR: marker, "PATH": os.environ["PATH"]},
+        "exact_last": {"PATH": os.environ["PATH"], STEP_MARKER_VAR: marker},
+        "longer_value": {"PATH": os.environ["PATH"], STEP_MARKER_VAR: marker + "1"},
+        "longer_name": {"PATH": os.environ["PATH"], "X" + STEP_MARKER_VAR: marker},
+        "name_prefix": {"PATH": os.environ["PATH"], STEP_MARKER_VAR + "_X": marker},
+    }
+    children = {
+        name: subprocess.Popen(["sleep", "30"], env=env, start_new_session=True)
+        for name, env in envs.items()
+    }
+    try:
+        values = dict(environ_values(STEP_MARKER_VAR))
+        assert values[children["exact_first"].pid] == marker
+        assert values[children["exact_last"].pid] == marker
+        assert values[children["longer_value"].pid] == marker + "1"
+        assert children["longer_name"].pid not in values
+        assert children["name_prefix"].pid not in values
+        found = JobProcesses(-1, marker, None, STEP_MARKER_VAR, uid=os.getuid()).pids()
+        assert found == {children["exact_first"].pid, children["exact_last"].pid}
+        other_user = JobProcesses(-1, marker, None, STEP_MARKER_VAR, uid=os.getuid() + 1)
+        assert other_user.pids() == set()  # only the job's own user may claim it
+    finally:
+        for child in children.values():
+            child.kill()
+            child.wait()
