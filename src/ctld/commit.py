@@ -139,10 +139,10 @@ class Change:
         if ops:
             await st.store.commit(*ops)
             for job in self._new:
-                st.jobs[job.job_id] = job
+                st.add(job)
                 st.enqueue(job)
                 if job.state in js.ACTIVE:
-                    st.active_counts[(job.account, job.user, job.qos)] += 1
+                    st.count_active(job, +1)
             st.version += 1
             release = not self.arrival and self._releases_only()
             if self.arrival:
@@ -191,7 +191,4 @@ def _count_active(st: State, job: pb.Job) -> None:
     was = job.events[start].from_state in js.ACTIVE
     now = job.state in js.ACTIVE
     if was != now:
-        key = (job.account, job.user, job.qos)
-        st.active_counts[key] += 1 if now else -1
-        if st.active_counts[key] <= 0:
-            del st.active_counts[key]
+        st.count_active(job, 1 if now else -1)

@@ -201,7 +201,6 @@ class Intake:
         outcomes: list[pb.CancelOutcome] = []
         now = st.clock()
         cause = f"rpc:CancelJobs user={who.user}"
-        known = set(st.jobs)
         targets = select(st, flt, strict=False)
         if flt.job_ids:
             # a whole array named by its id: its tasks that already ended are no error
@@ -211,8 +210,7 @@ class Intake:
                 for j in targets
                 if not (j.array_job_id in whole and j.state in js.FINISHED and flt.job_ids)
             ]
-            arrays = {j.array_job_id for j in st.jobs.values() if j.array_job_id}
-            for missing in [i for i in flt.job_ids if i not in known and i not in arrays]:
+            for missing in [i for i in flt.job_ids if i not in st.jobs and i not in st.array_tasks]:
                 outcomes.append(failure(missing, InvalidJobId()))
         async with Change(st, self.outbox) as ch:
             for job in targets:

@@ -52,15 +52,17 @@ def _by_ids(state: State, job_ids: Iterable[int], array_tasks: Iterable[str]) ->
         if not (base.isdigit() and task.isdigit()):
             raise InvalidJobId(f"Invalid job id specified: {ref[:64]}")
         tasks.add((int(base), int(task)))
-    out = []
-    for job in state.jobs.values():
-        if (
-            job.job_id in ids
-            or (job.array_job_id and job.array_job_id in ids)
-            or (job.HasField("array_task_id") and (job.array_job_id, job.array_task_id) in tasks)
-        ):
-            out.append(job)
-    return out
+    # by index, not a walk of every job in memory: scancel and squeue -j call this
+    found: set[int] = set()
+    for job_id in ids:
+        if job_id in state.jobs:
+            found.add(job_id)
+        found.update(state.array_tasks.get(job_id, ()))
+    for array_id, task_id in tasks:
+        found.update(
+            i for i in state.array_tasks.get(array_id, ()) if state.jobs[i].array_task_id == task_id
+        )
+    return [state.jobs[i] for i in sorted(found)]
 
 
 class Queries:
@@ -134,7 +136,7 @@ class Queries:
         """sshare's rows, with usage as of now (running jobs counted so far)."""
         st = self.state
         now = st.clock()
-        st.priorities.refresh(now, [j for j in st.jobs.values() if j.state in js.ON_NODE])
+        st.priorities.refresh(now, st.on_node())
         want_accounts, want_users = set(accounts), set(users)
         out = []
         for row in st.priorities.rows:

@@ -147,12 +147,12 @@ class Scheduler:
             if not st.priorities.recalc_due(now):
                 return
             st.priorities.cluster_cpus = sum(n.resources.cpus for n in st.nodes.values())
-            st.priorities.refresh(now, [j for j in st.jobs.values() if j.state in js.ON_NODE])
+            st.priorities.refresh(now, st.on_node())
             self._recalc = list(st.pending)
             self._recalc.reverse()  # popped from the end: queue order
             # forget the predictions of jobs that left without running
             active = set(st.pending)
-            active.update(j.job_id for j in st.jobs.values() if j.state in js.ON_NODE)
+            active.update(j.job_id for j in st.on_node())
             for gone in [k for k in st.predicted if k not in active]:
                 del st.predicted[gone]
         todo = self._recalc

@@ -162,7 +162,7 @@ class SnapshotBuilder:
     def _on_node(self) -> tuple[list[pb.Job], dict[int, int]]:
         """The jobs holding resources, and how many tasks of each array run (for the
         %N throttle: what it may still start, counted down by ``_request``)."""
-        on_node = [j for j in self.state.jobs.values() if j.state in js.ON_NODE]
+        on_node = self.state.on_node()
         array_room: dict[int, int] = {}
         for j in on_node:
             if j.array_job_id:
@@ -380,17 +380,18 @@ class SnapshotBuilder:
         return ""
 
     def _array_tasks(self, array_id: int) -> list[pb.Job]:
-        jobs = self.state.jobs
-        first = jobs.get(array_id)
+        first = self.state.jobs.get(array_id)
         if first is None or not first.array_job_id:
             return []
-        return [j for j in jobs.values() if j.array_job_id == array_id]
+        return self.state.array(array_id)
 
     def _singleton_held(self, job: pb.Job) -> bool:
+        jobs = self.state.jobs
         return any(
-            o.job_id < job.job_id
+            (o := jobs.get(i)) is not None
+            and o.job_id < job.job_id
             and o.user == job.user
             and o.spec.name == job.spec.name
             and o.state in js.ACTIVE
-            for o in self.state.jobs.values()
+            for i in self.state.active_ids
         )

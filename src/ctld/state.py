@@ -91,6 +91,11 @@ class State:
         # pending and running jobs by (account, user, qos): what submit-time limits count
         # (kept by the commit step, so a submit does not walk every job)
         self.active_counts: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        # ids of the jobs counted there (a superset of the running ones: a pass finds
+        # them without walking the finished jobs kept for min_job_age), and each
+        # array's tasks in memory (scancel N, squeue -j N without a walk)
+        self.active_ids: set[int] = set()
+        self.array_tasks: dict[int, set[int]] = {}
         self.limits = LimitSet()
         self.accounting_version = 0
         self.install_accounting(self.accounting)
@@ -127,10 +132,10 @@ class State:
             active_states=js.ACTIVE, finished_after=now - self.config.controller.min_job_age_s
         )
         for job in loaded:
-            self.jobs[job.job_id] = job
+            self.add(job)
             self.saved_events[job.job_id] = len(job.events)
             if job.state in js.ACTIVE:
-                self.active_counts[(job.account, job.user, job.qos)] += 1
+                self.count_active(job, +1)
             if job.state == js.PENDING:
                 self.enqueue(job)
             if job.state in js.ON_NODE:
@@ -179,9 +184,43 @@ class State:
         for job_id in [
             j.job_id for j in self.jobs.values() if j.state in js.FINISHED and j.end_time < horizon
         ]:
-            del self.jobs[job_id]
+            array_id = self.jobs.pop(job_id).array_job_id
+            if array_id and (tasks := self.array_tasks.get(array_id)) is not None:
+                tasks.discard(job_id)
+                if not tasks:
+                    del self.array_tasks[array_id]
             self.saved_events.pop(job_id, None)
             self.revisions.pop(job_id, None)
+
+    def add(self, job: pb.Job) -> None:
+        """A job enters memory (loaded, or committed at submit)."""
+        self.jobs[job.job_id] = job
+        if job.array_job_id:
+            self.array_tasks.setdefault(job.array_job_id, set()).add(job.job_id)
+
+    def count_active(self, job: pb.Job, step: int) -> None:
+        """``job`` entered (+1) or left (-1) the active states."""
+        key = (job.account, job.user, job.qos)
+        self.active_counts[key] += step
+        if self.active_counts[key] <= 0:
+            del self.active_counts[key]
+        if step > 0:
+            self.active_ids.add(job.job_id)
+        else:
+            self.active_ids.discard(job.job_id)
+
+    def array(self, array_id: int) -> list[pb.Job]:
+        """The tasks of array ``array_id`` in memory, by job id."""
+        return [self.jobs[i] for i in sorted(self.array_tasks.get(array_id, ()))]
+
+    def on_node(self) -> list[pb.Job]:
+        """The jobs holding resources on nodes (RUNNING or COMPLETING), by job id (the
+        order of ``jobs``: ids only grow)."""
+        jobs = self.jobs
+        ids = sorted(
+            i for i in self.active_ids if (j := jobs.get(i)) is not None and j.state in js.ON_NODE
+        )
+        return [jobs[i] for i in ids]
 
     # ------------------------------------------------------------ the queue
 

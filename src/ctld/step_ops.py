@@ -242,7 +242,7 @@ class StepOps:
         st = self.state
         now = st.clock()
         async with Change(st, self.outbox) as ch:
-            for job in list(st.jobs.values()):
+            for job in st.on_node():
                 if (
                     job.spec.allocation_only
                     and job.state == js.RUNNING

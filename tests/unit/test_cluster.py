@@ -416,3 +416,74 @@ async def test_each_run_of_a_requeued_job_is_kept_for_sacct_duplicates(env) -> N
     both = await api.query_accounting(req, ALICE)
     assert [(j.job_id, j.restart_count) for j in both.jobs] == [(job.job_id, 0), (job.job_id, 1)]
     assert [j.state for j in both.jobs] == [pb.JOB_STATE_NODE_FAIL, job.state]
+
+
+def _on_node_by_walk(cluster: Cluster) -> list[int]:
+    return [j.job_id for j in cluster.jobs.values() if j.state in js.ON_NODE]
+
+
+async def test_arrays_and_running_jobs_are_found_by_index_not_by_walk(env) -> None:  # type: ignore[no-untyped-def]
+    # scancel N, squeue -j N and each pass look jobs up through State's indexes (the
+    # finished jobs kept for min_job_age are not walked): the indexes must name exactly
+    # what a walk would, through starts, ends, the purge and a reload
+    cluster, clock, _, url = env
+    st = cluster.state
+    first = await cluster.submit(ALICE, spec(array="0-3"))
+    plain = await cluster.submit(ALICE, spec())
+    array_id = first.array_job_id
+    tasks = list(range(array_id, array_id + 4))
+    assert [j.job_id for j in cluster.select(pb.JobFilter(job_ids=[array_id]))] == tasks
+    named = cluster.select(pb.JobFilter(array_tasks=[f"{array_id}_2"]))
+    assert [j.job_id for j in named] == [array_id + 2]
+    await drain(cluster)
+    assert [j.job_id for j in st.on_node()] == _on_node_by_walk(cluster) == [*tasks, plain.job_id]
+
+    await cluster.report_status(
+        pb.ReportJobStatusRequest(
+            node=cluster.jobs[array_id].allocations[0].node,
+            updates=[
+                pb.JobStatusUpdate(
+                    job_id=array_id, kind=pb.JobStatusUpdate.KIND_EXITED, time=clock.now
+                )
+            ],
+        )
+    )
+    assert [j.job_id for j in st.on_node()] == _on_node_by_walk(cluster)
+    assert array_id not in [j.job_id for j in st.on_node()]
+    clock.advance(CONFIG.controller.min_job_age_s + 1)
+    cluster.purge_finished()
+    assert array_id not in cluster.jobs  # the array's first task is gone from memory
+    assert st.array_tasks[array_id] == set(tasks[1:])
+    # ... and its id still names the tasks left, as Slurm's scancel does
+    outcomes = await cluster.cancel(
+        ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[array_id]))
+    )
+    assert sorted(o.job_id for o in outcomes if o.ok) == tasks[1:]
+    assert [j.job_id for j in st.on_node()] == _on_node_by_walk(cluster)  # COMPLETING
+    await cluster.report_status(
+        pb.ReportJobStatusRequest(
+            node=cluster.jobs[tasks[1]].allocations[0].node,
+            updates=[
+                pb.JobStatusUpdate(
+                    job_id=i, kind=pb.JobStatusUpdate.KIND_EXITED, time=clock.now, exit_signal=15
+                )
+                for i in tasks[1:]
+            ],
+        )
+    )
+    assert all(cluster.jobs[i].state == js.CANCELLED for i in tasks[1:])
+    assert [j.job_id for j in st.on_node()] == _on_node_by_walk(cluster) == [plain.job_id]
+
+    reloaded = make_cluster(CONFIG, url, clock=clock)
+    try:
+        assert reloaded.state.array_tasks == {array_id: set(tasks[1:])}
+        assert [j.job_id for j in reloaded.state.on_node()] == [plain.job_id]
+    finally:
+        reloaded.store.close()
+    clock.advance(CONFIG.controller.min_job_age_s + 1)
+    cluster.purge_finished()
+    assert array_id not in st.array_tasks
+    (outcome,) = await cluster.cancel(
+        ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[array_id]))
+    )
+    assert not outcome.ok  # nothing of the array is left: an unknown job id
