@@ -44,9 +44,9 @@ class Usage:
 def environ_values(var: str) -> Iterator[tuple[int, str]]:
     """(pid, value of ``var``) for every other process whose initial environment sets it.
 
-    Reads /proc directly: this scan runs at every step's end, and psutil's Process
-    objects and parsed environments cost ~4x more per process (~37 µs against ~9);
-    on a node with a thousand processes that was tens of ms on each srun's path."""
+    Reads /proc directly: this scan runs twice at every step's end, and psutil's
+    Process objects and parsed environments cost ~6x more per process (~37 µs against
+    ~5.5 here); on a node with a thousand processes that was tens of ms a step."""
     key = b"\0" + var.encode() + b"="
     me = os.getpid()
     try:
