@@ -167,3 +167,23 @@ def test_the_commands_show_another_user_no_secret(
         assert not any(s in out + err for s in SECRETS), (argv, out)
     code, out, _ = command(lab, users.bob, "sacct", "-j", str(running), "-P", "-o", "SubmitLine")
     assert "srun --export=<hidden> env" in out
+
+
+def test_a_user_may_only_lower_her_own_time_limit(
+    lab: LocalCluster, users: Users, alices: tuple[int, int]
+) -> None:
+    held, _ = alices
+    alice, op = users.alice, users.op
+    assert int(job(lab, held)["timeLimitS"]) != -1
+    before = job(lab, held)["timeLimitS"]
+    for value in ("0", "UNLIMITED", "INFINITE"):  # no limit at all: each is a raise
+        argv = ("scontrol", "update", f"JobId={held}", f"TimeLimit={value}")
+        code, _, err = command(lab, alice, *argv)
+        assert code == 1 and "only an operator may extend a time limit" in err, (value, err)
+        assert job(lab, held)["timeLimitS"] == before
+    code, _, err = command(lab, alice, "scontrol", "update", f"JobId={held}", "TimeLimit=1")
+    assert code == 0, err
+    assert job(lab, held)["timeLimitS"] == "60"
+    code, _, err = command(lab, op, "scontrol", "update", f"JobId={held}", "TimeLimit=0")
+    assert code == 0, err
+    assert job(lab, held)["timeLimitS"] == "-1"  # an operator may lift it
