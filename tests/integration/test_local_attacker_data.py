@@ -13,6 +13,7 @@ the accounting database has accounts.
 from __future__ import annotations
 
 import json
+import pwd
 import secrets
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from corral.errors import CorralError
 from corral.testing import LocalCluster
 from corral.testing.cluster import ClusterFactory
 from corral.wire.methods import CONTROLLER, SERVICES
+from tests.conftest import wait_for
 from tests.integration.realusers import Users, can_make_users, command, job, raw, submit_as
 
 pytestmark = [
@@ -187,3 +189,41 @@ def test_a_user_may_only_lower_her_own_time_limit(
     code, _, err = command(lab, op, "scontrol", "update", f"JobId={held}", "TimeLimit=0")
     assert code == 0, err
     assert job(lab, held)["timeLimitS"] == "-1"  # an operator may lift it
+
+
+REFUSED = (
+    "sbatch: error: Batch job submission failed: "
+    "Invalid account or account/partition combination specified\n"
+)
+
+
+def test_no_account_name_escapes_her_limits(users: Users, cluster_factory: ClusterFactory) -> None:
+    # the default config, as an operator sets limits up (docs/admin-guide.md)
+    c = cluster_factory(nodes=1, gpus_per_node=8)
+    alice, bob = users.alice, users.bob
+    # a fresh cluster, no accounts yet: any job, any -A (corral up, make demo)
+    loose = submit_as(c, users, bob, "-H", "-A", "anything", "--wrap", "true")
+    assert job(c, loose)["account"] == "anything"
+
+    def sacctmgr(*argv: str) -> None:  # as root, an operator
+        code, _, err = command(c, pwd.getpwuid(0), "sacctmgr", "-i", *argv)
+        assert code == 0, err
+
+    sacctmgr("add", "account", "vision")
+    sacctmgr("add", "user", alice.pw_name, "Account=vision", "DefaultAccount=vision")
+    sacctmgr("modify", "user", alice.pw_name, "set", "GrpTRES=gres/gpu=4")
+    for who, account in ((alice, "anything"), (alice, "root"), (bob, None)):
+        argv = ["sbatch", "--gres=gpu:4", "-t", "5", "--wrap", "sleep 100"]
+        if account is not None:
+            argv[1:1] = ["-A", account]
+        code, out, err = command(c, who, *argv, cwd=users.home(who))
+        assert (code, err) == (1, REFUSED), (who.pw_name, account, out)
+    first, second = (
+        submit_as(c, users, alice, "--gres=gpu:4", "-t", "5", "--wrap", "sleep 100")
+        for _ in range(2)
+    )
+    c.wait_state(first, "RUNNING")
+    wait_for(lambda: job(c, second).get("reason") == "AssocGrpGRES", 30, "her GrpTRES")
+    assert job(c, second)["state"] == "JOB_STATE_PENDING"
+    assert job(c, first)["account"] == "vision"
+    c.client().call("CancelJobs", {"filter": {"jobIds": [str(first), str(second), str(loose)]}})
