@@ -195,6 +195,12 @@ class ControllerApi:
         for job in jobs:
             if not policy.may_see_accounting(who, job.uid):
                 continue
+            live = self.cluster.jobs.get(job.job_id)
+            if live is not None and live.state == job.state == pb.JOB_STATE_PENDING:
+                # what a pass writes (the reason) lives in memory, stored only with a
+                # change: a pending job's record is ctld's, so sacct says what squeue says
+                job.CopyFrom(live)
+                del job.events[:]
             for run in (*runs.get(job.job_id, ()), job):  # earlier runs, then this one
                 run.spec.ClearField("script")
                 run.spec.ClearField("environment")

@@ -102,6 +102,10 @@ def test_dependencies_hold_until_met_and_never_satisfied(
         "DependencyNeverSatisfied",
     )
     assert cmd.job(ok)["state"] == "JOB_STATE_PENDING"
+    # sacct says what squeue says (the pass's reason is ctld's, in memory)
+    shown = cmd("sacct", "-n", "-X", "-P", "-o", "JobID,State,Reason", "-j", ok).stdout
+    assert shown == f"{ok}|PENDING|DependencyNeverSatisfied\n"
+    assert cmd("squeue", "-h", "-o", "%r", "-j", ok).stdout == "DependencyNeverSatisfied\n"
     bad = cmd("sbatch", "--dependency=afterok:999999", "--wrap", "true", check=False)
     assert bad.returncode == 1 and "Job dependency problem" in bad.stderr
 
