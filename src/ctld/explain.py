@@ -214,6 +214,10 @@ def _reservations(
             continue
         if not usable & set(resv.nodes):
             continue
+        if own is not None and own != INFINITY and 0 < req.time_limit_s <= resv.start - own:
+            # it begins after the job would end: leaving it out frees nothing sooner (the
+            # jobs ahead it delays could only take more of what the job would use)
+            continue
         without = tuple(r for r in snap.reservations if r is not resv)
         found = _sooner(dataclasses.replace(snap, reservations=without), req.job_id, own, history)
         if found is not None:
