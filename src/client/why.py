@@ -2,16 +2,20 @@
 
 Reads ctld's ExplainJob (computed on the scheduler's own snapshot) and words it:
 the reason, its rank, the running jobs it waits for and when they should end, what
-the user could change to start sooner, and when it is expected to start, as a range.
+the user could change to start sooner (only changes that really are sooner), the
+advance reservations in its way, and when it is expected to start: by predicted run
+times (the default) or, by limits, as a range corrected by history.
 ``explain_text`` is pure, for tests.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import NoReturn
 
 from client.common import client, job_state, num, real, text
-from client.fmt import Reported, call, parse_job_ids
+from client.fmt import Reported, call, job_filter, parse_job_ids
 from corral.errors import InvalidOption
 from corral.reasons import EXPLAINED, Reason
 from corral.slurmfmt import format_timestamp
@@ -67,8 +71,16 @@ def explain_text(reply: Json) -> str:
                 f"at its limit {_when(real(b, 'expectedEnd'), now)}, likely "
                 f"{_when(real(b, 'likelyEnd'), now)}"
             )
+    lines.extend(_reservations(reply, job, now))
     forecast = real(reply, "forecastStart")
-    if forecast:
+    if forecast and forecast <= now:
+        lines.append("It fits now: the next scheduling pass should start it.")
+    elif forecast and reply.get("predicted"):
+        lines.append(
+            f"Expected start: {_when(forecast, now)}, planned with the run times predicted "
+            "from each user's history (a job that runs to its time limit delays it)."
+        )
+    elif forecast:
         ratio, count = real(reply, "historyRatio"), num(reply, "historyJobs")
         lines.append(
             f"Expected start: {_when(forecast, now)} if every running job uses its "
@@ -84,11 +96,29 @@ def explain_text(reply: Json) -> str:
         lines.append("No start time is forecast yet (it is beyond the backfill plan's depth).")
     alternatives = reply.get("alternatives") or []
     if alternatives:
-        lines.append("It would start sooner with:")
+        lines.append("It would likely start sooner with (each change alone):")
         for a in alternatives:
             when = "at once" if a.get("now") else _when(real(a, "start"), now)
             lines.append(f"  {text(a, 'change')}: {when}")
     return "".join(line + "\n" for line in lines) + requeued
+
+
+def _reservations(reply: Json, job: Json, now: float) -> list[str]:
+    """The advance reservations it waits for: its own, to begin; others', on its nodes."""
+    own = text(job.get("spec") or {}, "reservation")
+    out = []
+    for r in reply.get("reservations") or []:
+        name, nodes = text(r, "name"), text(r, "nodes")
+        start, end = real(r, "startTime"), real(r, "endTime")
+        if name == own:
+            out.append(f"It waits for its reservation {name} to begin: {_when(start, now)}.")
+            continue
+        until = f"until {_when(end, now)}" if end else "with no end"
+        out.append(
+            f"Reservation {name} holds {nodes} from {_when(start, now)} {until}: without it, "
+            "it would start sooner."
+        )
+    return out
 
 
 def _requeued(job: Json) -> str:
@@ -100,14 +130,37 @@ def _requeued(job: Json) -> str:
     return f"Requeued {restarts} time(s); the last run ended: {text(events[-1], 'detail')}.\n"
 
 
+def _job_id(value: str) -> str:
+    """JOBID as ctld's job id: ``N`` (a job, or an array's first task), ``N_T`` (task T
+    of array N, as squeue -j names it, looked up), ``N.batch`` / ``N.S`` (job N)."""
+    if "_" not in value.split(".")[0]:
+        return parse_job_ids(value)[0]
+    flt = job_filter(value)
+    reply = call(lambda: client().get_jobs({"filter": flt}), "corral why")
+    jobs = reply.get("jobs") or []
+    if not jobs:  # not one this user may see (controller.private_data)
+        raise Reported("corral why: Invalid job id specified")
+    return str(num(jobs[0], "jobId"))
+
+
 def main_args(argv: list[str]) -> int:
-    if len(argv) != 1 or argv[0].startswith("-"):
-        raise InvalidOption("usage: corral why JOBID")
-    (job_id,) = parse_job_ids(argv[0])
+    parser = _Parser(
+        prog="corral why",
+        description="Why a job is not running: its reason, what it waits for (running "
+        "jobs, reservations), when it should start, and what change would start it sooner.",
+    )
+    parser.add_argument("job", metavar="JOBID", help="a job id, or ARRAYID_TASK (e.g. 11_5)")
+    args = parser.parse_args(argv)
     try:
+        job_id = _job_id(args.job)
         reply = call(lambda: client().explain_job({"jobId": job_id}), "corral why")
     except Reported as exc:
         sys.stderr.write(exc.message + "\n")
         return 1
     sys.stdout.write(explain_text(reply))
     return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise InvalidOption(f"{message} (usage: corral why JOBID)")

@@ -70,10 +70,11 @@ class ControllerConfig:
     log_json: bool = False
     job_requeue: bool = True  # Slurm's JobRequeue: a node failure requeues jobs by default
     requeue_delay_s: float = 0.0  # a requeued job waits this long (reason BeginTime)
-    # Slurm's AccountingStorageEnforce: "limits" (sacctmgr's limits hold or refuse jobs),
-    # "qos" (a job's QOS must be one its association may use), "associations" (a user
-    # without an association for the job's account is refused)
-    accounting_enforce: tuple[str, ...] = ("limits", "qos")
+    # Slurm's AccountingStorageEnforce: "limits" (sacctmgr's limits hold or refuse jobs;
+    # implies "associations", as in Slurm), "qos" (a job's QOS must be one its
+    # association may use), "associations" (once the database has accounts or users, a
+    # user without an association for the job's account is refused)
+    accounting_enforce: tuple[str, ...] = ("associations", "limits", "qos")
     # every controller, in order (Slurm's SlurmctldHost list); empty: just the one above
     hosts: tuple[ControllerHost, ...] = ()
     lease_s: float = 20.0  # a standby takes over once the primary's lease is this stale

@@ -112,7 +112,10 @@ def _dumps(value: Any) -> str:
 class Accounting:
     def __init__(self, config: ClusterConfig) -> None:
         self.cluster = config.cluster_name
-        self.enforce = frozenset(config.controller.accounting_enforce)
+        enforce = set(config.controller.accounting_enforce)
+        if "limits" in enforce:  # Slurm's rule: limits are kept per association, so a
+            enforce.add("associations")  # job must name one (no -A escapes them)
+        self.enforce = frozenset(enforce)
         self.accounts: dict[str, Account] = {}
         self.users: dict[str, User] = {}
         self.assocs: dict[str, Assoc] = {}  # by key "account/user" ("account/" for its own)
@@ -282,13 +285,19 @@ class Accounting:
 
     # ------------------------------------------------------------ submit time
 
+    def enforces_associations(self) -> bool:
+        """Whether a job must name an association of its user: with ``associations``
+        enforced, once the database has an account besides root or a user. A fresh
+        cluster (root alone) takes every job, as Slurm does without accounting storage."""
+        return "associations" in self.enforce and (len(self.assocs) > 1 or bool(self.users))
+
     def submit_account(self, user: str, account: str) -> str:
         """The account a job is charged to: its -A, else the user's DefaultAccount; refused
         (Slurm's message) when associations are enforced and the user has none there."""
         if not account:
             u = self.users.get(user)
             account = u.default_account if u else ""
-        if "associations" in self.enforce and (
+        if self.enforces_associations() and (
             not account or assoc_key(account, user) not in self.assocs
         ):
             raise InvalidAccount()

@@ -102,6 +102,17 @@ class Policy:
         """Script, environment and --export values: the owner's and operators' only."""
         return job.uid == who.uid or self.is_operator(who)
 
+    def shown(self, who: Identity, job: pb.Job) -> pb.Job:
+        """``job`` as ``who`` may see it: the job itself for its owner and operators,
+        else a scrubbed copy. Every reply that carries a job (and its steps) takes it
+        from here (tests/integration/test_local_attacker_data.py holds every RPC to it)."""
+        if self.sees_spec(who, job):
+            return job
+        out = pb.Job()
+        out.CopyFrom(job)
+        scrub_job(out)
+        return out
+
     def check_job(self, who: Identity, job: pb.Job, action: str) -> None:
         if who.uid == job.uid or self.is_operator(who):
             return
@@ -154,10 +165,15 @@ def scrub_submit_line(line: str) -> str:
     return " ".join(out)
 
 
-def scrub_spec(spec: pb.JobSpec) -> None:
-    """What of a spec others may not see, removed in place."""
+def scrub_job(job: pb.Job) -> None:
+    """What of a job others may not see, removed in place: the script, the environment,
+    ``--export`` values and ``--wrap`` text, the job's and each step's (srun's submit
+    line carries its own ``--export``)."""
+    spec = job.spec
     spec.ClearField("script")
     spec.ClearField("environment")
     spec.submit_line = scrub_submit_line(spec.submit_line)
     if "=" in spec.export:  # NAME=value pairs: values only the owner sees
         spec.export = HIDDEN
+    for step in job.steps:
+        step.spec.submit_line = scrub_submit_line(step.spec.submit_line)

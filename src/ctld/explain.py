@@ -2,11 +2,13 @@
 
 Everything here is read off a plan or computed by running the same pure ``schedule``
 on a copy of the snapshot with one thing changed (fewer GPUs, a shorter limit, another
-partition), so a suggestion is never a guess. The plan assumes every running job runs
-to its time limit, unless the scheduler plans with predicted run times
-(``scheduler.predict``): then the plan already is the likely start, and a blocker's
-likely end is its prediction. By limits only, the "likely" start corrects the plan with
-how long recently finished jobs really ran against their limits.
+partition, an advance reservation left out), so a suggestion is never a guess: a
+change is offered only when the job would really start sooner with it, by the same
+measure as its own start. The plan assumes every running job runs to its time limit,
+unless the scheduler plans with predicted run times (``scheduler.predict``, the
+default): then the plan already is the likely start, and a blocker's likely end is its
+prediction. By limits only, the "likely" start corrects the plan with how long
+recently finished jobs really ran against their limits.
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ import dataclasses
 import statistics
 from collections.abc import Callable, Sequence
 
+from corral.reasons import Reason
 from ctld.sched import INFINITY, JobRequest, Plan, Snapshot, schedule
-from ctld.sched.model import Forecast
+from ctld.sched.model import Forecast, ReservationView
 from ctld.sched.predict import expected_end
+
+# a change is suggested only if it gains at least this much: less is rounding
+MIN_GAIN_S = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +37,7 @@ class Blocker:
 @dataclasses.dataclass(frozen=True)
 class Alternative:
     change: str
-    start: float  # 0: no forecast for it
+    start: float  # its likely start (the plan's, corrected as the job's own is)
     now: bool
 
 
@@ -47,6 +53,18 @@ class Explanation:
     earliest_start: float
     history_ratio: float
     history_jobs: int
+    predicted: bool = False  # the plan uses predicted run times (scheduler.predict)
+    starts_now: bool = False  # it fits now: the next pass starts it
+    # advance reservations it waits for: its own (to begin), or others' that hold
+    # nodes it needs (without them it would start sooner: computed, as alternatives)
+    reservations: tuple[ReservationView, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class _History:
+    median: float
+    quarter: float
+    starts_of: Callable[[int], float]
 
 
 def history_ratios(samples: Sequence[tuple[float, float]]) -> list[float]:
@@ -71,51 +89,140 @@ def explain(
     parts = set(req.partitions)
     queue = [r for r in snap.pending if parts & set(r.partitions)]
     rank = next(i for i, r in enumerate(queue) if r.job_id == job_id) + 1
+    history = _History(
+        statistics.median(ratios) if ratios else 1.0,
+        ratios[len(ratios) // 4] if ratios else 1.0,
+        starts_of,
+    )
+    starts_now = _starts(plan, job_id)
     forecast = plan.forecasts.get(job_id)
-    median = statistics.median(ratios) if ratios else 1.0
-    quarter = ratios[len(ratios) // 4] if ratios else 1.0
+    blockers = _blockers(snap, forecast, history)
+    likely_start, earliest = _range(snap, forecast, blockers, history)
+    reason = plan.reasons.get(job_id, "")
+    own = _own_start(snap.now, starts_now, forecast, likely_start, reason)
+    return Explanation(
+        rank=rank,
+        ahead=rank - 1,
+        reason=reason,
+        forecast=forecast,
+        blockers=tuple(blockers),
+        alternatives=()
+        if starts_now  # nothing is sooner than now
+        else tuple(_alternatives(snap, req, own, history, partitions_allowed)),
+        likely_start=likely_start,
+        earliest_start=earliest,
+        history_ratio=history.median,
+        history_jobs=len(ratios),
+        predicted=snap.settings.predict,
+        starts_now=starts_now,
+        reservations=() if starts_now else _reservations(snap, req, plan, own, history),
+    )
+
+
+def _own_start(
+    now: float, starts_now: bool, forecast: Forecast | None, likely: float, reason: str
+) -> float | None:
+    """What a change must beat: its likely start; INFINITY when it cannot run as it is
+    (a partition's limit, a node it requires: any start is sooner); None when it waits
+    its turn without a forecast (beyond the plan's depth, or an accounting limit): then
+    its start is unknown, and only a change that starts it at once is surely sooner."""
+    if starts_now:
+        return now
+    if forecast is not None:
+        return likely
+    if reason in (Reason.RESOURCES, Reason.PRIORITY) or reason.startswith(("Assoc", "QOS")):
+        return None
+    return INFINITY
+
+
+def _starts(plan: Plan, job_id: int) -> bool:
+    return any(s.job_id == job_id for s in plan.starts)
+
+
+def _blockers(snap: Snapshot, forecast: Forecast | None, history: _History) -> list[Blocker]:
+    """The running jobs ``forecast`` waits for, each with its limit's end and likely end."""
     running = {r.job_id: r for r in snap.running}
     blockers = []
     for other in forecast.waits_for if forecast else ():
         run = running.get(other)
         if run is None:
             continue
-        began = starts_of(other)
+        began = history.starts_of(other)
         limit = run.end_time - began
         if snap.settings.predict and run.predicted_s > 0:
             likely = expected_end(began, run.predicted_s, run.end_time, snap.now)
         elif run.end_time != INFINITY:
-            likely = max(snap.now, began + median * limit)
+            likely = max(snap.now, began + history.median * limit)
         else:
             likely = INFINITY
         blockers.append(Blocker(other, tuple(p.node for p in run.placements), run.end_time, likely))
-    likely_start = earliest = forecast.start if forecast else 0.0
+    return blockers
+
+
+def _range(
+    snap: Snapshot, forecast: Forecast | None, blockers: list[Blocker], history: _History
+) -> tuple[float, float]:
+    """The likely and the earliest start: the plan's, moved up by what history says the
+    blockers leave of their limits (the plan already is the likely one by predictions)."""
+    likely = earliest = forecast.start if forecast else 0.0
     if forecast and blockers and forecast.start != INFINITY and not snap.settings.predict:
         # When running jobs end early, the whole plan behind them moves up by as much
         # (reservations of jobs ahead included): shift the forecast by their slack.
         last = max(b.expected_end for b in blockers)
         if last != INFINITY:
             slack = last - max(b.likely_end for b in blockers)
+            starts_of = history.starts_of
             early = [
                 max(
-                    snap.now, starts_of(b.job_id) + quarter * (b.expected_end - starts_of(b.job_id))
+                    snap.now,
+                    starts_of(b.job_id) + history.quarter * (b.expected_end - starts_of(b.job_id)),
                 )
                 for b in blockers
             ]
-            likely_start = max(snap.now, forecast.start - slack)
-            earliest = max(snap.now, min(likely_start, forecast.start - (last - max(early))))
-    return Explanation(
-        rank=rank,
-        ahead=rank - 1,
-        reason=plan.reasons.get(job_id, ""),
-        forecast=forecast,
-        blockers=tuple(blockers),
-        alternatives=tuple(_alternatives(snap, req, forecast, partitions_allowed)),
-        likely_start=likely_start,
-        earliest_start=earliest,
-        history_ratio=median,
-        history_jobs=len(ratios),
-    )
+            likely = max(snap.now, forecast.start - slack)
+            earliest = max(snap.now, min(likely, forecast.start - (last - max(early))))
+    return likely, earliest
+
+
+def _sooner(snap: Snapshot, job_id: int, own: float | None, history: _History) -> float | None:
+    """When ``job_id`` likely starts in ``snap``'s plan, if that is sooner than ``own``
+    (its likely start as it is; see _own_start) by MIN_GAIN_S; else None."""
+    plan = schedule(snap)
+    if _starts(plan, job_id):
+        return snap.now
+    f = plan.forecasts.get(job_id)
+    if own is None or f is None or f.start == INFINITY:
+        return None
+    likely, _ = _range(snap, f, _blockers(snap, f, history), history)
+    return likely if likely <= own - MIN_GAIN_S else None
+
+
+def _reservations(
+    snap: Snapshot, req: JobRequest, plan: Plan, own: float | None, history: _History
+) -> tuple[ReservationView, ...]:
+    """Its own reservation while it waits for it to begin; any other reservation on
+    nodes of its partitions without which it would start sooner."""
+    out = []
+    parts = set(req.partitions)
+    usable = {n for p in snap.partitions if p.name in parts for n in p.nodes}
+    for resv in snap.reservations:
+        if resv.end <= snap.now:
+            continue
+        if resv.name == req.reservation:
+            if plan.reasons.get(req.job_id) == Reason.RESERVATION:
+                out.append(resv)
+            continue
+        if not usable & set(resv.nodes):
+            continue
+        if own is not None and own != INFINITY and 0 < req.time_limit_s <= resv.start - own:
+            # it begins after the job would end: leaving it out frees nothing sooner (the
+            # jobs ahead it delays could only take more of what the job would use)
+            continue
+        without = tuple(r for r in snap.reservations if r is not resv)
+        found = _sooner(dataclasses.replace(snap, reservations=without), req.job_id, own, history)
+        if found is not None:
+            out.append(resv)
+    return tuple(out)
 
 
 def _variants(req: JobRequest, partitions_allowed: Sequence[str]) -> list[tuple[str, JobRequest]]:
@@ -136,7 +243,11 @@ def _variants(req: JobRequest, partitions_allowed: Sequence[str]) -> list[tuple[
         base = req.time_limit_s if req.time_limit_s > 0 else 86400
         for limit in sorted({base // 2, base // 4, 3600, 600}, reverse=True):
             if 0 < limit < base:
-                out.append((f"-t {_duration(limit)}", dataclasses.replace(req, time_limit_s=limit)))
+                # (a prediction never exceeds the limit: the core's invariant)
+                shorter = dataclasses.replace(
+                    req, time_limit_s=limit, predicted_s=min(req.predicted_s, limit)
+                )
+                out.append((f"-t {_duration(limit)}", shorter))
     for part in partitions_allowed:
         if part not in req.partitions:
             out.append((f"-p {part}", dataclasses.replace(req, partitions=(part,))))
@@ -144,19 +255,20 @@ def _variants(req: JobRequest, partitions_allowed: Sequence[str]) -> list[tuple[
 
 
 def _alternatives(
-    snap: Snapshot, req: JobRequest, forecast: Forecast | None, partitions_allowed: Sequence[str]
+    snap: Snapshot,
+    req: JobRequest,
+    own: float | None,
+    history: _History,
+    partitions_allowed: Sequence[str],
 ) -> list[Alternative]:
-    current = forecast.start if forecast else INFINITY
+    """Each change that, alone, makes it likely start sooner than ``own`` (its likely
+    start as it is) by MIN_GAIN_S: computed on the plan, never a guess."""
     out = []
     for change, variant in _variants(req, partitions_allowed):
         pending = tuple(variant if r.job_id == req.job_id else r for r in snap.pending)
-        plan: Plan = schedule(dataclasses.replace(snap, pending=pending))
-        if any(s.job_id == req.job_id for s in plan.starts):
-            out.append(Alternative(change, snap.now, True))
-            continue
-        f = plan.forecasts.get(req.job_id)
-        if f is not None and f.start < current:
-            out.append(Alternative(change, f.start, False))
+        start = _sooner(dataclasses.replace(snap, pending=pending), req.job_id, own, history)
+        if start is not None:
+            out.append(Alternative(change, start, start == snap.now))
     out.sort(key=lambda a: (not a.now, a.start))
     return out
 

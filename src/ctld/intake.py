@@ -325,13 +325,17 @@ class Intake:
         if pending_only and job.state != js.PENDING:
             raise JobStateConflict("Job is no longer pending execution")
         if req.HasField("time_limit_s"):
-            limit = req.time_limit_s
-            longer = (limit < 0 and job.time_limit_s >= 0) or 0 <= job.time_limit_s < limit
+            # 0 is no limit (as -t 0), like INFINITE/UNLIMITED (-1): a raise of any limit
+            limit = UNLIMITED if req.time_limit_s == 0 else req.time_limit_s
+            if limit < UNLIMITED:
+                raise InvalidRequest(f"Invalid TimeLimit value: {req.time_limit_s}")
+            had = job.time_limit_s
+            longer = (limit == UNLIMITED and had != UNLIMITED) or 0 <= had < limit
             if longer and not operator:
                 raise PermissionDenied(
                     "Access/permission denied: only an operator may extend a time limit"
                 )
-            spec.time_limit_s = limit if limit != 0 else -1
+            spec.time_limit_s = limit
             changes.append(f"TimeLimit={limit}")
         if req.partitions:
             spec.partitions[:] = list(req.partitions)

@@ -104,7 +104,10 @@ class Queries:
         if found is None:
             return resp
         resp.rank, resp.ahead = found.rank, found.ahead
-        if found.forecast is not None and found.forecast.start != INFINITY:
+        resp.predicted = found.predicted
+        if found.starts_now:
+            resp.forecast_start = resp.likely_start = resp.earliest_start = resp.now
+        elif found.forecast is not None and found.forecast.start != INFINITY:
             resp.forecast_start = found.forecast.start
             resp.likely_start = found.likely_start
             resp.earliest_start = found.earliest_start
@@ -120,6 +123,13 @@ class Queries:
             )
         for a in found.alternatives:
             resp.alternatives.add(change=a.change, start=a.start, now=a.now)
+        for r in found.reservations:
+            resp.reservations.add(
+                name=r.name,
+                start_time=r.start,
+                end_time=r.end if r.end != INFINITY else 0,
+                nodes=hostlist.compress(list(r.nodes)),
+            )
         return resp
 
     def priority_weights(self) -> dict[str, int]:

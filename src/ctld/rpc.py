@@ -24,6 +24,7 @@ from corral.auth.tls import peer_name
 from corral.errors import (
     ERROR_METADATA_KEY,
     CorralError,
+    InvalidJobId,
     InvalidRequest,
     PermissionDenied,
     Unauthenticated,
@@ -33,7 +34,6 @@ from corral.wire import corral_pb2 as pb
 from corral.wire.methods import CONTROLLER, NODE_CONTROLLER, PYTHON_NAMES, SERVICES
 from ctld import usage_report
 from ctld.auth import Authenticator, Caller, StepCredentials
-from ctld.authz import scrub_spec
 from ctld.cluster import Cluster
 from ctld.jsonmap import Skip, message_to_json
 
@@ -120,12 +120,12 @@ class ControllerApi:
             if not policy.may_see(who, job):
                 continue
             own = policy.sees_spec(who, job)
-            # others' jobs: no script/environment, --export values hidden (cache key "own")
+            # others' jobs: scrubbed (Policy.shown; the cache key's "own")
             key = (req.with_events, req.with_spec and own, own)
             rev = revisions.get(job.job_id, 0)
             hit = cache.get((job.job_id, key))
             if hit is None or hit[0] != rev:
-                shown = job if own else _scrubbed(job)
+                shown = policy.shown(who, job)
                 hit = (rev, _dumps(message_to_json(shown, _JOB_SKIPS[key[:2]])))
                 cache[(job.job_id, key)] = hit
             parts.append(hit[1])
@@ -159,7 +159,7 @@ class ControllerApi:
             if not policy.may_see(who, job):
                 continue
             out = resp.jobs.add()
-            out.CopyFrom(job if policy.sees_spec(who, job) else _scrubbed(job))
+            out.CopyFrom(policy.shown(who, job))
             if not req.with_events:
                 del out.events[:]
             if not req.with_spec:
@@ -195,12 +195,16 @@ class ControllerApi:
         for job in jobs:
             if not policy.may_see_accounting(who, job.uid):
                 continue
-            for shown in (*runs.get(job.job_id, ()), job):  # earlier runs, then this one
-                shown.spec.ClearField("script")
-                shown.spec.ClearField("environment")
-                if not policy.sees_spec(who, shown):
-                    scrub_spec(shown.spec)
-                resp.jobs.append(shown)
+            live = self.cluster.jobs.get(job.job_id)
+            if live is not None and live.state == job.state == pb.JOB_STATE_PENDING:
+                # what a pass writes (the reason) lives in memory, stored only with a
+                # change: a pending job's record is ctld's, so sacct says what squeue says
+                job.CopyFrom(live)
+                del job.events[:]
+            for run in (*runs.get(job.job_id, ()), job):  # earlier runs, then this one
+                run.spec.ClearField("script")
+                run.spec.ClearField("environment")
+                resp.jobs.append(policy.shown(who, run))
         return resp
 
     async def get_nodes(self, req: pb.GetNodesRequest, who: Identity) -> pb.GetNodesResponse:
@@ -232,7 +236,16 @@ class ControllerApi:
         )
 
     async def explain_job(self, req: pb.ExplainJobRequest, who: Identity) -> pb.ExplainJobResponse:
-        return self.cluster.explain(who, req.job_id)
+        policy = self.cluster.policy
+        resp = self.cluster.explain(who, req.job_id)
+        if not policy.may_see(who, resp.job):
+            raise InvalidJobId()  # private_data: as squeue -j, not there at all
+        resp.job.CopyFrom(policy.shown(who, resp.job))
+        for blocker in resp.blockers:
+            other = self.cluster.jobs.get(blocker.job_id)
+            if other is None or not policy.may_see(who, other):
+                blocker.user = ""
+        return resp
 
     async def create_reservation(
         self, req: pb.CreateReservationRequest, who: Identity
@@ -255,7 +268,7 @@ class ControllerApi:
     async def create_step(self, req: pb.CreateStepRequest, who: Identity) -> pb.CreateStepResponse:
         step = await self.cluster.create_step(who, req.spec)
         job = pb.Job()
-        job.CopyFrom(self.cluster.job(req.spec.job_id))
+        job.CopyFrom(self.cluster.policy.shown(who, self.cluster.job(req.spec.job_id)))
         job.spec.ClearField("script")
         job.spec.ClearField("environment")
         del job.events[:]
@@ -320,14 +333,6 @@ class ControllerApi:
     async def sacctmgr(self, req: pb.SacctmgrRequest, who: Identity) -> pb.SacctmgrResponse:
         # reads and changes share the RPC: a change checks the store itself
         return await self.cluster.sacctmgr(who, req)
-
-
-def _scrubbed(job: pb.Job) -> pb.Job:
-    """Another user's job as a user sees it: no script, environment or --export values."""
-    out = pb.Job()
-    out.CopyFrom(job)
-    scrub_spec(out.spec)
-    return out
 
 
 def grpc_caller(context: grpc.aio.ServicerContext[Any, Any], method: str) -> Caller:

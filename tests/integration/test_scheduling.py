@@ -102,8 +102,58 @@ def test_dependencies_hold_until_met_and_never_satisfied(
         "DependencyNeverSatisfied",
     )
     assert cmd.job(ok)["state"] == "JOB_STATE_PENDING"
+    # sacct says what squeue says (the pass's reason is ctld's, in memory)
+    shown = cmd("sacct", "-n", "-X", "-P", "-o", "JobID,State,Reason", "-j", ok).stdout
+    assert shown == f"{ok}|PENDING|DependencyNeverSatisfied\n"
+    assert cmd("squeue", "-h", "-o", "%r", "-j", ok).stdout == "DependencyNeverSatisfied\n"
     bad = cmd("sbatch", "--dependency=afterok:999999", "--wrap", "true", check=False)
     assert bad.returncode == 1 and "Job dependency problem" in bad.stderr
+
+
+def test_why_names_array_tasks_reservations_and_how_it_plans(
+    cluster: LocalCluster, cmd: Commands
+) -> None:
+    # issue 22: `corral why --help` helps; `corral why N_T` answers about task T of
+    # array N; the words say the plan is by predicted run times (the default); a
+    # reservation that holds the nodes is named; a change is offered only if sooner
+    helped = cmd("corral", "why", "--help")
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: corral why")
+    held = submit(cmd, "-H", "--array=1-3", "-J", "arr", "--wrap", "true")
+    second = cmd.cluster.client().get_jobs({"filter": {"arrayTasks": [f"{held}_2"]}})["jobs"]
+    why = cmd("corral", "why", f"{held}_2").stdout
+    assert why.startswith(f"Job {second[0]['jobId']} (arr) is pending: you held it"), why
+    assert second[0]["jobId"] != held
+    missing = cmd("corral", "why", f"{held}_9", check=False)
+    assert missing.returncode == 1 and "Invalid job id specified" in missing.stderr
+    cmd("scancel", held)
+
+    from corral.identity import current_identity
+
+    cmd(
+        "scontrol",
+        "create",
+        "reservation",
+        "ReservationName=maint",
+        "StartTime=now+600",
+        "Duration=10:00",
+        "Nodes=node[01-02]",
+        f"Users={current_identity().user}",
+        "Flags=MAINT",
+    )
+    try:
+        # 30 minutes cannot end before the reservation begins in 10: it waits for its end
+        big = submit(cmd, "-N2", "--gres=gpu:8", "-t", "30:00", "--wrap", "true")
+        wait_for(lambda: cmd.job(big).get("expectedStart"), 30, "the job's forecast")
+        why = cmd("corral", "why", big).stdout
+        assert "Reservation maint holds node[01-02] from " in why, why
+        assert "without it, it would start sooner" in why
+        assert "planned with the run times predicted" in why
+        assert "whole time limit" not in why
+        assert "  -t 0:07:30: at once" in why  # short enough to end before it begins
+        assert "  -N 1:" not in why  # one node is as blocked as two: not sooner
+        cmd("scancel", big)
+    finally:
+        cmd("scontrol", "delete", "ReservationName=maint")
 
 
 def test_update_job_and_shares(cluster: LocalCluster, cmd: Commands) -> None:

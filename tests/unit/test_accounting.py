@@ -241,6 +241,45 @@ def test_enforced_associations_refuse_users_without_one(
         c.stop()
 
 
+def test_by_default_an_account_must_be_a_users_once_the_database_names_anyone(
+    lab: InProcessCluster,
+) -> None:
+    # a fresh cluster (root alone) takes any -A, and jobs without one (corral up, demo)
+    assert lab.job(submit(lab, BOB, account="anything"))["account"] == "anything"
+    assert lab.job(submit(lab, BOB)).get("account", "") == ""
+    # once it has accounts, limits are kept per association: no -A escapes them
+    setup_vision(lab)
+    sm(lab, "modify", "user", "alice", "set", "GrpTRES=gres/gpu=4")
+    for who, account in ((ALICE, "anything"), (ALICE, "root"), (BOB, ""), (BOB, "vision")):
+        with pytest.raises(InvalidAccount, match="Invalid account or account/partition"):
+            submit(lab, who, account=account, gpusPerNode=8)
+    assert lab.job(submit(lab, ALICE))["account"] == "vision"  # her DefaultAccount
+
+
+@pytest.mark.parametrize(("enforce", "refused"), [('["limits"]', True), ("[]", False)])
+def test_limits_imply_associations_and_an_empty_list_turns_it_off(
+    store_url: str, tmp_path: pathlib.Path, enforce: str, refused: bool
+) -> None:
+    # Slurm's AccountingStorageEnforce: "limits" sets "associations" too
+    c = InProcessCluster(
+        tmp_path / "c",
+        nodes=1,
+        gpus_per_node=2,
+        store_url=store_url,
+        controller_config=f"accounting_enforce = {enforce}",
+    )
+    try:
+        c.register_nodes()
+        setup_vision(c)
+        if refused:
+            with pytest.raises(InvalidAccount):
+                submit(c, ALICE, account="anything")
+        else:
+            assert c.job(submit(c, ALICE, account="anything"))["account"] == "anything"
+    finally:
+        c.stop()
+
+
 def test_only_operators_change_it_and_admin_level_makes_one(lab: InProcessCluster) -> None:
     setup_vision(lab)
     with pytest.raises(PermissionDenied):

@@ -112,6 +112,24 @@ def test_export_values_are_hidden_from_others() -> None:
     assert scrub_submit_line("sbatch --exclusive --wckey=w x") == "sbatch --exclusive --wckey=w x"
 
 
+def test_one_scrub_covers_the_job_and_its_steps() -> None:
+    # srun's submit line carries its own --export: a step's is scrubbed with the job's
+    policy = Policy(operators=())
+    alice, bob = Identity("alice", 1000, 1000), Identity("bob", 1001, 1001)
+    job = pb.Job(job_id=7, uid=1000, user="alice")
+    job.spec.script = "#!/bin/sh\necho s3cret\n"
+    job.spec.environment["TOKEN"] = "s3cret"
+    job.spec.export = "ALL,TOKEN=s3cret"
+    job.spec.submit_line = "sbatch --export=ALL,TOKEN=s3cret job.sh"
+    job.steps.add(step_id=0).spec.submit_line = "srun --export=ALL,STEP=s3cret env"
+    assert policy.shown(alice, job) is job  # the owner's own, uncopied
+    seen = policy.shown(bob, job)
+    assert "s3cret" not in str(seen)
+    assert seen.steps[0].spec.submit_line == "srun --export=<hidden> env"
+    assert seen.spec.export == "<hidden>" and not seen.spec.script
+    assert "s3cret" in str(job)  # the stored job is untouched
+
+
 def test_config_auth_and_tls_keys() -> None:
     cfg = parse_config({"auth": {"type": "jwt", "jwt_key": "/k"}, "tls": {"dir": "/t"}})
     assert cfg.auth.type == "jwt" and cfg.tls.enabled and cfg.noded.listen == ""

@@ -169,6 +169,32 @@ async def test_admin_hold_needs_an_operator_to_release(env) -> None:  # type: ig
     assert job.hold == pb.HOLD_NONE
 
 
+async def test_a_user_may_only_lower_her_time_limit(env) -> None:  # type: ignore[no-untyped-def]
+    # 0 (as -t 0), INFINITE and UNLIMITED (-1) are no limit: raises, an operator's
+    cluster, *_ = env
+    held = await cluster.submit(ALICE, spec(time_limit_s=600, hold=True))
+    running = await cluster.submit(ALICE, spec(time_limit_s=600))
+    await drain(cluster)
+    assert running.state == js.RUNNING
+    for job in (held, running):
+        for limit in (0, -1, 601):
+            req = pb.UpdateJobRequest(
+                job_ids=[job.job_id], action=pb.JOB_UPDATE_FIELDS, time_limit_s=limit
+            )
+            (out,) = await cluster.update_hold(ALICE, req)
+            assert out.error == "PermissionDenied", (job.job_id, limit)
+            assert job.time_limit_s == 600
+        lower = pb.UpdateJobRequest(
+            job_ids=[job.job_id], action=pb.JOB_UPDATE_FIELDS, time_limit_s=300
+        )
+        assert (await cluster.update_hold(ALICE, lower))[0].ok and job.time_limit_s == 300
+    req = pb.UpdateJobRequest(job_ids=[running.job_id], action=pb.JOB_UPDATE_FIELDS, time_limit_s=0)
+    assert (await cluster.update_hold(ADMIN, req))[0].ok
+    assert running.time_limit_s == -1  # an operator may lift it
+    bad = pb.UpdateJobRequest(job_ids=[held.job_id], action=pb.JOB_UPDATE_FIELDS, time_limit_s=-5)
+    assert (await cluster.update_hold(ADMIN, bad))[0].error == "InvalidRequest"
+
+
 @pytest.mark.parametrize(
     ("bad", "error"),
     [

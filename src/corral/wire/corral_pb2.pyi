@@ -2361,7 +2361,7 @@ class Alternative(_message.Message):
     change: _builtins.str
     """e.g. "--gres=gpu:4", "-t 1:00:00", "-p other" """
     start: _builtins.float
-    """expected start with that change; 0: not within the plan"""
+    """likely start with that change (sooner than without it)"""
     now: _builtins.bool
     """it would start at once"""
     def __init__(
@@ -2394,6 +2394,8 @@ class ExplainJobResponse(_message.Message):
     HISTORY_RATIO_FIELD_NUMBER: _builtins.int
     HISTORY_JOBS_FIELD_NUMBER: _builtins.int
     NOW_FIELD_NUMBER: _builtins.int
+    PREDICTED_FIELD_NUMBER: _builtins.int
+    RESERVATIONS_FIELD_NUMBER: _builtins.int
     rank: _builtins.int
     """1-based place among pending jobs in its partitions"""
     ahead: _builtins.int
@@ -2408,12 +2410,20 @@ class ExplainJobResponse(_message.Message):
     """median of elapsed / time limit over recent finished jobs"""
     history_jobs: _builtins.int
     now: _builtins.float
+    predicted: _builtins.bool
+    """the plan uses predicted run times (scheduler.predict)"""
     @_builtins.property
     def job(self) -> Global___Job: ...
     @_builtins.property
     def blockers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Blocker]: ...
     @_builtins.property
     def alternatives(self) -> _containers.RepeatedCompositeFieldContainer[Global___Alternative]: ...
+    @_builtins.property
+    def reservations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Reservation]:
+        """advance reservations it waits for: its own (to begin), or others on nodes it needs
+        without which it would start sooner (name, start_time, end_time, nodes only)
+        """
+
     def __init__(
         self,
         *,
@@ -2428,10 +2438,12 @@ class ExplainJobResponse(_message.Message):
         history_ratio: _builtins.float = ...,
         history_jobs: _builtins.int = ...,
         now: _builtins.float = ...,
+        predicted: _builtins.bool = ...,
+        reservations: _abc.Iterable[Global___Reservation] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ahead", b"ahead", "alternatives", b"alternatives", "blockers", b"blockers", "earliest_start", b"earliest_start", "forecast_start", b"forecast_start", "history_jobs", b"history_jobs", "history_ratio", b"history_ratio", "job", b"job", "likely_start", b"likely_start", "now", b"now", "rank", b"rank"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ahead", b"ahead", "alternatives", b"alternatives", "blockers", b"blockers", "earliest_start", b"earliest_start", "forecast_start", b"forecast_start", "history_jobs", b"history_jobs", "history_ratio", b"history_ratio", "job", b"job", "likely_start", b"likely_start", "now", b"now", "predicted", b"predicted", "rank", b"rank", "reservations", b"reservations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

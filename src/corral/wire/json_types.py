@@ -527,6 +527,8 @@ class ExplainJobResponse(TypedDict, total=False):
     historyRatio: float
     historyJobs: int
     now: float
+    predicted: bool
+    reservations: list[Reservation]
 
 
 class GetSharesRequest(TypedDict, total=False):
