@@ -126,12 +126,18 @@ def test_links_left_in_a_jobs_spool_directory_never_steer_root(
     )
     code, _, err = command(one, alice, "scontrol", "release", str(job_id), cwd=home)
     assert code == 0, err
-    one.wait_state(job_id, "COMPLETED", "FAILED", "PENDING")
-    assert untouched(secret, 0o600), ("progress followed", said)
-    assert untouched(config, 0o600), ("state file's temporary followed", said)
-    assert untouched(shared, 0o666), ("script written through a hard link", said)
-    one.wait_state(job_id, "COMPLETED")
-    assert "run 1" in out.read_text()
+    ended = one.wait_state(job_id, "COMPLETED", "FAILED")
+    followed = [
+        how
+        for path, m, how in (
+            (secret, 0o600, "progress -> a root-only file"),
+            (config, 0o600, "state.json.tmp -> a root file"),
+            (shared, 0o666, "script, a hard link to a root file"),
+        )
+        if not untouched(path, m)
+    ]
+    assert followed == [], said
+    assert ended["state"] == "JOB_STATE_COMPLETED" and "run 1" in out.read_text()
     assert not d.exists()  # and the job's directory is gone once it ended
 
 
