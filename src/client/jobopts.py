@@ -282,6 +282,22 @@ def export_environment(value: str, environ: dict[str, str]) -> dict[str, str]:
     return env
 
 
+UMASK_VAR = "SLURM_UMASK"
+
+
+def with_umask(env: dict[str, str], environ: dict[str, str]) -> dict[str, str]:
+    """``env`` plus Slurm's SLURM_UMASK: the caller's umask ("0077"), unless one is set
+    already (--export=...,SLURM_UMASK=, the caller's environment: inside a job, or by
+    hand). Whatever --export says, the job's files and processes get it on the node, as
+    sbatch, srun and salloc do."""
+    mask = env.get(UMASK_VAR) or environ.get(UMASK_VAR)
+    if not mask:
+        current = os.umask(0)
+        os.umask(current)
+        mask = f"0{current:03o}"
+    return {**env, UMASK_VAR: mask}
+
+
 def to_spec(
     g: dict[str, Any],
     *,
@@ -303,7 +319,7 @@ def to_spec(
     spec["name"] = g.get("job_name") or default_name
     spec["argv"] = argv
     spec["export"] = g.get("export", "ALL")
-    spec["environment"] = export_environment(spec["export"], environ)
+    spec["environment"] = with_umask(export_environment(spec["export"], environ), environ)
     if "output" in g:
         spec["stdoutPattern"] = g["output"]
     if "error" in g:

@@ -18,7 +18,7 @@ from client.alloc import (
     request_allocation,
 )
 from client.common import option_errors, run
-from client.jobopts import merge
+from client.jobopts import merge, with_umask
 from client.options import FLAG, Option, OptionParser
 from corral import __version__
 from corral.api import connect
@@ -54,7 +54,8 @@ def salloc(argv: list[str]) -> int:
     code, sig = 1, 0
     try:
         job = api.get_jobs({"filter": {"jobIds": [job_id]}})["jobs"][0]
-        env = {**os.environ, **allocation_environment(job, "")}
+        environ = dict(os.environ)  # SLURM_UMASK too: srun inside keeps salloc's umask
+        env = with_umask({**environ, **allocation_environment(job, "")}, environ)
         proc = subprocess.Popen(command, env=env)
         # Ctrl-C is the command's (the terminal sends it there too); SIGTERM and SIGHUP
         # go on to it, and salloc releases the allocation once it has ended

@@ -16,7 +16,7 @@ import time
 
 from client.alloc import allocation_options, release, request_allocation, say
 from client.common import option_errors, run
-from client.jobopts import export_environment, merge, parse_gpus, submit_line
+from client.jobopts import export_environment, merge, parse_gpus, submit_line, with_umask
 from client.options import FLAG, OPTIONAL, Option, OptionParser
 from client.poller import EVENT_READ, EVENT_WRITE, Poller
 from client.taskstream import NodeStream
@@ -322,7 +322,8 @@ class Step:
     # ------------------------------------------------------------ the streams
 
     def _run_streams(self, cluster: str) -> tuple[int, int]:
-        env = export_environment(self.cli.get("export", "ALL"), dict(os.environ))
+        environ = dict(os.environ)
+        env = with_umask(export_environment(self.cli.get("export", "ALL"), environ), environ)
         stdin_ranks = self._stdin_ranks()
         first = self.nodes[0]
         master_addr = str(first.get("address", "")).rpartition(":")[0] or str(first["node"])

@@ -8,10 +8,23 @@ from __future__ import annotations
 
 import os
 import pwd
+from collections.abc import Mapping
 
 from corral.jobsyntax import array_environment
 from corral.slurmfmt import compress_counts
 from corral.wire import corral_pb2 as pb
+
+UMASK_VAR = "SLURM_UMASK"  # the submitter's umask (sbatch, srun and salloc record it)
+
+
+def job_umask(env: Mapping[str, str]) -> str:
+    """The umask a job's processes and files get: SLURM_UMASK when it is an octal mask
+    (``077``, ``0022``), normalized to four digits; "" (noded's own) when absent or not
+    a mask, as slurmstepd does."""
+    value = env.get(UMASK_VAR, "").strip()
+    if not value or len(value) > 4 or any(c not in "01234567" for c in value):
+        return ""
+    return f"{int(value, 8):04o}"
 
 
 def tasks_per_node(job: pb.Job) -> list[int]:

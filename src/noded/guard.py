@@ -4,10 +4,14 @@ noded starts one guard per instance, in a session of its own, so it outlives a n
 that is killed. noded touches ``<spool>/contact`` whenever ctld answers it. Once that
 file is older than ``fence_after_s`` (heartbeat.timeout_s - interval_s: before ctld
 declares the node DOWN and requeues its jobs elsewhere), the guard SIGKILLs every
-process carrying this noded instance's job marker, so a job never runs in two places,
-whether noded is cut off by the network or dead itself. It exits when its instance
+process carrying this noded instance's job marker that noded's records claim (the
+same marker, real uid and start time: records.py; a marker alone is anyone's to
+write), so a job never runs in two places, whether noded is cut off by the network
+or dead itself. It exits when its instance
 token leaves ``<spool>/instances`` (noded stopped cleanly, or a new noded took over),
 or when its noded is dead and none of its jobs' processes is left.
+
+Its lines carry a UTC timestamp, as noded's own (they share noded's log).
 
 Standard library only, and small: it must start fast and use next to nothing.
 """
@@ -21,7 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-MARKER = b"CORRAL_JOB_MARKER="
+from noded import records
+
+MARKER = records.MARKER_VAR.encode() + b"="
 CONTACT_FILE = "contact"
 POLL_S = 0.2
 
@@ -60,6 +66,27 @@ def alive(pid: int) -> bool:
         return False
 
 
+def say(node: str, event: str, **fields: object) -> None:
+    """One log line in noded's format (logfmt, timestamp first)."""
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
+    extra = "".join(f" {k}={v}" for k, v in fields.items())
+    print(
+        f'timestamp={stamp} level=warning event="{event}" component=noded-guard node={node}'
+        + extra,
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def claimed(spool: Path, pids: set[int]) -> set[int]:
+    """Those of ``pids`` a record of noded's claims (marker, real uid, start time)."""
+    if not pids:
+        return pids
+    found = records.load_claims(str(spool))
+    return {pid for pid in pids if records.claimed(pid, found)}
+
+
 def run(spool: Path, node: str, token: str, fence_after_s: float, noded_pid: int) -> None:
     contact = spool / CONTACT_FILE
     fenced = False
@@ -71,13 +98,13 @@ def run(spool: Path, node: str, token: str, fence_after_s: float, noded_pid: int
         except OSError:
             silent = 0.0
         if silent >= fence_after_s:
-            pids = marked(node, token)
+            pids = claimed(spool, marked(node, token))
             if pids and not fenced:
-                print(
-                    f"noded guard {node}: ctld not heard for {silent:.1f}s: "
-                    f"killing {len(pids)} job processes",
-                    file=sys.stderr,
-                    flush=True,
+                say(
+                    node,
+                    "ctld not heard from: killing the job processes (fenced)",
+                    silent_s=f"{silent:.1f}",
+                    processes=len(pids),
                 )
             fenced = fenced or bool(pids)
             for pid in pids:

@@ -15,23 +15,20 @@ import contextlib
 import os
 import secrets
 import signal
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import psutil
 import structlog
 
 from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import CorralError, LaunchError
 from corral.jobsyntax import WarnSignal, parse_warn_signal
 from corral.wire import corral_pb2 as pb
-from noded import progress, spool
+from noded import jobdir, progress, recovery, spool
 from noded.cgroups import CgroupManager, CgroupUnavailable, JobCgroup
 from noded.clock import Clock, RealClock, Timer
-from noded.env import batch_environment
+from noded.env import batch_environment, job_umask
 from noded.gpu import GpuBackend, GpuDevice
 from noded.limits import CoreAllocator, GpuStats
 from noded.scripts import run_script, script_environment
@@ -42,7 +39,7 @@ from noded.spawn import (
     spawn_gated,
     write_script,
 )
-from noded.tracking import MARKER_VAR, PROGRESS_VAR, JobProcesses, Usage, marked_by_instance
+from noded.tracking import MARKER_VAR, PROGRESS_VAR, JobProcesses, Usage
 
 log = structlog.get_logger("noded")
 
@@ -75,6 +72,7 @@ class RunningJob:
     fenced: bool = False  # ctld gave the job to others: killed, and nothing is reported
     gpu_utils: list[float] = field(default_factory=list)  # the last GPU sample
     progress_file: str = ""  # the opt-in progress heartbeat (CORRAL_PROGRESS_FILE)
+    since: float = field(default_factory=time.time)  # taken on: before any process of it
     stall: str = ""  # who stopped making progress (detail of the END_STALLED report)
 
     @property
@@ -235,7 +233,10 @@ class Launcher:
             checkpoint_root=self.noded.checkpoint_dir,
         )
         if self.noded.checkpoint_dir:  # the default, in the user's submit dir, is theirs
-            _make_checkpoint_dir(env["CORRAL_CHECKPOINT_DIR"], who.uid, who.gid)
+            try:
+                jobdir.make_user_dir(env["CORRAL_CHECKPOINT_DIR"], who.uid, who.gid)
+            except OSError as exc:  # the job sees it missing: its own to report
+                log.warning("checkpoint directory not made", job_id=job.job_id, error=str(exc))
         path = os.path.join(self._job_dir(job.job_id), "progress")
         running.progress_file = path if progress.make_file(path, who.uid, who.gid) else ""
         env[PROGRESS_VAR] = running.progress_file
@@ -248,6 +249,7 @@ class Launcher:
             files=files,
             # a requeued run continues the first run's output (Slurm's rule)
             append=spec.open_mode == "append" or job.restart_count > 0,
+            umask=job_umask(env),
         )
         try:
             self._contain(running, gated)
@@ -349,7 +351,7 @@ class Launcher:
         grep for: ``slurmstepd-NODE: error: *** JOB N ON NODE CANCELLED AT time [DUE TO
         TIME LIMIT] ***`` (22.05 names its node after ``slurmstepd``).
         noded is root: it appends only to a regular file of the job's user, never
-        through a link, and never creates one."""
+        through a link, and never creates one (jobdir.append_to_users_file)."""
         files = resolve_files(running.job, self.node_name)
         path = os.path.join(files.workdir, files.stderr)  # an absolute stderr stays as is
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -357,18 +359,7 @@ class Launcher:
             f"slurmstepd-{self.node_name}: error: *** JOB {running.job_id} ON {self.node_name} "
             f"CANCELLED AT {stamp}{why} ***\n"
         )
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return
-        try:
-            st = os.fstat(fd)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == running.job.uid:
-                os.write(fd, line.encode())
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        jobdir.append_to_users_file(path, running.job.uid, line)
 
     # ------------------------------------------------------------ ending
 
@@ -473,13 +464,11 @@ class Launcher:
                     log.warning("job cgroup not removed", job_id=running.job_id)
                     break
                 await asyncio.sleep(0.02)  # the kernel finishes tearing dead tasks down
-        job_dir = self._job_dir(running.job_id)
+        try:
+            jobdir.discard(self._job_dir(running.job_id))
+        except OSError as exc:
+            log.warning("job directory not removed", job_id=running.job_id, error=str(exc))
         spool.remove(self.spool_dir, running.job_id)  # last: until now a new noded must find it
-        for name in ("script", "progress"):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(job_dir, name))
-        with contextlib.suppress(OSError):
-            os.rmdir(job_dir)
         next_run = self._next_runs.pop(running.job_id, None)
         if next_run is not None:
             await self.launch(next_run)
@@ -493,11 +482,12 @@ class Launcher:
             job_id=running.job_id,
             restart_count=running.restart_count,
             marker=running.marker,
-            uid=procs.uid if procs is not None else None,
+            uid=procs.uid if procs is not None else _job_uid(running.job),
             root_pid=procs.root_pid if procs is not None else -1,
             root_created=procs.root_created if procs is not None else 0.0,
             cgroup_version=cgroup.version if cgroup is not None else 0,
             cgroup_dirs={k: str(v) for k, v in cgroup.dirs.items()} if cgroup else {},
+            since=running.since,
         )
         try:
             spool.save(self.spool_dir, state)
@@ -507,71 +497,11 @@ class Launcher:
     # ------------------------------------------------------------ recovery and fencing
 
     async def recover(self) -> list[int]:
-        """Settle what an earlier noded left here; returns the jobs reported lost.
-
-        Runs before the first registration. Every process of an earlier noded's jobs
-        (batch scripts and step tasks, found by state file, cgroup and marker) is
-        killed and its cgroup removed; each batch job is reported ended with
-        END_NODE_FAIL, so ctld requeues it. Never relaunched beside the old copy.
-        """
-        earlier = spool.take_instances(self.spool_dir, self.instance)
-        states = spool.load_all(self.spool_dir)
-        groups: list[JobProcesses] = []
-        for st in states:
-            cgroup = (
-                JobCgroup(st.cgroup_version, {k: Path(v) for k, v in st.cgroup_dirs.items()})
-                if st.cgroup_dirs
-                else None
-            )
-            procs = JobProcesses(st.root_pid, st.marker, cgroup, uid=st.uid)
-            if st.root_created and procs.root_created != st.root_created:
-                procs.root_pid = -1  # that pid is another process now
-            groups.append(procs)
-        stale = self.cgroups.stale() if self.cgroups is not None else []
-        orphans = _orphans(earlier, self.instance)
-        killed = await _kill_all(groups, stale, orphans)
-        progress.remove_step_files(self.spool_dir)  # every step of theirs is gone now
-        for cg in stale + [p.cgroup for p in groups if p.cgroup is not None]:
-            deadline = time.monotonic() + 5.0
-            while not cg.try_remove() and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-        lost: list[int] = []
-        for st in states:
-            lost.append(st.job_id)
-            log.warning(
-                "job of an earlier noded killed and reported lost",
-                job_id=st.job_id,
-                node=self.node_name,
-            )
-            self.report(
-                Update(
-                    job_id=st.job_id,
-                    kind=Update.KIND_EXITED,
-                    time=time.time(),
-                    exit_signal=int(signal.SIGKILL),
-                    end_reason=Update.END_NODE_FAIL,
-                    detail=f"noded on {self.node_name} restarted while the job ran: "
-                    "its processes were killed",
-                    restart_count=st.restart_count,
-                )
-            )
-            spool.remove(self.spool_dir, st.job_id)
-            job_dir = self._job_dir(st.job_id)
-            for name in ("script", "progress"):
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(job_dir, name))
-            with contextlib.suppress(OSError):
-                os.rmdir(job_dir)
-        spool.forget_instances(self.spool_dir, self.instance)
-        if states or killed or stale:
-            log.info(
-                "recovered from an earlier noded",
-                node=self.node_name,
-                jobs=len(states),
-                processes_killed=killed,
-                cgroups_removed=len(stale),
-            )
-        return lost
+        """Settle what an earlier noded left here (recovery.py); returns the jobs
+        reported lost. Runs before the first registration."""
+        return await recovery.recover(
+            self.spool_dir, self.instance, self.node_name, self.cgroups, self.report
+        )
 
     def fence(self, keep: set[int]) -> list[int]:
         """Kill every job ctld did not let this node keep (it runs elsewhere now)."""
@@ -733,70 +663,9 @@ class Launcher:
             )
 
 
-def _make_checkpoint_dir(path: str, uid: int, gid: int) -> None:
-    """Create the job's checkpoint directory, the user's own (a failure is the job's to see)."""
-    try:
-        if not os.path.isdir(path):
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            if os.geteuid() == 0:
-                os.chown(path, uid, gid)
-    except OSError as exc:
-        log.warning("checkpoint directory not made", path=path, error=str(exc))
-
-
-def _orphans(earlier: list[str], mine: str) -> JobProcesses | None:
-    """Processes marked by an earlier noded here (step tasks have no state file)."""
-    tokens = {t for t in earlier if t and t != mine}
-    if not tokens:
-        return None
-    return _TokenScan(tokens)
-
-
-class _TokenScan(JobProcesses):
-    """Every process whose job marker ends with one of the given instance tokens."""
-
-    def __init__(self, tokens: set[str]) -> None:
-        super().__init__(-1, "", None)
-        self.tokens = tokens
-
-    def pids(self) -> set[int]:
-        found = marked_by_instance(self.tokens)
-        self._remember(found)
-        return found
-
-
-async def _kill_all(
-    groups: list[JobProcesses], stale: list[JobCgroup], orphans: JobProcesses | None
-) -> int:
-    """SIGKILL until nothing is left (bounded); returns how many processes were found."""
-    everyone: list[JobProcesses | JobCgroup] = [*groups, *stale]
-    if orphans is not None:
-        everyone.append(orphans)
-    seen: set[int] = set()
-    deadline = time.monotonic() + REAP_TIMEOUT_S
-    while True:
-        alive: set[int] = set()
-        for g in everyone:
-            pids = g.pids()
-            seen |= pids
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGCONT)  # a stopped process must die too
-                    os.kill(pid, signal.SIGKILL)
-            alive |= {p for p in pids if _running(p)}
-        if not alive:
-            return len(seen)
-        if time.monotonic() > deadline:
-            log.error("processes of an earlier noded survive SIGKILL", pids=sorted(alive))
-            return len(seen)
-        await asyncio.sleep(0.02)
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+def _job_uid(job: pb.Job) -> int:
+    """The uid the job's processes will run as (spawn.identity_for's answer)."""
+    return job.uid if os.geteuid() == 0 else os.getuid()
 
 
 def _reachable_by_others(path: str) -> bool:

@@ -1,23 +1,24 @@
 """The opt-in progress heartbeat: a file each process of a job touches once per step.
 
 noded makes one file per batch script and one per srun task (``$CORRAL_PROGRESS_FILE``),
-owned by the job's user and dated 1970: untouched, it means nothing (the job did not
-opt in). Once touched, a file that then stays silent for the job's stall timeout while
-that process's GPUs idle marks a hung rank. The launcher (batch scripts) and the step
-runner (srun's tasks, on every node of a step) judge their own files with these rules,
-so a hung rank is named with its node wherever it runs.
+owned by the job's user (made in a directory of root's: jobdir.py) and dated 1970:
+untouched, it means nothing (the job did not opt in). Once touched, a file that then
+stays silent for the job's stall timeout while that process's GPUs idle marks a hung
+rank. The launcher (batch scripts) and the step runner (srun's tasks, on every node of
+a step) judge their own files with these rules, so a hung rank is named with its node
+wherever it runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Sequence
 
 import structlog
 
 from corral.wire import corral_pb2 as pb
+from noded.jobdir import JOB_DIR_MODE, create_for_user, discard
 
 log = structlog.get_logger("noded")
 
@@ -25,13 +26,13 @@ STEPS_DIR = "progress"  # <spool>/progress/<job>.<step>.<rank>: srun tasks' file
 
 
 def make_file(path: str, uid: int, gid: int) -> bool:
-    """Create the heartbeat file: the user's, dated 1970 (untouched). False if not made."""
+    """Create the heartbeat file: the user's, dated 1970 (untouched). False if not made.
+    Its directory is root's (a job directory, or ``<spool>/progress``): the file is made
+    afresh, never through a link, and handed over by its descriptor (jobdir.py)."""
     try:
-        with open(path, "a"):
-            pass
-        os.utime(path, (0, 0))
-        if os.geteuid() == 0:
-            os.chown(path, uid, gid)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # an earlier run's, in root's own directory
+        create_for_user(path, uid, gid, epoch=True)
     except OSError as exc:
         log.warning("progress file not made", path=path, error=str(exc))
         return False
@@ -39,16 +40,18 @@ def make_file(path: str, uid: int, gid: int) -> bool:
 
 
 def step_file(spool: str, job_id: int, step_id: int, rank: int) -> str:
-    """An srun task's heartbeat file (its directory made on first use)."""
+    """An srun task's heartbeat file (its directory, root's, made on first use)."""
     d = os.path.join(spool, STEPS_DIR)
-    os.makedirs(d, mode=0o755, exist_ok=True)
+    if not os.path.isdir(d):
+        os.makedirs(d, mode=JOB_DIR_MODE, exist_ok=True)
+        os.chmod(d, JOB_DIR_MODE)  # users reach their own file by name, list nothing
     return os.path.join(d, f"{job_id}.{step_id}.{rank}")
 
 
 def remove_step_files(spool: str) -> None:
     """What an earlier noded's steps left (their tasks were killed at recovery)."""
     with contextlib.suppress(OSError):
-        shutil.rmtree(os.path.join(spool, STEPS_DIR))
+        discard(os.path.join(spool, STEPS_DIR))
 
 
 def silent_for(path: str, now: float) -> float | None:

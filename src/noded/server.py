@@ -49,6 +49,7 @@ async def serve(
     bind_port = config.noded.port if port is None else port
     tls_dir = config.tls.dir
     spool = spool_dir or os.path.join(config.noded.spool_dir, name)
+    _check_spool(spool)
     startup_faults: list[tuple[str, str]] = []
     try:
         found = discover(node_cfg, name, spool)
@@ -186,6 +187,14 @@ async def serve(
     if cgroups is not None:
         cgroups.close()
     log.info("noded stopped", node=name)
+
+
+def _check_spool(spool: str) -> None:
+    """Root writes in the spool: it must be root's alone (spool.check_private)."""
+    os.makedirs(spool, mode=0o755, exist_ok=True)
+    why = spool_mod.check_private(spool) if os.geteuid() == 0 else ""
+    if why:
+        raise SystemExit(f"noded: error: unsafe spool directory: {why}")
 
 
 def _start_guard(

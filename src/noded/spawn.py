@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from corral.errors import LaunchError
 from corral.patterns import batch_output_paths, expand_pattern
 from corral.wire import corral_pb2 as pb
+from noded.jobdir import create_for_user, make_dir
 
 GATE_FAILED_EXIT = 111
 
@@ -87,14 +88,11 @@ def resolve_files(job: pb.Job, node_name: str) -> Files:
 
 
 def write_script(job: pb.Job, job_dir: str, who: Identity) -> str:
-    os.makedirs(job_dir, mode=0o700, exist_ok=True)
+    """The script in a fresh job directory of root's (jobdir.py): the user's own file,
+    made afresh and handed over by its descriptor, so nothing she left can redirect it."""
+    make_dir(job_dir)
     script_path = os.path.join(job_dir, "script")
-    fd = os.open(script_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o700)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(job.spec.script)
-    if who.pw is not None:
-        os.chown(job_dir, who.uid, who.gid)
-        os.chown(script_path, who.uid, who.gid)
+    create_for_user(script_path, who.uid, who.gid, data=job.spec.script.encode(), mode=0o700)
     return script_path
 
 
@@ -104,9 +102,11 @@ def _shim() -> str:
     # its stdin (sh only redirects single-digit fds); errors before stderr is
     # redirected reach noded through the pipe on fd 2. The files are truncated
     # first, then held in append mode, so noded's "CANCELLED" line appended at the
-    # end is never overwritten by a job still writing at its own offset.
+    # end is never overwritten by a job still writing at its own offset. The
+    # submitter's umask (SLURM_UMASK) is set first: it makes the files and the job's own.
     return f"""read _ || exit {GATE_FAILED_EXIT}
-out=$1; err=$2; in=$3; mode=$4; wd=$5; shift 5
+out=$1; err=$2; in=$3; mode=$4; wd=$5; mask=$6; shift 6
+if [ -n "$mask" ]; then umask "$mask" || exit {GATE_FAILED_EXIT}; fi
 exec <"$in" || exit {GATE_FAILED_EXIT}
 if [ "$mode" != append ]; then : >"$out" || exit {GATE_FAILED_EXIT}; fi
 exec >>"$out" || exit {GATE_FAILED_EXIT}
@@ -206,9 +206,16 @@ async def start_gated(
 
 
 async def spawn_gated(
-    argv: list[str], *, who: Identity, env: dict[str, str], files: Files, append: bool
+    argv: list[str],
+    *,
+    who: Identity,
+    env: dict[str, str],
+    files: Files,
+    append: bool,
+    umask: str = "",
 ) -> Gated:
-    """Start ``argv`` in its own session, held at the gate until ``Gated.open``."""
+    """Start ``argv`` in its own session, held at the gate until ``Gated.open``; ``umask``
+    (octal, "": noded's own) applies to its files and every process it starts."""
     proc, gate, _ = await start_gated(
         [
             _shim(),
@@ -218,6 +225,7 @@ async def spawn_gated(
             files.stdin,
             "append" if append else "truncate",
             files.workdir,
+            umask,
             *argv,
         ],
         who=who,

@@ -2,49 +2,39 @@
 
 A noded killed without warning (kill -9, OOM killer, a crash) leaves its jobs running:
 they live in their own sessions. The next noded must neither lose them silently nor
-let ctld start a second copy beside them. Each job therefore has a small state file
-(``job<id>/state.json``: its run, marker, root pid and cgroup) written when the node
-accepts it and again once it runs, and ``instances`` lists the markers' instance
-tokens of the nodeds that ran here, so step tasks without a state file are found too.
+let ctld start a second copy beside them. Each job and step therefore has a small
+record in ``<spool>/state`` (records.py: root's alone), written when the node accepts
+it and again once it runs, and ``instances`` lists the instance tokens of the nodeds
+that ran here (the fence guard's cue).
 
 Status reports not yet acknowledged by ctld (``reports.pb``) are kept here too: a job
-that ended while ctld was away has its state file removed once its report is queued,
+that ended while ctld was away has its record removed once its report is queued,
 so a noded restarted before ctld is back must still deliver that report (else ctld
 would find the job missing and run it again).
 
 A new noded cannot take the old processes over (they are not its children: their
 exit status is lost with the old noded), so it kills every one of them, removes their
 cgroups, and reports the jobs lost; ctld requeues them (or ends them NODE_FAIL).
+
+The spool itself must be noded's alone (``check_private``): root writes here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
+import stat
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
 from corral.wire import corral_pb2 as pb
+from noded.records import JobState, load_jobs, remove_job, save_job
 
-STATE_FILE = "state.json"
 INSTANCES_FILE = "instances"
 REPORTS_FILE = "reports.pb"
 
-
-@dataclass
-class JobState:
-    job_id: int
-    restart_count: int
-    marker: str
-    uid: int | None = None
-    root_pid: int = -1
-    root_created: float = 0.0
-    cgroup_version: int = 0
-    cgroup_dirs: dict[str, str] = field(default_factory=dict)
+__all__ = ["JobState", "check_private", "job_dir", "load_all", "remove", "save"]
 
 
 def job_dir(spool: str, job_id: int) -> str:
@@ -52,31 +42,41 @@ def job_dir(spool: str, job_id: int) -> str:
 
 
 def save(spool: str, state: JobState) -> None:
-    """Write atomically: a noded killed mid-write leaves the previous version."""
-    d = job_dir(spool, state.job_id)
-    os.makedirs(d, mode=0o755, exist_ok=True)
-    path = os.path.join(d, STATE_FILE)
-    with open(path + ".tmp", "w") as fh:
-        json.dump(asdict(state), fh)
-    os.replace(path + ".tmp", path)
+    save_job(spool, state)
 
 
 def remove(spool: str, job_id: int) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(os.path.join(job_dir(spool, job_id), STATE_FILE))
+    remove_job(spool, job_id)
 
 
 def load_all(spool: str) -> list[JobState]:
-    """Every job state a previous noded left (unreadable files are skipped)."""
-    found: list[JobState] = []
-    for d in sorted(Path(spool).glob("job*")):
-        path = d / STATE_FILE
+    """Every job record a previous noded left (unreadable files are skipped)."""
+    return load_jobs(spool)
+
+
+def check_private(spool: str) -> str:
+    """Why root may not write in ``spool`` ("" when it may): the spool and each directory
+    above it must be root's (or noded's user's), and none writable by others, unless
+    sticky above the spool (/tmp): else a user could swap what root writes into."""
+    me = os.geteuid()
+    here = os.path.abspath(spool)
+    while True:
         try:
-            raw = json.loads(path.read_text())
-            found.append(JobState(**raw))
-        except (OSError, ValueError, TypeError):
-            continue
-    return found
+            st = os.stat(here)
+        except OSError as exc:
+            return f"cannot check {here}: {exc.strerror}"
+        mode = stat.S_IMODE(st.st_mode)
+        writable = mode & 0o022 and (here == os.path.abspath(spool) or not mode & stat.S_ISVTX)
+        if st.st_uid not in (0, me) or writable:
+            return (
+                f"{here} (owner uid {st.st_uid}, mode {mode:04o}) can be changed by other "
+                "users: noded writes there as root; make it root's and not group- or "
+                "world-writable"
+            )
+        parent = os.path.dirname(here)
+        if parent == here:
+            return ""
+        here = parent
 
 
 def take_instances(spool: str, mine: str) -> list[str]:

@@ -39,9 +39,9 @@ from corral.errors import CorralError, LaunchError
 from corral.jobsyntax import parse_warn_signal
 from corral.tasks import task_gpus
 from corral.wire import corral_pb2 as pb
-from noded import progress
+from noded import progress, records
 from noded.clock import Clock, RealClock, Timer
-from noded.env import step_environment
+from noded.env import job_umask, step_environment
 from noded.gpu import GpuBackend
 from noded.spawn import identity_for, start_gated
 from noded.tracking import MARKER_VAR, PROGRESS_VAR, STEP_MARKER_VAR, JobProcesses
@@ -60,15 +60,18 @@ STALL_KILL_S = 5.0  # a stalled step here: SIGTERM now, SIGKILL this much later
 SUPERSEDED_KILL_WAIT_S = STALL_KILL_S  # an earlier run's step: SIGTERM, then SIGKILL
 # its end, bounded: SIGKILL, the output drain and srun's half-close all fit inside
 SUPERSEDED_END_WAIT_S = SUPERSEDED_KILL_WAIT_S + DRAIN_S + HALF_CLOSE_WAIT_S + 5.0
+# $1: the submitter's umask (SLURM_UMASK; "": noded's own), $2: the working directory
 TASK_SHIM = (
     "read _ || exit 111; SLURM_TASK_PID=$$; export SLURM_TASK_PID; "
-    'cd "$1" 2>/dev/null || cd /tmp; shift; exec "$@"'
+    '[ -z "$1" ] || umask "$1" || exit 111; '
+    'cd "$2" 2>/dev/null || cd /tmp; shift 2; exec "$@"'
 )
 # --pty: the task (a session leader) opens its terminal, which makes it the session's
 # controlling terminal: job control, and Ctrl-C from srun's keyboard as a SIGINT here
 PTY_SHIM = (
     "read _ || exit 111; SLURM_TASK_PID=$$; export SLURM_TASK_PID; "
-    'cd "$1" 2>/dev/null || cd /tmp; pts=$2; shift 2; '
+    '[ -z "$1" ] || umask "$1" || exit 111; '
+    'cd "$2" 2>/dev/null || cd /tmp; pts=$3; shift 3; '
     'exec <"$pts" >"$pts" 2>&1; exec "$@"'
 )
 
@@ -147,7 +150,7 @@ def open_terminal(size: pb.WindowSize, uid: int) -> tuple[int, int, str]:
     master, slave = os.openpty()
     path = os.ttyname(slave)
     if uid >= 0:
-        os.chown(path, uid, -1)
+        os.fchown(slave, uid, -1)  # by its descriptor: never a path looked up again
     set_window(master, size)
     os.set_blocking(master, False)
     return master, slave, path
@@ -295,6 +298,8 @@ class StepRunner:
                     os.close(task.tty)
                     task.tty = -1
             self.steps.pop(key, None)
+            if self.spool_dir:  # its tasks are gone: nothing left for a new noded to kill
+                records.remove_step(self.spool_dir, job.job_id, step.step_id)
             running.ended.set()
             for task in running.tasks:
                 if task.progress:
@@ -323,6 +328,7 @@ class StepRunner:
         step_marker = f"{self.marker(job.job_id)}.{step.step_id}"
         # before any task: a spawn that fails half-way still has its started tasks found
         running.procs = JobProcesses(-1, step_marker, None, STEP_MARKER_VAR, uid=who.uid)
+        self._record(records.StepState(job.job_id, step.step_id, step_marker, who.uid, time.time()))
         master = start.master_addr or "127.0.0.1"
         for local_id, rank in enumerate(here.ranks):
             gpus = task_gpus(here, step.spec, local_id)
@@ -351,10 +357,11 @@ class StepRunner:
                 with contextlib.suppress(OSError):  # a smaller pipe only costs speed
                     fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
             tty, stdout = -1, out_w
-            shim = [TASK_SHIM, "corral-task", start.cwd or "/"]
+            mask = job_umask(env)
+            shim = [TASK_SHIM, "corral-task", mask, start.cwd or "/"]
             if rank == 0 and start.HasField("pty"):
                 tty, stdout, pts = open_terminal(start.pty, who.uid if who.pw else -1)
-                shim = [PTY_SHIM, "corral-task", start.cwd or "/", pts]
+                shim = [PTY_SHIM, "corral-task", mask, start.cwd or "/", pts]
             try:
                 proc, write_fd, exited = await start_gated(
                     [*shim, *step.spec.argv],
@@ -404,6 +411,15 @@ class StepRunner:
             tasks=len(running.tasks),
             master=f"{master}:{port}",
         )
+
+    def _record(self, state: records.StepState) -> None:
+        """The step's record (records.py): a new noded or the fence guard kills its tasks."""
+        if not self.spool_dir:
+            return
+        try:
+            records.save_step(self.spool_dir, state)
+        except OSError as exc:
+            log.error("step record not saved in the spool", job_id=state.job_id, error=str(exc))
 
     def _progress_file(self, job_id: int, step_id: int, rank: int, uid: int, gid: int) -> str:
         if not self.spool_dir:

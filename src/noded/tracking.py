@@ -16,9 +16,16 @@ from dataclasses import dataclass, field
 import psutil
 
 from noded.cgroups import JobCgroup
+from noded.records import MARKER_VAR, STEP_MARKER_VAR
 
-MARKER_VAR = "CORRAL_JOB_MARKER"
-STEP_MARKER_VAR = "CORRAL_STEP_MARKER"
+__all__ = [
+    "MARKER_VAR",
+    "PROGRESS_VAR",
+    "STEP_MARKER_VAR",
+    "JobProcesses",
+    "Usage",
+    "environ_values",
+]
 PROGRESS_VAR = "CORRAL_PROGRESS_FILE"  # a job touches it to say it makes progress
 
 
@@ -68,15 +75,6 @@ def environ_values(var: str) -> Iterator[tuple[int, str]]:
         end = block.find(b"\0", start)
         value = block[start:] if end < 0 else block[start:end]
         yield int(name), value.decode(errors="replace")
-
-
-def marked_by_instance(tokens: set[str]) -> set[int]:
-    """Processes whose job marker (``node:job:instance``) names one of ``tokens``."""
-    return {
-        pid
-        for pid, marker in environ_values(MARKER_VAR)
-        if marker and marker.rpartition(":")[2] in tokens
-    }
 
 
 def _real_uid(pid: int) -> int | None:

@@ -328,7 +328,7 @@ def test_a_report_held_by_a_restarted_noded_still_arrives(make_cluster: Any) -> 
     (cmd.cwd / "go").touch()  # it ends now; nobody can hear of it
     spool = cluster.state_dir / "spool" / cluster.node_names[0]
     wait_for(
-        lambda: not list(spool.glob("job*/state.json")) and (spool / "reports.pb").exists(),
+        lambda: not list(spool.glob("state/job*.json")) and (spool / "reports.pb").exists(),
         20,
         "the job done, its report waiting in the spool",
     )

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from client.jobopts import (
@@ -7,6 +9,7 @@ from client.jobopts import (
     merge,
     parse_gres,
     to_spec,
+    with_umask,
 )
 from corral.errors import InvalidOption
 
@@ -58,7 +61,9 @@ def test_directives_fill_the_spec_and_flags_win() -> None:
     assert spec["partitions"] == ["a", "b"]
     assert spec["memPerNodeMb"] == 8192
     assert spec["workDir"] == "/work"
-    assert spec["environment"] == {"HOME": "/home/a", "PATH": "/bin"}
+    mask = os.umask(0)
+    os.umask(mask)
+    assert spec["environment"] == {"HOME": "/home/a", "PATH": "/bin", "SLURM_UMASK": f"0{mask:03o}"}
 
 
 def test_environment_variables_sit_between_directives_and_flags() -> None:
@@ -156,3 +161,25 @@ def test_time_zero_means_no_limit() -> None:
         default_name="x",
     )
     assert spec["timeLimitS"] == -1
+
+
+def test_the_callers_umask_rides_with_the_job_whatever_export_says() -> None:
+    """Slurm's SLURM_UMASK: sbatch, srun and salloc record the caller's umask unless one
+    is set already (inside a job); noded applies it to the job's files and processes."""
+    old = os.umask(0o077)
+    try:
+        assert with_umask({}, {}) == {"SLURM_UMASK": "0077"}
+        assert with_umask({"A": "1"}, {"SLURM_UMASK": "0027"}) == {"A": "1", "SLURM_UMASK": "0027"}
+        opts = merge(build_parser("sbatch"), {"export": "NONE"}, "#!/bin/sh\n", {})
+        spec = to_spec(
+            opts,
+            script="#!/bin/sh\n",
+            argv=[],
+            environ={"HOME": "/h"},
+            cwd="/w",
+            submit_line="sbatch",
+            default_name="x",
+        )
+        assert spec["environment"] == {"SLURM_UMASK": "0077"}
+    finally:
+        os.umask(old)

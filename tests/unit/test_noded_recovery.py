@@ -3,29 +3,50 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pathlib
 import signal
 import subprocess
+import time
+from typing import Any
 
 import psutil
 import pytest
 
 from corral.config import IdleGpuConfig
+from corral.testing import wait_for
 from corral.wire import corral_pb2 as pb
-from noded import cgroups, spool
+from noded import cgroups, records, spool
 from noded.clock import ManualClock
 from noded.launcher import Launcher, RunningJob
-from noded.tracking import MARKER_VAR
+from noded.tracking import MARKER_VAR, STEP_MARKER_VAR
 
 Update = pb.JobStatusUpdate
 
 
-def _marked_sleep(marker: str) -> subprocess.Popen[bytes]:
+def _marked_sleep(marker: str, var: str = MARKER_VAR) -> subprocess.Popen[bytes]:
     # its own session, as noded's jobs have: it survives the noded that started it
-    return subprocess.Popen(
-        ["sleep", "60"], env={**os.environ, MARKER_VAR: marker}, start_new_session=True
+    proc = subprocess.Popen(
+        ["sleep", "60"], env={**os.environ, var: marker}, start_new_session=True
     )
+    # once exec'd: before, /proc shows the test's own environment
+    wait_for(lambda: pathlib.Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(b"sleep"))
+    return proc
+
+
+def _record(spool_dir: str, proc: subprocess.Popen[bytes], marker: str, **kw: Any) -> None:
+    state = {
+        "job_id": 5,
+        "restart_count": 2,
+        "marker": marker,
+        "uid": os.getuid(),
+        "root_pid": proc.pid,
+        "root_created": psutil.Process(proc.pid).create_time(),
+        "since": time.time() - 5,
+        **kw,
+    }
+    spool.save(spool_dir, spool.JobState(**state))
 
 
 def test_recover_kills_an_earlier_nodeds_jobs_and_reports_them_lost(
@@ -34,36 +55,92 @@ def test_recover_kills_an_earlier_nodeds_jobs_and_reports_them_lost(
     spool_dir = str(tmp_path / "spool")
     os.makedirs(spool_dir)
     batch = _marked_sleep("n1:5:oldtoken")
-    step_task = _marked_sleep("n1:9:oldtoken")  # a step task: no state file of its own
-    other = _marked_sleep("n1:7:someoneelse")  # another cluster's noded: not ours to kill
+    # a step task: its step's record names its step marker
+    step_task = _marked_sleep("n1:9:oldtoken.0", STEP_MARKER_VAR)
+    # marked by an earlier noded's token, but no record of noded's claims it: not ours
+    unrecorded = _marked_sleep("n1:7:oldtoken")
     try:
-        spool.save(
-            spool_dir,
-            spool.JobState(
-                job_id=5,
-                restart_count=2,
-                marker="n1:5:oldtoken",
-                uid=os.getuid(),
-                root_pid=batch.pid,
-                root_created=psutil.Process(batch.pid).create_time(),
-            ),
+        _record(spool_dir, batch, "n1:5:oldtoken")
+        records.save_step(
+            spool_dir, records.StepState(9, 0, "n1:9:oldtoken.0", os.getuid(), time.time() - 5)
         )
+        pathlib.Path(spool.job_dir(spool_dir, 5)).mkdir()
         spool.take_instances(spool_dir, "oldtoken")
         reports: list[pb.JobStatusUpdate] = []
         launcher = Launcher("n1", spool_dir, reports.append)
         lost = asyncio.run(asyncio.wait_for(launcher.recover(), 30))
         assert lost == [5]
         assert batch.wait(10) == -9 and step_task.wait(10) == -9
-        assert other.poll() is None
+        assert unrecorded.poll() is None
         (upd,) = reports
         assert upd.job_id == 5 and upd.kind == Update.KIND_EXITED
         assert upd.end_reason == Update.END_NODE_FAIL and upd.restart_count == 2
-        assert spool.load_all(spool_dir) == []
+        assert spool.load_all(spool_dir) == [] and records.load_steps(spool_dir) == []
         assert not os.path.exists(spool.job_dir(spool_dir, 5))
         instances = pathlib.Path(spool_dir, spool.INSTANCES_FILE).read_text().split()
         assert instances == [launcher.instance]
     finally:
-        for p in (batch, step_task, other):
+        for p in (batch, step_task, unrecorded):
+            p.kill()
+            p.wait(10)
+
+
+def test_recovery_kills_only_what_marker_uid_and_start_time_all_claim(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A record naming a process that is not the job's (another pid, a process without
+    the marker, of another uid, or older than the record) kills nothing."""
+    spool_dir = str(tmp_path / "spool")
+    os.makedirs(spool_dir)
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)  # no marker
+    marked = _marked_sleep("n1:6:old")
+    older = _marked_sleep("n1:8:old")
+    try:
+        # a root pid without the job's marker; root_created 0 (unknown) is no licence
+        _record(spool_dir, bystander, "n1:5:old", root_created=0.0)
+        _record(spool_dir, bystander, "n1:4:old", job_id=4)
+        # the marker, but another uid than the record's
+        _record(spool_dir, marked, "n1:6:old", job_id=6, uid=os.getuid() + 4242)
+        # the marker and uid, but it started before the job was taken on
+        _record(spool_dir, older, "n1:8:old", job_id=8, since=time.time() + 60)
+        reports: list[pb.JobStatusUpdate] = []
+        lost = asyncio.run(
+            asyncio.wait_for(Launcher("n1", spool_dir, reports.append).recover(), 30)
+        )
+        assert sorted(lost) == [4, 5, 6, 8]  # reported lost all the same: ctld requeues
+        for p in (bystander, marked, older):
+            assert p.poll() is None
+    finally:
+        for p in (bystander, marked, older):
+            p.kill()
+            p.wait(10)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a file of another uid")
+def test_an_older_nodeds_state_file_counts_only_if_root_made_it(tmp_path: pathlib.Path) -> None:
+    """Before records moved to <spool>/state, job<id>/state.json lay in the user's own job
+    directory: one root made is still settled (an upgrade), one anyone else made is not."""
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    batch = _marked_sleep("n1:5:old")
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        created = psutil.Process(batch.pid).create_time()
+        real = {"job_id": 5, "restart_count": 0, "marker": "n1:5:old", "uid": os.getuid()}
+        real |= {"root_pid": batch.pid, "root_created": created}
+        (spool_dir / "job00000005").mkdir()
+        (spool_dir / "job00000005" / "state.json").write_text(json.dumps(real))
+        forged = {**real, "job_id": 6, "root_pid": victim.pid, "marker": "x"}
+        forged_file = spool_dir / "job00000006" / "state.json"
+        forged_file.parent.mkdir()
+        forged_file.write_text(json.dumps(forged))
+        os.chown(forged_file, 4242, 4242)  # as a user would have written it
+        assert [s.job_id for s in records.load_jobs(str(spool_dir))] == [5]
+        lost = asyncio.run(asyncio.wait_for(Launcher("n1", str(spool_dir), print).recover(), 30))
+        assert lost == [5] and batch.wait(10) == -9 and victim.poll() is None
+        assert not list(spool_dir.glob("*job*"))  # both directories gone, links unfollowed
+    finally:
+        for p in (batch, victim):
             p.kill()
             p.wait(10)
 
