@@ -188,6 +188,8 @@ def parse_timestamp(text: str, *, now: float, what: str = "begin time") -> float
         return t + 86400 if low in ("noon", "teatime") and t <= now else t
     clock = _clock(s)
     if clock:
+        if clock[0] > 23 or clock[1] > 59 or clock[2] > 59:  # Slurm's parse_time refuses
+            raise InvalidOption(f"Invalid {what} specification: {text!r}")
         t = day_start + clock[0] * 3600 + clock[1] * 60 + clock[2]
         return t + 86400 if t <= now else t
     date = _date(s)
