@@ -13,11 +13,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from corral.testing import LocalCluster, wait_for
 from corral.testing.cluster import ClusterFactory, print_logs
 
 pytest_plugins = ["corral.testing.fixtures"]
+
+# Property tests explore new inputs on every local run; CI replays a fixed sequence
+# (derandomized) so that a merge is judged on the code, not on the draw. What a local
+# run finds becomes a fix and, where it helps, an @example.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if (
+    os.environ.get("CI", "").lower() == "true"
+    or os.environ.get("CORRAL_HYPOTHESIS_PROFILE") == "ci"
+):
+    settings.load_profile("ci")
 
 BIN = pathlib.Path(sys.executable).parent
 
