@@ -12,7 +12,7 @@ import sys
 import time
 
 from client.common import option_errors
-from client.jobopts import JOB_OPTIONS, submit_line, to_spec
+from client.jobopts import JOB_OPTIONS, ignored_warnings, submit_line, to_spec
 from client.options import Option
 from corral import signals
 from corral.errors import AllocationRevoked, CorralError
@@ -65,6 +65,8 @@ def request_allocation(
         )
     spec["allocationOnly"] = True
     spec.pop("argv", None)
+    for line in ignored_warnings(prog, opts):
+        say(prog, line.removeprefix(f"{prog}: "))
     try:
         reply = api.submit_job({"spec": spec})
     except CorralError as exc:

@@ -69,6 +69,9 @@ def _up(args: argparse.Namespace) -> int:
     )
     if cluster.isolation_note:
         print(f"corral: {cluster.isolation_note}")
+    blocked = unreachable_by_others()
+    if blocked:
+        sys.stderr.write(f"corral: warning: {blocked}\n")
     cluster.start()
     for proc in cluster.procs.values():
         proc.returncode = 0  # detach: the daemons outlive this command by design
@@ -93,6 +96,34 @@ def _up(args: argparse.Namespace) -> int:
     print(f"To use it:  source {cluster.env_path}")
     print(f"To stop it: corral down --state-dir {state_dir}")
     return 0
+
+
+def unreachable_by_others() -> str:
+    """Why other users cannot run this environment's Python ("" when they can). Only
+    root's jobs run as other users; theirs run srun, scontrol and the tools from it."""
+    if os.geteuid() != 0:
+        return ""
+    import stat
+
+    paths = dict.fromkeys([sys.executable, os.path.realpath(sys.executable), sys.prefix])
+    for path in paths:
+        parts = Path(path).parts
+        for depth in range(2, len(parts) + 1):
+            part = Path(*parts[:depth])
+            try:
+                mode = os.stat(part).st_mode
+            except OSError:
+                break
+            if not mode & stat.S_IXOTH:
+                return (
+                    f"other users cannot run this environment's Python ({sys.executable}): "
+                    f"{part} is mode {stat.S_IMODE(mode):04o}, not searchable by them. Jobs "
+                    "run as their users, and the commands they call (srun, scontrol, "
+                    "submitit's) would fail. Make the environment from a Python every user "
+                    "can run, somewhere every user can enter (python3 -m venv "
+                    f"/opt/corral/venv), or chmod o+x {part}"
+                )
+    return ""
 
 
 def _down(args: argparse.Namespace) -> int:

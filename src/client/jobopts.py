@@ -106,10 +106,10 @@ JOB_OPTIONS = (
     Option("", "open-mode", "open_mode", help="append or truncate the output files"),
     Option("q", "qos", "qos", help="quality of service"),
     Option("", "reservation", "reservation", help="run inside this advance reservation"),
-    Option("C", "constraint", "constraint", help="node features"),
+    Option("C", "constraint", "constraint", help="ignored with a warning: nodes have no features"),
     Option("", "wckey", "wckey", help="workload characterization key"),
-    Option("", "mail-type", "mail_type", help="events to mail about"),
-    Option("", "mail-user", "mail_user", help="who to mail"),
+    Option("", "mail-type", "mail_type", help="ignored with a warning: no mail is sent"),
+    Option("", "mail-user", "mail_user", help="ignored with a warning: no mail is sent"),
     Option("k", "no-kill", "no_kill", FLAG, help="do not kill the job when a node fails"),
     Option("Q", "quiet", "quiet", FLAG, help="print nothing on success"),
     Option("v", "verbose", "verbose", COUNT, help="more messages"),
@@ -117,6 +117,23 @@ JOB_OPTIONS = (
     Option("h", "help", "help", FLAG, help="show this help"),
     Option("V", "version", "version", FLAG, help="show the version"),
 )
+
+
+#: options taken so that scripts written for Slurm run, but without effect here: each
+#: gets a warning on stderr, never silence (a job that would have mailed, or asked for
+#: a node feature, must not look as if it did)
+IGNORED = {
+    "constraint": "--constraint is ignored: corral's nodes have no features, so the job "
+    "may run on any node of its partition",
+    "mail_type": "--mail-type/--mail-user are ignored: corral sends no mail",
+    "mail_user": "--mail-type/--mail-user are ignored: corral sends no mail",
+}
+
+
+def ignored_warnings(prog: str, opts: dict[str, Any]) -> list[str]:
+    """``PROG: warning: ...`` for each option given that has no effect (once each)."""
+    said = dict.fromkeys(IGNORED[k] for k in IGNORED if k in opts)
+    return [f"{prog}: warning: {text}" for text in said]
 
 
 def build_parser(prog: str) -> OptionParser:

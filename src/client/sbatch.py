@@ -6,7 +6,7 @@ import os
 import sys
 
 from client.common import client, option_errors, run
-from client.jobopts import build_parser, merge, submit_line, to_spec
+from client.jobopts import build_parser, ignored_warnings, merge, submit_line, to_spec
 from corral import __version__
 from corral.errors import ControllerUnavailable, CorralError, InvalidOption, InvalidRequest
 
@@ -79,6 +79,9 @@ def _prepare(argv: list[str]) -> tuple[t.JobSpec, dict[str, Any]] | None:
     )
     if script_path is not None:
         spec["command"] = os.path.abspath(script_path)
+    if not opts.get("quiet"):
+        for line in ignored_warnings(PROG, opts):
+            sys.stderr.write(line + "\n")
     return spec, opts
 
 

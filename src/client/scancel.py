@@ -10,7 +10,6 @@ from client.options import COUNT, FLAG, Option, OptionParser
 from corral import signals
 from corral.errors import (
     CorralError,
-    InvalidJobId,
     InvalidOption,
     InvalidRequest,
     JobStateConflict,
@@ -150,10 +149,11 @@ ACTIVE_STATES: set[t.JobState] = {"JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB
 
 
 def _already_gone(error: CorralError | None) -> bool:
-    """Slurm 22.05 says nothing (and exits 0) for an unknown or finished job."""
-    return isinstance(error, InvalidJobId) or (
-        isinstance(error, JobStateConflict) and "completed" in error.message
-    )
+    """A job that has finished: nothing to do, said only with -v (Slurm 22.05). A job id
+    that names no job is an error, as Slurm's check of the ids it is given prints it
+    (``Kill job error on job id N: Invalid job id specified``, exit 1): a typo must not
+    pass for a cancel."""
+    return isinstance(error, JobStateConflict) and "completed" in error.message
 
 
 def report(reply: t.CancelJobsResponse, quiet: bool, verbose: int = 0, sig: int = 0) -> int:

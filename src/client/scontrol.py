@@ -98,6 +98,8 @@ def expand_path(pattern: str, job: Json) -> str:
         job_name=text(spec, "name"),
         user=text(job, "user"),
         node=text(job, "batchHost") or "(null)",
+        array_job_id=num(job, "arrayJobId"),
+        array_task_id=num(job, "arrayTaskId") if "arrayTaskId" in job else None,
     )
     workdir = text(spec, "workDir")
     if not path.startswith("/") and workdir:
@@ -108,7 +110,8 @@ def expand_path(pattern: str, job: Json) -> str:
 def std_paths(job: Json) -> tuple[str, str, str]:
     """StdErr, StdIn, StdOut as Slurm shows them (stderr goes with stdout by default)."""
     spec = job.get("spec") or {}
-    out = text(job, "stdoutPath") or expand_path(text(spec, "stdoutPattern") or "slurm-%j.out", job)
+    default = "slurm-%A_%a.out" if "arrayTaskId" in job else "slurm-%j.out"  # Slurm's
+    out = text(job, "stdoutPath") or expand_path(text(spec, "stdoutPattern") or default, job)
     err = text(job, "stderrPath") or (
         expand_path(text(spec, "stderrPattern"), job) if spec.get("stderrPattern") else out
     )

@@ -168,6 +168,7 @@ class Output:
         self.partial: dict[tuple[int, bool], bytes] = {}
         self.files: dict[str, Any] = {}
         self.node_of = {int(r): n for n in step.get("nodes", []) for r in n.get("ranks", [])}
+        self.array_job_id, self.array_task_id = array_ids(job)
 
     def _target(self, rank: int, is_err: bool) -> Any:
         pattern = self.patterns[is_err]
@@ -181,6 +182,8 @@ class Output:
             user=str(self.job.get("user", "")),
             node=str(node.get("node", "")) if node else "",
             node_id=int(node.get("nodeId", 0)) if node else 0,
+            array_job_id=self.array_job_id,
+            array_task_id=self.array_task_id,
             task_id=rank,
             step=str(self.step.get("stepId", 0)),
         )
@@ -226,6 +229,20 @@ class Output:
         sys.stdout.flush()
         for fh in self.files.values():
             fh.close()
+
+
+def array_ids(job: Json) -> tuple[int, int | None]:
+    """The job's array master id and task index for %A and %a: ctld's record of the job,
+    else (an older ctld) SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID when srun runs inside
+    that very job, as Slurm's srun reads them."""
+    if "arrayTaskId" in job:
+        return int(job.get("arrayJobId", 0)), int(job["arrayTaskId"])
+    env = os.environ
+    inside = env.get("SLURM_JOB_ID") == str(job.get("jobId", ""))
+    master, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
+    if inside and master.isdecimal() and task.isdecimal():
+        return int(master), int(task)
+    return 0, None
 
 
 #: what srun passes on to the tasks (SIGINT is its own: see Step._on_interrupt)

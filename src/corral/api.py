@@ -25,6 +25,7 @@ from corral.errors import (
     ControllerUnavailable,
     CorralError,
     NotPrimary,
+    Unauthenticated,
     from_wire,
 )
 from corral.identity import Identity, current_identity
@@ -34,7 +35,9 @@ from corral.rest import (
     controller_socket,
     controller_targets,
     credential_headers,
+    notice,
     post_any,
+    unsent_credential,
 )
 from corral.wire.controller import ControllerCalls
 
@@ -96,7 +99,10 @@ class HttpController(Controller):
             # over a Unix socket the kernel says who calls: no credential
             return [] if isinstance(target, str) else self.headers(method)
 
-        reply, first = post_any(self.targets, method, request, headers, self.timeout)
+        try:
+            reply, first = post_any(self.targets, method, request, headers, self.timeout)
+        except Unauthenticated as exc:
+            raise with_unsent_note(exc) from None
         if first:  # the primary is not the first: ask it first next time
             self.targets.insert(0, self.targets.pop(first))
         return reply
@@ -165,7 +171,9 @@ class GrpcController(Controller):
             return self._call_one(self.target, method, message, req_type, resp_type)
         import time
 
-        deadline = time.monotonic() + self.timeout
+        started = time.monotonic()
+        deadline = started + self.timeout
+        waiting = False
         while True:
             failures = []
             for target in list(self.targets):
@@ -186,12 +194,21 @@ class GrpcController(Controller):
                     self.targets.remove(target)
                     self.targets.insert(0, target)
                     self.target = target
+                if waiting:
+                    notice(f"{target} answered after {time.monotonic() - started:.1f} s")
                 return reply
             if time.monotonic() >= deadline:
                 raise ControllerUnavailable(
                     "Unable to contact slurm controller (connect failure): no primary "
                     f"controller answered within {self.timeout:g} s: " + "; ".join(failures)
                 )
+            if not waiting:
+                notice(
+                    "Unable to contact slurm controller: no primary answers ("
+                    + "; ".join(failures)
+                    + f"); retrying for up to {self.timeout:g} s"
+                )
+                waiting = True
             time.sleep(0.1)
 
     def _call_one(
@@ -205,12 +222,21 @@ class GrpcController(Controller):
         try:
             reply = stub(message, metadata=tuple(self.headers(method)), timeout=self.timeout)
         except self._grpc.RpcError as exc:
-            raise error_from_rpc(exc, target) from None
+            error = error_from_rpc(exc, target)
+            raise with_unsent_note(error) if isinstance(error, Unauthenticated) else error from None
         return self._json.MessageToDict(reply)
 
     def close(self) -> None:
         for channel in self._channels.values():
             channel.close()
+
+
+def with_unsent_note(exc: Unauthenticated) -> Unauthenticated:
+    """ctld's "no credential" refusal, with why this process sent none (what to set)."""
+    why = unsent_credential()
+    if not why or "no credential" not in exc.message:  # another refusal: as ctld said it
+        return exc
+    return Unauthenticated(f"{exc.message} ({why})")
 
 
 def error_from_rpc(exc: Any, target: str = "") -> CorralError:

@@ -25,11 +25,13 @@ def expand_pattern(
     """Replace Slurm's %-escapes in ``pattern``; unknown escapes are left as written.
 
     As in Slurm, %A is the array's master job id (the job id for a plain job) and %a
-    the task id ("4294967294" for a plain job is Slurm's; corral prints 0).
+    the task id ("4294967294" for a plain job is Slurm's; corral prints 0); %j is the
+    job's own id (an array task's own, not the master's) and %J is "jobid.stepid" for
+    a step ("128.0") and the job id alone for the batch script.
     """
     values: dict[str, str] = {
         "j": str(job_id),
-        "J": str(job_id),
+        "J": str(job_id) if step == "batch" else f"{job_id}.{step}",
         "x": job_name,
         "u": user,
         "N": node.split(".")[0],
@@ -57,6 +59,9 @@ def expand_pattern(
         value = values.get(key)
         if value is None:
             value = pattern[start : k + 1]  # an unknown escape is left as written
+        elif width and key == "J":  # the width pads the job id, not ".stepid"
+            head, dot, tail = value.partition(".")
+            value = head.zfill(min(int(width), 10)) + dot + tail
         elif width and value.isdecimal():
             value = value.zfill(min(int(width), 10))
         out.append(value)

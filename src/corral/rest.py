@@ -86,29 +86,70 @@ def controller_socket() -> str:
     return next((s for s in controller_sockets() if s), "")
 
 
+DEFAULT_MUNGE_SOCKET = "/run/munge/munge.socket.2"  # libmunge's own default
+
+# why the last credential_headers() sent nothing over TCP ("" when it sent one): said
+# beside ctld's "no credential" refusal, so the user learns what to set
+_unsent = ""
+
+
 def credential_headers(method: str, token: str | None = None) -> list[tuple[str, str]]:
     """What proves who calls over TCP (HTTP headers or gRPC metadata, the same keys):
-    a token, else a MUNGE credential for ``method`` when the cluster uses munge."""
+    a token, else a MUNGE credential for ``method`` when the cluster uses munge (or, with
+    no config on this host, when munged runs here, as Slurm's commands always send one)."""
+    global _unsent
     token = token or os.environ.get(TOKEN_ENV, "")
     if not token and os.environ.get(TOKEN_FILE_ENV):
         from corral.auth.tokens import read_token_file
 
         token = read_token_file(os.environ[TOKEN_FILE_ENV])
     if token:
+        _unsent = ""
         return [("authorization", f"Bearer {token}")]
-    kind = os.environ.get(AUTH_ENV)
-    munge_socket = os.environ.get(MUNGE_SOCKET_ENV, "")
-    if kind is None and not os.environ.get(ADDRESS_ENV):
-        try:
-            auth = _config().get("auth", {})
-        except ControllerUnavailable:  # no config here: nothing to send but what we have
-            auth = {}
-        kind, munge_socket = str(auth.get("type", "local")), str(auth.get("munge_socket", ""))
+    kind, munge_socket, why = _auth_choice()
     if kind == "munge":
         from corral.auth.munge import encode
 
+        _unsent = ""
         return [("x-corral-munge", encode(f"corral:{method}".encode(), munge_socket))]
+    _unsent = why
     return []
+
+
+def _auth_choice() -> tuple[str, str, str]:
+    """(kind, munged's socket, why nothing is sent): $CORRAL_AUTH_TYPE, else the config's
+    [auth] (read even beside $CORRAL_CTLD_HTTP: it says what ctld expects), else munge
+    when munged answers here."""
+    munge_socket = os.environ.get(MUNGE_SOCKET_ENV, "")
+    kind = os.environ.get(AUTH_ENV)
+    if kind is not None:
+        return kind, munge_socket, f"{AUTH_ENV}={kind} sends no credential"
+    from corral.config import config_path
+
+    try:
+        auth = _config().get("auth", {})
+    except ControllerUnavailable:  # no config here: a login node set up by environment
+        path = munge_socket or DEFAULT_MUNGE_SOCKET
+        if os.path.exists(path):
+            return "munge", path, ""
+        return (
+            "",
+            "",
+            f"this command sent none: no {TOKEN_ENV} or {TOKEN_FILE_ENV}, no config file "
+            f"({config_path()}) and no munged at {path} (install munge with the cluster's "
+            f"key, or get a token: corral token)",
+        )
+    kind = str(auth.get("type", "local"))
+    why = (
+        f'this command sent none: auth.type is "{kind}" in {config_path()}, which sends '
+        f"nothing over TCP; use ctld's Unix socket ({SOCKET_ENV}) or a token ({TOKEN_ENV})"
+    )
+    return kind, munge_socket or str(auth.get("munge_socket", "")), why
+
+
+def unsent_credential() -> str:
+    """Why the last request over TCP carried no credential ("" if it carried one)."""
+    return _unsent
 
 
 # what a user who started a cluster with `corral up` and opened a new shell needs
@@ -292,7 +333,9 @@ def post_any(
         ), 0
     import time
 
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
+    waiting = False
     while True:
         failures = []
         for i, target in enumerate(targets):
@@ -302,16 +345,39 @@ def post_any(
                 failures.append(str(exc).removesuffix(ENV_HINT))
                 continue
             try:
-                return _exchange(sock, target, method, body, headers(target)), i
+                reply = _exchange(sock, target, method, body, headers(target))
             except NotPrimary as exc:
                 failures.append(f"{where(target)}: {exc}")
+                continue
+            if waiting:
+                notice(f"{where(target)} answered after {time.monotonic() - started:.1f} s")
+            return reply, i
         left = deadline - time.monotonic()
         if left <= 0:
             raise ControllerUnavailable(
                 "Unable to contact slurm controller (connect failure): no primary controller "
                 f"answered within {timeout:g} s: " + "; ".join(failures)
             )
+        if not waiting:  # never silent while it waits: a takeover takes seconds
+            notice(
+                "Unable to contact slurm controller: no primary answers ("
+                + "; ".join(failures)
+                + f"); retrying for up to {timeout:g} s ({TIMEOUT_ENV}), as a standby "
+                "takes over within controller.lease_s"
+            )
+            waiting = True
         time.sleep(min(0.1, left))
+
+
+def notice(message: str) -> None:
+    """A line on stderr while a command waits for the controller (Slurm's commands say
+    so too), under the command's name."""
+    import sys
+
+    prog = os.path.basename(sys.argv[0]) if sys.argv else ""
+    prog = "corral" if not prog or prog.startswith("-") else prog  # python -c: no name
+    sys.stderr.write(f"{prog}: {message}\n")
+    sys.stderr.flush()
 
 
 def _largest_part(request: Any) -> tuple[str, int]:

@@ -33,6 +33,7 @@ from ctld.dispatch import GrpcDispatcher
 from ctld.gateway import make_app
 from ctld.lease import Holder, Lease, keep
 from ctld.metrics import ClusterCollector, add_metrics_route
+from ctld.preflight import check_auth
 from ctld.rpc import ControllerApi, NodeControllerApi, service_handler
 from ctld.standby import Switch
 from ctld.store import Store, normalize_url
@@ -58,6 +59,8 @@ async def serve(config: ClusterConfig, *, ready_file: str = "", controller: int 
             "share it. Failover is not offered on SQLite: list one controller, or move "
             "the store to PostgreSQL"
         )
+    for warning in check_auth(config):  # refuses (ConfigError) before it listens
+        log.warning(warning)
     os.makedirs(ctl.state_dir, mode=0o700, exist_ok=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

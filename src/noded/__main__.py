@@ -45,10 +45,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         name = args.name or socket.gethostname().split(".")[0]
-        config.node(name)
+        node = config.node(name)
     except CorralError as exc:
         print(f"noded: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    from noded.address import advertised_host, loopback_problem
+
+    host, given = advertised_host(args.address, node.address, args.listen or config.noded.listen)
+    problem = loopback_problem(host, [c.host for c in config.controller.controllers])
+    if problem and not given:  # a guess that cannot work: say so, never run unreachable
+        print(f"noded: error: {problem}", file=sys.stderr)
+        return 1
+    if problem:  # the operator chose it: maybe a tunnel; say what it costs
+        print(f"noded: warning: {problem}", file=sys.stderr)
     setup_logging("noded", json=args.log_json or config.noded.log_json, level=args.log_level)
     from noded.server import serve
 

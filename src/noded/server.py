@@ -20,6 +20,7 @@ from corral.errors import GpuError
 from corral.limits import GRPC_SERVER_OPTIONS
 from corral.wire import corral_pb2_grpc as pbg
 from noded import spool as spool_mod
+from noded.address import advertised_host as address_of
 from noded.agent import ControllerLink, NodeAgentServicer
 from noded.cgroups import detect
 from noded.gpu import GpuBackend
@@ -114,11 +115,7 @@ async def serve(
         raise SystemExit(
             f"noded: cannot listen on {bind_host}:{config.noded.stream_port}: {exc}"
         ) from None
-    advertised_host = (
-        address
-        or node_cfg.address
-        or (bind_host if bind_host not in ("0.0.0.0", "::") else socket.getfqdn())
-    )
+    advertised_host, _ = address_of(address, node_cfg.address, listen or config.noded.listen)
     advertised = f"{advertised_host}:{bound}"
     stream_address = ("tls://" if with_tls else "") + f"{advertised_host}:{stream_bound}"
     ctl = config.controller

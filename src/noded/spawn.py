@@ -66,8 +66,11 @@ class Files:
 
 def resolve_files(job: pb.Job, node_name: str) -> Files:
     spec = job.spec
+    # %A and %a are the array's ids, %j the task's own
+    array_job_id = job.array_job_id
+    array_task_id = job.array_task_id if job.HasField("array_task_id") else None
     out_path, err_path = job.stdout_path, job.stderr_path
-    if not out_path:  # ctld expands them once (it knows array ids); older ctlds did not
+    if not out_path:  # ctld expands them once; older ctlds did not
         out_path, err_path = batch_output_paths(
             job_id=job.job_id,
             job_name=spec.name,
@@ -76,11 +79,19 @@ def resolve_files(job: pb.Job, node_name: str) -> Files:
             work_dir=spec.work_dir,
             stdout_pattern=spec.stdout_pattern,
             stderr_pattern=spec.stderr_pattern,
+            array_job_id=array_job_id,
+            array_task_id=array_task_id,
         )
     in_path = os.devnull
     if spec.stdin_path:
         in_path = expand_pattern(
-            spec.stdin_path, job_id=job.job_id, job_name=spec.name, user=job.user, node=node_name
+            spec.stdin_path,
+            job_id=job.job_id,
+            job_name=spec.name,
+            user=job.user,
+            node=node_name,
+            array_job_id=array_job_id,
+            array_task_id=array_task_id,
         )
         if not os.path.isabs(in_path):
             in_path = os.path.join(spec.work_dir, in_path)

@@ -126,20 +126,21 @@ def test_bad_requests_give_clear_errors_and_create_no_job(cmd: Commands) -> None
     assert cmd.cluster.client().get_jobs({}).get("jobs", []) == []
 
 
-def test_scancel_unknown_or_finished_job_is_silent(cmd: Commands) -> None:
-    # Slurm 22.05 reports ESLURM_INVALID_JOB_ID / ESLURM_ALREADY_DONE only with -v
+def test_scancel_unknown_job_is_an_error_and_a_finished_one_is_silent(cmd: Commands) -> None:
+    # a job id that names no job: Slurm's check of the given ids prints it and exits 1
+    # (issue 22: a typo must not pass for a cancel); -Q keeps the exit code, not the line
+    unknown = "scancel: error: Kill job error on job id 424242: Invalid job id specified\n"
     proc = cmd("scancel", "424242", check=False)
-    assert (proc.returncode, proc.stderr) == (0, "")
+    assert (proc.returncode, proc.stderr) == (1, unknown)
+    proc = cmd("scancel", "-Q", "424242", check=False)
+    assert (proc.returncode, proc.stderr) == (1, "")
+    # a finished job: nothing to do, said only with -v (Slurm 22.05's ESLURM_ALREADY_DONE)
     done = cmd("sbatch", "--parsable", "--wrap", "true").stdout.strip()
     cmd.wait_state(done, "COMPLETED")
     proc = cmd("scancel", done, check=False)
     assert (proc.returncode, proc.stderr) == (0, "")
     proc = cmd("scancel", "-v", "424242", check=False)
-    assert (proc.returncode, proc.stderr) == (  # as a real 22.05 prints it
-        0,
-        "scancel: Terminating job 424242\n"
-        "scancel: error: Kill job error on job id 424242: Invalid job id specified\n",
-    )
+    assert (proc.returncode, proc.stderr) == (1, "scancel: Terminating job 424242\n" + unknown)
     # filters act on active jobs only, silently: the finished job is not an error
     proc = cmd("scancel", "-n", "wrap", check=False)
     assert (proc.returncode, proc.stderr) == (0, "")

@@ -113,6 +113,41 @@ def test_submitit_result_exception_map_array_cancel_and_state(
     ]
 
 
+MAP_ARRAY_PER_JOB_FOLDER = """
+import subprocess
+import submitit
+
+def square(x):
+    return x * x
+
+# "%j" in the folder: submitit makes one folder per array task (%A_%a) and passes
+# srun "--output sub/%A_%a/%A_%a_%t_log.out"; srun must expand %A and %a from the
+# array's ids, not as the task's own job id and 0, or every task but the first fails
+ex = submitit.AutoExecutor(folder="sub/%j")
+# held until submitit has made each task's folder (it makes them once sbatch returns;
+# a job that started first would find no folder for its -o file, as on Slurm)
+ex.update_parameters(timeout_min=5, slurm_additional_parameters={"hold": True})
+jobs = ex.map_array(square, range(5))
+master = jobs[0].job_id.split("_")[0]
+own = subprocess.run(["squeue", "-h", "-r", "-o", "%A", "-j", master], capture_output=True,
+                     text=True, check=True).stdout.split()
+subprocess.run(["scontrol", "release", *own], check=True)  # each task by its own id
+print("> results", [j.result() for j in jobs])
+for j in jobs:
+    print("> log", j.job_id == f"{jobs[0].job_id.split('_')[0]}_{j.job_id.split('_')[1]}",
+          j.paths.stdout.exists(), j.paths.stderr.exists())
+"""
+
+
+def test_submitit_map_array_with_a_folder_per_task_runs_every_task(
+    lab: tuple[LocalCluster, pathlib.Path],
+) -> None:
+    assert drive(lab, MAP_ARRAY_PER_JOB_FOLDER) == [
+        "> results [0, 1, 4, 9, 16]",
+        *["> log True True True"] * 5,
+    ]
+
+
 CHECKPOINT = """
 import os, time
 import submitit

@@ -135,3 +135,24 @@ def test_forecast_correction_scales_by_the_median_ratio_of_its_queue_position() 
     c.correct(6, 0.0, 100.0, 0)
     c.started(6, 500.0)
     assert c.correct(7, 0.0, 100.0, 0) == 500.0
+
+
+def test_a_line_that_is_not_swf_is_an_error_naming_the_source_and_line() -> None:
+    with pytest.raises(swf.SwfError, match=r"^job\.sh:3: not a Standard Workload Format job"):
+        swf.parse(["; MaxProcs: 4", "", "#!/bin/sh"], source="job.sh")
+    with pytest.raises(swf.SwfError, match=r"^t:1: .*'1 0 x 5"):  # 12+ fields, not numbers
+        swf.parse(["1 0 x 5 1 -1 -1 1 60 -1 1 one -1 -1 -1 -1 -1 -1"], source="t")
+
+
+def test_load_reads_gzip_by_its_magic_and_refuses_a_trace_without_jobs(
+    tmp_path: pathlib.Path,
+) -> None:
+    import gzip
+
+    zipped = tmp_path / "trace.swf"  # gzipped, without .gz in its name
+    zipped.write_bytes(gzip.compress(TRACE.encode()))
+    assert [j.job_id for j in swf.load(zipped).jobs] == [1, 2, 3]
+    empty = tmp_path / "empty.swf"
+    empty.write_text("; MaxProcs: 4\n4 30 -1 0 1 -1 -1 1 50 -1 1 8 -1 -1 -1 -1 -1 -1\n")
+    with pytest.raises(swf.SwfError, match="no job with a run time"):
+        swf.load(empty)

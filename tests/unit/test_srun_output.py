@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from client.srun import Output
+from client.srun import Output, array_ids
 
 STEP = {"stepId": 0, "nodes": [{"node": "n1", "ranks": [0, 1]}]}
 JOB = {"jobId": "7", "spec": {"name": "x"}, "user": "u"}
@@ -56,3 +56,21 @@ def test_files_by_pattern(tmp_path: pathlib.Path) -> None:
     o.close()
     assert (tmp_path / "out-0.txt").read_bytes() == b"zero\n"
     assert (tmp_path / "out-1.txt").read_bytes() == b"one\n"
+
+
+def test_files_of_an_array_task_take_its_array_ids(tmp_path: pathlib.Path) -> None:
+    task = {"jobId": "9", "arrayJobId": "7", "arrayTaskId": 2, "spec": {"name": "x"}, "user": "u"}
+    o = Output({"output": f"{tmp_path}/%A_%a-%j-%J-%t.txt"}, task, STEP)
+    o.write(1, False, b"one\n")
+    o.close()
+    assert (tmp_path / "7_2-9-9.0-1.txt").read_bytes() == b"one\n"
+
+
+def test_array_ids_from_the_environment_only_inside_that_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    assert array_ids({"jobId": "9"}) == (7, 2)  # a ctld that does not send them
+    assert array_ids({"jobId": "10"}) == (0, None)  # srun --jobid=10: not this job's

@@ -58,6 +58,11 @@ def _libmunge() -> ctypes.CDLL:
     return _lib
 
 
+def check_library() -> None:
+    """Unauthenticated when libmunge cannot be loaded here (the munge package)."""
+    _libmunge()
+
+
 def _libc_free(ptr: int) -> None:
     libc = ctypes.CDLL(None)
     libc.free.argtypes = [ctypes.c_void_p]

@@ -39,6 +39,9 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"corral sim: cannot read {args.trace}: {exc.strerror}", file=sys.stderr)
         return 1
+    except swf.SwfError as exc:
+        print(f"corral sim: error: {exc}", file=sys.stderr)
+        return 1
     procs = args.procs or trace.max_procs
     if procs <= 0:
         print("corral sim: the trace has no MaxProcs header: give --procs", file=sys.stderr)
