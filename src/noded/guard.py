@@ -60,6 +60,12 @@ def alive(pid: int) -> bool:
         return False
 
 
+def stamp() -> str:
+    """UTC, as noded's own log lines: when the guard fenced, beside what noded said."""
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
+
+
 def run(spool: Path, node: str, token: str, fence_after_s: float, noded_pid: int) -> None:
     contact = spool / CONTACT_FILE
     fenced = False
@@ -74,7 +80,7 @@ def run(spool: Path, node: str, token: str, fence_after_s: float, noded_pid: int
             pids = marked(node, token)
             if pids and not fenced:
                 print(
-                    f"noded guard {node}: ctld not heard for {silent:.1f}s: "
+                    f"{stamp()} noded guard {node}: ctld not heard for {silent:.1f}s: "
                     f"killing {len(pids)} job processes",
                     file=sys.stderr,
                     flush=True,
