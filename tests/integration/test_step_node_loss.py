@@ -159,9 +159,16 @@ def assert_requeued_and_ran_once(
 ) -> dict[str, Any]:
     """Requeued once, for the node's failure; no rank of the first run alive once the
     second run started; resumed from the checkpoint; completed."""
-    wait_for(lambda: taken(cluster, job_id, "1") >= 1, 90, "the requeued run's first step")
+
+    def started_again() -> bool:
+        job = cmd.job(job_id)
+        return job.get("restartCount") == 1 and job["state"] != "JOB_STATE_PENDING"
+
+    wait_for(started_again, 90, "the requeued run to start")
     left = run_pids(cluster, job_id, 0)
     assert not left, f"the first run's processes outlived the requeue: {describe(left)}"
+    wait_for(lambda: taken(cluster, job_id, "1") >= 1, 60, "the requeued run's first step")
+    assert not run_pids(cluster, job_id, 0)
     job = cmd.job(job_id)
     assert job["restartCount"] == 1
     requeued = [e for e in job["events"] if e["event"] == "requeued"]
