@@ -23,7 +23,7 @@ from client.taskstream import NodeStream
 from corral import __version__, cjson, signals
 from corral import stepstream as ss
 from corral.api import Controller, connect
-from corral.errors import CorralError, InvalidOption, StepBusy
+from corral.errors import CorralError, InvalidOption, NodeUnreachable, StepBusy
 from corral.patterns import expand_pattern
 from corral.tasks import validate_gpu_bind
 
@@ -272,6 +272,7 @@ class Step:
         self.wait_deadline = 0.0
         self.stdin_conns: list[NodeStream] = []
         self.stdin_open = False
+        self.reported: set[str] = set()  # nodes whose failure ctld was told of
 
     def run(self) -> tuple[int, int]:
         reply = self._create_step()
@@ -364,10 +365,18 @@ class Step:
             return out
 
         # the first node first: it picks MASTER_PORT, which the others are given
-        head = NodeStream(first, timeout)
-        self.streams[head.name] = head
-        head.start(self.step_credential, body(first, 0))
-        kind, payload = head.await_started()
+        try:
+            head = NodeStream(first, timeout)
+            self.streams[head.name] = head
+            head.start(self.step_credential, body(first, 0))
+            kind, payload = head.await_started()
+        except NodeUnreachable as exc:
+            self._node_failure(str(first.get("node", "")), str(exc))
+            raise
+        except OSError as exc:  # it closed the stream before STARTED
+            name = str(first.get("node", ""))
+            self._node_failure(name, str(exc))
+            raise CorralError(f"{name}: the connection to its noded was lost: {exc}") from None
         if kind != ss.STARTED:
             why = payload.decode(errors="replace") if kind == ss.REFUSED else "no answer"
             raise CorralError(f"{head.name}: {why}")
@@ -378,7 +387,9 @@ class Step:
                 conn = NodeStream(node, timeout)
                 conn.start(self.step_credential, body(node, port))
             except (CorralError, OSError) as exc:
-                self._lost(str(node.get("node", "")), [int(r) for r in node.get("ranks", [])], exc)
+                failed = isinstance(exc, NodeUnreachable | OSError)  # not a refusal
+                name, ranks = str(node.get("node", "")), [int(r) for r in node.get("ranks", [])]
+                self._lost(name, ranks, exc, node_failure=failed)
                 continue
             self.streams[conn.name] = conn
         self.stdin_conns = [c for c in self.streams.values() if set(c.ranks) & stdin_ranks]
@@ -494,15 +505,39 @@ class Step:
         if conn.closed:
             return
         if not quiet and not all(r in self.exits for r in conn.ranks):
-            self._lost(conn.name, conn.ranks, "the connection to its noded was lost")
+            why = "the connection to its noded was lost"
+            self._lost(conn.name, conn.ranks, why, node_failure=True)
         _unregister(sel, conn.sock)
         conn.close()
 
-    def _lost(self, node: str, ranks: list[int], why: object) -> None:
+    def _lost(self, node: str, ranks: list[int], why: object, node_failure: bool = False) -> None:
         self.failures.append(f"{node}: {why}")
         for rank in ranks:
             self.exits.setdefault(rank, (1, 0))
-        self._kill_all()
+        self._kill_all()  # Slurm's default: the step dies with a node (no --no-kill)
+        if node_failure:
+            self._node_failure(node, str(why))
+
+    def _node_failure(self, node: str, why: str) -> None:
+        """A node's noded gone mid-step (not a refusal): said as Slurm's srun says it,
+        and told to ctld before srun exits, so the job's end waits for the node's
+        verdict instead of ending with the batch script's exit (ctld/suspects.py)."""
+        if node in self.reported:
+            return
+        self.reported.add(node)
+        say(PROG, f"error: Node failure on {node}")
+        try:
+            self.api.step_node_lost(
+                {
+                    "jobId": str(self.job.get("jobId", self.job_id)),
+                    "stepId": int(self.step.get("stepId", 0)),
+                    "node": node,
+                    "run": int(self.job.get("restartCount", 0)),
+                    "detail": why[:256],
+                }
+            )
+        except (CorralError, OSError) as exc:
+            say(PROG, f"error: could not report the node failure to the controller: {exc}")
 
     def _signals(self, wake: int) -> None:
         try:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import _socket
 import os
+import sys
 
 from corral import stepstream as ss
-from corral.errors import CorralError
+from corral.errors import CorralError, NodeUnreachable
 from corral.rest import tcp_connect
 
 TYPE_CHECKING = False
@@ -24,6 +25,12 @@ if TYPE_CHECKING:
 
 CA_ENV = "CORRAL_CTLD_CA"  # the cluster CA (corral.rest.CA_ENV): checks a TLS node's name
 RECV_BYTES = 1 << 20
+
+
+def _ssl_error() -> type[OSError]:
+    import ssl  # only asked once ssl is loaded (a TLS stream)
+
+    return ssl.SSLError
 
 
 def _config_ca() -> str:
@@ -69,7 +76,10 @@ class NodeStream:
             self.sock = sock
             kind, payload = self._read_frame()
         except OSError as exc:
-            raise CorralError(
+            # nothing answers there: its noded is gone (srun: a node failure); a TLS
+            # failure is not that (a certificate, a CA: the set-up)
+            unreachable = not (sys.modules.get("ssl") and isinstance(exc, _ssl_error()))
+            raise (NodeUnreachable if unreachable else CorralError)(
                 f"{self.name}: cannot reach its task stream at {address}: {exc}"
             ) from None
         if kind != ss.HELLO or not payload.startswith(ss.MAGIC):

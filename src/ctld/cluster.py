@@ -6,6 +6,7 @@ Each part does one job (docs/architecture.md draws the map):
     intake        submit, cancel/signal, hold/release, update, top (client writes)
     node_reports  register, heartbeat, job reports, faults, drains (node writes)
     step_ops      srun/salloc steps and allocations
+    suspects      a node srun lost mid-step: the job's end waits for its verdict
     endings       how a job ends or is requeued (shared by the three above)
     outbox        signals to nodes, sent after the change that asked for them commits
     snapshot      the scheduler's input
@@ -47,6 +48,7 @@ from ctld.snapshot import SnapshotBuilder, settings_from
 from ctld.state import State, user_name
 from ctld.step_ops import StepOps
 from ctld.store import Op, Store
+from ctld.suspects import Suspects
 from ctld.usage import UsageLedger
 
 __all__ = ["MIN_PASS_GAP_S", "Clock", "Cluster", "Dispatcher"]
@@ -80,7 +82,10 @@ class Cluster:
         self.endings = Endings(st, self.outbox)
         self.intake = Intake(st, self.policy, self.endings, self.outbox)
         self.steps = StepOps(st, self.policy, self.endings, self.outbox)
-        self.node_reports = NodeReports(st, self.policy, self.endings, self.outbox, self.steps)
+        self.suspects = Suspects(st, self.policy, self.endings, self.outbox, self.steps)
+        self.node_reports = NodeReports(
+            st, self.policy, self.endings, self.outbox, self.steps, self.suspects
+        )
         self.settings = settings_from(st)
         self.preempter = Preempter(st, self.outbox)
         self.snapshots = SnapshotBuilder(st, self.settings)
@@ -329,6 +334,9 @@ class Cluster:
 
     async def complete_job(self, who: Identity, req: pb.CompleteJobRequest) -> None:
         await self.steps.complete_job(who, req)
+
+    async def step_node_lost(self, who: Identity, req: pb.StepNodeLostRequest) -> None:
+        await self.suspects.node_lost(who, req)
 
     async def enforce_allocation_limits(self) -> None:
         await self.steps.enforce_allocation_limits()

@@ -38,12 +38,58 @@ class Endings:
             # no batch step to wait for: the allocation ends now, its steps are killed
             self.end_allocation(ch, job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=0)
             return
+        if job.state == js.RUNNING and job.HasField("held_end"):
+            # its script has ended (the end waits for a node's verdict): nothing to stop
+            held = pb.JobStatusUpdate()
+            held.CopyFrom(job.held_end)
+            ch.transition(job, "cancel_requested", cause=cause, now=now)
+            self.finish(ch, job, held, cause)
+            return
         if job.state == js.RUNNING:
             ch.transition(job, "cancel_requested", cause=cause, now=now)
             ch.signal_all(self.outbox.terminate_elsewhere(job))
             ch.signal(*self.outbox.terminate_batch(job))
             return
         raise JobStateConflict()
+
+    def exited(self, ch: Change, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> None:
+        """The job's script ended as ``upd`` says (a node's report, or a held end whose
+        node was judged alive); an allocation's held release (CompleteJob) too."""
+        if job.spec.allocation_only:
+            final = js.COMPLETED if not (upd.exit_code or upd.exit_signal) else js.FAILED
+            self.end_allocation(
+                ch, job, final, cause=cause, exit_code=upd.exit_code, exit_signal=upd.exit_signal
+            )
+        elif job.state == js.COMPLETING:  # cancelled meanwhile: it ends CANCELLED
+            clear_requeue(job)
+            self.finish(ch, job, upd, cause)
+        elif self.preempted(ch, job, upd, cause):
+            pass
+        elif job.requeue_on_exit:
+            hold = clear_requeue(job)
+            job.usage.CopyFrom(upd.usage)
+            detail = upd.detail or "requeued on request"
+            self.requeue(ch, job, cause=cause, detail=detail, hold=hold)
+        else:
+            self.finish(ch, job, upd, cause)
+
+    def hold_end(self, ch: Change, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> bool:
+        """While srun's lost node awaits its verdict, the end reported is kept in the job
+        (durable), not applied: if the node failed, the job failed with it, whatever its
+        script's exit (ctld/suspects.py). False: nothing is suspect, apply it now."""
+        if not job.suspect_nodes or job.state != js.RUNNING:
+            return False
+        job.held_end.CopyFrom(upd)
+        nodes = ",".join(s.node for s in job.suspect_nodes)
+        ch.transition(
+            job,
+            "updated",
+            cause=cause,
+            detail=f"its end (exit {upd.exit_code}:{upd.exit_signal}) waits for the "
+            f"verdict on {nodes}",
+        )
+        log.info("job end held for a node's verdict", job_id=job.job_id, nodes=nodes)
+        return True
 
     def finish(self, ch: Change, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> None:
         """The node reports the job's end: its final state, exit and usage."""
@@ -134,6 +180,7 @@ class Endings:
         self._ended(job)
 
     def _ended(self, job: pb.Job) -> None:
+        failures.forget_suspects(job)
         self.state.release(job)
         self.state.ledger.add_finished(job)
         self.state.remember_run(job)
@@ -155,17 +202,20 @@ class Endings:
         detail: str,
         run_state: int = pb.JOB_STATE_REQUEUED,
         hold: int = pb.HOLD_NONE,
+        not_before: float = 0.0,
     ) -> None:
         """Put a RUNNING job back in the queue; it keeps its age and counts a restart.
 
-        The run that ended is kept for sacct -D; with controller.requeue_delay_s the job
-        waits (reason BeginTime); --requeue=expedite puts it first in the queue.
+        The run that ended is kept for sacct -D; with controller.requeue_delay_s (or
+        ``not_before``) the job waits (reason BeginTime); --requeue=expedite puts it
+        first in the queue.
         """
         js.check(job, "requeued", cause)  # before anything changes: never half a requeue
         st = self.state
         now = st.clock()
         if run_state != pb.JOB_STATE_REQUEUED:
             job.reason = detail[:200]  # sacct -D shows why that run ended
+        failures.forget_suspects(job)
         # the run's time counts in fair-share like any finished job's (Slurm charges
         # every run); its record is what a restarted ctld reloads the ledger from
         st.ledger.add_finished(ch.end_run(job, run_state))
@@ -177,8 +227,8 @@ class Endings:
         ch.transition(job, "requeued", cause=cause, now=now, detail=detail[:512])
         fill_request_totals(job)
         delay = st.config.controller.requeue_delay_s
-        if delay > 0:
-            job.eligible_time = now + delay  # its reason: BeginTime (pending.settle)
+        if delay > 0 or not_before > now:  # its reason: BeginTime (pending.settle)
+            job.eligible_time = max(now + delay, not_before)
         if job.spec.requeue_expedite:
             job.admin_priority = job.priority = failures.expedite_priority(
                 st.jobs[i] for i in st.pending if i in st.jobs
@@ -196,6 +246,8 @@ class Endings:
         with its hold, whatever its --requeue says: the run ends REQUEUED."""
         asked = job.requeue_on_exit
         hold = clear_requeue(job)
+        if job.HasField("held_end"):  # its script ended before the verdict: its usage
+            job.usage.CopyFrom(job.held_end.usage)
         if job.state == js.COMPLETING:  # cancelled before: nothing more to wait for
             self.end_allocation(ch, job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=9)
             return
@@ -214,7 +266,19 @@ class Endings:
             job.failed_nodes.append(node.name)
         log.warning("job requeued after a node failure", job_id=job.job_id, node=node.name)
         run_state = pb.JOB_STATE_REQUEUED if asked else js.NODE_FAIL
-        self.requeue(ch, job, cause=cause, detail=why, run_state=run_state, hold=hold)
+        # another node srun lost and not judged yet may still run the old ranks, until
+        # its fence guard kills them (before timeout_s from the loss): not again before
+        timeout = self.state.config.heartbeat.timeout_s
+        others = [s.since + timeout for s in job.suspect_nodes if s.node != node.name]
+        self.requeue(
+            ch,
+            job,
+            cause=cause,
+            detail=why,
+            run_state=run_state,
+            hold=hold,
+            not_before=max(others, default=0.0),
+        )
 
 
 def requeue_when_gone(job: pb.Job, hold: int = pb.HOLD_NONE) -> None:

@@ -12,6 +12,8 @@ functions, so the rules live in one place and are tested without daemons:
   ends NODE_FAIL. Each earlier run is kept for sacct -D (store: job_runs).
 - fencing: on re-registration a node is told which jobs it may keep (those ctld still
   places on it); it kills every other before ctld places anything there again.
+- suspects: a node whose noded srun lost mid-step holds the job's end until it is
+  judged (ctld/suspects.py).
 - checkpoint warning: a job's --signal also comes before a maintenance reservation
   starts on its nodes.
 """
@@ -65,6 +67,17 @@ def on_node(job: pb.Job, node: str) -> bool:
 def keep_for(node: str, jobs: Iterable[pb.Job]) -> list[int]:
     """The jobs a (re-)registering node may keep running: those ctld still places there."""
     return sorted(j.job_id for j in jobs if on_node(j, node) and j.state == js.RUNNING)
+
+
+def suspicion(job: pb.Job, node: str) -> pb.SuspectNode | None:
+    """The job's suspicion of ``node`` (srun lost its noded mid-step), if any."""
+    return next((s for s in job.suspect_nodes if s.node == node), None)
+
+
+def forget_suspects(job: pb.Job) -> None:
+    """The run is over (ended, requeued): no node of it waits for a verdict any more."""
+    del job.suspect_nodes[:]
+    job.ClearField("held_end")
 
 
 def stale_report(job: pb.Job, upd: pb.JobStatusUpdate) -> bool:

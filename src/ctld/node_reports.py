@@ -23,6 +23,7 @@ from ctld.outbox import Outbox
 from ctld.state import State, user_name
 from ctld.step_ops import StepOps
 from ctld.store import NodeDrain, Op
+from ctld.suspects import Suspects
 
 Update = pb.JobStatusUpdate
 END_PROLOG_FAILED = Update.END_PROLOG_FAILED
@@ -31,13 +32,20 @@ log = structlog.get_logger("ctld")
 
 class NodeReports:
     def __init__(
-        self, state: State, policy: Policy, endings: Endings, outbox: Outbox, steps: StepOps
+        self,
+        state: State,
+        policy: Policy,
+        endings: Endings,
+        outbox: Outbox,
+        steps: StepOps,
+        suspects: Suspects,
     ) -> None:
         self.state = state
         self.policy = policy
         self.endings = endings
         self.outbox = outbox
         self.steps = steps
+        self.suspects = suspects
         self._maint_warned: set[tuple[int, int, str]] = set()  # (job, run, reservation)
 
     async def register_node(self, req: pb.RegisterNodeRequest) -> NodeRecord:
@@ -51,6 +59,9 @@ class NodeReports:
         node.address = req.address
         node.agent_address = req.agent_address
         node.stream_address = req.stream_address
+        if node.instance and req.instance != node.instance:
+            node.restarted_at = now  # it killed what its predecessor ran (noded/spool.py)
+        node.instance = req.instance
         node.resources = req.resources
         node.boot_time, node.version, node.os = req.boot_time, req.version, req.os
         node.registered = True
@@ -66,6 +77,8 @@ class NodeReports:
         )
         await self._apply_updates(node, req.unreported)
         await self.node_faults(node, req.health)
+        async with Change(st, self.outbox) as ch:  # a restart srun saw coming
+            self.suspects.registered(ch, node, req.instance, set(req.running_job_ids))
         await self._reconcile(node, set(req.running_job_ids))
         self._stop_again(node, set(req.running_job_ids))
         # fencing: what it runs beyond what it may keep is killed before it gets work
@@ -104,6 +117,7 @@ class NodeReports:
                     or job.job_id in running
                     or job.job_id in st.launching
                     or job.spec.allocation_only  # no batch step on any node
+                    or job.HasField("held_end")  # it ended here: its end waits (suspects)
                 ):
                     continue
                 if job.state == js.COMPLETING:  # cancelled, and nothing is left to stop
@@ -177,6 +191,9 @@ class NodeReports:
                 node.late = True
                 log.warning("node heartbeat late", node=node.name)
                 st.wake()
+        # after the DOWNs: a suspect node that is not DOWN by now is alive
+        async with Change(st, self.outbox) as ch:
+            self.suspects.expire(ch)
 
     async def node_down(self, node: NodeRecord, reason: str, *, cause: str) -> None:
         """Declare ``node`` DOWN: every job on it is stopped everywhere, requeued or failed."""
@@ -237,6 +254,7 @@ class NodeReports:
         job = st.jobs.get(upd.job_id)
         if job is not None and upd.kind == Update.KIND_STEP_ENDED:
             self.steps.part_ended(ch, job, node, upd)
+            self.suspects.part_ended(ch, job, node, upd)
             return
         if job is not None and _stalled_elsewhere(job, node, upd):
             # a hung srun task on a node other than the batch host: requeue like a failure
@@ -268,16 +286,8 @@ class NodeReports:
                     job.usage.CopyFrom(upd.usage)
                 self.endings.node_failed(ch, job, node, upd.detail or "lost on its node", cause)
             elif upd.kind == Update.KIND_EXITED:
-                if self.endings.preempted(ch, job, upd, cause):
-                    pass
-                elif job.requeue_on_exit:
-                    hold = clear_requeue(job)
-                    job.usage.CopyFrom(upd.usage)
-                    self.endings.requeue(
-                        ch, job, cause=cause, detail=upd.detail or "requeued on request", hold=hold
-                    )
-                else:
-                    self.endings.finish(ch, job, upd, cause)
+                if not self.endings.hold_end(ch, job, upd, cause):  # a node is suspect
+                    self.endings.exited(ch, job, upd, cause)
             elif upd.kind == Update.KIND_LAUNCH_FAILED and upd.end_reason == END_PROLOG_FAILED:
                 # Slurm's rule: the node is suspect, the job is not; it runs elsewhere
                 self.endings.requeue(ch, job, cause=cause, detail=upd.detail[:512])

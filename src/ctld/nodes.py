@@ -20,6 +20,8 @@ class NodeRecord:
     address: str = ""  # where srun reaches its tasks
     agent_address: str = ""  # where ctld reaches NodeAgent (mutual TLS); "": address
     stream_address: str = ""  # srun's framed task stream (noded/stream.py)
+    instance: str = ""  # the registered noded's instance token (a new one each start)
+    restarted_at: float = 0.0  # when another noded than the known one last registered
     registered: bool = False
     responding: bool = False
     down: bool = False  # declared DOWN (silent past heartbeat.timeout_s, or an operator's)

@@ -292,6 +292,12 @@ class ControllerApi:
         await self.cluster.complete_job(who, req)
         return pb.CompleteJobResponse()
 
+    async def step_node_lost(
+        self, req: pb.StepNodeLostRequest, who: Identity
+    ) -> pb.StepNodeLostResponse:
+        await self.cluster.step_node_lost(who, req)
+        return pb.StepNodeLostResponse()
+
     async def update_node(self, req: pb.UpdateNodeRequest, who: Identity) -> pb.UpdateNodeResponse:
         await self.cluster.update_node(who, req)
         return pb.UpdateNodeResponse()

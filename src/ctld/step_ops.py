@@ -153,6 +153,10 @@ class StepOps:
         )
         return True
 
+    def part_done(self, job: pb.Job, step: pb.Step, node: str) -> bool:
+        """``node`` reported its part of the running ``step`` ended."""
+        return node in self._nodes_done.get((job.job_id, step.step_id), ())
+
     def _end_step(
         self, ch: Change, step: pb.Step, exit_code: int, exit_signal: int, cancelled: bool
     ) -> None:
@@ -226,16 +230,18 @@ class StepOps:
             raise JobStateConflict(f"Job {job.job_id} is a batch job: it ends when its script does")
         if job.state != js.RUNNING:
             return  # already ended (cancelled, timed out, or a repeat)
-        final = js.COMPLETED if not (req.exit_code or req.exit_signal) else js.FAILED
+        cause = f"rpc:CompleteJob user={who.user}"
+        ended = pb.JobStatusUpdate(
+            job_id=job.job_id,
+            kind=pb.JobStatusUpdate.KIND_EXITED,
+            time=st.clock(),
+            exit_code=req.exit_code,
+            exit_signal=req.exit_signal,
+            restart_count=job.restart_count,
+        )
         async with Change(st, self.outbox) as ch:
-            self.endings.end_allocation(
-                ch,
-                job,
-                final,
-                cause=f"rpc:CompleteJob user={who.user}",
-                exit_code=req.exit_code,
-                exit_signal=req.exit_signal,
-            )
+            if not self.endings.hold_end(ch, job, ended, cause):  # a node is suspect
+                self.endings.exited(ch, job, ended, cause)
 
     async def enforce_allocation_limits(self) -> None:
         """salloc/srun allocations have no noded process to time them: ctld does."""

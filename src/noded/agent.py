@@ -240,6 +240,7 @@ class ControllerLink:
             health=list(self.health),
             agent_address=self.agent_address,
             stream_address=self.stream_address,
+            instance=self.launcher.instance,  # ctld tells a restart from a re-registration
         )
         reply = await self.stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
         self._contacted()

@@ -34,6 +34,7 @@ METHODS = [
     "CreateReservation",
     "CreateStep",
     "CompleteJob",
+    "StepNodeLost",
     "NoSuchMethod",
 ]
 CLEAR = {200, 400, 401, 403, 404, 409}  # never 500: every refusal is a named error

@@ -102,3 +102,7 @@ class ControllerCalls:
     def complete_job(self, request: t.CompleteJobRequest) -> t.CompleteJobResponse:
         reply: t.CompleteJobResponse = self.call("CompleteJob", request)
         return reply
+
+    def step_node_lost(self, request: t.StepNodeLostRequest) -> t.StepNodeLostResponse:
+        reply: t.StepNodeLostResponse = self.call("StepNodeLost", request)
+        return reply

@@ -518,6 +518,8 @@ class Job(_message.Message):
     FAILED_NODES_FIELD_NUMBER: _builtins.int
     REQUEUE_ON_EXIT_FIELD_NUMBER: _builtins.int
     REQUEUE_HOLD_FIELD_NUMBER: _builtins.int
+    SUSPECT_NODES_FIELD_NUMBER: _builtins.int
+    HELD_END_FIELD_NUMBER: _builtins.int
     EXPECTED_START_FIELD_NUMBER: _builtins.int
     FORECAST_NODES_FIELD_NUMBER: _builtins.int
     WAITS_FOR_FIELD_NUMBER: _builtins.int
@@ -607,6 +609,16 @@ class Job(_message.Message):
         """
 
     @_builtins.property
+    def suspect_nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___SuspectNode]:
+        """nodes whose noded srun lost mid-step (StepNodeLost): the job's end waits for their
+        verdict (DOWN or restarted: a node failure; alive: the end stands)
+        """
+
+    @_builtins.property
+    def held_end(self) -> Global___JobStatusUpdate:
+        """the end reported meanwhile, applied after the verdict"""
+
+    @_builtins.property
     def waits_for(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """running jobs whose end frees what it needs"""
 
@@ -660,6 +672,8 @@ class Job(_message.Message):
         failed_nodes: _abc.Iterable[_builtins.str] | None = ...,
         requeue_on_exit: _builtins.bool = ...,
         requeue_hold: Global___HoldKind.ValueType = ...,
+        suspect_nodes: _abc.Iterable[Global___SuspectNode] | None = ...,
+        held_end: Global___JobStatusUpdate | None = ...,
         expected_start: _builtins.float = ...,
         forecast_nodes: _builtins.str = ...,
         waits_for: _abc.Iterable[_builtins.int] | None = ...,
@@ -674,9 +688,9 @@ class Job(_message.Message):
         steps: _abc.Iterable[Global___Step] | None = ...,
         next_step_id: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "priority_factors", b"priority_factors", "spec", b"spec", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "held_end", b"held_end", "priority_factors", b"priority_factors", "spec", b"spec", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "requeue_hold", b"requeue_hold", "requeue_on_exit", b"requeue_on_exit", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "held_end", b"held_end", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "requeue_hold", b"requeue_hold", "requeue_on_exit", b"requeue_on_exit", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "suspect_nodes", b"suspect_nodes", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__admin_priority: _TypeAlias = _typing.Literal["admin_priority"]  # noqa: Y015
     _WhichOneofArgType__admin_priority: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority"]  # noqa: Y015
@@ -1018,6 +1032,91 @@ class CompleteJobResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompleteJobResponse: _TypeAlias = CompleteJobResponse  # noqa: Y015
+
+@_typing.final
+class StepNodeLostRequest(_message.Message):
+    """srun lost its task stream to a node of the step before that node's exits came"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    RUN_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    step_id: _builtins.int
+    node: _builtins.str
+    run: _builtins.int
+    """the job's restart_count srun ran under"""
+    detail: _builtins.str
+    """what srun saw ("the connection to its noded was lost")"""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        step_id: _builtins.int = ...,
+        node: _builtins.str = ...,
+        run: _builtins.int = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "job_id", b"job_id", "node", b"node", "run", b"run", "step_id", b"step_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepNodeLostRequest: _TypeAlias = StepNodeLostRequest  # noqa: Y015
+
+@_typing.final
+class StepNodeLostResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepNodeLostResponse: _TypeAlias = StepNodeLostResponse  # noqa: Y015
+
+@_typing.final
+class SuspectNode(_message.Message):
+    """A node of a running job whose noded srun lost (docs/reliability.md)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
+    INSTANCE_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    step_id: _builtins.int
+    since: _builtins.float
+    """when srun reported it (ctld's clock)"""
+    instance: _builtins.str
+    """the noded registered then ("": not known)"""
+    detail: _builtins.str
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        step_id: _builtins.int = ...,
+        since: _builtins.float = ...,
+        instance: _builtins.str = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "instance", b"instance", "node", b"node", "since", b"since", "step_id", b"step_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SuspectNode: _TypeAlias = SuspectNode  # noqa: Y015
 
 @_typing.final
 class JobUsage(_message.Message):
@@ -2784,6 +2883,7 @@ class RegisterNodeRequest(_message.Message):
     HEALTH_FIELD_NUMBER: _builtins.int
     AGENT_ADDRESS_FIELD_NUMBER: _builtins.int
     STREAM_ADDRESS_FIELD_NUMBER: _builtins.int
+    INSTANCE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port where its NodeAgent listens"""
@@ -2796,6 +2896,10 @@ class RegisterNodeRequest(_message.Message):
     """
     stream_address: _builtins.str
     """srun's framed task stream (noded/stream.py), host:port ("tls://" in front with TLS)"""
+    instance: _builtins.str
+    """this noded's instance token (a new one each start): a registration with another
+    token than before is a restarted noded, which killed what its predecessor ran
+    """
     @_builtins.property
     def resources(self) -> Global___NodeResources: ...
     @_builtins.property
@@ -2826,10 +2930,11 @@ class RegisterNodeRequest(_message.Message):
         health: _abc.Iterable[Global___NodeHealthEvent] | None = ...,
         agent_address: _builtins.str = ...,
         stream_address: _builtins.str = ...,
+        instance: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_address", b"agent_address", "boot_time", b"boot_time", "health", b"health", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "stream_address", b"stream_address", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_address", b"agent_address", "boot_time", b"boot_time", "health", b"health", "instance", b"instance", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "stream_address", b"stream_address", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

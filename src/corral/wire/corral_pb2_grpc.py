@@ -135,6 +135,11 @@ class ControllerStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.CompleteJobRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.CompleteJobResponse.FromString,
                 _registered_method=True)
+        self.StepNodeLost = channel.unary_unary(
+                '/corral.v1.Controller/StepNodeLost',
+                request_serializer=corral_dot_v1_dot_corral__pb2.StepNodeLostRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.StepNodeLostResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -260,6 +265,12 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StepNodeLost(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -362,6 +373,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.CompleteJob,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.CompleteJobRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.CompleteJobResponse.SerializeToString,
+            ),
+            'StepNodeLost': grpc.unary_unary_rpc_method_handler(
+                    servicer.StepNodeLost,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.StepNodeLostRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.StepNodeLostResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -904,6 +920,33 @@ class Controller:
             '/corral.v1.Controller/CompleteJob',
             corral_dot_v1_dot_corral__pb2.CompleteJobRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.CompleteJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StepNodeLost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/StepNodeLost',
+            corral_dot_v1_dot_corral__pb2.StepNodeLostRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.StepNodeLostResponse.FromString,
             options,
             channel_credentials,
             insecure,

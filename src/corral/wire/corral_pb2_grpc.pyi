@@ -64,6 +64,7 @@ class ControllerStub:
     CreateStep: _grpc.UnaryUnaryMultiCallable[_corral_pb2.CreateStepRequest, _corral_pb2.CreateStepResponse]
     CompleteStep: _grpc.UnaryUnaryMultiCallable[_corral_pb2.CompleteStepRequest, _corral_pb2.CompleteStepResponse]
     CompleteJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.CompleteJobRequest, _corral_pb2.CompleteJobResponse]
+    StepNodeLost: _grpc.UnaryUnaryMultiCallable[_corral_pb2.StepNodeLostRequest, _corral_pb2.StepNodeLostResponse]
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -88,6 +89,7 @@ class ControllerAsyncStub(ControllerStub):
     CreateStep: _aio.UnaryUnaryMultiCallable[_corral_pb2.CreateStepRequest, _corral_pb2.CreateStepResponse]  # type: ignore[assignment]
     CompleteStep: _aio.UnaryUnaryMultiCallable[_corral_pb2.CompleteStepRequest, _corral_pb2.CompleteStepResponse]  # type: ignore[assignment]
     CompleteJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.CompleteJobRequest, _corral_pb2.CompleteJobResponse]  # type: ignore[assignment]
+    StepNodeLost: _aio.UnaryUnaryMultiCallable[_corral_pb2.StepNodeLostRequest, _corral_pb2.StepNodeLostResponse]  # type: ignore[assignment]
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -229,6 +231,13 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _corral_pb2.CompleteJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_corral_pb2.CompleteJobResponse, _abc.Awaitable[_corral_pb2.CompleteJobResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def StepNodeLost(
+        self,
+        request: _corral_pb2.StepNodeLostRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.StepNodeLostResponse, _abc.Awaitable[_corral_pb2.StepNodeLostResponse]]: ...
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

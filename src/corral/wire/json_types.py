@@ -130,6 +130,8 @@ class Job(TypedDict, total=False):
     failedNodes: list[str]
     requeueOnExit: bool
     requeueHold: HoldKind
+    suspectNodes: list[SuspectNode]
+    heldEnd: JobStatusUpdate
     expectedStart: float
     forecastNodes: str
     waitsFor: list[str]
@@ -219,6 +221,26 @@ class CompleteJobRequest(TypedDict, total=False):
 
 class CompleteJobResponse(TypedDict, total=False):
     pass
+
+
+class StepNodeLostRequest(TypedDict, total=False):
+    jobId: int | str
+    stepId: int
+    node: str
+    run: int
+    detail: str
+
+
+class StepNodeLostResponse(TypedDict, total=False):
+    pass
+
+
+class SuspectNode(TypedDict, total=False):
+    node: str
+    stepId: int
+    since: float
+    instance: str
+    detail: str
 
 
 class JobUsage(TypedDict, total=False):
@@ -594,6 +616,7 @@ class RegisterNodeRequest(TypedDict, total=False):
     health: list[NodeHealthEvent]
     agentAddress: str
     streamAddress: str
+    instance: str
 
 
 class RegisterNodeResponse(TypedDict, total=False):

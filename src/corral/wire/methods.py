@@ -33,6 +33,7 @@ SERVICES: dict[str, dict[str, tuple[str, str, bool, bool]]] = {
         "CreateStep": ("CreateStepRequest", "CreateStepResponse", False, False),
         "CompleteStep": ("CompleteStepRequest", "CompleteStepResponse", False, False),
         "CompleteJob": ("CompleteJobRequest", "CompleteJobResponse", False, False),
+        "StepNodeLost": ("StepNodeLostRequest", "StepNodeLostResponse", False, False),
     },
     NODE_CONTROLLER: {
         "GetStep": ("GetStepRequest", "GetStepResponse", False, False),
@@ -69,6 +70,7 @@ PYTHON_NAMES: dict[str, str] = {
     "CreateStep": "create_step",
     "CompleteStep": "complete_step",
     "CompleteJob": "complete_job",
+    "StepNodeLost": "step_node_lost",
     "GetStep": "get_step",
     "RegisterNode": "register_node",
     "Heartbeat": "heartbeat",
