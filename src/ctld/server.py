@@ -36,10 +36,12 @@ from ctld.metrics import ClusterCollector, add_metrics_route
 from ctld.rpc import ControllerApi, NodeControllerApi, service_handler
 from ctld.standby import Switch
 from ctld.store import Store, normalize_url
+from ctld.unproven import Guard, GuardedSite
 
 log = structlog.get_logger("ctld")
 PURGE_INTERVAL_S = 30.0
 RETENTION_INTERVAL_S = 3600.0  # how often old jobs are purged from the store
+KEEPALIVE_S = 75.0  # an idle gateway connection is closed after this (aiohttp's: an hour)
 
 
 async def serve(config: ClusterConfig, *, ready_file: str = "", controller: int = 0) -> None:
@@ -200,14 +202,13 @@ async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegi
         )
     await server.start()
 
-    app = make_app(switch)
+    guard = Guard()  # TCP connections before a request on them authenticated
+    app = make_app(switch, guard)
     add_metrics_route(app, registry)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_S)
     await runner.setup()
     ssl_context = client_ssl_context(tls_dir) if config.tls.clients else None
-    site = web.TCPSite(
-        runner, ctl.bind_host, ctl.http_port, reuse_address=True, ssl_context=ssl_context
-    )
+    site = GuardedSite(runner, ctl.bind_host, ctl.http_port, guard, ssl_context)
     try:
         await site.start()
     except OSError as exc:

@@ -95,7 +95,9 @@ class InProcessController(Controller):
             raise InvalidRequest(f"malformed {type(message).__name__}: {exc}") from None
         # no transport, no kernel to ask: the harness vouches for the identity it was given
         with _as(api, self.identity):
-            return json.loads(self.harness.run(api.call_json(method, message, Caller())))
+            return json.loads(
+                self.harness.run(api.call_json(method, message, api.identify(Caller())))
+            )
 
 
 class HarnessIdentity:
