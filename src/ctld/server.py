@@ -19,7 +19,6 @@ from grpc import aio
 from prometheus_client import CollectorRegistry
 
 from corral.auth import CONTROLLER_CN, tls
-from corral.auth.peercred import socket_address
 from corral.clock import SystemClock
 from corral.config import ClusterConfig
 from corral.errors import ConfigError, CorralError
@@ -34,6 +33,7 @@ from ctld.gateway import make_app
 from ctld.lease import Holder, Lease, keep
 from ctld.metrics import ClusterCollector, add_metrics_route
 from ctld.rpc import ControllerApi, NodeControllerApi, service_handler
+from ctld.sockdir import prepare
 from ctld.standby import Switch
 from ctld.store import Store, normalize_url
 from ctld.unproven import Guard, GuardedSite
@@ -172,6 +172,8 @@ class _Listening:
 async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegistry) -> _Listening:
     ctl = config.controller
     tls_dir = config.tls.dir
+    # first: a socket directory another user could write refuses the start (sockdir)
+    socket_address = prepare(ctl.socket) if ctl.socket else ""
     server = aio.server(options=GRPC_SERVER_OPTIONS)
     server.add_generic_rpc_handlers(
         (
@@ -216,7 +218,7 @@ async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegi
             f"ctld: cannot listen on {ctl.bind_host}:{ctl.http_port}: {exc.strerror or exc}"
         ) from None
     if ctl.socket:
-        await web.UnixSite(runner, prepare_socket(ctl.socket)).start()
+        await web.UnixSite(runner, socket_address).start()
         if not ctl.socket.startswith("@"):
             os.chmod(ctl.socket, 0o666)  # anyone may connect: the kernel says who they are
     runners = [runner]
@@ -364,16 +366,6 @@ def make_authenticator(config: ClusterConfig) -> ClusterAuthenticator:
 
         key = read_key(config.auth.jwt_key)
     return ClusterAuthenticator(config.auth, key)
-
-
-def prepare_socket(path: str) -> str:
-    """The address to bind: a stale socket file goes, its directory is made (0755)."""
-    if path.startswith("@"):
-        return socket_address(path)
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    return path
 
 
 def client_tls(tls_dir: str) -> grpc.ServerCredentials:
