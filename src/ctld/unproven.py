@@ -17,6 +17,7 @@ deadline and forwards everything else untouched.
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 import time
 from collections.abc import Callable
@@ -82,9 +83,8 @@ class _Guarded(asyncio.Protocol):
         why = self.guard.places.take(key)
         if why:
             self.guard._refused(key, why)
-            body = b'{"error":"ResourceExhausted","code":"RESOURCE_EXHAUSTED","message":"%s"}' % (
-                why.encode()
-            )
+            said = {"error": "ControllerUnavailable", "code": "UNAVAILABLE", "message": why}
+            body = json.dumps(said).encode()
             assert isinstance(transport, asyncio.WriteTransport)
             transport.write(_BUSY % (len(body), body))
             transport.close()

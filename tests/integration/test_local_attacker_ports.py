@@ -143,16 +143,23 @@ def open_idle(address: tuple[str, int], n: int) -> list[socket.socket]:
     return [socket.create_connection(address, timeout=10) for _ in range(n)]
 
 
-def closed_by_peer(sock: socket.socket, wait_s: float) -> bool:
-    """True once the other end closed ``sock`` (EOF or reset) within ``wait_s``."""
+def peer_answer(sock: socket.socket, wait_s: float) -> bytes | None:
+    """What the other end said before closing ``sock`` within ``wait_s`` (b"": closed
+    or reset without a word), None while it keeps it open."""
     sock.settimeout(wait_s)
+    data = b""
     try:
-        sock.recv(65536)  # EOF, or an answer to nothing asked: refused either way
-        return True
+        while chunk := sock.recv(65536):  # an answer to nothing asked: refused
+            data += chunk
     except TimeoutError:
-        return False
+        return data or None
     except OSError:
-        return True
+        pass
+    return data
+
+
+def closed_by_peer(sock: socket.socket, wait_s: float) -> bool:
+    return peer_answer(sock, wait_s) is not None
 
 
 @pytest.mark.timeout(180)
@@ -166,8 +173,11 @@ def test_unproven_gateway_connections_are_bounded_per_peer(
     host, _, port = c.http_address.rpartition(":")
     conns = open_idle((host, int(port)), 120)
     try:
-        kept = [s for s in conns if not closed_by_peer(s, 0.2)]
+        answers = [peer_answer(s, 0.2) for s in conns]
+        kept = [s for s, said in zip(conns, answers, strict=True) if said is None]
         assert len(kept) <= 64, f"{len(kept)} of 120 idle unauthenticated connections kept"
+        said = next(a for a in answers if a)  # the ones turned away are told why
+        assert b" 503 " in said and b"too many unproven connections" in said, said
         assert c.client().get_nodes({})["nodes"]  # the socket still answers
         # another loopback address is the same peer
         with socket.create_connection(
