@@ -145,6 +145,8 @@ class InProcessCluster(Harness):
 
     def __init__(self, state_dir: Path | str, **layout: Any) -> None:
         layout.setdefault("kill_wait_s", 2.0)
+        # nothing listens: a path in the state dir, not a socket directory of /tmp
+        layout.setdefault("socket_path", str(Path(state_dir) / "run" / "ctld.sock"))
         self.layout = LocalCluster(Path(state_dir), **layout)
         self.layout.write_config()
         self.config = load_config(str(self.layout.config_path))
