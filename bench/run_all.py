@@ -34,6 +34,7 @@ PHASES: dict[str, str] = {
     "srun": "bench.srun_bench",
     "profile": "bench.profile_hotspots",
     "auth": "bench.auth_cost",
+    "attacker": "bench.local_attacker",
 }
 DEFAULT = ["cli", "submit", "latency", "e2e", "queue", "srun"]
 

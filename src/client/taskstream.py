@@ -130,7 +130,15 @@ class NodeStream:
         return kind, payload
 
     def start(self, credential: str, body: dict[str, Any]) -> None:
-        self.sock.sendall(ss.start_frame(credential, self.nonce, body))
+        frame = ss.start_frame(credential, self.nonce, body)
+        if len(frame) - ss.HEADER.size > ss.MAX_START:  # noded would refuse it unread
+            env = sum(len(k) + len(v) for k, v in body.get("environment", {}).items())
+            raise CorralError(
+                f"{self.name}: the step's start is {len(frame) - ss.HEADER.size} bytes, "
+                f"more than noded reads before its proof ({ss.MAX_START} bytes); the "
+                f"environment is {env} bytes: export fewer variables (--export)"
+            )
+        self.sock.sendall(frame)
         if not self.tls:
             up, down = ss.session_keys(credential, self.nonce)
             self.up, self.down = ss.FrameMac(up), ss.FrameMac(down)

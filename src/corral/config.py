@@ -55,6 +55,9 @@ class ControllerConfig:
     http_port: int = DEFAULT_HTTP_PORT
     node_port: int = DEFAULT_NODE_PORT  # NodeController, for noded (mutual TLS)
     socket: str = DEFAULT_SOCKET  # Unix socket of the gateway ("@name": abstract); "": none
+    # the user ctld runs as (Slurm's SlurmUser): commands trust a socket served by root,
+    # by themselves or by this user ("": root)
+    user: str = ""
     metrics_port: int = 0  # 0: /metrics only on http_port
     state_dir: str = "/var/lib/corral"
     store_url: str = ""  # empty: sqlite:///<state_dir>/corral.db
@@ -460,6 +463,7 @@ def _controller(sec: _Section) -> ControllerConfig:
         http_port=sec.port("http_port", d.http_port),
         node_port=sec.port("node_port", d.node_port),
         socket=sec.get("socket", str, d.socket),
+        user=sec.get("user", str, d.user),
         metrics_port=sec.port("metrics_port", 0),
         state_dir=sec.get("state_dir", str, d.state_dir),
         store_url=sec.get("store_url", str, d.store_url),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import _socket
 import os
+import sys
 
 from corral.cjson import dumps, loads
 from corral.errors import ControllerUnavailable, CorralError, NotPrimary, TooLarge, from_wire
@@ -33,6 +34,7 @@ CA_ENV = "CORRAL_CTLD_CA"  # the cluster CA: TLS to ctld's HTTP port
 TOKEN_FILE_ENV = "CORRAL_TOKEN_FILE"
 TOKEN_ENV = "SLURM_JWT"
 TIMEOUT_ENV = "CORRAL_TIMEOUT"
+CTLD_USER_ENV = "CORRAL_CTLD_USER"  # who runs ctld (controller.user), besides root
 DEFAULT_TIMEOUT_S = 30.0
 MAX_REQUEST_BYTES = 8 * 1024 * 1024  # corral.limits.MAX_REQUEST_BYTES (not imported: slow)
 
@@ -204,7 +206,8 @@ def _connect(address: tuple[str, int] | str, timeout: float) -> _socket.socket:
         sock.settimeout(timeout)
         try:
             sock.connect("\0" + address[1:] if address.startswith("@") else address)
-        except OSError:
+            _check_server(sock, address)
+        except (OSError, ControllerUnavailable):
             sock.close()
             raise
         return sock
@@ -219,6 +222,40 @@ def _connect(address: tuple[str, int] | str, timeout: float) -> _socket.socket:
         plain = socket.create_connection((host_arg, port), timeout=timeout)  # type: ignore[arg-type]
         return ssl.create_default_context(cafile=ca).wrap_socket(plain, server_hostname="ctld")
     return tcp_connect(host_arg, port, timeout)
+
+
+def _check_server(sock: _socket.socket, address: str) -> None:
+    """Send nothing to a socket served by anyone but root, this user or the controller's
+    user: another user may have put it where ctld's was expected (a directory she made
+    first, an env.sh gone stale), to collect scripts, environments and secrets. The
+    kernel says who listens (SO_PEERCRED): one system call (docs/security.md)."""
+    raw = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    uid = int.from_bytes(raw[4:8], sys.byteorder)  # struct ucred: pid, uid, gid
+    if uid in (0, os.getuid()):
+        return
+    import pwd
+
+    wanted = os.environ.get(CTLD_USER_ENV)
+    if wanted is None:
+        try:
+            wanted = str(_config().get("controller", {}).get("user", ""))
+        except ControllerUnavailable:
+            wanted = ""
+    try:
+        trusted = int(wanted) if wanted.isdecimal() else pwd.getpwnam(wanted).pw_uid
+    except KeyError:
+        trusted = -1
+    if uid == trusted:
+        return
+    try:
+        who = f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        who = f"uid {uid}"
+    raise ControllerUnavailable(
+        f"refusing ctld's socket {address}: it is served by {who}, not by root, you or "
+        f"the controller's user ({CTLD_USER_ENV} or controller.user: "
+        f"{wanted or 'not set'}); another user may have put it there. Nothing was sent"
+    )
 
 
 def tcp_connect(host: str | bytes, port: int, timeout: float) -> _socket.socket:

@@ -64,6 +64,9 @@ EXIT_FIELDS = struct.Struct("!Iii")
 SIGNAL_FIELD = struct.Struct("!i")
 WINDOW_FIELDS = struct.Struct("!HH")
 MAX_FRAME = 16 * 1024 * 1024  # corral.limits.NODED_MAX_RECEIVE_BYTES: what noded accepts
+# START, the one frame noded reads before the proof: the environment (a job's may be
+# 1 MiB: corral.limits.MAX_ENV_BYTES), JSON-escaped, and a few short fields
+MAX_START = 2 * 1024 * 1024
 TLS_PREFIX = "tls://"
 
 # noded -> srun
@@ -104,7 +107,7 @@ def hmac_sha256(key: bytes, msg: bytes) -> bytes:
     return bytes(_sha256(key.translate(_OPAD) + inner).digest())
 
 
-def proof(credential: str, nonce: bytes, body: bytes) -> bytes:
+def proof(credential: str, nonce: bytes, body: bytes | bytearray) -> bytes:
     """What START carries: the step credential proven for this connection and body."""
     return hmac_sha256(credential.encode(), b"corral-step-start\0" + nonce + body)
 

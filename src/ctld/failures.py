@@ -41,10 +41,13 @@ class Liveness(Enum):
     DEAD = "dead"
 
 
-def liveness(node: NodeRecord, now: float, hb: HeartbeatConfig, since: float) -> Liveness:
-    """How the node stands; ``since`` is ctld's start (a node never heard of is timed from it)."""
+def liveness(
+    node: NodeRecord, now: float, hb: HeartbeatConfig, since: float, deaf: float = 0.0
+) -> Liveness:
+    """How the node stands; ``since`` is ctld's start (a node never heard of is timed from
+    it); ``deaf``: seconds of that silence ctld's own loop was stalled (ctld.loopwatch)."""
     last = node.last_heartbeat or since
-    silent = now - last
+    silent = now - last - max(0.0, deaf)
     if silent > hb.timeout_s:
         return Liveness.DEAD
     if node.registered and silent > hb.interval_s * LATE_FACTOR:

@@ -6,10 +6,18 @@ mapping returns the response message the same way; errors return a JSON object
 class's own ``http_status`` (corral/errors.py holds the one table). The short-lived
 commands use it (a Python command that imports grpc cannot start in under ~200 ms);
 the proto stays the one schema.
+
+Who calls is settled before the body is read (docs/security.md, "Requests before the
+caller is known"): the caller comes from the headers and the socket alone, and a
+request that does not authenticate is answered at once, its body never parsed. A body
+is at most ``MAX_BODY`` (a larger Content-Length is refused unread); a large one is
+parsed in a worker thread, one per user and ``PARSE_THREADS`` in all at a time, so a
+user's 8 MB of JSON never holds the event loop that node heartbeats are answered on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,6 +35,9 @@ if TYPE_CHECKING:
 
     from google.protobuf.message import Message
 
+    from corral.identity import Identity
+    from ctld.unproven import Guard
+
 
 class GatewayApi(Protocol):
     """What the gateway calls: ControllerApi, or ctld.standby's Switch in front of it."""
@@ -34,16 +45,23 @@ class GatewayApi(Protocol):
     @property
     def methods(self) -> Mapping[str, tuple[type[Message], Any]]: ...
 
-    async def call_json(self, method: str, request: Message, caller: Caller) -> bytes: ...
+    def identify(self, caller: Caller) -> Identity: ...
+
+    async def call_json(self, method: str, request: Message, who: Identity) -> bytes: ...
 
 
 log = structlog.get_logger("ctld.gateway")
 MAX_BODY = MAX_REQUEST_BYTES
+INLINE_PARSE_BYTES = 64 * 1024  # smaller bodies parse on the loop: a thread costs more
+PARSE_THREADS = 2  # large bodies parsing at once, all users together
 
 
-def _error(exc: CorralError) -> web.Response:
+def _error(exc: CorralError, *, close: bool = False) -> web.Response:
     body = {"error": type(exc).__name__, "code": exc.grpc_code, "message": exc.message}
-    return web.json_response(body, status=exc.http_status)
+    response = web.json_response(body, status=exc.http_status)
+    if close:  # the body was not read: the connection cannot carry another request
+        response.force_close()
+    return response
 
 
 def _caller(request: web.Request, method: str) -> Caller:
@@ -57,28 +75,65 @@ def _caller(request: web.Request, method: str) -> Caller:
     return Caller(metadata=metadata, method=method)
 
 
-def make_app(api: GatewayApi) -> web.Application:
+def _parse(req_type: type[Message], raw: bytes) -> Message:
+    message = req_type()
+    if raw.strip():
+        json_format.Parse(raw, message, ignore_unknown_fields=False, max_recursion_depth=32)
+    return message
+
+
+class _Parsing:
+    """Large bodies parse in threads: one per user at a time, PARSE_THREADS in all (a
+    thread still shares the GIL, so their number bounds what they take from the loop)."""
+
+    def __init__(self) -> None:
+        self.slots = asyncio.Semaphore(PARSE_THREADS)
+        self.users: dict[int, tuple[asyncio.Lock, int]] = {}
+
+    async def parse(self, req_type: type[Message], raw: bytes, uid: int) -> Message:
+        if len(raw) <= INLINE_PARSE_BYTES:
+            return _parse(req_type, raw)
+        lock, waiting = self.users.get(uid) or (asyncio.Lock(), 0)
+        self.users[uid] = (lock, waiting + 1)
+        try:
+            async with lock, self.slots:
+                return await asyncio.to_thread(_parse, req_type, raw)
+        finally:
+            lock, waiting = self.users[uid]
+            if waiting <= 1:
+                del self.users[uid]
+            else:
+                self.users[uid] = (lock, waiting - 1)
+
+
+def make_app(api: GatewayApi, guard: Guard | None = None) -> web.Application:
+    parsing = _Parsing()
+
     async def handle(request: web.Request) -> web.Response:
         method = request.match_info["method"]
         entry = api.methods.get(method)
         if entry is None:
-            return _error(InvalidRequest(f"unknown method {method!r}"))
+            return _error(InvalidRequest(f"unknown method {method!r}"), close=True)
         req_type, _ = entry
+        try:  # before a byte of the body is read
+            who = api.identify(_caller(request, method))
+        except CorralError as exc:
+            return _error(exc, close=True)
+        if guard is not None:
+            guard.proven(request.transport)
+        size = request.content_length
+        if size is not None and size > MAX_BODY:
+            return _error(_too_large(size), close=True)
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            size = request.content_length or 0
-            return _error(
-                TooLarge(f"the request ({size} bytes) is larger than the limit of {MAX_BODY} bytes")
-            )
+            return _error(_too_large(request.content_length or 0), close=True)
         try:
-            message = req_type()
-            if raw.strip():
-                json_format.Parse(raw, message, ignore_unknown_fields=False, max_recursion_depth=32)
+            message = await parsing.parse(req_type, raw, who.uid)
         except (json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
             return _error(InvalidRequest(f"malformed {req_type.__name__}: {exc}"))
         try:
-            payload = await api.call_json(method, message, _caller(request, method))
+            payload = await api.call_json(method, message, who)
         except CorralError as exc:
             return _error(exc)
         except Exception:
@@ -89,3 +144,7 @@ def make_app(api: GatewayApi) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post("/corral.v1.Controller/{method}", handle)
     return app
+
+
+def _too_large(size: int) -> TooLarge:
+    return TooLarge(f"the request ({size} bytes) is larger than the limit of {MAX_BODY} bytes")

@@ -6,10 +6,12 @@ end of a step's tasks); ``endings`` decides what an end means for the job.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
 import structlog
 
+from corral.clock import Clock, SystemClock
 from corral.errors import InvalidNodeName, InvalidRequest, InvalidTransition
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
@@ -18,6 +20,7 @@ from ctld import jobstate as js
 from ctld.authz import Policy
 from ctld.commit import Change
 from ctld.endings import Endings, clear_requeue, requeue_when_gone
+from ctld.loopwatch import LoopWatch
 from ctld.nodes import NodeRecord
 from ctld.outbox import Outbox
 from ctld.state import State, user_name
@@ -47,6 +50,7 @@ class NodeReports:
         self.steps = steps
         self.suspects = suspects
         self._maint_warned: set[tuple[int, int, str]] = set()  # (job, run, reservation)
+        self.watch = LoopWatch()  # ctld's own stalls are not the nodes' silence
 
     async def register_node(self, req: pb.RegisterNodeRequest) -> NodeRecord:
         st = self.state
@@ -66,7 +70,7 @@ class NodeReports:
         node.boot_time, node.version, node.os = req.boot_time, req.version, req.os
         node.registered = True
         node.responding_again()
-        node.last_heartbeat = now
+        node.last_heartbeat, node.deaf_mark = now, self.watch.tick()
         log.info(
             "node registered",
             node=node.name,
@@ -148,7 +152,7 @@ class NodeReports:
         node = self.state.node(req.name)
         if not node.registered or (node.down and not node.admin_down):
             return False  # a node back from DOWN registers again, and is fenced then
-        node.last_heartbeat = self.state.clock()
+        node.last_heartbeat, node.deaf_mark = self.state.clock(), self.watch.tick()
         if node.late:
             node.late = False
             log.info("node responding again", node=node.name)
@@ -161,11 +165,17 @@ class NodeReports:
 
     async def run_monitor(self) -> None:
         hb = self.state.config.heartbeat
-        while True:  # check first: a clock already past a deadline is acted on at once
-            await self.steps.enforce_allocation_limits()
-            await self.check_heartbeats()
-            await self.warn_maintenance()
-            await self.state.clock.sleep(min(hb.interval_s / 2, hb.timeout_s / 4))
+        # on the real clock only: a test's ManualClock never stalls
+        watching = asyncio.create_task(self.watch.run()) if _real(self.state.clock) else None
+        try:
+            while True:  # check first: a clock already past a deadline is acted on at once
+                await self.steps.enforce_allocation_limits()
+                await self.check_heartbeats()
+                await self.warn_maintenance()
+                await self.state.clock.sleep(min(hb.interval_s / 2, hb.timeout_s / 4))
+        finally:
+            if watching is not None:
+                watching.cancel()
 
     async def check_heartbeats(self) -> None:
         """Late nodes get NOT_RESPONDING; silent ones past the timeout go DOWN (jobs requeued).
@@ -176,10 +186,11 @@ class NodeReports:
         st = self.state
         hb = st.config.heartbeat
         now = st.clock()
+        deaf = self.watch.tick()  # a stall just ended is counted before anyone is judged
         for node in st.nodes.values():
             if node.down:
                 continue
-            state = failures.liveness(node, now, hb, st.start_time)
+            state = failures.liveness(node, now, hb, st.start_time, deaf - node.deaf_mark)
             if state is failures.Liveness.DEAD:
                 log.warning(
                     "node not responding: DOWN",
@@ -410,3 +421,7 @@ def _stalled_elsewhere(job: pb.Job, node: NodeRecord, upd: pb.JobStatusUpdate) -
         and job.batch_host != node.name
         and failures.on_node(job, node.name)
     )
+
+
+def _real(clock: Clock) -> bool:
+    return isinstance(clock, SystemClock)

@@ -34,6 +34,7 @@ class NodeRecord:
     reason_user: str = ""
     reason_uid: int = 0
     last_heartbeat: float = 0.0
+    deaf_mark: float = 0.0  # ctld's stalled seconds (loopwatch) when last_heartbeat was set
     boot_time: float = 0.0
     version: str = ""
     os: str = ""

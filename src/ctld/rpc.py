@@ -97,9 +97,12 @@ class ControllerApi:
             self.cluster.store.check_writable()
         return await handler(request, who)
 
-    async def call_json(self, method: str, request: Message, caller: Caller) -> bytes:
-        """The reply as proto3 JSON text (for the gateway)."""
-        who = self.auth.identify(caller)
+    def identify(self, caller: Caller) -> Identity:
+        """Who calls, from the transport alone (the gateway asks before reading a body)."""
+        return self.auth.identify(caller)
+
+    async def call_json(self, method: str, request: Message, who: Identity) -> bytes:
+        """The reply as proto3 JSON text (for the gateway, which identified ``who``)."""
         limits.check(request)
         if method == "GetJobs":
             assert isinstance(request, pb.GetJobsRequest)

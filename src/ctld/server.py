@@ -19,7 +19,6 @@ from grpc import aio
 from prometheus_client import CollectorRegistry
 
 from corral.auth import CONTROLLER_CN, tls
-from corral.auth.peercred import socket_address
 from corral.clock import SystemClock
 from corral.config import ClusterConfig
 from corral.errors import ConfigError, CorralError
@@ -35,12 +34,15 @@ from ctld.lease import Holder, Lease, keep
 from ctld.metrics import ClusterCollector, add_metrics_route
 from ctld.preflight import check_auth
 from ctld.rpc import ControllerApi, NodeControllerApi, service_handler
+from ctld.sockdir import prepare
 from ctld.standby import Switch
 from ctld.store import Store, normalize_url
+from ctld.unproven import Guard, GuardedSite
 
 log = structlog.get_logger("ctld")
 PURGE_INTERVAL_S = 30.0
 RETENTION_INTERVAL_S = 3600.0  # how often old jobs are purged from the store
+KEEPALIVE_S = 75.0  # an idle gateway connection is closed after this (aiohttp's: an hour)
 
 
 async def serve(config: ClusterConfig, *, ready_file: str = "", controller: int = 0) -> None:
@@ -173,6 +175,8 @@ class _Listening:
 async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegistry) -> _Listening:
     ctl = config.controller
     tls_dir = config.tls.dir
+    # first: a socket directory another user could write refuses the start (sockdir)
+    socket_address = prepare(ctl.socket) if ctl.socket else ""
     server = aio.server(options=GRPC_SERVER_OPTIONS)
     server.add_generic_rpc_handlers(
         (
@@ -203,14 +207,13 @@ async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegi
         )
     await server.start()
 
-    app = make_app(switch)
+    guard = Guard()  # TCP connections before a request on them authenticated
+    app = make_app(switch, guard)
     add_metrics_route(app, registry)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_S)
     await runner.setup()
     ssl_context = client_ssl_context(tls_dir) if config.tls.clients else None
-    site = web.TCPSite(
-        runner, ctl.bind_host, ctl.http_port, reuse_address=True, ssl_context=ssl_context
-    )
+    site = GuardedSite(runner, ctl.bind_host, ctl.http_port, guard, ssl_context)
     try:
         await site.start()
     except OSError as exc:
@@ -218,7 +221,7 @@ async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegi
             f"ctld: cannot listen on {ctl.bind_host}:{ctl.http_port}: {exc.strerror or exc}"
         ) from None
     if ctl.socket:
-        await web.UnixSite(runner, prepare_socket(ctl.socket)).start()
+        await web.UnixSite(runner, socket_address).start()
         if not ctl.socket.startswith("@"):
             os.chmod(ctl.socket, 0o666)  # anyone may connect: the kernel says who they are
     runners = [runner]
@@ -366,16 +369,6 @@ def make_authenticator(config: ClusterConfig) -> ClusterAuthenticator:
 
         key = read_key(config.auth.jwt_key)
     return ClusterAuthenticator(config.auth, key)
-
-
-def prepare_socket(path: str) -> str:
-    """The address to bind: a stale socket file goes, its directory is made (0755)."""
-    if path.startswith("@"):
-        return socket_address(path)
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    return path
 
 
 def client_tls(tls_dir: str) -> grpc.ServerCredentials:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from google.protobuf.message import Message
 
 from corral.errors import NotPrimary
+from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from corral.wire.methods import CONTROLLER, SERVICES
 from ctld.auth import Caller
@@ -61,8 +62,11 @@ class Switch:
     async def call(self, method: str, request: Message, caller: Caller) -> Message:
         return await self._api().call(method, request, caller)
 
-    async def call_json(self, method: str, request: Message, caller: Caller) -> bytes:
-        return await self._api().call_json(method, request, caller)
+    def identify(self, caller: Caller) -> Identity:
+        return self._api().identify(caller)
+
+    async def call_json(self, method: str, request: Message, who: Identity) -> bytes:
+        return await self._api().call_json(method, request, who)
 
     async def call_nodes(self, method: str, request: Message, caller: Caller) -> Message:
         if self.nodes is None:

@@ -2,7 +2,15 @@
 
 A connection gets a fresh nonce; its first frame must be START with the step
 credential's proof over that nonce and the body, or it is refused and closed before
-anything else is read (a bounded wait, a bounded size). Without TLS, every frame after
+anything else is read (a bounded wait, a bounded size). Until it is proven a
+connection is unproven, and those are bounded (docs/security.md, "noded's task-stream
+port"): ``UNPROVEN_PER_PEER`` per peer address (all of loopback is one) and
+``UNPROVEN_TOTAL`` in all, or the newcomer is refused at accept; a first frame that
+is not START, or declares more than ``MAX_START`` bytes, is refused from its header
+alone; the bodies being read share ``UNPROVEN_BYTES_PER_PEER`` per peer and
+``UNPROVEN_BYTES`` in all (a frame waits for room, within the deadline, rather than
+being buffered); and everything up to a whole START must arrive within
+``AUTH_TIMEOUT_S`` of the accept. Without TLS, every frame after
 START carries its tag both ways (``FrameMac``): a frame that fails it ends the step as
 srun going away does. The step then runs through the
 same StepRunner as gRPC's RunTasks: frames in become TaskInputs, TaskEvents go out as
@@ -21,6 +29,7 @@ import hmac
 import json
 import os
 import ssl
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,19 +37,27 @@ import structlog
 
 from corral import stepstream as ss
 from corral.errors import CorralError
+from corral.peers import Places, peer_key
 from corral.wire import corral_pb2 as pb
 from noded.steps import Chunk, Started, StepRunner
 
 log = structlog.get_logger("noded")
 
-AUTH_TIMEOUT_S = 10.0  # from accept to a proven START
+AUTH_TIMEOUT_S = 10.0  # from accept to a whole START
+UNPROVEN_PER_PEER = 32
+UNPROVEN_TOTAL = 128
+# START bodies being read before their proof: a peer's, and everyone's together
+UNPROVEN_BYTES_PER_PEER = 16 * 1024 * 1024
+UNPROVEN_BYTES = 32 * 1024 * 1024
+READ_LIMIT = 32 * 1024  # a connection's read buffer (it stops reading past twice this)
+CHUNK = 64 * 1024
 
 
 class Refused(Exception):
     """The connection's first frame is not a START that parses."""
 
 
-def parse_start(body: bytes) -> pb.RunTasksRequest:
+def parse_start(body: bytes | bytearray) -> pb.RunTasksRequest:
     """START's JSON body as the RunTasksRequest StepRunner takes (Refused if malformed).
     Only ids: the job and the step themselves come from ctld (GetStep)."""
     try:
@@ -121,14 +138,76 @@ def task_input(kind: int, payload: bytes) -> pb.TaskInput | None:
     return None
 
 
+class _Budget:
+    """Bytes of unproven START bodies in memory, per peer and in all: a reader waits for
+    room before it allocates its body, so memory never follows what unproven peers send,
+    and one peer cannot take all the room."""
+
+    def __init__(self, per_peer: int, total: int) -> None:
+        self.per_peer, self.total = per_peer, total
+        self.used = 0
+        self.by_peer: dict[str, int] = {}
+        self._waiters: list[asyncio.Future[None]] = []
+
+    async def take(self, key: str, n: int) -> None:
+        while self.used + n > self.total or self.by_peer.get(key, 0) + n > self.per_peer:
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            try:
+                await fut
+            finally:
+                self._waiters.remove(fut)
+        self.used += n
+        self.by_peer[key] = self.by_peer.get(key, 0) + n
+
+    def give_back(self, key: str, n: int) -> None:
+        if not n:
+            return
+        self.used -= n
+        left = self.by_peer.pop(key, 0) - n
+        if left > 0:
+            self.by_peer[key] = left
+        for fut in self._waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+
+class _Unproven:
+    """One connection's place and START body (and its bytes of the budget), given back
+    once: proven, or gone. The body lives here, not in a frame of the reader: an
+    exception's traceback (a cycle through asyncio.wait_for) then cannot keep it."""
+
+    def __init__(self, server: StepStreamServer, key: str) -> None:
+        self.server, self.key, self.bytes = server, key, 0
+        self.body: bytearray | None = None
+        self.held = True
+
+    def release(self) -> None:
+        self.body = None
+        if self.held:
+            self.held = False
+            self.server.places.give_back(self.key)
+            self.server.budget.give_back(self.key, self.bytes)
+            self.bytes = 0
+
+
 class StepStreamServer:
     def __init__(self, steps: StepRunner, tls: ssl.SSLContext | None = None) -> None:
         self.steps = steps
         self.tls = tls
         self.server: asyncio.Server | None = None
+        self.places = Places(UNPROVEN_PER_PEER, UNPROVEN_TOTAL)
+        self.budget = _Budget(UNPROVEN_BYTES_PER_PEER, UNPROVEN_BYTES)
 
     async def start(self, host: str, port: int) -> int:
-        self.server = await asyncio.start_server(self.handle, host, port, ssl=self.tls)
+        self.server = await asyncio.start_server(
+            self.handle,
+            host,
+            port,
+            ssl=self.tls,
+            limit=READ_LIMIT,
+            ssl_handshake_timeout=AUTH_TIMEOUT_S if self.tls is not None else None,
+        )
         return int(self.server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:
@@ -137,19 +216,31 @@ class StepStreamServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.wait_closed(), 2.0)
 
+    def _warn(self, key: str, what: str, **kw: Any) -> None:
+        """A refusal, logged once per peer every few seconds however many come."""
+        if self.places.turned_away(key, time.monotonic()):
+            log.warning(what, peer=key, **kw)
+
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
+        key = peer_key(writer.get_extra_info("peername"))
+        why = self.places.take(key)
+        if why:
+            self._warn(key, "task stream turned away", error=why)
+            with contextlib.suppress(Exception):
+                writer.write(ss.frame(ss.REFUSED, why.encode()))
+                writer.close()
+            return
+        unproven = _Unproven(self, key)
         nonce = os.urandom(ss.NONCE_BYTES)
         try:
             writer.write(ss.frame(ss.HELLO, ss.MAGIC + nonce))
             try:
-                kind, payload = await asyncio.wait_for(read_frame(reader), AUTH_TIMEOUT_S)
-                if kind != ss.START or len(payload) <= ss.PROOF_BYTES:
-                    raise Refused("the stream must begin with START and the step's credential")
-                mac, body = payload[: ss.PROOF_BYTES], payload[ss.PROOF_BYTES :]
+                body = await asyncio.wait_for(self._read_start(reader, unproven), AUTH_TIMEOUT_S)
+                mac = bytes(body[: ss.PROOF_BYTES])
+                del body[: ss.PROOF_BYTES]  # in place: no second copy of the body
                 start = parse_start(body)
             except (Refused, TimeoutError, asyncio.IncompleteReadError, OSError) as exc:
-                log.warning("task stream refused", peer=str(peer), error=str(exc) or "timeout")
+                self._warn(key, "task stream refused", error=str(exc) or "timeout")
                 await self._refuse(writer, str(exc) or "no START in time")
                 return
 
@@ -157,15 +248,44 @@ class StepStreamServer:
 
             def proven(credential: str) -> bool:
                 good = hmac.compare_digest(ss.proof(credential, nonce, body), mac)
-                if good and tags is not None:
-                    tags.key(credential, nonce)
+                if good:
+                    unproven.release()  # a proven stream no longer counts
+                    if tags is not None:
+                        tags.key(credential, nonce)
                 return good
 
             await self._serve(start, proven, tags, reader, writer)
         finally:
+            unproven.release()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _read_start(self, reader: asyncio.StreamReader, unproven: _Unproven) -> bytearray:
+        """START's payload, judged by its header before a byte of it is read, and read
+        into memory only once the unproven connections' budget has room for it."""
+        length, kind = ss.HEADER.unpack(await reader.readexactly(ss.HEADER.size))
+        if kind != ss.START:
+            raise Refused("the stream must begin with START and the step's credential")
+        size = length - 1
+        if size > ss.MAX_START:
+            raise Refused(f"a START of {size} bytes (the limit is {ss.MAX_START})")
+        if size <= ss.PROOF_BYTES:
+            raise Refused("the stream must begin with START and the step's credential")
+        await self.budget.take(unproven.key, size)
+        unproven.bytes = size
+        unproven.body = bytearray(size)
+        view, got = memoryview(unproven.body), 0
+        try:
+            while got < size:
+                chunk = await reader.read(min(CHUNK, size - got))
+                if not chunk:  # (no copy of what came: it is thrown away)
+                    raise asyncio.IncompleteReadError(b"", size)
+                view[got : got + len(chunk)] = chunk
+                got += len(chunk)
+        finally:
+            view.release()  # a released view holds no buffer, whoever holds the view
+        return unproven.body
 
     @staticmethod
     async def _refuse(writer: asyncio.StreamWriter, why: str, tags: Tags | None = None) -> None:

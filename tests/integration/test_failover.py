@@ -25,7 +25,7 @@ from corral.api import GrpcController
 from corral.errors import ControllerUnavailable, CorralError, NotPrimary
 from corral.rest import _parse_response
 from corral.testing import LocalCluster
-from corral.testing.cluster import ClusterFactory, local_socket
+from corral.testing.cluster import ClusterFactory
 from corral.testing.postgres import TempPostgres
 from corral.wire import corral_pb2 as pb
 from ctld.lease import Lease
@@ -338,7 +338,7 @@ def test_a_frozen_primary_wakes_up_deposed(
     first, second = names(c)
     wait_for(lambda: ping(cmd)[0] == ("primary", first, "UP"), 20, "the first to be primary")
     pid = c.procs["ctld"].pid
-    path = local_socket(c.state_dir, 0)
+    path = c.local_socket(0)
     spec = {"script": "#!/bin/sh\ntrue\n", "workDir": str(work), "name": "asked-frozen"}
     body = json.dumps({"spec": {**spec, "hold": True}}).encode()
     os.kill(pid, signal.SIGSTOP)

@@ -36,22 +36,10 @@ from corral.api import HttpController as Client
 from corral.testing import netns
 from corral.testing.harness import Harness, wait_for
 from corral.testing.netns import NodeNetwork
+from corral.testing.sockets import remove_sockets as remove_socket
+from corral.testing.sockets import socket_dir
 
 DEFAULT_GPU_MODEL = "NVIDIA H100 80GB HBM3"
-
-
-def local_socket(state_dir: Path, index: int = 0) -> str:
-    tag = hashlib.sha1(str(state_dir).encode()).hexdigest()[:12]
-    return f"/tmp/corral-{tag}/ctld{index or ''}.sock"
-
-
-def remove_socket(state_dir: Path) -> None:
-    path = local_socket(state_dir)
-    for stale in Path(os.path.dirname(path)).glob("ctld*.sock"):
-        with contextlib.suppress(OSError):
-            stale.unlink()
-    with contextlib.suppress(OSError):
-        os.rmdir(os.path.dirname(path))
 
 
 def ctld_name(index: int) -> str:
@@ -107,6 +95,8 @@ class LocalCluster(Harness):
     # True: one node simulator process (corral.testing.simnodes) plays every node over
     # the real protocol instead of one noded each; jobs are timers (see simnodes.py)
     simulated: bool = False
+    socket_path: str = ""  # ctld's socket; "": one in a private directory (sockets.py)
+    _socket_dir: str = field(init=False, default="", repr=False)
     sim_default_runtime_s: float = 1.0
     network: NodeNetwork | None = field(init=False, default=None)
     isolation_note: str = field(init=False, default="")
@@ -162,10 +152,17 @@ class LocalCluster(Harness):
 
     @property
     def socket(self) -> str:
-        """ctld's Unix socket: a short path any user can reach (a socket path has at most
-        107 bytes; a state dir may be long or private). A file, not an abstract socket:
+        """ctld's Unix socket: a short path any user can reach, in a directory no other
+        user can have made (corral/testing/sockets.py). A file, not an abstract socket:
         those are per network namespace, and commands in jobs on netns nodes use it."""
-        return local_socket(self.state_dir)
+        return self.socket_path or self.local_socket()
+
+    def local_socket(self, index: int = 0) -> str:
+        """Controller ``index``'s socket in the cluster's socket directory (chosen once:
+        a child that became another user reads it from here, not from the disk)."""
+        if not self._socket_dir:
+            self._socket_dir = socket_dir(self.state_dir)
+        return os.path.join(self._socket_dir, f"ctld{index or ''}.sock")
 
     @property
     def tls_dir(self) -> Path:
@@ -194,7 +191,14 @@ class LocalCluster(Harness):
 
     @property
     def sockets(self) -> str:
-        return ",".join(local_socket(self.state_dir, i) for i in range(self.controllers))
+        if self.controllers == 1:
+            return self.socket
+        return ",".join(self.local_socket(i) for i in range(self.controllers))
+
+    @property
+    def user(self) -> str:
+        """Who runs the daemons: the commands trust a socket this user serves."""
+        return pwd.getpwuid(os.geteuid()).pw_name
 
     @property
     def grpc_addresses(self) -> str:
@@ -209,6 +213,7 @@ class LocalCluster(Harness):
         env["CORRAL_CTLD_HTTP"] = self.http_addresses
         env["CORRAL_CTLD_SOCKET"] = self.sockets
         env["CORRAL_CTLD_GRPC"] = self.grpc_addresses
+        env["CORRAL_CTLD_USER"] = self.user
         bindir = str(Path(self.python).parent)
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
         return env
@@ -217,7 +222,7 @@ class LocalCluster(Harness):
         """A client of this cluster as this process's own user (the Unix sockets: of
         whichever controller is primary, or of controller ``index`` alone)."""
         if index is not None:
-            return Client(socket_path=local_socket(self.state_dir, index))
+            return Client(socket_path=self.local_socket(index))
         if self.controllers == 1:
             return Client(socket_path=self.socket)
         return Client(targets=list[tuple[str, int] | str](self.sockets.split(",")))
@@ -290,6 +295,7 @@ cluster_name = "{self.cluster_name}"
 http_port = {self.http_port}
 node_port = {self.node_port}
 socket = "{self.socket}"
+user = "{self.user}"
 state_dir = "{self.state_dir}"
 store_url = "{self.store_url}"
 kill_wait_s = {self.kill_wait_s}
@@ -338,7 +344,7 @@ max_time = "1-00:00:00"
             entries.append(
                 f'  {{ host = "{self.controller_host}", grpc_port = {grpc_port}, '
                 f"http_port = {http_port}, node_port = {node_port}, "
-                f'socket = "{local_socket(self.state_dir, i)}" }},\n'
+                f'socket = "{self.local_socket(i)}" }},\n'
             )
         return f"lease_s = {self.lease_s}\nhosts = [\n{''.join(entries)}]\n"
 
@@ -350,6 +356,7 @@ max_time = "1-00:00:00"
             f"export CORRAL_CTLD_HTTP={self.http_addresses}\n"
             f"export CORRAL_CTLD_SOCKET={self.sockets}\n"
             f"export CORRAL_CTLD_GRPC={self.grpc_addresses}\n"
+            f"export CORRAL_CTLD_USER={self.user}\n"
             f'export PATH="{bindir}:$PATH"\n'
             "hash -r 2>/dev/null  # a shell that ran Slurm's sbatch must not keep using it\n"
             f'if [ "$(command -v sbatch)" != "{bindir}/sbatch" ]; then\n'
@@ -639,6 +646,7 @@ max_time = "1-00:00:00"
         if self.network is not None:
             self.network.destroy()
         remove_socket(self.state_dir)
+        self._socket_dir = ""  # started again, it gets a new one
 
     def __enter__(self) -> LocalCluster:
         return self.start()

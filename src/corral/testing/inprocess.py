@@ -95,7 +95,9 @@ class InProcessController(Controller):
             raise InvalidRequest(f"malformed {type(message).__name__}: {exc}") from None
         # no transport, no kernel to ask: the harness vouches for the identity it was given
         with _as(api, self.identity):
-            return json.loads(self.harness.run(api.call_json(method, message, Caller())))
+            return json.loads(
+                self.harness.run(api.call_json(method, message, api.identify(Caller())))
+            )
 
 
 class HarnessIdentity:
@@ -143,6 +145,8 @@ class InProcessCluster(Harness):
 
     def __init__(self, state_dir: Path | str, **layout: Any) -> None:
         layout.setdefault("kill_wait_s", 2.0)
+        # nothing listens: a path in the state dir, not a socket directory of /tmp
+        layout.setdefault("socket_path", str(Path(state_dir) / "run" / "ctld.sock"))
         self.layout = LocalCluster(Path(state_dir), **layout)
         self.layout.write_config()
         self.config = load_config(str(self.layout.config_path))
