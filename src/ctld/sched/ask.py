@@ -1,9 +1,9 @@
 """What a job asks of a pass: its shape, where it could run, for how long.
 
 ``Asks`` turns a pending request into an ``Ask`` (or the reason it has none): the
-admission limits first, then its candidate nodes in each partition it names (static
-node facts only, so computed once per pass for each distinct need), then its
-durations. An ``Ask`` is the one value the pass's stages read (placing, preempting,
+admission limits first, then its durations and its candidate nodes in each partition
+it names (static node facts only, so computed once per pass for each distinct need).
+An ``Ask`` is the one value the pass's stages read (placing, preempting,
 forecasting), given with the request it is for. It depends on nothing of the request
 but its class (``JobRequest.klass``), so the class-mates of a job that found no start
 are handed that job's Ask; a job with a claim is the exception (its candidates ignore
