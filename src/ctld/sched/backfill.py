@@ -9,18 +9,17 @@ treated as running forever. Everything is a function of the snapshot alone, so a
 is reproducible and the simulator runs the very same code.
 
 This module is the pass's order (priority, the starvation guard, shortest-first
-backfill, classes of like jobs); its parts are pass_state.py (what the pass knows),
-placing.py (fitting now), preempting.py and forecasting.py (reasons, reservations).
+backfill, classes of like jobs, the reason a job left waiting gets). It wires the
+parts, each with one job, and hands them a job with its ``Ask`` (ask.py):
+``Availability`` (availability.py: the nodes over the pass, its one mutable picture of
+them), ``Asks`` (ask.py: what a job asks, with ``Admission``, limits.py: whether the
+limits let it run), ``Placer`` (placing.py: where it fits now), ``Preemptor``
+(preempting.py: victims for it) and ``Forecaster`` (forecasting.py: when it fits later).
 """
 
 from __future__ import annotations
 
-import dataclasses
-
-from ctld.sched import preempt
-from ctld.sched.forecasting import Forecasting
-from ctld.sched.model import INFINITY, JobRequest, Plan, Snapshot
-from ctld.sched.pass_state import (
+from ctld.sched.ask import (
     PARTITION_DOWN,
     PARTITION_NODE_LIMIT,
     PARTITION_TIME_LIMIT,
@@ -30,10 +29,15 @@ from ctld.sched.pass_state import (
     RESERVATION,
     RESOURCES,
     UNAVAILABLE_NODES,
-    Candidate,
-    Prepared,
+    Ask,
+    Asks,
 )
-from ctld.sched.preempting import Preempting
+from ctld.sched.availability import Availability
+from ctld.sched.forecasting import Forecaster
+from ctld.sched.limits import Admission
+from ctld.sched.model import Forecast, JobRequest, Plan, Snapshot, Start
+from ctld.sched.placing import Placer
+from ctld.sched.preempting import Preemptor
 from ctld.sched.shape import Shape, job_shape
 
 # the reasons are the one enum's (corral/reasons.py), named here as the core's
@@ -57,13 +61,41 @@ __all__ = [
 # hold up ctld's loop
 MAX_PREEMPT_SEARCHES = 50
 
+# what a class (JobRequest.klass) that found no start in this pass left its later
+# class-mates: the reason its first job had no Ask, or that Ask (no room: the reason is
+# decided by blocked()), and the class's shape
+Verdict = tuple[str, Ask | None, Shape]
 
-class _Pass(Forecasting, Preempting):
+
+class _Pass:
     def __init__(self, snap: Snapshot) -> None:
-        super().__init__(snap)
-        self.max_preempt_searches = MAX_PREEMPT_SEARCHES
-
-    # ------------------------------------------------------------ the pass
+        self.snap = snap
+        self.now = snap.now
+        self.settings = snap.settings
+        avail = Availability(snap)
+        self.admission = Admission(snap)
+        self.placer = Placer(snap, avail)
+        self.preemptor = Preemptor(snap, avail, MAX_PREEMPT_SEARCHES)
+        self.claimed = self.preemptor.claimed  # jobs with resources kept for them alone
+        self.asks = Asks(snap, avail, self.admission, self.claimed)
+        self.forecaster = Forecaster(snap, avail, self.placer)
+        # the plan so far
+        self.starts: list[Start] = []
+        self.reasons: dict[int, str] = {}
+        self.forecasts: dict[int, Forecast] = {}
+        # the queue so far: reservations and forecasts given, partitions a blocked job
+        # waits in (the jobs behind it wait for Priority), strict FCFS stopped
+        self.reserved = 0
+        self.forecasted = 0
+        self.blocked_partitions: set[str] = set()
+        self.fcfs_blocked = False
+        self.starving: frozenset[int] = frozenset()  # past the starvation guard's threshold
+        # classes that found no start in this pass, and the reason their later blocked
+        # jobs get once no forecast is left to make
+        self.dead: dict[int, Verdict] = {}
+        self.later: dict[int, str] = {}
+        self.tests = 0  # full tries that started nothing, against settings.max_job_test
+        self.max_tests = snap.settings.max_job_test
 
     def run(self) -> Plan:
         considered = 0
@@ -84,14 +116,16 @@ class _Pass(Forecasting, Preempting):
             if req.blocked_reason:
                 self.reasons[req.job_id] = req.blocked_reason
                 continue
-            self.consider(req)
+            ask = self.attempt(req)
+            if ask is not None and not self.preempted(req, ask):
+                self.blocked(req, ask)
         return Plan(
             snapshot_version=self.snap.version,
             starts=tuple(self.starts),
             reasons=self.reasons,
             forecasts=self.forecasts,
             considered=considered,
-            preemptions=tuple(self.preemptions),
+            preemptions=tuple(self.preemptor.preemptions),
         )
 
     def backfill_shortest_first(self, rest: tuple[JobRequest, ...]) -> None:
@@ -100,27 +134,26 @@ class _Pass(Forecasting, Preempting):
         for req in rest:
             expected = expected_of.get(req.klass)
             if expected is None:
-                expected = expected_of[req.klass] = self.durations(req)[1]
+                expected = expected_of[req.klass] = self.asks.durations(req)[1]
             keys.append(expected)
         # a stable sort: equal predictions keep their priority order
         order = sorted(range(len(rest)), key=keys.__getitem__)
         # what blocked() needs for each job left waiting, by its place in priority order
-        waiting: list[Prepared | None] = [None] * len(rest)
+        waiting: list[Ask | None] = [None] * len(rest)
         for i in order:
             req = rest[i]
             if req.blocked_reason:
                 self.reasons[req.job_id] = req.blocked_reason
                 continue
-            dead = None if self.own_way(req) else self.dead.get(req.klass)
-            prepared = self.class_mate(req, dead) if dead is not None else self.tried(req)
-            if prepared is not None and self.try_preempt(req, *prepared):
-                prepared = None  # preempting for it, or waiting on its claim
-            waiting[i] = prepared
+            ask = self.attempt(req)
+            if ask is not None and self.preempted(req, ask):
+                ask = None  # preempting for it, or waiting on its claim
+            waiting[i] = ask
         # reasons and forecasts for the ones left, in priority order again
         later_of, reasons, settings = self.later, self.reasons, self.settings
-        self.stacking = settings.stack_forecasts > 0
-        for i, prepared in enumerate(waiting):
-            if prepared is None:
+        self.forecaster.stacking = settings.stack_forecasts > 0
+        for i, ask in enumerate(waiting):
+            if ask is None:
                 continue
             req = rest[i]
             later = later_of.get(req.klass)
@@ -132,125 +165,101 @@ class _Pass(Forecasting, Preempting):
             ):
                 reasons[req.job_id] = later  # blocked()'s own shortcut, without the call
                 continue
-            self.blocked(req, *prepared)
+            self.blocked(req, ask)
 
-    def tried(self, req: JobRequest) -> Prepared | None:
-        """Try ``req`` in full: start it, or return what blocked() needs (None: its
-        reason is set, or it is past ``max_job_test`` and left out of the plan)."""
+    def attempt(self, req: JobRequest) -> Ask | None:
+        """Start ``req`` if it can; else its Ask, for preemption and blocked() (None:
+        decided, its reason set, or past ``max_job_test`` and left out of the plan)."""
+        own_way = req.job_id in self.starving or req.job_id in self.claimed
+        dead = None if own_way else self.dead.get(req.klass)
+        return self.class_mate(req, dead) if dead is not None else self.tried(req)
+
+    def tried(self, req: JobRequest) -> Ask | None:
+        """Try ``req`` in full (``attempt`` without its class's verdict)."""
         if self.max_tests and self.tests >= self.max_tests:
             return None
-        prepared = self.prepare(req)
-        if prepared is None:
+        ask = self.asks.of(req)
+        if not isinstance(ask, str) and self.fcfs_blocked:
+            ask = PRIORITY  # strict FCFS: nothing passes the blocked job ahead
+        if isinstance(ask, str):  # the reason it waits
+            self.reasons[req.job_id] = ask
             self.tests += 1
-            self.dead[req.klass] = (self.reasons[req.job_id], None, job_shape(req))
+            self.dead[req.klass] = (ask, None, job_shape(req))
             return None
-        if self.try_start(req, *prepared):
+        start = self.placer.start_now(req, ask)
+        if start is not None:
+            self.starts.append(start)
+            self.admission.started(req, ask.shape)
             return None  # a start is no try: the limit bounds fruitless work only
         self.tests += 1
-        if req.job_id not in self.claims:  # a claim's candidates are its owner's alone
-            self.dead[req.klass] = ("", prepared, prepared[0])
-        return prepared
+        if req.job_id not in self.claimed:  # a claim's candidates are its owner's alone
+            self.dead[req.klass] = ("", ask, ask.shape)
+        return ask
 
-    def own_way(self, req: JobRequest) -> bool:
-        """A job never treated as its class's mate: a starving one, or one with a claim
-        (resources kept for it alone)."""
-        return req.job_id in self.starving or req.job_id in self.claims
-
-    def class_mate(
-        self, req: JobRequest, dead: tuple[str, Prepared | None, Shape]
-    ) -> Prepared | None:
+    def class_mate(self, req: JobRequest, dead: Verdict) -> Ask | None:
         """``req``'s class found no start in this pass, so neither does ``req`` (a pass
-        only takes resources away, and limits only fill): prepare's checks in its
-        order, without the search. Returns what blocked() needs, or None with the
-        reason set. (A starving job is never a class-mate: it is planned its own way.)"""
-        limit = self.qos_limits.get(req.qos, 0)
-        if limit and self.user_jobs.get((req.qos, req.user), 0) >= limit:
-            self.reasons[req.job_id] = QOS_MAX_JOBS_PER_USER
+        only takes resources away, and limits only fill): ``tried``'s checks in its
+        order, without the search. (A starving job or one with a claim is never a
+        class-mate: it is planned its own way.)"""
+        reason, ask, shape = dead
+        refused = self.admission.refusal(req, shape)
+        if refused:
+            self.reasons[req.job_id] = refused
             return None
-        reason, prepared, shape = dead
-        over = self.limits.blocked(req, shape)
-        if over:
-            self.reasons[req.job_id] = over
-            return None
-        if prepared is None:
+        if ask is None:
             self.reasons[req.job_id] = reason
             return None
         if self.fcfs_blocked:
             self.reasons[req.job_id] = PRIORITY
             return None
-        return prepared
+        return ask
 
-    def durations(self, req: JobRequest) -> tuple[float, float]:
-        """(its limit, what the plan expects it to run): the prediction when planning
-        with predictions, never more than the limit."""
-        duration = INFINITY if req.time_limit_s < 0 else float(max(req.time_limit_s, 1))
-        if self.predict and req.predicted_s > 0:
-            return duration, min(float(req.predicted_s), duration)
-        return duration, duration
+    def preempted(self, req: JobRequest, ask: Ask) -> bool:
+        """Whether preemption takes care of ``req`` (it preempts, or waits on its claim)."""
+        forecast = self.preemptor.preempt_for(req, ask)
+        if forecast is None:
+            return False
+        self.reasons[req.job_id] = RESOURCES
+        self.forecasts[req.job_id] = forecast
+        return True
 
-    def prepare(self, req: JobRequest) -> Prepared | None:
-        """Its shape, candidate partitions and durations; None (reason set) if it has none."""
-        limit = self.qos_limits.get(req.qos, 0)
-        if limit and self.user_jobs.get((req.qos, req.user), 0) >= limit:
-            self.reasons[req.job_id] = QOS_MAX_JOBS_PER_USER
-            return None
-        shape = job_shape(req)
-        over = self.limits.blocked(req, shape)
-        if over:  # an accounting limit: it waits without holding anything back for it
-            self.reasons[req.job_id] = over
-            return None
-        duration, expected = self.durations(req)
-        candidates: list[Candidate] = []
-        reason: str = RESOURCES
-        for part_name in req.partitions:
-            cand_or_reason = self.candidate(req, shape, part_name)
-            if isinstance(cand_or_reason, str):
-                reason = cand_or_reason
-                continue
-            candidates.append(cand_or_reason)
-        if not candidates:
-            self.reasons[req.job_id] = reason
-            return None
-        if self.fcfs_blocked:
+    def blocked(self, req: JobRequest, ask: Ask) -> None:
+        """A job that cannot start now: its reason, and for the first ones a forecast
+        (with a reservation for the first ``reserve_depth``)."""
+        settings = self.settings
+        later = self.later.get(req.klass)
+        if (
+            later is not None
+            and req.job_id not in self.starving
+            and self.reserved >= settings.reserve_depth
+            and self.forecasted >= settings.forecast_depth
+        ):
+            self.reasons[req.job_id] = later  # what the rest below would decide
+            return
+        candidates = ask.candidates
+        queued_behind = any(c.partition.name in self.blocked_partitions for c in candidates)
+        waiting_for_resv = all(self.now < c.not_before for c in candidates)
+        self.blocked_partitions.update(c.partition.name for c in candidates)
+        if not settings.backfill:
+            self.fcfs_blocked = True
+        reserve = self.reserved < settings.reserve_depth
+        if reserve or self.forecasted < settings.forecast_depth:
+            guard = req.job_id in self.starving
+            forecast = self.forecaster.earliest(req, ask, reserve, guard)
+            if forecast is not None:
+                self.forecasts[req.job_id] = forecast
+                if reserve:
+                    self.reserved += 1
+                else:
+                    self.forecasted += 1
+        if waiting_for_resv:
+            self.reasons[req.job_id] = RESERVATION
+        elif queued_behind:
             self.reasons[req.job_id] = PRIORITY
-            return None
-        if req.job_id in self.claims:  # what was freed for it is its own
-            owner = preempt.claim_owner(req.job_id)
-            candidates = [dataclasses.replace(c, ignore=owner) for c in candidates]
-        return shape, candidates, duration, expected
-
-    def try_start(
-        self,
-        req: JobRequest,
-        shape: Shape,
-        candidates: list[Candidate],
-        duration: float,
-        expected: float,
-    ) -> bool:
-        for cand in candidates:
-            if self.now < cand.not_before:
-                continue
-            chosen = self.fit_now(req, shape, cand, duration, expected)
-            if chosen is not None:
-                # whether it fits only by its prediction (not to its limit)
-                relied = expected < duration and any(
-                    node.holds
-                    and not node.fits(
-                        node.window(self.now, self.now + duration, cand.ignore, shared=True),
-                        shape,
-                        req.exclusive,
-                    )
-                    for node, _ in chosen
-                )
-                self.start(req, shape, cand, chosen, expected, duration, relied)
-                return True
-        return False
-
-    def consider(self, req: JobRequest) -> None:
-        dead = None if self.own_way(req) else self.dead.get(req.klass)
-        prepared = self.class_mate(req, dead) if dead is not None else self.tried(req)
-        if prepared is not None and not self.try_preempt(req, *prepared):
-            self.blocked(req, *prepared)
+        else:
+            self.reasons[req.job_id] = RESOURCES
+        # its class-mates queue behind it: their partitions are blocked from now on
+        self.later[req.klass] = RESERVATION if waiting_for_resv else PRIORITY
 
 
 def starving_first(

@@ -1,84 +1,54 @@
-"""Later: the reason a blocked job waits, the earliest time it fits (a walk over the
-instants where something frees up) and, for the top jobs, the hold that reserves it."""
+"""Later: the earliest time a blocked job fits (a walk over the instants where something
+frees up), where, and for the top jobs the hold that keeps it for them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ctld.sched.model import INFINITY, Forecast, JobRequest
-from ctld.sched.pass_state import PRIORITY, RESERVATION, RESOURCES, Candidate
-from ctld.sched.placing import Placing, pick_gpus
+from ctld.sched.ask import Ask, Candidate
+from ctld.sched.availability import Availability
+from ctld.sched.model import INFINITY, Forecast, JobRequest, Snapshot
+from ctld.sched.placing import Placer, pick_gpus
 from ctld.sched.profile import Avail, Hold, NodeProfile
-from ctld.sched.shape import Shape
+
+Found = tuple[float, list[tuple[NodeProfile, Avail]]]  # when, and the nodes chosen then
 
 
-class Forecasting(Placing):
-    """A job that cannot start now: its reason, and for the first ones a forecast (with a
-    reservation for the first ``reserve_depth``)."""
+class Forecaster:
+    """A blocked job's forecast, with a hold for the reserved ones and the stacked ones."""
 
-    def blocked(
-        self,
-        req: JobRequest,
-        shape: Shape,
-        candidates: list[Candidate],
-        duration: float,
-        expected: float,
-    ) -> None:
-        later = self.later.get(req.klass)
-        if (
-            later is not None
-            and req.job_id not in self.starving
-            and self.reserved >= self.settings.reserve_depth
-            and self.forecasted >= self.settings.forecast_depth
-        ):
-            self.reasons[req.job_id] = later  # what blocked() below would decide
-            return
-        queued_behind = any(c.partition.name in self.blocked_partitions for c in candidates)
-        waiting_for_resv = all(self.now < c.not_before for c in candidates)
-        self.blocked_partitions.update(c.partition.name for c in candidates)
-        if not self.settings.backfill:
-            self.fcfs_blocked = True
-        reserve = self.reserved < self.settings.reserve_depth
-        if reserve or self.forecasted < self.settings.forecast_depth:
-            forecast = self.earliest(req, shape, candidates, duration, expected, reserve)
-            if forecast is not None:
-                self.forecasts[req.job_id] = forecast
-                if reserve:
-                    self.reserved += 1
-                else:
-                    self.forecasted += 1
-        if waiting_for_resv:
-            self.reasons[req.job_id] = RESERVATION
-        elif queued_behind:
-            self.reasons[req.job_id] = PRIORITY
-        else:
-            self.reasons[req.job_id] = RESOURCES
-        # its class-mates queue behind it: their partitions are blocked from now on
-        self.later[req.klass] = RESERVATION if waiting_for_resv else PRIORITY
+    def __init__(self, snap: Snapshot, avail: Availability, placer: Placer) -> None:
+        self.now = snap.now
+        self.predict = snap.settings.predict
+        self.stack_forecasts = snap.settings.stack_forecasts
+        self.avail = avail
+        self.placer = placer
+        # search key -> (availability version, what it found then)
+        self.cache: dict[tuple[object, ...], tuple[int, Forecast | None]] = {}
+        # forecasts made once the pass's starts are all decided hold their slot, so
+        # that each later forecast queues behind them (never changes a start)
+        self.stacking = False
+        self.stacked = 0
 
     def earliest(
-        self,
-        req: JobRequest,
-        shape: Shape,
-        candidates: list[Candidate],
-        duration: float,
-        expected: float,
-        reserve: bool,
+        self, req: JobRequest, ask: Ask, reserve: bool, guard: bool = False
     ) -> Forecast | None:
+        """The earliest start of ``req`` on any of its candidates (None: never), held
+        for it if ``reserve`` (or stacked). A ``guard`` job (the starving one) is
+        planned as EASY plans it, every job running to its limit, and its hold is
+        kept against the others' limits, so that no wrong prediction pushes it back."""
         best: tuple[float, Candidate, list[tuple[NodeProfile, Avail]]] | None = None
-        # a starving job's start is planned as EASY plans it: every job running to its limit
-        limits = req.job_id in self.starving
-        for cand in candidates:
-            found = self.earliest_in(req, shape, cand, duration, expected, limits)
+        for cand in ask.candidates:
+            found = self.earliest_in(req, ask, cand, guard)
             if found is not None and (best is None or found[0] < best[0]):
                 best = (found[0], cand, found[1])
         if best is None:
             return None
         t, cand, chosen = best
         shown = t
-        if limits and self.predict:
+        if guard and self.predict:
             # what it is told is still the likely start, by the predictions
-            likely = [self.earliest_in(req, shape, c, duration, expected) for c in candidates]
+            likely = [self.earliest_in(req, ask, c) for c in ask.candidates]
             shown = min([t] + [found[0] for found in likely if found is not None])
         waits_for = sorted(
             {
@@ -88,24 +58,11 @@ class Forecasting(Placing):
                 if self.now < r.end <= t and r.job_id > 0
             }
         )
-        stack = self.stacking and self.stacked < self.settings.stack_forecasts
+        stack = self.stacking and self.stacked < self.stack_forecasts
         if stack:
             self.stacked += 1
         if reserve or stack:
-            for node, avail in chosen:
-                if req.exclusive:
-                    cpus, mem, gpus = node.view.cpus_total, node.view.mem_total_mb, node.all_gpus
-                else:
-                    cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
-                    # a shard job is planned on a whole GPU of its own (a shared one
-                    # is never planned on later than now)
-                    count = shape.gpus_per_node + (1 if shape.shards_per_node else 0)
-                    gpus = frozenset(pick_gpus(avail.gpus, count))
-                # a starving job's hold is kept against the others' limits, so no wrong
-                # prediction can push it back ("guard:"); the rest's against predictions
-                kind = "guard" if req.job_id in self.starving else "job"
-                node.hold(Hold(t, t + expected, cpus, mem, gpus, owner=f"{kind}:{req.job_id}"))
-            self.profile_version += 1
+            self._hold(req, ask, t, chosen, "guard" if guard else "job")
         return Forecast(
             job_id=req.job_id,
             start=shown,
@@ -115,50 +72,58 @@ class Forecasting(Placing):
             waits_for=tuple(waits_for),
         )
 
-    def earliest_in(
+    def _hold(
         self,
         req: JobRequest,
-        shape: Shape,
-        cand: Candidate,
-        duration: float,
-        expected: float,
-        limits: bool = False,
-    ) -> tuple[float, list[tuple[NodeProfile, Avail]]] | None:
-        key: tuple[object, ...] = (cand.partition.name, shape, req.gpu_type, req.exclusive)
+        ask: Ask,
+        t: float,
+        chosen: list[tuple[NodeProfile, Avail]],
+        kind: str,
+    ) -> None:
+        shape = ask.shape
+        for node, avail in chosen:
+            if req.exclusive:
+                cpus, mem, gpus = node.view.cpus_total, node.view.mem_total_mb, node.all_gpus
+            else:
+                cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
+                # a shard job is planned on a whole GPU of its own (a shared one
+                # is never planned on later than now)
+                count = shape.gpus_per_node + (1 if shape.shards_per_node else 0)
+                gpus = frozenset(pick_gpus(avail.gpus, count))
+            hold = Hold(t, t + ask.expected, cpus, mem, gpus, owner=f"{kind}:{req.job_id}")
+            self.avail.hold(node, hold)
+
+    def earliest_in(
+        self, req: JobRequest, ask: Ask, cand: Candidate, limits: bool = False
+    ) -> Found | None:
+        duration, expected = ask.duration, ask.expected
+        key: tuple[object, ...] = (cand.partition.name, ask.shape, req.gpu_type, req.exclusive)
         key += (cand.required, req.exclude, cand.ignore, duration, expected, limits)
-        cached = self.forecast_cache.get(key)
-        if cached is not None and cached[0] == self.profile_version and cached[1] is not None:
+        version = self.avail.version
+        cached = self.cache.get(key)
+        if cached is not None and cached[0] == version and cached[1] is not None:
             hit = cached[1]
             end, job_end = hit.start + duration, hit.start + expected
+            nodes = self.avail.nodes
             return hit.start, [
-                (
-                    self.nodes[n],
-                    self.nodes[n].window(hit.start, end, cand.ignore, job_end, limits),
-                )
+                (nodes[n], nodes[n].window(hit.start, end, cand.ignore, job_end, limits))
                 for n in hit.nodes
             ]
-        if cached is not None and cached[0] == self.profile_version:
+        if cached is not None and cached[0] == version:
             return None
-        result = self._search(req, shape, cand, duration, expected, limits)
+        result = self._search(req, ask, cand, limits)
         if result is None:
-            self.forecast_cache[key] = (self.profile_version, None)
+            self.cache[key] = (version, None)
         else:
             names = tuple(n.name for n, _ in result[1])
-            self.forecast_cache[key] = (
-                self.profile_version,
+            self.cache[key] = (
+                version,
                 Forecast(req.job_id, result[0], cand.partition.name, names, False),
             )
         return result
 
-    def _search(
-        self,
-        req: JobRequest,
-        shape: Shape,
-        cand: Candidate,
-        duration: float,
-        expected: float,
-        limits: bool = False,
-    ) -> tuple[float, list[tuple[NodeProfile, Avail]]] | None:
+    def _search(self, req: JobRequest, ask: Ask, cand: Candidate, limits: bool) -> Found | None:
+        shape, duration, expected = ask.shape, ask.duration, ask.expected
         # Walk the instants where something frees up; between them nothing can change,
         # except on nodes with holds (a sliding window may reach a hold's start).
         events: dict[float, list[NodeProfile]] = {}
@@ -193,7 +158,7 @@ class Forecasting(Placing):
                 check(with_holds, t)
             if t + duration > cand.not_after:
                 return None
-            chosen = self.choose(list(fitting.values()), shape, cand, t, t + expected)
+            chosen = self.placer.choose(list(fitting.values()), shape, cand, t, t + expected)
             if chosen is not None:
                 return t, chosen
         return None

@@ -1,5 +1,6 @@
-"""Accounting limits in a pass: what the running jobs hold per association and QOS, and
-whether one more job would go over a limit (then it waits, with Slurm's reason).
+"""Limits in a pass: what the running jobs hold per association and QOS, and whether one
+more job would go over a limit (then it waits, with Slurm's reason). ``Admission`` is
+what the pass asks: the QOS's jobs per user first, then the accounting limits.
 
 Association limits apply along the job's chain (its user association, its account and
 the accounts above it): a ``Grp`` limit counts the running jobs of the whole subtree,
@@ -12,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from corral.reasons import Reason
-from ctld.sched.model import AssocLimit, JobRequest, LimitSet, QosLimit, RunningView, TresLimit
+from ctld.sched.model import (
+    AssocLimit,
+    JobRequest,
+    LimitSet,
+    QosLimit,
+    RunningView,
+    Snapshot,
+    TresLimit,
+)
 from ctld.sched.shape import Shape
 
 # (cpus, mem, gpus, jobs)
@@ -138,3 +147,29 @@ class LimitTracker:
     def start(self, req: JobRequest, shape: Shape) -> None:
         if self.active:
             self._charge(req.account, req.user, req.qos, shape_tres(shape))
+
+
+class Admission:
+    """Whether a job may start by the limits, kept up to date as jobs start in the pass:
+    the QOS's jobs per user (``Settings.qos_max_jobs_per_user``), then the accounting
+    limits (``LimitTracker``)."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.per_user = dict(snap.settings.qos_max_jobs_per_user)
+        self.user_jobs: dict[tuple[str, str], int] = {}
+        for run in snap.running:
+            key = (run.qos, run.user)
+            self.user_jobs[key] = self.user_jobs.get(key, 0) + 1
+        self.limits = LimitTracker(snap.limits, snap.running)
+
+    def refusal(self, req: JobRequest, shape: Shape) -> str:
+        """The limit one more running ``req`` would break ("" if none)."""
+        limit = self.per_user.get(req.qos, 0)
+        if limit and self.user_jobs.get((req.qos, req.user), 0) >= limit:
+            return Reason.QOS_MAX_JOBS_PER_USER
+        return self.limits.blocked(req, shape)
+
+    def started(self, req: JobRequest, shape: Shape) -> None:
+        key = (req.qos, req.user)
+        self.user_jobs[key] = self.user_jobs.get(key, 0) + 1
+        self.limits.start(req, shape)

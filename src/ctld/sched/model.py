@@ -7,7 +7,9 @@ Times are seconds on the snapshot's clock (``Snapshot.now``); ``INFINITY`` stand
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 
 INFINITY = math.inf
 
@@ -99,6 +101,24 @@ def _class_id(klass: tuple[object, ...]) -> int:
     return got
 
 
+# JobRequest fields left out of its class: what tells alike jobs apart without changing
+# what the core decides for a job of the class (the queue's order is the snapshot's;
+# a held job is not a candidate). Every other field is in it.
+NOT_IN_CLASS = frozenset({"job_id", "priority", "blocked_reason", "submit_time", "eligible_time"})
+
+_class_fields: dict[type, Callable[[JobRequest], tuple[object, ...]]] = {}
+
+
+def _class_key(req: JobRequest) -> tuple[object, ...]:
+    """The fields of ``req`` that make its class: its dataclass's fields (a subclass's
+    too) but NOT_IN_CLASS and derived ones (``init=False``), in declaration order."""
+    get = _class_fields.get(type(req))
+    if get is None:
+        names = [f.name for f in fields(req) if f.init and f.name not in NOT_IN_CLASS]
+        get = _class_fields[type(req)] = attrgetter(*names)
+    return get(req)
+
+
 @dataclass(frozen=True)
 class QosView:
     """What preemption needs of a QOS (Slurm's preempt/qos)."""
@@ -155,40 +175,12 @@ class JobRequest:
     # everything the core reads of a job but its id, priority, age and blocked reason,
     # as a small number (equal for equal classes): jobs of one class that cannot start
     # now leave their later class-mates unable too (a pass only takes resources away),
-    # so the core decides that once per class
+    # so the core decides that once per class. Made of every field but NOT_IN_CLASS's,
+    # so a field added here is in the class unless it is named there.
     klass: int = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self,
-            "klass",
-            _class_id(
-                (
-                    self.partitions,
-                    self.nodes_min,
-                    self.nodes_max,
-                    self.ntasks,
-                    self.ntasks_per_node,
-                    self.cpus_per_task,
-                    self.mem_per_node_mb,
-                    self.mem_per_cpu_mb,
-                    self.gpus_per_node,
-                    self.gpus_total,
-                    self.gpus_per_task,
-                    self.shards_per_node,
-                    self.gpu_type,
-                    self.exclusive,
-                    self.nodelist,
-                    self.exclude,
-                    self.time_limit_s,
-                    self.user,
-                    self.account,
-                    self.qos,
-                    self.reservation,
-                    self.predicted_s,
-                )
-            ),
-        )
+        object.__setattr__(self, "klass", _class_id(_class_key(self)))
 
     def with_priority(self, priority: int) -> JobRequest:
         """This request at another priority (the queue's recalculation): a copy

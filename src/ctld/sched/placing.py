@@ -1,99 +1,58 @@
-"""Placing a job now: its candidate nodes in each partition (or the reason it has none),
-the nodes where it fits for its whole time limit without touching a hold, the best of
-them by the placement policy, and its start."""
+"""Placing a job now: the nodes of its candidates where it fits for its whole time limit
+without touching a hold, the best of them by the placement policy, and its start. The
+policy's choice among nodes that fit (``choose``) is the forecaster's too."""
 
 from __future__ import annotations
 
 import random
 
-from ctld.sched.frag import State
-from ctld.sched.model import INFINITY, JobRequest, PartitionView, Placement, Start
-from ctld.sched.pass_state import (
-    NODES_DOWN,
-    PARTITION_DOWN,
-    PARTITION_NODE_LIMIT,
-    PARTITION_TIME_LIMIT,
-    REQ_NODE_NOT_AVAIL,
-    RESERVATION,
-    RESOURCES,
-    UNAVAILABLE_NODES,
-    Candidate,
-    PassState,
-)
+from ctld.sched.ask import Ask, Candidate
+from ctld.sched.availability import Availability
+from ctld.sched.frag import Fragmentation, State, pending_demands
+from ctld.sched.model import INFINITY, JobRequest, Placement, Snapshot, Start
 from ctld.sched.profile import Avail, NodeProfile
 from ctld.sched.shape import Shape
 
 
-class Placing(PassState):
-    """Where a job could run (its candidate partitions and nodes) and where it fits now."""
+class Placer:
+    """Where a job fits now, and the nodes the placement policy gives it."""
 
-    def candidate(self, req: JobRequest, shape: Shape, part_name: str) -> Candidate | str:
-        part = self.partitions.get(part_name)
-        # DRAIN refuses new submissions (at submit) but still runs its queue; DOWN and
-        # INACTIVE keep their queue waiting
-        if part is None or part.state not in ("UP", "DRAIN"):
-            return PARTITION_DOWN
-        if part.max_time_s >= 0 and (req.time_limit_s < 0 or req.time_limit_s > part.max_time_s):
-            return PARTITION_TIME_LIMIT
-        if part.max_nodes and shape.nodes > part.max_nodes:
-            return PARTITION_NODE_LIMIT
-        # everything below depends on static node facts only: computed once per pass
-        # for each distinct (partition, shape, constraints)
-        key = (part_name, shape, req.gpu_type, req.nodelist, req.exclude, req.reservation)
-        cached = self.candidates.get(key)
-        if cached is None:
-            cached = self._candidate(req, shape, part)
-            self.candidates[key] = cached
-        return cached
+    def __init__(self, snap: Snapshot, avail: Availability) -> None:
+        self.now = snap.now
+        self.policy = snap.settings.placement
+        self.seed = snap.version
+        self.avail = avail
+        self.frag = Fragmentation(snap.demands or pending_demands(snap))
+        # (partition, shape, ...) that found no room now: none later in the pass either
+        self.no_fit_now: set[tuple[object, ...]] = set()
+        self.placed = 0  # starts made so far: part of the "random" policy's seed
 
-    def _candidate(self, req: JobRequest, shape: Shape, part: PartitionView) -> Candidate | str:
-        ignore, not_before, not_after = "", self.now, INFINITY
-        allowed: set[str] | None = None
-        if req.reservation:
-            resv = self.reservations.get(req.reservation)
-            if resv is None or resv.end <= self.now:
-                return RESERVATION
-            ignore, not_before, not_after = f"resv:{resv.name}", resv.start, resv.end
-            allowed = set(resv.nodes)
-        members = set(part.nodes)
-        required = frozenset(req.nodelist)
-        if not required <= members or (allowed is not None and not required <= allowed):
-            return REQ_NODE_NOT_AVAIL
-        excluded = set(req.exclude)
-        nodes = tuple(
-            node
-            for name in part.nodes
-            if (node := self.nodes.get(name)) is not None
-            and node.view.schedulable
-            and name not in excluded
-            and (allowed is None or name in allowed)
-            and node.could_ever_fit(shape, req.gpu_type)
-        )
-        usable = {n.name for n in nodes}
-        # down or drained nodes that would otherwise do: Slurm names the required ones
-        down = [
-            name
-            for name in part.nodes
-            if (node := self.nodes.get(name)) is not None
-            and not node.view.schedulable
-            and name not in excluded
-            and (allowed is None or name in allowed)
-            and node.could_ever_fit(shape, req.gpu_type)
-        ]
-        if not required <= usable:
-            unavailable = [n for n in down if n in required]
-            return _unavailable(unavailable) if unavailable else REQ_NODE_NOT_AVAIL
-        if len(nodes) < shape.nodes:
-            if down and len(nodes) + len(down) >= shape.nodes:
-                return NODES_DOWN  # it would fit but for them (Slurm's words)
-            return REQ_NODE_NOT_AVAIL if required or allowed is not None else RESOURCES
-        return Candidate(part, nodes, required, ignore, not_before, not_after, frozenset(usable))
-
-    # ------------------------------------------------------------ now
+    def start_now(self, req: JobRequest, ask: Ask) -> Start | None:
+        """``req``'s start, on the first of its candidates where it fits now (the nodes
+        taken), or None."""
+        shape, duration, expected = ask.shape, ask.duration, ask.expected
+        for cand in ask.candidates:
+            if self.now < cand.not_before:
+                continue
+            chosen = self.fit_now(req, ask, cand)
+            if chosen is not None:
+                # whether it fits only by its prediction (not to its limit)
+                relied = expected < duration and any(
+                    node.holds
+                    and not node.fits(
+                        node.window(self.now, self.now + duration, cand.ignore, shared=True),
+                        shape,
+                        req.exclusive,
+                    )
+                    for node, _ in chosen
+                )
+                return self._start(req, ask, cand, chosen, relied)
+        return None
 
     def fit_now(
-        self, req: JobRequest, shape: Shape, cand: Candidate, duration: float, expected: float
+        self, req: JobRequest, ask: Ask, cand: Candidate
     ) -> list[tuple[NodeProfile, Avail]] | None:
+        shape, duration, expected = ask.shape, ask.duration, ask.expected
         # the same shape that found no room now finds none later in this pass either:
         # a pass only ever takes resources away from "now"
         key: tuple[object, ...] = (cand.partition.name, shape, req.gpu_type, req.exclusive)
@@ -107,12 +66,7 @@ class Placing(PassState):
         # against the prediction (a wrong one can delay them, never an advance one)
         job_end = self.now + expected
         shards = shape.shards_per_node
-        if (
-            self.settings.placement == "pack"
-            and not req.exclusive
-            and not cand.required
-            and not shards
-        ):
+        if self.policy == "pack" and not req.exclusive and not cand.required and not shards:
             return self._fit_now_packed(shape, cand, end, job_end, key)
         fitting = []
         free_now = 0
@@ -153,8 +107,9 @@ class Placing(PassState):
     ) -> list[tuple[NodeProfile, Avail]] | None:
         fitting: list[tuple[NodeProfile, Avail]] = []
         free_now = 0
-        for free_gpus in range(shape.gpus_per_node, self.max_gpus + 1):
-            for node in self.buckets[free_gpus].values():
+        max_gpus, buckets = self.avail.max_gpus, self.avail.buckets
+        for free_gpus in range(shape.gpus_per_node, max_gpus + 1):
+            for node in buckets[free_gpus].values():
                 if (
                     node.name not in cand.members
                     or node.free_cpus < shape.cpus_per_node
@@ -170,7 +125,7 @@ class Placing(PassState):
                 )
                 if node.fits(avail, shape, False):
                     fitting.append((node, avail))
-                    if free_gpus == self.max_gpus and len(fitting) >= shape.nodes:
+                    if free_gpus == max_gpus and len(fitting) >= shape.nodes:
                         break  # whole free nodes: any of them is as good a fit
             if len(fitting) >= shape.nodes:
                 return self.choose(fitting, shape, cand)
@@ -192,7 +147,7 @@ class Placing(PassState):
         if len(required) < len(cand.required):
             return None
         others = [f for f in fitting if f[0].name not in cand.required]
-        policy = self.settings.placement
+        policy = self.policy
         if shape.shards_per_node and policy != "firstfit":
             others.sort(key=lambda f: self._shard_key(f[0], f[1], shape, at, job_end))
         elif policy == "fgd":
@@ -225,7 +180,7 @@ class Placing(PassState):
                     f[0].index,
                 )
             )
-        elif self.settings.placement == "pack":
+        elif policy == "pack":
             # best fit: the fullest node that still fits, so whole nodes stay free
             others.sort(key=lambda f: (len(f[1].gpus), f[1].cpus, f[1].mem, f[0].index))
         else:
@@ -235,7 +190,7 @@ class Placing(PassState):
     def rng(self, salt: int = 0) -> random.Random:
         """The "random" placement's draw: seeded by the snapshot and the starts so far,
         so that a plan stays a function of its snapshot."""
-        return random.Random(self.snap.version * 1_000_003 + len(self.starts) * 7919 + salt)
+        return random.Random(self.seed * 1_000_003 + self.placed * 7919 + salt)
 
     def frag_state(self, node: NodeProfile, avail: Avail) -> State:
         # the shared GPUs a job may join then (at a later instant: none)
@@ -252,7 +207,7 @@ class Placing(PassState):
         a free GPU to share) or, under "fgd", the GPU (shared, or a free one) that
         least raises the fragmentation."""
         k = shape.shards_per_node
-        policy = self.settings.placement
+        policy = self.policy
         whole = avail.gpus
         if shape.gpus_per_node:
             whole = whole - set(pick_gpus(avail.gpus, shape.gpus_per_node))
@@ -279,7 +234,7 @@ class Placing(PassState):
     def _shard_key(
         self, node: NodeProfile, avail: Avail, shape: Shape, at: float, job_end: float
     ) -> tuple[object, ...]:
-        policy = self.settings.placement
+        policy = self.policy
         if policy == "random":
             return (self.rng(node.index).random(),)
         _, left, fresh, delta = self.shard_choice(node, avail, shape)
@@ -290,18 +245,18 @@ class Placing(PassState):
             return (fresh, left, len(avail.gpus), _extension(node, at, job_end), *tail[1:])
         return (fresh, left, *tail)
 
-    def start(
+    def _start(
         self,
         req: JobRequest,
-        shape: Shape,
+        ask: Ask,
         cand: Candidate,
         chosen: list[tuple[NodeProfile, Avail]],
-        duration: float,
-        limit: float,
-        on_prediction: bool = False,
-    ) -> None:
+        on_prediction: bool,
+    ) -> Start:
+        """Take ``chosen`` for ``req``: planned until its expected end, killed at its limit."""
+        shape = ask.shape
         placements = []
-        end = self.now + duration
+        end, limit_end = self.now + ask.expected, self.now + ask.duration
         for node, avail in chosen:
             shards = shape.shards_per_node
             if req.exclusive:
@@ -318,23 +273,10 @@ class Placing(PassState):
                     rest = avail.gpus - {g}
                     whole = pick_gpus(frozenset(rest), shape.gpus_per_node)
                 gpus = (g, *whole)
-            before = len(node.free_gpus)
-            node.take_now(cpus, mem, gpus, end, req.job_id, self.now + limit, shards)
-            if len(node.free_gpus) != before:
-                del self.buckets[before][node.name]
-                self.buckets[len(node.free_gpus)][node.name] = node
+            self.avail.take(node, cpus, mem, gpus, end, req.job_id, limit_end, shards)
             placements.append(Placement(node.name, cpus, mem, gpus, shards))
-        self.starts.append(Start(req.job_id, cand.partition.name, tuple(placements), on_prediction))
-        key = (req.qos, req.user)
-        self.user_jobs[key] = self.user_jobs.get(key, 0) + 1
-        self.limits.start(req, shape)
-        self.profile_version += 1
-
-
-def _unavailable(names: list[str]) -> str:
-    """Slurm's reason when nodes the job requires (-w) are down or drained (ctld prints
-    the names as a compressed hostlist)."""
-    return UNAVAILABLE_NODES + ",".join(names)
+        self.placed += 1
+        return Start(req.job_id, cand.partition.name, tuple(placements), on_prediction)
 
 
 def _extension(node: NodeProfile, at: float, job_end: float) -> float:

@@ -4,57 +4,67 @@ that then fit it, the claim on what they free, and its forecast."""
 from __future__ import annotations
 
 from ctld.sched import preempt
-from ctld.sched.model import Forecast, JobRequest, Placement, Preemption
-from ctld.sched.pass_state import RESOURCES, Candidate, PassState
+from ctld.sched.ask import Ask, Candidate
+from ctld.sched.availability import Availability
+from ctld.sched.model import Forecast, JobRequest, Placement, Preemption, RunningView, Snapshot
 from ctld.sched.placing import pick_gpus
 from ctld.sched.profile import Avail, NodeProfile
-from ctld.sched.shape import Shape
 
 
-class Preempting(PassState):
-    """A pass's preemptions: the victims that let a job start now (see preempt.py)."""
+class Preemptor:
+    """A pass's preemptions: the victims that let a job start now (see preempt.py), and
+    the claims of earlier passes (what was freed for a preemptor is its own)."""
 
-    max_preempt_searches: int  # set by the pass (backfill.MAX_PREEMPT_SEARCHES)
+    def __init__(self, snap: Snapshot, avail: Availability, max_searches: int) -> None:
+        self.now = snap.now
+        self.running = snap.running
+        self.avail = avail
+        self.max_searches = max_searches  # searches per pass (each looks at every node)
+        # who may preempt whom, the claims of earlier passes, and the jobs already
+        # being preempted (their end is their preemption's deadline)
+        self.qos = {q.name: q for q in snap.qos}
+        self.may_preempt = preempt.targets(snap.qos)
+        self.claims = {c.job_id: c for c in snap.claims}
+        self.claimed = frozenset(self.claims)
+        self.preempted: set[int] = {v for c in snap.claims for v in c.victims}
+        self.preemptions: list[Preemption] = []
+        # needs that found nothing to preempt: a pass only takes resources and victims
+        # away, so they find nothing later in it either
+        self.no_preempt: set[tuple[object, ...]] = set()
+        self.pools: dict[str, list[RunningView]] = {}  # by preemptor QOS, lowest first
+        self.searches = 0
 
-    def try_preempt(
-        self,
-        req: JobRequest,
-        shape: Shape,
-        candidates: list[Candidate],
-        duration: float,
-        expected: float,
-    ) -> bool:
-        """Preempt for ``req`` if its QOS allows and that lets it start (see preempt.py);
-        True if it is now taken care of (preempting, or waiting on its claim)."""
+    def preempt_for(self, req: JobRequest, ask: Ask) -> Forecast | None:
+        """``req``'s forecast if it is taken care of by preemption (it preempts now, or
+        waits on the claim of an earlier pass: either way its reason is Resources);
+        None if its QOS may not, or that would not let it start."""
         claim = self.claims.get(req.job_id)
+        nodes_of = self.avail.nodes
         if claim is not None:  # its victims are still leaving: it waits for them only
-            self.reasons[req.job_id] = RESOURCES
             nodes = tuple(dict.fromkeys(p.node for p in claim.placements))
-            ends = [self.nodes[n].releases for n in nodes if n in self.nodes]
+            ends = [nodes_of[n].releases for n in nodes if n in nodes_of]
             start = max(
                 (r.end for rs in ends for r in rs if r.job_id in claim.victims), default=self.now
             )
-            self.forecasts[req.job_id] = Forecast(
+            return Forecast(
                 req.job_id, start, claim.partition, nodes, True, tuple(sorted(claim.victims))
             )
-            return True
+        shape = ask.shape
         if (req.qos or "normal") not in self.may_preempt or shape.shards_per_node:
-            return False  # (shard jobs do not preempt: not built)
+            return None  # (shard jobs do not preempt: not built)
         if req.reservation:
-            return False  # a reservation's resources are its own already
-        usable = [c for c in candidates if self.now >= c.not_before]
+            return None  # a reservation's resources are its own already
+        usable = [c for c in ask.candidates if self.now >= c.not_before]
         key: tuple[object, ...] = (req.qos or "normal", shape, req.gpu_type, req.exclusive)
         key += (req.nodelist, req.exclude, tuple(c.partition.name for c in usable))
-        key += (duration, expected)
-        if key in self.no_preempt or self.preempt_searches >= self.max_preempt_searches:
-            return False
-        self.preempt_searches += 1
+        key += (ask.duration, ask.expected)
+        if key in self.no_preempt or self.searches >= self.max_searches:
+            return None
+        self.searches += 1
         names = {n for c in usable for n in c.members}
         own = req.qos or "normal"
         if own not in self.pools:
-            self.pools[own] = preempt.pool(
-                own, self.snap.running, self.qos, self.may_preempt, set()
-            )
+            self.pools[own] = preempt.pool(own, self.running, self.qos, self.may_preempt, set())
         rank: dict[int, int] = {}  # lower: preempted sooner
         on_node: dict[str, list[int]] = {}
         for i, v in enumerate(self.pools[own]):
@@ -65,20 +75,17 @@ class Preempting(PassState):
                 if p.node in names:
                     on_node.setdefault(p.node, []).append(v.job_id)
         for cand in usable:
-            found = self.fit_freed(req, shape, cand, duration, expected, on_node, rank)
+            found = self.fit_freed(req, ask, cand, on_node, rank)
             if found is not None:
-                self.preempt(req, shape, cand, *found)
-                return True
+                return self._preempt(req, ask, cand, *found)
         self.no_preempt.add(key)
-        return False
+        return None
 
     def fit_freed(
         self,
         req: JobRequest,
-        shape: Shape,
+        ask: Ask,
         cand: Candidate,
-        duration: float,
-        expected: float,
         on_node: dict[str, list[int]],
         rank: dict[int, int],
     ) -> tuple[list[tuple[NodeProfile, Avail]], frozenset[int]] | None:
@@ -86,7 +93,8 @@ class Preempting(PassState):
         victims to preempt there: on each node the fewest, lowest ones it needs (taken
         lowest first until it fits, then each dropped again, the most valuable first,
         while it still fits); the nodes needing the fewest and lowest victims win."""
-        end, job_end = self.now + duration, self.now + expected
+        shape = ask.shape
+        end, job_end = self.now + ask.duration, self.now + ask.expected
         if end > cand.not_after:
             return None
 
@@ -183,18 +191,19 @@ class Preempting(PassState):
             return None  # it fits without preempting anything: not a case for preemption
         return [p for p in placed if p is not None], victims
 
-    def preempt(
+    def _preempt(
         self,
         req: JobRequest,
-        shape: Shape,
+        ask: Ask,
         cand: Candidate,
         chosen: list[tuple[NodeProfile, Avail]],
         victims: frozenset[int],
-    ) -> None:
+    ) -> Forecast:
+        shape = ask.shape
         owner = preempt.claim_owner(req.job_id)
         placements = []
         for trial, avail in chosen:
-            node = self.nodes[trial.name]
+            node = self.avail.nodes[trial.name]
             if req.exclusive:
                 cpus, mem = node.view.cpus_total, node.view.mem_total_mb
                 gpus = tuple(sorted(node.all_gpus))
@@ -202,16 +211,13 @@ class Preempting(PassState):
                 cpus, mem = shape.cpus_per_node, shape.mem_per_node_mb
                 gpus = pick_gpus(avail.gpus, shape.gpus_per_node)
             for hold in preempt.claim_holds(node, owner, cpus, mem, gpus, victims, self.now):
-                node.hold(hold)
+                self.avail.hold(node, hold)
             placements.append(Placement(node.name, cpus, mem, gpus))
-        self.profile_version += 1
         self.preempted |= victims
         self.preemptions.append(
             Preemption(req.job_id, cand.partition.name, tuple(placements), tuple(sorted(victims)))
         )
-        self.reasons[req.job_id] = RESOURCES
         nodes = tuple(p.node for p in placements)
-        start = max(preempt.victims_end(self.nodes[n], victims, self.now) for n in nodes)
-        self.forecasts[req.job_id] = Forecast(
-            req.job_id, start, cand.partition.name, nodes, True, tuple(sorted(victims))
-        )
+        nodes_of = self.avail.nodes
+        start = max(preempt.victims_end(nodes_of[n], victims, self.now) for n in nodes)
+        return Forecast(req.job_id, start, cand.partition.name, nodes, True, tuple(sorted(victims)))

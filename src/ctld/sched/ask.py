@@ -1,0 +1,175 @@
+"""What a job asks of a pass: its shape, where it could run, for how long.
+
+``Asks`` turns a pending request into an ``Ask`` (or the reason it has none): the
+admission limits first, then its durations and its candidate nodes in each partition
+it names (static node facts only, so computed once per pass for each distinct need).
+An ``Ask`` is the one value the pass's stages read (placing, preempting,
+forecasting), given with the request it is for. It depends on nothing of the request
+but its class (``JobRequest.klass``), so the class-mates of a job that found no start
+are handed that job's Ask; a job with a claim is the exception (its candidates ignore
+its claim's holds), and is never a class-mate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from corral.reasons import Reason
+from ctld.sched import preempt
+from ctld.sched.availability import Availability
+from ctld.sched.limits import Admission
+from ctld.sched.model import INFINITY, JobRequest, PartitionView, Snapshot
+from ctld.sched.profile import NodeProfile
+from ctld.sched.shape import Shape, job_shape
+
+# Slurm's pending reasons the core decides (the one list: corral/reasons.py)
+RESOURCES = Reason.RESOURCES
+PRIORITY = Reason.PRIORITY
+PARTITION_DOWN = Reason.PARTITION_DOWN
+PARTITION_TIME_LIMIT = Reason.PARTITION_TIME_LIMIT
+PARTITION_NODE_LIMIT = Reason.PARTITION_NODE_LIMIT
+REQ_NODE_NOT_AVAIL = Reason.REQ_NODE_NOT_AVAIL
+NODES_DOWN = Reason.NODES_DOWN
+RESERVATION = Reason.RESERVATION
+QOS_MAX_JOBS_PER_USER = Reason.QOS_MAX_JOBS_PER_USER
+UNAVAILABLE_NODES = f"{Reason.REQ_NODE_NOT_AVAIL}, UnavailableNodes:"  # + the nodes
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A partition where a job could run, and its nodes there that could ever hold it."""
+
+    partition: PartitionView
+    nodes: tuple[NodeProfile, ...]
+    required: frozenset[str]  # -w nodes the allocation must include
+    ignore: str  # the job's own reservation, which its holds do not block
+    not_before: float  # a reservation's start
+    not_after: float  # a reservation's end
+    members: frozenset[str] = frozenset()  # names of ``nodes``
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    shape: Shape
+    candidates: tuple[Candidate, ...]  # in the order of the job's partitions
+    duration: float  # its time limit (INFINITY: none)
+    expected: float  # what the plan expects it to run: its prediction, or ``duration``
+
+
+class Asks:
+    """Each pending job's Ask, or the reason it waits without one."""
+
+    def __init__(
+        self,
+        snap: Snapshot,
+        avail: Availability,
+        admission: Admission,
+        claimed: frozenset[int],
+    ) -> None:
+        self.now = snap.now
+        self.predict = snap.settings.predict
+        self.partitions = {p.name: p for p in snap.partitions}
+        self.reservations = {r.name: r for r in snap.reservations}
+        self.nodes = avail.nodes
+        self.admission = admission
+        self.claimed = claimed
+        self.candidates: dict[tuple[object, ...], Candidate | str] = {}
+
+    def of(self, req: JobRequest) -> Ask | str:
+        """Its Ask, or the reason it has none (the limits, then its partitions)."""
+        shape = job_shape(req)
+        refused = self.admission.refusal(req, shape)
+        if refused:  # a limit: it waits without anything held back for it
+            return refused
+        duration, expected = self.durations(req)
+        candidates: list[Candidate] = []
+        reason: str = RESOURCES
+        for part_name in req.partitions:
+            cand_or_reason = self.candidate(req, shape, part_name)
+            if isinstance(cand_or_reason, str):
+                reason = cand_or_reason
+                continue
+            candidates.append(cand_or_reason)
+        if not candidates:
+            return reason
+        if req.job_id in self.claimed:  # what was freed for it is its own
+            owner = preempt.claim_owner(req.job_id)
+            candidates = [dataclasses.replace(c, ignore=owner) for c in candidates]
+        return Ask(shape, tuple(candidates), duration, expected)
+
+    def durations(self, req: JobRequest) -> tuple[float, float]:
+        """(its limit, what the plan expects it to run): the prediction when planning
+        with predictions, never more than the limit."""
+        duration = INFINITY if req.time_limit_s < 0 else float(max(req.time_limit_s, 1))
+        if self.predict and req.predicted_s > 0:
+            return duration, min(float(req.predicted_s), duration)
+        return duration, duration
+
+    def candidate(self, req: JobRequest, shape: Shape, part_name: str) -> Candidate | str:
+        part = self.partitions.get(part_name)
+        # DRAIN refuses new submissions (at submit) but still runs its queue; DOWN and
+        # INACTIVE keep their queue waiting
+        if part is None or part.state not in ("UP", "DRAIN"):
+            return PARTITION_DOWN
+        if part.max_time_s >= 0 and (req.time_limit_s < 0 or req.time_limit_s > part.max_time_s):
+            return PARTITION_TIME_LIMIT
+        if part.max_nodes and shape.nodes > part.max_nodes:
+            return PARTITION_NODE_LIMIT
+        # everything below depends on static node facts only: computed once per pass
+        # for each distinct (partition, shape, constraints)
+        key = (part_name, shape, req.gpu_type, req.nodelist, req.exclude, req.reservation)
+        cached = self.candidates.get(key)
+        if cached is None:
+            cached = self._candidate(req, shape, part)
+            self.candidates[key] = cached
+        return cached
+
+    def _candidate(self, req: JobRequest, shape: Shape, part: PartitionView) -> Candidate | str:
+        ignore, not_before, not_after = "", self.now, INFINITY
+        allowed: set[str] | None = None
+        if req.reservation:
+            resv = self.reservations.get(req.reservation)
+            if resv is None or resv.end <= self.now:
+                return RESERVATION
+            ignore, not_before, not_after = f"resv:{resv.name}", resv.start, resv.end
+            allowed = set(resv.nodes)
+        members = set(part.nodes)
+        required = frozenset(req.nodelist)
+        if not required <= members or (allowed is not None and not required <= allowed):
+            return REQ_NODE_NOT_AVAIL
+        excluded = set(req.exclude)
+        nodes = tuple(
+            node
+            for name in part.nodes
+            if (node := self.nodes.get(name)) is not None
+            and node.view.schedulable
+            and name not in excluded
+            and (allowed is None or name in allowed)
+            and node.could_ever_fit(shape, req.gpu_type)
+        )
+        usable = {n.name for n in nodes}
+        # down or drained nodes that would otherwise do: Slurm names the required ones
+        down = [
+            name
+            for name in part.nodes
+            if (node := self.nodes.get(name)) is not None
+            and not node.view.schedulable
+            and name not in excluded
+            and (allowed is None or name in allowed)
+            and node.could_ever_fit(shape, req.gpu_type)
+        ]
+        if not required <= usable:
+            unavailable = [n for n in down if n in required]
+            return _unavailable(unavailable) if unavailable else REQ_NODE_NOT_AVAIL
+        if len(nodes) < shape.nodes:
+            if down and len(nodes) + len(down) >= shape.nodes:
+                return NODES_DOWN  # it would fit but for them (Slurm's words)
+            return REQ_NODE_NOT_AVAIL if required or allowed is not None else RESOURCES
+        return Candidate(part, nodes, required, ignore, not_before, not_after, frozenset(usable))
+
+
+def _unavailable(names: list[str]) -> str:
+    """Slurm's reason when nodes the job requires (-w) are down or drained (ctld prints
+    the names as a compressed hostlist)."""
+    return UNAVAILABLE_NODES + ",".join(names)
