@@ -77,14 +77,12 @@ def test_stacking_forecasts_changes_no_decision(s: Snapshot, depth: int, stack: 
     assert flat.starts == stacked.starts
     assert flat.reasons == stacked.reasons
     assert flat.preemptions == stacked.preemptions
-    assert stacked.forecasts.keys() <= flat.forecasts.keys()
+    # the reservations are decided before any forecast holds a slot: the same
+    reserved = {j: f for j, f in flat.forecasts.items() if f.reserved}
+    assert reserved == {j: f for j, f in stacked.forecasts.items() if f.reserved}
     for job_id, f in flat.forecasts.items():
         held = stacked.forecasts.get(job_id)
-        if held is None:
-            # pushed past every end: it waits behind a held slot of no time limit
-            # (a forecast of INFINITY is no forecast), never a reserved one
-            assert not f.reserved
-            continue
-        assert f.reserved == held.reserved
-        # a hold only takes room away: a stacked forecast is never earlier
-        assert held.start >= f.start
+        # a hold only takes room away: a stacked forecast is never earlier. One pushed
+        # past every end (behind a held slot with no time limit) is no forecast, and
+        # forecast_depth then goes to a job after it: the sets may differ there
+        assert held is None or held.start >= f.start
