@@ -94,6 +94,7 @@ def _requests(held: int, running: int, bob: str) -> dict[str, list[dict[str, Any
         "CreateStep": [{"spec": {"jobId": str(running)}}],
         "CompleteStep": [{"jobId": str(running), "stepId": 0, "cancelled": True}],
         "CompleteJob": [{"jobId": str(running)}],
+        "StepNodeLost": [{"jobId": str(running), "stepId": 0, "node": "node01"}],
     }
 
 
