@@ -102,3 +102,11 @@ class ControllerCalls:
     def complete_job(self, request: t.CompleteJobRequest) -> t.CompleteJobResponse:
         reply: t.CompleteJobResponse = self.call("CompleteJob", request)
         return reply
+
+    def get_step_stats(self, request: t.GetStepStatsRequest) -> t.GetStepStatsResponse:
+        reply: t.GetStepStatsResponse = self.call("GetStepStats", request)
+        return reply
+
+    def attach_step(self, request: t.AttachStepRequest) -> t.AttachStepResponse:
+        reply: t.AttachStepResponse = self.call("AttachStep", request)
+        return reply

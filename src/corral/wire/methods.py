@@ -33,6 +33,8 @@ SERVICES: dict[str, dict[str, tuple[str, str, bool, bool]]] = {
         "CreateStep": ("CreateStepRequest", "CreateStepResponse", False, False),
         "CompleteStep": ("CompleteStepRequest", "CompleteStepResponse", False, False),
         "CompleteJob": ("CompleteJobRequest", "CompleteJobResponse", False, False),
+        "GetStepStats": ("GetStepStatsRequest", "GetStepStatsResponse", False, False),
+        "AttachStep": ("AttachStepRequest", "AttachStepResponse", False, False),
     },
     NODE_CONTROLLER: {
         "GetStep": ("GetStepRequest", "GetStepResponse", False, False),
@@ -69,6 +71,8 @@ PYTHON_NAMES: dict[str, str] = {
     "CreateStep": "create_step",
     "CompleteStep": "complete_step",
     "CompleteJob": "complete_job",
+    "GetStepStats": "get_step_stats",
+    "AttachStep": "attach_step",
     "GetStep": "get_step",
     "RegisterNode": "register_node",
     "Heartbeat": "heartbeat",
