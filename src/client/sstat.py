@@ -45,9 +45,18 @@ TRESUsageOutMinTask 19 s|TRESUsageOutTot 15 s
 FIELDS: tuple[tuple[str, int, str], ...] = tuple(
     (n, int(w), k) for n, w, k in (e.split() for e in _TABLE.replace("\n", "").split("|") if e)
 )
-# Slurm's default: every field but these
-_NOT_DEFAULT = {"ConsumedEnergyRaw", "Nodelist", "Pids", "ReqCPUFreq"}
-DEFAULT_FIELDS = ",".join(n for n, _, _ in FIELDS if n not in _NOT_DEFAULT)
+# Slurm's default, in its order
+DEFAULT_FIELDS = (
+    "JobID,MaxVMSize,MaxVMSizeNode,MaxVMSizeTask,AveVMSize,MaxRSS,MaxRSSNode,"
+    "MaxRSSTask,AveRSS,MaxPages,MaxPagesNode,MaxPagesTask,AvePages,MinCPU,MinCPUNode,"
+    "MinCPUTask,AveCPU,NTasks,AveCPUFreq,ReqCPUFreqMin,ReqCPUFreqMax,ReqCPUFreqGov,"
+    "ConsumedEnergy,MaxDiskRead,MaxDiskReadNode,MaxDiskReadTask,AveDiskRead,"
+    "MaxDiskWrite,MaxDiskWriteNode,MaxDiskWriteTask,AveDiskWrite,TRESUsageInAve,"
+    "TRESUsageInMax,TRESUsageInMaxNode,TRESUsageInMaxTask,TRESUsageInMin,"
+    "TRESUsageInMinNode,TRESUsageInMinTask,TRESUsageInTot,TRESUsageOutAve,"
+    "TRESUsageOutMax,TRESUsageOutMaxNode,TRESUsageOutMaxTask,TRESUsageOutMin,"
+    "TRESUsageOutMinNode,TRESUsageOutMinTask,TRESUsageOutTot"
+)
 PID_FIELDS = "JobID,Nodelist,Pids"
 
 

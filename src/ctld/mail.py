@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.policy
 import os
 import smtplib
 from collections.abc import Callable, Mapping
@@ -26,6 +27,8 @@ from corral.mailconfig import MailConfig
 log = structlog.get_logger("ctld.mail")
 
 _MAX_OUTPUT = 4096  # of the program's output, kept for the log
+# a subject on one line, as Slurm's mail(1) sends it (folded only past RFC 5322's 998)
+_POLICY = email.policy.SMTP.clone(max_line_length=998)
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ class Mailer:
 
     def _smtp(self, mail: Mail) -> None:
         cfg = self.config
-        msg = EmailMessage()
+        msg = EmailMessage(policy=_POLICY)
         msg["From"] = cfg.from_address()
         msg["To"] = mail.to
         msg["Subject"] = mail.subject
