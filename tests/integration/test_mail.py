@@ -72,9 +72,15 @@ def test_mail_reaches_a_real_smtp_server_with_slurms_subjects(
     work.mkdir()
     cmd = Commands(c, work)
     ok = cmd(
-        "sbatch", "--parsable", "-J", "train", "--mail-type=ALL", "--mail-user=alice@lab.example",
-        "--wrap", "sleep 1",
-    ).stdout.strip()  # fmt: skip
+        "sbatch",
+        "--parsable",
+        "-J",
+        "train",
+        "--mail-type=ALL",
+        "--mail-user=alice@lab.example",
+        "--wrap",
+        "sleep 1",
+    ).stdout.strip()
     bad = cmd("sbatch", "--parsable", "--mail-type=FAIL", "--wrap", "exit 3").stdout.strip()
     quiet = cmd("sbatch", "--parsable", "--mail-type=END,NONE", "--wrap", "true").stdout.strip()
     for job in (ok, bad, quiet):

@@ -48,7 +48,7 @@ def job(state: int, code: int = 0, sig: int = 0) -> pb.Job:
         exit_signal=sig,
         submit_time=100.0,
         start_time=101.0,
-        end_time=401.0,  # fmt: skip
+        end_time=401.0,
     )
 
 
@@ -143,7 +143,7 @@ def test_the_nvml_probe_says_what_it_found_or_why_not() -> None:
         2,
         "NVIDIA H200",
         143771,
-        "580.65",  # fmt: skip
+        "580.65",
     )
     assert probe_nvml(FakeNvml(0)).why_not == "NVML sees no GPU"
     assert "Driver Not Loaded" in probe_nvml(FakeNvml(1, fail=True)).why_not

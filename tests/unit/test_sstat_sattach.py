@@ -109,7 +109,7 @@ def test_bad_input_says_what_slurm_says() -> None:
 def test_sattach_layout_and_help_are_slurms() -> None:
     step = {"ntasks": 2, "nodelist": "localhost", "nodes": [{"node": "localhost", "ranks": [0, 1]}]}
     assert sattach.layout(step) == anchor("sattach_layout.txt")
-    assert sattach.HELP == anchor("sattach_help.txt")
+    assert anchor("sattach_help.txt") == sattach.HELP
     with pytest.raises(InvalidOption, match="Failed to parse stepid"):
         sattach.parse_step(["12"])
 
