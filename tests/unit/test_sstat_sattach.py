@@ -98,7 +98,7 @@ def test_bad_input_says_what_slurm_says() -> None:
         sstat.parse_fields("JobID,Bogus")
     with pytest.raises(InvalidOption, match="Bad job/step specified: abc"):
         sstat.parse_items("abc")
-    out, errors = sstat.format_stats(
+    _out, errors = sstat.format_stats(
         [(9, "", {"state": "JOB_STATE_COMPLETED"}), (2, "7", REPLY)],
         sstat.parse_fields("JobID"),
         all_steps=False,
