@@ -147,3 +147,71 @@ def test_the_nvml_probe_says_what_it_found_or_why_not() -> None:
     )
     assert probe_nvml(FakeNvml(0)).why_not == "NVML sees no GPU"
     assert "Driver Not Loaded" in probe_nvml(FakeNvml(1, fail=True)).why_not
+
+
+class Sent:
+    def __init__(self) -> None:
+        self.mails: list[Any] = []
+
+    def send(self, mail: Any) -> None:
+        self.mails.append(mail)
+
+
+def events_for(jobs: dict[int, pb.Job], arrays: dict[int, set[int]]) -> tuple[Any, Sent]:
+    from ctld.mail_events import MailEvents
+
+    state = SimpleNamespace(
+        jobs=jobs,
+        array_tasks=arrays,
+        active_ids=set(),
+        config=SimpleNamespace(mail=MailConfig(smtp_host="h"), cluster_name="lab"),
+    )
+    sent = Sent()
+    return MailEvents(state, sent), sent  # type: ignore[arg-type]
+
+
+def task(job_id: int, index: int, state: int, code: int = 0) -> pb.Job:
+    j = pb.Job(job_id=job_id, array_job_id=40, array_task_id=index, state=state, exit_code=code)
+    j.spec.name, j.spec.mail_type, j.user = "sweep", "BEGIN,END", "alice"
+    j.submit_time, j.start_time, j.end_time = 1.0, 2.0, 5.0
+    return j
+
+
+def test_an_array_mails_once_as_a_whole_and_per_task_with_array_tasks() -> None:
+    jobs = {40: task(40, 0, js.RUNNING), 41: task(41, 1, js.RUNNING)}
+    mails, sent = events_for(jobs, {40: {40, 41}})
+    for j in jobs.values():
+        mails(j, [event("started", js.PENDING, js.RUNNING, 2.0)])
+    assert [m.subject for m in sent.mails] == [
+        "Slurm Array Task Job_id=40_0 (40) Name=sweep Began, Queued time 00:00:01"
+    ]
+    jobs[40].state = js.COMPLETED
+    mails(jobs[40], [event("exited", js.RUNNING, js.COMPLETED, 5.0)])
+    assert len(sent.mails) == 1  # task 1 still runs
+    jobs[41].state, jobs[41].exit_code = js.FAILED, 2
+    mails(jobs[41], [event("exited", js.RUNNING, js.FAILED, 5.0)])
+    assert sent.mails[-1].subject == (
+        "Slurm Array Summary Job_id=40_* (40) Name=sweep Ended, Mixed, ExitCode [0-2]"
+    )
+    assert sent.mails[-1].to == "alice"
+    jobs[41].spec.mail_type = "END,ARRAY_TASKS"
+    mails(jobs[41], [event("exited", js.RUNNING, js.FAILED, 5.0)])
+    assert sent.mails[-1].subject == (
+        "Slurm Array Task Job_id=40_1 (41) Name=sweep Ended, Run time 00:00:03, FAILED, ExitCode 2"
+    )
+
+
+def test_time_limit_warnings_once_each_and_invalid_depend() -> None:
+    j = pb.Job(job_id=9, state=js.RUNNING, start_time=100.0, time_limit_s=100, user="u")
+    j.spec.name, j.spec.mail_type = "long", "TIME_LIMIT_50,TIME_LIMIT_80,INVALID_DEPEND"
+    p = pb.Job(job_id=10, state=js.PENDING, reason="DependencyNeverSatisfied", user="u")
+    p.spec.name, p.spec.mail_type = "dep", "INVALID_DEPEND"
+    mails, sent = events_for({9: j, 10: p}, {})
+    mails.state.active_ids = {9, 10}
+    for now in (140.0, 155.0, 160.0, 185.0, 190.0):
+        mails.watch(now)
+    assert [m.subject for m in sent.mails] == [
+        "Slurm Job_id=10 Name=dep Invalid dependency",
+        "Slurm Job_id=9 Name=long Reached 50% of time limit, Run time 00:00:55",
+        "Slurm Job_id=9 Name=long Reached 80% of time limit, Run time 00:01:25",
+    ]
