@@ -113,7 +113,8 @@ class PerNodeText:
         healthy: list[str] = []
         live = c.state.live
         for name, node in sorted(c.nodes.items()):
-            status = live.gpus(name)
+            # a node that stopped answering has no figures now (its last ones are stale)
+            status = live.gpus(name) if node.responding and not node.down else {}
             for gpu in node.resources.gpus:
                 lab = self.gpu(name, gpu.index)
                 held = gpu.index in node.alloc_gpus or gpu.index in node.alloc_shards
