@@ -1,4 +1,7 @@
-"""``make demo``: a local 2-node cluster on SQLite running a real sample batch job.
+"""``make demo``: a local cluster on SQLite running a real sample batch job.
+
+With NVIDIA GPUs that NVML sees, one node with this machine's real GPUs (corral up
+--gpus auto); without, 2 nodes of 8 fake GPUs each.
 
 Starts the cluster (corral up), submits examples/sample-job.sh with sbatch, waits for
 it, prints squeue, sacct and the job's output, and leaves the cluster running so
@@ -52,8 +55,8 @@ def main() -> int:
         [
             str(BIN / "corral"),
             "up",
-            "--nodes",
-            "2",
+            "--gpus",
+            "auto",
             "--gpus-per-node",
             "8",
             "--state-dir",

@@ -1,6 +1,7 @@
 """corral: the operator's command (local clusters, the daemons in the foreground).
 
 corral up [--nodes N] [--gpus-per-node G] [--state-dir DIR]   start a local cluster
+corral up --gpus auto|nvml|fake [...]                         ... on this machine's real GPUs
 corral up --simulated-nodes N [...]                           ... whose N nodes are simulated
 corral down [--state-dir DIR]                                 stop exactly that cluster
 corral ctld [ctld options]                                    run the controller
@@ -48,6 +49,7 @@ def _up(args: argparse.Namespace) -> int:
             f"a cluster already runs from {state_dir} (corral down --state-dir {state_dir} first)"
         )
     simulated = args.simulated_nodes is not None
+    backend = _gpu_backend(args, simulated)
     if simulated:
         if args.simulated_nodes < 1 or args.simulated_nodes > 10000:
             raise InvalidOption("--simulated-nodes must be between 1 and 10000")
@@ -66,6 +68,9 @@ def _up(args: argparse.Namespace) -> int:
         memory_mb_per_node=args.mem_per_node_mb,
         cluster_name=args.cluster_name,
         isolation="loopback" if simulated else args.isolation,
+        gpu_backend=backend,
+        shards_per_gpu=args.shards_per_gpu,
+        extra_config=_extra_config(args.extra_config),
     )
     if cluster.isolation_note:
         print(f"corral: {cluster.isolation_note}")
@@ -79,7 +84,11 @@ def _up(args: argparse.Namespace) -> int:
         f"corral: cluster {args.cluster_name!r} is up in {state_dir}: ctld on "
         f"{cluster.http_address} (HTTP) and {cluster.controller_host}:{cluster.grpc_port} "
         f"(gRPC), {args.nodes} {'simulated ' if simulated else ''}node(s) with "
-        f"{args.gpus_per_node} fake GPU(s) each"
+        + (
+            f"this machine's {args.gpus_per_node} real GPU(s) (NVML)"
+            if backend == "nvml"
+            else f"{args.gpus_per_node} fake GPU(s) each"
+        )
     )
     if simulated:
         print(
@@ -96,6 +105,59 @@ def _up(args: argparse.Namespace) -> int:
     print(f"To use it:  source {cluster.env_path}")
     print(f"To stop it: corral down --state-dir {state_dir}")
     return 0
+
+
+def _gpu_backend(args: argparse.Namespace, simulated: bool) -> str:
+    """``--gpus``: "nvml" (this machine's GPUs, one node) or "fake"; says which, and why."""
+    if args.gpus == "fake":
+        return "fake"
+    if simulated:
+        raise InvalidOption(f"--gpus {args.gpus}: simulated nodes have fake GPUs only")
+    from corral.gpuprobe import probe_nvml
+
+    found = probe_nvml()
+    if not found.count:
+        if args.gpus == "nvml":
+            raise CorralError(f"--gpus nvml: no GPU to use: {found.why_not}")
+        print(
+            f"corral: --gpus auto: no NVIDIA GPU found ({found.why_not}): "
+            f"{args.gpus_per_node} fake GPU(s) per node instead"
+        )
+        return "fake"
+    if args.nodes_given and args.nodes != 1:
+        raise InvalidOption(
+            f"--gpus {args.gpus}: this machine's GPUs make one node (--nodes 1); "
+            f"{args.nodes} nodes would share the same GPUs"
+        )
+    args.nodes, args.gpus_per_node = 1, found.count
+    print(
+        f"corral: --gpus {args.gpus}: NVML found {found.count} x {found.model} "
+        f"(driver {found.driver}): one node with this machine's GPUs, CPUs and memory"
+    )
+    if not args.cpus_given:
+        args.cpus_per_node = 0  # noded finds the machine's own
+    if not args.mem_given:
+        args.mem_per_node_mb = 0
+    if args.isolation == "auto":
+        args.isolation = "loopback"  # one node: no namespaces needed
+    return "nvml"
+
+
+def _extra_config(path: str | None) -> str:
+    """``--extra-config FILE``: TOML tables appended to the cluster's config."""
+    if not path:
+        return ""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise InvalidOption(f"--extra-config {path}: {exc.strerror}") from None
+    import tomllib
+
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidOption(f"--extra-config {path}: not valid TOML: {exc}") from None
+    return "\n" + text
 
 
 def unreachable_by_others() -> str:
@@ -181,16 +243,27 @@ def main_args(argv: list[str]) -> int:
     p.add_argument("--version", action="version", version=f"corral {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start a local cluster (ctld + N noded, SQLite)")
-    up.add_argument("--nodes", type=int, default=2)
+    up.add_argument("--nodes", type=int, default=None, help="nodes (default 2)")
     up.add_argument(
         "--simulated-nodes",
         type=int,
         metavar="N",
         help="N simulated nodes (one process plays them all over the real protocol)",
     )
-    up.add_argument("--gpus-per-node", type=int, default=8)
-    up.add_argument("--cpus-per-node", type=int, default=16)
-    up.add_argument("--mem-per-node-mb", type=int, default=64 * 1024)
+    up.add_argument("--gpus-per-node", type=int, default=8, help="fake GPUs per node")
+    up.add_argument(
+        "--gpus",
+        choices=("auto", "nvml", "fake"),
+        default="fake",
+        help="nvml: this machine's GPUs (one node); auto: nvml when NVML finds GPUs, else "
+        "fake; fake: --gpus-per-node fake GPUs per node (default)",
+    )
+    up.add_argument("--shards-per-gpu", type=int, default=0, help="gres/shard per GPU")
+    up.add_argument("--cpus-per-node", type=int, default=None, help="default 16")
+    up.add_argument("--mem-per-node-mb", type=int, default=None, help="default 65536")
+    up.add_argument(
+        "--extra-config", metavar="FILE", help="TOML tables to add to the config ([mail], ...)"
+    )
     up.add_argument("--cluster-name", default="corral")
     up.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     up.add_argument(
@@ -213,6 +286,12 @@ def main_args(argv: list[str]) -> int:
     add_parsers(sub)
     args = p.parse_args(argv)
     if args.command == "up":
+        args.nodes_given = args.nodes is not None
+        args.cpus_given = args.cpus_per_node is not None
+        args.mem_given = args.mem_per_node_mb is not None
+        args.nodes = 2 if args.nodes is None else args.nodes
+        args.cpus_per_node = 16 if args.cpus_per_node is None else args.cpus_per_node
+        args.mem_per_node_mb = 64 * 1024 if args.mem_per_node_mb is None else args.mem_per_node_mb
         return _up(args)
     if args.command == "certs":
         return certs(args)

@@ -108,8 +108,14 @@ JOB_OPTIONS = (
     Option("", "reservation", "reservation", help="run inside this advance reservation"),
     Option("C", "constraint", "constraint", help="ignored with a warning: nodes have no features"),
     Option("", "wckey", "wckey", help="workload characterization key"),
-    Option("", "mail-type", "mail_type", help="ignored with a warning: no mail is sent"),
-    Option("", "mail-user", "mail_user", help="ignored with a warning: no mail is sent"),
+    Option(
+        "",
+        "mail-type",
+        "mail_type",
+        help="mail on BEGIN, END, FAIL, REQUEUE, ALL, TIME_LIMIT[_50|_80|_90], "
+        "INVALID_DEPEND, ARRAY_TASKS (the cluster's [mail] must be on)",
+    ),
+    Option("", "mail-user", "mail_user", help="who gets the mail (default: you)"),
     Option("k", "no-kill", "no_kill", FLAG, help="do not kill the job when a node fails"),
     Option("Q", "quiet", "quiet", FLAG, help="print nothing on success"),
     Option("v", "verbose", "verbose", COUNT, help="more messages"),
@@ -120,13 +126,11 @@ JOB_OPTIONS = (
 
 
 #: options taken so that scripts written for Slurm run, but without effect here: each
-#: gets a warning on stderr, never silence (a job that would have mailed, or asked for
-#: a node feature, must not look as if it did)
+#: gets a warning on stderr, never silence (a job that asked for a node feature must
+#: not look as if it got one). Mail is sent, or refused by ctld where [mail] is off.
 IGNORED = {
     "constraint": "--constraint is ignored: corral's nodes have no features, so the job "
     "may run on any node of its partition",
-    "mail_type": "--mail-type/--mail-user are ignored: corral sends no mail",
-    "mail_user": "--mail-type/--mail-user are ignored: corral sends no mail",
 }
 
 

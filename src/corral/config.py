@@ -16,6 +16,7 @@ from typing import Any
 
 from corral import hostlist
 from corral.errors import ConfigError, CorralError
+from corral.mailconfig import MailConfig, parse_mail
 from corral.slurmfmt import UNLIMITED, parse_duration
 
 DEFAULT_CONFIG_PATH = "/etc/corral/corral.toml"
@@ -326,6 +327,7 @@ class ClusterConfig:
     idle_gpus: IdleGpuConfig = field(default_factory=IdleGpuConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
+    mail: MailConfig = field(default_factory=MailConfig)
     source: str = ""
 
     def node(self, name: str) -> NodeConfig:
@@ -923,6 +925,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
     idle_gpus = _idle_gpus(_Section(top.get("idle_gpus", dict, {}), "idle_gpus"))
     auth = _auth(_Section(top.get("auth", dict, {}), "auth"))
     tls = _tls(_Section(top.get("tls", dict, {}), "tls"))
+    mail = parse_mail(_Section(top.get("mail", dict, {}), "mail"))
     if not any(q.name == "normal" for q in qos):
         qos = (QosConfig("normal"), *qos)  # Slurm's default QOS always exists
     top.done()
@@ -946,6 +949,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
         idle_gpus=idle_gpus,
         auth=auth,
         tls=tls,
+        mail=mail,
         source=source,
     )
 

@@ -10,6 +10,10 @@ frame is a 4-byte big-endian length (of what follows it), a 1-byte kind and a pa
                     REFUSED   why, UTF-8 (then noded closes)
     srun -> noded   START     32-byte proof + JSON body (job, step, node, environment...)
                     STDIN, STDIN_EOF, SIGNAL (4 bytes), WINDOW (rows, cols), DONE
+    sattach -> noded ATTACH   32-byte proof + JSON body (job, step, node, input ranks),
+                    instead of START, for a step that runs: noded answers STARTED
+                    (JSON {"ranks"}), then the step's recent and new output and exits;
+                    sattach sends STDIN, then DONE to detach (the step goes on)
 
 The first frame srun sends must be START, and nothing else is read before it is proven:
 its proof is HMAC-SHA256 keyed by the step's credential (the secret ctld gives the
@@ -83,6 +87,7 @@ STDIN_EOF = 90  # "Z"
 SIGNAL = 75  # "K"
 WINDOW = 87  # "W"
 DONE = 68  # "D": srun has every exit from this node (gRPC's half-close)
+ATTACH = 84  # "T": sattach's first frame (instead of START)
 
 
 def frame(kind: int, payload: bytes = b"") -> bytes:
@@ -110,6 +115,16 @@ def hmac_sha256(key: bytes, msg: bytes) -> bytes:
 def proof(credential: str, nonce: bytes, body: bytes | bytearray) -> bytes:
     """What START carries: the step credential proven for this connection and body."""
     return hmac_sha256(credential.encode(), b"corral-step-start\0" + nonce + body)
+
+
+def attach_proof(credential: str, nonce: bytes, body: bytes) -> bytes:
+    """What ATTACH carries (another domain than START's: neither passes for the other)."""
+    return hmac_sha256(credential.encode(), b"corral-step-attach\0" + nonce + body)
+
+
+def attach_frame(credential: str, nonce: bytes, body: dict[str, object]) -> bytes:
+    raw = dumps(body).encode()
+    return frame(ATTACH, attach_proof(credential, nonce, raw) + raw)
 
 
 def start_frame(credential: str, nonce: bytes, body: dict[str, object]) -> bytes:

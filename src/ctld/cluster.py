@@ -34,6 +34,9 @@ from ctld.authz import Policy
 from ctld.commit import Change
 from ctld.endings import Endings
 from ctld.intake import Intake
+from ctld.mail import Mailer
+from ctld.mail_events import MailEvents
+from ctld.metrics_ledger import MetricsLedger
 from ctld.node_reports import NodeReports
 from ctld.nodes import NodeRecord
 from ctld.outbox import Dispatcher, Outbox
@@ -103,6 +106,13 @@ class Cluster:
             st.check_release = self.scheduler.check_release
         self.queries = Queries(st, lambda: self.snapshot())
         self.accounting_ops = SacctmgrOps(st, self.policy)
+        # observers of every durable change: the metrics' counters, and mail
+        self.metrics = MetricsLedger(st.start_time)
+        st.observers.append(self.metrics)
+        self.mailer = Mailer(config.mail, self.clock)
+        self.mail = MailEvents(st, self.mailer)
+        if config.mail.enabled:
+            st.observers.append(self.mail)
 
     # ------------------------------------------------------------ state, as attributes
 
@@ -202,6 +212,11 @@ class Cluster:
 
     async def run_scheduler(self) -> None:
         await self.scheduler.run()
+
+    async def run_mail(self) -> None:
+        """The time-limit warnings and INVALID_DEPEND mails (when [mail] is on)."""
+        if self.config.mail.enabled:
+            await self.mail.run()
 
     async def run_heartbeat_monitor(self) -> None:
         await self.node_reports.run_monitor()

@@ -133,11 +133,17 @@ class Change:
                 st.requests.pop(job.job_id, None)
         for job in self._jobs.values():  # memory has changed already: count it now
             _count_active(st, job)
+        # what each job went through in this change, for the observers (metrics, mail)
+        told = [
+            (job, job.events[st.saved_events.get(job.job_id, 0) :]) for job in self._jobs.values()
+        ]
+        told = [(job, list(job.events)) for job in self._new] + told
         ops = [st.save(job, new=True) for job in self._new]
         ops += [st.save(job) for job in self._jobs.values()]
         ops += self._ops
         if ops:
             await st.store.commit(*ops)
+            st.observe(told)
             for job in self._new:
                 st.add(job)
                 st.enqueue(job)

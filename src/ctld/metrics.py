@@ -2,6 +2,12 @@
 
 Served as ``GET /metrics`` on the HTTP gateway's port, and on ``controller.metrics_port``
 too when that is set (a port a firewall can open to the monitoring host alone).
+
+Names follow Prometheus's conventions: base units in the name (``_seconds``,
+``_bytes``, ``_ratio``), ``_total`` on counters, which only go up (from ctld's start:
+a restart is a counter reset). Labels stay bounded: per node, GPU, partition, user and
+account, never per job (docs/admin-guide.md, "Metrics"). What counts over time lives in
+``metrics_ledger.py``; the rest is read off the state here.
 """
 
 from __future__ import annotations
@@ -11,34 +17,61 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
+from ctld.metrics_ledger import Histogram
+from ctld.metrics_text import PerNodeText, exposition, node_state
 
 if TYPE_CHECKING:
     from ctld.cluster import Cluster
+    from ctld.nodes import NodeRecord
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_ACTIVE = ("PENDING", "RUNNING", "COMPLETING")
+
+
+def _node_state(node: NodeRecord) -> str:
+    return node_state(node)
 
 
 class ClusterCollector(Collector):
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self.text = PerNodeText()
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._jobs()
+        yield from self._scheduler()
+        yield from self._nodes()
+        yield from self._gpus()
+        yield from self._users()
+        yield from self._store()
+        yield from self._mail()
+
+    # ------------------------------------------------------------ jobs
+
+    def _jobs(self) -> Iterator[Metric]:
         c = self.cluster
-        by_state: Counter[str] = Counter()
+        by_state: Counter[str] = Counter(dict.fromkeys(_ACTIVE, 0))
         by_reason: Counter[str] = Counter()
-        for job in c.jobs.values():
+        for job_id in c.state.active_ids:
+            job = c.jobs.get(job_id)
+            if job is None or job.state not in js.ACTIVE:
+                continue
             by_state[js.state_name(job.state)] += 1
             if job.state == js.PENDING:
                 by_reason[job.reason or "None"] += 1
-        jobs = GaugeMetricFamily("corral_jobs", "Jobs ctld holds, by state", labels=["state"])
-        for state in ("PENDING", "RUNNING", "COMPLETING"):
-            by_state.setdefault(state, 0)
+        jobs = GaugeMetricFamily(
+            "corral_jobs", "Jobs pending, running or completing now, by state", labels=["state"]
+        )
         for state, n in sorted(by_state.items()):
             jobs.add_metric([state], n)
         yield jobs
@@ -48,6 +81,30 @@ class ClusterCollector(Collector):
         for reason, n in sorted(by_reason.items()):
             pending.add_metric([reason], n)
         yield pending
+        led = c.metrics
+        submitted = CounterMetricFamily(
+            "corral_jobs_submitted", "Jobs submitted, by partition", labels=["partition"]
+        )
+        for part, n in sorted(led.submitted.items()):
+            submitted.add_metric([part], n)
+        yield submitted
+        ended = CounterMetricFamily(
+            "corral_jobs_ended",
+            "Jobs that ended, by partition and final state (every end, not only recent ones)",
+            labels=["partition", "state"],
+        )
+        for (part, state), n in sorted(led.ended.items()):
+            ended.add_metric([part, state], n)
+        yield ended
+        yield _histogram(
+            "corral_job_wait_seconds", "Time from submit to start, by partition", led.waits
+        )
+        yield _histogram(
+            "corral_job_run_seconds", "Run time of each run that ended, by partition", led.runs
+        )
+
+    def _scheduler(self) -> Iterator[Metric]:
+        c = self.cluster
         yield GaugeMetricFamily(
             "corral_sched_pass_seconds", "Duration of the last scheduling pass", value=c.last_pass_s
         )
@@ -67,41 +124,116 @@ class ClusterCollector(Collector):
             "Jobs started when submitted, without waiting for a pass (start_on_submit)",
             value=c.scheduler.quick_starts_total,
         )
+
+    # ------------------------------------------------------------ nodes and GPUs
+
+    def _nodes(self) -> Iterator[Metric]:
+        c = self.cluster
         nodes = GaugeMetricFamily("corral_nodes", "Nodes, by state", labels=["state"])
-        node_states: Counter[str] = Counter(
-            pb.NodeState.Name(n.state).removeprefix("NODE_STATE_")  # type: ignore[arg-type]
-            for n in c.nodes.values()
-        )
-        for state, n in sorted(node_states.items()):
+        counts: Counter[str] = Counter(_node_state(n) for n in c.nodes.values())
+        for state, n in sorted(counts.items()):
             nodes.add_metric([state], n)
         yield nodes
-        gpus = GaugeMetricFamily(
+        part_gpus = GaugeMetricFamily(
             "corral_gpus", "GPUs per partition, allocated or idle", labels=["partition", "use"]
         )
         for part in c.config.partitions:
             members = [c.nodes[name] for name in part.nodes if name in c.nodes]
             total = sum(len(n.resources.gpus) for n in members)
-            used = sum(len(n.alloc_gpus) for n in members)
-            gpus.add_metric([part.name, "allocated"], used)
-            gpus.add_metric([part.name, "idle"], total - used)
-        yield gpus
-        yield GaugeMetricFamily(
-            "corral_store_commits", "Store transactions made durable", value=c.store.commits
+            used = sum(n.gpus_in_use() for n in members)
+            part_gpus.add_metric([part.name, "allocated"], used)
+            part_gpus.add_metric([part.name, "idle"], total - used)
+        yield part_gpus
+        # per node and per GPU: thousands of series at 1,000 nodes, written as text
+        # directly (prometheus_client's exposition costs ~10x more per sample)
+        yield from self.text.node_families(c)
+
+    def _gpus(self) -> Iterator[Metric]:
+        yield from self.text.gpu_families(self.cluster)
+
+    # ------------------------------------------------------------ users and accounts
+
+    def _users(self) -> Iterator[Metric]:
+        c = self.cluster
+        labels = ["user", "account"]
+        jobs: Counter[tuple[str, str, str]] = Counter()
+        gpus: Counter[tuple[str, str]] = Counter()
+        running = []
+        for job_id in c.state.active_ids:
+            job = c.jobs.get(job_id)
+            if job is None or job.state not in js.ACTIVE:
+                continue
+            word = "PENDING" if job.state == js.PENDING else "RUNNING"
+            jobs[(job.user, job.account, word)] += 1
+            if job.state in js.ON_NODE:
+                running.append(job)
+                gpus[(job.user, job.account)] += job.num_gpus
+        c.metrics.accrue(running, c.clock())
+        user_jobs = GaugeMetricFamily(
+            "corral_user_jobs",
+            "Pending and running jobs, by user and account",
+            labels=[*labels, "state"],
+        )
+        for key, n in sorted(jobs.items()):
+            user_jobs.add_metric(list(key), n)
+        yield user_jobs
+        user_gpus = GaugeMetricFamily(
+            "corral_user_gpus", "GPUs allocated to running jobs, by user and account", labels=labels
+        )
+        for pair, n in sorted(gpus.items()):
+            user_gpus.add_metric(list(pair), n)
+        yield user_gpus
+        seconds = CounterMetricFamily(
+            "corral_user_gpu_seconds",
+            "GPU-seconds allocated (GPUs x run time), by user and account: /3600 is GPU-hours",
+            labels=labels,
+        )
+        for pair, secs in sorted(c.metrics.gpu_seconds.items()):
+            seconds.add_metric(list(pair), secs)
+        yield seconds
+
+    # ------------------------------------------------------------ the store, mail
+
+    def _store(self) -> Iterator[Metric]:
+        store = self.cluster.store
+        yield CounterMetricFamily(
+            "corral_store_commits", "Store transactions made durable", value=store.commits
         )
         yield GaugeMetricFamily(
             "corral_store_up",
             "1 while the store takes changes; 0 while its database is away or full",
-            value=1 if c.store.available else 0,
+            value=1 if store.available else 0,
         )
-        yield GaugeMetricFamily(
+        yield CounterMetricFamily(
             "corral_store_outages",
             "Times the store went down since ctld started",
-            value=c.store.outages,
+            value=store.outages,
         )
+
+    def _mail(self) -> Iterator[Metric]:
+        m = self.cluster.mailer
+        mails = CounterMetricFamily(
+            "corral_mails",
+            "Job mails, by outcome (sent, failed after retries, dropped)",
+            labels=["outcome"],
+        )
+        for outcome, n in (("sent", m.sent), ("failed", m.failed), ("dropped", m.dropped)):
+            mails.add_metric([outcome], n)
+        yield mails
+        yield GaugeMetricFamily(
+            "corral_mail_queue", "Mails waiting to be sent", value=m.queue.qsize()
+        )
+
+
+def _histogram(name: str, doc: str, by_part: dict[str, Histogram]) -> Metric:
+    family = HistogramMetricFamily(name, doc, labels=["partition"])
+    for part, h in sorted(by_part.items()):
+        family.add_metric([part], h.cumulative(), sum_value=h.total)
+    return family
 
 
 def add_metrics_route(app: web.Application, registry: CollectorRegistry) -> None:
     async def metrics(request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(body=exposition(registry), headers={"Content-Type": CONTENT_TYPE})
 
     app.router.add_get("/metrics", metrics)

@@ -32,7 +32,7 @@ from corral.errors import (
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from corral.wire.methods import CONTROLLER, NODE_CONTROLLER, PYTHON_NAMES, SERVICES
-from ctld import usage_report
+from ctld import step_views, usage_report
 from ctld.auth import Authenticator, Caller, StepCredentials
 from ctld.cluster import Cluster
 from ctld.jsonmap import Skip, message_to_json
@@ -301,6 +301,17 @@ class ControllerApi:
         await self.cluster.step_node_lost(who, req)
         return pb.StepNodeLostResponse()
 
+    async def get_step_stats(
+        self, req: pb.GetStepStatsRequest, who: Identity
+    ) -> pb.GetStepStatsResponse:
+        c = self.cluster
+        return step_views.step_stats(c.state, c.state.live, c.policy, who, req)
+
+    async def attach_step(self, req: pb.AttachStepRequest, who: Identity) -> pb.AttachStepResponse:
+        step = step_views.attach(self.cluster.state, who, req)
+        credential = self.step_credentials.issue(step.job_id, step.step_id)
+        return pb.AttachStepResponse(step=step, step_credential=credential)
+
     async def update_node(self, req: pb.UpdateNodeRequest, who: Identity) -> pb.UpdateNodeResponse:
         await self.cluster.update_node(who, req)
         return pb.UpdateNodeResponse()
@@ -454,6 +465,8 @@ class NodeControllerApi:
 
     async def heartbeat(self, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
         known = self.cluster.heartbeat(req)
+        if known:
+            self.cluster.state.live.record(req)
         if known and req.health:
             await self.cluster.node_faults(self.cluster.nodes[req.name], req.health)
         return pb.HeartbeatResponse(reregister=not known)

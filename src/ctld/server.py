@@ -325,6 +325,7 @@ async def run_primary(
             cluster.run_scheduler(),
             cluster.run_heartbeat_monitor(),
             cluster.run_purge(PURGE_INTERVAL_S),
+            cluster.run_mail(),
             retention(),
         )
     ]

@@ -13,7 +13,7 @@ import asyncio
 import collections
 import dataclasses
 import pwd
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import structlog
@@ -24,6 +24,7 @@ from corral.errors import InvalidJobId, InvalidNodeName
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.accounting import Accounting
+from ctld.live import LiveFigures
 from ctld.nodes import NodeRecord
 from ctld.priorities import Priorities
 from ctld.qos import QosTable
@@ -98,6 +99,10 @@ class State:
         self.array_tasks: dict[int, set[int]] = {}
         self.limits = LimitSet()
         self.accounting_version = 0
+        # told of every committed change's jobs and their new events, once durable
+        # (metrics' counters and histograms, mail): they must not raise or block
+        self.live = LiveFigures()  # the nodes' last samples: sstat, the metrics
+        self.observers: list[Callable[[pb.Job, Sequence[pb.JobEvent]], None]] = []
         self.install_accounting(self.accounting)
 
     def _usage_factor(self, qos: str) -> float:
@@ -246,6 +251,16 @@ class State:
         task.add_done_callback(self.tasks.discard)
 
     # ------------------------------------------------------------ persistence
+
+    def observe(self, told: Sequence[tuple[pb.Job, Sequence[pb.JobEvent]]]) -> None:
+        for job, events in told:
+            if not events:
+                continue
+            for observer in self.observers:
+                try:
+                    observer(job, events)
+                except Exception:  # an observer's bug never fails a durable change
+                    log.exception("job observer failed", job_id=job.job_id)
 
     def touch(self, job: pb.Job) -> None:
         """Note that ``job`` changed (readers cache what they derive from it by revision)."""

@@ -23,6 +23,7 @@ from corral.errors import (
 )
 from corral.jobsyntax import parse_array, parse_dependency, parse_warn_signal
 from corral.limits import MAX_ENV_BYTES, MAX_SCRIPT_BYTES, MAX_SUBMIT_LINE
+from corral.mailtypes import parse_mail_types
 from corral.slurmfmt import UNLIMITED
 from corral.wire import corral_pb2 as pb
 from ctld.sched import JobRequest, job_shape
@@ -161,6 +162,14 @@ def validate_spec(
         raise InvalidOption("--mem and --mem-per-cpu are mutually exclusive")
     if spec.time_limit_s < UNLIMITED:
         raise InvalidOption("Requested time limit is invalid (missing or exceeds some limit)")
+    if spec.mail_type:
+        _check_text(spec.mail_type, "--mail-type", 256)
+        if parse_mail_types(spec.mail_type) and not config.mail.enabled:
+            raise InvalidOption(
+                f"--mail-type={spec.mail_type}: this cluster sends no mail (no [mail] "
+                "smtp_host or program in its config); submit without --mail-type"
+            )
+    _check_text(spec.mail_user, "--mail-user", 256)
     if spec.dependency:
         parse_dependency(spec.dependency)
     if spec.array:

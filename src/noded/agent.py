@@ -12,7 +12,7 @@ import contextlib
 import os
 import platform
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -167,6 +167,8 @@ class ControllerLink:
             self._outbox_ready.set()
         self.registered = asyncio.Event()
         self.health: list[pb.NodeHealthEvent] = []  # until a heartbeat carried them
+        # usage of what runs here and GPU status, for each heartbeat (noded/live.py)
+        self.live: Callable[[], tuple[list[pb.LiveUsage], list[pb.GpuStatus]]] = lambda: ([], [])
         self._beat_now = asyncio.Event()
 
     @property
@@ -266,10 +268,13 @@ class ControllerLink:
                 if not self.registered.is_set():
                     await self.register()
                 self._beat_now.clear()
+                usage, gpus = self.live()
                 beat = pb.HeartbeatRequest(
                     name=self.name,
                     running_job_ids=self.running_job_ids(),
                     health=list(self.health),
+                    usage=usage,
+                    gpus=gpus,
                 )
                 reply = await self.stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
                 self._contacted()

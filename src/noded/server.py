@@ -26,6 +26,7 @@ from noded.cgroups import detect
 from noded.gpu import GpuBackend
 from noded.guard import CONTACT_FILE
 from noded.launcher import Launcher
+from noded.live import LiveSampler
 from noded.resources import discover
 from noded.steps import StepRunner
 from noded.stream import StepStreamServer
@@ -137,6 +138,9 @@ async def serve(
         stream_address=stream_address,
     )
     link_ref.append(link)
+    live = LiveSampler(launcher, steps, found.gpus)
+    live.gpu_indices = [d.index for d in found.devices]
+    link.live = live.collect
     # an earlier noded's jobs are settled (killed, reported lost) before ctld hears of us
     await launcher.recover()
     guard = _start_guard(spool, name, launcher.instance, fence_after_s)
@@ -154,7 +158,7 @@ async def serve(
         asyncio.create_task(link.run_self_fence()),
         asyncio.create_task(launcher.run_monitor()),
         asyncio.create_task(steps.run_monitor()),
-        asyncio.create_task(_watch_gpus(found.gpus, link, config.noded.health_interval_s)),
+        asyncio.create_task(_watch_gpus(found.gpus, link, config.noded.health_interval_s, live)),
     ]
     if ready_file:
         await link.registered.wait()
@@ -216,11 +220,14 @@ def _start_guard(
     )
 
 
-async def _watch_gpus(gpus: GpuBackend, link: ControllerLink, interval_s: float) -> None:
+async def _watch_gpus(
+    gpus: GpuBackend, link: ControllerLink, interval_s: float, live: LiveSampler
+) -> None:
     """Poll GPU health; each new fault (XID, ECC, lost GPU) drains the node."""
     while True:
         await asyncio.sleep(interval_s)
         for event in gpus.poll_health():
+            live.fault(event)
             link.report_health(event.reason(), f"{event.kind}: {event.detail}")
 
 

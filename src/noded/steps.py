@@ -40,6 +40,7 @@ from corral.jobsyntax import parse_warn_signal
 from corral.tasks import task_gpus
 from corral.wire import corral_pb2 as pb
 from noded import progress, records
+from noded.attach import Listeners
 from noded.clock import Clock, RealClock, Timer
 from noded.env import job_umask, step_environment
 from noded.gpu import GpuBackend
@@ -129,6 +130,7 @@ class RunningStep:
     stall_timeout_s: float = 0.0  # the job's progress timeout (0: not watched)
     stall: str = ""  # set once a task here was found stalled (reported once)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    listeners: Listeners = field(default_factory=Listeners)  # sattach's copies (attach.py)
 
     def signal(self, sig: int) -> None:
         """Each process of the step gets ``sig`` once (a task that counts its SIGUSR1s,
@@ -273,6 +275,7 @@ class StepRunner:
                 if event is None:
                     pending -= 1
                     continue
+                running.listeners.publish(event)
                 yield event
             # srun half-closes once it has every exit from here; ending first would
             # race its last writes (bounded: an srun that never does is not waited for)
@@ -298,6 +301,7 @@ class StepRunner:
                     os.close(task.tty)
                     task.tty = -1
             self.steps.pop(key, None)
+            running.listeners.close()
             if self.spool_dir:  # its tasks are gone: nothing left for a new noded to kill
                 records.remove_step(self.spool_dir, job.job_id, step.step_id)
             running.ended.set()

@@ -39,6 +39,7 @@ from corral import stepstream as ss
 from corral.errors import CorralError
 from corral.peers import Places, peer_key
 from corral.wire import corral_pb2 as pb
+from noded.attach import write_stdin
 from noded.steps import Chunk, Started, StepRunner
 
 log = structlog.get_logger("noded")
@@ -235,7 +236,9 @@ class StepStreamServer:
         try:
             writer.write(ss.frame(ss.HELLO, ss.MAGIC + nonce))
             try:
-                body = await asyncio.wait_for(self._read_start(reader, unproven), AUTH_TIMEOUT_S)
+                kind, body = await asyncio.wait_for(
+                    self._read_start(reader, unproven), AUTH_TIMEOUT_S
+                )
                 mac = bytes(body[: ss.PROOF_BYTES])
                 del body[: ss.PROOF_BYTES]  # in place: no second copy of the body
                 start = parse_start(body)
@@ -245,6 +248,9 @@ class StepStreamServer:
                 return
 
             tags = None if self.tls is not None else Tags()
+            if kind == ss.ATTACH:
+                await self._attach(start, bytes(body), mac, nonce, tags, reader, writer, unproven)
+                return
 
             def proven(credential: str) -> bool:
                 good = hmac.compare_digest(ss.proof(credential, nonce, body), mac)
@@ -261,11 +267,14 @@ class StepStreamServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _read_start(self, reader: asyncio.StreamReader, unproven: _Unproven) -> bytearray:
-        """START's payload, judged by its header before a byte of it is read, and read
-        into memory only once the unproven connections' budget has room for it."""
+    async def _read_start(
+        self, reader: asyncio.StreamReader, unproven: _Unproven
+    ) -> tuple[int, bytearray]:
+        """The first frame (START, or sattach's ATTACH) and its payload, judged by its
+        header before a byte of it is read, and read into memory only once the unproven
+        connections' budget has room for it."""
         length, kind = ss.HEADER.unpack(await reader.readexactly(ss.HEADER.size))
-        if kind != ss.START:
+        if kind not in (ss.START, ss.ATTACH):
             raise Refused("the stream must begin with START and the step's credential")
         size = length - 1
         if size > ss.MAX_START:
@@ -285,7 +294,80 @@ class StepStreamServer:
                 got += len(chunk)
         finally:
             view.release()  # a released view holds no buffer, whoever holds the view
-        return unproven.body
+        return kind, unproven.body
+
+    async def _attach(
+        self,
+        start: pb.RunTasksRequest,
+        body: bytes,
+        mac: bytes,
+        nonce: bytes,
+        tags: Tags | None,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        unproven: _Unproven,
+    ) -> None:
+        """sattach: the step's output from here on (its recent output first), its
+        input to the tasks; the step itself neither waits for it nor ends with it."""
+        job_id, step_id = start.job.job_id, start.step.step_id
+        try:
+            _job, _step, credential = await self.steps.verify(job_id, step_id)
+            proof = ss.attach_proof(credential, nonce, body) if credential else b""
+            if not credential or not hmac.compare_digest(proof, mac):
+                raise CorralError(f"step {job_id}.{step_id}: the step credential does not match")
+            running = self.steps.steps.get((job_id, step_id))
+            if running is None or start.node != self.steps.node_name:
+                raise CorralError(f"step {job_id}.{step_id} runs no tasks on this node")
+        except CorralError as exc:
+            log.warning("sattach refused", job_id=job_id, step_id=step_id, error=str(exc))
+            await self._refuse(writer, str(exc))
+            return
+        unproven.release()  # proven: an attached sattach no longer counts
+        if tags is not None:
+            tags.key(credential, nonce)
+            tags.started = True
+        out = tags.outbound if tags is not None else None
+        ranks = None if not start.stdin_ranks else set(start.stdin_ranks)
+        listener = running.listeners.subscribe()
+        me = asyncio.current_task()
+        log.info("sattach attached", job_id=job_id, step_id=step_id, node=self.steps.node_name)
+
+        async def inputs() -> None:
+            with contextlib.suppress(
+                asyncio.IncompleteReadError, OSError, Refused, ss.TamperedError
+            ):
+                while True:
+                    kind, raw = await read_frame(reader)
+                    payload = bytearray(raw)
+                    if tags is not None and tags.inbound is not None:
+                        tags.inbound.open(kind, payload)
+                    if kind == ss.DONE:
+                        break
+                    if kind == ss.STDIN:
+                        await write_stdin(running.tasks, ranks, bytes(payload))
+            if me is not None:
+                me.cancel()  # detached (DONE) or gone: stop sending
+
+        feeder = asyncio.create_task(inputs())
+        try:
+            hello = json.dumps({"ranks": [t.rank for t in running.tasks]}).encode()
+            writer.write(
+                ss.frame(ss.STARTED, hello) if out is None else out.seal(ss.STARTED, hello)
+            )
+            await writer.drain()
+            while (chunk := await listener.queue.get()) is not None:
+                writer.write(event_frame(chunk, out))
+                await writer.drain()
+            if listener.behind:
+                why = "sattach fell behind the step's output and was detached"
+                await self._refuse(writer, why, tags)
+        except (OSError, asyncio.CancelledError):
+            log.info("sattach detached", job_id=job_id, step_id=step_id)
+        finally:
+            running.listeners.unsubscribe(listener)
+            feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeder
 
     @staticmethod
     async def _refuse(writer: asyncio.StreamWriter, why: str, tags: Tags | None = None) -> None:

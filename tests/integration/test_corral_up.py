@@ -7,6 +7,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import pid_alive, wait_for
 
 BIN = pathlib.Path(sys.executable).parent
@@ -133,3 +135,48 @@ def test_up_with_simulated_nodes_runs_jobs_on_them(tmp_path: pathlib.Path) -> No
         )
     assert down.returncode == 0 and "simnodes" in down.stdout
     wait_for(lambda: not any(pid_alive(p) for p in pids), 20, "daemons to exit")
+
+
+def test_up_gpus_auto_without_gpus_makes_fake_ones_and_says_so(tmp_path: pathlib.Path) -> None:
+    """issue 26: one command for a workstation's GPUs; on a machine without any (NVML
+    finds none: this one) ``auto`` falls back to fake GPUs and says why, ``nvml`` refuses."""
+    from corral.gpuprobe import probe_nvml
+
+    if probe_nvml().count:
+        pytest.skip("this machine has GPUs NVML sees: scripts/gpu_check.py covers them")
+    corral = str(BIN / "corral")
+    state = tmp_path / "state"
+    refused = subprocess.run(
+        [corral, "up", "--gpus", "nvml", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("corral: error: --gpus nvml: no GPU to use: "), refused.stderr
+    assert not (state / "run" / "ctld.pid").exists()
+    argv = ["up", "--gpus", "auto", "--nodes", "1", "--gpus-per-node", "2"]
+    up = subprocess.run(
+        [corral, *argv, "--isolation", "loopback", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    try:
+        assert up.returncode == 0, up.stderr
+        lines = up.stdout.splitlines()
+        assert lines[0].startswith("corral: --gpus auto: no NVIDIA GPU found (NVML "), lines
+        assert lines[0].endswith("): 2 fake GPU(s) per node instead"), lines
+        assert "1 node(s) with 2 fake GPU(s) each" in up.stdout
+        env = {**os.environ, "CORRAL_CONF": str(state / "corral.toml")}
+        env["CORRAL_CTLD_SOCKET"] = next(
+            line.split("=", 1)[1]
+            for line in (state / "env.sh").read_text().splitlines()
+            if line.startswith("export CORRAL_CTLD_SOCKET=")
+        )
+        gres = subprocess.run(
+            [str(BIN / "sinfo"), "-h", "-o", "%G"], capture_output=True, text=True, env=env
+        )
+        assert gres.stdout.strip() == "gpu:h100:2", gres
+    finally:
+        subprocess.run([corral, "down", "--state-dir", str(state)], capture_output=True, timeout=60)

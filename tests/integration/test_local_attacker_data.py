@@ -95,6 +95,8 @@ def _requests(held: int, running: int, bob: str) -> dict[str, list[dict[str, Any
         "CompleteStep": [{"jobId": str(running), "stepId": 0, "cancelled": True}],
         "CompleteJob": [{"jobId": str(running)}],
         "StepNodeLost": [{"jobId": str(running), "stepId": 0, "node": "node01"}],
+        "GetStepStats": [{"jobId": str(running)}, {"jobId": str(running), "step": "0"}],
+        "AttachStep": [{"jobId": str(running), "stepId": 0}],
     }
 
 

@@ -316,23 +316,29 @@ def test_ignored_options_say_so_and_help_does_not_present_them_as_working(
     work = tmp_path / "work"
     work.mkdir()
     cmd = Commands(c, work)
-    proc = cmd("sbatch", "-C", "a100", "--mail-type=END", "--mail-user=me", "--wrap", "true")
+    proc = cmd("sbatch", "-C", "a100", "--wrap", "true")
     assert proc.stderr.splitlines() == [
         "sbatch: warning: --constraint is ignored: corral's nodes have no features, so the "
         "job may run on any node of its partition",
-        "sbatch: warning: --mail-type/--mail-user are ignored: corral sends no mail",
     ]
     assert proc.stdout.startswith("Submitted batch job")
+    # mail is refused, never silently dropped, on a cluster without [mail] (issue 26)
+    proc = cmd("sbatch", "--mail-type=END", "--mail-user=me", "--wrap", "true", check=False)
+    assert proc.returncode == 1 and proc.stdout == "", proc
+    assert "--mail-type=END: this cluster sends no mail" in proc.stderr, proc.stderr
     script = work / "s.sh"
     script.write_text("#!/bin/sh\n#SBATCH --mail-type=ALL\ntrue\n")
-    assert "--mail-type/--mail-user are ignored" in cmd("sbatch", str(script)).stderr
+    assert "this cluster sends no mail" in cmd("sbatch", str(script), check=False).stderr
+    assert cmd("sbatch", "--mail-type=NONE", "--wrap", "true").returncode == 0
     assert cmd("sbatch", "-Q", "-C", "x", "--wrap", "true").stderr == ""
     srun = cmd("srun", "-C", "a100", "true")
     assert "srun: warning: --constraint is ignored" in srun.stderr, srun.stderr
     helps = cmd("sbatch", "--help").stdout
     for line in helps.splitlines():
-        if "--constraint" in line or "--mail-type" in line or "--mail-user" in line:
+        if "--constraint" in line:
             assert "ignored with a warning" in line, line
+        if "--mail-type" in line:
+            assert "ignored" not in line and "[mail]" in line, line
 
 
 def test_corral_sim_refuses_a_file_that_is_not_swf(tmp_path: pathlib.Path) -> None:

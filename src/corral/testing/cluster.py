@@ -65,6 +65,7 @@ class LocalCluster(Harness):
     memory_mb_per_node: int = 64 * 1024
     gpu_model: str = DEFAULT_GPU_MODEL
     shards_per_gpu: int = 0  # gres/shard on every node's GPUs (0: none)
+    gpu_backend: str = "fake"  # "nvml": the machine's real GPUs (corral up --gpus)
     cluster_name: str = "corral"
     heartbeat_interval_s: float = 2.0
     heartbeat_timeout_s: float = 10.0
@@ -282,7 +283,9 @@ class LocalCluster(Harness):
         # with a standby, controller.hosts names every controller (host alone is refused)
         host_line = f'host = "{self.controller_host}"\n' if self.controllers == 1 else ""
         gpus = ""
-        if self.gpus_per_node:
+        if self.gpu_backend == "nvml":
+            gpus = f'gpus = {{ backend = "nvml", shards_per_gpu = {self.shards_per_gpu} }}\n'
+        elif self.gpus_per_node:
             gpus = (
                 f'gpus = {{ backend = "fake", count = {self.gpus_per_node}, '
                 f'model = "{self.gpu_model}", shards_per_gpu = {self.shards_per_gpu} }}\n'

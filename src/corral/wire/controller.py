@@ -106,3 +106,11 @@ class ControllerCalls:
     def step_node_lost(self, request: t.StepNodeLostRequest) -> t.StepNodeLostResponse:
         reply: t.StepNodeLostResponse = self.call("StepNodeLost", request)
         return reply
+
+    def get_step_stats(self, request: t.GetStepStatsRequest) -> t.GetStepStatsResponse:
+        reply: t.GetStepStatsResponse = self.call("GetStepStats", request)
+        return reply
+
+    def attach_step(self, request: t.AttachStepRequest) -> t.AttachStepResponse:
+        reply: t.AttachStepResponse = self.call("AttachStep", request)
+        return reply

@@ -1119,6 +1119,161 @@ class SuspectNode(_message.Message):
 Global___SuspectNode: _TypeAlias = SuspectNode  # noqa: Y015
 
 @_typing.final
+class GetStepStatsRequest(_message.Message):
+    """sstat: what a running job's steps used so far, from their nodes' last heartbeats."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    step: _builtins.str
+    """"batch", a step id, or "" (every step that runs)"""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        step: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStepStatsRequest: _TypeAlias = GetStepStatsRequest  # noqa: Y015
+
+@_typing.final
+class NodeUsage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    LIVE_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    @_builtins.property
+    def live(self) -> Global___LiveUsage: ...
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        live: Global___LiveUsage | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["live", b"live"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["live", b"live", "node", b"node"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeUsage: _TypeAlias = NodeUsage  # noqa: Y015
+
+@_typing.final
+class StepStat(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEP_FIELD_NUMBER: _builtins.int
+    NTASKS_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    step: _builtins.str
+    """"batch" or the step id"""
+    ntasks: _builtins.int
+    """the step's tasks, on every node"""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeUsage]:
+        """what each node measured of it"""
+
+    def __init__(
+        self,
+        *,
+        step: _builtins.str = ...,
+        ntasks: _builtins.int = ...,
+        nodes: _abc.Iterable[Global___NodeUsage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodes", b"nodes", "ntasks", b"ntasks", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepStat: _TypeAlias = StepStat  # noqa: Y015
+
+@_typing.final
+class GetStepStatsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
+    NOW_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    state: Global___JobState.ValueType
+    now: _builtins.float
+    @_builtins.property
+    def steps(self) -> _containers.RepeatedCompositeFieldContainer[Global___StepStat]: ...
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        state: Global___JobState.ValueType = ...,
+        steps: _abc.Iterable[Global___StepStat] | None = ...,
+        now: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "now", b"now", "state", b"state", "steps", b"steps"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStepStatsResponse: _TypeAlias = GetStepStatsResponse  # noqa: Y015
+
+@_typing.final
+class AttachStepRequest(_message.Message):
+    """sattach: the step's record and its credential, for the step's owner only"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    step_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        step_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "step_id", b"step_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttachStepRequest: _TypeAlias = AttachStepRequest  # noqa: Y015
+
+@_typing.final
+class AttachStepResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEP_FIELD_NUMBER: _builtins.int
+    STEP_CREDENTIAL_FIELD_NUMBER: _builtins.int
+    step_credential: _builtins.str
+    """proves an ATTACH on the nodes' task streams"""
+    @_builtins.property
+    def step(self) -> Global___Step: ...
+    def __init__(
+        self,
+        *,
+        step: Global___Step | None = ...,
+        step_credential: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["step", b"step"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["step", b"step", "step_credential", b"step_credential"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttachStepResponse: _TypeAlias = AttachStepResponse  # noqa: Y015
+
+@_typing.final
 class JobUsage(_message.Message):
     """What a job used, measured by noded (sampled every noded.sample_interval_s)."""
 
@@ -2978,6 +3133,8 @@ class HeartbeatRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     RUNNING_JOB_IDS_FIELD_NUMBER: _builtins.int
     HEALTH_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     @_builtins.property
     def running_job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
@@ -2985,20 +3142,112 @@ class HeartbeatRequest(_message.Message):
     def health(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeHealthEvent]:
         """faults since the last acknowledged heartbeat"""
 
+    @_builtins.property
+    def usage(self) -> _containers.RepeatedCompositeFieldContainer[Global___LiveUsage]:
+        """-- live figures (field numbers 700+): sstat and the metrics read them --
+        each running batch script and step here, so far
+        """
+
+    @_builtins.property
+    def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___GpuStatus]:
+        """every GPU of the node now"""
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         running_job_ids: _abc.Iterable[_builtins.int] | None = ...,
         health: _abc.Iterable[Global___NodeHealthEvent] | None = ...,
+        usage: _abc.Iterable[Global___LiveUsage] | None = ...,
+        gpus: _abc.Iterable[Global___GpuStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "name", b"name", "running_job_ids", b"running_job_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "health", b"health", "name", b"name", "running_job_ids", b"running_job_ids", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HeartbeatRequest: _TypeAlias = HeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class LiveUsage(_message.Message):
+    """A running batch script's (or step's) usage on one node so far."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    MAX_VMEM_KB_FIELD_NUMBER: _builtins.int
+    AVE_VMEM_KB_FIELD_NUMBER: _builtins.int
+    PIDS_FIELD_NUMBER: _builtins.int
+    NTASKS_FIELD_NUMBER: _builtins.int
+    FIRST_RANK_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    step_id: _builtins.int
+    """unset: the batch script"""
+    max_vmem_kb: _builtins.int
+    ave_vmem_kb: _builtins.int
+    ntasks: _builtins.int
+    """its tasks on this node"""
+    first_rank: _builtins.int
+    """the lowest of their ranks"""
+    @_builtins.property
+    def usage(self) -> Global___JobUsage: ...
+    @_builtins.property
+    def pids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        step_id: _builtins.int | None = ...,
+        usage: Global___JobUsage | None = ...,
+        max_vmem_kb: _builtins.int = ...,
+        ave_vmem_kb: _builtins.int = ...,
+        pids: _abc.Iterable[_builtins.int] | None = ...,
+        ntasks: _builtins.int = ...,
+        first_rank: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "ave_vmem_kb", b"ave_vmem_kb", "first_rank", b"first_rank", "job_id", b"job_id", "max_vmem_kb", b"max_vmem_kb", "ntasks", b"ntasks", "pids", b"pids", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__step_id: _TypeAlias = _typing.Literal["step_id"]  # noqa: Y015
+    _WhichOneofArgType__step_id: _TypeAlias = _typing.Literal["_step_id", b"_step_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__step_id) -> _WhichOneofReturnType__step_id | None: ...
+
+Global___LiveUsage: _TypeAlias = LiveUsage  # noqa: Y015
+
+@_typing.final
+class GpuStatus(_message.Message):
+    """One GPU of a node, as noded sampled it for the heartbeat."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    UTIL_PCT_FIELD_NUMBER: _builtins.int
+    MEMORY_USED_MB_FIELD_NUMBER: _builtins.int
+    FAULT_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    util_pct: _builtins.float
+    memory_used_mb: _builtins.float
+    fault: _builtins.str
+    """"": healthy; else what noded found (XID, ECC, lost)"""
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        util_pct: _builtins.float = ...,
+        memory_used_mb: _builtins.float = ...,
+        fault: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fault", b"fault", "index", b"index", "memory_used_mb", b"memory_used_mb", "util_pct", b"util_pct"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GpuStatus: _TypeAlias = GpuStatus  # noqa: Y015
 
 @_typing.final
 class NodeHealthEvent(_message.Message):

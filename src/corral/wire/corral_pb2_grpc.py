@@ -140,6 +140,16 @@ class ControllerStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.StepNodeLostRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.StepNodeLostResponse.FromString,
                 _registered_method=True)
+        self.GetStepStats = channel.unary_unary(
+                '/corral.v1.Controller/GetStepStats',
+                request_serializer=corral_dot_v1_dot_corral__pb2.GetStepStatsRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.GetStepStatsResponse.FromString,
+                _registered_method=True)
+        self.AttachStep = channel.unary_unary(
+                '/corral.v1.Controller/AttachStep',
+                request_serializer=corral_dot_v1_dot_corral__pb2.AttachStepRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.AttachStepResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -271,6 +281,18 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStepStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AttachStep(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -378,6 +400,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.StepNodeLost,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.StepNodeLostRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.StepNodeLostResponse.SerializeToString,
+            ),
+            'GetStepStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStepStats,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.GetStepStatsRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.GetStepStatsResponse.SerializeToString,
+            ),
+            'AttachStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.AttachStep,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.AttachStepRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.AttachStepResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -947,6 +979,60 @@ class Controller:
             '/corral.v1.Controller/StepNodeLost',
             corral_dot_v1_dot_corral__pb2.StepNodeLostRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.StepNodeLostResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStepStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/GetStepStats',
+            corral_dot_v1_dot_corral__pb2.GetStepStatsRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.GetStepStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AttachStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/AttachStep',
+            corral_dot_v1_dot_corral__pb2.AttachStepRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.AttachStepResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -65,6 +65,8 @@ class ControllerStub:
     CompleteStep: _grpc.UnaryUnaryMultiCallable[_corral_pb2.CompleteStepRequest, _corral_pb2.CompleteStepResponse]
     CompleteJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.CompleteJobRequest, _corral_pb2.CompleteJobResponse]
     StepNodeLost: _grpc.UnaryUnaryMultiCallable[_corral_pb2.StepNodeLostRequest, _corral_pb2.StepNodeLostResponse]
+    GetStepStats: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetStepStatsRequest, _corral_pb2.GetStepStatsResponse]
+    AttachStep: _grpc.UnaryUnaryMultiCallable[_corral_pb2.AttachStepRequest, _corral_pb2.AttachStepResponse]
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -90,6 +92,8 @@ class ControllerAsyncStub(ControllerStub):
     CompleteStep: _aio.UnaryUnaryMultiCallable[_corral_pb2.CompleteStepRequest, _corral_pb2.CompleteStepResponse]  # type: ignore[assignment]
     CompleteJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.CompleteJobRequest, _corral_pb2.CompleteJobResponse]  # type: ignore[assignment]
     StepNodeLost: _aio.UnaryUnaryMultiCallable[_corral_pb2.StepNodeLostRequest, _corral_pb2.StepNodeLostResponse]  # type: ignore[assignment]
+    GetStepStats: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetStepStatsRequest, _corral_pb2.GetStepStatsResponse]  # type: ignore[assignment]
+    AttachStep: _aio.UnaryUnaryMultiCallable[_corral_pb2.AttachStepRequest, _corral_pb2.AttachStepResponse]  # type: ignore[assignment]
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -238,6 +242,20 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _corral_pb2.StepNodeLostRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_corral_pb2.StepNodeLostResponse, _abc.Awaitable[_corral_pb2.StepNodeLostResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetStepStats(
+        self,
+        request: _corral_pb2.GetStepStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.GetStepStatsResponse, _abc.Awaitable[_corral_pb2.GetStepStatsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AttachStep(
+        self,
+        request: _corral_pb2.AttachStepRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.AttachStepResponse, _abc.Awaitable[_corral_pb2.AttachStepResponse]]: ...
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -243,6 +243,39 @@ class SuspectNode(TypedDict, total=False):
     detail: str
 
 
+class GetStepStatsRequest(TypedDict, total=False):
+    jobId: int | str
+    step: str
+
+
+class NodeUsage(TypedDict, total=False):
+    node: str
+    live: LiveUsage
+
+
+class StepStat(TypedDict, total=False):
+    step: str
+    ntasks: int
+    nodes: list[NodeUsage]
+
+
+class GetStepStatsResponse(TypedDict, total=False):
+    jobId: int | str
+    state: JobState
+    steps: list[StepStat]
+    now: float
+
+
+class AttachStepRequest(TypedDict, total=False):
+    jobId: int | str
+    stepId: int
+
+
+class AttachStepResponse(TypedDict, total=False):
+    step: Step
+    stepCredential: str
+
+
 class JobUsage(TypedDict, total=False):
     maxRssKb: int | str
     aveRssKb: int | str
@@ -629,6 +662,26 @@ class HeartbeatRequest(TypedDict, total=False):
     name: str
     runningJobIds: list[str]
     health: list[NodeHealthEvent]
+    usage: list[LiveUsage]
+    gpus: list[GpuStatus]
+
+
+class LiveUsage(TypedDict, total=False):
+    jobId: int | str
+    stepId: int
+    usage: JobUsage
+    maxVmemKb: int | str
+    aveVmemKb: int | str
+    pids: list[int]
+    ntasks: int
+    firstRank: int
+
+
+class GpuStatus(TypedDict, total=False):
+    index: int
+    utilPct: float
+    memoryUsedMb: float
+    fault: str
 
 
 class NodeHealthEvent(TypedDict, total=False):

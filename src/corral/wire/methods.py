@@ -34,6 +34,8 @@ SERVICES: dict[str, dict[str, tuple[str, str, bool, bool]]] = {
         "CompleteStep": ("CompleteStepRequest", "CompleteStepResponse", False, False),
         "CompleteJob": ("CompleteJobRequest", "CompleteJobResponse", False, False),
         "StepNodeLost": ("StepNodeLostRequest", "StepNodeLostResponse", False, False),
+        "GetStepStats": ("GetStepStatsRequest", "GetStepStatsResponse", False, False),
+        "AttachStep": ("AttachStepRequest", "AttachStepResponse", False, False),
     },
     NODE_CONTROLLER: {
         "GetStep": ("GetStepRequest", "GetStepResponse", False, False),
@@ -71,6 +73,8 @@ PYTHON_NAMES: dict[str, str] = {
     "CompleteStep": "complete_step",
     "CompleteJob": "complete_job",
     "StepNodeLost": "step_node_lost",
+    "GetStepStats": "get_step_stats",
+    "AttachStep": "attach_step",
     "GetStep": "get_step",
     "RegisterNode": "register_node",
     "Heartbeat": "heartbeat",

@@ -1,0 +1,360 @@
+"""sstat: what a running job's steps used so far, in Slurm's fields and layouts.
+
+The figures are the nodes' last samples (each heartbeat carries them to ctld:
+GetStepStats), per node rather than per task: a node's figure stands for its tasks,
+its lowest rank names the task (MaxRSSTask). Disk I/O, pages, energy and CPU
+frequency are not measured (0). Output is a pure function of the GetStepStats
+replies (``format_stats``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from client.common import client, num, real, run, text
+from client.fmt import AcctField, acct_lines
+from client.options import COUNT, FLAG, LIST, Option, OptionParser
+from corral import __version__
+from corral.errors import CorralError, InvalidOption
+from corral.slurmfmt import format_elapsed
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from client.common import Json
+
+PROG = "sstat"
+STR, NUM = "s", "n"
+# sstat's own table (its widths differ from sacct's), in Slurm's order (-e lists it)
+_TABLE = """
+AveCPU 10 s|AveCPUFreq 10 s|AveDiskRead 12 s|AveDiskWrite 12 s|AvePages 10 s|AveRSS 10 s|
+AveVMSize 10 s|ConsumedEnergy 14 s|ConsumedEnergyRaw 17 n|JobID -12 s|MaxDiskRead 12 s|
+MaxDiskReadNode 15 s|MaxDiskReadTask 15 n|MaxDiskWrite 12 s|MaxDiskWriteNode 16 s|
+MaxDiskWriteTask 16 n|MaxPages 8 s|MaxPagesNode 12 s|MaxPagesTask 14 n|MaxRSS 10 s|
+MaxRSSNode 10 s|MaxRSSTask 10 n|MaxVMSize 10 s|MaxVMSizeNode 14 s|MaxVMSizeTask 14 n|
+MinCPU 10 s|MinCPUNode 10 s|MinCPUTask 10 n|Nodelist 20 s|NTasks 8 n|Pids 20 s|
+ReqCPUFreq 10 s|ReqCPUFreqMin 13 s|ReqCPUFreqMax 13 s|ReqCPUFreqGov 13 s|
+TRESUsageInAve 14 s|TRESUsageInMax 14 s|TRESUsageInMaxNode 18 s|TRESUsageInMaxTask 18 s|
+TRESUsageInMin 14 s|TRESUsageInMinNode 18 s|TRESUsageInMinTask 18 s|TRESUsageInTot 14 s|
+TRESUsageOutAve 15 s|TRESUsageOutMax 15 s|TRESUsageOutMaxNode 19 s|
+TRESUsageOutMaxTask 19 s|TRESUsageOutMin 15 s|TRESUsageOutMinNode 19 s|
+TRESUsageOutMinTask 19 s|TRESUsageOutTot 15 s
+"""
+FIELDS: tuple[tuple[str, int, str], ...] = tuple(
+    (n, int(w), k) for n, w, k in (e.split() for e in _TABLE.replace("\n", "").split("|") if e)
+)
+# Slurm's default, in its order
+DEFAULT_FIELDS = (
+    "JobID,MaxVMSize,MaxVMSizeNode,MaxVMSizeTask,AveVMSize,MaxRSS,MaxRSSNode,"
+    "MaxRSSTask,AveRSS,MaxPages,MaxPagesNode,MaxPagesTask,AvePages,MinCPU,MinCPUNode,"
+    "MinCPUTask,AveCPU,NTasks,AveCPUFreq,ReqCPUFreqMin,ReqCPUFreqMax,ReqCPUFreqGov,"
+    "ConsumedEnergy,MaxDiskRead,MaxDiskReadNode,MaxDiskReadTask,AveDiskRead,"
+    "MaxDiskWrite,MaxDiskWriteNode,MaxDiskWriteTask,AveDiskWrite,TRESUsageInAve,"
+    "TRESUsageInMax,TRESUsageInMaxNode,TRESUsageInMaxTask,TRESUsageInMin,"
+    "TRESUsageInMinNode,TRESUsageInMinTask,TRESUsageInTot,TRESUsageOutAve,"
+    "TRESUsageOutMax,TRESUsageOutMaxNode,TRESUsageOutMaxTask,TRESUsageOutMin,"
+    "TRESUsageOutMinNode,TRESUsageOutMinTask,TRESUsageOutTot"
+)
+PID_FIELDS = "JobID,Nodelist,Pids"
+
+
+def parse_fields(spec: str) -> list[AcctField]:
+    """``-o`` as sacct reads it: case-insensitive prefixes in table order, ``%N`` widths."""
+    out: list[AcctField] = []
+    for raw in spec.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        name, pct, width = item.partition("%")
+        found = next((f for f in FIELDS if name and f[0].lower().startswith(name.lower())), None)
+        if found is None:
+            raise InvalidOption(f'Invalid field requested: "{name}"')
+        size = found[1]
+        if pct:
+            digits = width.strip().lstrip("+-")
+            digits = digits[: len(digits) - len(digits.lstrip("0123456789"))] or "0"
+            size = -int(digits) if width.strip().startswith("-") else int(digits)
+        out.append(AcctField(found[0], size, found[2]))
+    return out
+
+
+# ---------------------------------------------------------------- values
+
+
+def _kb(value: int) -> str:
+    return f"{value}K"
+
+
+def _tres(values: dict[str, str]) -> str:
+    return ",".join(f"{k}={values[k]}" for k in sorted(values))
+
+
+def step_values(job_id: int, stat: Json) -> dict[str, str]:
+    """One step's line, from its nodes' figures."""
+    nodes: list[tuple[str, Json]] = []
+    for entry in stat.get("nodes", []):
+        live: Json = entry.get("live") or {}
+        nodes.append((text(entry, "node"), live))
+    step = text(stat, "step")
+    ntasks = max(num(stat, "ntasks"), 1)
+
+    def usage(live: Json) -> Json:
+        got: Json = live.get("usage") or {}
+        return got
+
+    def cpu(live: Json) -> float:
+        u = usage(live)
+        return real(u, "userCpuS") + real(u, "systemCpuS")
+
+    def per_task(live: Json, value: float) -> float:
+        return value / max(num(live, "ntasks"), 1)
+
+    def top(key: Any) -> tuple[str, Json]:
+        return max(nodes, key=lambda n: key(n[1])) if nodes else ("", {})
+
+    def low(key: Any) -> tuple[str, Json]:
+        return min(nodes, key=lambda n: key(n[1])) if nodes else ("", {})
+
+    rss_node, rss = top(lambda lv: num(usage(lv), "maxRssKb"))
+    vm_node, vm = top(lambda lv: num(lv, "maxVmemKb"))
+    cpu_max_node, cpu_max = top(lambda lv: per_task(lv, cpu(lv)))
+    cpu_min_node, cpu_min = low(lambda lv: per_task(lv, cpu(lv)))
+    total_cpu = sum(cpu(lv) for _, lv in nodes)
+    ave_rss = sum(num(usage(lv), "aveRssKb") for _, lv in nodes) // ntasks
+    ave_vm = sum(num(lv, "aveVmemKb") for _, lv in nodes) // ntasks
+    tot_rss = sum(num(usage(lv), "maxRssKb") for _, lv in nodes)
+    tot_vm = sum(num(lv, "maxVmemKb") for _, lv in nodes)
+    first = nodes[0][0] if nodes else ""
+
+    def task(live: Json) -> int:
+        return num(live, "firstRank")
+
+    max_cpu_s = per_task(cpu_max, cpu(cpu_max)) if nodes else 0.0
+    min_cpu_s = per_task(cpu_min, cpu(cpu_min)) if nodes else 0.0
+    ave_cpu_s = total_cpu / ntasks
+    gpu: dict[str, tuple[str, str]] = {}
+    u_rss = usage(rss)
+    if step == "batch" and (real(u_rss, "gpuUtilMax") or real(u_rss, "gpuMemMaxMb")):
+        gpu = {
+            "gres/gpumem": (
+                f"{round(real(u_rss, 'gpuMemMeanMb'))}M",
+                f"{round(real(u_rss, 'gpuMemMaxMb'))}M",
+            ),
+            "gres/gpuutil": (
+                str(round(real(u_rss, "gpuUtilMean"))),
+                str(round(real(u_rss, "gpuUtilMax"))),
+            ),
+        }
+    in_ave = {
+        "cpu": format_elapsed(ave_cpu_s),
+        "energy": "0",
+        "fs/disk": "0",
+        "mem": _kb(ave_rss),
+        "pages": "0",
+        "vmem": _kb(ave_vm),
+        **{k: v[0] for k, v in gpu.items()},
+    }
+    in_max = {
+        "cpu": format_elapsed(max_cpu_s),
+        "energy": "0",
+        "fs/disk": "0",
+        "mem": _kb(num(u_rss, "maxRssKb")),
+        "pages": "0",
+        "vmem": _kb(num(vm, "maxVmemKb")),
+        **{k: v[1] for k, v in gpu.items()},
+    }
+    where = {"cpu": cpu_max_node, "energy": first, "fs/disk": first, "mem": rss_node}
+    where |= {"pages": first, "vmem": vm_node}
+    # Slurm prints the task of the CPU figure in the time format (a quirk kept)
+    which = {"cpu": format_elapsed(task(cpu_max)), "fs/disk": "0", "mem": str(task(rss))}
+    which |= {"pages": "0", "vmem": str(task(vm))}
+    in_min = {**in_max, "cpu": format_elapsed(min_cpu_s)}
+    in_tot = {**in_ave, "cpu": format_elapsed(total_cpu), "mem": _kb(tot_rss)}
+    in_tot["vmem"] = _kb(tot_vm)
+    out_io = {"energy": "0", "fs/disk": "0"}
+    batch = step == "batch"
+    return {
+        "JobID": f"{job_id}.{step}",
+        "MaxVMSize": _kb(num(vm, "maxVmemKb")),
+        "MaxVMSizeNode": vm_node,
+        "MaxVMSizeTask": str(task(vm)),
+        "AveVMSize": _kb(ave_vm),
+        "MaxRSS": _kb(num(u_rss, "maxRssKb")),
+        "MaxRSSNode": rss_node,
+        "MaxRSSTask": str(task(rss)),
+        "AveRSS": _kb(ave_rss),
+        "MaxPages": "0",
+        "MaxPagesNode": first,
+        "MaxPagesTask": "0",
+        "AvePages": "0",
+        "MinCPU": format_elapsed(min_cpu_s),
+        "MinCPUNode": cpu_min_node,
+        "MinCPUTask": str(task(cpu_min)),
+        "AveCPU": format_elapsed(ave_cpu_s),
+        "NTasks": str(num(stat, "ntasks")),
+        "AveCPUFreq": "0",
+        "ReqCPUFreq": "0" if batch else "Unknown",
+        "ReqCPUFreqMin": "0" if batch else "Unknown",
+        "ReqCPUFreqMax": "0" if batch else "Unknown",
+        "ReqCPUFreqGov": "0" if batch else "Unknown",
+        "ConsumedEnergy": "0",
+        "ConsumedEnergyRaw": "0",
+        "MaxDiskRead": "0",
+        "MaxDiskReadNode": first,
+        "MaxDiskReadTask": "0",
+        "AveDiskRead": "0",
+        "MaxDiskWrite": "0",
+        "MaxDiskWriteNode": first,
+        "MaxDiskWriteTask": "0",
+        "AveDiskWrite": "0",
+        "Nodelist": ",".join(n for n, _ in nodes),
+        "Pids": ",".join(str(p) for _, lv in nodes for p in lv.get("pids", [])),
+        "TRESUsageInAve": _tres(in_ave),
+        "TRESUsageInMax": _tres(in_max),
+        "TRESUsageInMaxNode": _tres({k: where.get(k, first) for k in in_max}),
+        "TRESUsageInMaxTask": _tres(which),
+        "TRESUsageInMin": _tres(in_min),
+        "TRESUsageInMinNode": _tres(
+            {k: where.get(k, first) for k in in_max} | {"cpu": cpu_min_node}
+        ),
+        "TRESUsageInMinTask": _tres({**which, "cpu": format_elapsed(task(cpu_min))}),
+        "TRESUsageInTot": _tres(in_tot),
+        "TRESUsageOutAve": _tres(out_io),
+        "TRESUsageOutMax": _tres(out_io),
+        "TRESUsageOutMaxNode": _tres(dict.fromkeys(out_io, first)),
+        "TRESUsageOutMaxTask": "fs/disk=0",
+        "TRESUsageOutMin": _tres(out_io),
+        "TRESUsageOutMinNode": _tres(dict.fromkeys(out_io, first)),
+        "TRESUsageOutMinTask": "fs/disk=0",
+        "TRESUsageOutTot": _tres(out_io),
+    }
+
+
+def chosen_steps(reply: Json, step: str, all_steps: bool) -> list[Json]:
+    """The steps a ``-j`` item names: one step; without one, the lowest srun step that
+    runs (every step, the batch script first, with ``-a``)."""
+    steps: list[Json] = list(reply.get("steps", []))
+    if step:
+        return [s for s in steps if text(s, "step") == step]
+    if all_steps:
+        return steps
+    numbered = [s for s in steps if text(s, "step").isdigit()]
+    return sorted(numbered, key=lambda s: int(text(s, "step")))[:1]
+
+
+def format_stats(
+    items: Sequence[tuple[int, str, Json]],
+    fields: list[AcctField],
+    *,
+    all_steps: bool,
+    header: bool = True,
+    parsable: str = "",
+) -> tuple[str, list[str]]:
+    """(output, error lines) for each (job id, step asked, GetStepStats reply)."""
+    rows: list[list[str]] = []
+    errors: list[str] = []
+    for job_id, step, reply in items:
+        if text(reply, "state", "JOB_STATE_PENDING") not in ("JOB_STATE_RUNNING",):
+            errors.append(f"No steps running for job {job_id}")
+            continue
+        chosen = chosen_steps(reply, step, all_steps)
+        if step and not chosen:
+            errors.append(f"StepId={job_id}.{step} not found running.")
+        for stat in chosen:
+            values = step_values(job_id, stat)
+            rows.append([values.get(f.name, "") for f in fields])
+    lines = acct_lines(fields, rows, header=header, parsable=parsable)
+    return "".join(line + "\n" for line in lines), errors
+
+
+# ---------------------------------------------------------------- command line
+
+OPTIONS = (
+    Option("a", "allsteps", "allsteps", FLAG, help="every step of the job(s), the batch one too"),
+    Option("e", "helpformat", "helpformat", FLAG, help="list the fields -o takes"),
+    Option("h", "help", "help", FLAG, help="this help"),
+    Option("i", "pidformat", "pidformat", FLAG, help="JobID, Nodelist and Pids"),
+    Option("j", "jobs", "jobs", LIST, help="job(.step) list to stat (required)"),
+    Option("n", "noheader", "noheader", FLAG, help="no header lines"),
+    Option("", "noconvert", "noconvert", FLAG, help="(figures are in K already)"),
+    Option("o", "format", "format", help="comma separated fields, Field%width"),
+    Option("p", "parsable", "parsable", FLAG, help="'|' after every field"),
+    Option("P", "parsable2", "parsable2", FLAG, help="'|' between fields"),
+    Option("", "usage", "usage", FLAG, help="brief usage"),
+    Option("v", "verbose", "verbose", COUNT, help="(accepted for compatibility)"),
+    Option("V", "version", "version", FLAG, help="print the version"),
+)
+USAGE = f"Usage: {PROG} [options] -j <job(.stepid)>\n\tUse --help for help\n"
+
+
+def help_fields() -> str:
+    names = [f"{name:<19}" for name, _, _ in FIELDS]
+    return "".join(" ".join(names[i : i + 4]) + "\n" for i in range(0, len(names), 4))
+
+
+def parse_items(jobs: str) -> list[tuple[int, str]]:
+    out = []
+    for item in jobs.split(","):
+        item = item.strip()
+        job, _, step = item.partition(".")
+        base = job.split("_")[0]
+        if not base.isdigit() or (step and step != "batch" and not step.isdigit()):
+            raise InvalidOption(f"Bad job/step specified: {item}")
+        out.append((int(base), step))
+    return out
+
+
+def main_body(argv: Sequence[str]) -> int:
+    parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [<OPTION>] -j <job(.stepid)>")
+    opts, rest = parser.parse(argv)
+    if opts.get("help"):
+        sys.stdout.write(parser.help_text())
+        return 0
+    if opts.get("usage"):
+        sys.stdout.write(USAGE)
+        return 0
+    if opts.get("version"):
+        sys.stdout.write(f"slurm {__version__} (corral)\n")
+        return 0
+    if opts.get("helpformat"):
+        sys.stdout.write(help_fields())
+        return 0
+    jobs = ",".join([*(opts.get("jobs") or "").split(","), *rest]).strip(",")
+    if not jobs:
+        raise InvalidOption("You didn't give me any jobs to stat.")
+    items = parse_items(jobs)
+    spec = opts.get("format") or (PID_FIELDS if opts.get("pidformat") else DEFAULT_FIELDS)
+    fields = parse_fields(spec)
+    api = client()
+    replies: list[tuple[int, str, Json]] = []
+    errors: list[str] = []
+    for job_id, step in items:
+        try:
+            reply = api.get_step_stats({"jobId": str(job_id), "step": step})
+        except CorralError as exc:
+            errors.append(f"couldn't get steps for job {job_id}: {exc.message}")
+            continue
+        replies.append((job_id, step, reply))
+    parsable = "P" if opts.get("parsable2") else "p" if opts.get("parsable") else ""
+    out, more = format_stats(
+        replies,
+        fields,
+        all_steps=bool(opts.get("allsteps")),
+        header=not opts.get("noheader"),
+        parsable=parsable,
+    )
+    sys.stdout.write(out)
+    sys.stdout.flush()
+    for line in (*errors, *more):
+        sys.stderr.write(f"{PROG}: error: {line}\n")
+    return 0  # as Slurm's sstat: a job it cannot stat is an error line, not an exit code
+
+
+def main() -> None:
+    run(PROG, lambda: main_body(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
