@@ -18,6 +18,7 @@ from ctld import jobstate as js
 from ctld.authz import Policy
 from ctld.commit import Change
 from ctld.endings import Endings, clear_requeue, requeue_when_gone
+from ctld.gpu_samples import holders
 from ctld.nodes import NodeRecord
 from ctld.outbox import Outbox
 from ctld.state import State, user_name
@@ -135,6 +136,11 @@ class NodeReports:
         if not node.registered or (node.down and not node.admin_down):
             return False  # a node back from DOWN registers again, and is fenced then
         node.last_heartbeat = self.state.clock()
+        if req.gpus:  # each GPU now, and the series of the jobs on them (the web page)
+            st = self.state
+            on_node = (st.jobs[j] for j in node.job_ids if j in st.jobs)
+            st.gpu_samples.record(node.name, req.gpus, holders(node.name, on_node), st.clock())
+            st.gpu_samples.prune(st.jobs.__contains__)
         if node.late:
             node.late = False
             log.info("node responding again", node=node.name)

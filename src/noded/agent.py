@@ -269,6 +269,7 @@ class ControllerLink:
                     name=self.name,
                     running_job_ids=self.running_job_ids(),
                     health=list(self.health),
+                    gpus=self.launcher.sample_gpus([g.index for g in self.resources.gpus]),
                 )
                 reply = await self.stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
                 self._contacted()

@@ -612,6 +612,21 @@ class Launcher:
         running.gpu_utils = [s.util_pct for s in samples]
         self._check_idle(running, [s.util_pct for s in samples])
 
+    def sample_gpus(self, indices: list[int]) -> list[pb.GpuStatus]:
+        """Every GPU of the node now, for the heartbeat: utilization and the device's
+        memory in use (ctld's web page shows them, and keeps each job's series)."""
+        if self.gpus is None or not indices:
+            return []
+        try:
+            samples = self.gpus.sample(indices, ())
+        except Exception:  # a sample is never worth a heartbeat
+            log.exception("GPU sample for the heartbeat failed", node=self.node_name)
+            return []
+        return [
+            pb.GpuStatus(index=s.index, util_pct=s.util_pct, memory_used_mb=s.memory_used_mb)
+            for s in samples
+        ]
+
     def check_progress(self, running: RunningJob, now: float) -> bool:
         """A job that opted in (touched its progress file) and then stopped touching it
         for its stall timeout, while its GPUs idle, is stalled: killed, reported

@@ -2494,6 +2494,54 @@ class GetSharesResponse(_message.Message):
 Global___GetSharesResponse: _TypeAlias = GetSharesResponse  # noqa: Y015
 
 @_typing.final
+class CreateWebLoginRequest(_message.Message):
+    """corral web-login: a one-time login URL for the caller's browser (ctld's web page,
+    docs/web.md). The token is single-use and short-lived; the browser trades it for a
+    signed session cookie of the same user.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateWebLoginRequest: _TypeAlias = CreateWebLoginRequest  # noqa: Y015
+
+@_typing.final
+class CreateWebLoginResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    EXPIRES_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    """open this in a browser (it carries the token)"""
+    user: _builtins.str
+    """who the session will be"""
+    expires: _builtins.float
+    """the token is refused after this (epoch seconds)"""
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+        user: _builtins.str = ...,
+        expires: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires", b"expires", "url", b"url", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateWebLoginResponse: _TypeAlias = CreateWebLoginResponse  # noqa: Y015
+
+@_typing.final
 class ReportUsageRequest(_message.Message):
     """sreport and `corral report`: the TRES-seconds each (account, user) used, from the
     stored job records (each run of a requeued job counts its own time; a running job
@@ -2873,6 +2921,8 @@ class HeartbeatRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     RUNNING_JOB_IDS_FIELD_NUMBER: _builtins.int
     HEALTH_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     @_builtins.property
     def running_job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
@@ -2880,20 +2930,112 @@ class HeartbeatRequest(_message.Message):
     def health(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeHealthEvent]:
         """faults since the last acknowledged heartbeat"""
 
+    @_builtins.property
+    def usage(self) -> _containers.RepeatedCompositeFieldContainer[Global___LiveUsage]:
+        """-- live figures (field numbers 700+): sstat and the metrics read them --
+        each running batch script and step here, so far
+        """
+
+    @_builtins.property
+    def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___GpuStatus]:
+        """every GPU of the node now"""
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         running_job_ids: _abc.Iterable[_builtins.int] | None = ...,
         health: _abc.Iterable[Global___NodeHealthEvent] | None = ...,
+        usage: _abc.Iterable[Global___LiveUsage] | None = ...,
+        gpus: _abc.Iterable[Global___GpuStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "name", b"name", "running_job_ids", b"running_job_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "health", b"health", "name", b"name", "running_job_ids", b"running_job_ids", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HeartbeatRequest: _TypeAlias = HeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class LiveUsage(_message.Message):
+    """A running batch script's (or step's) usage on one node so far."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    MAX_VMEM_KB_FIELD_NUMBER: _builtins.int
+    AVE_VMEM_KB_FIELD_NUMBER: _builtins.int
+    PIDS_FIELD_NUMBER: _builtins.int
+    NTASKS_FIELD_NUMBER: _builtins.int
+    FIRST_RANK_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    step_id: _builtins.int
+    """unset: the batch script"""
+    max_vmem_kb: _builtins.int
+    ave_vmem_kb: _builtins.int
+    ntasks: _builtins.int
+    """its tasks on this node"""
+    first_rank: _builtins.int
+    """the lowest of their ranks"""
+    @_builtins.property
+    def usage(self) -> Global___JobUsage: ...
+    @_builtins.property
+    def pids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        step_id: _builtins.int | None = ...,
+        usage: Global___JobUsage | None = ...,
+        max_vmem_kb: _builtins.int = ...,
+        ave_vmem_kb: _builtins.int = ...,
+        pids: _abc.Iterable[_builtins.int] | None = ...,
+        ntasks: _builtins.int = ...,
+        first_rank: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "ave_vmem_kb", b"ave_vmem_kb", "first_rank", b"first_rank", "job_id", b"job_id", "max_vmem_kb", b"max_vmem_kb", "ntasks", b"ntasks", "pids", b"pids", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__step_id: _TypeAlias = _typing.Literal["step_id"]  # noqa: Y015
+    _WhichOneofArgType__step_id: _TypeAlias = _typing.Literal["_step_id", b"_step_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__step_id) -> _WhichOneofReturnType__step_id | None: ...
+
+Global___LiveUsage: _TypeAlias = LiveUsage  # noqa: Y015
+
+@_typing.final
+class GpuStatus(_message.Message):
+    """One GPU of a node, as noded sampled it for the heartbeat."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    UTIL_PCT_FIELD_NUMBER: _builtins.int
+    MEMORY_USED_MB_FIELD_NUMBER: _builtins.int
+    FAULT_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    util_pct: _builtins.float
+    memory_used_mb: _builtins.float
+    fault: _builtins.str
+    """"": healthy; else what noded found (XID, ECC, lost)"""
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        util_pct: _builtins.float = ...,
+        memory_used_mb: _builtins.float = ...,
+        fault: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fault", b"fault", "index", b"index", "memory_used_mb", b"memory_used_mb", "util_pct", b"util_pct"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GpuStatus: _TypeAlias = GpuStatus  # noqa: Y015
 
 @_typing.final
 class NodeHealthEvent(_message.Message):

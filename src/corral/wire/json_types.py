@@ -540,6 +540,16 @@ class GetSharesResponse(TypedDict, total=False):
     rows: list[ShareRow]
 
 
+class CreateWebLoginRequest(TypedDict, total=False):
+    pass
+
+
+class CreateWebLoginResponse(TypedDict, total=False):
+    url: str
+    user: str
+    expires: float
+
+
 class ReportUsageRequest(TypedDict, total=False):
     bounds: list[float]
     accounts: list[str]
@@ -606,6 +616,26 @@ class HeartbeatRequest(TypedDict, total=False):
     name: str
     runningJobIds: list[str]
     health: list[NodeHealthEvent]
+    usage: list[LiveUsage]
+    gpus: list[GpuStatus]
+
+
+class LiveUsage(TypedDict, total=False):
+    jobId: int | str
+    stepId: int
+    usage: JobUsage
+    maxVmemKb: int | str
+    aveVmemKb: int | str
+    pids: list[int]
+    ntasks: int
+    firstRank: int
+
+
+class GpuStatus(TypedDict, total=False):
+    index: int
+    utilPct: float
+    memoryUsedMb: float
+    fault: str
 
 
 class NodeHealthEvent(TypedDict, total=False):
