@@ -49,13 +49,16 @@ class Renders:
         key: tuple[str, str],
         generation: Generation,
         render: Callable[[], Awaitable[tuple[str, Html]]],
+        *,
+        live: bool = False,
     ) -> tuple[str, Html]:
+        """The rendering of ``key`` at ``generation``. ``live`` (a stream's tick): one
+        made less than refresh_s ago is good enough even if the generation moved since;
+        the stream sends the newer one at a later tick. A page load gets the latest."""
         entry = self._entries.get(key)
         now = self.clock()
-        # a fresh enough rendering is reused even if the generation moved since: the
-        # stream sends the newer one at its next tick, at most refresh_s later
         if entry is not None and (
-            entry.generation == generation or now - entry.at < self.refresh_s
+            entry.generation == generation or (live and now - entry.at < self.refresh_s)
         ):
             self._entries.move_to_end(key)
             return entry.title, entry.html

@@ -287,13 +287,16 @@ class Site:
         s: Session,
         who: Identity,
         api: ControllerApi,
+        *,
+        live: bool = False,
     ) -> tuple[str, Html]:
         route = self._route(request_path)
         assert route is not None
         path, kind, render = route
         ctx = Ctx(who=who, api=api, now=api.cluster.clock(), query=query, path=path)
         key = (f"{path}?{sorted(query.items())}", self._viewer(kind, who, s, api))
-        return await self.renders.get(key, self._generation(api, kind), lambda: render(ctx, s))
+        generation = self._generation(api, kind)
+        return await self.renders.get(key, generation, lambda: render(ctx, s), live=live)
 
     async def view(self, request: web.Request) -> web.Response:
         found = self._session(request)
@@ -392,7 +395,7 @@ class Site:
             now = time.monotonic()
             if gen != last and now - sent_at >= refresh:
                 try:
-                    _title, html = await self._render(path, query, s, who, api)
+                    _title, html = await self._render(path, query, s, who, api, live=True)
                 except CorralError as exc:
                     html = Html(el("p", exc.message, class_="notice"))
                 last = gen
