@@ -54,7 +54,6 @@ class GpuSamples:
         self.latest: dict[str, tuple[float, list[pb.GpuStatus]]] = {}
         # job id -> (node, GPU index) -> series
         self.series: dict[int, dict[tuple[str, int], Series]] = {}
-        self.generation = 0  # bumped by every record: the web page's cue to refresh
         self._records = 0
 
     def record(
@@ -67,7 +66,6 @@ class GpuSamples:
         """A heartbeat's GPUs of ``node``; ``holders``: GPU index -> the jobs on it."""
         got = list(gpus)
         self.latest[node] = (now, got)
-        self.generation += 1
         for g in got:
             for job_id in holders.get(g.index, ()):
                 per_job = self.series.setdefault(job_id, {})

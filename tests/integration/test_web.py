@@ -72,13 +72,38 @@ def sign_in(driver: Any, cluster: LocalCluster, pw: pwd.struct_passwd) -> None:
     button = driver.find_element(By.ID, "signin")
     assert button.text == f"Sign in as {pw.pw_name}"
     button.click()
-    wait_for(lambda: "Log out" in driver.find_element(By.TAG_NAME, "nav").text, 15, "signed in")
+    wait_for(lambda: "Log out" in text_of(driver, tag="nav"), 15, "signed in")
+
+
+def text_of(driver: Any, tag_id: str = "view", tag: str = "") -> str:
+    """An element's text now; "" while the page is between two documents (a click's
+    navigation, a live update replacing it)."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+
+    try:
+        found = driver.find_element(By.TAG_NAME, tag) if tag else driver.find_element(By.ID, tag_id)
+        return str(found.text)
+    except WebDriverException:
+        return ""
 
 
 def view_text(driver: Any) -> str:
-    from selenium.webdriver.common.by import By
+    return text_of(driver)
 
-    return str(driver.find_element(By.ID, "view").text)
+
+def click(driver: Any, css: str) -> None:
+    """Click ``css``, again if a live update replaced it between finding and clicking."""
+    from selenium.common.exceptions import WebDriverException
+
+    def done() -> bool:
+        try:
+            driver.find_element("css selector", css).click()
+        except WebDriverException:
+            return False
+        return True
+
+    wait_for(done, 10, f"a click on {css}")
 
 
 def open_page(
@@ -182,7 +207,7 @@ def test_a_login_url_works_once_and_makes_a_strict_httponly_cookie(
     with chromium() as driver:
         driver.get(url)
         driver.find_element(By.ID, "signin").click()
-        wait_for(lambda: "Log out" in driver.find_element(By.TAG_NAME, "nav").text, 15, "in")
+        wait_for(lambda: "Log out" in text_of(driver, tag="nav"), 15, "in")
         cookie = driver.get_cookie("corral_session")
         assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
         assert cookie["secure"] is False  # plain HTTP here; Secure when served over TLS
@@ -247,9 +272,9 @@ def test_each_view_shows_the_clusters_real_state(
     text = open_page(driver, web, f"/job/{job}", "Story")
     assert "submitted" in text and "started" in text and "Efficiency (seff)" in text
     assert "GPUs over time" in text
-    wait_for(
-        lambda: alice_browser.find_elements("css selector", "#gpus polyline"), 20, "a GPU chart"
-    )
+    # a line once two heartbeats brought samples (the page follows live)
+    wait_for(lambda: driver.find_elements("css selector", "#gpus polyline"), 20, "a GPU chart")
+    driver.execute_script("document.getElementById('story').scrollIntoView()")
     driver.save_screenshot(str(shots / "web-job.png"))
 
     text = open_page(driver, web, "/usage?by=user", users.alice.pw_name)
@@ -315,7 +340,7 @@ def test_another_users_job_hides_its_script_environment_and_output(
 
     text = open_page(bob_browser, web, f"/job/{job}", said)  # the owner sees all three
     assert f"echo {said}" in text  # the script
-    bob_browser.find_element("css selector", "details.env summary").click()
+    click(bob_browser, "details.env summary")
     assert secret in view_text(bob_browser)  # the environment
 
     for path in (f"/job/{job}", "/queue", "/", "/mine?state=ALL", "/usage?by=user"):
@@ -382,7 +407,7 @@ def test_a_cancel_needs_the_sessions_token_and_the_commands_rights(
     assert web.job(job)["state"] == "JOB_STATE_RUNNING"
     # alice's button: her token, her job
     open_page(alice_browser, web, f"/job/{job}", "csrf-web")
-    alice_browser.find_element("css selector", "form.actions button").click()
+    click(alice_browser, "form.actions button")
     web.wait_state(job, "CANCELLED")
 
 
@@ -391,6 +416,6 @@ def test_signing_out_ends_the_session(web: LocalCluster, users: Users) -> None:
         sign_in(driver, web, users.op)
         cookie = session_cookie(driver)
         assert http(web, "/queue", cookie=cookie)[0] == 200
-        driver.find_element("css selector", "form.logout button").click()
+        click(driver, "form.logout button")
         wait_for(lambda: "Sign in" in view_text(driver), 10, "the login page")
         assert http(web, "/queue", cookie=cookie)[0] == 401

@@ -7,6 +7,7 @@ import asyncio
 import os
 import pathlib
 import pwd
+import time
 
 import pytest
 
@@ -59,6 +60,8 @@ def test_a_session_cookie_is_signed_expires_and_can_be_revoked() -> None:
     assert sessions.check(forged) is None
     assert Sessions(b"x" * 32, 3600, clock).check(cookie) is None  # another key
     assert sessions.check(cookie + "x") is None and sessions.check("garbage") is None
+    assert sessions.check(cookie[:-1] + "é") is None  # not ASCII: a mismatch, no error
+    assert not sessions.csrf_ok(s, "é")
     other, s2 = sessions.issue(1001)
     assert sessions.csrf(s) != sessions.csrf(s2)  # one token per session
     assert sessions.csrf_ok(s, sessions.csrf(s)) and not sessions.csrf_ok(s, sessions.csrf(s2))
@@ -164,8 +167,26 @@ async def test_pages_showing_the_same_view_share_one_rendering() -> None:
 
     key = ("/queue?[]", "all")
     got = await asyncio.gather(*(renders.get(key, (1,), render, live=True) for _ in range(10)))
-    assert made == 1 and {g[1] for g in got} == {"<p>1</p>"}
-    assert (await renders.get(key, (2,), render, live=True))[1] == "<p>1</p>"  # < refresh_s
-    assert (await renders.get(key, (2,), render))[1] == "<p>2</p>"  # a page load: the latest
-    clock.now += 1.5
-    assert (await renders.get(key, (3,), render, live=True))[1] == "<p>3</p>"
+    assert made == 1 and {g.html for g in got} == {"<p>1</p>"}
+    stale = await renders.get(key, (2,), render, live=True)  # redoing it is not due yet:
+    assert (stale.html, stale.generation) == ("<p>1</p>", (1,))  # it says it is older
+    assert (await renders.get(key, (2,), render)).html == "<p>2</p>"  # a page load: the latest
+    clock.now += 0.2  # a cheap view is redone for a stream at its next tick
+    assert (await renders.get(key, (3,), render, live=True)).html == "<p>3</p>"
+
+
+async def test_live_renderings_stay_within_their_share_of_ctlds_cpu() -> None:
+    clock = Clock()
+    renders = Renders(refresh_s=1.0, clock=clock)
+
+    async def slow() -> tuple[str, Html]:
+        time.sleep(0.1)  # a view that costs 0.1 s of CPU
+        return "t", Html("<p>x</p>")
+
+    for i in range(3):  # three views of 0.1 s each within the second: 0.3 s > BUDGET
+        await renders.get((f"/v{i}", "all"), (1,), slow, live=True)
+    clock.now += 0.6  # each is due again (5 x its cost = 0.5 s) ...
+    kept = await renders.get(("/v0", "all"), (2,), slow, live=True)
+    assert kept.generation == (1,)  # ... but the last second's budget is spent
+    clock.now += 1.0
+    assert (await renders.get(("/v0", "all"), (2,), slow, live=True)).generation == (2,)

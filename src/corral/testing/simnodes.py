@@ -134,6 +134,18 @@ class SimNode:
     beat_now: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+def _gpu_status(node: SimNode) -> list[pb.GpuStatus]:
+    """What a real noded's heartbeat says of its GPUs: busy while a job holds them."""
+    return [
+        pb.GpuStatus(
+            index=i,
+            util_pct=95.0 if i in node.used_gpus else 0.0,
+            memory_used_mb=40960.0 if i in node.used_gpus else 0.0,
+        )
+        for i in range(node.gpus)
+    ]
+
+
 def _resources(cpus: int, memory_mb: int, gpus: int, model: str) -> pb.NodeResources:
     res = pb.NodeResources(
         cpus=cpus,
@@ -388,7 +400,10 @@ class SimulatedNodes:
                     self.counters["registrations"] += 1
                 node.beat_now.clear()
                 beat = pb.HeartbeatRequest(
-                    name=node.name, running_job_ids=sorted(node.jobs), health=list(node.health)
+                    name=node.name,
+                    running_job_ids=sorted(node.jobs),
+                    health=list(node.health),
+                    gpus=_gpu_status(node),
                 )
                 reply = await stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
                 self.counters["heartbeats"] += 1

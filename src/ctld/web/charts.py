@@ -7,6 +7,7 @@ Colours come from the stylesheet (classes ``c0`` .. ``c7``), never inline styles
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -67,8 +68,13 @@ def line_chart(
     parts = _axes(t0, t1, top, unit)
     legend = []
     for i, (name, s) in enumerate(series):
-        coords = " ".join(f"{_x(t, t0, t1):.1f},{_y(v, top):.1f}" for t, v in s)
-        parts.append(el("polyline", points=coords, class_=f"line c{i % COLOURS}"))
+        if len(s) == 1:  # one sample so far: a dot
+            ((t, v),) = s
+            x, y = f"{_x(t, t0, t1):.1f}", f"{_y(v, top):.1f}"
+            parts.append(el("circle", cx=x, cy=y, r=3, class_=f"c{i % COLOURS}"))
+        else:
+            coords = " ".join(f"{_x(t, t0, t1):.1f},{_y(v, top):.1f}" for t, v in s)
+            parts.append(el("polyline", points=coords, class_=f"line c{i % COLOURS}"))
         legend.append(el("span", name, class_=f"key c{i % COLOURS}"))
     svg = el("svg", el("title", label), *parts, viewBox=f"0 0 {W} {H}", role="img", class_="chart")
     return el("figure", svg, el("figcaption", label, " ", *legend))
@@ -122,7 +128,7 @@ def stacked_bars(
 
 def _nice(v: float) -> float:
     """The next round number at or above ``v`` (1, 2, 5 x 10^k)."""
-    mag = 10 ** len(str(int(v))) / 10 if v >= 1 else 1.0
+    mag = 10.0 ** math.floor(math.log10(v))
     for m in (1, 2, 5, 10):
         if v <= m * mag:
             return m * mag

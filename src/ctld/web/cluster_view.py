@@ -7,7 +7,7 @@ from corral.wire import corral_pb2 as pb
 from ctld.web.html import Html, el
 from ctld.web.page import Ctx, badge, gib, job_link, node_state, pager, when
 
-PER_PAGE = 100
+PER_PAGE = 50  # nodes (400 GPUs) a page: ~70 KiB of HTML
 STATES = ("IDLE", "MIXED", "ALLOCATED", "DRAIN", "DRAINING", "DOWN", "FAIL", "UNKNOWN")
 TROUBLE = frozenset({"DOWN", "DRAIN", "DRAINING", "FAIL"})
 
@@ -28,23 +28,22 @@ def _holders(ctx: Ctx, node: pb.Node) -> dict[int, list[pb.Job]]:
 
 
 def _gpu(gpu: pb.Gpu, sample: pb.GpuStatus | None, jobs: list[pb.Job], busy: bool) -> Html:
+    """One GPU's cell (kept small: a page shows up to 800 of them)."""
     busy = busy or bool(jobs)
-    head = el("span", f"GPU {gpu.index}", class_="gname")
+    parts: list[object] = [el("b", f"GPU {gpu.index}")]
     if sample is not None:
-        util = sample.util_pct
-        figures = [
-            el("meter", min="0", max="100", value=f"{util:.0f}", title=f"{util:.0f}% busy"),
-            el("span", f"{util:.0f}%", class_="util"),
-            el("span", f"{gib(sample.memory_used_mb)} / {gib(gpu.memory_mb)}", class_="mem"),
-        ]
+        util = f"{sample.util_pct:.0f}"
+        mem = f"{gib(sample.memory_used_mb)} / {gib(gpu.memory_mb)}"
+        parts += [el("meter", max="100", value=util), el("span", f"{util}% · {mem}")]
+        if sample.fault:
+            parts.append(el("span", sample.fault, class_="reason"))
     else:
-        figures = [el("span", "no sample", class_="muted")]
-    if sample is not None and sample.fault:
-        figures.append(el("span", sample.fault, class_="reason"))
-    who = [el("span", job_link(j.job_id), " ", j.user, class_="holder") for j in jobs]
-    if busy and not who:
-        who = [el("span", "in use", class_="holder muted")]
-    return el("div", head, *figures, *who, class_="gpu busy" if busy else "gpu")
+        parts.append(el("span", "no sample", class_="muted"))
+    if jobs:
+        parts.append(el("span", [[job_link(j.job_id), f" {j.user} "] for j in jobs]))
+    elif busy:
+        parts.append(el("span", "in use", class_="muted"))
+    return el("div", *parts, class_="gpu busy" if busy else "gpu")
 
 
 def _allocated(ctx: Ctx, node: pb.Node) -> set[int]:

@@ -152,10 +152,9 @@ def _gpu_charts(ctx: Ctx, job: pb.Job) -> Html | None:
         mem = [(f"{n}:{i}", [(t, m / 1024) for t, _, m in s.points]) for (n, i), s in named]
     else:  # many GPUs: their mean and their peak at each time
         util, mem = _spread(named)
-    top_mem = (
-        max((g.memory_mb for n in ctx.cluster.nodes.values() for g in n.resources.gpus), default=0)
-        / 1024
-    )
+    nodes = ctx.cluster.nodes
+    held = [nodes[a.node] for a in job.allocations if a.node in nodes]
+    top_mem = max((g.memory_mb for n in held for g in n.resources.gpus), default=0) / 1024
     top_mem = max(top_mem, max((v for _, s in mem for _, v in s), default=1.0))
     return el(
         "section",

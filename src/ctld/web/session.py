@@ -59,6 +59,11 @@ def load_key(state_dir: str) -> bytes:
     return key
 
 
+def _same(given: str, expected: str) -> bool:
+    """Constant-time; bytes, so a non-ASCII cookie or field is a mismatch, not an error."""
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
@@ -94,7 +99,7 @@ class Sessions:
     def check(self, cookie: str) -> Session | None:
         """The session a cookie carries; None when forged, expired or logged out."""
         payload, _, mac = cookie.rpartition(".")
-        if not payload or not hmac.compare_digest(mac, self._mac(payload)):
+        if not payload or not _same(mac, self._mac(payload)):
             return None
         parts = payload.split(".")
         if len(parts) != 5 or parts[0] != "v1" or not all(p.isdigit() for p in parts[1:4]):
@@ -113,7 +118,7 @@ class Sessions:
         return _b64(hmac.new(self.key, b"corral web csrf\0" + s.sid.encode(), "sha256").digest())
 
     def csrf_ok(self, s: Session, token: str) -> bool:
-        return bool(token) and hmac.compare_digest(token, self.csrf(s))
+        return bool(token) and _same(token, self.csrf(s))
 
     def revoke(self, s: Session) -> None:
         now = self.clock()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from importlib import resources
 from urllib.parse import urlsplit
 
@@ -26,7 +27,7 @@ from ctld.rpc import ControllerApi
 from ctld.standby import Switch
 from ctld.web import cluster_view, job_view, queue_view, resv_view, usage_view
 from ctld.web.html import Html, el
-from ctld.web.live import PING_S, TICK_S, Generation, Renders, sse
+from ctld.web.live import PING_S, TICK_S, Generation, Rendering, Renders, sse
 from ctld.web.page import Ctx, digest_of, shell
 from ctld.web.session import COOKIE, Logins, Session, Sessions, load_key
 
@@ -47,14 +48,23 @@ async def _mine(ctx: Ctx) -> tuple[str, Html]:
     return await queue_view.render(ctx, mine=True)
 
 
-# path -> (view, what it depends on: "jobs", "accounting", "user" or "" for nothing private)
-VIEWS: dict[str, tuple[View, str]] = {
-    "/": (cluster_view.render, "jobs"),
-    "/queue": (queue_view.render, "jobs"),
-    "/mine": (_mine, "user"),
-    "/usage": (usage_view.render, "accounting"),
-    "/reservations": (resv_view.render, ""),
+# path -> (view, who shares a rendering: "jobs" / "accounting" (everyone, unless
+# private_data names it), "user", or "" (everyone); whether it shows GPU samples)
+VIEWS: dict[str, tuple[View, str, bool]] = {
+    "/": (cluster_view.render, "jobs", True),
+    "/queue": (queue_view.render, "jobs", False),
+    "/mine": (_mine, "user", False),
+    "/usage": (usage_view.render, "accounting", False),
+    "/reservations": (resv_view.render, "", False),
 }
+
+
+@dataclass(frozen=True)
+class Route:
+    path: str
+    kind: str  # who shares a rendering (VIEWS)
+    samples: bool  # it shows GPU samples: refreshed as heartbeats bring them
+    render: Callable[[Ctx, Session], Awaitable[tuple[str, Html]]]
 
 
 class Site:
@@ -99,6 +109,8 @@ class Site:
 
     def _html(self, page: Html, status: int = 200) -> web.Response:
         resp = web.Response(text=page, status=status, content_type="text/html", charset="utf-8")
+        # never compressed: a page holds a CSRF token beside text others choose (job
+        # names), which compression would let an observer of sizes guess (BREACH)
         self._headers(resp)
         return resp
 
@@ -155,7 +167,8 @@ class Site:
         return origin is None or urlsplit(origin).netloc == request.host
 
     async def _form(self, request: web.Request) -> dict[str, str] | None:
-        if (request.content_length or 0) > MAX_FORM_BYTES:
+        size = request.content_length
+        if size is None or size > MAX_FORM_BYTES:  # a form is small, and says its size
             return None
         data = await request.post()
         return {k: v for k, v in data.items() if isinstance(v, str)}
@@ -259,23 +272,29 @@ class Site:
             return f"u{who.uid}"
         return "all"
 
-    def _generation(self, api: ControllerApi, kind: str) -> Generation:
+    def _generation(self, api: ControllerApi, route: Route) -> Generation:
+        """What a view shows changes only when one of these moves: a job or node change
+        (the state's version), a pass (reasons, forecasts), the clock's half minute
+        (times shown relative to now) and, for views of GPU samples, each heartbeat
+        interval (at 1,000 nodes a heartbeat comes every 10 ms: not each of those)."""
         cluster = api.cluster
-        samples = cluster.state.gpu_samples.generation if kind in ("jobs", "session") else 0
-        return (cluster.version, cluster.passes, samples, int(cluster.clock() // 30))
+        now = cluster.clock()
+        beats = 0
+        if route.samples:
+            beats = int(now // max(cluster.config.heartbeat.interval_s, self.config.web.refresh_s))
+        return (cluster.version, cluster.passes, beats, int(now // 30))
 
-    def _route(
-        self, path: str
-    ) -> tuple[str, str, Callable[[Ctx, Session], Awaitable[tuple[str, Html]]]] | None:
-        """(cache path, viewer kind, render) of a page path; None: not a view."""
+    def _route(self, path: str) -> Route | None:
+        """The view at ``path``; None: not a view."""
         if path in VIEWS:
-            view, kind = VIEWS[path]
-            return path, kind, lambda ctx, s: view(ctx)
+            view, kind, samples = VIEWS[path]
+            return Route(path, kind, samples, lambda ctx, s: view(ctx))
         if path.startswith("/job/") and path[5:].isdigit() and len(path) < 30:
             job_id = int(path[5:])
-            return (
+            return Route(
                 path,
-                "session",
+                "session",  # it carries the session's CSRF token
+                True,
                 lambda ctx, s: job_view.render(ctx, job_id, self.sessions.csrf(s)),
             )
         return None
@@ -289,14 +308,13 @@ class Site:
         api: ControllerApi,
         *,
         live: bool = False,
-    ) -> tuple[str, Html]:
+    ) -> Rendering:
         route = self._route(request_path)
         assert route is not None
-        path, kind, render = route
-        ctx = Ctx(who=who, api=api, now=api.cluster.clock(), query=query, path=path)
-        key = (f"{path}?{sorted(query.items())}", self._viewer(kind, who, s, api))
-        generation = self._generation(api, kind)
-        return await self.renders.get(key, generation, lambda: render(ctx, s), live=live)
+        ctx = Ctx(who=who, api=api, now=api.cluster.clock(), query=query, path=route.path)
+        key = (f"{route.path}?{sorted(query.items())}", self._viewer(route.kind, who, s, api))
+        generation = self._generation(api, route)
+        return await self.renders.get(key, generation, lambda: route.render(ctx, s), live=live)
 
     async def view(self, request: web.Request) -> web.Response:
         found = self._session(request)
@@ -310,12 +328,12 @@ class Site:
             return self._message("Not found", "There is no such page.", 404, who, s)
         query = {k: v for k, v in request.query.items()}
         try:
-            title, body = await self._render(request.path, query, s, who, api)
+            made = await self._render(request.path, query, s, who, api)
         except InvalidJobId:
             return self._message("No such job", "Invalid job id specified", 404, who, s)
         except CorralError as exc:
             return self._message("Error", exc.message, exc.http_status, who, s)
-        return self._html(self._page(title, body, who, s, request.path))
+        return self._html(self._page(made.title, made.html, who, s, request.path))
 
     async def cancel(self, request: web.Request) -> web.Response:
         found = self._session(request)
@@ -381,7 +399,6 @@ class Site:
     ) -> None:
         route = self._route(path)
         assert route is not None
-        kind = route[1]
         last: Generation | None = None
         shown = digest_of_page
         sent_at = pinged = time.monotonic()
@@ -391,14 +408,18 @@ class Site:
             if api is None or not self.sessions.alive(s):
                 await resp.write(sse("logout", "signed out"))
                 return
-            gen = self._generation(api, kind)
+            gen = self._generation(api, route)
             now = time.monotonic()
             if gen != last and now - sent_at >= refresh:
                 try:
-                    _title, html = await self._render(path, query, s, who, api, live=True)
+                    made = await self._render(path, query, s, who, api, live=True)
+                    # a shared rendering may predate ``gen``: then ask again next tick
+                    html, last = made.html, made.generation
                 except CorralError as exc:
-                    html = Html(el("p", exc.message, class_="notice"))
-                last = gen
+                    html, last = Html(el("p", exc.message, class_="notice")), gen
+                except Exception:  # a bug in a view: its stream ends, ctld goes on
+                    log.exception("web view failed", path=path)
+                    return
                 digest = digest_of(html)
                 if digest != shown:
                     await resp.write(sse("view", html))

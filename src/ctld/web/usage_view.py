@@ -36,6 +36,11 @@ def day_bounds(start: float, end: float) -> list[float]:
     return bounds
 
 
+def _hours(h: float) -> str:
+    """sreport's two decimals, or two significant digits for a sliver of an hour."""
+    return f"{h:.2f}" if h >= 0.1 else f"{h:.2g}"
+
+
 def _stamp(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
 
@@ -128,7 +133,7 @@ async def render(ctx: Ctx) -> tuple[str, Html]:
     capacity = reply.capacity.get(tres, 0.0) * (end - start) / 3600
     grand = sum(totals.values())
     rows = [
-        [account, user, f"{hours:.2f}", f"{hours / capacity:.1%}" if capacity else ""]
+        [account, user, _hours(hours), f"{hours / capacity:.2%}" if capacity else ""]
         for (account, user), hours in sorted(totals.items(), key=lambda kv: -kv[1])
     ]
     window = f"{_stamp(start)} to {_stamp(end)}"
@@ -137,7 +142,7 @@ async def render(ctx: Ctx) -> tuple[str, Html]:
         el("h1", "Usage"),
         el(
             "p",
-            f"{unit} per {by}, {window}: {grand:.2f} in all"
+            f"{unit} per {by}, {window}: {_hours(grand)} in all"
             + (f", {grand / capacity:.1%} of the cluster's capacity" if capacity else ""),
             class_="muted",
         ),
