@@ -7,6 +7,7 @@ corral down [--state-dir DIR]                                 stop exactly that 
 corral ctld [ctld options]                                    run the controller
 corral noded [noded options]                                  run a node agent
 corral why JOBID                                              why a job is not running
+corral web-login                                              a one-time URL to the web page
 corral certs [--dir DIR]                                      the cluster CA and certificates
 corral certs --revoke NAME [--dir DIR]                        revoke a daemon's certificate
 corral token --user U [--lifetime 7d]                         a JWT for a user (admins)
@@ -235,6 +236,10 @@ def main_args(argv: list[str]) -> int:
         from client.why import main_args as why
 
         return why(argv[1:])
+    if argv and argv[0] == "web-login":
+        from client.weblogin import main_args as web_login
+
+        return web_login(argv[1:])
     if argv and argv[0] == "report":
         from client.report import main_args as report
 
@@ -279,6 +284,7 @@ def main_args(argv: list[str]) -> int:
     sub.add_parser("noded", help="run a node agent in the foreground (see corral noded -h)")
     sub.add_parser("why", help="why a pending job is not running: corral why JOBID")
     sub.add_parser("report", help="GPU-hours per account per day: corral report [--plot F]")
+    sub.add_parser("web-login", help="a one-time URL that signs you in to the web page")
     sub.add_parser("sim", help="replay a workload trace through the scheduler (corral sim -h)")
     sub.add_parser("db", help="the store's schema: corral db upgrade|current [--url URL]")
     from client.credentials import add_parsers, certs, token

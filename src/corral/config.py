@@ -193,6 +193,17 @@ class IdleGpuConfig:
 
 
 @dataclass(frozen=True)
+class WebConfig:
+    """ctld's web page on its HTTP port (docs/web.md)."""
+
+    enabled: bool = True
+    url: str = ""  # the page's address as browsers reach it; "": http(s)://host:http_port
+    session_s: int = 12 * 3600  # a browser session lasts this long
+    login_ttl_s: int = 120  # a login URL is refused after this (and after its first use)
+    refresh_s: float = 1.0  # an open page gets at most one live update this often
+
+
+@dataclass(frozen=True)
 class GpuConfig:
     backend: str = "none"  # "none", "fake", "nvml", or "auto" (NVML if usable, else none)
     count: int = 0
@@ -325,6 +336,7 @@ class ClusterConfig:
     accounts: tuple[AccountConfig, ...] = ()
     qos: tuple[QosConfig, ...] = (QosConfig("normal"),)
     idle_gpus: IdleGpuConfig = field(default_factory=IdleGpuConfig)
+    web: WebConfig = field(default_factory=WebConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
     mail: MailConfig = field(default_factory=MailConfig)
@@ -653,6 +665,23 @@ def _idle_gpus(sec: _Section) -> IdleGpuConfig:
     return cfg
 
 
+def _web(sec: _Section) -> WebConfig:
+    d = WebConfig()
+    cfg = WebConfig(
+        enabled=sec.get("enabled", bool, d.enabled),
+        url=sec.get("url", str, d.url).rstrip("/"),
+        session_s=sec.duration("session", d.session_s),
+        login_ttl_s=sec.duration("login_ttl", d.login_ttl_s),
+        refresh_s=sec.positive("refresh_s", d.refresh_s, allow_zero=False),
+    )
+    sec.done()
+    if cfg.url and not cfg.url.startswith(("http://", "https://")):
+        raise ConfigError(f"{sec.key('url')}: {cfg.url!r} is not an http:// or https:// URL")
+    if cfg.session_s <= 0 or cfg.login_ttl_s <= 0:
+        raise ConfigError(f"{sec.key('session')}, {sec.key('login_ttl')}: must be > 0")
+    return cfg
+
+
 def _gpus(sec: _Section) -> GpuConfig:
     d = GpuConfig()
     backend = sec.get("backend", str, "fake" if "count" in sec.data else d.backend)
@@ -923,6 +952,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
     if loop:
         raise ConfigError(f"qos: preemption loop: {' -> '.join(loop)}")
     idle_gpus = _idle_gpus(_Section(top.get("idle_gpus", dict, {}), "idle_gpus"))
+    web = _web(_Section(top.get("web", dict, {}), "web"))
     auth = _auth(_Section(top.get("auth", dict, {}), "auth"))
     tls = _tls(_Section(top.get("tls", dict, {}), "tls"))
     mail = parse_mail(_Section(top.get("mail", dict, {}), "mail"))
@@ -947,6 +977,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
         accounts=accounts,
         qos=qos,
         idle_gpus=idle_gpus,
+        web=web,
         auth=auth,
         tls=tls,
         mail=mail,

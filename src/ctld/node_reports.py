@@ -20,6 +20,7 @@ from ctld import jobstate as js
 from ctld.authz import Policy
 from ctld.commit import Change
 from ctld.endings import Endings, clear_requeue, requeue_when_gone
+from ctld.gpu_samples import holders
 from ctld.loopwatch import LoopWatch
 from ctld.nodes import NodeRecord
 from ctld.outbox import Outbox
@@ -153,6 +154,11 @@ class NodeReports:
         if not node.registered or (node.down and not node.admin_down):
             return False  # a node back from DOWN registers again, and is fenced then
         node.last_heartbeat, node.deaf_mark = self.state.clock(), self.watch.tick()
+        if req.gpus:  # each GPU now, and the series of the jobs on them (the web page)
+            st = self.state
+            on_node = (st.jobs[j] for j in node.job_ids if j in st.jobs)
+            st.gpu_samples.record(node.name, req.gpus, holders(node.name, on_node), st.clock())
+            st.gpu_samples.prune(st.jobs.__contains__)
         if node.late:
             node.late = False
             log.info("node responding again", node=node.name)

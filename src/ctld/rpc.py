@@ -83,6 +83,8 @@ class ControllerApi:
         self.auth = auth
         self.step_credentials = steps or StepCredentials()
         self._job_json: dict[tuple[int, tuple[bool, bool, bool]], tuple[int, bytes]] = {}
+        # the web page's one-time logins (ctld/web); None: ctld serves no web page
+        self.web_login: Callable[[Identity], pb.CreateWebLoginResponse] | None = None
         # one handler per RPC of the generated table (a missing one fails here, at start)
         self.methods: dict[str, tuple[type[Message], Handler]] = {
             name: (getattr(pb, req), getattr(self, PYTHON_NAMES[name]))
@@ -249,6 +251,13 @@ class ControllerApi:
             if other is None or not policy.may_see(who, other):
                 blocker.user = ""
         return resp
+
+    async def create_web_login(
+        self, req: pb.CreateWebLoginRequest, who: Identity
+    ) -> pb.CreateWebLoginResponse:
+        if self.web_login is None:
+            raise InvalidRequest("this ctld serves no web page (web.enabled = false)")
+        return self.web_login(who)
 
     async def create_reservation(
         self, req: pb.CreateReservationRequest, who: Identity

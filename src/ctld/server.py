@@ -26,6 +26,7 @@ from corral.limits import GRPC_SERVER_OPTIONS
 from corral.wire.methods import CONTROLLER, NODE_CONTROLLER
 from ctld import jobstate as js
 from ctld import standby
+from ctld import web as web_page
 from ctld.auth import ClusterAuthenticator, StepCredentials
 from ctld.cluster import Cluster
 from ctld.dispatch import GrpcDispatcher
@@ -210,6 +211,8 @@ async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegi
     guard = Guard()  # TCP connections before a request on them authenticated
     app = make_app(switch, guard)
     add_metrics_route(app, registry)
+    page = web_page.mount(app, switch, config, guard)  # the web page (docs/web.md)
+    switch.web_login = page.issue_login if page is not None else None
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_S)
     await runner.setup()
     ssl_context = client_ssl_context(tls_dir) if config.tls.clients else None
@@ -287,6 +290,7 @@ async def run_primary(
     await asyncio.to_thread(cluster.load)
     step_credentials = StepCredentials(step_key(tls_dir))
     api = ControllerApi(cluster, make_authenticator(config), step_credentials)
+    api.web_login = switch.web_login
     if not tls_dir:
         log.warning("no [tls] dir: daemons talk in plaintext and node calls are not authenticated")
     nodes = NodeControllerApi(cluster, verify_nodes=bool(tls_dir), steps=step_credentials)

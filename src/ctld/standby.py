@@ -45,6 +45,8 @@ class Switch:
         self.refusal = refusal
         self.api: ControllerApi | None = None
         self.nodes: NodeControllerApi | None = None
+        # the web page's one-time logins (ctld/web), handed to each primary's API
+        self.web_login: Callable[[Identity], pb.CreateWebLoginResponse] | None = None
         # the request type of each Controller method (the gateway parses with them)
         self.methods: dict[str, tuple[type[Message], None]] = {
             name: (getattr(pb, req), None) for name, (req, *_rest) in SERVICES[CONTROLLER].items()

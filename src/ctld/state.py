@@ -24,6 +24,7 @@ from corral.errors import InvalidJobId, InvalidNodeName
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.accounting import Accounting
+from ctld.gpu_samples import GpuSamples
 from ctld.live import LiveFigures
 from ctld.nodes import NodeRecord
 from ctld.priorities import Priorities
@@ -88,6 +89,7 @@ class State:
         # ctld derives from it is refreshed by install_accounting
         self.qos = QosTable(config)  # the one QOS lookup: install_accounting refreshes it
         self.preemptions = Preemptions()
+        self.gpu_samples = GpuSamples()  # noded's GPU samples: each GPU now, each job's series
         self.accounting = Accounting(config)
         # pending and running jobs by (account, user, qos): what submit-time limits count
         # (kept by the commit step, so a submit does not walk every job)

@@ -225,6 +225,15 @@ class StoreQueries:
                 out.extend(pb.Job.FromString(data) for (data,) in conn.execute(stmt))
         return out
 
+    def job_story(self, job_id: int) -> pb.Job | None:
+        """One stored job with its events (the web page's job page, once the job has
+        left memory)."""
+        with self._reading() as conn:
+            found = self._jobs_with_events(
+                conn, sa.select(jobs.c.data).where(jobs.c.job_id == job_id)
+            )
+        return found[0] if found else None
+
     @staticmethod
     def _jobs_with_events(
         conn: Connection, stmt: sa.Select[Any], *, with_events: bool = True

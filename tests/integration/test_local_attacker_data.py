@@ -86,6 +86,7 @@ def _requests(held: int, running: int, bob: str) -> dict[str, list[dict[str, Any
         "ReportUsage": [{"bounds": [now - 3600, now + 60]}],
         "Sacctmgr": [{"action": "list", "entity": e} for e in ("user", "assoc", "qos")],
         "ExplainJob": [{"jobId": i} for i in ids],
+        "CreateWebLogin": [{}],  # a login URL for bob himself: nothing of alice's
         "CreateReservation": [{"reservation": {"name": "r", "nodes": "node01"}}],
         "UpdateReservation": [{"name": "r"}],
         "DeleteReservation": [{"name": "r"}],

@@ -71,6 +71,10 @@ class ControllerCalls:
         reply: t.ExplainJobResponse = self.call("ExplainJob", request)
         return reply
 
+    def create_web_login(self, request: t.CreateWebLoginRequest) -> t.CreateWebLoginResponse:
+        reply: t.CreateWebLoginResponse = self.call("CreateWebLogin", request)
+        return reply
+
     def create_reservation(self, request: t.CreateReservationRequest) -> t.CreateReservationResponse:
         reply: t.CreateReservationResponse = self.call("CreateReservation", request)
         return reply

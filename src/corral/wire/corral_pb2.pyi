@@ -2748,6 +2748,54 @@ class GetSharesResponse(_message.Message):
 Global___GetSharesResponse: _TypeAlias = GetSharesResponse  # noqa: Y015
 
 @_typing.final
+class CreateWebLoginRequest(_message.Message):
+    """corral web-login: a one-time login URL for the caller's browser (ctld's web page,
+    docs/web.md). The token is single-use and short-lived; the browser trades it for a
+    signed session cookie of the same user.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateWebLoginRequest: _TypeAlias = CreateWebLoginRequest  # noqa: Y015
+
+@_typing.final
+class CreateWebLoginResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    EXPIRES_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    """open this in a browser (it carries the token)"""
+    user: _builtins.str
+    """who the session will be"""
+    expires: _builtins.float
+    """the token is refused after this (epoch seconds)"""
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+        user: _builtins.str = ...,
+        expires: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires", b"expires", "url", b"url", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateWebLoginResponse: _TypeAlias = CreateWebLoginResponse  # noqa: Y015
+
+@_typing.final
 class ReportUsageRequest(_message.Message):
     """sreport and `corral report`: the TRES-seconds each (account, user) used, from the
     stored job records (each run of a requeued job counts its own time; a running job

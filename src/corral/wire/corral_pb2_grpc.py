@@ -95,6 +95,11 @@ class ControllerStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.ExplainJobRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.ExplainJobResponse.FromString,
                 _registered_method=True)
+        self.CreateWebLogin = channel.unary_unary(
+                '/corral.v1.Controller/CreateWebLogin',
+                request_serializer=corral_dot_v1_dot_corral__pb2.CreateWebLoginRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.CreateWebLoginResponse.FromString,
+                _registered_method=True)
         self.CreateReservation = channel.unary_unary(
                 '/corral.v1.Controller/CreateReservation',
                 request_serializer=corral_dot_v1_dot_corral__pb2.CreateReservationRequest.SerializeToString,
@@ -222,6 +227,12 @@ class ControllerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ExplainJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateWebLogin(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -355,6 +366,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ExplainJob,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.ExplainJobRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.ExplainJobResponse.SerializeToString,
+            ),
+            'CreateWebLogin': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateWebLogin,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.CreateWebLoginRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.CreateWebLoginResponse.SerializeToString,
             ),
             'CreateReservation': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateReservation,
@@ -736,6 +752,33 @@ class Controller:
             '/corral.v1.Controller/ExplainJob',
             corral_dot_v1_dot_corral__pb2.ExplainJobRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.ExplainJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateWebLogin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/CreateWebLogin',
+            corral_dot_v1_dot_corral__pb2.CreateWebLoginRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.CreateWebLoginResponse.FromString,
             options,
             channel_credentials,
             insecure,

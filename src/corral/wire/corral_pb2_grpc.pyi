@@ -56,6 +56,7 @@ class ControllerStub:
     ReportUsage: _grpc.UnaryUnaryMultiCallable[_corral_pb2.ReportUsageRequest, _corral_pb2.ReportUsageResponse]
     Sacctmgr: _grpc.UnaryUnaryMultiCallable[_corral_pb2.SacctmgrRequest, _corral_pb2.SacctmgrResponse]
     ExplainJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.ExplainJobRequest, _corral_pb2.ExplainJobResponse]
+    CreateWebLogin: _grpc.UnaryUnaryMultiCallable[_corral_pb2.CreateWebLoginRequest, _corral_pb2.CreateWebLoginResponse]
     CreateReservation: _grpc.UnaryUnaryMultiCallable[_corral_pb2.CreateReservationRequest, _corral_pb2.CreateReservationResponse]
     UpdateReservation: _grpc.UnaryUnaryMultiCallable[_corral_pb2.UpdateReservationRequest, _corral_pb2.UpdateReservationResponse]
     DeleteReservation: _grpc.UnaryUnaryMultiCallable[_corral_pb2.DeleteReservationRequest, _corral_pb2.DeleteReservationResponse]
@@ -83,6 +84,7 @@ class ControllerAsyncStub(ControllerStub):
     ReportUsage: _aio.UnaryUnaryMultiCallable[_corral_pb2.ReportUsageRequest, _corral_pb2.ReportUsageResponse]  # type: ignore[assignment]
     Sacctmgr: _aio.UnaryUnaryMultiCallable[_corral_pb2.SacctmgrRequest, _corral_pb2.SacctmgrResponse]  # type: ignore[assignment]
     ExplainJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.ExplainJobRequest, _corral_pb2.ExplainJobResponse]  # type: ignore[assignment]
+    CreateWebLogin: _aio.UnaryUnaryMultiCallable[_corral_pb2.CreateWebLoginRequest, _corral_pb2.CreateWebLoginResponse]  # type: ignore[assignment]
     CreateReservation: _aio.UnaryUnaryMultiCallable[_corral_pb2.CreateReservationRequest, _corral_pb2.CreateReservationResponse]  # type: ignore[assignment]
     UpdateReservation: _aio.UnaryUnaryMultiCallable[_corral_pb2.UpdateReservationRequest, _corral_pb2.UpdateReservationResponse]  # type: ignore[assignment]
     DeleteReservation: _aio.UnaryUnaryMultiCallable[_corral_pb2.DeleteReservationRequest, _corral_pb2.DeleteReservationResponse]  # type: ignore[assignment]
@@ -179,6 +181,13 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _corral_pb2.ExplainJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_corral_pb2.ExplainJobResponse, _abc.Awaitable[_corral_pb2.ExplainJobResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateWebLogin(
+        self,
+        request: _corral_pb2.CreateWebLoginRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.CreateWebLoginResponse, _abc.Awaitable[_corral_pb2.CreateWebLoginResponse]]: ...
 
     @_abc_1.abstractmethod
     def CreateReservation(

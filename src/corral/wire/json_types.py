@@ -595,6 +595,16 @@ class GetSharesResponse(TypedDict, total=False):
     rows: list[ShareRow]
 
 
+class CreateWebLoginRequest(TypedDict, total=False):
+    pass
+
+
+class CreateWebLoginResponse(TypedDict, total=False):
+    url: str
+    user: str
+    expires: float
+
+
 class ReportUsageRequest(TypedDict, total=False):
     bounds: list[float]
     accounts: list[str]
