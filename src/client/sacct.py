@@ -27,7 +27,7 @@ from client.fmt import (
 )
 from client.options import COUNT, FLAG, LIST, Option, OptionParser
 from corral import __version__
-from corral.errors import CorralError, InvalidOption
+from corral.errors import InvalidOption
 from corral.slurmfmt import format_elapsed, format_timestamp, parse_timestamp
 
 TYPE_CHECKING = False
@@ -510,17 +510,14 @@ def with_array_tasks(api: Any, request: Json, reply: Json, wanted: str) -> Json:
     """``-j 11`` of an array lists every task, ``-j 11_2`` that task only (Slurm's).
 
     Tasks have consecutive raw ids from the array's id, as many as ``--array`` names,
-    so one more query over that range finds them all."""
-    from corral.jobsyntax import parse_array
-
+    so one more query over that range finds them all (the count ctld typed at submit)."""
     arrays: dict[int, int] = {}  # array id -> task count
     for job in reply.get("jobs", []):
         master = num(job, "arrayJobId")
         if master and master == num(job, "jobId"):
-            try:
-                arrays[master] = len(parse_array(text(spec_of(job), "array")).task_ids)
-            except CorralError:
-                continue
+            typed = spec_of(job).get("arrayTasks")
+            if isinstance(typed, dict) and num(typed, "count"):
+                arrays[master] = num(typed, "count")
     if not arrays:
         return reply
     ids = sorted({str(m + i) for m, n in arrays.items() for i in range(n)})

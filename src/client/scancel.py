@@ -43,17 +43,14 @@ PARSER = OptionParser(PROG, OPTIONS, usage="scancel [OPTIONS] [job_id[_array_id]
 
 
 def parse_signal(value: str) -> int:
-    """``TERM``, ``SIGUSR1``, ``10`` -> signal number."""
-    v = value.strip().upper()
-    if v.isdigit():
-        n = int(v)
-        if 0 < n < signals.NSIG:
-            return n
-    else:
-        sig = signals.number(v if v.startswith("SIG") else "SIG" + v)
-        if sig is not None:
-            return sig
-    raise InvalidOption(f"Unknown job signal: {value}")
+    """``TERM``, ``SIGUSR1``, ``10`` -> signal number (the one reader of signal names,
+    ``corral.jobsyntax.signal_number``), refused in Slurm's words."""
+    from corral.jobsyntax import signal_number  # only scancel -s pays for it
+
+    try:
+        return signal_number(value)
+    except InvalidOption:
+        raise InvalidOption(f"Unknown job signal: {value}") from None
 
 
 def cancel(argv: list[str]) -> int:
