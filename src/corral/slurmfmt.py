@@ -1,4 +1,4 @@
-"""Slurm's time, duration and size formats, parsed and printed exactly as Slurm does.
+"""Slurm's time, duration, size and count formats, parsed and printed exactly as Slurm does.
 
 Durations are whole seconds; -1 means UNLIMITED. Timestamps are UTC epoch seconds
 inside corral and local time (``YYYY-MM-DDTHH:MM:SS``) when printed, as Slurm prints.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time as _time
 
-from corral.errors import InvalidOption
+from corral.errors import InvalidOption, InvalidRequest
 
 UNLIMITED = -1
 _UNLIMITED_WORDS = {"-1", "infinite", "unlimited"}
@@ -214,3 +214,62 @@ def compress_counts(counts: list[int]) -> str:
         out.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
         i = j + 1
     return ",".join(out)
+
+
+# ---------------------------------------------------------------- a job's resource counts
+
+_GPU_TYPE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def parse_gres(value: str) -> tuple[str, int, int]:
+    """``gpu``, ``gpu:4``, ``gpu:h100:4``, ``shard:K`` -> (type, GPUs, shards). Only gpu
+    and shard GRES exist here. An unknown GRES is a refused request (exit 1, Slurm's
+    controller says it), not a malformed option (255)."""
+    items = [v for v in value.split(",") if v]
+    gpu: tuple[str, int] | None = None
+    shards = 0
+    for item in items:
+        parts = item.split(":")
+        if parts[0] == "shard" and len(parts) <= 2:
+            shards = _gres_int(parts[1], item) if len(parts) == 2 else 1
+            if not shards:
+                raise InvalidRequest(f"Invalid generic resource (gres) specification: {item}")
+            continue
+        if parts[0] != "gpu" or len(parts) > 3:
+            raise InvalidRequest(f"Invalid generic resource (gres) specification: {item}")
+        if len(parts) == 1:
+            gpu = ("", 1)
+        elif len(parts) == 2:
+            gpu = ("", _gres_int(parts[1], item)) if parts[1].isdecimal() else (parts[1], 1)
+        else:
+            gpu = (parts[1], _gres_int(parts[2], item))
+    if gpu is None and not shards:
+        raise InvalidRequest(f"Invalid generic resource (gres) specification: {value}")
+    gpu_type, count = gpu or ("", 0)
+    return gpu_type, count, shards
+
+
+def _gres_int(text: str, whole: str) -> int:
+    if not text.isdecimal():
+        raise InvalidRequest(f"Invalid generic resource (gres) specification: {whole}")
+    return int(text)
+
+
+def parse_gpus(value: str, what: str) -> tuple[str, int]:
+    """``[type:]N``: the type ("" when none) and the count."""
+    kind, colon, count = value.strip().rpartition(":")
+    if not count.isdecimal() or (colon and not (kind and set(kind) <= _GPU_TYPE_CHARS)):
+        raise InvalidOption(f"Invalid {what} specification: {value}")
+    return kind, int(count)
+
+
+def parse_nodes(value: str) -> tuple[int, int]:
+    """-N ``N`` or ``N-M`` -> (min, max; 0: none)."""
+    first, dash, last = value.strip().partition("-")  # N or N-M
+    if not first.isdecimal() or (dash and not last.isdecimal()) or int(first) < 1:
+        raise InvalidOption(f"Invalid node count specification: {value}")
+    lo = int(first)
+    hi = int(last) if dash else 0
+    if hi and hi < lo:
+        raise InvalidOption(f"Invalid node count specification: {value}")
+    return lo, hi

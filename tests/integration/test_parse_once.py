@@ -1,18 +1,21 @@
 """A job's --signal, --array and --dependency are parsed once, at submit, and travel
 typed (JobSpec's warn_signal, array_tasks, dependencies): through the real daemons, to
-the store and back, and from a row written before the typed fields existed."""
+the store and back, and from a row written before the typed fields existed. And a flag
+added end to end from one table entry (sbatch --propagate: the entry, the proto field,
+noded's spawn): docs/architecture.md, "What a new sbatch flag touches"."""
 
 from __future__ import annotations
 
 import pathlib
 import sqlite3
+import subprocess
 from typing import Any
 
 import pytest
 
 from corral.testing.cluster import ClusterFactory
 from corral.wire import corral_pb2 as pb
-from tests.conftest import Commands, wait_for
+from tests.conftest import BIN, Commands, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -120,3 +123,42 @@ def test_a_row_stored_before_the_typed_fields_loads_typed_and_still_waits(
     cluster.client().update_job({"jobIds": [first], "action": "JOB_UPDATE_RELEASE"})
     one.wait_state(after, "COMPLETED", timeout=60)
     assert (one.cwd / "after.out").read_text() == "ran\n"
+
+
+PROPAGATED = """#!/bin/sh
+ulimit -S -n
+srun sh -c 'ulimit -S -n'
+"""
+
+
+def test_propagate_gives_the_job_and_its_steps_the_submitters_soft_limits(
+    one: Commands,
+) -> None:
+    (one.cwd / "limits.sh").write_text(PROPAGATED)
+
+    def submit(*flags: str) -> str:
+        # sbatch run with a soft NOFILE of 321: what a user's `ulimit -S -n 321` makes
+        line = f"ulimit -S -n 321 && exec {BIN}/sbatch --parsable {' '.join(flags)} limits.sh"
+        proc = subprocess.run(
+            ["/bin/sh", "-c", line],
+            cwd=one.cwd,
+            env=one.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return proc.stdout.strip()
+
+    given = submit("--propagate=NOFILE", "-o", "given.out")
+    whole = submit("--propagate", "-o", "all.out")
+    none = submit("-o", "none.out")
+    for job_id in (given, whole, none):
+        one.wait_state(job_id, "COMPLETED", timeout=60)
+    assert (one.cwd / "given.out").read_text() == "321\n321\n"
+    assert (one.cwd / "all.out").read_text() == "321\n321\n"
+    assert "321" not in (one.cwd / "none.out").read_text()
+    assert spec(one, given)["rlimits"] == {"NOFILE": "321"}
+    bad = one("sbatch", "--propagate=NOFILES", "--wrap", "true", check=False)
+    assert bad.returncode == 255
+    assert "Invalid --propagate specification: NOFILES" in bad.stderr

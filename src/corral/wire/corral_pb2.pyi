@@ -190,6 +190,26 @@ class JobSpec(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class RlimitsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAME_FIELD_NUMBER: _builtins.int
     SCRIPT_FIELD_NUMBER: _builtins.int
     ENVIRONMENT_FIELD_NUMBER: _builtins.int
@@ -244,6 +264,7 @@ class JobSpec(_message.Message):
     WARN_SIGNAL_FIELD_NUMBER: _builtins.int
     ARRAY_TASKS_FIELD_NUMBER: _builtins.int
     DEPENDENCIES_FIELD_NUMBER: _builtins.int
+    RLIMITS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     script: _builtins.str
     """full batch script text, starts with #!"""
@@ -362,6 +383,12 @@ class JobSpec(_message.Message):
     def dependencies(self) -> Global___Dependencies:
         """--dependency; unset: none"""
 
+    @_builtins.property
+    def rlimits(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """-- how the job's processes start (field numbers 800+) --
+        --propagate: the submitter's soft limits by Slurm's names (NOFILE, STACK, ...); -1: unlimited
+        """
+
     def __init__(
         self,
         *,
@@ -419,10 +446,11 @@ class JobSpec(_message.Message):
         warn_signal: Global___WarnSignal | None = ...,
         array_tasks: Global___ArrayTasks | None = ...,
         dependencies: Global___Dependencies | None = ...,
+        rlimits: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["array_tasks", b"array_tasks", "dependencies", b"dependencies", "warn_signal", b"warn_signal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "array_tasks", b"array_tasks", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependencies", b"dependencies", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "no_requeue", b"no_requeue", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "progress_timeout_s", b"progress_timeout_s", "qos", b"qos", "requeue", b"requeue", "requeue_expedite", b"requeue_expedite", "reservation", b"reservation", "script", b"script", "shards_per_node", b"shards_per_node", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "warn_signal", b"warn_signal", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "array_tasks", b"array_tasks", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependencies", b"dependencies", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "no_requeue", b"no_requeue", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "progress_timeout_s", b"progress_timeout_s", "qos", b"qos", "requeue", b"requeue", "requeue_expedite", b"requeue_expedite", "reservation", b"reservation", "rlimits", b"rlimits", "script", b"script", "shards_per_node", b"shards_per_node", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "warn_signal", b"warn_signal", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

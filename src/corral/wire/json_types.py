@@ -78,6 +78,7 @@ class JobSpec(TypedDict, total=False):
     warnSignal: WarnSignal
     arrayTasks: ArrayTasks
     dependencies: Dependencies
+    rlimits: dict[str, int | str]
 
 
 class WarnSignal(TypedDict, total=False):
