@@ -6,7 +6,7 @@ import sys
 
 from client.common import client, outcome_error, parse_job_state, run
 from client.fmt import job_filter
-from client.options import COUNT, FLAG, Option, OptionParser
+from client.options import COUNT, FLAG, Option, OptionParser, answered
 from corral import signals
 from corral.errors import (
     CorralError,
@@ -55,13 +55,7 @@ def parse_signal(value: str) -> int:
 
 def cancel(argv: list[str]) -> int:
     opts, job_ids = PARSER.parse(argv, permute=True)
-    if opts.get("help") or opts.get("usage"):
-        sys.stdout.write(PARSER.help_text())
-        return 0
-    if opts.get("version"):
-        from corral import __version__
-
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
+    if answered(PARSER, opts):
         return 0
     args = _Args(job_ids, opts)
     sig = parse_signal(args.signal) if args.signal else 0  # a bad one before any RPC

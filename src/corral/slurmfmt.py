@@ -55,16 +55,34 @@ def parse_duration(text: str, *, what: str = "time limit") -> int:
     return total
 
 
-def format_duration(seconds: float | int) -> str:
-    """squeue's TIME/TIME_LIMIT format: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``."""
+# Slurm's ways of printing a duration (format_duration's ``style``)
+SQUEUE = "squeue"  # squeue's TIME/TIME_LIMIT, sinfo's: M:SS, H:MM:SS, D-HH:MM:SS
+SACCT = "sacct"  # sacct's Elapsed/Timelimit, scontrol's: HH:MM:SS, D-HH:MM:SS
+CPU = "cpu"  # sacct's TotalCPU/UserCPU: MM:SS.mmm under an hour, else as SACCT
+HOURS = "hours"  # an sbatch -t value (corral why): H:MM:SS, hours past a day
+
+
+def format_duration(seconds: float | int, style: str = SQUEUE) -> str:
+    """A duration as Slurm prints it in ``style``: whole seconds (CPU: to the millisecond,
+    rounded); below 0: UNLIMITED. The one duration formatter of the code base."""
     if seconds < 0:
         return "UNLIMITED"
-    total = int(seconds)
-    days, rem = divmod(total, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes, secs = divmod(rem, 60)
+    ms = 0
+    if style == CPU:
+        total, ms = divmod(round(seconds * 1000), 1000)
+    else:
+        total = int(seconds)
+    minutes, secs = divmod(total, 60)
+    hours, minutes = divmod(minutes, 60)
+    if style == HOURS:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    days, hours = divmod(hours, 24)
     if days:
         return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if style == SACCT or (style == CPU and hours):
+        return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    if style == CPU:
+        return f"{minutes:02d}:{secs:02d}.{ms:03d}"
     if hours:
         return f"{hours}:{minutes:02d}:{secs:02d}"
     return f"{minutes}:{secs:02d}"
@@ -72,15 +90,7 @@ def format_duration(seconds: float | int) -> str:
 
 def format_elapsed(seconds: float | int) -> str:
     """sacct's Elapsed/Timelimit format: ``HH:MM:SS`` or ``D-HH:MM:SS``."""
-    if seconds < 0:
-        return "UNLIMITED"
-    total = int(seconds)
-    days, rem = divmod(total, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes, secs = divmod(rem, 60)
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return format_duration(seconds, SACCT)
 
 
 def format_timestamp(epoch: float, *, unknown: str = "Unknown") -> str:
