@@ -61,7 +61,15 @@ class JobOption(Option):
         const: str = "",
         convert: Callable[[str], Any] | None = None,
     ) -> None:
-        super().__init__(short, long, dest, kind, help=help, const=const, convert=convert)
+        # Option's fields set here, not by super().__init__: sbatch builds ~50 of these
+        # at every start, and the second call with keywords doubled the table's cost
+        self.short = short
+        self.long = long
+        self.dest = dest
+        self.kind = kind
+        self.help = help
+        self.const = const
+        self.convert = convert
         self.metavar = metavar
         self.doc = doc or help
         self.env = env
