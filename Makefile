@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
 STATE  ?= $(CURDIR)/.state/demo
 
-.PHONY: venv proto proto-check lint typecheck test test-fast demo down bench clean
+.PHONY: venv proto proto-check docs lint typecheck test test-fast demo down bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,9 @@ proto: venv  ## regenerate src/corral/wire from proto/
 
 proto-check: venv
 	$(PY) scripts/genproto.py --check
+
+docs: venv  ## rewrite docs/cli.md's sbatch option table from src/client/jobopts.py
+	$(PY) scripts/gendocs.py
 
 lint: venv
 	$(BIN)/ruff check src tests bench scripts

@@ -1,7 +1,10 @@
-"""Job options shared by sbatch (and later srun/salloc): flags, #SBATCH lines, SBATCH_* vars.
+"""Job options shared by sbatch, srun and salloc: one table from flag to JobSpec field.
 
-Precedence is Slurm's: command-line flags, then input environment variables, then
-``#SBATCH`` directives in the script. The result is a proto3-JSON JobSpec dict.
+Each option is one ``JobOption`` entry in ``JOB_OPTIONS``: its parsing, its --help
+line, its SBATCH_* input variable, the JobSpec fields it sets and its row in
+docs/cli.md (written from this table by ``make docs``). Precedence is Slurm's:
+command-line flags, then input environment variables, then ``#SBATCH`` directives in
+the script. The result is a proto3-JSON JobSpec dict.
 """
 
 from __future__ import annotations
@@ -10,39 +13,68 @@ import _socket
 import os
 import time
 
-from client.options import COUNT, FLAG, OPTIONAL, Option, OptionParser
-from corral.errors import InvalidOption, InvalidRequest
-from corral.slurmfmt import UNLIMITED, parse_duration, parse_size_mb, parse_timestamp
+from client.options import COUNT, FLAG, OPTIONAL, VALUE, Option, OptionParser
+from corral.errors import InvalidOption
+from corral.slurmfmt import (
+    UNLIMITED,
+    parse_duration,
+    parse_gpus,
+    parse_gres,
+    parse_nodes,
+    parse_size_mb,
+    parse_timestamp,
+)
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from corral.wire import json_types as t
 
-#: Input environment variables sbatch reads, as Slurm documents them.
-SBATCH_ENV = {
-    "SBATCH_ACCOUNT": "account",
-    "SBATCH_ARRAY_INX": "array",
-    "SBATCH_EXCLUSIVE": "exclusive",
-    "SBATCH_EXPORT": "export",
-    "SBATCH_GPUS": "gpus",
-    "SBATCH_GPUS_PER_NODE": "gpus_per_node",
-    "SBATCH_GPUS_PER_TASK": "gpus_per_task",
-    "SBATCH_GRES": "gres",
-    "SBATCH_JOB_NAME": "job_name",
-    "SBATCH_MEM_PER_CPU": "mem_per_cpu",
-    "SBATCH_MEM_PER_NODE": "mem",
-    "SBATCH_NO_REQUEUE": "no_requeue",
-    "SBATCH_OPEN_MODE": "open_mode",
-    "SBATCH_PARTITION": "partition",
-    "SBATCH_QOS": "qos",
-    "SBATCH_RESERVATION": "reservation",
-    "SBATCH_REQUEUE": "requeue",
-    "SBATCH_SIGNAL": "signal",
-    "SBATCH_TIMELIMIT": "time",
-    "SBATCH_WCKEY": "wckey",
-}
+__all__ = ["parse_gpus", "parse_gres", "parse_nodes"]  # sbatch's own syntax, in slurmfmt
+
+
+class JobOption(Option):
+    """One option from end to end. Beside ``Option``'s parsing and ``help``: its row in
+    docs/cli.md (``metavar``, and ``doc``, else ``help``), its SBATCH_* input variable
+    (``env``), the JobSpec fields it sets (``fields``, proto3 JSON names) and how
+    (``put``: from the parsed value, the field's value or a tuple with one per field,
+    None leaving one unset; without ``put``, the value itself). Options that set no
+    field are sbatch's own (--parsable, --wait, ...)."""
+
+    __slots__ = ("doc", "env", "fields", "metavar", "put")
+
+    def __init__(
+        self,
+        short: str,
+        long: str,
+        dest: str,
+        kind: str = VALUE,
+        *,
+        help: str,
+        metavar: str = "",
+        doc: str = "",
+        env: str = "",
+        fields: tuple[str, ...] = (),
+        put: Callable[[Any], Any] | None = None,
+        const: str = "",
+        convert: Callable[[str], Any] | None = None,
+    ) -> None:
+        # Option's fields set here, not by super().__init__: sbatch builds ~50 of these
+        # at every start, and the second call with keywords doubled the table's cost
+        self.short = short
+        self.long = long
+        self.dest = dest
+        self.kind = kind
+        self.help = help
+        self.const = const
+        self.convert = convert
+        self.metavar = metavar
+        self.doc = doc or help
+        self.env = env
+        self.fields = fields
+        self.put = put
 
 
 def _count(value: str) -> int:
@@ -51,78 +83,232 @@ def _count(value: str) -> int:
     return int(value)
 
 
+def _seconds(value: str) -> int:
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = -1
+    if seconds <= 0:
+        raise InvalidOption(f"Invalid --progress-timeout: {value} (whole seconds > 0)")
+    return seconds
+
+
+def _nice(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidOption(f"Invalid nice value: {value}") from None
+
+
+# --dependency and --array: the value as given, once corral.jobsyntax's parser took it
+# (early, clear errors; ctld parses it for the job); only jobs that use one import it
+def _dependency(value: str) -> str:
+    from corral.jobsyntax import parse_dependency
+
+    parse_dependency(value)
+    return value
+
+
+def _array(value: str) -> str:
+    from corral.jobsyntax import parse_array
+
+    parse_array(value)
+    return value
+
+
+def _gres(value: str) -> tuple[str | None, int | None, int | None]:
+    gpu_type, gpus, shards = parse_gres(value)
+    return (gpu_type if gpus else None), (gpus or None), (shards or None)
+
+
+RLIMITS = ("AS", "CORE", "CPU", "DATA", "FSIZE", "MEMLOCK", "NOFILE", "NPROC", "RSS", "STACK")
+
+
+def _propagate(value: str) -> dict[str, int] | None:
+    """--propagate[=ALL|NONE|NAME,...]: this process's soft limits, by Slurm's names."""
+    names = [n.strip().upper() for n in value.split(",") if n.strip()]
+    if names in (["ALL"], []):
+        names = list(RLIMITS)
+    for name in names:
+        if name not in RLIMITS and name != "NONE":
+            raise InvalidOption(f"Invalid --propagate specification: {name}")
+    import resource  # only jobs that propagate pay for it
+
+    out = {n: resource.getrlimit(getattr(resource, "RLIMIT_" + n))[0] for n in names if n != "NONE"}
+    return out or None
+
+
+_SIZE = "MiB, or a number with `K`, `M`, `G`, `T`"
+# fmt: off
 JOB_OPTIONS = (
-    Option("J", "job-name", "job_name", help="name of the job"),
-    Option("o", "output", "output", help="stdout file pattern (%j %x %u %N %A %a)"),
-    Option("e", "error", "error", help="stderr file pattern"),
-    Option("i", "input", "input", help="stdin file pattern"),
-    Option("N", "nodes", "nodes", help="number of nodes, N or MIN-MAX"),
-    Option("n", "ntasks", "ntasks", convert=_count, help="number of tasks"),
-    Option("", "ntasks-per-node", "ntasks_per_node", convert=_count, help="tasks per node"),
-    Option("c", "cpus-per-task", "cpus_per_task", convert=_count, help="CPUs per task"),
-    Option("", "mem", "mem", help="memory per node (MB, or with K/M/G/T)"),
-    Option("", "mem-per-cpu", "mem_per_cpu", help="memory per allocated CPU"),
-    Option("", "gres", "gres", help="generic resources: gpu[:type]:N"),
-    Option("G", "gpus", "gpus", help="GPUs for the whole job: [type:]N"),
-    Option("", "gpus-per-node", "gpus_per_node", help="GPUs per node: [type:]N"),
-    Option("", "gpus-per-task", "gpus_per_task", help="GPUs per task: [type:]N"),
-    Option("t", "time", "time", help="time limit (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)"),
-    Option("p", "partition", "partition", help="partition(s), comma separated"),
-    Option("A", "account", "account", help="account to charge"),
-    Option("D", "chdir", "chdir", help="working directory of the job"),
-    Option("", "export", "export", help="ALL, NONE, or [ALL,]VAR[=value],..."),
-    Option("", "wrap", "wrap", help="wrap a command line in a /bin/sh script"),
-    Option("", "parsable", "parsable", FLAG, help="print only the job id"),
-    Option(
-        "", "test-only", "test_only", FLAG, help="say when and where it would start; submit nothing"
-    ),
-    Option("H", "hold", "hold", FLAG, help="submit held"),
-    Option("d", "dependency", "dependency", help="after, afterok, afternotok, afterany, ..."),
-    Option("a", "array", "array", help="job array indices: 0-15, 1,3,5, 0-15:4, %N"),
-    Option("b", "begin", "begin", help="start no earlier than this time"),
-    Option("", "nice", "nice", OPTIONAL, const="100", help="lower the job's priority"),
-    Option(
-        "", "exclusive", "exclusive", OPTIONAL, const="exclusive", help="whole nodes, not shared"
-    ),
-    Option("w", "nodelist", "nodelist", help="nodes the job must have"),
-    Option("x", "exclude", "exclude", help="nodes the job must not have"),
-    Option("", "comment", "comment", help="free text stored with the job"),
-    Option(
-        "",
-        "requeue",
-        "requeue",
-        OPTIONAL,
-        const="yes",
-        help="may be requeued (=expedite: at the top of the queue)",
-    ),
-    Option("", "no-requeue", "no_requeue", FLAG, help="never requeue"),
-    Option("", "signal", "signal", help="[{R|B}:]SIG[@secs] before the time limit"),
-    Option(
-        "",
-        "progress-timeout",
-        "progress_timeout",
-        help="seconds without a touch of $CORRAL_PROGRESS_FILE (GPUs idle): stalled, requeued",
-    ),
-    Option("", "open-mode", "open_mode", help="append or truncate the output files"),
-    Option("q", "qos", "qos", help="quality of service"),
-    Option("", "reservation", "reservation", help="run inside this advance reservation"),
-    Option("C", "constraint", "constraint", help="ignored with a warning: nodes have no features"),
-    Option("", "wckey", "wckey", help="workload characterization key"),
-    Option(
-        "",
-        "mail-type",
-        "mail_type",
-        help="mail on BEGIN, END, FAIL, REQUEUE, ALL, TIME_LIMIT[_50|_80|_90], "
-        "INVALID_DEPEND, ARRAY_TASKS (the cluster's [mail] must be on)",
-    ),
-    Option("", "mail-user", "mail_user", help="who gets the mail (default: you)"),
-    Option("k", "no-kill", "no_kill", FLAG, help="do not kill the job when a node fails"),
-    Option("Q", "quiet", "quiet", FLAG, help="print nothing on success"),
-    Option("v", "verbose", "verbose", COUNT, help="more messages"),
-    Option("W", "wait", "wait", FLAG, help="wait for the job to end"),
-    Option("h", "help", "help", FLAG, help="show this help"),
-    Option("V", "version", "version", FLAG, help="show the version"),
+    JobOption("J", "job-name", "job_name", help="name of the job", metavar="NAME",
+              env="SBATCH_JOB_NAME", fields=("name",),
+              doc="job name. Default: the script's file name, `wrap` for `--wrap`, `sbatch` "
+              "for stdin"),
+    JobOption("o", "output", "output", help="stdout file pattern (%j %x %u %N %A %a)",
+              metavar="PATTERN", fields=("stdoutPattern",),
+              doc="stdout file. Default `slurm-%j.out` ([patterns](quickstart.md#output-files))"),
+    JobOption("e", "error", "error", help="stderr file pattern", metavar="PATTERN",
+              fields=("stderrPattern",), doc="stderr file. Default: with stdout"),
+    JobOption("i", "input", "input", help="stdin file pattern", metavar="PATTERN",
+              fields=("stdinPath",), doc="stdin file. Default `/dev/null`"),
+    JobOption("N", "nodes", "nodes", help="number of nodes, N or MIN-MAX", metavar="N[-M]",
+              fields=("nodesMin", "nodesMax"), put=parse_nodes,
+              doc="node count. With a range, the minimum is used"),
+    JobOption("n", "ntasks", "ntasks", convert=_count, help="number of tasks", metavar="N",
+              fields=("ntasks",), doc="tasks"),
+    JobOption("", "ntasks-per-node", "ntasks_per_node", convert=_count, help="tasks per node",
+              metavar="N", fields=("ntasksPerNode",)),
+    JobOption("c", "cpus-per-task", "cpus_per_task", convert=_count, help="CPUs per task",
+              metavar="N", fields=("cpusPerTask",)),
+    JobOption("", "progress-timeout", "progress_timeout",
+              help="seconds without a touch of $CORRAL_PROGRESS_FILE (GPUs idle): stalled, "
+              "requeued", metavar="SECONDS", fields=("progressTimeoutS",), put=_seconds,
+              doc="corral's own: stalled and requeued after this long without progress "
+              "(below)"),
+    JobOption("", "mem", "mem", help="memory per node (MB, or with K/M/G/T)", metavar="SIZE",
+              env="SBATCH_MEM_PER_NODE", fields=("memPerNodeMb",),
+              put=lambda v: parse_size_mb(v, what="--mem"), doc=f"memory per node: {_SIZE}"),
+    JobOption("", "mem-per-cpu", "mem_per_cpu", help="memory per allocated CPU",
+              metavar="SIZE", env="SBATCH_MEM_PER_CPU", fields=("memPerCpuMb",),
+              put=lambda v: parse_size_mb(v, what="--mem-per-cpu")),
+    JobOption("", "gres", "gres", help="generic resources: gpu[:type]:N", metavar="GRES",
+              env="SBATCH_GRES", fields=("gpuType", "gpusPerNode", "shardsPerNode"), put=_gres,
+              doc="`gpu[:TYPE][:N]`: GPUs per node; `shard[:K]`: GPU sharing (Slurm's "
+              "gres/shard), K shards of one GPU on each node, on nodes configured with "
+              "`shards_per_gpu` (docs/config.md). Only `gpu` and `shard` GRES exist. The "
+              "job's shards come from one GPU per node (22.05 without "
+              "`MULTIPLE_SHARING_GRES_PJ`); a GPU holding shards is never given whole to a "
+              "`gpu` job, nor a whole-allocated GPU's shards to a shard job. The job sees "
+              "the GPU in `CUDA_VISIBLE_DEVICES` (and `SLURM_JOB_GPUS`) and its shard count "
+              "in `SLURM_SHARDS_ON_NODE`. Asking for shards and GPUs together is refused "
+              "(`Invalid generic resource (gres) specification: shard with gpu`); more "
+              "shards than a GPU has gives `Requested node configuration is not "
+              "available`. Shard jobs do not preempt, and a forecast plans a blocked shard "
+              "job on a whole free GPU (it may start earlier, on a shared one)"),
+    JobOption("", "gpus-per-node", "gpus_per_node", help="GPUs per node: [type:]N",
+              metavar="[TYPE:]N", env="SBATCH_GPUS_PER_NODE", fields=("gpuType", "gpusPerNode"),
+              put=lambda v: parse_gpus(v, "--gpus-per-node"), doc="GPUs per node, as `--gres`"),
+    JobOption("G", "gpus", "gpus", help="GPUs for the whole job: [type:]N", metavar="[TYPE:]N",
+              env="SBATCH_GPUS", fields=("gpuType", "gpus"),
+              put=lambda v: parse_gpus(v, "--gpus"),
+              doc="GPUs for the whole job, spread over its nodes"),
+    JobOption("", "gpus-per-task", "gpus_per_task", help="GPUs per task: [type:]N",
+              metavar="[TYPE:]N", env="SBATCH_GPUS_PER_TASK", fields=("gpuType", "gpusPerTask"),
+              put=lambda v: parse_gpus(v, "--gpus-per-task"), doc="GPUs per task"),
+    JobOption("t", "time", "time", help="time limit (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)",
+              metavar="TIME", env="SBATCH_TIMELIMIT", fields=("timeLimitS",),
+              # Slurm: "A time limit of zero requests that no time limit be imposed"
+              put=lambda v: parse_duration(v, what="--time") or UNLIMITED,
+              doc="time limit: `M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S`, `UNLIMITED` "
+              "(`0`: no limit). Default: the partition's `default_time`"),
+    JobOption("p", "partition", "partition", help="partition(s), comma separated",
+              metavar="P[,P...]", env="SBATCH_PARTITION", fields=("partitions",),
+              put=lambda v: [p for p in v.split(",") if p],
+              doc="partitions, in order of preference. Default: the default partition"),
+    JobOption("A", "account", "account", help="account to charge", metavar="NAME",
+              env="SBATCH_ACCOUNT", fields=("account",), doc="account"),
+    JobOption("D", "chdir", "chdir", help="working directory of the job", metavar="DIR",
+              fields=("workDir",),
+              doc="working directory, relative to the current one. Default: the current "
+              "directory"),
+    JobOption("", "export", "export", help="ALL, NONE, or [ALL,]VAR[=value],...",
+              metavar="ALL\\|NONE\\|[ALL,]VAR[=VAL],...", env="SBATCH_EXPORT",
+              fields=("export", "environment"),
+              doc="what of this environment the job gets "
+              "([environment.md](environment.md#--export))"),
+    JobOption("", "wrap", "wrap", help="wrap a command line in a /bin/sh script",
+              metavar="COMMAND", doc="wrap a command line in a `/bin/sh` script. No script "
+              "or arguments may be given with it"),
+    JobOption("", "parsable", "parsable", FLAG, help="print only the job id"),
+    JobOption("", "test-only", "test_only", FLAG,
+              help="say when and where it would start; submit nothing",
+              doc="submit nothing: check the job as a submission would, and print on stderr "
+              "when and where one scheduler pass over the current queue would start it, as "
+              "Slurm: `sbatch: Job N to start at TIME using C processors on nodes NODES in "
+              "partition P` (N is the id it would get). A refusal prints `Job verification "
+              "failed: ...` and exits 1"),
+    JobOption("H", "hold", "hold", FLAG, help="submit held", fields=("hold",),
+              doc="submit held (reason `JobHeldUser`)"),
+    JobOption("d", "dependency", "dependency", help="after, afterok, afternotok, afterany, ...",
+              metavar="LIST", fields=("dependency",), put=_dependency,
+              doc="`after`, `afterany`, `afterok`, `afternotok`, `aftercorr`, `singleton` "
+              "([scheduling.md](scheduling.md#dependencies))"),
+    JobOption("a", "array", "array", help="job array indices: 0-15, 1,3,5, 0-15:4, %N",
+              metavar="INDICES", env="SBATCH_ARRAY_INX", fields=("array",),
+              put=_array,
+              doc="`0-15`, `1,3,5`, `0-15:4`, each with an optional `%N` throttle "
+              "([scheduling.md](scheduling.md#arrays))"),
+    JobOption("b", "begin", "begin", help="start no earlier than this time", metavar="TIME",
+              fields=("beginTime",), put=lambda v: parse_timestamp(v, now=time.time()),
+              doc="not before this time (`now+3600`, `2026-12-03T08:00`, ...)"),
+    JobOption("", "nice", "nice", OPTIONAL, const="100", help="lower the job's priority",
+              metavar="N", fields=("nice",), put=_nice,
+              doc="lower the priority by N (default 100). A negative N raises it: sbatch "
+              "does not check who asks, unlike Slurm (`scontrol update ... Nice=` does)"),
+    JobOption("", "exclusive", "exclusive", OPTIONAL, const="exclusive",
+              help="whole nodes, not shared", env="SBATCH_EXCLUSIVE", fields=("exclusive",),
+              put=lambda v: True, doc="whole nodes"),
+    JobOption("w", "nodelist", "nodelist", help="nodes the job must have", metavar="HOSTLIST",
+              fields=("nodelist",)),
+    JobOption("x", "exclude", "exclude", help="nodes the job must not have",
+              metavar="HOSTLIST", fields=("exclude",)),
+    JobOption("", "comment", "comment", help="free text stored with the job", metavar="TEXT",
+              fields=("comment",), doc="stored with the job (squeue `%k`, sacct `Comment`)"),
+    JobOption("", "requeue", "requeue", OPTIONAL, const="yes",
+              help="may be requeued (=expedite: at the top of the queue)", metavar="expedite",
+              env="SBATCH_REQUEUE", fields=("requeue", "requeueExpedite"),
+              put=lambda v: (True, True if v == "expedite" else None),
+              doc="requeued when its node fails (below)"),
+    JobOption("", "no-requeue", "no_requeue", FLAG, help="never requeue",
+              env="SBATCH_NO_REQUEUE", fields=("noRequeue",),
+              doc="ends `NODE_FAIL` when its node fails (below)"),
+    JobOption("", "signal", "signal", help="[{R|B}:]SIG[@secs] before the time limit",
+              metavar="[{R\\|B}:]SIG[@SECS]", env="SBATCH_SIGNAL", fields=("signal",),
+              doc="SIG before the time limit (below)"),
+    JobOption("", "propagate", "propagate", OPTIONAL, const="ALL",
+              help="give the job this shell's soft limits: ALL, NONE or AS,CORE,NOFILE,...",
+              metavar="NAME,...", fields=("rlimits",), put=_propagate,
+              doc="the job's processes start with these soft resource limits of sbatch's "
+              "own process (`ulimit -S`): `ALL` (without a value), `NONE`, or some of `AS`, "
+              "`CORE`, `CPU`, `DATA`, `FSIZE`, `MEMLOCK`, `NOFILE`, `NPROC`, `RSS`, `STACK`; "
+              "on a node whose hard limit is lower, that. Without it a job starts with "
+              "noded's limits (Slurm's default `PropagateResourceLimits=ALL` propagates all)"),
+    JobOption("", "open-mode", "open_mode", help="append or truncate the output files",
+              metavar="append\\|truncate", env="SBATCH_OPEN_MODE", fields=("openMode",),
+              doc="append to the output files instead of truncating them"),
+    JobOption("q", "qos", "qos", help="quality of service", metavar="NAME", env="SBATCH_QOS",
+              fields=("qos",), doc="QOS. Default `normal`"),
+    JobOption("", "reservation", "reservation", help="run inside this advance reservation",
+              metavar="NAME", env="SBATCH_RESERVATION", fields=("reservation",)),
+    JobOption("C", "constraint", "constraint",
+              help="ignored with a warning: nodes have no features", metavar="LIST",
+              fields=("constraint",), doc="stored, ignored with a warning (below)"),
+    JobOption("", "wckey", "wckey", help="workload characterization key", metavar="KEY",
+              env="SBATCH_WCKEY", fields=("wckey",), doc="stored without effect"),
+    JobOption("", "mail-type", "mail_type",
+              help="mail on BEGIN, END, FAIL, REQUEUE, ALL, TIME_LIMIT[_50|_80|_90], "
+              "INVALID_DEPEND, ARRAY_TASKS (the cluster's [mail] must be on)",
+              metavar="TYPE", fields=("mailType",),
+              doc="mail when the job begins, ends, fails, ... (below); "
+              "refused while the cluster's `[mail]` is off"),
+    JobOption("", "mail-user", "mail_user", help="who gets the mail (default: you)",
+              metavar="USER", fields=("mailUser",), doc="who gets the mail. Default: you"),
+    JobOption("k", "no-kill", "no_kill", FLAG, help="do not kill the job when a node fails",
+              fields=("noKill",), doc="stored without effect"),
+    JobOption("Q", "quiet", "quiet", FLAG, help="print nothing on success"),
+    JobOption("v", "verbose", "verbose", COUNT, help="more messages", doc="accepted and ignored"),
+    JobOption("W", "wait", "wait", FLAG, help="wait for the job to end",
+              doc="return when the job has ended, with its exit code (below)"),
+    JobOption("h", "help", "help", FLAG, help="show this help"),
+    JobOption("V", "version", "version", FLAG, help="show the version"),
 )
+# fmt: on
+# set by to_spec from more than the value: the name's default, the directory, the environment
+_BY_HAND = {"job_name", "chdir", "export"}
+
+#: Input environment variables sbatch reads, as Slurm documents them.
+SBATCH_ENV = {o.env: o.dest for o in JOB_OPTIONS if o.env}
 
 
 #: options taken so that scripts written for Slurm run, but without effect here: each
@@ -208,7 +394,6 @@ def merge(
 _ASCII_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _NAME_START = frozenset(_ASCII_LETTERS + "_")  # an environment variable's first letter
 _NAME_CHARS = frozenset(_ASCII_LETTERS + "0123456789_")
-_GPU_TYPE_CHARS = _NAME_CHARS | {".", "-"}
 # what shlex.quote leaves bare (its [^\w@%+=:,./-] with re.ASCII)
 _SHELL_SAFE = _NAME_CHARS | frozenset("@%+=:,./-")
 
@@ -225,59 +410,6 @@ def shell_quote(word: str) -> str:
 def submit_line(argv: list[str]) -> str:
     """The command line as one shell line (Slurm's SubmitLine), as shlex.join."""
     return " ".join(shell_quote(word) for word in argv)
-
-
-def parse_gres(value: str) -> tuple[str, int, int]:
-    """``gpu``, ``gpu:4``, ``gpu:h100:4``, ``shard:K`` -> (type, GPUs, shards). Only gpu
-    and shard GRES exist here. An unknown GRES is a refused request (exit 1, Slurm's
-    controller says it), not a malformed option (255)."""
-    items = [v for v in value.split(",") if v]
-    gpu: tuple[str, int] | None = None
-    shards = 0
-    for item in items:
-        parts = item.split(":")
-        if parts[0] == "shard" and len(parts) <= 2:
-            shards = _int(parts[1], item) if len(parts) == 2 else 1
-            if not shards:
-                raise InvalidRequest(f"Invalid generic resource (gres) specification: {item}")
-            continue
-        if parts[0] != "gpu" or len(parts) > 3:
-            raise InvalidRequest(f"Invalid generic resource (gres) specification: {item}")
-        if len(parts) == 1:
-            gpu = ("", 1)
-        elif len(parts) == 2:
-            gpu = ("", _int(parts[1], item)) if parts[1].isdecimal() else (parts[1], 1)
-        else:
-            gpu = (parts[1], _int(parts[2], item))
-    if gpu is None and not shards:
-        raise InvalidRequest(f"Invalid generic resource (gres) specification: {value}")
-    gpu_type, count = gpu or ("", 0)
-    return gpu_type, count, shards
-
-
-def _int(text: str, whole: str) -> int:
-    if not text.isdecimal():
-        raise InvalidRequest(f"Invalid generic resource (gres) specification: {whole}")
-    return int(text)
-
-
-def parse_gpus(value: str, what: str) -> tuple[str, int]:
-    """``[type:]N``: the type ("" when none) and the count."""
-    kind, colon, count = value.strip().rpartition(":")
-    if not count.isdecimal() or (colon and not (kind and set(kind) <= _GPU_TYPE_CHARS)):
-        raise InvalidOption(f"Invalid {what} specification: {value}")
-    return kind, int(count)
-
-
-def parse_nodes(value: str) -> tuple[int, int]:
-    first, dash, last = value.strip().partition("-")  # N or N-M
-    if not first.isdecimal() or (dash and not last.isdecimal()) or int(first) < 1:
-        raise InvalidOption(f"Invalid node count specification: {value}")
-    lo = int(first)
-    hi = int(last) if dash else 0
-    if hi and hi < lo:
-        raise InvalidOption(f"Invalid node count specification: {value}")
-    return lo, hi
 
 
 def export_environment(value: str, environ: dict[str, str]) -> dict[str, str]:
@@ -330,7 +462,8 @@ def to_spec(
     default_name: str,
 ) -> t.JobSpec:
     """The proto3-JSON JobSpec for these options (validated here for early, clear errors);
-    its keys are checked against the proto by mypy (corral/wire/json_types.py)."""
+    its keys are checked against the proto by mypy (corral/wire/json_types.py) and by
+    tests/unit/test_job_options.py (the table's ``fields``)."""
     spec: t.JobSpec = {"script": script}
     work_dir = g.get("chdir") or cwd
     if not os.path.isabs(work_dir):
@@ -341,104 +474,15 @@ def to_spec(
     spec["argv"] = argv
     spec["export"] = g.get("export", "ALL")
     spec["environment"] = with_umask(export_environment(spec["export"], environ), environ)
-    if "output" in g:
-        spec["stdoutPattern"] = g["output"]
-    if "error" in g:
-        spec["stderrPattern"] = g["error"]
-    if "input" in g:
-        spec["stdinPath"] = g["input"]
-    if "account" in g:
-        spec["account"] = g["account"]
-    if "comment" in g:
-        spec["comment"] = g["comment"]
-    if "nodelist" in g:
-        spec["nodelist"] = g["nodelist"]
-    if "exclude" in g:
-        spec["exclude"] = g["exclude"]
-    if "signal" in g:
-        spec["signal"] = g["signal"]
-    if "open_mode" in g:
-        spec["openMode"] = g["open_mode"]
-    if "qos" in g:
-        spec["qos"] = g["qos"]
-    if "reservation" in g:
-        spec["reservation"] = g["reservation"]
-    if "constraint" in g:
-        spec["constraint"] = g["constraint"]
-    if "wckey" in g:
-        spec["wckey"] = g["wckey"]
-    if "mail_type" in g:
-        spec["mailType"] = g["mail_type"]
-    if "mail_user" in g:
-        spec["mailUser"] = g["mail_user"]
-    if "partition" in g:
-        spec["partitions"] = [p for p in g["partition"].split(",") if p]
-    if "nodes" in g:
-        spec["nodesMin"], spec["nodesMax"] = parse_nodes(g["nodes"])
-    if "ntasks" in g:
-        spec["ntasks"] = g["ntasks"]
-    if "ntasks_per_node" in g:
-        spec["ntasksPerNode"] = g["ntasks_per_node"]
-    if "cpus_per_task" in g:
-        spec["cpusPerTask"] = g["cpus_per_task"]
-    if "progress_timeout" in g:
-        try:
-            seconds = int(g["progress_timeout"])
-        except ValueError:
-            seconds = -1
-        if seconds <= 0:
-            raise InvalidOption(
-                f"Invalid --progress-timeout: {g['progress_timeout']} (whole seconds > 0)"
-            )
-        spec["progressTimeoutS"] = seconds
-    if "mem" in g:
-        spec["memPerNodeMb"] = parse_size_mb(g["mem"], what="--mem")
-    if "mem_per_cpu" in g:
-        spec["memPerCpuMb"] = parse_size_mb(g["mem_per_cpu"], what="--mem-per-cpu")
-    if "gres" in g:
-        gpu_type, gpus, shards = parse_gres(g["gres"])
-        if gpus:
-            spec["gpuType"], spec["gpusPerNode"] = gpu_type, gpus
-        if shards:
-            spec["shardsPerNode"] = shards
-    if "gpus_per_node" in g:
-        spec["gpuType"], spec["gpusPerNode"] = parse_gpus(g["gpus_per_node"], "--gpus-per-node")
-    if "gpus" in g:
-        spec["gpuType"], spec["gpus"] = parse_gpus(g["gpus"], "--gpus")
-    if "gpus_per_task" in g:
-        spec["gpuType"], spec["gpusPerTask"] = parse_gpus(g["gpus_per_task"], "--gpus-per-task")
-    if "time" in g:
-        # Slurm: "A time limit of zero requests that no time limit be imposed"
-        spec["timeLimitS"] = parse_duration(g["time"], what="--time") or UNLIMITED
-    if g.get("hold"):
-        spec["hold"] = True
-    if "dependency" in g:
-        from corral.jobsyntax import parse_dependency  # only jobs that use it pay for it
-
-        parse_dependency(g["dependency"])
-        spec["dependency"] = g["dependency"]
-    if "array" in g:
-        from corral.jobsyntax import parse_array
-
-        parse_array(g["array"])
-        spec["array"] = g["array"]
-    if "begin" in g:
-        spec["beginTime"] = parse_timestamp(g["begin"], now=time.time())
-    if "nice" in g:
-        try:
-            spec["nice"] = int(g["nice"])
-        except ValueError:
-            raise InvalidOption(f"Invalid nice value: {g['nice']}") from None
-    if "exclusive" in g:
-        spec["exclusive"] = True
-    if g.get("requeue"):
-        spec["requeue"] = True
-        if g["requeue"] == "expedite":
-            spec["requeueExpedite"] = True
-    if g.get("no_requeue"):
-        spec["noRequeue"] = True
-    if g.get("no_kill"):
-        spec["noKill"] = True
+    fields: Any = spec  # each entry's fields are JobSpec keys: the test holds them so
+    for opt in JOB_OPTIONS:  # in the table's order: a later --gpus* sets gpuType last
+        if opt.dest not in g or not opt.fields or opt.dest in _BY_HAND:
+            continue
+        value = g[opt.dest] if opt.put is None else opt.put(g[opt.dest])
+        values = value if len(opt.fields) > 1 else (value,)
+        for name, item in zip(opt.fields, values, strict=True):
+            if item is not None:
+                fields[name] = item
     spec["submitLine"] = submit_line
     spec["submitHost"] = _socket.gethostname()  # socket.gethostname, without socket
     return spec

@@ -169,20 +169,34 @@ class OptionParser:
         return "\n".join(lines) + "\n"
 
 
+def version_line() -> str:
+    """What ``-V``/``--version`` prints in every Slurm-named command (``scontrol version``
+    too): Slurm's ``slurm VERSION`` with ours, and that it is corral."""
+    from corral import __version__
+
+    return f"slurm {__version__} (corral)\n"
+
+
+def answered(parser: OptionParser | str, opts: dict[str, Any]) -> bool:
+    """Every command's prologue: --help (or --usage) prints the help (the parser's, or
+    this text), --version the version line; True when one was answered (exit 0)."""
+    import sys
+
+    if opts.get("help") or opts.get("usage"):
+        sys.stdout.write(parser if isinstance(parser, str) else parser.help_text())
+        return True
+    if opts.get("version"):
+        sys.stdout.write(version_line())
+        return True
+    return False
+
+
 def parse_command(parser: OptionParser, argv: Sequence[str]) -> dict[str, Any] | None:
     """Options of a query command, or None when --help/--usage/--version was answered.
 
     Extra positional words are an error, as in Slurm's query commands."""
-    import sys
-
-    from corral import __version__
-
     opts, rest = parser.parse(argv)
-    if opts.get("help") or opts.get("usage"):
-        sys.stdout.write(parser.help_text())
-        return None
-    if opts.get("version"):
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
+    if answered(parser, opts):
         return None
     if rest:
         raise InvalidOption(f"Unrecognized option: {rest[0]}")

@@ -25,10 +25,9 @@ from client.fmt import (
     split_list,
     wire_states,
 )
-from client.options import COUNT, FLAG, LIST, Option, OptionParser
-from corral import __version__
-from corral.errors import CorralError, InvalidOption
-from corral.slurmfmt import format_elapsed, format_timestamp, parse_timestamp
+from client.options import COUNT, FLAG, LIST, Option, OptionParser, answered
+from corral.errors import InvalidOption
+from corral.slurmfmt import CPU, format_duration, format_elapsed, format_timestamp, parse_timestamp
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -190,16 +189,7 @@ def job_values(job: Json, now: float) -> dict[str, str]:
 
 def cpu_time(seconds: float) -> str:
     """Slurm's TotalCPU/UserCPU form: MM:SS.mmm under an hour, [D-]HH:MM:SS above."""
-    ms = round(seconds * 1000)
-    secs, ms = divmod(ms, 1000)
-    mins, secs = divmod(secs, 60)
-    hours, mins = divmod(mins, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        return f"{days}-{hours:02d}:{mins:02d}:{secs:02d}"
-    if hours:
-        return f"{hours:02d}:{mins:02d}:{secs:02d}"
-    return f"{mins:02d}:{secs:02d}.{ms:03d}"
+    return format_duration(seconds, CPU)
 
 
 def usage_values(job: Json) -> dict[str, str]:
@@ -510,17 +500,14 @@ def with_array_tasks(api: Any, request: Json, reply: Json, wanted: str) -> Json:
     """``-j 11`` of an array lists every task, ``-j 11_2`` that task only (Slurm's).
 
     Tasks have consecutive raw ids from the array's id, as many as ``--array`` names,
-    so one more query over that range finds them all."""
-    from corral.jobsyntax import parse_array
-
+    so one more query over that range finds them all (the count ctld typed at submit)."""
     arrays: dict[int, int] = {}  # array id -> task count
     for job in reply.get("jobs", []):
         master = num(job, "arrayJobId")
         if master and master == num(job, "jobId"):
-            try:
-                arrays[master] = len(parse_array(text(spec_of(job), "array")).task_ids)
-            except CorralError:
-                continue
+            typed = spec_of(job).get("arrayTasks")
+            if isinstance(typed, dict) and num(typed, "count"):
+                arrays[master] = num(typed, "count")
     if not arrays:
         return reply
     ids = sorted({str(m + i) for m, n in arrays.items() for i in range(n)})
@@ -549,11 +536,7 @@ def with_array_tasks(api: Any, request: Json, reply: Json, wanted: str) -> Json:
 def main_body(argv: Sequence[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [OPTIONS...]")
     opts, rest = parser.parse(argv)
-    if opts.get("help") or opts.get("usage"):
-        sys.stdout.write(parser.help_text())
-        return 0
-    if opts.get("version"):
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
+    if answered(parser, opts):
         return 0
     if opts.get("helpformat"):
         sys.stdout.write(help_fields())

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from client.common import client, run
-from client.options import FLAG, Option, OptionParser
+from client.options import FLAG, Option, OptionParser, answered
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -180,13 +180,7 @@ USAGE = (
 def main_body(argv: Sequence[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=USAGE)
     opts, rest = parser.parse(argv)
-    if opts.get("help") or opts.get("usage"):
-        sys.stdout.write(parser.help_text())
-        return 0
-    if opts.get("version"):
-        from corral import __version__
-
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
+    if answered(parser, opts):
         return 0
     # options may also follow the command, as getopt permutes them for Slurm
     words: list[str] = []

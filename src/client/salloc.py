@@ -19,8 +19,7 @@ from client.alloc import (
 )
 from client.common import option_errors, run
 from client.jobopts import merge, with_umask
-from client.options import FLAG, Option, OptionParser
-from corral import __version__
+from client.options import FLAG, Option, OptionParser, answered
 from corral.api import connect
 
 PROG = "salloc"
@@ -37,11 +36,7 @@ def salloc(argv: list[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [OPTIONS...] [command [args...]]")
     with option_errors():  # 255, as Slurm's salloc
         cli, command = parser.parse(argv)
-    if cli.pop("help", False):
-        sys.stdout.write(parser.help_text())
-        return 0
-    if cli.pop("version", False):
-        sys.stdout.write(f"slurm {__version__} (corral salloc)\n")
+    if answered(parser, cli):
         return 0
     for key in ("quiet", "verbose"):
         cli.pop(key, None)

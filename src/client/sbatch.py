@@ -7,7 +7,7 @@ import sys
 
 from client.common import client, option_errors, run
 from client.jobopts import build_parser, ignored_warnings, merge, submit_line, to_spec
-from corral import __version__
+from client.options import answered
 from corral.errors import ControllerUnavailable, CorralError, InvalidOption, InvalidRequest
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
@@ -45,11 +45,7 @@ def _prepare(argv: list[str]) -> tuple[t.JobSpec, dict[str, Any]] | None:
     """The job spec and options from the command line and script (None: help shown)."""
     parser = build_parser(PROG)
     cli, rest = parser.parse(argv)
-    if cli.pop("help", False):
-        sys.stdout.write(parser.help_text())
-        return None
-    if cli.pop("version", False):
-        sys.stdout.write(f"corral {__version__} (slurm-compatible sbatch)\n")
+    if answered(parser, cli):
         return None
     wrap = cli.pop("wrap", None)
     script_path = rest[0] if rest else None

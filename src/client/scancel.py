@@ -6,7 +6,7 @@ import sys
 
 from client.common import client, outcome_error, parse_job_state, run
 from client.fmt import job_filter
-from client.options import COUNT, FLAG, Option, OptionParser
+from client.options import COUNT, FLAG, Option, OptionParser, answered
 from corral import signals
 from corral.errors import (
     CorralError,
@@ -43,28 +43,19 @@ PARSER = OptionParser(PROG, OPTIONS, usage="scancel [OPTIONS] [job_id[_array_id]
 
 
 def parse_signal(value: str) -> int:
-    """``TERM``, ``SIGUSR1``, ``10`` -> signal number."""
-    v = value.strip().upper()
-    if v.isdigit():
-        n = int(v)
-        if 0 < n < signals.NSIG:
-            return n
-    else:
-        sig = signals.number(v if v.startswith("SIG") else "SIG" + v)
-        if sig is not None:
-            return sig
-    raise InvalidOption(f"Unknown job signal: {value}")
+    """``TERM``, ``SIGUSR1``, ``10`` -> signal number (the one reader of signal names,
+    ``corral.jobsyntax.signal_number``), refused in Slurm's words."""
+    from corral.jobsyntax import signal_number  # only scancel -s pays for it
+
+    try:
+        return signal_number(value)
+    except InvalidOption:
+        raise InvalidOption(f"Unknown job signal: {value}") from None
 
 
 def cancel(argv: list[str]) -> int:
     opts, job_ids = PARSER.parse(argv, permute=True)
-    if opts.get("help") or opts.get("usage"):
-        sys.stdout.write(PARSER.help_text())
-        return 0
-    if opts.get("version"):
-        from corral import __version__
-
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
+    if answered(PARSER, opts):
         return 0
     args = _Args(job_ids, opts)
     sig = parse_signal(args.signal) if args.signal else 0  # a bad one before any RPC

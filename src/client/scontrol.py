@@ -25,8 +25,7 @@ from client.fmt import (
     split_list,
     user_name,
 )
-from client.options import COUNT, FLAG, Option, OptionParser
-from corral import __version__
+from client.options import COUNT, FLAG, Option, OptionParser, answered, version_line
 from corral.errors import CorralError, InvalidNodeName, InvalidOption
 from corral.patterns import expand_pattern
 from corral.slurmfmt import format_elapsed, format_timestamp
@@ -706,7 +705,7 @@ def dispatch(words: Sequence[str], one_liner: bool) -> int:
         sys.stdout.write(ping_lines(pinged))
         return 0 if any(p.primary for p in pinged) else 1
     if command in ("version", "-v"):
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
+        sys.stdout.write(version_line())
         return 0
     raise Reported(f"invalid keyword: {words[0]}")
 
@@ -718,11 +717,9 @@ def main_body(argv: Sequence[str]) -> int:
     opts: dict[str, Any]
     opts, _ = parser.parse(flags)
     words = [a for a in argv if a not in flags]
-    if opts.get("help") or not words:
-        sys.stdout.write(parser.help_text())
-        return 0
-    if opts.get("version"):
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
+    if not words and not opts.get("version"):
+        opts["help"] = True  # a bare scontrol: its help (no interactive mode here)
+    if answered(parser, opts):
         return 0
     try:
         return dispatch(words, bool(opts.get("oneliner")))

@@ -19,6 +19,7 @@ from corral import hostlist
 from corral.errors import CorralError, InvalidOption
 from corral.slurmfmt import (
     UNLIMITED,
+    format_elapsed,
     format_timestamp,
     parse_duration,
     parse_timestamp,
@@ -148,13 +149,6 @@ def delete(words: Sequence[str]) -> None:
     call(lambda: client().delete_reservation({"name": name}), "Error deleting the reservation")
 
 
-def _hms(seconds: float) -> str:
-    days, rem = divmod(int(seconds), 86400)
-    h, rem = divmod(rem, 3600)
-    m, s = divmod(rem, 60)
-    return f"{days}-{h:02d}:{m:02d}:{s:02d}" if days else f"{h:02d}:{m:02d}:{s:02d}"
-
-
 def record_lines(resv: Json, now: float) -> list[str]:
     start, end = real(resv, "startTime"), real(resv, "endTime")
     nodes = text(resv, "nodes")
@@ -162,7 +156,7 @@ def record_lines(resv: Json, now: float) -> list[str]:
     flags = ",".join(resv.get("flags") or []) or "(null)"
     return [
         f"ReservationName={text(resv, 'name')} StartTime={format_timestamp(start)} "
-        f"EndTime={format_timestamp(end)} Duration={_hms(end - start)}",
+        f"EndTime={format_timestamp(end)} Duration={format_elapsed(end - start)}",
         f"Nodes={nodes} NodeCnt={num(resv, 'nodeCount') or len(hostlist.expand(nodes))} "
         f"CoreCnt=0 Features=(null) PartitionName={text(resv, 'partition') or '(null)'} "
         f"Flags={flags}",

@@ -16,8 +16,7 @@ import time
 
 from client.common import client, run, text
 from client.fmt import AcctField, acct_lines, split_list
-from client.options import COUNT, FLAG, LIST, Option, OptionParser
-from corral import __version__
+from client.options import COUNT, FLAG, LIST, Option, OptionParser, answered
 from corral.errors import InvalidOption
 from corral.slurmfmt import format_timestamp
 
@@ -521,11 +520,7 @@ def format_report(
 
 def main_body(argv: Sequence[str]) -> int:
     opts, words = parse_argv(argv)
-    if opts.get("help") or opts.get("usage"):
-        sys.stdout.write(opts["_help"])
-        return 0
-    if opts.get("version"):
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
+    if answered(opts["_help"], opts):
         return 0
     report, rest = pick_report(words)
     cond = parse_conditions(report, rest)

@@ -17,10 +17,10 @@ import time
 from client.alloc import allocation_options, release, request_allocation, say
 from client.common import option_errors, run
 from client.jobopts import export_environment, merge, parse_gpus, submit_line, with_umask
-from client.options import FLAG, OPTIONAL, Option, OptionParser
+from client.options import FLAG, OPTIONAL, Option, OptionParser, answered
 from client.poller import EVENT_READ, EVENT_WRITE, Poller
 from client.taskstream import NodeStream
-from corral import __version__, cjson, signals
+from corral import cjson, signals
 from corral import stepstream as ss
 from corral.api import Controller, connect
 from corral.errors import CorralError, InvalidOption, NodeUnreachable, StepBusy
@@ -81,11 +81,7 @@ def srun(argv: list[str]) -> int:
     parser = build_parser()
     with option_errors():  # 255, as Slurm's srun
         cli, command = _parse(parser, argv)
-    if cli.pop("help", False):
-        sys.stdout.write(parser.help_text())
-        return 0
-    if cli.pop("version", False):
-        sys.stdout.write(f"slurm {__version__} (corral srun)\n")
+    if answered(parser, cli):
         return 0
     api = connect()  # the gateway (HTTP/JSON): no grpc or protobuf in srun's start-up
     job_id = str(cli.get("jobid") or os.environ.get("SLURM_JOB_ID", ""))

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from corral.slurmfmt import SACCT, format_duration
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from corral.wire import corral_pb2 as pb
@@ -136,13 +138,8 @@ def job_efficiency(job: pb.Job, *, now: float = 0.0, gpu_memory_mb: float = 0.0)
 
 
 def clock(seconds: float) -> str:
-    """seff's time2str: [D-]HH:MM:SS."""
-    total = int(seconds)
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    mins, secs = divmod(rest, 60)
-    text = f"{hours:02d}:{mins:02d}:{secs:02d}"
-    return f"{days}-{text}" if days else text
+    """seff's time2str: [D-]HH:MM:SS (sacct's Elapsed form)."""
+    return format_duration(max(seconds, 0.0), SACCT)
 
 
 def kbytes(kb: float) -> str:

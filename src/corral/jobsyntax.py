@@ -1,8 +1,12 @@
-"""Syntax of --dependency and --array, shared by sbatch (early errors) and ctld (truth).
+"""Slurm's syntax of --signal, --dependency and --array: the one parser of each.
 
-The scheduler issue enforces them; here they are parsed, checked and normalized.
-Parsed by hand, not with ``re`` (which sbatch would pay for at every start-up); a
-``\\d`` of the old patterns is ``str.isdecimal``, the same Unicode class.
+sbatch calls them for early errors, ctld once at submit (``ctld/validate.py``), whose
+result is stored in the job's typed fields (``corral/jobspec.py``); nothing after
+submit parses these strings again. Each returns a frozen value (``Frozen`` below, not
+a dataclass: sbatch imports this module, and ``dataclasses`` with ``inspect`` costs a
+submission ~6-30 ms of start-up). Parsed by hand, not with ``re`` (which sbatch would
+pay for at every start-up); a ``\\d`` of the old patterns is ``str.isdecimal``, the
+same Unicode class.
 """
 
 from __future__ import annotations
@@ -11,6 +15,23 @@ import itertools
 
 from corral import signals
 from corral.errors import InvalidOption
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class ArrayLike(Protocol):
+        """A typed --array: ``ArraySpec``, or the ``ArrayTasks`` a job stores."""
+
+        @property
+        def count(self) -> int: ...
+        @property
+        def first(self) -> int: ...
+        @property
+        def last(self) -> int: ...
+        @property
+        def step(self) -> int: ...
+
 
 DEPENDENCY_TYPES = (
     "after",
@@ -24,14 +45,63 @@ DEPENDENCY_TYPES = (
 MAX_ARRAY_TASKS = 1_000_001  # Slurm's default MaxArraySize is 1001; a hard sanity cap here
 
 
-class Dependency:
-    """One condition; ``job_ids`` are "123", "123_4" or "123+5" (after, with a delay)."""
+class Frozen:
+    """An immutable value: fields are the ``__slots__``, set once by ``__init__``;
+    equal, hashed and shown by them (what ``@dataclass(frozen=True)`` would give)."""
 
-    __slots__ = ("job_ids", "kind")
+    __slots__: tuple[str, ...] = ()
+
+    def _set(self, **fields: object) -> None:
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen: cannot set {name}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen: cannot delete {name}")
+
+    def _key(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+
+# ---------------------------------------------------------------- --dependency
+
+
+class JobRef(Frozen):
+    """One job a condition names: ``123`` (job or whole array), ``123_4`` (one task),
+    ``+5``: ``after`` only once it started 5 minutes ago."""
+
+    __slots__ = ("delay_min", "job_id", "task_id")
+    job_id: int
+    task_id: int | None
+    delay_min: int
+
+    def __init__(self, job_id: int, task_id: int | None = None, delay_min: int = 0) -> None:
+        self._set(job_id=job_id, task_id=task_id, delay_min=delay_min)
+
+
+class Dependency(Frozen):
+    """One condition: its kind and the jobs it names (``job_ids`` as written:
+    "123", "123_4" or "123+5"; ``refs`` the same parsed)."""
+
+    __slots__ = ("job_ids", "kind", "refs")
+    kind: str
+    job_ids: tuple[str, ...]
+    refs: tuple[JobRef, ...]
 
     def __init__(self, kind: str, job_ids: tuple[str, ...]) -> None:
-        self.kind = kind
-        self.job_ids = job_ids
+        self._set(kind=kind, job_ids=job_ids, refs=tuple(_job_ref(t) for t in job_ids))
 
 
 def parse_dependency(text: str) -> tuple[tuple[Dependency, ...], bool]:
@@ -74,29 +144,57 @@ def _is_job_ref(text: str) -> bool:
     )
 
 
-class ArraySpec:
-    """The task ids of --array and its %N throttle (0: none)."""
+def _job_ref(text: str) -> JobRef:
+    head, _, delay = text.partition("+")
+    job, underscore, task = head.partition("_")
+    return JobRef(int(job), int(task) if underscore else None, int(delay or 0))
 
-    __slots__ = ("max_running", "task_ids")
 
-    def __init__(self, task_ids: tuple[int, ...], max_running: int) -> None:
-        self.task_ids = task_ids
-        self.max_running = max_running
+# ---------------------------------------------------------------- --array
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ArraySpec) and (self.task_ids, self.max_running) == (
-            other.task_ids,
-            other.max_running,
-        )
 
-    def __hash__(self) -> int:
-        return hash((self.task_ids, self.max_running))
+class ArraySpec(Frozen):
+    """The task ids of --array and its %N throttle (``max_running``; ``throttled``:
+    a ``%`` was given, even ``%0``)."""
+
+    __slots__ = ("max_running", "task_ids", "throttled")
+    task_ids: tuple[int, ...]
+    max_running: int
+    throttled: bool
+
+    def __init__(
+        self, task_ids: tuple[int, ...], max_running: int, throttled: bool | None = None
+    ) -> None:
+        if throttled is None:
+            throttled = max_running > 0
+        self._set(task_ids=task_ids, max_running=max_running, throttled=throttled)
+
+    @property
+    def count(self) -> int:
+        return len(self.task_ids)
+
+    @property
+    def first(self) -> int:
+        return self.task_ids[0]
+
+    @property
+    def last(self) -> int:
+        return self.task_ids[-1]
+
+    @property
+    def step(self) -> int:
+        """The one gap between consecutive ids, else 1 (SLURM_ARRAY_TASK_STEP)."""
+        ids = self.task_ids
+        if len(ids) < 2:
+            return 1
+        gap = ids[1] - ids[0]
+        return gap if all(b - a == gap for a, b in itertools.pairwise(ids)) else 1
 
 
 def parse_array(text: str) -> ArraySpec:
     """Parse ``0-15``, ``1,3,5``, ``0-15:4``, each with an optional ``%N`` throttle."""
     s = text.strip()
-    body, _, throttle = s.partition("%")
+    body, percent, throttle = s.partition("%")
     if throttle and not throttle.isdecimal():
         raise InvalidOption(f"Invalid job array specification: {text!r}")
     ids: set[int] = set()
@@ -117,48 +215,35 @@ def parse_array(text: str) -> ArraySpec:
         ids.update(range(lo, hi + 1, step))
         if len(ids) > MAX_ARRAY_TASKS:
             raise InvalidOption(f"Invalid job array specification: {text!r} (too many tasks)")
-    return ArraySpec(tuple(sorted(ids)), int(throttle) if throttle else 0)
+    return ArraySpec(tuple(sorted(ids)), int(throttle) if throttle else 0, bool(percent))
 
 
-def array_environment(array: str, array_job_id: int, task_id: int) -> dict[str, str]:
-    """The SLURM_ARRAY_* variables of one task of ``--array=array``."""
-    ids = parse_array(array).task_ids
-    gaps = {b - a for a, b in itertools.pairwise(ids)}
+def array_environment(array: ArrayLike, array_job_id: int, task_id: int) -> dict[str, str]:
+    """The SLURM_ARRAY_* variables of one task of a typed --array."""
     return {
         "SLURM_ARRAY_JOB_ID": str(array_job_id),
         "SLURM_ARRAY_TASK_ID": str(task_id),
-        "SLURM_ARRAY_TASK_COUNT": str(len(ids)),
-        "SLURM_ARRAY_TASK_MIN": str(ids[0]),
-        "SLURM_ARRAY_TASK_MAX": str(ids[-1]),
-        "SLURM_ARRAY_TASK_STEP": str(gaps.pop() if len(gaps) == 1 else 1),
+        "SLURM_ARRAY_TASK_COUNT": str(array.count),
+        "SLURM_ARRAY_TASK_MIN": str(array.first),
+        "SLURM_ARRAY_TASK_MAX": str(array.last),
+        "SLURM_ARRAY_TASK_STEP": str(array.step or 1),
     }
 
 
-class WarnSignal:
-    """--signal=[{R|B}:]SIG[@secs]: send ``signal`` ``seconds`` before the time limit.
+# ---------------------------------------------------------------- --signal
 
-    A plain class, not a dataclass: sbatch imports this module, and ``dataclasses``
-    (with ``inspect``) would cost every submission ~6 ms of start-up.
-    """
+
+class WarnSignal(Frozen):
+    """--signal=[{R|B}:]SIG[@secs]: send ``signal`` ``seconds`` before the time limit
+    (``batch_only``, B: only the batch shell, not its children or steps)."""
 
     __slots__ = ("batch_only", "seconds", "signal")
+    signal: int
+    seconds: int
+    batch_only: bool
 
     def __init__(self, signal: int, seconds: int = 60, batch_only: bool = False) -> None:
-        self.signal = signal
-        self.seconds = seconds  # Slurm's default lead time
-        self.batch_only = batch_only  # B: only the batch shell, not its children or steps
-
-    def _key(self) -> tuple[int, int, bool]:
-        return (self.signal, self.seconds, self.batch_only)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, WarnSignal) and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return f"WarnSignal{self._key()}"
+        self._set(signal=signal, seconds=seconds, batch_only=batch_only)  # 60: Slurm's lead
 
 
 def signal_number(text: str) -> int:

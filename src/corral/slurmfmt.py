@@ -1,4 +1,4 @@
-"""Slurm's time, duration and size formats, parsed and printed exactly as Slurm does.
+"""Slurm's time, duration, size and count formats, parsed and printed exactly as Slurm does.
 
 Durations are whole seconds; -1 means UNLIMITED. Timestamps are UTC epoch seconds
 inside corral and local time (``YYYY-MM-DDTHH:MM:SS``) when printed, as Slurm prints.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time as _time
 
-from corral.errors import InvalidOption
+from corral.errors import InvalidOption, InvalidRequest
 
 UNLIMITED = -1
 _UNLIMITED_WORDS = {"-1", "infinite", "unlimited"}
@@ -55,16 +55,34 @@ def parse_duration(text: str, *, what: str = "time limit") -> int:
     return total
 
 
-def format_duration(seconds: float | int) -> str:
-    """squeue's TIME/TIME_LIMIT format: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``."""
+# Slurm's ways of printing a duration (format_duration's ``style``)
+SQUEUE = "squeue"  # squeue's TIME/TIME_LIMIT, sinfo's: M:SS, H:MM:SS, D-HH:MM:SS
+SACCT = "sacct"  # sacct's Elapsed/Timelimit, scontrol's: HH:MM:SS, D-HH:MM:SS
+CPU = "cpu"  # sacct's TotalCPU/UserCPU: MM:SS.mmm under an hour, else as SACCT
+HOURS = "hours"  # an sbatch -t value (corral why): H:MM:SS, hours past a day
+
+
+def format_duration(seconds: float | int, style: str = SQUEUE) -> str:
+    """A duration as Slurm prints it in ``style``: whole seconds (CPU: to the millisecond,
+    rounded); below 0: UNLIMITED. The one duration formatter of the code base."""
     if seconds < 0:
         return "UNLIMITED"
-    total = int(seconds)
-    days, rem = divmod(total, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes, secs = divmod(rem, 60)
+    ms = 0
+    if style == CPU:
+        total, ms = divmod(round(seconds * 1000), 1000)
+    else:
+        total = int(seconds)
+    minutes, secs = divmod(total, 60)
+    hours, minutes = divmod(minutes, 60)
+    if style == HOURS:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    days, hours = divmod(hours, 24)
     if days:
         return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if style == SACCT or (style == CPU and hours):
+        return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    if style == CPU:
+        return f"{minutes:02d}:{secs:02d}.{ms:03d}"
     if hours:
         return f"{hours}:{minutes:02d}:{secs:02d}"
     return f"{minutes}:{secs:02d}"
@@ -72,15 +90,7 @@ def format_duration(seconds: float | int) -> str:
 
 def format_elapsed(seconds: float | int) -> str:
     """sacct's Elapsed/Timelimit format: ``HH:MM:SS`` or ``D-HH:MM:SS``."""
-    if seconds < 0:
-        return "UNLIMITED"
-    total = int(seconds)
-    days, rem = divmod(total, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes, secs = divmod(rem, 60)
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return format_duration(seconds, SACCT)
 
 
 def format_timestamp(epoch: float, *, unknown: str = "Unknown") -> str:
@@ -214,3 +224,62 @@ def compress_counts(counts: list[int]) -> str:
         out.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
         i = j + 1
     return ",".join(out)
+
+
+# ---------------------------------------------------------------- a job's resource counts
+
+_GPU_TYPE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def parse_gres(value: str) -> tuple[str, int, int]:
+    """``gpu``, ``gpu:4``, ``gpu:h100:4``, ``shard:K`` -> (type, GPUs, shards). Only gpu
+    and shard GRES exist here. An unknown GRES is a refused request (exit 1, Slurm's
+    controller says it), not a malformed option (255)."""
+    items = [v for v in value.split(",") if v]
+    gpu: tuple[str, int] | None = None
+    shards = 0
+    for item in items:
+        parts = item.split(":")
+        if parts[0] == "shard" and len(parts) <= 2:
+            shards = _gres_int(parts[1], item) if len(parts) == 2 else 1
+            if not shards:
+                raise InvalidRequest(f"Invalid generic resource (gres) specification: {item}")
+            continue
+        if parts[0] != "gpu" or len(parts) > 3:
+            raise InvalidRequest(f"Invalid generic resource (gres) specification: {item}")
+        if len(parts) == 1:
+            gpu = ("", 1)
+        elif len(parts) == 2:
+            gpu = ("", _gres_int(parts[1], item)) if parts[1].isdecimal() else (parts[1], 1)
+        else:
+            gpu = (parts[1], _gres_int(parts[2], item))
+    if gpu is None and not shards:
+        raise InvalidRequest(f"Invalid generic resource (gres) specification: {value}")
+    gpu_type, count = gpu or ("", 0)
+    return gpu_type, count, shards
+
+
+def _gres_int(text: str, whole: str) -> int:
+    if not text.isdecimal():
+        raise InvalidRequest(f"Invalid generic resource (gres) specification: {whole}")
+    return int(text)
+
+
+def parse_gpus(value: str, what: str) -> tuple[str, int]:
+    """``[type:]N``: the type ("" when none) and the count."""
+    kind, colon, count = value.strip().rpartition(":")
+    if not count.isdecimal() or (colon and not (kind and set(kind) <= _GPU_TYPE_CHARS)):
+        raise InvalidOption(f"Invalid {what} specification: {value}")
+    return kind, int(count)
+
+
+def parse_nodes(value: str) -> tuple[int, int]:
+    """-N ``N`` or ``N-M`` -> (min, max; 0: none)."""
+    first, dash, last = value.strip().partition("-")  # N or N-M
+    if not first.isdecimal() or (dash and not last.isdecimal()) or int(first) < 1:
+        raise InvalidOption(f"Invalid node count specification: {value}")
+    lo = int(first)
+    hi = int(last) if dash else 0
+    if hi and hi < lo:
+        raise InvalidOption(f"Invalid node count specification: {value}")
+    return lo, hi

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from enum import Enum
 
 from corral.errors import CorralError
-from corral.jobsyntax import Dependency, parse_dependency
+from corral.jobspec import dependencies
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 
@@ -40,16 +40,16 @@ def evaluate(
     singleton_holders: Callable[[pb.Job], bool],
     tasks_of: Callable[[int], list[pb.Job]] = lambda _id: [],
 ) -> DepState:
-    """Where ``job``'s --dependency stands (MET when it has none)."""
-    text = job.spec.dependency
-    if not text:
-        return DepState.MET
+    """Where ``job``'s --dependency stands (MET when it has none), from its typed
+    conditions (parsed once, at submit)."""
     try:
-        deps, any_of = parse_dependency(text)
+        typed = dependencies(job.spec)
     except CorralError:
         return DepState.NEVER  # checked at submit; a stored bad value cannot run
-    states = [_one(dep, lookup, now, job, singleton_holders, tasks_of) for dep in deps]
-    return combine(states, any_of=any_of)
+    if typed is None:
+        return DepState.MET
+    states = [_one(c, lookup, now, job, singleton_holders, tasks_of) for c in typed.conditions]
+    return combine(states, any_of=typed.any_of)
 
 
 def combine(states: Iterable[DepState], *, any_of: bool) -> DepState:
@@ -64,29 +64,28 @@ def combine(states: Iterable[DepState], *, any_of: bool) -> DepState:
 
 
 def _one(
-    dep: Dependency,
+    cond: pb.DependencyCondition,
     lookup: Lookup,
     now: float,
     job: pb.Job,
     singleton_holders: Callable[[pb.Job], bool],
     tasks_of: Callable[[int], list[pb.Job]],
 ) -> DepState:
-    if dep.kind == "singleton":
+    kind = cond.kind
+    if kind == "singleton":
         return DepState.WAITING if singleton_holders(job) else DepState.MET
     results = []
-    for text in dep.job_ids:
-        ident, _, delay = text.partition("+")
-        base, _, task = ident.partition("_")
-        delay_s = int(delay or 0) * 60
-        if task:
-            found = [j for j in tasks_of(int(base)) if j.array_task_id == int(task)]
-            results.append(_against(dep.kind, found[0] if found else None, now, delay_s))
+    for ref in cond.jobs:
+        delay_s = ref.delay_min * 60
+        if ref.HasField("task_id"):
+            found = [j for j in tasks_of(ref.job_id) if j.array_task_id == ref.task_id]
+            results.append(_against(kind, found[0] if found else None, now, delay_s))
             continue
-        members = tasks_of(int(base))  # an array's id stands for all of its tasks
+        members = tasks_of(ref.job_id)  # an array's id stands for all of its tasks
         if members:
-            results.extend(_against(dep.kind, m, now, delay_s) for m in members)
+            results.extend(_against(kind, m, now, delay_s) for m in members)
         else:
-            results.append(_against(dep.kind, lookup(int(base)), now, delay_s))
+            results.append(_against(kind, lookup(ref.job_id), now, delay_s))
     return combine(results, any_of=False)
 
 
@@ -109,9 +108,3 @@ def _against(kind: str, other: pb.Job | None, now: float, delay_s: int) -> DepSt
     if kind == "afternotok":
         return DepState.NEVER if state == js.COMPLETED else DepState.MET
     return DepState.MET  # afterburstbuffer: no burst buffers here
-
-
-def referenced_ids(text: str) -> list[int]:
-    """The job ids a --dependency value names (to check they exist at submit)."""
-    deps, _ = parse_dependency(text)
-    return [int(t.partition("+")[0].split("_")[0]) for d in deps for t in d.job_ids]

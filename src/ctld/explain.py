@@ -18,6 +18,7 @@ import statistics
 from collections.abc import Callable, Sequence
 
 from corral.reasons import Reason
+from corral.slurmfmt import HOURS, format_duration
 from ctld.sched import INFINITY, JobRequest, Plan, Snapshot, schedule
 from ctld.sched.model import Forecast, ReservationView
 from ctld.sched.predict import expected_end
@@ -247,7 +248,7 @@ def _variants(req: JobRequest, partitions_allowed: Sequence[str]) -> list[tuple[
                 shorter = dataclasses.replace(
                     req, time_limit_s=limit, predicted_s=min(req.predicted_s, limit)
                 )
-                out.append((f"-t {_duration(limit)}", shorter))
+                out.append((f"-t {format_duration(limit, HOURS)}", shorter))
     for part in partitions_allowed:
         if part not in req.partitions:
             out.append((f"-p {part}", dataclasses.replace(req, partitions=(part,))))
@@ -271,9 +272,3 @@ def _alternatives(
             out.append(Alternative(change, start, start == snap.now))
     out.sort(key=lambda a: (not a.now, a.start))
     return out
-
-
-def _duration(seconds: int) -> str:
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}"

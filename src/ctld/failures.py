@@ -25,7 +25,8 @@ from enum import Enum
 
 from corral.config import HeartbeatConfig
 from corral.errors import CorralError
-from corral.jobsyntax import WarnSignal, parse_warn_signal
+from corral.jobspec import warn_signal
+from corral.jobsyntax import WarnSignal
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.nodes import NodeRecord
@@ -103,11 +104,13 @@ def maintenance_warnings(
     if not maint:
         return out
     for job in jobs:
-        if job.state != js.RUNNING or not job.spec.signal:
+        if job.state != js.RUNNING:
             continue
         try:
-            warn = parse_warn_signal(job.spec.signal)
+            warn = warn_signal(job.spec)
         except CorralError:
+            continue
+        if warn is None:
             continue
         ends = job.start_time + job.time_limit_s if job.time_limit_s > 0 else float("inf")
         nodes = {a.node for a in job.allocations}

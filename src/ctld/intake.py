@@ -22,10 +22,9 @@ from corral.errors import (
     PermissionDenied,
 )
 from corral.identity import Identity
-from corral.jobsyntax import parse_array
+from corral.jobsyntax import Dependency
 from corral.slurmfmt import UNLIMITED
 from corral.wire import corral_pb2 as pb
-from ctld import deps
 from ctld import jobstate as js
 from ctld.authz import Policy
 from ctld.commit import Change
@@ -33,9 +32,8 @@ from ctld.endings import Endings, requeue_when_gone
 from ctld.outbox import Outbox
 from ctld.priorities import apply_factors
 from ctld.queries import select
-from ctld.sched import job_shape
-from ctld.state import State, fill_request_totals
-from ctld.validate import Accepted, request_from_spec, user_groups, validate_spec
+from ctld.state import State
+from ctld.validate import Accepted, set_totals, user_groups, validate_spec
 
 log = structlog.get_logger("ctld")
 
@@ -83,7 +81,7 @@ class Intake:
         if wall >= 0 and not spec.time_limit_s and (limit == UNLIMITED or limit > wall):
             # no -t: the partition's default, cut to MaxWall (as Slurm does)
             accepted = dataclasses.replace(accepted, time_limit_s=wall)
-        shape = job_shape(request_from_spec(spec))
+        shape = accepted.shape
         acc.check_submit(
             account=spec.account,
             user=who.user,
@@ -94,11 +92,11 @@ class Intake:
                 "mem": shape.nodes * shape.mem_per_node_mb,
                 "gres/gpu": shape.nodes * shape.gpus_per_node,
             },
-            new_jobs=len(parse_array(spec.array).task_ids) if spec.array else 1,
+            new_jobs=accepted.array.count if accepted.array else 1,
             active=st.active_counts,
         )
-        if spec.dependency:
-            self._check_dependency(spec.dependency)
+        if accepted.dependencies:
+            self._check_dependency(accepted.dependencies[0])
         if spec.reservation:
             st.reservations.check_job_access(spec.reservation, who.user, spec.account)
         return accepted, qos
@@ -127,15 +125,15 @@ class Intake:
             qos=qos,
         )
         job.spec.partitions[:] = accepted.partitions
-        fill_request_totals(job)
+        set_totals(job, accepted.shape)
         return job
 
     async def submit(self, who: Identity, spec: pb.JobSpec) -> pb.Job:
         st = self.state
         accepted, qos = self._accept(who, spec)
         tasks: tuple[int | None, ...] = (None,)
-        if spec.array:
-            tasks = parse_array(spec.array).task_ids
+        if accepted.array:
+            tasks = accepted.array.task_ids
             limit = st.config.scheduler.max_array_size
             if tasks[-1] >= limit:
                 raise InvalidOption(
@@ -176,12 +174,8 @@ class Intake:
         )
         return made[0]
 
-    def _check_dependency(self, text: str) -> None:
-        try:
-            ids = deps.referenced_ids(text)
-        except CorralError as exc:
-            raise DependencyProblem(exc.message) from None
-        for job_id in ids:
+    def _check_dependency(self, conditions: tuple[Dependency, ...]) -> None:
+        for job_id in (ref.job_id for d in conditions for ref in d.refs):
             if job_id >= self.state.next_job_id or self.state.lookup(job_id) is None:
                 raise DependencyProblem(f"Job dependency problem: job {job_id} does not exist")
 
@@ -380,7 +374,7 @@ class Intake:
         if req.HasField("priority"):
             job.admin_priority = req.priority
         if job.state == js.PENDING:
-            fill_request_totals(job)
+            set_totals(job, accepted.shape)
             st.requests.pop(job.job_id, None)
             if not job.hold:
                 apply_factors(job, st.priorities.factors(job, now))
@@ -406,8 +400,7 @@ class Intake:
         for peer, value in zip([job, *ranked], values, strict=True):
             if peer.priority != value or peer is job:
                 peer.admin_priority = value
-                peer.priority = value
-                self.state.requests.pop(peer.job_id, None)
+                peer.priority = value  # its request is copied at that priority, not rebuilt
                 ch.transition(peer, "updated", cause=cause, now=now, detail="top")
 
     def _apply_hold(

@@ -24,7 +24,7 @@ import signal as signal_mod
 import structlog
 
 from corral.errors import CorralError
-from corral.jobsyntax import parse_warn_signal
+from corral.jobspec import warn_signal
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.commit import Change
@@ -106,12 +106,10 @@ class Preempter:
     def _notice(self, job: pb.Job) -> list[Signal]:
         """The first signal of a preemption with a grace time: the job's --signal if it
         asked for one, else SIGTERM to every process of the job."""
-        warn = None
-        if job.spec.signal:
-            try:
-                warn = parse_warn_signal(job.spec.signal)
-            except CorralError:
-                warn = None
+        try:
+            warn = warn_signal(job.spec)
+        except CorralError:
+            warn = None
         if warn is None:
             req = pb.SignalJobRequest(
                 job_id=job.job_id, signal=int(signal_mod.SIGTERM), full=True, run=job.restart_count

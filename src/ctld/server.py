@@ -31,10 +31,11 @@ from ctld.auth import ClusterAuthenticator, StepCredentials
 from ctld.cluster import Cluster
 from ctld.dispatch import GrpcDispatcher
 from ctld.gateway import make_app
+from ctld.grpc_service import service_handler
 from ctld.lease import Holder, Lease, keep
 from ctld.metrics import ClusterCollector, add_metrics_route
 from ctld.preflight import check_auth
-from ctld.rpc import ControllerApi, NodeControllerApi, service_handler
+from ctld.rpc import ControllerApi, NodeControllerApi
 from ctld.sockdir import prepare
 from ctld.standby import Switch
 from ctld.store import Store, normalize_url

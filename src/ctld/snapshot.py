@@ -19,7 +19,7 @@ import bisect
 import dataclasses
 from collections.abc import Iterable
 
-from corral.jobsyntax import parse_array
+from corral.jobspec import array_throttle
 from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
 from ctld import deps
@@ -38,7 +38,7 @@ from ctld.sched.frag import pending_demands
 from ctld.sched.model import Demand
 from ctld.sched.quick import priority_order, quick_queue
 from ctld.state import State
-from ctld.validate import request_from_spec
+from ctld.validate import node_lists, request_from_spec
 from ctld.victims import Preemptions
 
 
@@ -116,7 +116,7 @@ class SnapshotBuilder:
             pending.append(req)
             # what a later pass must read again: time (--begin), other jobs (a
             # dependency, the array's running tasks); all else moves the revision
-            throttled = bool(job.array_job_id) and "%" in job.spec.array
+            throttled = bool(job.array_job_id) and array_throttle(job.spec) is not None
             if job.eligible_time <= now and not job.spec.dependency and not throttled:
                 settled[job_id] = (revisions.get(job_id, 0), req)
             else:
@@ -175,10 +175,9 @@ class SnapshotBuilder:
         """What the core sees of pending ``job`` now (a held-back job's carries why)."""
         st = self.state
         blocked = self._blocked_reason(job, now)
-        throttled = bool(job.array_job_id) and "%" in job.spec.array
-        if not blocked and throttled:
+        limit = array_throttle(job.spec) if job.array_job_id else None
+        if not blocked and limit is not None:
             if job.array_job_id not in throttles:
-                limit = parse_array(job.spec.array).max_running
                 throttles[job.array_job_id] = limit - array_room.get(job.array_job_id, 0)
             if throttles[job.array_job_id] <= 0:
                 blocked = Reason.JOB_ARRAY_TASK_LIMIT
@@ -314,35 +313,43 @@ class SnapshotBuilder:
         return dataclasses.replace(view, end_time=end, preemptable=False)
 
     def request_for(self, job: pb.Job) -> JobRequest:
-        """What the core sees of a pending job (sbatch --test-only asks for one too)."""
-        req = request_from_spec(job.spec, job.job_id, job.spec.partitions, job.time_limit_s)
-        return dataclasses.replace(
-            req,
+        """What the core sees of a pending job (sbatch --test-only asks for one too),
+        built once from the job's typed spec; the queue index keeps it (``State.requests``)
+        until the job changes."""
+        spec = job.spec
+        nodelist, exclude = node_lists(spec)
+        return request_from_spec(
+            spec,
+            job.job_id,
+            spec.partitions,
+            job.time_limit_s,
+            nodelist=nodelist,
+            exclude=exclude + self._avoided(job, nodelist, exclude),
             priority=job.priority,
             user=job.user,
             account=job.account,
             qos=job.qos,
-            reservation=job.spec.reservation,
             submit_time=job.submit_time,
             eligible_time=max(job.eligible_time, job.submit_time),
             predicted_s=self.state.predictor.predict(job.user, job.time_limit_s),
-            exclude=req.exclude + self._avoided(job, req),
         )
 
-    def _avoided(self, job: pb.Job, req: JobRequest) -> tuple[str, ...]:
+    def _avoided(
+        self, job: pb.Job, nodelist: tuple[str, ...], exclude: tuple[str, ...]
+    ) -> tuple[str, ...]:
         """The nodes an earlier run of this job failed on (node down, stall): a requeued
         job is placed away from them, as long as every partition it may run in keeps
         enough other nodes; otherwise they are not held against it (it would wait for
         ever on a small cluster)."""
-        failed = tuple(
-            n for n in job.failed_nodes if n not in req.exclude and n not in req.nodelist
-        )
+        failed = tuple(n for n in job.failed_nodes if n not in exclude and n not in nodelist)
         if not failed:
             return ()
-        shunned = set(req.exclude).union(failed)
-        needed = max(req.nodes_min, len(req.nodelist), 1)
+        shunned = set(exclude).union(failed)
+        needed = max(job.spec.nodes_min, len(nodelist), 1)
         for part in self.state.config.partitions:
-            if part.name in req.partitions and sum(n not in shunned for n in part.nodes) < needed:
+            if part.name in job.spec.partitions and (
+                sum(n not in shunned for n in part.nodes) < needed
+            ):
                 return ()
         return failed
 

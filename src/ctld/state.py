@@ -35,7 +35,7 @@ from ctld.sched.model import LimitSet
 from ctld.sched.predict import RunTimePredictor
 from ctld.store import Op, Store, insert_job, update_job
 from ctld.usage import UsageLedger
-from ctld.validate import NodeCapacity, request_from_spec
+from ctld.validate import NodeCapacity, request_from_spec, set_totals
 from ctld.victims import Preemptions
 
 log = structlog.get_logger("ctld")
@@ -348,13 +348,8 @@ class State:
 
 
 def fill_request_totals(job: pb.Job) -> None:
-    """What squeue shows for a pending job: requested nodes, CPUs, memory, GPUs."""
-    shape = job_shape(request_from_spec(job.spec))
-    job.num_nodes = shape.nodes
-    job.num_tasks = job.spec.ntasks or shape.nodes * shape.tasks_per_node  # -N2 -n5: 5
-    job.num_cpus = shape.nodes * shape.cpus_per_node
-    job.mem_mb = shape.nodes * shape.mem_per_node_mb
-    job.num_gpus = shape.nodes * shape.gpus_per_node
+    """What squeue shows for a pending job (a requeued one: its allocation's are gone)."""
+    set_totals(job, job_shape(request_from_spec(job.spec)))
 
 
 def user_name(uid: int) -> str:

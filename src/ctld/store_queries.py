@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from corral.errors import StoreError, StoreUnavailable
+from corral.jobspec import fill
 from corral.wire import corral_pb2 as pb
 from ctld.archive import archive_jobs
 from ctld.jsonmap import message_to_json
@@ -28,6 +29,14 @@ from ctld.store_rows import (
     node_drains,
     reservations,
 )
+
+
+def job_from_row(data: bytes) -> pb.Job:
+    """A stored job, its --signal, --array and --dependency typed (a row written
+    before the typed fields existed gets them now, from the same parser)."""
+    job = pb.Job.FromString(data)
+    fill(job.spec)
+    return job
 
 
 def is_trouble(exc: BaseException) -> bool:
@@ -114,7 +123,7 @@ class StoreQueries:
             job_runs.c.end_time > horizon, job_runs.c.start_time > 0
         )
         with self._reading() as conn:
-            return [pb.Job.FromString(data) for (data,) in conn.execute(stmt)]
+            return [job_from_row(data) for (data,) in conn.execute(stmt)]
 
     def runs_between(self, start: float, end: float) -> list[pb.Job]:
         """Every run that overlapped [start, end): current runs (jobs rows that started;
@@ -128,7 +137,7 @@ class StoreQueries:
                     table.c.start_time < end,
                     sa.or_(table.c.end_time == 0, table.c.end_time > start),
                 )
-                out.extend(pb.Job.FromString(data) for (data,) in conn.execute(stmt))
+                out.extend(job_from_row(data) for (data,) in conn.execute(stmt))
         return out
 
     def query_jobs(
@@ -222,7 +231,7 @@ class StoreQueries:
                     .where(job_runs.c.job_id.in_(ids[start : start + 500]))
                     .order_by(job_runs.c.job_id, job_runs.c.run)
                 )
-                out.extend(pb.Job.FromString(data) for (data,) in conn.execute(stmt))
+                out.extend(job_from_row(data) for (data,) in conn.execute(stmt))
         return out
 
     def job_story(self, job_id: int) -> pb.Job | None:
@@ -240,7 +249,7 @@ class StoreQueries:
     ) -> list[pb.Job]:
         out: dict[int, pb.Job] = {}
         for (data,) in conn.execute(stmt):
-            job = pb.Job.FromString(data)
+            job = job_from_row(data)
             out[job.job_id] = job
         if with_events and out:
             ids = list(out)

@@ -7,9 +7,11 @@ field is bounded here, whatever the client claims to have checked.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from corral import hostlist
 from corral.config import ClusterConfig, PartitionConfig
@@ -21,7 +23,8 @@ from corral.errors import (
     InvalidRequest,
     NodeConfigUnavailable,
 )
-from corral.jobsyntax import parse_array, parse_dependency, parse_warn_signal
+from corral.jobspec import Parsed, type_spec
+from corral.jobsyntax import ArraySpec, parse_array, parse_dependency, parse_warn_signal
 from corral.limits import MAX_ENV_BYTES, MAX_SCRIPT_BYTES, MAX_SUBMIT_LINE
 from corral.mailtypes import parse_mail_types
 from corral.slurmfmt import UNLIMITED
@@ -46,8 +49,14 @@ class NodeCapacity:
 
 @dataclass(frozen=True)
 class Accepted:
+    """What a submit learnt of a spec, once: the defaults ctld fills in, its per-node
+    shape, and its --array and --dependency as parsed (the spec holds them typed too)."""
+
     partitions: tuple[str, ...]
     time_limit_s: int
+    shape: Shape
+    array: ArraySpec | None = None
+    dependencies: Parsed | None = None
 
 
 def _check_text(value: str, what: str, limit: int) -> None:
@@ -57,29 +66,61 @@ def _check_text(value: str, what: str, limit: int) -> None:
         raise InvalidOption(f"{what} contains a NUL byte")
 
 
+# JobRequest's fields named as JobSpec's are copied from the spec: a new scheduling
+# flag (a JobSpec field and a JobRequest field of one name) needs no line here. The
+# others, and those given by a different rule, are set in request_from_spec.
+_SPEC_FIELDS = {f.name: f for f in pb.JobSpec.DESCRIPTOR.fields}
+_BY_RULE = {"ntasks", "cpus_per_task", "nodelist", "exclude", "partitions", "time_limit_s"}
+_COPIED = tuple(
+    f.name
+    for f in dataclasses.fields(JobRequest)
+    if f.init and f.name in _SPEC_FIELDS and f.name not in _BY_RULE
+)
+_REPEATED = frozenset(n for n in _COPIED if _SPEC_FIELDS[n].is_repeated)
+
+
+def node_lists(spec: pb.JobSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """-w and -x expanded (hostlist syntax)."""
+    return (
+        tuple(hostlist.expand(spec.nodelist)) if spec.nodelist else (),
+        tuple(hostlist.expand(spec.exclude)) if spec.exclude else (),
+    )
+
+
 def request_from_spec(
-    spec: pb.JobSpec, job_id: int = 0, partitions: Iterable[str] = (), time_limit_s: int = UNLIMITED
+    spec: pb.JobSpec,
+    job_id: int = 0,
+    partitions: Iterable[str] = (),
+    time_limit_s: int = UNLIMITED,
+    **fields: Any,
 ) -> JobRequest:
-    return JobRequest(
+    """The core's view of what ``spec`` asks, built in one go; ``fields`` set the rest
+    (the snapshot's priority, user, ...) and may give ``nodelist``/``exclude`` already
+    expanded."""
+    given: dict[str, Any] = {
+        n: tuple(getattr(spec, n)) if n in _REPEATED else getattr(spec, n) for n in _COPIED
+    }
+    if "nodelist" not in fields or "exclude" not in fields:
+        given["nodelist"], given["exclude"] = node_lists(spec)
+    given.update(
         job_id=job_id,
         partitions=tuple(partitions),
-        nodes_min=spec.nodes_min,
-        nodes_max=spec.nodes_max,
         ntasks=spec.ntasks or 1,
-        ntasks_per_node=spec.ntasks_per_node,
         cpus_per_task=spec.cpus_per_task or 1,
-        mem_per_node_mb=spec.mem_per_node_mb,
-        mem_per_cpu_mb=spec.mem_per_cpu_mb,
-        gpus_per_node=spec.gpus_per_node,
         gpus_total=spec.gpus,
-        gpus_per_task=spec.gpus_per_task,
-        shards_per_node=spec.shards_per_node,
-        gpu_type=spec.gpu_type,
-        exclusive=spec.exclusive,
-        nodelist=tuple(hostlist.expand(spec.nodelist)) if spec.nodelist else (),
-        exclude=tuple(hostlist.expand(spec.exclude)) if spec.exclude else (),
         time_limit_s=time_limit_s,
     )
+    given.update(fields)
+    return JobRequest(**given)
+
+
+def set_totals(job: pb.Job, shape: Shape) -> None:
+    """What squeue shows for a pending job: requested nodes, CPUs, memory, GPUs."""
+    job.num_nodes = shape.nodes
+    job.num_tasks = job.spec.ntasks or shape.nodes * shape.tasks_per_node  # -N2 -n5: 5
+    job.num_cpus = shape.nodes * shape.cpus_per_node
+    job.mem_mb = shape.nodes * shape.mem_per_node_mb
+    job.num_gpus = shape.nodes * shape.gpus_per_node
 
 
 def user_groups(user: str, gid: int) -> frozenset[str]:
@@ -105,7 +146,8 @@ def validate_spec(
     capacity: dict[str, NodeCapacity],
     groups: Callable[[], frozenset[str]] = frozenset,
 ) -> Accepted:
-    """Check ``spec`` against the cluster; return the defaults ctld fills in."""
+    """Check ``spec`` against the cluster and type its --signal, --array and
+    --dependency (the one parse of each, stored in the spec); return what ctld learnt."""
     script = spec.script
     if spec.allocation_only:
         if script:
@@ -155,9 +197,10 @@ def validate_spec(
         raise InvalidRequest("Invalid generic resource (gres) specification: shard with gpu")
     if spec.nodes_max and spec.nodes_max < spec.nodes_min:
         raise InvalidRequest("Node count specification invalid")
+    warn = None
     if spec.signal:
         _check_text(spec.signal, "--signal", 64)
-        parse_warn_signal(spec.signal)  # noded acts on it: it must be well formed
+        warn = parse_warn_signal(spec.signal)  # noded acts on it: it must be well formed
     if spec.mem_per_node_mb and spec.mem_per_cpu_mb:
         raise InvalidOption("--mem and --mem-per-cpu are mutually exclusive")
     if spec.time_limit_s < UNLIMITED:
@@ -170,10 +213,8 @@ def validate_spec(
                 "smtp_host or program in its config); submit without --mail-type"
             )
     _check_text(spec.mail_user, "--mail-user", 256)
-    if spec.dependency:
-        parse_dependency(spec.dependency)
-    if spec.array:
-        parse_array(spec.array)
+    deps = parse_dependency(spec.dependency) if spec.dependency else None
+    array = parse_array(spec.array) if spec.array else None
     try:
         req = request_from_spec(spec)
     except CorralError as exc:
@@ -214,7 +255,14 @@ def validate_spec(
     limit = spec.time_limit_s
     if limit == 0:
         limit = first.default_time_s if first.default_time_s != UNLIMITED else first.max_time_s
-    return Accepted(partitions=tuple(p.name for p in parts), time_limit_s=limit)
+    type_spec(spec, warn, array, deps)
+    return Accepted(
+        partitions=tuple(p.name for p in parts),
+        time_limit_s=limit,
+        shape=shape,
+        array=array,
+        dependencies=deps,
+    )
 
 
 def _partition_can_ever_run(

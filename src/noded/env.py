@@ -10,6 +10,7 @@ import os
 import pwd
 from collections.abc import Mapping
 
+from corral.jobspec import array_tasks
 from corral.jobsyntax import array_environment
 from corral.slurmfmt import compress_counts
 from corral.wire import corral_pb2 as pb
@@ -114,8 +115,9 @@ def batch_environment(
         "SLURM_EXPORT_ENV": spec.export or "ALL",
         "ENVIRONMENT": "BATCH",
     }
-    if job.HasField("array_task_id"):
-        slurm.update(array_environment(spec.array, job.array_job_id, job.array_task_id))
+    array = array_tasks(spec) if job.HasField("array_task_id") else None
+    if array is not None:
+        slurm.update(array_environment(array, job.array_job_id, job.array_task_id))
     if job.time_limit_s > 0:
         slurm["SLURM_JOB_END_TIME"] = str(int(job.start_time + job.time_limit_s))
     if job.account:

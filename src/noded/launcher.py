@@ -23,7 +23,8 @@ import structlog
 
 from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import CorralError, LaunchError
-from corral.jobsyntax import WarnSignal, parse_warn_signal
+from corral.jobspec import warn_signal
+from corral.jobsyntax import WarnSignal
 from corral.wire import corral_pb2 as pb
 from noded import jobdir, progress, recovery, spool
 from noded.cgroups import CgroupManager, CgroupUnavailable, JobCgroup
@@ -320,12 +321,12 @@ class Launcher:
         if limit <= 0:
             return
         running.timers.append(self.clock.call_later(limit, self._time_limit, running))
-        if running.job.spec.signal:
-            try:
-                warn = parse_warn_signal(running.job.spec.signal)
-            except CorralError as exc:
-                log.warning("bad --signal ignored", job_id=running.job_id, error=str(exc))
-            else:
+        try:
+            warn = warn_signal(running.job.spec)
+        except CorralError as exc:
+            log.warning("bad --signal ignored", job_id=running.job_id, error=str(exc))
+        else:
+            if warn is not None:
                 at = max(0.0, limit - warn.seconds)
                 running.timers.append(self.clock.call_later(at, self._warn, running, warn))
 

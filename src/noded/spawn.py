@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 import os
 import pwd
-from dataclasses import dataclass
+import resource
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from corral.errors import LaunchError
 from corral.patterns import batch_output_paths, expand_pattern
@@ -24,12 +26,15 @@ GATE_FAILED_EXIT = 111
 
 @dataclass(frozen=True)
 class Identity:
-    """Who the job runs as; ``pw`` None means noded's own account (a local cluster)."""
+    """Who the job runs as, and under what soft limits (``rlimits``: sbatch --propagate,
+    by Slurm's names; -1 unlimited); ``pw`` None means noded's own account (a local
+    cluster)."""
 
     pw: pwd.struct_passwd | None
     uid: int
     gid: int
     groups: list[int]
+    rlimits: Mapping[str, int] = field(default_factory=dict)
 
 
 def identity_for(job: pb.Job, node_name: str) -> Identity:
@@ -40,7 +45,7 @@ def identity_for(job: pb.Job, node_name: str) -> Identity:
                 f"noded on {node_name} runs as uid {me} and cannot start jobs of "
                 f"uid {job.uid} ({job.user})"
             )
-        return Identity(None, me, os.getgid(), [])
+        return Identity(None, me, os.getgid(), [], dict(job.spec.rlimits))
     try:
         pw = pwd.getpwuid(job.uid)
     except KeyError:
@@ -53,7 +58,24 @@ def identity_for(job: pb.Job, node_name: str) -> Identity:
             "the user databases disagree"
         )
     gid = job.gid or pw.pw_gid
-    return Identity(pw, pw.pw_uid, gid, os.getgrouplist(pw.pw_name, gid))
+    return Identity(pw, pw.pw_uid, gid, os.getgrouplist(pw.pw_name, gid), dict(job.spec.rlimits))
+
+
+def set_limits(pid: int, rlimits: Mapping[str, int]) -> None:
+    """The soft limits a job asked for (--propagate), set on its gated shim before it
+    runs anything (its children inherit them); each at most the hard limit it has, which
+    stays: nobody gets more than a ``ulimit -S`` of their own could give. Unknown names
+    are ignored (a newer sbatch)."""
+    for name, soft in rlimits.items():
+        which = getattr(resource, "RLIMIT_" + name, None)
+        if not isinstance(which, int) or not name.isupper():
+            continue
+        _, hard = resource.prlimit(pid, which)
+        if soft < 0:
+            soft = resource.RLIM_INFINITY
+        if hard != resource.RLIM_INFINITY and (soft == resource.RLIM_INFINITY or soft > hard):
+            soft = hard
+        resource.prlimit(pid, which, (soft, hard))
 
 
 @dataclass(frozen=True)
@@ -213,6 +235,13 @@ async def start_gated(
     finally:
         os.close(read_fd)
     proc = asyncio.subprocess.Process(transport, protocol, loop)
+    if who.rlimits:
+        try:
+            set_limits(proc.pid, who.rlimits)
+        except (OSError, ValueError) as exc:
+            os.close(write_fd)  # the shim exits at the closed gate, having run nothing
+            await proc.wait()
+            raise LaunchError(f"cannot set the limits of {what}: {exc}") from None
     return proc, write_fd, protocol.exited
 
 

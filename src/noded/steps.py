@@ -36,7 +36,7 @@ import structlog
 
 from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import CorralError, LaunchError
-from corral.jobsyntax import parse_warn_signal
+from corral.jobspec import warn_signal
 from corral.tasks import task_gpus
 from corral.wire import corral_pb2 as pb
 from noded import progress, records
@@ -438,13 +438,13 @@ class StepRunner:
     def _arm_warning(self, job: pb.Job, running: RunningStep) -> Timer | None:
         """--signal=SIG@T without B: reaches the steps (not the batch shell) T seconds
         before the time limit; each node's step signals its own tasks then."""
-        if not job.spec.signal or job.time_limit_s <= 0 or not job.start_time:
+        if job.time_limit_s <= 0 or not job.start_time:
             return None
         try:
-            warn = parse_warn_signal(job.spec.signal)
+            warn = warn_signal(job.spec)
         except CorralError:
             return None
-        if warn.batch_only:
+        if warn is None or warn.batch_only:
             return None
         delay = job.start_time + job.time_limit_s - warn.seconds - self.clock.now()
         if delay <= 0:

@@ -32,7 +32,7 @@ from corral.wire import corral_pb2 as pb
 from corral.wire.methods import CONTROLLER, SERVICES
 from ctld.auth import Caller
 from ctld.gateway import make_app
-from ctld.rpc import service_handler
+from ctld.grpc_service import service_handler
 
 RAISE_KEY = "x-test-raise"
 

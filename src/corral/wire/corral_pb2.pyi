@@ -190,6 +190,26 @@ class JobSpec(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class RlimitsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAME_FIELD_NUMBER: _builtins.int
     SCRIPT_FIELD_NUMBER: _builtins.int
     ENVIRONMENT_FIELD_NUMBER: _builtins.int
@@ -241,6 +261,10 @@ class JobSpec(_message.Message):
     REQUEUE_EXPEDITE_FIELD_NUMBER: _builtins.int
     PROGRESS_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     SHARDS_PER_NODE_FIELD_NUMBER: _builtins.int
+    WARN_SIGNAL_FIELD_NUMBER: _builtins.int
+    ARRAY_TASKS_FIELD_NUMBER: _builtins.int
+    DEPENDENCIES_FIELD_NUMBER: _builtins.int
+    RLIMITS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     script: _builtins.str
     """full batch script text, starts with #!"""
@@ -277,9 +301,9 @@ class JobSpec(_message.Message):
     hold: _builtins.bool
     """-H"""
     dependency: _builtins.str
-    """--dependency, validated and stored"""
+    """--dependency as given (shown); typed: dependencies"""
     array: _builtins.str
-    """--array, validated and stored"""
+    """--array as given (shown); typed: array_tasks"""
     begin_time: _builtins.float
     """--begin; 0: now"""
     nice: _builtins.int
@@ -294,7 +318,7 @@ class JobSpec(_message.Message):
     """the command line, for sacct SubmitLine"""
     submit_host: _builtins.str
     signal: _builtins.str
-    """--signal=[{R|B}:]SIG[@secs], stored for noded"""
+    """--signal as given (shown); typed: warn_signal"""
     open_mode: _builtins.str
     """--open-mode: truncate (default) or append"""
     qos: _builtins.str
@@ -342,6 +366,28 @@ class JobSpec(_message.Message):
     @_builtins.property
     def argv(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """arguments after the script name"""
+
+    @_builtins.property
+    def warn_signal(self) -> Global___WarnSignal:
+        """-- typed at submit (field numbers 700+): ctld parses --signal, --array and
+        --dependency once (corral/jobsyntax.py) and stores them here; what a client sends
+        in these is replaced. Readers use corral/jobspec.py, never the strings above --
+        --signal; unset: none
+        """
+
+    @_builtins.property
+    def array_tasks(self) -> Global___ArrayTasks:
+        """--array; unset: not an array"""
+
+    @_builtins.property
+    def dependencies(self) -> Global___Dependencies:
+        """--dependency; unset: none"""
+
+    @_builtins.property
+    def rlimits(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """-- how the job's processes start (field numbers 800+) --
+        --propagate: the submitter's soft limits by Slurm's names (NOFILE, STACK, ...); -1: unlimited
+        """
 
     def __init__(
         self,
@@ -397,14 +443,164 @@ class JobSpec(_message.Message):
         requeue_expedite: _builtins.bool = ...,
         progress_timeout_s: _builtins.int = ...,
         shards_per_node: _builtins.int = ...,
+        warn_signal: Global___WarnSignal | None = ...,
+        array_tasks: Global___ArrayTasks | None = ...,
+        dependencies: Global___Dependencies | None = ...,
+        rlimits: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["array_tasks", b"array_tasks", "dependencies", b"dependencies", "warn_signal", b"warn_signal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "no_requeue", b"no_requeue", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "progress_timeout_s", b"progress_timeout_s", "qos", b"qos", "requeue", b"requeue", "requeue_expedite", b"requeue_expedite", "reservation", b"reservation", "script", b"script", "shards_per_node", b"shards_per_node", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "array_tasks", b"array_tasks", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependencies", b"dependencies", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "no_requeue", b"no_requeue", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "progress_timeout_s", b"progress_timeout_s", "qos", b"qos", "requeue", b"requeue", "requeue_expedite", b"requeue_expedite", "reservation", b"reservation", "rlimits", b"rlimits", "script", b"script", "shards_per_node", b"shards_per_node", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "warn_signal", b"warn_signal", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobSpec: _TypeAlias = JobSpec  # noqa: Y015
+
+@_typing.final
+class WarnSignal(_message.Message):
+    """--signal=[{R|B}:]SIG[@secs], typed: SIG ``seconds`` before the time limit."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIGNAL_FIELD_NUMBER: _builtins.int
+    SECONDS_FIELD_NUMBER: _builtins.int
+    BATCH_ONLY_FIELD_NUMBER: _builtins.int
+    signal: _builtins.int
+    seconds: _builtins.int
+    batch_only: _builtins.bool
+    """B: the batch shell only"""
+    def __init__(
+        self,
+        *,
+        signal: _builtins.int = ...,
+        seconds: _builtins.int = ...,
+        batch_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_only", b"batch_only", "seconds", b"seconds", "signal", b"signal"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WarnSignal: _TypeAlias = WarnSignal  # noqa: Y015
+
+@_typing.final
+class ArrayTasks(_message.Message):
+    """--array, typed: what is read of it after submit (the task ids made the tasks)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COUNT_FIELD_NUMBER: _builtins.int
+    FIRST_FIELD_NUMBER: _builtins.int
+    LAST_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    MAX_RUNNING_FIELD_NUMBER: _builtins.int
+    count: _builtins.int
+    first: _builtins.int
+    last: _builtins.int
+    step: _builtins.int
+    """the one gap between ids, else 1 (SLURM_ARRAY_TASK_STEP)"""
+    max_running: _builtins.int
+    """%N; set even for %0"""
+    def __init__(
+        self,
+        *,
+        count: _builtins.int = ...,
+        first: _builtins.int = ...,
+        last: _builtins.int = ...,
+        step: _builtins.int = ...,
+        max_running: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_running", b"_max_running", "max_running", b"max_running"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_running", b"_max_running", "count", b"count", "first", b"first", "last", b"last", "max_running", b"max_running", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__max_running: _TypeAlias = _typing.Literal["max_running"]  # noqa: Y015
+    _WhichOneofArgType__max_running: _TypeAlias = _typing.Literal["_max_running", b"_max_running"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_running) -> _WhichOneofReturnType__max_running | None: ...
+
+Global___ArrayTasks: _TypeAlias = ArrayTasks  # noqa: Y015
+
+@_typing.final
+class JobRef(_message.Message):
+    """One job a dependency names: ID, ID_TASK, ID+MINUTES."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    DELAY_MIN_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    task_id: _builtins.int
+    """unset: the job, or every task of the array"""
+    delay_min: _builtins.int
+    """after:ID+MIN"""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        task_id: _builtins.int | None = ...,
+        delay_min: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_task_id", b"_task_id", "task_id", b"task_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_task_id", b"_task_id", "delay_min", b"delay_min", "job_id", b"job_id", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__task_id: _TypeAlias = _typing.Literal["task_id"]  # noqa: Y015
+    _WhichOneofArgType__task_id: _TypeAlias = _typing.Literal["_task_id", b"_task_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__task_id) -> _WhichOneofReturnType__task_id | None: ...
+
+Global___JobRef: _TypeAlias = JobRef  # noqa: Y015
+
+@_typing.final
+class DependencyCondition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """after, afterany, afterok, afternotok, aftercorr, singleton, ..."""
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobRef]: ...
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        jobs: _abc.Iterable[Global___JobRef] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "kind", b"kind"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DependencyCondition: _TypeAlias = DependencyCondition  # noqa: Y015
+
+@_typing.final
+class Dependencies(_message.Message):
+    """--dependency, typed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONDITIONS_FIELD_NUMBER: _builtins.int
+    ANY_OF_FIELD_NUMBER: _builtins.int
+    any_of: _builtins.bool
+    """joined with ? (any one), else , (all)"""
+    @_builtins.property
+    def conditions(self) -> _containers.RepeatedCompositeFieldContainer[Global___DependencyCondition]: ...
+    def __init__(
+        self,
+        *,
+        conditions: _abc.Iterable[Global___DependencyCondition] | None = ...,
+        any_of: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["any_of", b"any_of", "conditions", b"conditions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Dependencies: _TypeAlias = Dependencies  # noqa: Y015
 
 @_typing.final
 class NodeAllocation(_message.Message):

@@ -75,6 +75,40 @@ class JobSpec(TypedDict, total=False):
     requeueExpedite: bool
     progressTimeoutS: int
     shardsPerNode: int
+    warnSignal: WarnSignal
+    arrayTasks: ArrayTasks
+    dependencies: Dependencies
+    rlimits: dict[str, int | str]
+
+
+class WarnSignal(TypedDict, total=False):
+    signal: int
+    seconds: int
+    batchOnly: bool
+
+
+class ArrayTasks(TypedDict, total=False):
+    count: int
+    first: int
+    last: int
+    step: int
+    maxRunning: int
+
+
+class JobRef(TypedDict, total=False):
+    jobId: int | str
+    taskId: int
+    delayMin: int
+
+
+class DependencyCondition(TypedDict, total=False):
+    kind: str
+    jobs: list[JobRef]
+
+
+class Dependencies(TypedDict, total=False):
+    conditions: list[DependencyCondition]
+    anyOf: bool
 
 
 class NodeAllocation(TypedDict, total=False):
