@@ -92,7 +92,7 @@ def test_postgres_outage_under_load(
             t.join(30)
     assert all("the store is unavailable" in m for m in refused), set(refused)
     text = metrics(c)
-    assert "corral_store_up 1.0" in text and "corral_store_outages 1.0" in text
+    assert "corral_store_up 1.0" in text and "corral_store_outages_total 1.0" in text
     # every acknowledged job is in the store exactly once, nothing else was written
     ids = [
         line.split("|")[0]
