@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from noded.steps import Chunk, Task
+    from noded.taskio import Chunk, Task
 
 REPLAY_BYTES = 1 << 20  # recent output a new sattach sees first
 REPLAY_CHUNKS = 128  # Slurm's STDIO_MAX_MSG_CACHE

@@ -4,20 +4,18 @@ noded makes one file per batch script and one per srun task (``$CORRAL_PROGRESS_
 owned by the job's user (made in a directory of root's: jobdir.py) and dated 1970:
 untouched, it means nothing (the job did not opt in). Once touched, a file that then
 stays silent for the job's stall timeout while that process's GPUs idle marks a hung
-rank. The launcher (batch scripts) and the step runner (srun's tasks, on every node of
-a step) judge their own files with these rules, so a hung rank is named with its node
-wherever it runs.
+rank (stall.py's rule: the job machine applies it to the batch script, the step machine
+to srun's tasks, on every node of a step, so a hung rank is named with its node wherever
+it runs). This module only makes the files and reads their age.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
 
 import structlog
 
-from corral.wire import corral_pb2 as pb
 from noded.jobdir import JOB_DIR_MODE, create_for_user, discard
 
 log = structlog.get_logger("noded")
@@ -63,18 +61,3 @@ def silent_for(path: str, now: float) -> float | None:
     if touched <= 0:
         return None  # untouched: the job did not opt in
     return max(now - touched, 0.0)
-
-
-def timeout_for(job: pb.Job, default_s: float) -> float:
-    """The job's stall timeout: --progress-timeout, else noded.progress_timeout_s."""
-    return float(job.spec.progress_timeout_s or default_s)
-
-
-def gpus_busy(utils: Sequence[float], threshold_pct: float) -> bool:
-    """Any GPU at or above the idle threshold: the process is slow, not hung."""
-    return any(u >= threshold_pct for u in utils)
-
-
-def stall_detail(node: str, rank: int, what: str, silent_s: float) -> str:
-    """The words ctld records (requeued event, sacct Reason, corral why)."""
-    return f"progress stalled on node {node} rank {rank} ({what}): no heartbeat for {silent_s:.0f}s"

@@ -1,13 +1,14 @@
 """Settling what an earlier noded left here, before the first registration.
 
 Every process of an earlier noded's jobs and steps is killed, their cgroups removed and
-each batch job reported ended with END_NODE_FAIL, so ctld requeues it: never relaunched
-beside the old copy. Only noded's own records (records.py, in a directory only root
-enters) say what to kill, and only a process whose marker, real uid and start time all
-agree with one is killed; a recorded root pid is used only if it is still the process
-recorded (same start time, marker and uid). A cgroup is never taken from a record: only
-those under noded's own cgroup directory are emptied. The job directories are removed
-without following anything in them (jobdir.py), an older noded's user-owned ones too.
+each batch job reported ended with END_NODE_FAIL (the job machine's FoundLost), so ctld
+requeues it: never relaunched beside the old copy. Only noded's own records (records.py,
+in a directory only root enters) say what to kill, and only a process whose marker, real
+uid and start time all agree with one is killed; a recorded root pid is used only if it
+is still the process recorded (same start time, marker and uid). A cgroup is never taken
+from a record: only those under noded's own cgroup directory are emptied. The job
+directories are removed without following anything in them (jobdir.py), an older
+noded's user-owned ones too.
 """
 
 from __future__ import annotations
@@ -22,13 +23,11 @@ from collections.abc import Callable
 import psutil
 import structlog
 
-from corral.wire import corral_pb2 as pb
 from noded import jobdir, progress, records, spool
 from noded.cgroups import CgroupManager, JobCgroup
 
 log = structlog.get_logger("noded")
 
-Update = pb.JobStatusUpdate
 KILL_TIMEOUT_S = 10.0
 
 
@@ -37,9 +36,10 @@ async def recover(
     instance: str,
     node: str,
     cgroups: CgroupManager | None,
-    report: Callable[[pb.JobStatusUpdate], None],
+    lost: Callable[[int, int], object],
 ) -> list[int]:
-    """Kill, clean and report what earlier nodeds left; returns the jobs reported lost."""
+    """Kill and clean what earlier nodeds left, and tell ``lost`` (job id, run) of each
+    job, which reports it; returns the jobs reported lost."""
     spool.take_instances(spool_dir, instance)
     jobs = records.load_jobs(spool_dir)
     steps = records.load_steps(spool_dir)
@@ -53,18 +53,7 @@ async def recover(
         while not cg.try_remove() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
     for st in jobs:
-        log.warning("job of an earlier noded killed and reported lost", job_id=st.job_id, node=node)
-        report(
-            Update(
-                job_id=st.job_id,
-                kind=Update.KIND_EXITED,
-                time=time.time(),
-                exit_signal=int(signal.SIGKILL),
-                end_reason=Update.END_NODE_FAIL,
-                detail=f"noded on {node} restarted while the job ran: its processes were killed",
-                restart_count=st.restart_count,
-            )
-        )
+        lost(st.job_id, st.restart_count)  # its report is queued before its record goes
         records.remove_job(spool_dir, st.job_id)
     for step in steps:
         records.remove_step(spool_dir, step.job_id, step.step_id)

@@ -19,7 +19,8 @@ from corral.testing import wait_for
 from corral.wire import corral_pb2 as pb
 from noded import cgroups, records, spool
 from noded.clock import ManualClock
-from noded.launcher import Launcher, RunningJob
+from noded.events import GpuUse, Launch, Spawn, Spawned
+from noded.launcher import Launcher
 from noded.tracking import MARKER_VAR, STEP_MARKER_VAR
 
 Update = pb.JobStatusUpdate
@@ -180,12 +181,14 @@ async def test_time_limit_signal_and_idle_window_on_virtual_time(tmp_path: pathl
         clock=clock,
     )
     job = pb.Job(job_id=3, time_limit_s=600, spec=pb.JobSpec(signal="B:USR1@120"))
-    running = RunningJob(
-        job=job, cluster="c", kill_wait_s=1.0, marker="m", alloc=pb.NodeAllocation()
-    )
+    request = pb.LaunchJobRequest(job=job, cluster="c", kill_wait_s=1.0)
     warned: list[int] = []
     launcher._send = lambda r, sig, batch_only: warned.append(sig)  # type: ignore[method-assign]
-    launcher._arm_timers(running)
+    # taken on and started as the machine says, but for the spawn: no process here
+    taken = launcher.machine.handle(Launch(request), now=clock.now())
+    launcher.carry_out([a for a in taken if not isinstance(a, Spawn)])
+    launcher.handle(Spawned(3, 0))
+    running = launcher.jobs[3]
     clock.advance(479)
     assert not warned and running.end_reason == Update.END_NONE
     clock.advance(1)
@@ -195,12 +198,12 @@ async def test_time_limit_signal_and_idle_window_on_virtual_time(tmp_path: pathl
     assert running.kill_task is not None
     running.kill_task.cancel()
     # the idle-GPU window runs on the same clock
-    launcher._check_idle(running, [0.0])
+    launcher.handle(GpuUse(3, 0, (0.0,)))
     clock.advance(59)
-    launcher._check_idle(running, [0.0])
+    launcher.handle(GpuUse(3, 0, (0.0,)))
     assert not reports
     clock.advance(1)
-    launcher._check_idle(running, [0.0])
+    launcher.handle(GpuUse(3, 0, (0.0,)))
     assert [r.kind for r in reports] == [Update.KIND_IDLE_GPUS]
 
 

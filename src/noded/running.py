@@ -1,0 +1,77 @@
+"""The launcher's record of one run of a batch job: its processes, cgroup and timers.
+
+The machine (machine.py) holds what it decided of the run (``state``); this record
+holds what carries the decisions out. Its properties read the state, never set it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from corral.wire import corral_pb2 as pb
+from noded.cgroups import JobCgroup
+from noded.clock import Timer
+from noded.jobrun import JobRun
+from noded.limits import GpuStats
+from noded.tracking import JobProcesses, Usage
+
+
+@dataclass
+class RunningJob:
+    state: JobRun
+    marker: str  # CORRAL_JOB_MARKER: tells this run's processes from any other's
+    process: asyncio.subprocess.Process | None = None  # the batch shell
+    procs: JobProcesses | None = None  # every process of the job
+    cgroup: JobCgroup | None = None
+    usage: Usage = field(default_factory=Usage)
+    gpu: GpuStats = field(default_factory=GpuStats)
+    timers: dict[str, Timer] = field(default_factory=dict)  # by the machine's names
+    progress_file: str = ""  # the opt-in progress heartbeat (CORRAL_PROGRESS_FILE)
+    since: float = field(default_factory=time.time)  # taken on: before any process of it
+
+    @property
+    def job(self) -> pb.Job:
+        return self.state.job
+
+    @property
+    def job_id(self) -> int:
+        return self.state.job_id
+
+    @property
+    def restart_count(self) -> int:
+        return self.state.run
+
+    @property
+    def cluster(self) -> str:
+        return self.state.cluster
+
+    @property
+    def alloc(self) -> pb.NodeAllocation:
+        return self.state.alloc
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.state.cancel_requested
+
+    @property
+    def fenced(self) -> bool:
+        return self.state.fenced
+
+    @property
+    def end_reason(self) -> int:
+        return self.state.end_reason
+
+    @property
+    def mem_limit_kb(self) -> int:
+        return self.state.mem_limit_kb
+
+    @property
+    def kill_task(self) -> Timer | None:
+        """The SIGKILL due after the grace, if one is (the machine's "kill" timer)."""
+        return self.timers.get("kill")
+
+    def alive(self) -> bool:
+        """Its batch shell runs (spawned and not yet reaped by asyncio)."""
+        return self.process is not None and self.process.returncode is None

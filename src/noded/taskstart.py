@@ -1,0 +1,173 @@
+"""Starting a step's tasks on this node (I/O only).
+
+Each task starts as the job's user through the same gate as a batch script (its stdin
+pipe is the gate: noded writes one line to release it, then srun's input follows),
+with the job's marker (the batch job's tracking and a job cancel find it), a step
+marker (a step cancel finds its own) and its own progress heartbeat file. Before the
+first task the step's record goes to ``<spool>/state`` (records.py): a new noded or the
+fence guard kills what it names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Callable
+
+import structlog
+
+from corral.tasks import task_gpus
+from corral.wire import corral_pb2 as pb
+from noded import progress, records
+from noded.env import job_umask, step_environment
+from noded.spawn import identity_for, start_gated
+from noded.taskio import F_SETPIPE_SZ, PIPE_BYTES, RunningStep, Task, open_terminal
+from noded.tracking import MARKER_VAR, PROGRESS_VAR, STEP_MARKER_VAR, JobProcesses
+
+log = structlog.get_logger("noded")
+
+# $1: the submitter's umask (SLURM_UMASK; "": noded's own), $2: the working directory
+TASK_SHIM = (
+    "read _ || exit 111; SLURM_TASK_PID=$$; export SLURM_TASK_PID; "
+    '[ -z "$1" ] || umask "$1" || exit 111; '
+    'cd "$2" 2>/dev/null || cd /tmp; shift 2; exec "$@"'
+)
+# --pty: the task (a session leader) opens its terminal, which makes it the session's
+# controlling terminal: job control, and Ctrl-C from srun's keyboard as a SIGINT here
+PTY_SHIM = (
+    "read _ || exit 111; SLURM_TASK_PID=$$; export SLURM_TASK_PID; "
+    '[ -z "$1" ] || umask "$1" || exit 111; '
+    'cd "$2" 2>/dev/null || cd /tmp; pts=$3; shift 3; '
+    'exec <"$pts" >"$pts" 2>&1; exec "$@"'
+)
+
+
+class TaskStarter:
+    def __init__(
+        self,
+        node_name: str,
+        job_marker: str,
+        spool_dir: str,
+        contain: Callable[[int, int], None],
+    ) -> None:
+        self.node_name = node_name
+        self.job_marker = job_marker  # format with job_id: the batch job's marker
+        self.spool_dir = spool_dir  # "": no records, no progress files
+        # puts a task (held at its gate) into its batch job's cgroup and cores, if here
+        self.contain = contain
+
+    async def start_all(
+        self, start: pb.RunTasksRequest, here: pb.StepNode, port: int, running: RunningStep
+    ) -> None:
+        """Start the step's tasks here, each held at its gate until it is confined; set
+        ``running.tasks`` as they start (a failure half-way leaves those found)."""
+        job, step = start.job, start.step
+        who = identity_for(job, self.node_name)
+        job_marker = self.job_marker.format(job_id=job.job_id)
+        step_marker = f"{job_marker}.{step.step_id}"
+        # before any task: a spawn that fails half-way still has its started tasks found
+        running.procs = JobProcesses(-1, step_marker, None, STEP_MARKER_VAR, uid=who.uid)
+        self._record(records.StepState(job.job_id, step.step_id, step_marker, who.uid, time.time()))
+        master = start.master_addr or "127.0.0.1"
+        for local_id, rank in enumerate(here.ranks):
+            gpus = task_gpus(here, step.spec, local_id)
+            env = step_environment(
+                dict(start.environment),
+                job,
+                step,
+                here,
+                rank=rank,
+                local_id=local_id,
+                gpus=gpus,
+                cluster=start.cluster,
+                master_addr=master,
+                master_port=port,
+            )
+            env[MARKER_VAR] = job_marker
+            env[STEP_MARKER_VAR] = step_marker
+            # its own heartbeat, never the batch script's (inherited through srun)
+            beat = self._progress_file(job.job_id, step.step_id, rank, who.uid, who.gid)
+            env[PROGRESS_VAR] = beat
+            # plain pipes read here (not asyncio's): their read ends can be drained to
+            # empty without blocking, so the last output is never cut off
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            for fd in (out_r, err_r):
+                with contextlib.suppress(OSError):  # a smaller pipe only costs speed
+                    fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
+            tty, stdout = -1, out_w
+            mask = job_umask(env)
+            shim = [TASK_SHIM, "corral-task", mask, start.cwd or "/"]
+            if rank == 0 and start.HasField("pty"):
+                tty, stdout, pts = open_terminal(start.pty, who.uid if who.pw else -1)
+                shim = [PTY_SHIM, "corral-task", mask, start.cwd or "/", pts]
+            try:
+                proc, write_fd, exited = await start_gated(
+                    [*shim, *step.spec.argv],
+                    who=who,
+                    env=env,
+                    stdout=stdout,
+                    stderr=err_w,
+                    what=f"task {rank}",
+                )
+            except BaseException:
+                os.close(out_r)
+                os.close(err_r)
+                if tty >= 0:
+                    os.close(tty)
+                raise
+            finally:
+                os.close(out_w)
+                os.close(err_w)
+                if stdout != out_w:
+                    os.close(stdout)  # the task has its own now
+            if tty >= 0:  # its output comes from the terminal; the pipe only ends
+                os.close(out_r)
+                out_r = os.dup(tty)
+            try:
+                self.contain(job.job_id, proc.pid)
+            except OSError as exc:
+                log.warning("step task not confined", job_id=job.job_id, error=str(exc))
+            running.tasks.append(
+                Task(
+                    rank,
+                    proc,
+                    write_fd,
+                    exited,
+                    (out_r, err_r),
+                    tty=tty,
+                    progress=beat,
+                    gpus=list(gpus),
+                )
+            )
+            with contextlib.suppress(OSError):
+                os.write(write_fd, b"go\n")
+        log.info(
+            "step started",
+            job_id=job.job_id,
+            step_id=step.step_id,
+            node=self.node_name,
+            tasks=len(running.tasks),
+            master=f"{master}:{port}",
+        )
+
+    def _record(self, state: records.StepState) -> None:
+        """The step's record (records.py): a new noded or the fence guard kills its tasks."""
+        if not self.spool_dir:
+            return
+        try:
+            records.save_step(self.spool_dir, state)
+        except OSError as exc:
+            log.error("step record not saved in the spool", job_id=state.job_id, error=str(exc))
+
+    def _progress_file(self, job_id: int, step_id: int, rank: int, uid: int, gid: int) -> str:
+        if not self.spool_dir:
+            return ""
+        try:
+            path = progress.step_file(self.spool_dir, job_id, step_id, rank)
+        except OSError as exc:
+            log.warning("progress directory not made", error=str(exc))
+            return ""
+        return path if progress.make_file(path, uid, gid) else ""
