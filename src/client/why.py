@@ -1,11 +1,15 @@
-"""corral why JOBID: why a pending job is not running, in plain words.
+"""corral why JOBID | NODE: why a pending job is not running, or why a node is as it is,
+in plain words.
 
 Reads ctld's ExplainJob (computed on the scheduler's own snapshot) and words it:
 the reason, its rank, the running jobs it waits for and when they should end, what
 the user could change to start sooner (only changes that really are sooner), the
 advance reservations in its way, and when it is expected to start: by predicted run
 times (the default) or, by limits, as a range corrected by history.
-``explain_text`` is pure, for tests.
+For a node (and for the nodes a pending job waits for): its state, Slurm's reason and
+who set it, and its last change with its cause (ctld's node state machine: the event,
+the RPC, report or monitor that made it, when). ``explain_text`` and ``node_text`` are
+pure, for tests.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from client.common import client, job_state, num, real, text
+from client.common import client, job_state, node_state, num, real, text
 from client.fmt import Reported, call, job_filter, parse_job_ids
 from corral.errors import InvalidOption
 from corral.reasons import EXPLAINED, Reason
@@ -130,6 +134,62 @@ def _requeued(job: Json) -> str:
     return f"Requeued {restarts} time(s); the last run ended: {text(events[-1], 'detail')}.\n"
 
 
+# what each event of ctld's node state machine (ctld/nodestate.py) means, in words
+NODE_EVENTS = {
+    "registered": "its noded registered",
+    "late": "a heartbeat is late",
+    "heard": "it heartbeats again",
+    "heartbeat_lost": "silent past the heartbeat timeout: DOWN",
+    "downed": "an operator set it DOWN",
+    "resumed": "an operator resumed it (it registers again)",
+    "drained": "its jobs finish, nothing new starts there",
+    "undrained": "an operator resumed it from its drain",
+    "fencing": "back with jobs it may not keep: fenced until they are gone",
+    "fenced": "only its own jobs run there again",
+}
+
+
+def node_text(node: Json) -> str:
+    """Why a node is as it is: state, reason (Slurm's, with who and when), last change."""
+    name, state = text(node, "name"), node_state(node)
+    star = "*" if node.get("notResponding") else ""
+    lines = [f"Node {name} is {state}{star}."]
+    why = node.get("reasonChange") or {}
+    if text(node, "reason"):
+        who = text(node, "reasonUser") or "root"
+        stamp = format_timestamp(real(node, "reasonTime"))
+        by = f", set by {_change(why)}" if text(why, "event") else ""
+        lines.append(f"Reason: {text(node, 'reason')} [{who}@{stamp}]{by}.")
+    last = node.get("lastChange") or {}
+    if text(last, "event") and last != why:
+        lines.append(f"Last change: {_change(last)}.")
+    return "".join(line + "\n" for line in lines)
+
+
+def _change(change: Json) -> str:
+    """A node's change: its event in words, its cause, when."""
+    event = text(change, "event")
+    detail = f" ({text(change, 'detail')})" if text(change, "detail") else ""
+    return (
+        f"{event} ({NODE_EVENTS.get(event, event)}){detail}, cause {text(change, 'cause')}, "
+        f"at {format_timestamp(real(change, 'time'))}"
+    )
+
+
+def _unavailable(reply: Json) -> list[str]:
+    """The nodes a pending job's reason names as unavailable (ReqNodeNotAvail)."""
+    job: Json = reply.get("job") or {}
+    if job_state(job) != "PENDING":
+        return []
+    _, _, nodes = text(job, "reason").partition("UnavailableNodes:")
+    return [nodes] if nodes else []
+
+
+def _nodes(names: list[str]) -> list[Json]:
+    reply = call(lambda: client().get_nodes({"names": names}), "corral why")
+    return list(reply.get("nodes") or [])
+
+
 def _job_id(value: str) -> str:
     """JOBID as ctld's job id: ``N`` (a job, or an array's first task), ``N_T`` (task T
     of array N, as squeue -j names it, looked up), ``N.batch`` / ``N.S`` (job N)."""
@@ -147,20 +207,31 @@ def main_args(argv: list[str]) -> int:
     parser = _Parser(
         prog="corral why",
         description="Why a job is not running: its reason, what it waits for (running "
-        "jobs, reservations), when it should start, and what change would start it sooner.",
+        "jobs, reservations), when it should start, and what change would start it sooner. "
+        "Why a node is as it is: its state, reason and last change with its cause.",
     )
-    parser.add_argument("job", metavar="JOBID", help="a job id, or ARRAYID_TASK (e.g. 11_5)")
+    parser.add_argument(
+        "job",
+        metavar="JOBID|NODE",
+        help="a job id, or ARRAYID_TASK (e.g. 11_5); or a node's name",
+    )
     args = parser.parse_args(argv)
     try:
+        if not args.job[:1].isdigit():  # a node's name (job ids begin with a digit)
+            sys.stdout.write("".join(node_text(n) for n in _nodes([args.job])))
+            return 0
         job_id = _job_id(args.job)
         reply = call(lambda: client().explain_job({"jobId": job_id}), "corral why")
+        out = explain_text(reply)
+        if names := _unavailable(reply):
+            out += "".join(node_text(n) for n in _nodes(names))
     except Reported as exc:
         sys.stderr.write(exc.message + "\n")
         return 1
-    sys.stdout.write(explain_text(reply))
+    sys.stdout.write(out)
     return 0
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise InvalidOption(f"{message} (usage: corral why JOBID)")
+        raise InvalidOption(f"{message} (usage: corral why JOBID|NODE)")
