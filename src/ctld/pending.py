@@ -53,7 +53,7 @@ def blocked_reason(
             return Reason.DEPENDENCY
         if verdict is DepState.NEVER:
             return Reason.DEPENDENCY_NEVER_SATISFIED
-    if throttled is not None and throttled(job):
+    if throttled is not None and job.array_job_id and throttled(job):
         return Reason.JOB_ARRAY_TASK_LIMIT
     return ""
 

@@ -95,14 +95,15 @@ class SnapshotBuilder:
         self._now = 0.0
         self._array_room: dict[int, int] = {}
         self._throttles: dict[int, int] = {}
+        self._checks = (self._dependency, self._throttled)  # bound once, not per job
 
     def build(self) -> Snapshot:
         st = self.state
         self._refresh_settings()
         now = st.clock()
-        on_node, array_room = self._on_node()
+        on_node, self._array_room = self._on_node()
+        self._now, self._throttles = now, {}
         pending: list[JobRequest] = []
-        throttles: dict[int, int] = {}
         revisions = st.index.revisions
         settled = self._settled
         next_eligible = INFINITY
@@ -115,7 +116,7 @@ class SnapshotBuilder:
             job = st.jobs.get(job_id)
             if job is None or job.state != js.PENDING:
                 continue
-            req = self._request(job, now, array_room, throttles)
+            req = self._request(job)
             pending.append(req)
             # what a later pass must read again: time (--begin), other jobs (a
             # dependency, the array's running tasks); all else moves the revision
@@ -144,14 +145,14 @@ class SnapshotBuilder:
         st = self.state
         self._refresh_settings()
         now = st.clock()
-        on_node, array_room = self._on_node()
-        throttles: dict[int, int] = {}
+        on_node, self._array_room = self._on_node()
+        self._now, self._throttles = now, {}
         reqs: list[JobRequest] = []
         for job_id in dict.fromkeys([*reserved, *job_ids]):
             job = st.jobs.get(job_id)
             if job is None or job.state != js.PENDING:
                 continue
-            req = self._request(job, now, array_room, throttles)
+            req = self._request(job)
             if not req.blocked_reason:
                 reqs.append(req)
         return self._snapshot(now, on_node, quick_queue(reqs, ()), self.demands)
@@ -172,14 +173,12 @@ class SnapshotBuilder:
                 array_room[j.array_job_id] = array_room.get(j.array_job_id, 0) + 1
         return on_node, array_room
 
-    def _request(
-        self, job: pb.Job, now: float, array_room: dict[int, int], throttles: dict[int, int]
-    ) -> JobRequest:
-        """What the core sees of pending ``job`` now (a held-back job's carries why:
-        ``pending.blocked_reason``, the one place ctld decides its reasons)."""
+    def _request(self, job: pb.Job) -> JobRequest:
+        """What the core sees of pending ``job`` now, in the build under way (a held-back
+        job's carries why: ``pending.blocked_reason``, the one place ctld decides its
+        reasons)."""
         st = self.state
-        self._now, self._array_room, self._throttles = now, array_room, throttles
-        blocked = pending.blocked_reason(job, now, self._dependency, self._throttled)
+        blocked = pending.blocked_reason(job, self._now, *self._checks)
         if blocked:
             return self._blocked_request(job, blocked)
         known = st.index.requests.get(job.job_id)
@@ -364,7 +363,7 @@ class SnapshotBuilder:
     def _throttled(self, job: pb.Job) -> bool:
         """``job``'s array runs as many tasks as its %N lets it (if not, one more is
         counted: the throttle is counted down over the queue in order)."""
-        if not (job.array_job_id and "%" in job.spec.array):
+        if "%" not in job.spec.array:
             return False
         throttles = self._throttles
         if job.array_job_id not in throttles:
