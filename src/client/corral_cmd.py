@@ -6,7 +6,7 @@ corral up --simulated-nodes N [...]                           ... whose N nodes 
 corral down [--state-dir DIR]                                 stop exactly that cluster
 corral ctld [ctld options]                                    run the controller
 corral noded [noded options]                                  run a node agent
-corral why JOBID                                              why a job is not running
+corral why JOBID|NODE                                         why a job is pending, a node out
 corral web-login                                              a one-time URL to the web page
 corral certs [--dir DIR]                                      the cluster CA and certificates
 corral certs --revoke NAME [--dir DIR]                        revoke a daemon's certificate
@@ -282,7 +282,7 @@ def main_args(argv: list[str]) -> int:
     down.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     sub.add_parser("ctld", help="run the controller in the foreground (see corral ctld -h)")
     sub.add_parser("noded", help="run a node agent in the foreground (see corral noded -h)")
-    sub.add_parser("why", help="why a pending job is not running: corral why JOBID")
+    sub.add_parser("why", help="why a job is pending, or a node out: corral why JOBID|NODE")
     sub.add_parser("report", help="GPU-hours per account per day: corral report [--plot F]")
     sub.add_parser("web-login", help="a one-time URL that signs you in to the web page")
     sub.add_parser("sim", help="replay a workload trace through the scheduler (corral sim -h)")

@@ -1,10 +1,14 @@
-"""corral why JOBID: why a pending job is not running, in plain words.
+"""corral why JOBID | NODE: why a pending job is not running, or why a node is as it is,
+in plain words.
 
 Reads ctld's ExplainJob (computed on the scheduler's own snapshot) and words it:
 the reason, its rank, the running jobs it waits for and when they should end, what
 the user could change to start sooner (only changes that really are sooner), the
 advance reservations in its way, and when it is expected to start: by predicted run
 times (the default) or, by limits, as a range corrected by history.
+For a node (and for the nodes a pending job waits for): its state, Slurm's reason and
+who set it, and its last change with its cause (ctld's node state machine: the event,
+the RPC, report or monitor that made it, when).
 The words are corral/whytext.py's (ctld's web page shows the same).
 """
 
@@ -17,9 +21,13 @@ from typing import NoReturn
 from client.common import client, num
 from client.fmt import Reported, call, job_filter, parse_job_ids
 from corral.errors import InvalidOption
-from corral.whytext import REASONS, explain_text
+from corral.whytext import REASONS, explain_text, node_text, unavailable_nodes
 
-__all__ = ["REASONS", "explain_text", "main_args"]
+__all__ = ["REASONS", "explain_text", "main_args", "node_text"]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from corral.whytext import Json
 
 
 def _job_id(value: str) -> str:
@@ -35,24 +43,40 @@ def _job_id(value: str) -> str:
     return str(num(jobs[0], "jobId"))
 
 
+def _nodes(names: list[str]) -> list[Json]:
+    reply = call(lambda: client().get_nodes({"names": names}), "corral why")
+    return list(reply.get("nodes") or [])
+
+
 def main_args(argv: list[str]) -> int:
     parser = _Parser(
         prog="corral why",
         description="Why a job is not running: its reason, what it waits for (running "
-        "jobs, reservations), when it should start, and what change would start it sooner.",
+        "jobs, reservations), when it should start, and what change would start it sooner. "
+        "Why a node is as it is: its state, reason and last change with its cause.",
     )
-    parser.add_argument("job", metavar="JOBID", help="a job id, or ARRAYID_TASK (e.g. 11_5)")
+    parser.add_argument(
+        "job",
+        metavar="JOBID|NODE",
+        help="a job id, or ARRAYID_TASK (e.g. 11_5); or a node's name",
+    )
     args = parser.parse_args(argv)
     try:
+        if not args.job[:1].isdigit():  # a node's name (job ids begin with a digit)
+            sys.stdout.write("".join(node_text(n) for n in _nodes([args.job])))
+            return 0
         job_id = _job_id(args.job)
         reply = call(lambda: client().explain_job({"jobId": job_id}), "corral why")
+        out = explain_text(reply)
+        if names := unavailable_nodes(reply):
+            out += "".join(node_text(n) for n in _nodes(names))
     except Reported as exc:
         sys.stderr.write(exc.message + "\n")
         return 1
-    sys.stdout.write(explain_text(reply))
+    sys.stdout.write(out)
     return 0
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise InvalidOption(f"{message} (usage: corral why JOBID)")
+        raise InvalidOption(f"{message} (usage: corral why JOBID|NODE)")

@@ -1,4 +1,4 @@
-"""``corral why``'s words: a pending job's ExplainJob reply as text.
+"""``corral why``'s words: a pending job's ExplainJob reply, or a node, as text.
 
 Pure (the reply in proto3's JSON mapping in, text out): the command prints it and
 ctld's web page shows the same words on a job's page, so the two never disagree.
@@ -143,3 +143,58 @@ def _requeued(job: Json) -> str:
     if not restarts or not events:
         return ""
     return f"Requeued {restarts} time(s); the last run ended: {text(events[-1], 'detail')}.\n"
+
+
+# what each event of ctld's node state machine (ctld/nodestate.py) means, in words
+NODE_EVENTS = {
+    "registered": "its noded registered",
+    "late": "a heartbeat is late",
+    "heard": "it heartbeats again",
+    "heartbeat_lost": "silent past the heartbeat timeout: DOWN",
+    "downed": "an operator set it DOWN",
+    "resumed": "an operator resumed it (it registers again)",
+    "drained": "its jobs finish, nothing new starts there",
+    "undrained": "an operator resumed it from its drain",
+    "fencing": "back with jobs it may not keep: fenced until they are gone",
+    "fenced": "only its own jobs run there again",
+}
+
+
+def node_state(node: Json) -> str:
+    return text(node, "state", "NODE_STATE_UNKNOWN").removeprefix("NODE_STATE_")
+
+
+def node_text(node: Json) -> str:
+    """Why a node is as it is: state, reason (Slurm's, with who and when), last change."""
+    name, state = text(node, "name"), node_state(node)
+    star = "*" if node.get("notResponding") else ""
+    lines = [f"Node {name} is {state}{star}."]
+    why = node.get("reasonChange") or {}
+    if text(node, "reason"):
+        who = text(node, "reasonUser") or "root"
+        stamp = format_timestamp(real(node, "reasonTime"))
+        by = f", set by {_change(why)}" if text(why, "event") else ""
+        lines.append(f"Reason: {text(node, 'reason')} [{who}@{stamp}]{by}.")
+    last = node.get("lastChange") or {}
+    if text(last, "event") and last != why:
+        lines.append(f"Last change: {_change(last)}.")
+    return "".join(line + "\n" for line in lines)
+
+
+def _change(change: Json) -> str:
+    """A node's change: its event in words, its cause, when."""
+    event = text(change, "event")
+    detail = f" ({text(change, 'detail')})" if text(change, "detail") else ""
+    return (
+        f"{event} ({NODE_EVENTS.get(event, event)}){detail}, cause {text(change, 'cause')}, "
+        f"at {format_timestamp(real(change, 'time'))}"
+    )
+
+
+def unavailable_nodes(reply: Json) -> list[str]:
+    """The nodes a pending job's reason names as unavailable (ReqNodeNotAvail)."""
+    job: Json = reply.get("job") or {}
+    if job_state(job) != "PENDING":
+        return []
+    _, _, nodes = text(job, "reason").partition("UnavailableNodes:")
+    return [nodes] if nodes else []

@@ -2,7 +2,8 @@
 
 Each part does one job (docs/architecture.md draws the map):
 
-    state         the job and node maps, the queue index, persistence, wake-ups
+    state         the job and node maps and their parts (indexes, versions, accounting)
+    commit        the one commit step: every change to a job, a step or a node
     intake        submit, cancel/signal, hold/release, update, top (client writes)
     node_reports  register, heartbeat, job reports, faults, drains (node writes)
     step_ops      srun/salloc steps and allocations
@@ -11,9 +12,11 @@ Each part does one job (docs/architecture.md draws the map):
     outbox        signals to nodes, sent after the change that asked for them commits
     snapshot      the scheduler's input
     scheduling    the loop, applying a plan, launching
-    queries       reads: selections, nodes, partitions, reservations, shares, why
+    queries       reads: selections, nodes, partitions, reservations, shares, why,
+                  sbatch --test-only's estimate
 
-``Cluster`` only delegates; it keeps the API the servicers, tests and bench use.
+``Cluster`` only wires the parts and delegates to them; it keeps the API the
+servicers, tests and bench use.
 """
 
 from __future__ import annotations
@@ -24,10 +27,8 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
-from corral import hostlist
 from corral.clock import Clock, SystemClock
 from corral.config import ClusterConfig
-from corral.errors import InvalidRequest
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from ctld.authz import Policy
@@ -79,7 +80,7 @@ class Cluster:
             ctl.operators,
             ctl.administrators,
             ctl.private_data,
-            admin_level=lambda user: st.accounting.admin_level(user),
+            admin_level=lambda user: st.acct.accounting.admin_level(user),
         )
         self.outbox = Outbox(st, dispatcher)
         self.endings = Endings(st, self.outbox)
@@ -103,7 +104,7 @@ class Cluster:
         self.intake.quick_ready = self.scheduler.quick_ready
         self.intake.start_on_submit = self.scheduler.start_on_submit
         if config.scheduler.start_on_submit:
-            st.check_release = self.scheduler.check_release
+            st.versions.check_release = self.scheduler.check_release
         self.queries = Queries(st, lambda: self.snapshot())
         self.accounting_ops = SacctmgrOps(st, self.policy)
         # observers of every durable change: the metrics' counters, and mail
@@ -131,11 +132,11 @@ class Cluster:
 
     @property
     def version(self) -> int:
-        return self.state.version
+        return self.state.versions.version
 
     @version.setter
     def version(self, value: int) -> None:
-        self.state.version = value
+        self.state.versions.version = value
 
     @property
     def next_job_id(self) -> int:
@@ -147,7 +148,7 @@ class Cluster:
 
     @property
     def revisions(self) -> dict[int, int]:
-        return self.state.revisions
+        return self.state.index.revisions
 
     @property
     def start_time(self) -> float:
@@ -155,11 +156,11 @@ class Cluster:
 
     @property
     def ledger(self) -> UsageLedger:
-        return self.state.ledger
+        return self.state.acct.ledger
 
     @property
     def priorities(self) -> Priorities:
-        return self.state.priorities
+        return self.state.acct.priorities
 
     @property
     def reservations(self) -> Reservations:
@@ -167,7 +168,7 @@ class Cluster:
 
     @property
     def history(self) -> collections.deque[tuple[float, float]]:
-        return self.state.history
+        return self.state.runs.recent
 
     @property
     def _tasks(self) -> set[asyncio.Task[None]]:
@@ -231,7 +232,7 @@ class Cluster:
 
     async def create_reservation(self, who: Identity, spec: pb.Reservation) -> pb.Reservation:
         self.policy.check_admin(who, "creating a reservation")
-        resv, op = self.reservations.create(who, spec, self._pick_nodes)
+        resv, op = self.reservations.create(who, spec, self.queries.free_nodes)
         await self._commit(op)
         log.info("reservation created", reservation=resv.name, nodes=resv.nodes, user=who.user)
         return resv
@@ -247,18 +248,6 @@ class Cluster:
     def reservation_list(self, names: Iterable[str]) -> list[pb.Reservation]:
         return self.queries.reservation_list(names)
 
-    def _pick_nodes(self, count: int, partition: str, reserved: set[str]) -> list[str]:
-        part = next((p for p in self.config.partitions if p.name == partition), None)
-        if partition and part is None:
-            raise InvalidRequest(f"Invalid partition name specified: {partition}")
-        part = part or self.config.default_partition
-        names = list(part.nodes) if part else list(self.nodes)
-        usable = [n for n in names if self.nodes[n].schedulable and n not in reserved]
-        usable.sort(key=lambda n: (bool(self.nodes[n].job_ids), n))  # idle ones first
-        if len(usable) < count:
-            raise InvalidRequest(f"Requested node configuration is not available: {count} nodes")
-        return usable[:count]
-
     # ------------------------------------------------------------ accounting (sacctmgr)
 
     async def sacctmgr(self, who: Identity, req: pb.SacctmgrRequest) -> pb.SacctmgrResponse:
@@ -270,31 +259,9 @@ class Cluster:
         return await self.intake.submit(who, spec)
 
     def test_only(self, who: Identity, spec: pb.JobSpec) -> tuple[pb.Job, pb.TestOnlyEstimate]:
-        """sbatch --test-only: one scheduler pass over the queue as it is plus this job,
-        whose plan is read and dropped (nothing is stored, started or queued)."""
-        import dataclasses
-
-        from ctld.sched import schedule
-
+        """sbatch --test-only: the job ``spec`` would be, and a pass's estimate for it."""
         job = self.intake.trial_job(who, spec)
-        snap = self.snapshots.build()
-        req = self.snapshots.request_for(job)
-        pending = sorted([*snap.pending, req], key=lambda r: (-r.priority, r.submit_time, r.job_id))
-        plan = schedule(dataclasses.replace(snap, pending=tuple(pending)))
-        est = pb.TestOnlyEstimate(partition=job.partition, reason=plan.reasons.get(job.job_id, ""))
-        start = next((s for s in plan.starts if s.job_id == job.job_id), None)
-        if start is not None:
-            est.start, est.partition = snap.now, start.partition
-            est.nodes = hostlist.compress([p.node for p in start.placements])
-            est.cpus = sum(p.cpus for p in start.placements)
-        elif (fc := plan.forecasts.get(job.job_id)) is not None:
-            est.start, est.partition, est.nodes = (
-                fc.start,
-                fc.partition,
-                hostlist.compress(list(fc.nodes)),
-            )
-            est.cpus = job.num_cpus
-        return job, est
+        return job, self.queries.test_only(job, self.snapshots)
 
     async def cancel(self, who: Identity, req: pb.CancelJobsRequest) -> list[pb.CancelOutcome]:
         if req.steps:

@@ -7,6 +7,8 @@ of a ``Change`` (the transition and the signals it needs); the caller commits it
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 
 from corral.errors import JobStateConflict
@@ -16,7 +18,7 @@ from ctld import jobstate as js
 from ctld.commit import Change
 from ctld.nodes import NodeRecord
 from ctld.outbox import Outbox
-from ctld.state import State, fill_request_totals
+from ctld.state import State, request_totals
 
 Update = pb.JobStatusUpdate
 log = structlog.get_logger("ctld")
@@ -27,26 +29,29 @@ class Endings:
         self.state = state
         self.outbox = outbox
 
-    def cancel(self, ch: Change, job: pb.Job, cause: str, now: float) -> None:
-        """Cancel ``job``: a pending one ends now, a running one is asked to stop."""
+    def cancel(self, ch: Change, job: pb.Job, cause: str, now: float, **fields: Any) -> None:
+        """Cancel ``job`` (setting ``fields`` with it): a pending one ends now, a running
+        one is asked to stop."""
         if job.state == js.PENDING:
-            ch.transition(job, "cancelled", cause=cause, now=now)
-            job.end_time = now
-            job.reason = "None"
+            ch.transition(
+                job, "cancelled", cause=cause, now=now, end_time=now, reason="None", **fields
+            )
             return
         if job.state == js.RUNNING and job.spec.allocation_only:
             # no batch step to wait for: the allocation ends now, its steps are killed
-            self.end_allocation(ch, job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=0)
+            self.end_allocation(
+                ch, job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=0, **fields
+            )
             return
         if job.state == js.RUNNING and job.HasField("held_end"):
             # its script has ended (the end waits for a node's verdict): nothing to stop
             held = pb.JobStatusUpdate()
             held.CopyFrom(job.held_end)
-            ch.transition(job, "cancel_requested", cause=cause, now=now)
+            ch.transition(job, "cancel_requested", cause=cause, now=now, **fields)
             self.finish(ch, job, held, cause)
             return
         if job.state == js.RUNNING:
-            ch.transition(job, "cancel_requested", cause=cause, now=now)
+            ch.transition(job, "cancel_requested", cause=cause, now=now, **fields)
             ch.signal_all(self.outbox.terminate_elsewhere(job))
             ch.signal(*self.outbox.terminate_batch(job))
             return
@@ -61,15 +66,15 @@ class Endings:
                 ch, job, final, cause=cause, exit_code=upd.exit_code, exit_signal=upd.exit_signal
             )
         elif job.state == js.COMPLETING:  # cancelled meanwhile: it ends CANCELLED
-            clear_requeue(job)
-            self.finish(ch, job, upd, cause)
+            self.finish(ch, job, upd, cause, **NO_REQUEUE)
         elif self.preempted(ch, job, upd, cause):
             pass
         elif job.requeue_on_exit:
-            hold = clear_requeue(job)
-            job.usage.CopyFrom(upd.usage)
             detail = upd.detail or "requeued on request"
-            self.requeue(ch, job, cause=cause, detail=detail, hold=hold)
+            hold = asked_hold(job)
+            self.requeue(
+                ch, job, cause=cause, detail=detail, hold=hold, usage=upd.usage, **NO_REQUEUE
+            )
         else:
             self.finish(ch, job, upd, cause)
 
@@ -79,22 +84,22 @@ class Endings:
         script's exit (ctld/suspects.py). False: nothing is suspect, apply it now."""
         if not job.suspect_nodes or job.state != js.RUNNING:
             return False
-        job.held_end.CopyFrom(upd)
         nodes = ",".join(s.node for s in job.suspect_nodes)
-        ch.transition(
+        ch.update(
             job,
-            "updated",
             cause=cause,
             detail=f"its end (exit {upd.exit_code}:{upd.exit_signal}) waits for the "
             f"verdict on {nodes}",
+            held_end=upd,
         )
         log.info("job end held for a node's verdict", job_id=job.job_id, nodes=nodes)
         return True
 
-    def finish(self, ch: Change, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> None:
+    def finish(
+        self, ch: Change, job: pb.Job, upd: pb.JobStatusUpdate, cause: str, **fields: Any
+    ) -> None:
         """The node reports the job's end: its final state, exit and usage."""
         now = self.state.clock()
-        job.usage.CopyFrom(upd.usage)
         if upd.end_reason == Update.END_TIMEOUT:
             final = js.TIMEOUT
         elif upd.end_reason == Update.END_OUT_OF_MEMORY:
@@ -107,16 +112,24 @@ class Endings:
             final = js.COMPLETED
         else:
             final = js.FAILED
-        job.exit_code = max(0, min(upd.exit_code, 255))
-        job.exit_signal = max(0, min(upd.exit_signal, 64))
-        job.end_time = max(upd.time, job.start_time) if upd.time else now
-        job.reason = {
+        code, sig = _exit(upd.exit_code, upd.exit_signal)
+        reason = {
             js.TIMEOUT: "TimeLimit",
             js.OUT_OF_MEMORY: "OutOfMemory",
             js.FAILED: "NonZeroExitCode" if upd.exit_code else "None",
         }.get(final, "None")
         ch.transition(
-            job, "exited", cause=cause, to=final, detail=f"exit {job.exit_code}:{job.exit_signal}"
+            job,
+            "exited",
+            cause=cause,
+            to=final,
+            detail=f"exit {code}:{sig}",
+            usage=upd.usage,
+            exit_code=code,
+            exit_signal=sig,
+            end_time=max(upd.time, job.start_time) if upd.time else now,
+            reason=reason,
+            **{**fields, **failures.no_suspects()},
         )
         if any(step.state == js.RUNNING for step in job.steps):
             # the batch script is gone: its steps on the other nodes go too (Slurm's rule)
@@ -142,32 +155,43 @@ class Endings:
         if victim is None:
             return False
         del st.preemptions.victims[job.job_id]
-        clear_requeue(job)
-        job.usage.CopyFrom(upd.usage)
-        job.exit_code = max(0, min(upd.exit_code, 255))
-        job.exit_signal = max(0, min(upd.exit_signal, 64))
+        code, sig = _exit(upd.exit_code, upd.exit_signal)
+        ended = {"usage": upd.usage, "exit_code": code, "exit_signal": sig, **NO_REQUEUE}
         detail = f"preempted by job {victim.preemptor}"
         if victim.mode == "requeue" and failures.may_requeue(job, st.config.controller.job_requeue):
-            self.requeue(ch, job, cause=cause, detail=detail, run_state=js.PREEMPTED)
+            self.requeue(ch, job, cause=cause, detail=detail, run_state=js.PREEMPTED, **ended)
             log.info("preempted job requeued", job_id=job.job_id, by=victim.preemptor)
             return True
-        job.end_time = max(upd.time, job.start_time) if upd.time else st.clock()
-        job.reason = "None"
-        ch.transition(job, "exited", cause=cause, to=js.PREEMPTED, detail=detail)
+        ch.transition(
+            job,
+            "exited",
+            cause=cause,
+            to=js.PREEMPTED,
+            detail=detail,
+            end_time=max(upd.time, job.start_time) if upd.time else st.clock(),
+            reason="None",
+            **{**ended, **failures.no_suspects()},
+        )
         self.end_running_steps(ch, job, js.CANCELLED)
         self._ended(job)
         log.info("preempted job ended", job_id=job.job_id, by=victim.preemptor)
         return True
 
     def end_allocation(
-        self, ch: Change, job: pb.Job, final: int, *, cause: str, exit_code: int, exit_signal: int
+        self,
+        ch: Change,
+        job: pb.Job,
+        final: int,
+        *,
+        cause: str,
+        exit_code: int,
+        exit_signal: int,
+        **fields: Any,
     ) -> None:
-        """An allocation (salloc/srun) ends: released, timed out or cancelled."""
-        job.exit_code = max(0, min(exit_code, 255))
-        job.exit_signal = max(0, min(exit_signal, 64))
-        job.end_time = self.state.clock()
+        """An allocation (salloc/srun) ends: released, timed out or cancelled (or a job
+        that a node failure ends)."""
+        code, sig = _exit(exit_code, exit_signal)
         reasons: dict[int, str] = {js.TIMEOUT: "TimeLimit", js.FAILED: "NonZeroExitCode"}
-        job.reason = reasons.get(final, "None")
         self.end_running_steps(ch, job, final)
         ch.signal_all(self.outbox.terminate_everywhere(job))
         ch.transition(
@@ -175,14 +199,21 @@ class Endings:
             "exited",
             cause=cause,
             to=final,
-            detail=f"allocation released, exit {job.exit_code}:{job.exit_signal}",
+            detail=f"allocation released, exit {code}:{sig}",
+            **{
+                "exit_code": code,
+                "exit_signal": sig,
+                "end_time": self.state.clock(),
+                "reason": reasons.get(final, "None"),
+                **fields,
+                **failures.no_suspects(),
+            },
         )
         self._ended(job)
 
     def _ended(self, job: pb.Job) -> None:
-        failures.forget_suspects(job)
         self.state.release(job)
-        self.state.ledger.add_finished(job)
+        self.state.acct.ledger.add_finished(job)
         self.state.remember_run(job)
 
     def end_running_steps(self, ch: Change, job: pb.Job, final: int) -> None:
@@ -190,7 +221,12 @@ class Endings:
         for step in job.steps:
             if step.state == js.RUNNING:
                 ch.end_step(
-                    step, js.CANCELLED if final != js.TIMEOUT else js.TIMEOUT, self.state.clock()
+                    job,
+                    step,
+                    js.CANCELLED if final != js.TIMEOUT else js.TIMEOUT,
+                    self.state.clock(),
+                    exit_code=step.exit_code,
+                    exit_signal=step.exit_signal,
                 )
 
     def requeue(
@@ -203,8 +239,10 @@ class Endings:
         run_state: int = pb.JOB_STATE_REQUEUED,
         hold: int = pb.HOLD_NONE,
         not_before: float = 0.0,
+        **fields: Any,
     ) -> None:
-        """Put a RUNNING job back in the queue; it keeps its age and counts a restart.
+        """Put a RUNNING job back in the queue (``fields`` set first: the run that ended
+        keeps them too); it keeps its age and counts a restart.
 
         The run that ended is kept for sacct -D; with controller.requeue_delay_s (or
         ``not_before``) the job waits (reason BeginTime); --requeue=expedite puts it
@@ -213,48 +251,72 @@ class Endings:
         js.check(job, "requeued", cause)  # before anything changes: never half a requeue
         st = self.state
         now = st.clock()
+        ended = {**fields, **failures.no_suspects()}
         if run_state != pb.JOB_STATE_REQUEUED:
-            job.reason = detail[:200]  # sacct -D shows why that run ended
-        failures.forget_suspects(job)
+            ended["reason"] = detail[:200]  # sacct -D shows why that run ended
         # the run's time counts in fair-share like any finished job's (Slurm charges
         # every run); its record is what a restarted ctld reloads the ledger from
-        st.ledger.add_finished(ch.end_run(job, run_state))
+        st.acct.ledger.add_finished(ch.end_run(job, run_state, **ended))
         st.release(job)
-        del job.allocations[:]
-        job.nodelist = job.batch_host = ""
-        job.start_time = 0
-        job.restart_count += 1
-        ch.transition(job, "requeued", cause=cause, now=now, detail=detail[:512])
-        fill_request_totals(job)
+        again: js.Fields = {
+            **fields,
+            **failures.no_suspects(),
+            **request_totals(job.spec),
+            "allocations": [],
+            "nodelist": "",
+            "batch_host": "",
+            "start_time": 0,
+            "restart_count": job.restart_count + 1,
+        }
         delay = st.config.controller.requeue_delay_s
         if delay > 0 or not_before > now:  # its reason: BeginTime (pending.settle)
-            job.eligible_time = max(now + delay, not_before)
+            again["eligible_time"] = max(now + delay, not_before)
         if job.spec.requeue_expedite:
-            job.admin_priority = job.priority = failures.expedite_priority(
-                st.jobs[i] for i in st.pending if i in st.jobs
+            again["admin_priority"] = again["priority"] = failures.expedite_priority(
+                st.jobs[i] for i in st.index.pending if i in st.jobs
             )
+        ch.transition(job, "requeued", cause=cause, now=now, detail=detail[:512], **again)
         if hold != pb.HOLD_NONE:
-            job.hold = hold  # type: ignore[assignment]
-            job.priority = 0
-            ch.transition(job, "held", cause=cause, now=now)
+            ch.transition(job, "held", cause=cause, now=now, hold=hold, priority=0)
         st.enqueue(job)  # its reason: Resources until a pass says (pending.settle)
 
-    def node_failed(self, ch: Change, job: pb.Job, node: NodeRecord, why: str, cause: str) -> None:
-        """The job lost its copy on ``node``: kill every part of it, requeue it or NODE_FAIL.
+    def node_failed(
+        self,
+        ch: Change,
+        job: pb.Job,
+        node: NodeRecord,
+        why: str,
+        cause: str,
+        usage: pb.JobUsage | None = None,
+    ) -> None:
+        """The job lost its copy on ``node``: kill every part of it, requeue it or NODE_FAIL
+        (with ``usage``, if its node reported it).
 
         A job being stopped to be requeued (scontrol requeue[hold]) is requeued as asked,
         with its hold, whatever its --requeue says: the run ends REQUEUED."""
         asked = job.requeue_on_exit
-        hold = clear_requeue(job)
+        hold = asked_hold(job)
+        fields: js.Fields = dict(NO_REQUEUE)
+        if usage is not None:
+            fields["usage"] = usage
         if job.HasField("held_end"):  # its script ended before the verdict: its usage
-            job.usage.CopyFrom(job.held_end.usage)
+            fields["usage"] = job.held_end.usage
         if job.state == js.COMPLETING:  # cancelled before: nothing more to wait for
-            self.end_allocation(ch, job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=9)
+            self.end_allocation(
+                ch, job, js.CANCELLED, cause=cause, exit_code=0, exit_signal=9, **fields
+            )
             return
         if not asked and not failures.may_requeue(job, self.state.config.controller.job_requeue):
             log.warning("job ended by a node failure", job_id=job.job_id, node=node.name)
-            self.end_allocation(ch, job, js.NODE_FAIL, cause=cause, exit_code=0, exit_signal=9)
-            job.reason = "NodeDown"
+            self.end_allocation(
+                ch,
+                job,
+                js.NODE_FAIL,
+                cause=cause,
+                exit_code=0,
+                exit_signal=9,
+                **{**fields, "reason": "NodeDown"},
+            )
             return
         # every part of it goes at once (no KillWait): the failed node too, since one an
         # operator took DOWN still answers (a dead one does not: fencing finishes it)
@@ -263,7 +325,7 @@ class Endings:
             ch.signal(part, kill)
         self.end_running_steps(ch, job, js.NODE_FAIL)
         if node.name not in job.failed_nodes:
-            job.failed_nodes.append(node.name)
+            fields["failed_nodes"] = [*job.failed_nodes, node.name]
         log.warning("job requeued after a node failure", job_id=job.job_id, node=node.name)
         run_state = pb.JOB_STATE_REQUEUED if asked else js.NODE_FAIL
         # another node srun lost and not judged yet may still run the old ranks, until
@@ -278,20 +340,27 @@ class Endings:
             run_state=run_state,
             hold=hold,
             not_before=max(others, default=0.0),
+            **fields,
         )
 
 
-def requeue_when_gone(job: pb.Job, hold: int = pb.HOLD_NONE) -> None:
-    """Its nodes are being told to stop ``job``: requeue it (held: ``hold``) when its
-    node reports it gone. Kept in the job itself, so it is durable with the change that
-    asks for it and a ctld restarted meanwhile still requeues it."""
-    job.requeue_on_exit = True
-    job.requeue_hold = hold  # type: ignore[assignment]  # one of HoldKind's values
+# a requeue asked for (``requeue_when_gone``) forgotten: set with the change that ends it
+NO_REQUEUE: js.Fields = {"requeue_on_exit": False, "requeue_hold": pb.HOLD_NONE}
 
 
-def clear_requeue(job: pb.Job) -> int:
-    """Forget a requeue asked for; returns the hold it asked (HOLD_NONE if none)."""
-    hold = int(job.requeue_hold) if job.requeue_on_exit else pb.HOLD_NONE
-    job.requeue_on_exit = False
-    job.requeue_hold = pb.HOLD_NONE
-    return hold
+def requeue_when_gone(hold: int = pb.HOLD_NONE) -> js.Fields:
+    """The fields that ask for ``job`` to be requeued (held: ``hold``) when its node
+    reports it gone, set with the change that tells its nodes to stop it. Kept in the
+    job itself, so it is durable with that change and a ctld restarted meanwhile still
+    requeues it."""
+    return {"requeue_on_exit": True, "requeue_hold": hold}
+
+
+def asked_hold(job: pb.Job) -> int:
+    """The hold a requeue asked for gives the job (HOLD_NONE if none was asked)."""
+    return int(job.requeue_hold) if job.requeue_on_exit else pb.HOLD_NONE
+
+
+def _exit(code: int, sig: int) -> tuple[int, int]:
+    """An exit code and signal as a job keeps them."""
+    return max(0, min(code, 255)), max(0, min(sig, 64))

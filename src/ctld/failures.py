@@ -78,10 +78,10 @@ def suspicion(job: pb.Job, node: str) -> pb.SuspectNode | None:
     return next((s for s in job.suspect_nodes if s.node == node), None)
 
 
-def forget_suspects(job: pb.Job) -> None:
-    """The run is over (ended, requeued): no node of it waits for a verdict any more."""
-    del job.suspect_nodes[:]
-    job.ClearField("held_end")
+def no_suspects() -> js.Fields:
+    """The fields set when a run is over (ended, requeued): no node of it waits for a
+    verdict any more."""
+    return {"suspect_nodes": [], "held_end": None}
 
 
 def stale_report(job: pb.Job, upd: pb.JobStatusUpdate) -> bool:

@@ -33,7 +33,7 @@ from ctld.outbox import Outbox
 from ctld.priorities import apply_factors
 from ctld.queries import select
 from ctld.state import State
-from ctld.validate import Accepted, set_totals, user_groups, validate_spec
+from ctld.validate import Accepted, totals, user_groups, validate_spec
 
 log = structlog.get_logger("ctld")
 
@@ -61,14 +61,14 @@ class Intake:
         accepted, qos = self._accept(who, spec)
         now = st.clock()
         job = self._new_job(who, spec, accepted, qos, st.next_job_id, now)
-        apply_factors(job, st.priorities.factors(job, now))
+        apply_factors(job, st.acct.priorities.factors(job, now))
         return job
 
     def _accept(self, who: Identity, spec: pb.JobSpec) -> tuple[Accepted, str]:
         """What submit checks before anything is made: the spec, QOS, dependency and
         reservation access. Returns the accepted shape and the QOS."""
         st = self.state
-        acc = st.accounting
+        acc = st.acct.accounting
         # a job without -A is charged to the user's DefaultAccount (before the partition
         # checks, which read the account)
         spec.account = acc.submit_account(who.user, spec.account)
@@ -93,7 +93,7 @@ class Intake:
                 "gres/gpu": shape.nodes * shape.gpus_per_node,
             },
             new_jobs=accepted.array.count if accepted.array else 1,
-            active=st.active_counts,
+            active=st.index.active_counts,
         )
         if accepted.dependencies:
             self._check_dependency(accepted.dependencies[0])
@@ -125,7 +125,8 @@ class Intake:
             qos=qos,
         )
         job.spec.partitions[:] = accepted.partitions
-        set_totals(job, accepted.shape)
+        for name, value in totals(job.spec, accepted.shape).items():
+            setattr(job, name, value)  # a new job, not yet in memory: no change to commit
         return job
 
     async def submit(self, who: Identity, spec: pb.JobSpec) -> pb.Job:
@@ -151,16 +152,23 @@ class Intake:
         ch = Change(st, wake=not spec.hold and not quick, arrival=True)
         for offset, task in enumerate(tasks):
             job = self._new_job(who, spec, accepted, qos, first_id + offset, now)
-            if task is not None:
-                job.array_job_id, job.array_task_id = first_id, task
             if not made:
-                st.priorities.with_users([(job.account, job.user)])
-            apply_factors(job, st.priorities.factors(job, now))
-            ch.submit(job, cause=cause, now=now)
-            if spec.hold:
-                job.priority = 0
-                job.hold = pb.HOLD_USER  # the commit step settles its reason (JobHeldUser)
-                ch.transition(job, "held", cause=cause, now=now, detail="sbatch --hold")
+                st.acct.priorities.with_users([(job.account, job.user)])
+            apply_factors(job, st.acct.priorities.factors(job, now))
+            task_ids: js.Fields = {}
+            if task is not None:
+                task_ids = {"array_job_id": first_id, "array_task_id": task}
+            ch.submit(job, cause=cause, now=now, **task_ids)
+            if spec.hold:  # the commit step settles its reason (JobHeldUser)
+                ch.transition(
+                    job,
+                    "held",
+                    cause=cause,
+                    now=now,
+                    detail="sbatch --hold",
+                    hold=pb.HOLD_USER,
+                    priority=0,
+                )
             made.append(job)
         await ch.commit()  # durable before it is answered; a held job needs no pass
         if quick and self.start_on_submit is not None:
@@ -204,7 +212,9 @@ class Intake:
                 for j in targets
                 if not (j.array_job_id in whole and j.state in js.FINISHED and flt.job_ids)
             ]
-            for missing in [i for i in flt.job_ids if i not in st.jobs and i not in st.array_tasks]:
+            for missing in [
+                i for i in flt.job_ids if i not in st.jobs and i not in st.index.array_tasks
+            ]:
                 outcomes.append(failure(missing, InvalidJobId()))
         async with Change(st, self.outbox) as ch:
             for job in targets:
@@ -214,8 +224,7 @@ class Intake:
                     if req.signal and not pending_kill:  # Slurm: SIGKILL cancels a pending job
                         self._signal_job(ch, job, req.signal, req.batch_only, cause, now, req.full)
                     else:
-                        self.endings.cancel(ch, job, cause, now)
-                        job.cancelled_by_uid = who.uid
+                        self.endings.cancel(ch, job, cause, now, cancelled_by_uid=who.uid)
                     outcomes.append(pb.CancelOutcome(job_id=job.job_id, ok=True))
                 except CorralError as exc:
                     outcomes.append(failure(job.job_id, exc))
@@ -290,11 +299,10 @@ class Intake:
             raise JobStateConflict("Job is not running: only a running batch job is requeued")
         if job.spec.no_requeue:
             raise JobStateConflict("Requested operation is presently disabled (--no-requeue)")
-        ch.transition(job, "updated", cause=cause, now=now, detail="requeue requested")
         hold = pb.HOLD_NONE
         if action == pb.JOB_UPDATE_REQUEUE_HOLD:
             hold = pb.HOLD_ADMIN if self.policy.is_operator(who) else pb.HOLD_USER
-        requeue_when_gone(job, hold)
+        ch.update(job, cause=cause, now=now, detail="requeue requested", **requeue_when_gone(hold))
         ch.signal_all(self.outbox.terminate_elsewhere(job))
         ch.signal(*self.outbox.terminate_batch(job))
 
@@ -361,24 +369,24 @@ class Intake:
             changes.append(f"Priority={req.priority}")
         if not changes:
             raise InvalidRequest("No changes specified")
+        fields: js.Fields = {"spec": spec}
         if job.state == js.PENDING:
             accepted = validate_spec(
                 spec, st.config, st.capacity(), lambda: user_groups(job.user, job.gid)
             )
             spec.partitions[:] = accepted.partitions
-            job.partition = accepted.partitions[0]
-            job.time_limit_s = accepted.time_limit_s
+            fields["partition"] = accepted.partitions[0]
+            fields["time_limit_s"] = accepted.time_limit_s
+            fields.update(totals(spec, accepted.shape))
         elif req.HasField("time_limit_s"):
-            job.time_limit_s = spec.time_limit_s
-        job.spec.CopyFrom(spec)
+            fields["time_limit_s"] = spec.time_limit_s
         if req.HasField("priority"):
-            job.admin_priority = req.priority
+            fields["admin_priority"] = req.priority
+        ch.update(job, cause=cause, now=now, detail=" ".join(changes), **fields)
         if job.state == js.PENDING:
-            set_totals(job, accepted.shape)
-            st.requests.pop(job.job_id, None)
+            st.index.requests.pop(job.job_id, None)
             if not job.hold:
-                apply_factors(job, st.priorities.factors(job, now))
-        ch.transition(job, "updated", cause=cause, now=now, detail=" ".join(changes))
+                apply_factors(job, st.acct.priorities.factors(job, now))
 
     def _top(self, ch: Change, job: pb.Job, cause: str, now: float) -> None:
         """Put ``job`` first among its owner's pending jobs with the same partition,
@@ -399,9 +407,10 @@ class Intake:
         ranked.remove(job)
         for peer, value in zip([job, *ranked], values, strict=True):
             if peer.priority != value or peer is job:
-                peer.admin_priority = value
-                peer.priority = value  # its request is copied at that priority, not rebuilt
-                ch.transition(peer, "updated", cause=cause, now=now, detail="top")
+                # its request is copied at that priority, not rebuilt
+                ch.update(
+                    peer, cause=cause, now=now, detail="top", admin_priority=value, priority=value
+                )
 
     def _apply_hold(
         self, ch: Change, who: Identity, job: pb.Job, action: int, cause: str, now: float
@@ -412,14 +421,12 @@ class Intake:
             return  # Slurm accepts holding a running job: it only matters if it is requeued
         if action in (pb.JOB_UPDATE_HOLD, pb.JOB_UPDATE_USER_HOLD):
             admin = action == pb.JOB_UPDATE_HOLD and self.policy.is_operator(who)
-            job.hold = pb.HOLD_ADMIN if admin else pb.HOLD_USER
-            job.priority = 0
-            ch.transition(job, "held", cause=cause, now=now)
+            hold = pb.HOLD_ADMIN if admin else pb.HOLD_USER
+            ch.transition(job, "held", cause=cause, now=now, hold=hold, priority=0)
         elif action == pb.JOB_UPDATE_RELEASE:
             if job.hold == pb.HOLD_ADMIN:
                 self.policy.check_operator(who, "releasing an admin hold")
-            job.hold = pb.HOLD_NONE
-            apply_factors(job, self.state.priorities.factors(job, now))
-            ch.transition(job, "released", cause=cause, now=now)
+            ch.transition(job, "released", cause=cause, now=now, hold=pb.HOLD_NONE)
+            apply_factors(job, self.state.acct.priorities.factors(job, now))
         else:
             raise InvalidRequest("unknown job update action")

@@ -16,6 +16,8 @@ InvalidTransition: that is a bug in ctld, never a user error.
 
 from __future__ import annotations
 
+from typing import Any
+
 from corral.errors import InvalidTransition
 from corral.wire import corral_pb2 as pb
 
@@ -35,6 +37,9 @@ NEW = S.JOB_STATE_UNSPECIFIED
 ACTIVE = frozenset({PENDING, RUNNING, COMPLETING})
 FINISHED = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED})
 ON_NODE = frozenset({RUNNING, COMPLETING})
+
+# fields an event sets with it, by name (the commit step sets them: ctld/commit.py)
+Fields = dict[str, Any]
 
 _SAME = frozenset[int]()  # marker: the event keeps the state
 
@@ -69,16 +74,9 @@ def check(job: pb.Job, event: str, cause: str = "") -> None:
         )
 
 
-def transition(
-    job: pb.Job,
-    event: str,
-    *,
-    cause: str,
-    now: float,
-    to: int | None = None,
-    detail: str = "",
-) -> pb.JobEvent:
-    """Apply ``event`` to ``job`` (moving it to ``to`` where the event changes state)."""
+def target(job: pb.Job, event: str, *, cause: str, to: int | None = None) -> int:
+    """The state ``event`` leads ``job`` to (``to`` where it may lead to several); raises
+    InvalidTransition if it cannot apply now. Changes nothing."""
     if event not in EVENTS:
         raise InvalidTransition(f"job {job.job_id}: unknown event {event!r} (cause {cause})")
     allowed_from, allowed_to = EVENTS[event]
@@ -91,19 +89,33 @@ def transition(
     if allowed_to is _SAME:
         if to is not None and to != before:
             raise InvalidTransition(f"job {job.job_id}: event {event!r} keeps the state")
-        after = before
+        return before
+    if to is None:
+        if len(allowed_to) != 1:
+            raise InvalidTransition(f"job {job.job_id}: event {event!r} needs a target state")
+        (after,) = allowed_to
     else:
-        if to is None:
-            if len(allowed_to) != 1:
-                raise InvalidTransition(f"job {job.job_id}: event {event!r} needs a target state")
-            (after,) = allowed_to
-        else:
-            after = to
-        if after not in allowed_to:
-            raise InvalidTransition(
-                f"job {job.job_id}: event {event!r} cannot lead from {state_name(before)} "
-                f"to {state_name(after)} (cause {cause})"
-            )
+        after = to
+    if after not in allowed_to:
+        raise InvalidTransition(
+            f"job {job.job_id}: event {event!r} cannot lead from {state_name(before)} "
+            f"to {state_name(after)} (cause {cause})"
+        )
+    return after
+
+
+def transition(
+    job: pb.Job,
+    event: str,
+    *,
+    cause: str,
+    now: float,
+    to: int | None = None,
+    detail: str = "",
+) -> pb.JobEvent:
+    """Apply ``event`` to ``job`` (moving it to ``to`` where the event changes state)."""
+    before = int(job.state)
+    after = target(job, event, cause=cause, to=to)
     job.state = after  # type: ignore[assignment]  # an int from the enum's own values
     record = job.events.add(
         time=now, event=event, from_state=before, to_state=after, cause=cause, detail=detail

@@ -33,7 +33,7 @@ class LiveFigures:
         self.nodes: dict[str, NodeFigures] = {}
 
     def record(self, beat: pb.HeartbeatRequest) -> None:
-        figures = NodeFigures()
+        figures: NodeFigures = NodeFigures()  # ctld's own record, not a job's
         for live in beat.usage:
             figures.usage[(live.job_id, step_key(live))] = live
         for gpu in beat.gpus:
@@ -61,7 +61,7 @@ class LiveFigures:
             for (job_id, key), live in figures.usage.items():
                 if job_id != job.job_id or (step and key != step):
                     continue
-                stat = found.get(key)
+                stat: pb.StepStat | None = found.get(key)  # the reply's, not a job's
                 if stat is None:
                     stat = found[key] = pb.StepStat(step=key)
                 stat.nodes.add(node=name, live=live)

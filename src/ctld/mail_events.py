@@ -126,7 +126,7 @@ class MailEvents:
     def _array_ended(self, job: pb.Job, kind: str, now: float) -> None:
         """Without ARRAY_TASKS an array mails once, when its last task ends."""
         jobs = self.state.jobs
-        ids = self.state.array_tasks.get(job.array_job_id, ())
+        ids = self.state.index.array_tasks.get(job.array_job_id, ())
         tasks = [jobs[i] for i in ids if i in jobs] or [job]
         if any(t.state not in js.FINISHED for t in tasks):
             return
@@ -159,7 +159,7 @@ class MailEvents:
 
     def watch(self, now: float) -> None:
         jobs = self.state.jobs
-        for job_id in list(self.state.active_ids):
+        for job_id in list(self.state.index.active_ids):
             job = jobs.get(job_id)
             if job is None or not job.spec.mail_type:
                 continue
@@ -188,7 +188,7 @@ class MailEvents:
                         if mt.TIME_FRACTIONS[k] <= mt.TIME_FRACTIONS[kind]
                     )
                     break
-        for job_id in [i for i in self.warned if i not in self.state.active_ids]:
+        for job_id in [i for i in self.warned if i not in self.state.index.active_ids]:
             del self.warned[job_id]
 
     # ------------------------------------------------------------ one mail

@@ -62,7 +62,7 @@ class ClusterCollector(Collector):
         c = self.cluster
         by_state: Counter[str] = Counter(dict.fromkeys(_ACTIVE, 0))
         by_reason: Counter[str] = Counter()
-        for job_id in c.state.active_ids:
+        for job_id in c.state.index.active_ids:
             job = c.jobs.get(job_id)
             if job is None or job.state not in js.ACTIVE:
                 continue
@@ -159,7 +159,7 @@ class ClusterCollector(Collector):
         jobs: Counter[tuple[str, str, str]] = Counter()
         gpus: Counter[tuple[str, str]] = Counter()
         running = []
-        for job_id in c.state.active_ids:
+        for job_id in c.state.index.active_ids:
             job = c.jobs.get(job_id)
             if job is None or job.state not in js.ACTIVE:
                 continue

@@ -18,15 +18,14 @@ from corral.wire import corral_pb2 as pb
 from ctld import failures
 from ctld import jobstate as js
 from ctld.authz import Policy
-from ctld.commit import Change
-from ctld.endings import Endings, clear_requeue, requeue_when_gone
+from ctld.commit import Change, liveness
+from ctld.endings import NO_REQUEUE, Endings, requeue_when_gone
 from ctld.gpu_samples import holders
 from ctld.loopwatch import LoopWatch
 from ctld.nodes import NodeRecord
 from ctld.outbox import Outbox
 from ctld.state import State, user_name
 from ctld.step_ops import StepOps
-from ctld.store import NodeDrain, Op
 from ctld.suspects import Suspects
 
 Update = pb.JobStatusUpdate
@@ -61,16 +60,21 @@ class NodeReports:
             raise InvalidRequest("a node must register the address of its agent")
         if len(req.agent_address) > 256 or len(req.stream_address) > 256:
             raise InvalidRequest("agent address too long")
-        node.address = req.address
-        node.agent_address = req.agent_address
-        node.stream_address = req.stream_address
-        if node.instance and req.instance != node.instance:
-            node.restarted_at = now  # it killed what its predecessor ran (noded/spool.py)
-        node.instance = req.instance
-        node.resources = req.resources
-        node.boot_time, node.version, node.os = req.boot_time, req.version, req.os
-        node.registered = True
-        node.responding_again()
+        async with Change(st, wake=False) as ch:  # it wakes the scheduler below
+            ch.node(
+                node,
+                "registered",
+                cause=f"node:{req.name} RegisterNode",
+                now=now,
+                address=req.address,
+                agent_address=req.agent_address,
+                stream_address=req.stream_address,
+                instance=req.instance,
+                resources=req.resources,
+                boot_time=req.boot_time,
+                version=req.version,
+                os=req.os,
+            )
         node.last_heartbeat, node.deaf_mark = now, self.watch.tick()
         log.info(
             "node registered",
@@ -87,7 +91,10 @@ class NodeReports:
         await self._reconcile(node, set(req.running_job_ids))
         self._stop_again(node, set(req.running_job_ids))
         # fencing: what it runs beyond what it may keep is killed before it gets work
-        node.fencing = bool(set(req.running_job_ids) - set(self.jobs_kept_by(node.name)))
+        fencing = bool(set(req.running_job_ids) - set(self.jobs_kept_by(node.name)))
+        if fencing != node.fencing:
+            cause = f"node:{node.name} RegisterNode"
+            liveness(st, node, "fencing" if fencing else "fenced", cause=cause)
         if node.fencing:
             log.warning("node back with jobs it may not keep: fencing", node=node.name)
         st.wake()
@@ -120,7 +127,7 @@ class NodeReports:
                     or job.state not in js.ON_NODE
                     or job.batch_host != node.name
                     or job.job_id in running
-                    or job.job_id in st.launching
+                    or job.job_id in st.index.launching
                     or job.spec.allocation_only  # no batch step on any node
                     or job.HasField("held_end")  # it ended here: its end waits (suspects)
                 ):
@@ -160,11 +167,11 @@ class NodeReports:
             st.gpu_samples.record(node.name, req.gpus, holders(node.name, on_node), st.clock())
             st.gpu_samples.prune(st.jobs.__contains__)
         if node.late:
-            node.late = False
+            liveness(self.state, node, "heard", cause=f"node:{node.name} Heartbeat")
             log.info("node responding again", node=node.name)
             self.state.wake()
         if node.fencing and set(req.running_job_ids) <= set(self.jobs_kept_by(node.name)):
-            node.fencing = False
+            liveness(self.state, node, "fenced", cause=f"node:{node.name} Heartbeat")
             log.info("node fenced: only its own jobs run there", node=node.name)
             self.state.wake()
         return True
@@ -203,20 +210,30 @@ class NodeReports:
                     node=node.name,
                     silent_s=round(now - (node.last_heartbeat or st.start_time), 1),
                 )
-                await self.node_down(node, failures.NOT_RESPONDING, cause="monitor:heartbeat")
+                await self.node_down(node, "heartbeat_lost", cause="monitor:heartbeat")
             elif state is failures.Liveness.LATE and not node.late:
-                node.late = True
+                liveness(st, node, "late", cause="monitor:heartbeat")
                 log.warning("node heartbeat late", node=node.name)
                 st.wake()
         # after the DOWNs: a suspect node that is not DOWN by now is alive
         async with Change(st, self.outbox) as ch:
             self.suspects.expire(ch)
 
-    async def node_down(self, node: NodeRecord, reason: str, *, cause: str) -> None:
-        """Declare ``node`` DOWN: every job on it is stopped everywhere, requeued or failed."""
+    async def node_down(
+        self,
+        node: NodeRecord,
+        event: str,
+        *,
+        cause: str,
+        reason: str = failures.NOT_RESPONDING,
+        who: Identity | None = None,
+    ) -> None:
+        """Declare ``node`` DOWN (``event``: its heartbeat lost, or an operator's DOWN with
+        ``reason``): every job on it is stopped everywhere, requeued or failed."""
         st = self.state
-        node.not_responding(st.clock(), reason)
         async with Change(st, self.outbox) as ch:
+            user, uid = (who.user, who.uid) if who is not None else ("root", 0)
+            ch.node(node, event, cause=cause, reason=reason, user=user, uid=uid)
             for job_id in sorted(node.job_ids):
                 job = st.jobs.get(job_id)
                 if job is None or not failures.on_node(job, node.name):
@@ -290,30 +307,35 @@ class NodeReports:
                 Update.KIND_LAUNCH_FAILED,
             ):
                 # cancelled meanwhile: however it ended on the node, it ends CANCELLED
-                clear_requeue(job)
                 if upd.kind == Update.KIND_LAUNCH_FAILED and upd.end_reason == END_PROLOG_FAILED:
-                    ch.put(*self.drain(node, "Prolog error", upd.time or st.clock()))
+                    self.drain(ch, node, "Prolog error", upd.time or st.clock(), cause=cause)
                 ended = upd if upd.kind == Update.KIND_EXITED else Update(time=upd.time)
-                self.endings.finish(ch, job, ended, cause)
+                self.endings.finish(ch, job, ended, cause, **NO_REQUEUE)
             elif upd.kind == Update.KIND_EXITED and upd.end_reason in (
                 Update.END_NODE_FAIL,
                 Update.END_STALLED,
             ):
-                if upd.HasField("usage"):  # a step's stall report has none of the job's
-                    job.usage.CopyFrom(upd.usage)
-                self.endings.node_failed(ch, job, node, upd.detail or "lost on its node", cause)
+                # (a step's stall report has none of the job's usage)
+                usage = upd.usage if upd.HasField("usage") else None
+                why = upd.detail or "lost on its node"
+                self.endings.node_failed(ch, job, node, why, cause, usage=usage)
             elif upd.kind == Update.KIND_EXITED:
                 if not self.endings.hold_end(ch, job, upd, cause):  # a node is suspect
                     self.endings.exited(ch, job, upd, cause)
             elif upd.kind == Update.KIND_LAUNCH_FAILED and upd.end_reason == END_PROLOG_FAILED:
                 # Slurm's rule: the node is suspect, the job is not; it runs elsewhere
                 self.endings.requeue(ch, job, cause=cause, detail=upd.detail[:512])
-                ch.put(*self.drain(node, "Prolog error", upd.time or st.clock()))
+                self.drain(ch, node, "Prolog error", upd.time or st.clock(), cause=cause)
             elif upd.kind == Update.KIND_LAUNCH_FAILED:
-                ch.transition(job, "launch_failed", cause=cause, detail=upd.detail[:1024])
-                job.end_time = upd.time or st.clock()
-                job.exit_code = 1
-                job.reason = f"launch failed: {upd.detail}"[:200]
+                ch.transition(
+                    job,
+                    "launch_failed",
+                    cause=cause,
+                    detail=upd.detail[:1024],
+                    end_time=upd.time or st.clock(),
+                    exit_code=1,
+                    reason=f"launch failed: {upd.detail}"[:200],
+                )
                 st.release(job)
             elif upd.kind == Update.KIND_IDLE_GPUS:
                 self._idle_gpus(ch, job, upd, cause)
@@ -328,44 +350,58 @@ class NodeReports:
         if upd.time <= 0:
             if not job.idle_gpus_since:
                 return
-            job.idle_gpus_since = 0
-            if job.reason == "IdleGPUs":
-                job.reason = "None"
-            ch.transition(job, "updated", cause=cause, detail="GPUs busy again")
+            busy: js.Fields = {"reason": "None"} if job.reason == "IdleGPUs" else {}
+            ch.update(job, cause=cause, detail="GPUs busy again", idle_gpus_since=0, **busy)
             return
         if job.idle_gpus_since:
             return  # a repeat
-        job.idle_gpus_since = upd.time
-        job.reason = "IdleGPUs"  # squeue %r and scontrol's Reason= show the flag
         detail = f"GPUs under {policy.threshold_pct:g}% since {upd.time:.0f}"
-        ch.transition(job, "updated", cause=cause, detail="idle " + detail)
+        # squeue %r and scontrol's Reason= show the flag
+        fields: js.Fields = {"idle_gpus_since": upd.time, "reason": "IdleGPUs"}
+        # it stays RUNNING while the node stops it; its exit report requeues it
+        requeue = job.state == js.RUNNING and policy.action == "requeue"
+        if requeue:
+            fields.update(requeue_when_gone())
+        ch.update(job, cause=cause, detail="idle " + detail, **fields)
         log.warning("idle GPUs", job_id=job.job_id, action=policy.action, since=upd.time)
         if job.state == js.RUNNING and policy.action == "cancel":
             self.endings.cancel(ch, job, "policy:idle_gpus cancel", st.clock())
-        elif job.state == js.RUNNING and policy.action == "requeue":
-            # it stays RUNNING while the node stops it; its exit report requeues it
-            requeue_when_gone(job)
+        elif requeue:
             ch.signal(*self.outbox.terminate_batch(job))
 
     # ------------------------------------------------------------ node health
 
-    def drain(self, node: NodeRecord, reason: str, when: float, uid: int = 0) -> list[Op]:
-        """Drain ``node`` (durably); a node already drained keeps its first reason."""
-        if node.drain:
-            return []
-        node.drain = True
-        user = user_name(uid)
-        node.set_reason(reason[:256], when, user=user, uid=uid)
-        log.warning("node drained", node=node.name, reason=reason, by=user)
+    def drain(
+        self,
+        ch: Change,
+        node: NodeRecord,
+        reason: str,
+        when: float,
+        *,
+        cause: str,
+        who: Identity | None = None,
+    ) -> None:
+        """Drain ``node`` (durably, with ``ch``); one already drained keeps its first
+        reason, unless an operator (``who``) drains it again."""
+        if node.drain and who is None:
+            return
+        uid = who.uid if who is not None else 0
+        ch.node(node, "drained", cause=cause, now=when, reason=reason, user=user_name(uid), uid=uid)
+        log.warning("node drained", node=node.name, reason=reason, by=node.reason_user)
         self.state.wake()
-        return [Op(drains_put=[NodeDrain(node.name, node.reason, when, uid)])]
 
     async def node_faults(self, node: NodeRecord, events: Iterable[pb.NodeHealthEvent]) -> None:
         """A node reports faults (GPU XID, ECC, lost GPU, epilog): drain it."""
         async with Change(self.state, wake=False) as ch:  # drain() wakes the scheduler
             for ev in events:
                 log.error("node fault", node=node.name, reason=ev.reason, detail=ev.detail[:512])
-                ch.put(*self.drain(node, ev.reason or "node fault", ev.time or self.state.clock()))
+                self.drain(
+                    ch,
+                    node,
+                    ev.reason or "node fault",
+                    ev.time or self.state.clock(),
+                    cause=f"node:{node.name} fault",
+                )
 
     async def update_node(self, who: Identity, req: pb.UpdateNodeRequest) -> None:
         """scontrol update NodeName=... State=DRAIN|RESUME|UNDRAIN|DOWN Reason=...
@@ -387,33 +423,21 @@ class NodeReports:
             raise InvalidNodeName("No node name specified")
         nodes = [st.node(name) for name in req.names]
         now = st.clock()
+        cause = f"rpc:UpdateNode {who.user}"
         ch = Change(st)
         for node in nodes:
             if state == "DOWN":
-                await self.node_down(node, req.reason.strip(), cause=f"rpc:UpdateNode {who.user}")
-                node.admin_down = True
-                node.set_reason(req.reason.strip()[:256], now, user=who.user, uid=who.uid)
-                # durable: a ctld restart must not bring it back up by itself
-                ch.put(Op(downs_put=[NodeDrain(node.name, node.reason, now, who.uid)]))
+                await self.node_down(
+                    node, "downed", cause=cause, reason=req.reason.strip(), who=who
+                )
                 continue
             if state == "RESUME" and node.down:
-                if node.admin_down:
-                    ch.put(Op(downs_delete=[node.name]))
-                node.down = node.admin_down = False
-                node.registered = False  # it registers again, and is fenced then
-                if not node.drain:
-                    node.set_reason("", 0.0, user="")
+                ch.node(node, "resumed", cause=cause, now=now)
                 log.info("node resumed from DOWN", node=node.name, by=who.user)
             if state == "DRAIN":
-                if node.drain:  # an operator's drain replaces the reason
-                    node.drain = False
-                ch.put(*self.drain(node, req.reason.strip(), now, who.uid))
+                self.drain(ch, node, req.reason.strip(), now, cause=cause, who=who)
             elif node.drain:
-                node.drain = False
-                node.set_reason("", 0.0, user="")
-                if node.registered and not node.responding:
-                    node.set_reason("Not responding", now)
-                ch.put(Op(drains_delete=[node.name]))
+                ch.node(node, "undrained", cause=cause, now=now)
                 log.info("node resumed", node=node.name, by=who.user)
         await ch.commit()
         st.wake()  # a resumed or drained node changes what can start

@@ -11,6 +11,20 @@ from corral.wire import corral_pb2 as pb
 NS = pb.NodeState
 
 
+@dataclass(frozen=True)
+class NodeEvent:
+    """A node's change (``ctld/nodestate.py``): what happened, who or what made it (its
+    cause), and when."""
+
+    event: str
+    cause: str
+    time: float
+    detail: str = ""
+
+    def to_wire(self) -> pb.NodeChange:
+        return pb.NodeChange(event=self.event, cause=self.cause, time=self.time, detail=self.detail)
+
+
 @dataclass
 class NodeRecord:
     name: str
@@ -33,6 +47,8 @@ class NodeRecord:
     reason_time: float = 0.0
     reason_user: str = ""
     reason_uid: int = 0
+    last: NodeEvent | None = None  # its last change, with its cause (nodestate.py)
+    reason_change: NodeEvent | None = None  # the change that set ``reason``
     last_heartbeat: float = 0.0
     deaf_mark: float = 0.0  # ctld's stalled seconds (loopwatch) when last_heartbeat was set
     boot_time: float = 0.0
@@ -163,23 +179,8 @@ class NodeRecord:
             not_responding=self.late
             or (self.down and not self.admin_down)
             or (self.registered and not self.responding),
+            last_change=self.last.to_wire() if self.last is not None else None,
+            reason_change=(
+                self.reason_change.to_wire() if self.reason_change is not None else None
+            ),
         )
-
-    def set_reason(self, reason: str, when: float, *, user: str = "root", uid: int = 0) -> None:
-        self.reason, self.reason_time = reason, when
-        self.reason_user, self.reason_uid = user, uid
-
-    def not_responding(self, when: float, reason: str = "Not responding") -> None:
-        """Mark it down; a drain keeps its own reason (the operator's or the fault's)."""
-        self.responding = False
-        self.down = True
-        self.late = False
-        if not self.drain:
-            self.set_reason(reason, when)
-
-    def responding_again(self) -> None:
-        self.responding = True
-        self.late = False
-        self.down = self.admin_down
-        if self.reason == "Not responding":
-            self.set_reason("", 0.0, user="")

@@ -74,8 +74,8 @@ class Preempter:
         self, ch: Change, victim: pb.Job, preemptor: pb.Job, now: float, cause: str
     ) -> None:
         st = self.state
-        mode = st.qos.preempt_mode(victim.qos)
-        grace = st.qos.grace_s(victim.qos)
+        mode = st.acct.qos.preempt_mode(victim.qos)
+        grace = st.acct.qos.grace_s(victim.qos)
         kill_wait = st.config.controller.kill_wait_s
         record = Victim(
             victim.job_id,

@@ -1,6 +1,8 @@
-"""What clients read: job selections, nodes, partitions, reservations, shares, ``why``.
+"""What clients read: job selections, nodes, partitions, reservations, shares, ``why``;
+the nodes a new reservation may take; sbatch --test-only's estimate.
 
-Nothing here changes a job, a node or the store.
+Nothing here changes a job, a node or the store (a snapshot built for ``why`` or
+--test-only fills the snapshot's memos, as a pass's does).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.explain import explain as explain_job
 from ctld.explain import history_ratios
-from ctld.sched import INFINITY, Snapshot
+from ctld.sched import INFINITY, Snapshot, schedule
+from ctld.snapshot import SnapshotBuilder
 from ctld.state import State
 
 
@@ -57,10 +60,12 @@ def _by_ids(state: State, job_ids: Iterable[int], array_tasks: Iterable[str]) ->
     for job_id in ids:
         if job_id in state.jobs:
             found.add(job_id)
-        found.update(state.array_tasks.get(job_id, ()))
+        found.update(state.index.array_tasks.get(job_id, ()))
     for array_id, task_id in tasks:
         found.update(
-            i for i in state.array_tasks.get(array_id, ()) if state.jobs[i].array_task_id == task_id
+            i
+            for i in state.index.array_tasks.get(array_id, ())
+            if state.jobs[i].array_task_id == task_id
         )
     return [state.jobs[i] for i in sorted(found)]
 
@@ -97,7 +102,7 @@ class Queries:
         found = explain_job(
             snap,
             job_id,
-            history_ratios(list(st.history)),
+            history_ratios(list(st.runs.recent)),
             lambda other: st.jobs[other].start_time if other in st.jobs else 0.0,
             allowed,
         )
@@ -133,7 +138,7 @@ class Queries:
         return resp
 
     def priority_weights(self) -> dict[str, int]:
-        w = self.state.priorities.weights
+        w = self.state.acct.priorities.weights
         return {
             "AGE": w.age,
             "FAIRSHARE": w.fairshare,
@@ -146,10 +151,10 @@ class Queries:
         """sshare's rows, with usage as of now (running jobs counted so far)."""
         st = self.state
         now = st.clock()
-        st.priorities.refresh(now, st.on_node())
+        st.acct.priorities.refresh(now, st.on_node())
         want_accounts, want_users = set(accounts), set(users)
         out = []
-        for row in st.priorities.rows:
+        for row in st.acct.priorities.rows:
             if want_accounts and row.account not in want_accounts:
                 continue
             if want_users and row.user and row.user not in want_users:
@@ -228,3 +233,40 @@ class Queries:
         if wanted and not found:
             raise InvalidRequest(f"Reservation {sorted(wanted)[0]} not found")
         return found
+
+    def free_nodes(self, count: int, partition: str, reserved: set[str]) -> list[str]:
+        """``count`` nodes a new reservation may take in ``partition`` (idle ones first)."""
+        st = self.state
+        config = st.config
+        part = next((p for p in config.partitions if p.name == partition), None)
+        if partition and part is None:
+            raise InvalidRequest(f"Invalid partition name specified: {partition}")
+        part = part or config.default_partition
+        names = list(part.nodes) if part else list(st.nodes)
+        usable = [n for n in names if st.nodes[n].schedulable and n not in reserved]
+        usable.sort(key=lambda n: (bool(st.nodes[n].job_ids), n))  # idle ones first
+        if len(usable) < count:
+            raise InvalidRequest(f"Requested node configuration is not available: {count} nodes")
+        return usable[:count]
+
+    def test_only(self, job: pb.Job, snapshots: SnapshotBuilder) -> pb.TestOnlyEstimate:
+        """sbatch --test-only: one scheduler pass over the queue as it is plus ``job``,
+        whose plan is read and dropped (nothing is stored, started or queued)."""
+        snap = snapshots.build()
+        req = snapshots.request_for(job)
+        pending = sorted([*snap.pending, req], key=lambda r: (-r.priority, r.submit_time, r.job_id))
+        plan = schedule(dataclasses.replace(snap, pending=tuple(pending)))
+        est = pb.TestOnlyEstimate(partition=job.partition, reason=plan.reasons.get(job.job_id, ""))
+        start = next((s for s in plan.starts if s.job_id == job.job_id), None)
+        if start is not None:
+            est.start, est.partition = snap.now, start.partition
+            est.nodes = hostlist.compress([p.node for p in start.placements])
+            est.cpus = sum(p.cpus for p in start.placements)
+        elif (fc := plan.forecasts.get(job.job_id)) is not None:
+            est.start, est.partition, est.nodes = (
+                fc.start,
+                fc.partition,
+                hostlist.compress(list(fc.nodes)),
+            )
+            est.cpus = job.num_cpus
+        return est

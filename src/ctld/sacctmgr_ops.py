@@ -74,7 +74,7 @@ class SacctmgrOps:
 
     async def _change(self, action: str, entity: str, parsed: Parsed) -> pb.SacctmgrResponse:
         self.state.store.check_writable()
-        acc = self.state.accounting.clone()
+        acc = self.state.acct.accounting.clone()
         change = _Change(acc)
         handler: Callable[[_Change, Parsed], str] = getattr(self, f"_{action}_{entity}")
         message = handler(change, parsed)
@@ -413,7 +413,7 @@ class SacctmgrOps:
     # ------------------------------------------------------------ applying settings
 
     def records(self, who: Identity, entity: str, p: Parsed) -> list[pb.AcctRecord]:
-        return records(self.state.accounting, self.policy, who, entity, p)
+        return records(self.state.acct.accounting, self.policy, who, entity, p)
 
 
 @dataclass

@@ -23,13 +23,13 @@ from corral.patterns import batch_output_paths
 from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
-from ctld import pending
-from ctld.commit import Change
+from ctld import nodestate, pending
+from ctld.commit import Change, liveness
 from ctld.endings import Endings
 from ctld.outbox import Dispatcher
 from ctld.preemption import Preempter
 from ctld.priorities import apply_factors
-from ctld.sched import INFINITY, JobRequest, Placement, Plan, Snapshot, Start, schedule
+from ctld.sched import JobRequest, Placement, Plan, Snapshot, Start, schedule
 from ctld.sched.quick import MAX_CLASSES, quick_starts, reserved_jobs, waiting_firsts
 from ctld.snapshot import SnapshotBuilder
 from ctld.state import State
@@ -85,7 +85,7 @@ class Scheduler:
             grace_end = st.preemptions.next_grace_end()
             wait = interval if grace_end is None else min(interval, grace_end - st.clock())
             await self._woken_or(max(wait, MIN_PASS_GAP_S))
-            st.wake_event.clear()
+            st.versions.wake_event.clear()
             try:
                 await self.schedule_pass()
             except Exception:  # a failed pass must not stop scheduling
@@ -99,9 +99,9 @@ class Scheduler:
     async def _woken_or(self, seconds: float) -> None:
         """Until something asks for a pass, or ``seconds`` on the clock have gone by."""
         st = self.state
-        if st.wake_event.is_set():
+        if st.versions.wake_event.is_set():
             return
-        woken = asyncio.ensure_future(st.wake_event.wait())
+        woken = asyncio.ensure_future(st.versions.wake_event.wait())
         slept = asyncio.ensure_future(st.clock.sleep(seconds))
         try:
             await asyncio.wait((woken, slept), return_when=asyncio.FIRST_COMPLETED)
@@ -144,23 +144,23 @@ class Scheduler:
         st = self.state
         now = st.clock()
         if not self._recalc:
-            if not st.priorities.recalc_due(now):
+            if not st.acct.priorities.recalc_due(now):
                 return
-            st.priorities.cluster_cpus = sum(n.resources.cpus for n in st.nodes.values())
-            st.priorities.refresh(now, st.on_node())
-            self._recalc = list(st.pending)
+            st.acct.priorities.cluster_cpus = sum(n.resources.cpus for n in st.nodes.values())
+            st.acct.priorities.refresh(now, st.on_node())
+            self._recalc = list(st.index.pending)
             self._recalc.reverse()  # popped from the end: queue order
             # forget the predictions of jobs that left without running
-            active = set(st.pending)
+            active = set(st.index.pending)
             active.update(j.job_id for j in st.on_node())
-            for gone in [k for k in st.predicted if k not in active]:
-                del st.predicted[gone]
+            for gone in [k for k in st.runs.predicted if k not in active]:
+                del st.runs.predicted[gone]
         todo = self._recalc
         for _ in range(min(RECALC_SLICE, len(todo))):
             job = st.jobs.get(todo.pop())
             if job is None or job.state != js.PENDING or job.hold:
                 continue
-            if apply_factors(job, st.priorities.factors(job, now)):
+            if apply_factors(job, st.acct.priorities.factors(job, now)):
                 st.touch(job)
         if todo:
             st.wake()  # the rest in the next pass, not at the next periodic one
@@ -178,8 +178,8 @@ class Scheduler:
                     cause="sched:kill_invalid_depend",
                     now=now,
                     detail="dependency can never be satisfied",
+                    end_time=now,
                 )
-                job.end_time = now
 
     async def apply_plan(self, plan: Plan, *, pass_no: int) -> bool:
         """Apply ``plan`` if it is still true; False if it was refused as stale.
@@ -190,8 +190,12 @@ class Scheduler:
         schedulable nodes), so that no plan, however made, can oversubscribe a node.
         """
         st = self.state
-        if plan.snapshot_version != st.version:
-            log.info("stale plan dropped", plan_version=plan.snapshot_version, version=st.version)
+        if plan.snapshot_version != st.versions.version:
+            log.info(
+                "stale plan dropped",
+                plan_version=plan.snapshot_version,
+                version=st.versions.version,
+            )
             self.stale_plans += 1
             self._quick_base = None
             st.wake()
@@ -212,34 +216,7 @@ class Scheduler:
                 continue  # the usual case in a deep queue: nothing new to write
             if reason == Reason.DEPENDENCY_NEVER_SATISFIED:
                 never.append(job)
-            head, sep, names = reason.partition("UnavailableNodes:")
-            if sep:  # as Slurm prints it: ReqNodeNotAvail, UnavailableNodes:node[01-02]
-                reason = head + sep + hostlist.compress(names.split(","))
-            forecast = plan.forecasts.get(job_id)
-            changed = pending.write(job, reason)
-            if forecast is None:
-                # (written only when set: most pending jobs have no forecast, pass after pass)
-                if (
-                    job.expected_start
-                    or job.forecast_nodes
-                    or job.forecast_reserved
-                    or job.waits_for
-                ):
-                    changed |= job.expected_start != 0 or bool(job.forecast_nodes)
-                    job.expected_start, job.forecast_nodes = 0, ""
-                    job.forecast_reserved = False
-                    del job.waits_for[:]
-            elif (
-                job.expected_start != forecast.start
-                or list(job.waits_for) != list(forecast.waits_for)
-                or job.forecast_reserved != forecast.reserved
-            ):
-                changed = True
-                job.expected_start = forecast.start if forecast.start != INFINITY else 0
-                job.forecast_nodes = hostlist.compress(list(forecast.nodes))
-                job.forecast_reserved = forecast.reserved
-                job.waits_for[:] = forecast.waits_for
-            if changed:
+            if pending.write_plan(job, reason, forecasts.get(job_id)):
                 st.touch(job)
         _, refused = await self._start(plan.starts, cause=f"sched:pass={pass_no}")
         if plan.preemptions:
@@ -283,40 +260,14 @@ class Scheduler:
                 st.nodes[p.node].allocate(
                     job.job_id, p.cpus, p.mem_mb, list(p.gpu_indices), p.shards
                 )
-            del job.allocations[:]
-            for p in start.placements:
-                job.allocations.add(
-                    node=p.node,
-                    cpus=p.cpus,
-                    mem_mb=p.mem_mb,
-                    gpu_indices=list(p.gpu_indices),
-                    shards=p.shards,
-                )
-            job.partition = start.partition
-            job.nodelist = hostlist.compress([p.node for p in start.placements])
-            job.batch_host = start.placements[0].node
-            job.stdout_path, job.stderr_path = batch_output_paths(
-                job_id=job.job_id,
-                job_name=job.spec.name,
-                user=job.user,
-                node=job.batch_host,
-                work_dir=job.spec.work_dir,
-                stdout_pattern=job.spec.stdout_pattern,
-                stderr_pattern=job.spec.stderr_pattern,
-                array_job_id=job.array_job_id,
-                array_task_id=job.array_task_id if job.HasField("array_task_id") else None,
+            ch.transition(
+                job,
+                "started",
+                cause=cause,
+                now=now,
+                detail=f"nodes={hostlist.compress([p.node for p in start.placements])}",
+                **_started(job, start, now),
             )
-            job.num_nodes = len(start.placements)
-            job.num_cpus = sum(p.cpus for p in start.placements)
-            job.mem_mb = sum(p.mem_mb for p in start.placements)
-            # whole GPUs (a shared GPU's shards are not a GPU of the job's own)
-            job.num_gpus = sum(len(p.gpu_indices) - bool(p.shards) for p in start.placements)
-            job.start_time = now
-            pending.write(job, "None")  # Slurm's reason for a job that runs
-            job.expected_start, job.forecast_nodes = 0, ""
-            job.forecast_reserved = False
-            del job.waits_for[:]
-            ch.transition(job, "started", cause=cause, now=now, detail=f"nodes={job.nodelist}")
             launches.append(job)
         if launches:
             self.starts_total += len(launches)
@@ -335,7 +286,7 @@ class Scheduler:
     def _moved(self) -> int:
         """The state's version less the bumps of arrivals and of ends."""
         st = self.state
-        return st.version - st.arrivals - st.releases
+        return st.versions.version - st.versions.arrivals - st.versions.releases
 
     def quick_ready(self) -> bool:
         """Whether a new job may be decided at submit (sched/quick.py): a pass has
@@ -395,7 +346,7 @@ class Scheduler:
             await asyncio.sleep(0)  # the submits committed with these join the batch
             new, self._arrived, self._batch = self._arrived, [], None
             if self.quick is None or self._quick_base is None or not self.quick_ready():
-                st.wake_event.set()  # (the submits bumped the version already)
+                st.versions.wake_event.set()  # (the submits bumped the version already)
                 return
             waiting = self._waiting()
             weighed = (*self._quick_base[1], *(waiting or ()))
@@ -405,7 +356,7 @@ class Scheduler:
             ):
                 # a job it would weigh has left the queue: its class-mates or the next
                 # in line may start now, and only a pass knows
-                st.wake_event.set()
+                st.versions.wake_event.set()
                 return
             self.quick_tries += 1
             collecting = gc.isenabled()
@@ -416,15 +367,15 @@ class Scheduler:
                 if collecting:
                     gc.enable()
             if starts is None:  # e.g. a waiting job can start now: a pass decides
-                st.wake_event.set()
+                st.versions.wake_event.set()
                 return
             launches, _ = await self._start(starts, cause="sched:submit", arrival=True)
             self.quick_starts_total += len(launches)
             if len(launches) < len(new):
-                st.wake_event.set()
+                st.versions.wake_event.set()
         except Exception:  # the pass decides them then
             log.exception("start at submit failed")
-            st.wake_event.set()
+            st.versions.wake_event.set()
         finally:
             if self._batch is batch:
                 self._batch = None
@@ -461,7 +412,7 @@ class Scheduler:
         for job in launches:
             if job.spec.allocation_only:
                 continue  # salloc/srun hold it: nothing runs until they start steps
-            st.launching.add(job.job_id)  # from now until the node has answered
+            st.index.launching.add(job.job_id)  # from now until the node has answered
             st.spawn(self._launch(job))
 
     async def _launch(self, job: pb.Job) -> None:
@@ -481,10 +432,56 @@ class Scheduler:
             log.warning(
                 "launch failed, requeued", job_id=job.job_id, node=node.name, error=str(exc)
             )
-            node.late = True  # nothing more goes there until it heartbeats again
+            if nodestate.may(node, "late"):  # nothing more goes there until it heartbeats
+                liveness(st, node, "late", cause=f"dispatch:{node.name} unreachable")
             async with Change(st) as ch:
                 self.endings.requeue(
                     ch, job, cause=f"dispatch:{node.name} unreachable", detail=str(exc)
                 )
         finally:
-            st.launching.discard(job.job_id)
+            st.index.launching.discard(job.job_id)
+
+
+def _started(job: pb.Job, start: Start, now: float) -> js.Fields:
+    """The fields a start sets: where the job runs, what it holds there, its output."""
+    places = start.placements
+    batch_host = places[0].node
+    stdout, stderr = batch_output_paths(
+        job_id=job.job_id,
+        job_name=job.spec.name,
+        user=job.user,
+        node=batch_host,
+        work_dir=job.spec.work_dir,
+        stdout_pattern=job.spec.stdout_pattern,
+        stderr_pattern=job.spec.stderr_pattern,
+        array_job_id=job.array_job_id,
+        array_task_id=job.array_task_id if job.HasField("array_task_id") else None,
+    )
+    return {
+        "allocations": [
+            pb.NodeAllocation(
+                node=p.node,
+                cpus=p.cpus,
+                mem_mb=p.mem_mb,
+                gpu_indices=list(p.gpu_indices),
+                shards=p.shards,
+            )
+            for p in places
+        ],
+        "partition": start.partition,
+        "nodelist": hostlist.compress([p.node for p in places]),
+        "batch_host": batch_host,
+        "stdout_path": stdout,
+        "stderr_path": stderr,
+        "num_nodes": len(places),
+        "num_cpus": sum(p.cpus for p in places),
+        "mem_mb": sum(p.mem_mb for p in places),
+        # whole GPUs (a shared GPU's shards are not a GPU of the job's own)
+        "num_gpus": sum(len(p.gpu_indices) - bool(p.shards) for p in places),
+        "start_time": now,
+        "reason": "None",  # Slurm's reason for a job that runs
+        "expected_start": 0,
+        "forecast_nodes": "",
+        "forecast_reserved": False,
+        "waits_for": [],
+    }

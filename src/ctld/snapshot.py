@@ -20,9 +20,8 @@ import dataclasses
 from collections.abc import Iterable
 
 from corral.jobspec import array_throttle
-from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
-from ctld import deps
+from ctld import deps, pending
 from ctld import jobstate as js
 from ctld.sched import (
     INFINITY,
@@ -84,7 +83,7 @@ class SnapshotBuilder:
         self._ordered: list[JobRequest] = []
         # running jobs' views: (revision, prediction, view)
         self._running: dict[int, tuple[int, int, RunningView]] = {}
-        self._accounting_version = state.accounting_version
+        self._accounting_version = state.acct.version
         # the earliest --begin still ahead in the last build (a start at submit must
         # not take what such a job may have by then), and the queue's demand there
         self.next_eligible = INFINITY
@@ -92,19 +91,24 @@ class SnapshotBuilder:
         # whether a pending job waits on other jobs (a dependency, its array's %N):
         # an end may then let it start, which only a pass sees
         self.watching = False
+        # what the pending job being read is judged against (``_request``)
+        self._now = 0.0
+        self._array_room: dict[int, int] = {}
+        self._throttles: dict[int, int] = {}
+        self._checks = (self._dependency, self._throttled)  # bound once, not per job
 
     def build(self) -> Snapshot:
         st = self.state
         self._refresh_settings()
         now = st.clock()
-        on_node, array_room = self._on_node()
+        on_node, self._array_room = self._on_node()
+        self._now, self._throttles = now, {}
         pending: list[JobRequest] = []
-        throttles: dict[int, int] = {}
-        revisions = st.revisions
+        revisions = st.index.revisions
         settled = self._settled
         next_eligible = INFINITY
         watching = False
-        for job_id in st.pending:
+        for job_id in st.index.pending:
             memo = settled.get(job_id)
             if memo is not None and memo[0] == revisions.get(job_id, 0):
                 pending.append(memo[1])
@@ -112,7 +116,7 @@ class SnapshotBuilder:
             job = st.jobs.get(job_id)
             if job is None or job.state != js.PENDING:
                 continue
-            req = self._request(job, now, array_room, throttles)
+            req = self._request(job)
             pending.append(req)
             # what a later pass must read again: time (--begin), other jobs (a
             # dependency, the array's running tasks); all else moves the revision
@@ -125,8 +129,8 @@ class SnapshotBuilder:
                 watching |= bool(job.spec.dependency) or throttled
         self.next_eligible = next_eligible
         self.watching = watching
-        if len(settled) > 2 * len(st.pending) + 1024:  # forget departed jobs
-            self._settled = {k: v for k, v in settled.items() if k in st.pending}
+        if len(settled) > 2 * len(st.index.pending) + 1024:  # forget departed jobs
+            self._settled = {k: v for k, v in settled.items() if k in st.index.pending}
         snap = self._snapshot(now, on_node, tuple(self._in_priority_order(pending)))
         # fragmentation-aware placement weighs the queue's shapes: kept for the
         # starts at submit, whose short queue does not show them
@@ -141,22 +145,22 @@ class SnapshotBuilder:
         st = self.state
         self._refresh_settings()
         now = st.clock()
-        on_node, array_room = self._on_node()
-        throttles: dict[int, int] = {}
+        on_node, self._array_room = self._on_node()
+        self._now, self._throttles = now, {}
         reqs: list[JobRequest] = []
         for job_id in dict.fromkeys([*reserved, *job_ids]):
             job = st.jobs.get(job_id)
             if job is None or job.state != js.PENDING:
                 continue
-            req = self._request(job, now, array_room, throttles)
+            req = self._request(job)
             if not req.blocked_reason:
                 reqs.append(req)
         return self._snapshot(now, on_node, quick_queue(reqs, ()), self.demands)
 
     def _refresh_settings(self) -> None:
         st = self.state
-        if st.accounting_version != self._accounting_version:  # sacctmgr changed a QOS
-            self._accounting_version = st.accounting_version
+        if st.acct.version != self._accounting_version:  # sacctmgr changed a QOS
+            self._accounting_version = st.acct.version
             self.settings = _with_qos(self.settings, st)
 
     def _on_node(self) -> tuple[list[pb.Job], dict[int, int]]:
@@ -169,31 +173,23 @@ class SnapshotBuilder:
                 array_room[j.array_job_id] = array_room.get(j.array_job_id, 0) + 1
         return on_node, array_room
 
-    def _request(
-        self, job: pb.Job, now: float, array_room: dict[int, int], throttles: dict[int, int]
-    ) -> JobRequest:
-        """What the core sees of pending ``job`` now (a held-back job's carries why)."""
+    def _request(self, job: pb.Job) -> JobRequest:
+        """What the core sees of pending ``job`` now, in the build under way (a held-back
+        job's carries why: ``pending.blocked_reason``, the one place ctld decides its
+        reasons)."""
         st = self.state
-        blocked = self._blocked_reason(job, now)
-        limit = array_throttle(job.spec) if job.array_job_id else None
-        if not blocked and limit is not None:
-            if job.array_job_id not in throttles:
-                throttles[job.array_job_id] = limit - array_room.get(job.array_job_id, 0)
-            if throttles[job.array_job_id] <= 0:
-                blocked = Reason.JOB_ARRAY_TASK_LIMIT
-            else:
-                throttles[job.array_job_id] -= 1
+        blocked = pending.blocked_reason(job, self._now, *self._checks)
         if blocked:
             return self._blocked_request(job, blocked)
-        known = st.requests.get(job.job_id)
+        known = st.index.requests.get(job.job_id)
         if known is None:
             known = self.request_for(job)
-            st.requests[job.job_id] = known
-            st.predicted[job.job_id] = known.predicted_s
+            st.index.requests[job.job_id] = known
+            st.runs.predicted[job.job_id] = known.predicted_s
         elif known.priority != job.priority:
             # the recalculation moved its priority, nothing else (ctld drops
             # the request of a job whose spec changes)
-            known = st.requests[job.job_id] = known.with_priority(job.priority)
+            known = st.index.requests[job.job_id] = known.with_priority(job.priority)
         return known
 
     def _snapshot(
@@ -234,7 +230,7 @@ class SnapshotBuilder:
             live = {j.job_id for j in on_node}
             self._running = {k: v for k, v in self._running.items() if k in live}
         return Snapshot(
-            version=st.version,
+            version=st.versions.version,
             now=now,
             nodes=nodes,
             partitions=parts,
@@ -243,8 +239,8 @@ class SnapshotBuilder:
             reservations=st.reservations.views(),
             settings=self.settings,
             demands=demands,
-            limits=st.limits,
-            qos=st.qos.views(),
+            limits=st.acct.limits,
+            qos=st.acct.qos.views(),
             claims=book.claim_views(),
         )
 
@@ -279,8 +275,8 @@ class SnapshotBuilder:
         return self._ordered
 
     def _running_view(self, j: pb.Job) -> RunningView:
-        revision = self.state.revisions.get(j.job_id, 0)
-        predicted = self.state.predicted.get(j.job_id, 0)
+        revision = self.state.index.revisions.get(j.job_id, 0)
+        predicted = self.state.runs.predicted.get(j.job_id, 0)
         memo = self._running.get(j.job_id)
         if memo is not None and memo[0] == revision and memo[1] == predicted:
             return memo[2]
@@ -331,7 +327,7 @@ class SnapshotBuilder:
             qos=job.qos,
             submit_time=job.submit_time,
             eligible_time=max(job.eligible_time, job.submit_time),
-            predicted_s=self.state.predictor.predict(job.user, job.time_limit_s),
+            predicted_s=self.state.runs.predictor.predict(job.user, job.time_limit_s),
         )
 
     def _avoided(
@@ -354,12 +350,14 @@ class SnapshotBuilder:
         return failed
 
     def _blocked_request(self, job: pb.Job, reason: str) -> JobRequest:
-        revision = self.state.revisions.get(job.job_id, 0)
+        revision = self.state.index.revisions.get(job.job_id, 0)
         memo = self._blocked.get(job.job_id)
         if memo is not None and memo[0] == revision and memo[1] == reason:
             return memo[2]
-        if len(self._blocked) > 2 * len(self.state.pending) + 1024:  # forget departed jobs
-            self._blocked = {k: v for k, v in self._blocked.items() if k in self.state.pending}
+        if len(self._blocked) > 2 * len(self.state.index.pending) + 1024:  # forget departed jobs
+            self._blocked = {
+                k: v for k, v in self._blocked.items() if k in self.state.index.pending
+            }
         req = JobRequest(
             job_id=job.job_id,
             partitions=tuple(job.spec.partitions),
@@ -370,21 +368,25 @@ class SnapshotBuilder:
         self._blocked[job.job_id] = (revision, reason, req)
         return req
 
-    def _blocked_reason(self, job: pb.Job, now: float) -> str:
-        """Why ctld holds a pending job back from this pass ("" if it does not)."""
-        if job.hold:
-            return Reason.JOB_HELD_ADMIN if job.hold == pb.HOLD_ADMIN else Reason.JOB_HELD_USER
-        if job.eligible_time > now:
-            return Reason.BEGIN_TIME
-        if job.spec.dependency:
-            state = deps.evaluate(
-                job, self.state.lookup, now, self._singleton_held, self._array_tasks
-            )
-            if state is deps.DepState.WAITING:
-                return Reason.DEPENDENCY
-            if state is deps.DepState.NEVER:
-                return Reason.DEPENDENCY_NEVER_SATISFIED
-        return ""
+    def _throttled(self, job: pb.Job) -> bool:
+        """``job``'s array runs as many tasks as its %N lets it (if not, one more is
+        counted: the throttle is counted down over the queue in order)."""
+        limit = array_throttle(job.spec) if job.array_job_id else None
+        if limit is None:
+            return False
+        throttles = self._throttles
+        if job.array_job_id not in throttles:
+            throttles[job.array_job_id] = limit - self._array_room.get(job.array_job_id, 0)
+        if throttles[job.array_job_id] <= 0:
+            return True
+        throttles[job.array_job_id] -= 1
+        return False
+
+    def _dependency(self, job: pb.Job) -> deps.DepState:
+        """The verdict on the jobs ``job``'s --dependency names."""
+        return deps.evaluate(
+            job, self.state.lookup, self._now, self._singleton_held, self._array_tasks
+        )
 
     def _array_tasks(self, array_id: int) -> list[pb.Job]:
         first = self.state.jobs.get(array_id)
@@ -400,5 +402,5 @@ class SnapshotBuilder:
             and o.user == job.user
             and o.spec.name == job.spec.name
             and o.state in js.ACTIVE
-            for i in self.state.active_ids
+            for i in self.state.index.active_ids
         )

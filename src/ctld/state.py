@@ -10,7 +10,6 @@ in queue order.
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import pwd
 from collections.abc import Callable, Coroutine, Sequence
@@ -23,89 +22,54 @@ from corral.config import ClusterConfig
 from corral.errors import InvalidJobId, InvalidNodeName
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
+from ctld import nodestate
 from ctld.accounting import Accounting
 from ctld.gpu_samples import GpuSamples
 from ctld.live import LiveFigures
 from ctld.nodes import NodeRecord
-from ctld.priorities import Priorities
-from ctld.qos import QosTable
 from ctld.reservations import Reservations
-from ctld.sched import JobRequest, job_shape
-from ctld.sched.model import LimitSet
-from ctld.sched.predict import RunTimePredictor
-from ctld.store import Op, Store, insert_job, update_job
-from ctld.usage import UsageLedger
-from ctld.validate import NodeCapacity, request_from_spec, set_totals
+from ctld.sched import job_shape
+from ctld.state_parts import AccountingView, JobIndex, RunHistory, Versions
+from ctld.store import Store
+from ctld.validate import NodeCapacity, request_from_spec, totals
 from ctld.victims import Preemptions
 
 log = structlog.get_logger("ctld")
 
 
 class State:
+    """The job and node maps, and the parts kept beside them (``ctld/state_parts.py``):
+    ``index`` (the queue and the other indexes over the jobs), ``versions`` (what a plan
+    is checked against, the scheduler's wake-up), ``acct`` (the accounting database and
+    what ctld derives from it), ``runs`` (how finished jobs ran), and the reservations
+    and preemptions under way."""
+
     def __init__(self, config: ClusterConfig, store: Store, *, clock: Clock) -> None:
         self.config = config
         self.store = store
         self.clock = clock
+        self.start_time = clock()
+        self.next_job_id = 1
         self.jobs: dict[int, pb.Job] = {}
         self.nodes: dict[str, NodeRecord] = {}
         for entry in config.nodes:
             for name in entry.names:
                 parts = [p.name for p in config.partitions if name in p.nodes]
                 self.nodes[name] = NodeRecord(name=name, config=entry, partitions=parts)
-        self.next_job_id = 1
-        self.version = 0  # bumped on every change a scheduling pass depends on
-        # the bumps of ``version`` by submits and starts at submit: when nothing else
-        # moved it since a pass, that pass's waiting jobs still cannot start
-        self.arrivals = 0
-        # the bumps by changes that only ended jobs: they free resources, so jobs the
-        # last pass left waiting may start; a start at submit then weighs them too
-        self.releases = 0
-        # the scheduler's check of an end (True: it decides whether a pass is needed)
-        self.check_release: Callable[[], bool] | None = None
-        self.start_time = clock()
-        self.saved_events: dict[int, int] = {}
-        # runs of requeued jobs that ended since the job was last saved (job_runs rows)
-        self.ended_runs: dict[int, list[pb.Job]] = {}
-        # job id -> revision, bumped on every change (persisted or not) to the job
-        self.revisions: dict[int, int] = {}
         self._capacity: dict[str, tuple[pb.NodeResources, NodeCapacity]] = {}
-        # pending job ids in queue order, and their scheduler requests (built once)
-        self.pending: dict[int, None] = {}
-        self.requests: dict[int, JobRequest] = {}
-        self.wake_event = asyncio.Event()
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.launching: set[int] = set()  # jobs whose LaunchJob RPC is in flight
-        self.ledger = UsageLedger(config.priority, self._usage_factor)
-        self.priorities = Priorities(config, self.ledger)
+        self.index = JobIndex()
+        self.versions = Versions()
+        self.acct = AccountingView(config, self._usage_factor)
+        self.runs = RunHistory()
         self.reservations = Reservations(config, clock)
-        self.gone: dict[int, pb.Job | None] = {}  # purged jobs a dependency asked about
-        # (elapsed, time limit) of recently finished jobs: how far jobs run into limits
-        self.history: collections.deque[tuple[float, float]] = collections.deque(maxlen=2000)
-        # run times per user, for predictions (scheduler.predict); a job's prediction
-        # as its request was last built, kept while it runs
-        self.predictor = RunTimePredictor()
-        self.predicted: dict[int, int] = {}
-        # sacctmgr's database (seeded from the config until the store is loaded); what
-        # ctld derives from it is refreshed by install_accounting
-        self.qos = QosTable(config)  # the one QOS lookup: install_accounting refreshes it
         self.preemptions = Preemptions()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.live = LiveFigures()  # the nodes' last samples: sstat, the metrics
         self.gpu_samples = GpuSamples()  # noded's GPU samples: each GPU now, each job's series
-        self.accounting = Accounting(config)
-        # pending and running jobs by (account, user, qos): what submit-time limits count
-        # (kept by the commit step, so a submit does not walk every job)
-        self.active_counts: collections.Counter[tuple[str, str, str]] = collections.Counter()
-        # ids of the jobs counted there (a superset of the running ones: a pass finds
-        # them without walking the finished jobs kept for min_job_age), and each
-        # array's tasks in memory (scancel N, squeue -j N without a walk)
-        self.active_ids: set[int] = set()
-        self.array_tasks: dict[int, set[int]] = {}
-        self.limits = LimitSet()
-        self.accounting_version = 0
         # told of every committed change's jobs and their new events, once durable
         # (metrics' counters and histograms, mail): they must not raise or block
-        self.live = LiveFigures()  # the nodes' last samples: sstat, the metrics
         self.observers: list[Callable[[pb.Job, Sequence[pb.JobEvent]], None]] = []
-        self.install_accounting(self.accounting)
+        self.install_accounting(self.acct.accounting)
 
     def _usage_factor(self, qos: str) -> float:
         return next((q.usage_factor for q in self.config.qos if q.name == qos), 1.0)
@@ -114,16 +78,17 @@ class State:
         """Make ``acc`` the accounting database everything reads: the QOS table (the
         config's ``qos``, which priorities and preemption read), the fair-share tree and
         the limits the scheduler enforces."""
-        self.accounting = acc
+        view = self.acct
+        view.accounting = acc
         self.config = dataclasses.replace(self.config, qos=acc.qos_table())
-        self.priorities.set_qos(self.config.qos)
-        self.qos.replace(self.config.qos)
-        self.priorities.set_tree(acc.share_tree())
-        self.priorities.with_users(
+        view.priorities.set_qos(self.config.qos)
+        view.qos.replace(self.config.qos)
+        view.priorities.set_tree(acc.share_tree())
+        view.priorities.with_users(
             (j.account, j.user) for j in self.jobs.values() if j.state in js.ACTIVE
         )
-        self.limits = acc.limit_set()
-        self.accounting_version += 1
+        view.limits = acc.limit_set()
+        view.version += 1
         self.wake()  # a limit raised may let jobs start
 
     # ------------------------------------------------------------ loading
@@ -140,7 +105,7 @@ class State:
         )
         for job in loaded:
             self.add(job)
-            self.saved_events[job.job_id] = len(job.events)
+            self.index.saved_events[job.job_id] = len(job.events)
             if job.state in js.ACTIVE:
                 self.count_active(job, +1)
             if job.state == js.PENDING:
@@ -157,31 +122,21 @@ class State:
                             alloc.shards,
                         )
         self.reservations.load(self.store.load_reservations())
-        for drain in self.store.load_drains():
-            if (node := self.nodes.get(drain.name)) is not None:
-                node.drain = True
-                node.set_reason(
-                    drain.reason,
-                    drain.reason_time,
-                    user=user_name(drain.reason_uid),
-                    uid=drain.reason_uid,
-                )
-        for down in self.store.load_downs():  # an operator's DOWN outlives a restart
-            if (node := self.nodes.get(down.name)) is not None:
-                node.down = node.admin_down = True
-                node.set_reason(
-                    down.reason,
-                    down.reason_time,
-                    user=user_name(down.reason_uid),
-                    uid=down.reason_uid,
-                )
+        # a drain and an operator's DOWN outlive a restart, with their cause
+        for event, rows in (
+            ("drained", self.store.load_drains()),
+            ("downed", self.store.load_downs()),
+        ):
+            for row in rows:
+                if (node := self.nodes.get(row.name)) is not None:
+                    nodestate.restore(node, event, row, user_name(row.reason_uid))
         horizon = now - 10 * self.config.priority.decay_half_life_s  # older adds < 0.1%
         for job in sorted(self.store.finished_since(horizon), key=lambda j: j.end_time):
-            self.ledger.add_finished(job)
-            self.remember_run(job)
+            self.acct.ledger.add_finished(job)
+            self.runs.remember(job)
         for run in self.store.earlier_runs_since(horizon):  # requeued jobs' earlier runs
-            self.ledger.add_finished(run)
-        self.priorities.with_users((j.account, j.user) for j in loaded)
+            self.acct.ledger.add_finished(run)
+        self.acct.priorities.with_users((j.account, j.user) for j in loaded)
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()
 
@@ -191,41 +146,29 @@ class State:
         for job_id in [
             j.job_id for j in self.jobs.values() if j.state in js.FINISHED and j.end_time < horizon
         ]:
-            array_id = self.jobs.pop(job_id).array_job_id
-            if array_id and (tasks := self.array_tasks.get(array_id)) is not None:
-                tasks.discard(job_id)
-                if not tasks:
-                    del self.array_tasks[array_id]
-            self.saved_events.pop(job_id, None)
-            self.revisions.pop(job_id, None)
+            self.index.forget(self.jobs.pop(job_id))
 
     def add(self, job: pb.Job) -> None:
         """A job enters memory (loaded, or committed at submit)."""
         self.jobs[job.job_id] = job
-        if job.array_job_id:
-            self.array_tasks.setdefault(job.array_job_id, set()).add(job.job_id)
+        self.index.add(job)
 
     def count_active(self, job: pb.Job, step: int) -> None:
         """``job`` entered (+1) or left (-1) the active states."""
-        key = (job.account, job.user, job.qos)
-        self.active_counts[key] += step
-        if self.active_counts[key] <= 0:
-            del self.active_counts[key]
-        if step > 0:
-            self.active_ids.add(job.job_id)
-        else:
-            self.active_ids.discard(job.job_id)
+        self.index.count_active(job, step)
 
     def array(self, array_id: int) -> list[pb.Job]:
         """The tasks of array ``array_id`` in memory, by job id."""
-        return [self.jobs[i] for i in sorted(self.array_tasks.get(array_id, ()))]
+        return [self.jobs[i] for i in sorted(self.index.array_tasks.get(array_id, ()))]
 
     def on_node(self) -> list[pb.Job]:
         """The jobs holding resources on nodes (RUNNING or COMPLETING), by job id (the
         order of ``jobs``: ids only grow)."""
         jobs = self.jobs
         ids = sorted(
-            i for i in self.active_ids if (j := jobs.get(i)) is not None and j.state in js.ON_NODE
+            i
+            for i in self.index.active_ids
+            if (j := jobs.get(i)) is not None and j.state in js.ON_NODE
         )
         return [jobs[i] for i in ids]
 
@@ -233,19 +176,11 @@ class State:
 
     def enqueue(self, job: pb.Job) -> None:
         """Put a PENDING job in the queue, ordered by submit time (requeues keep their age)."""
-        self.requests.pop(job.job_id, None)
-        last = self.jobs.get(next(reversed(self.pending))) if self.pending else None
-        if last is not None and job.submit_time < last.submit_time:
-            queued = [i for i in self.pending if i in self.jobs]
-            order = sorted([*queued, job.job_id], key=lambda i: (self.jobs[i].submit_time, i))
-            self.pending = dict.fromkeys(order)
-        else:
-            self.pending[job.job_id] = None
+        self.index.enqueue(job, self.jobs)
 
     def wake(self) -> None:
         """Ask for a scheduling pass; many wake-ups before it runs coalesce into one."""
-        self.version += 1
-        self.wake_event.set()
+        self.versions.wake()
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -255,6 +190,7 @@ class State:
     # ------------------------------------------------------------ persistence
 
     def observe(self, told: Sequence[tuple[pb.Job, Sequence[pb.JobEvent]]]) -> None:
+        """Tell the observers what each job of a durable change went through."""
         for job, events in told:
             if not events:
                 continue
@@ -266,18 +202,7 @@ class State:
 
     def touch(self, job: pb.Job) -> None:
         """Note that ``job`` changed (readers cache what they derive from it by revision)."""
-        self.revisions[job.job_id] = self.revisions.get(job.job_id, 0) + 1
-
-    def save(self, job: pb.Job, *, new: bool = False) -> Op:
-        self.touch(job)
-        start = self.saved_events.get(job.job_id, 0)
-        if new:
-            op = insert_job(job)
-        else:
-            runs = self.ended_runs.pop(job.job_id, [])
-            op = update_job(job, job.events[start:], runs)
-        self.saved_events[job.job_id] = len(job.events)
-        return op
+        self.index.touch(job)
 
     # ------------------------------------------------------------ lookups
 
@@ -298,12 +223,13 @@ class State:
         job = self.jobs.get(job_id)
         if job is not None:
             return job
-        if job_id not in self.gone:
+        gone = self.index.gone
+        if job_id not in gone:
             found = self.store.query_jobs(
                 job_ids=[job_id], users=[], states=[], start_after=0, end_before=0, limit=1
             )
-            self.gone[job_id] = found[0] if found else None
-        return self.gone[job_id]
+            gone[job_id] = found[0] if found else None
+        return gone[job_id]
 
     def capacity(self) -> dict[str, NodeCapacity]:
         # every submit asks: each node's entry is rebuilt only when it registered anew
@@ -339,17 +265,12 @@ class State:
                 )
 
     def remember_run(self, job: pb.Job) -> None:
-        self.predicted.pop(job.job_id, None)
-        if job.start_time > 0 and job.end_time >= job.start_time:
-            elapsed = job.end_time - job.start_time
-            self.predictor.observe(job.user, elapsed, job.time_limit_s)
-            if job.time_limit_s > 0:
-                self.history.append((elapsed, float(job.time_limit_s)))
+        self.runs.remember(job)
 
 
-def fill_request_totals(job: pb.Job) -> None:
+def request_totals(spec: pb.JobSpec) -> js.Fields:
     """What squeue shows for a pending job (a requeued one: its allocation's are gone)."""
-    set_totals(job, job_shape(request_from_spec(job.spec)))
+    return dict(totals(spec, job_shape(request_from_spec(spec))))
 
 
 def user_name(uid: int) -> str:

@@ -77,14 +77,11 @@ class StepOps:
             nodes=layout,
             spec=spec,
         )
-        job.next_step_id += 1
         async with Change(st, wake=False) as ch:  # the allocation's resources stay as they are
-            ch.start_step(job, step)
-            ch.transition(
+            ch.start_step(
                 job,
-                "updated",
+                step,
                 cause=f"rpc:CreateStep user={who.user}",
-                now=now,
                 detail=f"step {step.step_id} started: {step.ntasks} task(s) on {step.nodelist}",
             )
         return step
@@ -115,7 +112,7 @@ class StepOps:
         if step.state != js.RUNNING:
             return  # a repeat, or ended with its job
         async with Change(st, wake=False) as ch:
-            self._end_step(ch, step, req.exit_code, req.exit_signal, req.cancelled)
+            self._end_step(ch, job, step, req.exit_code, req.exit_signal, req.cancelled)
             ch.transition(
                 job,
                 "updated",
@@ -139,12 +136,14 @@ class StepOps:
         key = (job.job_id, step.step_id)
         done = self._nodes_done.setdefault(key, set())
         done.add(node.name)
-        step.exit_code = max(step.exit_code, max(0, min(upd.exit_code, 255)))
-        step.exit_signal = step.exit_signal or max(0, min(upd.exit_signal, 64))
+        # the step's exit: the worst code its parts reported, the first signal
+        code = max(step.exit_code, max(0, min(upd.exit_code, 255)))
+        sig = step.exit_signal or max(0, min(upd.exit_signal, 64))
         if done < {n.node for n in step.nodes}:
+            ch.step_part(job, step, exit_code=code, exit_signal=sig)
             return False
         del self._nodes_done[key]
-        self._end_step(ch, step, step.exit_code, step.exit_signal, cancelled=False)
+        self._end_step(ch, job, step, code, sig, cancelled=False)
         ch.transition(
             job,
             "updated",
@@ -158,17 +157,23 @@ class StepOps:
         return node in self._nodes_done.get((job.job_id, step.step_id), ())
 
     def _end_step(
-        self, ch: Change, step: pb.Step, exit_code: int, exit_signal: int, cancelled: bool
+        self,
+        ch: Change,
+        job: pb.Job,
+        step: pb.Step,
+        exit_code: int,
+        exit_signal: int,
+        cancelled: bool,
     ) -> None:
-        step.exit_code = max(0, min(exit_code, 255))
-        step.exit_signal = max(0, min(exit_signal, 64))
         if cancelled:
             final = js.CANCELLED
-        elif step.exit_code or step.exit_signal:
+        elif max(0, min(exit_code, 255)) or max(0, min(exit_signal, 64)):
             final = js.FAILED
         else:
             final = js.COMPLETED
-        ch.end_step(step, final, self.state.clock())
+        ch.end_step(
+            job, step, final, self.state.clock(), exit_code=exit_code, exit_signal=exit_signal
+        )
 
     async def cancel_steps(
         self, who: Identity, req: pb.CancelJobsRequest
@@ -198,7 +203,7 @@ class StepOps:
                 raise JobStateConflict()
             sig = req.signal or int(signal_mod.SIGKILL)
             if not req.signal:  # scancel N.S: the step ends CANCELLED whatever srun says
-                self._end_step(ch, step, 0, sig, cancelled=True)
+                self._end_step(ch, job, step, 0, sig, cancelled=True)
             for sn in step.nodes:
                 node = st.nodes.get(sn.node)
                 if node is not None:

@@ -93,13 +93,13 @@ class StoreQueries:
     def load_drains(self) -> list[NodeDrain]:
         with self._reading() as conn:
             rows = conn.execute(sa.select(node_drains).order_by(node_drains.c.name))
-            return [NodeDrain(r.name, r.reason, r.reason_time, r.reason_uid) for r in rows]
+            return [NodeDrain(r.name, r.reason, r.reason_time, r.reason_uid, r.cause) for r in rows]
 
     def load_downs(self) -> list[NodeDrain]:
         """Nodes an operator took DOWN (same fields as a drain)."""
         with self._reading() as conn:
             rows = conn.execute(sa.select(node_downs).order_by(node_downs.c.name))
-            return [NodeDrain(r.name, r.reason, r.reason_time, r.reason_uid) for r in rows]
+            return [NodeDrain(r.name, r.reason, r.reason_time, r.reason_uid, r.cause) for r in rows]
 
     def load_accounting(self) -> list[tuple[str, str, str]]:
         """sacctmgr's records: (kind, name, JSON), in kind and name order."""

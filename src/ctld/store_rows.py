@@ -82,6 +82,7 @@ node_drains = sa.Table(
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("reason_time", sa.Float, nullable=False),
     sa.Column("reason_uid", sa.Integer, nullable=False),
+    sa.Column("cause", sa.Text, nullable=False, server_default=""),  # nodestate's
 )
 
 # Operators' State=DOWN (the same columns): it stays DOWN across ctld restarts until RESUME.
@@ -92,6 +93,7 @@ node_downs = sa.Table(
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("reason_time", sa.Float, nullable=False),
     sa.Column("reason_uid", sa.Integer, nullable=False),
+    sa.Column("cause", sa.Text, nullable=False, server_default=""),  # nodestate's
 )
 
 # sacctmgr's records (accounts, users, associations, QOS), each a JSON document keyed by
@@ -137,6 +139,7 @@ class NodeDrain:
     reason: str
     reason_time: float
     reason_uid: int
+    cause: str = ""  # the change's cause (ctld/nodestate.py): scontrol's, a fault's
 
 
 def _job_row(job: pb.Job) -> dict[str, Any]:
@@ -207,7 +210,8 @@ _UPDATE_JOB = jobs.update().where(jobs.c.job_id == sa.bindparam("b_job_id"))
 
 
 def apply_ops(conn: Connection, ops: Iterable[Op]) -> None:
-    """All ops of a group commit as three executemany statements (inserts before updates)."""
+    """All ops of a group commit as four executemany statements (inserts before updates),
+    and a statement per rarer row (reservations, drains, DOWNs, accounting)."""
     ops = list(ops)
     inserts: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []
@@ -247,15 +251,7 @@ def apply_ops(conn: Connection, ops: Iterable[Op]) -> None:
         for kind, name, data in op.accounting_put:
             conn.execute(accounting.insert(), {"kind": kind, "name": name, "data": data})
         for drain in op.drains_put:
-            conn.execute(
-                node_drains.insert(),
-                {
-                    "name": drain.name,
-                    "reason": drain.reason,
-                    "reason_time": drain.reason_time,
-                    "reason_uid": drain.reason_uid,
-                },
-            )
+            conn.execute(node_drains.insert(), _drain_row(drain))
 
 
 def _drain_row(d: NodeDrain) -> dict[str, Any]:
@@ -264,4 +260,5 @@ def _drain_row(d: NodeDrain) -> dict[str, Any]:
         "reason": d.reason,
         "reason_time": d.reason_time,
         "reason_uid": d.reason_uid,
+        "cause": d.cause,
     }

@@ -77,7 +77,7 @@ class Suspects:
             async with Change(st, self.outbox) as ch:
                 self.endings.node_failed(ch, job, node, _restarted(node, job, step.step_id), cause)
             return
-        job.suspect_nodes.add(
+        suspect = pb.SuspectNode(
             node=node.name,
             step_id=step.step_id,
             since=st.clock(),
@@ -93,12 +93,12 @@ class Suspects:
             detail=detail,
         )
         async with Change(st, self.outbox, wake=False) as ch:
-            ch.transition(
+            ch.update(
                 job,
-                "updated",
                 cause=cause,
                 detail=f"srun lost node {node.name} in step {step.step_id} ({detail}): "
                 "the job's end waits for the node's verdict",
+                suspect_nodes=[*job.suspect_nodes, suspect],
             )
 
     def part_ended(
@@ -152,16 +152,19 @@ class Suspects:
         """``node`` is judged alive: the job's suspicion of it goes; with none left, the
         end held meanwhile applies as reported."""
         keep = [s for s in job.suspect_nodes if s.node != node]
-        del job.suspect_nodes[:]
-        job.suspect_nodes.extend(keep)
         log.info("suspect node alive", job_id=job.job_id, node=node, why=why)
-        ch.transition(
-            job, "updated", cause=cause, detail=f"node {node} judged alive ({why}): no failure"
-        )
+        held: pb.JobStatusUpdate | None = None
         if not keep and job.HasField("held_end"):
             held = pb.JobStatusUpdate()
             held.CopyFrom(job.held_end)
-            job.ClearField("held_end")
+        ch.update(
+            job,
+            cause=cause,
+            detail=f"node {node} judged alive ({why}): no failure",
+            suspect_nodes=keep,
+            **({"held_end": None} if held is not None else {}),
+        )
+        if held is not None:
             self.endings.exited(ch, job, held, cause)
 
     def _watch(self) -> set[int]:

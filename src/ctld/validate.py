@@ -114,13 +114,16 @@ def request_from_spec(
     return JobRequest(**given)
 
 
-def set_totals(job: pb.Job, shape: Shape) -> None:
-    """What squeue shows for a pending job: requested nodes, CPUs, memory, GPUs."""
-    job.num_nodes = shape.nodes
-    job.num_tasks = job.spec.ntasks or shape.nodes * shape.tasks_per_node  # -N2 -n5: 5
-    job.num_cpus = shape.nodes * shape.cpus_per_node
-    job.mem_mb = shape.nodes * shape.mem_per_node_mb
-    job.num_gpus = shape.nodes * shape.gpus_per_node
+def totals(spec: pb.JobSpec, shape: Shape) -> dict[str, int]:
+    """What squeue shows for a pending job: requested nodes, tasks, CPUs, memory, GPUs
+    (the fields of a job, set with the change that makes or requeues it)."""
+    return {
+        "num_nodes": shape.nodes,
+        "num_tasks": spec.ntasks or shape.nodes * shape.tasks_per_node,  # -N2 -n5: 5
+        "num_cpus": shape.nodes * shape.cpus_per_node,
+        "mem_mb": shape.nodes * shape.mem_per_node_mb,
+        "num_gpus": shape.nodes * shape.gpus_per_node,
+    }
 
 
 def user_groups(user: str, gid: int) -> frozenset[str]:

@@ -310,6 +310,51 @@ def test_drain_lets_jobs_finish_places_nothing_and_resume_returns_the_node(
     cmd.wait_state(later, "COMPLETED", timeout=30)
 
 
+def test_why_a_node_names_its_last_change_and_its_cause(make_cluster: Any) -> None:
+    """issue 23: every change to a node goes through ctld's node state machine with a
+    cause; `corral why NODE` shows the one that set its reason (an operator's drain, a
+    heartbeat lost) and the last one, a drain's cause outlives a ctld restart (it is
+    stored with the drain), and a job pending for a node that is out names it."""
+    from corral.identity import current_identity
+
+    cluster, cmd = make_cluster(nodes=2)
+    drained, lost = cluster.node_names
+    me = current_identity().user
+    cmd("scontrol", "update", f"NodeName={drained}", "State=DRAIN", "Reason=disk")
+    why = cmd("corral", "why", drained).stdout
+    assert why.startswith(f"Node {drained} is DRAIN."), why
+    assert "Reason: disk [" in why, why
+    assert "], set by drained (its jobs finish, nothing new starts there), cause " in why
+    assert f"cause rpc:UpdateNode {me}, at " in why, why
+    cluster.kill_process("ctld")
+    cluster.start_ctld()
+    wait_for(lambda: node_state(cluster, drained).get("lastHeartbeat"), 20, f"{drained} back")
+    why = cmd("corral", "why", drained).stdout  # registered again, its drain kept
+    assert (
+        f"set by drained (its jobs finish, nothing new starts there), cause rpc:UpdateNode {me}"
+        in why
+    ), why
+    assert (
+        f"Last change: registered (its noded registered), cause node:{drained} RegisterNode" in why
+    )
+    cluster.kill_node(cluster.node_names.index(lost))
+    wait_for(
+        lambda: node_state(cluster, lost).get("state") == "NODE_STATE_DOWN",
+        TIMEOUT_S + 10,
+        f"{lost} DOWN",
+    )
+    why = cmd("corral", "why", lost).stdout
+    assert why.startswith(f"Node {lost} is DOWN*."), why
+    assert "Reason: Not responding [root@" in why, why
+    assert "set by heartbeat_lost (silent past the heartbeat timeout: DOWN), " in why, why
+    assert "cause monitor:heartbeat" in why, why
+    pinned = cmd("sbatch", "--parsable", "-w", lost, "--wrap", "true").stdout.strip()
+    wait_for(lambda: "UnavailableNodes" in cmd.job(pinned).get("reason", ""), 20, "its reason")
+    why = cmd("corral", "why", pinned).stdout
+    assert f"Node {lost} is DOWN*." in why and "cause monitor:heartbeat" in why, why
+    cmd("scancel", pinned)
+
+
 def test_a_report_held_by_a_restarted_noded_still_arrives(make_cluster: Any) -> None:
     """A job ends while ctld is away; noded is killed and started again before ctld is
     back: its report, kept in the spool, reaches ctld (the job is not run again)."""

@@ -479,7 +479,7 @@ async def test_arrays_and_running_jobs_are_found_by_index_not_by_walk(env) -> No
     clock.advance(CONFIG.controller.min_job_age_s + 1)
     cluster.purge_finished()
     assert array_id not in cluster.jobs  # the array's first task is gone from memory
-    assert st.array_tasks[array_id] == set(tasks[1:])
+    assert st.index.array_tasks[array_id] == set(tasks[1:])
     # ... and its id still names the tasks left, as Slurm's scancel does
     outcomes = await cluster.cancel(
         ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[array_id]))
@@ -502,13 +502,13 @@ async def test_arrays_and_running_jobs_are_found_by_index_not_by_walk(env) -> No
 
     reloaded = make_cluster(CONFIG, url, clock=clock)
     try:
-        assert reloaded.state.array_tasks == {array_id: set(tasks[1:])}
+        assert reloaded.state.index.array_tasks == {array_id: set(tasks[1:])}
         assert [j.job_id for j in reloaded.state.on_node()] == [plain.job_id]
     finally:
         reloaded.store.close()
     clock.advance(CONFIG.controller.min_job_age_s + 1)
     cluster.purge_finished()
-    assert array_id not in st.array_tasks
+    assert array_id not in st.index.array_tasks
     (outcome,) = await cluster.cancel(
         ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[array_id]))
     )

@@ -234,7 +234,7 @@ class CtldMachine(RuleBasedStateMachine):
         # the index holds every PENDING job, in submit order; entries of jobs that left
         # the queue since are dropped lazily, at the next snapshot
         pending = {i for i, j in cluster.jobs.items() if j.state == js.PENDING}
-        index = list(cluster.state.pending)
+        index = list(cluster.state.index.pending)
         assert pending <= set(index), (
             f"pending jobs outside the queue index: {pending - set(index)}"
         )
@@ -244,7 +244,7 @@ class CtldMachine(RuleBasedStateMachine):
         active = Counter(
             (j.account, j.user, j.qos) for j in cluster.jobs.values() if j.state in js.ACTIVE
         )
-        assert cluster.state.active_counts == active
+        assert cluster.state.index.active_counts == active
 
     @invariant()
     def no_node_is_oversubscribed(self) -> None:

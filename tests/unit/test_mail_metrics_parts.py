@@ -162,8 +162,7 @@ def events_for(jobs: dict[int, pb.Job], arrays: dict[int, set[int]]) -> tuple[An
 
     state = SimpleNamespace(
         jobs=jobs,
-        array_tasks=arrays,
-        active_ids=set(),
+        index=SimpleNamespace(array_tasks=arrays, active_ids=set()),
         config=SimpleNamespace(mail=MailConfig(smtp_host="h"), cluster_name="lab"),
     )
     sent = Sent()
@@ -207,7 +206,7 @@ def test_time_limit_warnings_once_each_and_invalid_depend() -> None:
     p = pb.Job(job_id=10, state=js.PENDING, reason="DependencyNeverSatisfied", user="u")
     p.spec.name, p.spec.mail_type = "dep", "INVALID_DEPEND"
     mails, sent = events_for({9: j, 10: p}, {})
-    mails.state.active_ids = {9, 10}
+    mails.state.index.active_ids = {9, 10}
     for now in (140.0, 155.0, 160.0, 185.0, 190.0):
         mails.watch(now)
     assert [m.subject for m in sent.mails] == [

@@ -46,7 +46,7 @@ async def test_recalculation_walks_the_queue_a_slice_per_pass(
         await c.schedule_pass()
         assert moved() == 2  # one slice, in queue order
         assert [c.jobs[i].priority != before[i] for i in waiting[:2]] == [True, True]
-        assert c.state.wake_event.is_set()  # the rest is asked for at once
+        assert c.state.versions.wake_event.is_set()  # the rest is asked for at once
         await c.schedule_pass()
         assert moved() == 4
         await c.schedule_pass()

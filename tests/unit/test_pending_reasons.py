@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import pathlib
+import re
 
 import pytest
 
@@ -139,3 +141,79 @@ def test_settle_keeps_a_pending_reason_and_its_detail() -> None:
     assert settle(job) and job.reason == ""  # released: the next pass decides
     job.reason = "None"  # what a running job shows, back in the queue
     assert settle(job) and job.reason == Reason.RESOURCES
+
+
+# ---------------------------------------------------------------- where a reason is decided
+
+CTLD = pathlib.Path(__file__).resolve().parents[2] / "src" / "ctld"
+DOC = CTLD.parents[1] / "docs" / "architecture.md"
+
+
+def _reason_names() -> set[str]:
+    """The names a reason is decided by: Reason's members, and the core's own names for
+    them (ctld/sched/ask.py: RESOURCES = Reason.RESOURCES, ...)."""
+    from ctld.sched import ask
+
+    values = {str(r) for r in Reason}
+    return {
+        name
+        for name, value in vars(ask).items()
+        if name.isupper()
+        and isinstance(value, str)
+        and (value in values or value.split(",")[0] in values)
+    }
+
+
+def _decides(path: pathlib.Path, names: set[str]) -> bool:
+    """Whether ``path`` decides a pending reason: it uses one (``Reason.X``, or a core
+    name for one) other than in a comparison (a read) or in naming it at module level."""
+    tree = ast.parse(path.read_text())
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    for node in ast.walk(tree):
+        reason = (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "Reason"
+        ) or (isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load))
+        if not reason:
+            continue
+        up = parents.get(node)
+        while isinstance(up, ast.Tuple | ast.List | ast.Set):
+            up = parents.get(up)
+        if isinstance(up, ast.Compare):
+            continue  # reads a reason
+        statement = up
+        while statement is not None and not isinstance(statement, ast.stmt):
+            statement = parents.get(statement)
+        if isinstance(statement, ast.Assign) and parents.get(statement) is tree:
+            continue  # names one (a module's constant)
+        return True
+    return False
+
+
+def _answer() -> str:
+    """The answer's first sentence: the files where a pending reason is decided."""
+    text = DOC.read_text()
+    return text.split("**Where is a pending reason decided?**", 1)[1].split(".\n", 1)[0]
+
+
+def test_a_pending_reason_is_decided_where_the_architecture_says() -> None:
+    """The one-hop answer (docs/architecture.md), checked against the code: in ctld, in
+    pending.py alone; in the core, in the files the answer names, and only there."""
+    names = _reason_names()
+    ctld_side = {str(p.relative_to(CTLD)) for p in CTLD.glob("*.py") if _decides(p, names)}
+    core = {str(p.relative_to(CTLD)) for p in (CTLD / "sched").glob("*.py") if _decides(p, names)}
+    assert ctld_side == {"pending.py"}
+    named = set(re.findall(r"`(?:ctld/)?((?:sched/)?\w+\.py)`", _answer()))
+    assert core and named == ctld_side | core
+
+
+def test_the_checker_finds_a_reason_decided_elsewhere(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(job):\n    return Reason.RESOURCES\n")
+    read = tmp_path / "read.py"
+    read.write_text("X = Reason.PRIORITY\ndef f(r):\n    return r in (Reason.RESOURCES,)\n")
+    assert _decides(bad, set()) and not _decides(read, set())
+    core = tmp_path / "core.py"
+    core.write_text("def f(self, req):\n    self.reasons[req.job_id] = RESOURCES\n")
+    assert _decides(core, {"RESOURCES"})

@@ -71,7 +71,7 @@ async def reserved_queue(c: Cluster) -> pb.Job:
     top = await c.submit(ALICE, spec(gpus_per_node=2, nodes_min=2, time_limit_s=3600))
     await c.schedule_pass()
     assert top.state == js.PENDING and top.forecast_reserved
-    c.state.wake_event.clear()  # as the scheduler's loop does before a pass
+    c.state.versions.wake_event.clear()  # as the scheduler's loop does before a pass
     return top
 
 
@@ -82,7 +82,7 @@ async def test_a_job_that_fits_starts_at_submit_without_a_pass(cluster: Cluster)
     short = await cluster.submit(ALICE, spec(gpus_per_node=1, time_limit_s=60))
     assert short.state == js.RUNNING and short.nodelist == "n2"
     assert short.events[-1].cause == "sched:submit"
-    assert cluster.passes == passes and not cluster.state.wake_event.is_set()
+    assert cluster.passes == passes and not cluster.state.versions.wake_event.is_set()
     dispatcher = cluster.dispatcher
     assert isinstance(dispatcher, RecordingDispatcher)
     await asyncio.gather(*list(cluster._tasks))  # the launch, as after a pass
@@ -100,7 +100,7 @@ async def test_a_job_that_would_delay_the_reservation_waits(cluster: Cluster) ->
     # a GPU of n2 past the reservation's start, when it needs both
     long = await cluster.submit(ALICE, spec(gpus_per_node=1, time_limit_s=7200))
     assert long.state == js.PENDING
-    assert cluster.state.wake_event.is_set()  # a pass writes its reason and forecast
+    assert cluster.state.versions.wake_event.is_set()  # a pass writes its reason and forecast
     plan = schedule(cluster.snapshot())
     assert long.job_id not in {s.job_id for s in plan.starts}  # as a full pass decides
     await cluster.schedule_pass()
@@ -134,7 +134,7 @@ async def test_start_on_submit_can_be_switched_off(tmp_path: pathlib.Path) -> No
     try:
         await c.schedule_pass()
         job = await c.submit(ALICE, spec(time_limit_s=60))
-        assert job.state == js.PENDING and c.state.wake_event.is_set()
+        assert job.state == js.PENDING and c.state.versions.wake_event.is_set()
     finally:
         await close(c)
 
@@ -158,11 +158,11 @@ async def test_an_end_wakes_a_pass_for_a_job_waiting_on_it(cluster: Cluster) -> 
     short = await cluster.submit(ALICE, spec(gpus_per_node=1, time_limit_s=60))
     after = await cluster.submit(ALICE, spec(time_limit_s=60, dependency=f"afterok:{short.job_id}"))
     await cluster.schedule_pass()
-    cluster.state.wake_event.clear()
+    cluster.state.versions.wake_event.clear()
     assert after.state == js.PENDING
     await end(cluster, short)
     await settle(cluster)
-    assert cluster.state.wake_event.is_set()  # its dependency is met: only a pass sees it
+    assert cluster.state.versions.wake_event.is_set()  # its dependency is met: only a pass sees it
     await cluster.schedule_pass()
     assert after.state == js.RUNNING
 
@@ -236,19 +236,19 @@ async def test_after_an_end_a_job_starts_at_submit_unless_a_waiting_job_could(
     assert short.state == js.RUNNING  # n2's GPU 0
     await end(cluster, short)  # freed: nothing waiting fits in it (top needs n1 too)
     await settle(cluster)
-    assert not cluster.state.wake_event.is_set()  # a short pass saw that: no full one
+    assert not cluster.state.versions.wake_event.is_set()  # a short pass saw that: no full one
     again = await cluster.submit(ALICE, spec(gpus_per_node=1, time_limit_s=60))
     assert again.state == js.RUNNING and again.events[-1].cause == "sched:submit"
     # the job on n1 ends: top can start now, so a new job waits for the pass
     (first,) = [j for j in cluster.jobs.values() if j.nodelist == "n1" and j.state == js.RUNNING]
     await end(cluster, again)
     await settle(cluster)
-    assert not cluster.state.wake_event.is_set()  # top still needs n1
+    assert not cluster.state.versions.wake_event.is_set()  # top still needs n1
     await end(cluster, first)
     await settle(cluster)
-    assert cluster.state.wake_event.is_set()  # top may start now: a pass decides
+    assert cluster.state.versions.wake_event.is_set()  # top may start now: a pass decides
     late = await cluster.submit(ALICE, spec(gpus_per_node=1, time_limit_s=60))
-    assert late.state == js.PENDING and cluster.state.wake_event.is_set()
+    assert late.state == js.PENDING and cluster.state.versions.wake_event.is_set()
     await cluster.schedule_pass()
     assert top.state == js.RUNNING
 

@@ -1689,6 +1689,8 @@ class Node(_message.Message):
     NOT_RESPONDING_FIELD_NUMBER: _builtins.int
     SHARDS_PER_GPU_FIELD_NUMBER: _builtins.int
     ALLOC_SHARDS_FIELD_NUMBER: _builtins.int
+    LAST_CHANGE_FIELD_NUMBER: _builtins.int
+    REASON_CHANGE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port of its NodeAgent service"""
@@ -1731,6 +1733,16 @@ class Node(_message.Message):
     def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def last_change(self) -> Global___NodeChange:
+        """-- the node state machine (field numbers 700+) --
+        its last change and its cause (ctld/nodestate.py)
+        """
+
+    @_builtins.property
+    def reason_change(self) -> Global___NodeChange:
+        """the change that set its reason (a drain, a DOWN)"""
+
     def __init__(
         self,
         *,
@@ -1757,14 +1769,48 @@ class Node(_message.Message):
         not_responding: _builtins.bool = ...,
         shards_per_gpu: _builtins.int = ...,
         alloc_shards: _builtins.int = ...,
+        last_change: Global___NodeChange | None = ...,
+        reason_change: Global___NodeChange | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_change", b"last_change", "reason_change", b"reason_change", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "alloc_shards", b"alloc_shards", "boot_time", b"boot_time", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "not_responding", b"not_responding", "os", b"os", "partitions", b"partitions", "reason", b"reason", "reason_time", b"reason_time", "reason_uid", b"reason_uid", "reason_user", b"reason_user", "reservation", b"reservation", "resources", b"resources", "shards_per_gpu", b"shards_per_gpu", "state", b"state", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "alloc_shards", b"alloc_shards", "boot_time", b"boot_time", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_change", b"last_change", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "not_responding", b"not_responding", "os", b"os", "partitions", b"partitions", "reason", b"reason", "reason_change", b"reason_change", "reason_time", b"reason_time", "reason_uid", b"reason_uid", "reason_user", b"reason_user", "reservation", b"reservation", "resources", b"resources", "shards_per_gpu", b"shards_per_gpu", "state", b"state", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Node: _TypeAlias = Node  # noqa: Y015
+
+@_typing.final
+class NodeChange(_message.Message):
+    """A node's change: its event (registered, drained, heartbeat_lost...), the cause (the
+    RPC, report or monitor that made it: "rpc:UpdateNode alice", "monitor:heartbeat"), when.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_FIELD_NUMBER: _builtins.int
+    CAUSE_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    event: _builtins.str
+    cause: _builtins.str
+    time: _builtins.float
+    detail: _builtins.str
+    def __init__(
+        self,
+        *,
+        event: _builtins.str = ...,
+        cause: _builtins.str = ...,
+        time: _builtins.float = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "detail", b"detail", "event", b"event", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeChange: _TypeAlias = NodeChange  # noqa: Y015
 
 @_typing.final
 class Partition(_message.Message):

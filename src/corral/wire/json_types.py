@@ -377,6 +377,15 @@ class Node(TypedDict, total=False):
     notResponding: bool
     shardsPerGpu: int
     allocShards: int
+    lastChange: NodeChange
+    reasonChange: NodeChange
+
+
+class NodeChange(TypedDict, total=False):
+    event: str
+    cause: str
+    time: float
+    detail: str
 
 
 class Partition(TypedDict, total=False):
