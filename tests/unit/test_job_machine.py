@@ -395,4 +395,9 @@ def test_the_machines_are_pure() -> None:
                 if top == "noded":
                     assert imported in pure, f"{name} imports {imported}"
                 if top == "corral":
-                    assert imported in ("corral.errors", "corral.jobspec", "corral.jobsyntax", "corral.wire")
+                    assert imported in (
+                        "corral.errors",
+                        "corral.jobspec",
+                        "corral.jobsyntax",
+                        "corral.wire",
+                    )
