@@ -32,11 +32,11 @@ if __package__ in (None, ""):
 
 from corral.config import parse_config
 from corral.identity import Identity
+from corral.testing.inprocess import ManualClock, RecordingDispatcher, make_cluster, register_all
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.cluster import Cluster
 from ctld.sched import schedule
-from ctld.testing import ManualClock, RecordingDispatcher, make_cluster, register_all
 
 NODES = 1000
 GPUS = 8

@@ -1,5 +1,5 @@
 """The cost of ``GET /metrics`` at scale (issue 26): 1,000 simulated nodes x 8 GPUs
-(corral.testing.simnodes, whose heartbeats carry every GPU's status as noded's do),
+(corral.localcluster.simnodes, whose heartbeats carry every GPU's status as noded's do),
 every node busy with one 8-GPU job, jobs pending behind them.
 
     .venv/bin/python -m bench.metrics_cost                 # 1,000 nodes, 2,000 pending

@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from corral.localcluster.netns import available as netns_available
 from corral.testing import LocalCluster, wait_for
 from corral.testing.cluster import ClusterFactory
-from corral.testing.netns import available as netns_available
 
 TRAIN = Path(__file__).resolve().parents[1] / "examples" / "train-checkpoint.py"
 BIN = Path(sys.executable).parent

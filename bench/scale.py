@@ -1,4 +1,4 @@
-"""ctld at scale: simulated nodes (corral.testing.simnodes), deep queues.
+"""ctld at scale: simulated nodes (corral.localcluster.simnodes), deep queues.
 
     .venv/bin/python -m bench.scale                          # 100 and 1,000 nodes
     .venv/bin/python -m bench.scale --nodes 1000 --pending 1000,10000,50000,100000

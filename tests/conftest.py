@@ -1,22 +1,22 @@
 """Shared fixtures: the cluster fixture family of corral/testing (real processes and
-in-process), and ``Commands``, which runs the installed commands against a cluster."""
+in-process: ``cluster``, ``cluster_factory``, ``inprocess_cluster``, ``store_url``, ...,
+all from corral/testing/fixtures.py, none redefined here), and ``Commands``, which runs
+the installed commands against a cluster."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pathlib
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import settings
 
 from corral.testing import LocalCluster, wait_for
-from corral.testing.cluster import ClusterFactory, print_logs
+from corral.testing.cluster import print_logs
+from corral.testing.postgres import pg_admin_url, pg_schema, pg_url_or_skip
 
 pytest_plugins = ["corral.testing.fixtures"]
 
@@ -32,74 +32,16 @@ if (
 
 BIN = pathlib.Path(sys.executable).parent
 
-__all__ = ["BIN", "Commands", "pg_admin_url", "pg_schema", "pid_alive", "print_logs", "wait_for"]
-
-# A PostgreSQL server the store tests may use: each test gets a schema of its own in it.
-# .ci/run starts one and sets this; in CI (CI=true) a missing one is an error, not a skip.
-PG_URL_ENV = "CORRAL_TEST_PG_URL"
-
-
-def pg_admin_url() -> str | None:
-    url = os.environ.get(PG_URL_ENV, "")
-    if url:
-        return url
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true but {PG_URL_ENV} is not set: the PostgreSQL store tests must run")
-    return None
-
-
-def pg_url_or_skip() -> str:
-    admin = pg_admin_url()
-    if admin is None:
-        pytest.skip(f"no PostgreSQL: set {PG_URL_ENV} (.ci/run does)")
-    return admin
-
-
-@contextlib.contextmanager
-def pg_schema(admin: str) -> Iterator[str]:
-    """A store URL on a fresh schema of the server of ``admin``, dropped afterwards."""
-    import sqlalchemy as sa
-
-    from ctld.store import normalize_url
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    engine = sa.create_engine(normalize_url(admin))
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
-    sep = "&" if "?" in admin else "?"
-    try:
-        yield f"{admin}{sep}options=-csearch_path%3D{schema}"
-    finally:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
-        engine.dispose()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[str]:
-    """A fresh, empty store on each backend: a SQLite file, or a PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/ctld.db"
-        return
-    with pg_schema(pg_url_or_skip()) as url:
-        yield url
-
-
-@pytest.fixture
-def cluster(
-    request: pytest.FixtureRequest, cluster_factory: ClusterFactory
-) -> Iterator[LocalCluster]:
-    """2 nodes x 8 fake GPUs; on SQLite, or on the store an indirect parametrization
-    names (``@pytest.mark.parametrize("cluster", ["sqlite", "postgresql"], indirect=True)``)."""
-    if getattr(request, "param", "sqlite") == "sqlite":
-        yield cluster_factory(nodes=2, gpus_per_node=8)
-        return
-    with pg_schema(pg_url_or_skip()) as url:
-        c = cluster_factory(nodes=2, gpus_per_node=8, store_url=url)
-        try:
-            yield c
-        finally:
-            c.stop()  # before its schema goes
+__all__ = [
+    "BIN",
+    "Commands",
+    "pg_admin_url",
+    "pg_schema",
+    "pg_url_or_skip",
+    "pid_alive",
+    "print_logs",
+    "wait_for",
+]
 
 
 class Commands:

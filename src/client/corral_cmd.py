@@ -42,7 +42,7 @@ def _exec_daemon(module: str, argv: list[str]) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from corral.testing.cluster import LocalCluster, daemon_names
+    from corral.localcluster import LocalCluster, daemon_names
 
     state_dir = Path(args.state_dir).resolve()
     if any(True for _ in daemon_names(state_dir)):
@@ -94,7 +94,7 @@ def _up(args: argparse.Namespace) -> int:
     if simulated:
         print(
             "corral: simulated nodes run no processes: a job lasts its '#SIM runtime=S' "
-            "line or first 'sleep S' (else 1 s); see python -m corral.testing.simnodes -h"
+            "line or first 'sleep S' (else 1 s); see python -m corral.localcluster.simnodes -h"
         )
     if cluster.network is not None:
         net = cluster.network
@@ -190,7 +190,7 @@ def unreachable_by_others() -> str:
 
 
 def _down(args: argparse.Namespace) -> int:
-    from corral.testing.cluster import stop_state_dir
+    from corral.localcluster import stop_state_dir
 
     state_dir = Path(args.state_dir).resolve()
     stopped = stop_state_dir(state_dir)

@@ -44,7 +44,7 @@ class MailConfig:
 
 
 def parse_mail(sec: Any) -> MailConfig:
-    """``[mail]`` from a config ``_Section`` (corral.config)."""
+    """``[mail]`` from a config ``Section`` (corral/config/section.py)."""
     d = MailConfig()
     cfg = MailConfig(
         smtp_host=sec.get("smtp_host", str, d.smtp_host),

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import structlog
 
-from corral.clock import Clock, SystemClock
+from corral.clock import Clock
 from corral.config import ClusterConfig
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
@@ -67,12 +67,11 @@ class Cluster:
         store: Store,
         dispatcher: Dispatcher,
         *,
-        clock: Clock | Callable[[], float],
+        clock: Clock,
     ) -> None:
         self.store = store
         self.dispatcher = dispatcher
-        # a bare time function (time.time) still works: it sleeps in real time
-        self.clock: Clock = clock if isinstance(clock, Clock) else _RealSleep(clock)
+        self.clock = clock
         ctl = config.controller
         self.state = st = State(config, store, clock=self.clock)
         # AdminLevel from the accounting database counts besides the config's lists
@@ -356,11 +355,3 @@ class Cluster:
 
     def partition_list(self, names: Iterable[str]) -> list[pb.Partition]:
         return self.queries.partition_list(names)
-
-
-class _RealSleep(SystemClock):
-    def __init__(self, now: Callable[[], float]) -> None:
-        self._now = now
-
-    def __call__(self) -> float:
-        return self._now()

@@ -27,13 +27,13 @@ from typing import Any
 
 import structlog
 
+from corral.clock import Clock, SystemClock
 from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import LaunchError
 from corral.wire import corral_pb2 as pb
 from noded import batch, jobdir, monitor, recovery, spool
 from noded.batch import REAP_TIMEOUT_S, BatchStarter, LaunchPath
 from noded.cgroups import CgroupManager
-from noded.clock import Clock, RealClock
 from noded.events import (
     Action,
     Broke,
@@ -100,7 +100,7 @@ class Launcher:
         launch_path: LaunchPath | None = None,
     ) -> None:
         self.node_name = node_name
-        self.clock: Clock = clock or RealClock()  # timers and windows (tests: ManualClock)
+        self.clock: Clock = clock or SystemClock()  # timers and windows (tests: ManualClock)
         self.spool_dir = spool_dir
         self.report = report
         self.noded = noded or NodedConfig()
@@ -147,7 +147,7 @@ class Launcher:
 
     def handle(self, *events: Event) -> list[Action]:
         """Feed the machine and carry out what it answers; returns those actions."""
-        actions = self.machine.handle(*events, now=self.clock.now())
+        actions = self.machine.handle(*events, now=self.clock())
         self.carry_out(actions)
         return actions
 

@@ -31,7 +31,7 @@ async def run(launcher: Launcher) -> None:
         for running in list(launcher.jobs.values()):
             try:
                 sample(launcher, running)
-                check_progress(launcher, running, launcher.clock.now())
+                check_progress(launcher, running, launcher.clock())
             except Exception:
                 log.exception("sampling failed", job_id=running.job_id)
 

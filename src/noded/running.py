@@ -10,9 +10,9 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from corral.clock import Timer
 from corral.wire import corral_pb2 as pb
 from noded.cgroups import JobCgroup
-from noded.clock import Timer
 from noded.jobrun import JobRun
 from noded.limits import GpuStats
 from noded.tracking import JobProcesses, Usage

@@ -25,11 +25,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 import structlog
 
+from corral.clock import Clock, SystemClock, Timer
 from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import LaunchError
 from corral.wire import corral_pb2 as pb
 from noded import progress, records, stall, taskio
-from noded.clock import Clock, RealClock, Timer
 from noded.events import Log, Report
 from noded.gpu import GpuBackend
 from noded.stepmachine import (
@@ -84,7 +84,7 @@ class StepRunner:
         self.noded = noded or NodedConfig()
         self.idle = idle or IdleGpuConfig()
         self.gpus = gpus
-        self.clock: Clock = clock or RealClock()  # --signal warning, stalls (tests: ManualClock)
+        self.clock: Clock = clock or SystemClock()  # --signal warning, stalls (tests: ManualClock)
         self.node_name = node_name
         # tells ctld a step's tasks here are gone, even when srun died without saying so
         self.report = report or (lambda update: None)
@@ -104,7 +104,7 @@ class StepRunner:
 
     def handle(self, running: RunningStep, event: StepEvent) -> list[StepAction]:
         """Feed the step machine and carry out what it answers; returns those actions."""
-        actions = self.machine.handle(running, event, self.clock.now())
+        actions = self.machine.handle(running, event, self.clock())
         for action in actions:
             match action:
                 case SignalStep(signals):
@@ -221,7 +221,7 @@ class StepRunner:
 
     def _arm_warning(self, job: pb.Job, running: RunningStep) -> Timer | None:
         """--signal=SIG@T without B: each node's step signals its own tasks then."""
-        warning = warning_for(job, self.clock.now())
+        warning = warning_for(job, self.clock())
         if warning is None:
             return None
         delay, sig = warning
@@ -244,7 +244,7 @@ class StepRunner:
         while True:
             await asyncio.sleep(self.noded.sample_interval_s)
             try:
-                self.check_progress(self.clock.now())
+                self.check_progress(self.clock())
             except Exception:
                 log.exception("step progress check failed")
 

@@ -22,9 +22,9 @@ import termios
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from corral.clock import Timer
 from corral.wire import corral_pb2 as pb
 from noded.attach import Listeners
-from noded.clock import Timer
 from noded.stepmachine import StepState
 from noded.tracking import JobProcesses
 

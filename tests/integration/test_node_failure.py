@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from corral.errors import CorralError
+from corral.localcluster.netns import available as netns_available
 from corral.testing import LocalCluster
 from corral.testing.cluster import ClusterFactory
-from corral.testing.netns import available as netns_available
 from tests.conftest import Commands, wait_for
 
 TRAIN = pathlib.Path(__file__).resolve().parents[2] / "examples" / "train-checkpoint.py"

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from corral.testing import cluster as cluster_mod
+from corral.localcluster import layout as cluster_mod
 from corral.testing.cluster import ClusterFactory
 
 

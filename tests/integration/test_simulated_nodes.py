@@ -1,4 +1,4 @@
-"""ctld with many nodes, played by the node simulator (corral.testing.simnodes).
+"""ctld with many nodes, played by the node simulator (corral.localcluster.simnodes).
 
 ctld is the real daemon; one simulator process registers, heartbeats, takes launches
 and reports exits for every node over the real gRPC protocol. The simulator checks

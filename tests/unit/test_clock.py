@@ -1,19 +1,22 @@
-"""ctld's timers on an injected clock: tests move time, nothing waits for it."""
+"""The one injected clock (corral/clock.py) that ctld and noded share: tests move time,
+nothing waits for it. ctld sleeps on it, noded sets timers on it; ManualClock runs both
+in time order."""
 
 from __future__ import annotations
 
 import asyncio
 import pathlib
+import re
 import time
 
 import pytest
 
-from corral.clock import ManualClock
+from corral.clock import Clock, ManualClock, SystemClock
 from corral.config import parse_config
 from corral.identity import Identity
+from corral.testing.inprocess import RecordingDispatcher, make_cluster, register_all
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
-from ctld.testing import RecordingDispatcher, make_cluster, register_all
 
 ALICE = Identity("alice", 1000, 1000)
 CONFIG = parse_config(
@@ -42,6 +45,73 @@ async def test_manual_clock_wakes_sleepers_in_order() -> None:
     clock.advance(15)
     await asyncio.gather(*tasks)
     assert woke == ["a@115", "b@130", "c@130"]
+
+
+async def test_manual_clock_runs_timers_and_wakes_sleepers_in_time_order() -> None:
+    clock = ManualClock(now=0.0)
+    seen: list[str] = []
+
+    async def nap() -> None:
+        await clock.sleep(20)
+        seen.append(f"sleeper@{clock():g}")  # runs after advance returns: the final time
+
+    napping = asyncio.ensure_future(nap())
+    await asyncio.sleep(0)
+    clock.call_later(30, lambda: seen.append(f"late@{clock():g}"))
+    clock.call_later(10, lambda what: seen.append(f"{what}@{clock():g}"), "early")
+    cancelled = clock.call_later(15, lambda: seen.append("cancelled"))
+    cancelled.cancel()
+    clock.advance(25)
+    assert seen == ["early@10"]  # a timer runs at its own time, inside advance
+    await napping
+    assert seen == ["early@10", "sleeper@25"]
+    clock.advance(5)
+    assert seen == ["early@10", "sleeper@25", "late@30"] and clock() == 30
+
+
+def test_a_timer_set_by_a_timer_runs_if_it_falls_due_within_the_advance() -> None:
+    clock = ManualClock(now=0.0)
+    fired: list[float] = []
+
+    def again() -> None:
+        fired.append(clock())
+        if len(fired) < 3:
+            clock.call_later(4, again)
+
+    clock.call_later(4, again)
+    clock.advance(10)
+    assert fired == [4, 8] and clock() == 10
+    clock.advance(2)
+    assert fired == [4, 8, 12]
+    clock.call_later(-1, lambda: fired.append(-1))  # overdue: runs at the next advance
+    assert fired[-1] == 12
+    clock.advance(0)
+    assert fired[-1] == -1
+
+
+async def test_the_system_clock_keeps_the_same_protocol() -> None:
+    clock = SystemClock()
+    assert isinstance(clock, Clock) and isinstance(ManualClock(), Clock)
+    assert abs(clock() - time.time()) < 5
+    done = asyncio.Event()
+    timer = clock.call_later(0.01, done.set)
+    never = clock.call_later(0.01, pytest.fail, "a cancelled timer ran")
+    never.cancel()
+    await asyncio.wait_for(done.wait(), 10)
+    timer.cancel()  # after it ran: nothing
+    await clock.sleep(0.02)  # past the cancelled one's time
+
+
+def test_one_clock_module() -> None:
+    """noded's timers and ctld's sleeps use corral/clock.py: no second clock protocol."""
+    src = pathlib.Path(__file__).resolve().parents[2] / "src"
+    assert not (src / "noded" / "clock.py").exists()
+    defined = [
+        str(p.relative_to(src))
+        for p in src.rglob("*.py")
+        if re.search(r"^class \w*Clock\b", p.read_text(), re.MULTILINE)
+    ]
+    assert defined == ["corral/clock.py"]
 
 
 @pytest.fixture

@@ -14,16 +14,16 @@ from corral.errors import (
     NodeConfigUnavailable,
 )
 from corral.identity import Identity
-from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.cluster import Cluster
-from ctld.testing import (
+from corral.testing.inprocess import (
     ManualClock,
     RecordingDispatcher,
     make_cluster,
     register_all,
     registration,
 )
+from corral.wire import corral_pb2 as pb
+from ctld import jobstate as js
+from ctld.cluster import Cluster
 
 CONFIG = parse_config(
     {

@@ -49,14 +49,39 @@ def test_programs_never_import_each_other() -> None:
 def test_no_program_imports_the_in_process_harness() -> None:
     for package in ("ctld", "noded", "client"):
         for path, names in modules_of(package).items():
-            if path == SRC / "ctld" / "testing.py":
-                continue  # ctld's own test helpers
             bad = [
                 n
                 for n in names
                 if n.startswith(("corral.testing.inprocess", "corral.testing.fixtures"))
             ]
             assert not bad, f"{path.relative_to(SRC)} imports {bad}"
+
+
+TESTING = SRC / "corral" / "testing"
+
+
+def test_only_the_test_harness_uses_the_test_harness() -> None:
+    """Nothing under src/ but corral/testing imports corral.testing (or runs one of its
+    modules with ``python -m``): ``corral up`` runs corral/localcluster, which the
+    harness imports, never the other way round. bench/ and tests/ may use it."""
+    for path in SRC.rglob("*.py"):
+        if path.is_relative_to(TESTING):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        used = {
+            n for n in imports(path) if n == "corral.testing" or n.startswith("corral.testing.")
+        }
+        used |= {
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("corral.testing")
+        }
+        for node in ast.walk(tree):  # from corral import testing
+            if isinstance(node, ast.ImportFrom) and node.module == "corral" and node.level == 0:
+                used |= {f"corral.{a.name}" for a in node.names if a.name == "testing"}
+        assert not used, f"{path.relative_to(SRC)} uses {sorted(used)}"
 
 
 def test_scheduling_core_is_pure() -> None:

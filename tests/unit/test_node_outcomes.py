@@ -9,10 +9,10 @@ import pytest
 from corral.config import parse_config
 from corral.errors import InvalidRequest, PermissionDenied
 from corral.identity import Identity
+from corral.testing.inprocess import ManualClock, RecordingDispatcher, make_cluster, register_all
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.cluster import Cluster
-from ctld.testing import ManualClock, RecordingDispatcher, make_cluster, register_all
 
 Update = pb.JobStatusUpdate
 ALICE = Identity("alice", 1000, 1000)

@@ -14,11 +14,11 @@ from typing import Any
 import psutil
 import pytest
 
+from corral.clock import ManualClock
 from corral.config import IdleGpuConfig
 from corral.testing import wait_for
 from corral.wire import corral_pb2 as pb
 from noded import cgroups, records, spool
-from noded.clock import ManualClock
 from noded.events import GpuUse, Launch, Spawn, Spawned
 from noded.launcher import Launcher
 from noded.tracking import MARKER_VAR, STEP_MARKER_VAR
@@ -185,7 +185,7 @@ async def test_time_limit_signal_and_idle_window_on_virtual_time(tmp_path: pathl
     warned: list[int] = []
     launcher._send = lambda r, sig, batch_only: warned.append(sig)  # type: ignore[method-assign]
     # taken on and started as the machine says, but for the spawn: no process here
-    taken = launcher.machine.handle(Launch(request), now=clock.now())
+    taken = launcher.machine.handle(Launch(request), now=clock())
     launcher.carry_out([a for a in taken if not isinstance(a, Spawn)])
     launcher.handle(Spawned(3, 0))
     running = launcher.jobs[3]

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from corral.clock import ManualClock
 from corral.config import parse_config
 from corral.errors import InvalidTransition
 from corral.identity import Identity
+from corral.testing.inprocess import make_cluster, register_all
 from corral.wire import corral_pb2 as pb
 from ctld import nodestate as ns
 from ctld.nodes import NodeRecord
-from ctld.testing import ManualClock, make_cluster, register_all
 
 NS = pb.NodeState
 ROOT = Identity("root", 0, 0)

@@ -13,11 +13,11 @@ from client.why import REASONS
 from corral.config import ClusterConfig, parse_config
 from corral.identity import Identity
 from corral.reasons import Reason
+from corral.testing.inprocess import ManualClock, RecordingDispatcher, make_cluster, register_all
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.cluster import Cluster
 from ctld.sched import backfill
-from ctld.testing import ManualClock, RecordingDispatcher, make_cluster, register_all
 
 ALICE = Identity("alice", 1000, 1000)
 

@@ -10,11 +10,11 @@ import pytest
 from corral.config import AuthConfig, parse_config
 from corral.errors import InvalidRequest
 from corral.identity import Identity
+from corral.testing.inprocess import ManualClock, RecordingDispatcher, make_cluster, register_all
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.auth import ClusterAuthenticator
 from ctld.rpc import ControllerApi
-from ctld.testing import ManualClock, RecordingDispatcher, make_cluster, register_all
 
 CONFIG = parse_config(
     {

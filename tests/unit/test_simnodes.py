@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from corral.testing.simnodes import SimulatedNodes, parse_script
+from corral.localcluster.simnodes import SimulatedNodes, parse_script
 from corral.wire import corral_pb2 as pb
 
 

@@ -12,10 +12,10 @@ import pytest
 
 from corral.errors import JobStateConflict, PermissionDenied
 from corral.identity import Identity
+from corral.testing.inprocess import registration
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.cluster import Cluster
-from ctld.testing import registration
 from tests.unit.test_node_failure import ALICE, make, restart, settle, silence, spec
 
 Update = pb.JobStatusUpdate

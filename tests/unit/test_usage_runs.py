@@ -10,9 +10,15 @@ import pytest
 
 from corral.config import parse_config
 from corral.identity import Identity
+from corral.testing.inprocess import (
+    ManualClock,
+    RecordingDispatcher,
+    make_cluster,
+    register_all,
+    registration,
+)
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
-from ctld.testing import ManualClock, RecordingDispatcher, make_cluster, register_all, registration
 from ctld.usage import billing_rate
 
 CONFIG = parse_config(

@@ -14,6 +14,10 @@ coroutines to completion, ``settle()`` runs a scheduling pass and the launches i
 started. ``restart()`` builds a new Cluster from the same store file, as a ctld
 restart does.
 
+The async unit tests that drive ctld's ``Cluster`` methods directly build it with
+``make_cluster`` (the same construction ``InProcessCluster`` uses) and register its
+nodes with ``register_all`` / ``registration``.
+
 This is the one module of ``corral`` that imports ctld (tests/unit/
 test_dependency_rule.py allows exactly this): a test harness, never imported by the
 programs.
@@ -33,10 +37,10 @@ from google.protobuf import json_format
 
 from corral.api import Controller
 from corral.clock import ManualClock
-from corral.config import load_config
+from corral.config import ClusterConfig, load_config
 from corral.errors import InvalidRequest, NodeUnreachable
 from corral.identity import Identity, current_identity
-from corral.testing.cluster import DEFAULT_GPU_MODEL, LocalCluster
+from corral.localcluster.layout import DEFAULT_GPU_MODEL, Layout
 from corral.testing.harness import Harness
 from corral.wire import corral_pb2 as pb
 from ctld.auth import Caller
@@ -124,20 +128,49 @@ def _as(api: ControllerApi, who: Identity) -> Iterator[None]:
         auth.current = None
 
 
-def registration(
-    name: str,
-    address: str,
+def make_cluster(
+    config: ClusterConfig,
+    store_url: str,
     *,
-    cpus: int = 16,
-    memory_mb: int = 64 * 1024,
+    clock: ManualClock | None = None,
+    dispatcher: RecordingDispatcher | None = None,
+) -> Cluster:
+    """A loaded Cluster on ``store_url`` (open it inside a running event loop)."""
+    store = Store(store_url, sqlite_synchronous="NORMAL")
+    store.open()
+    cluster = Cluster(
+        config, store, dispatcher or RecordingDispatcher(), clock=clock or ManualClock()
+    )
+    cluster.load()
+    return cluster
+
+
+def registration(
+    cluster: Cluster,
+    name: str,
+    *,
+    cpus: int = 8,
+    memory_mb: int = 16384,
     gpus: int = 8,
     gpu_model: str = DEFAULT_GPU_MODEL,
 ) -> pb.RegisterNodeRequest:
-    """What the noded named ``name`` would send, running nothing."""
+    """What the noded named ``name`` would send, running nothing (its address: the
+    loopback one LocalCluster gives the node of that place in the config)."""
     res = pb.NodeResources(cpus=cpus, memory_mb=memory_mb)
     for g in range(gpus):
         res.gpus.add(index=g, model=gpu_model, memory_mb=81559)
-    return pb.RegisterNodeRequest(name=name, address=address, resources=res)
+    index = list(cluster.nodes).index(name)
+    return pb.RegisterNodeRequest(name=name, address=f"127.0.0.{index + 2}:1", resources=res)
+
+
+async def register_all(
+    cluster: Cluster, *, cpus: int = 8, memory_mb: int = 16384, gpus: int = 8
+) -> None:
+    """Every node of the config registers, idle."""
+    for name in cluster.nodes:
+        await cluster.register_node(
+            registration(cluster, name, cpus=cpus, memory_mb=memory_mb, gpus=gpus)
+        )
 
 
 class InProcessCluster(Harness):
@@ -147,7 +180,7 @@ class InProcessCluster(Harness):
         layout.setdefault("kill_wait_s", 2.0)
         # nothing listens: a path in the state dir, not a socket directory of /tmp
         layout.setdefault("socket_path", str(Path(state_dir) / "run" / "ctld.sock"))
-        self.layout = LocalCluster(Path(state_dir), **layout)
+        self.layout = Layout(Path(state_dir), **layout)
         self.layout.write_config()
         self.config = load_config(str(self.layout.config_path))
         # the layout's store (a PostgreSQL URL in the store tests), else a SQLite file
@@ -164,11 +197,9 @@ class InProcessCluster(Harness):
 
     def _open(self) -> Cluster:
         async def build() -> Cluster:
-            store = Store(self.store_url, sqlite_synchronous="NORMAL")
-            store.open()
-            cluster = Cluster(self.config, store, self.dispatcher, clock=self.clock)
-            cluster.load()
-            return cluster
+            return make_cluster(
+                self.config, self.store_url, clock=self.clock, dispatcher=self.dispatcher
+            )
 
         return self.run(build())
 
@@ -182,10 +213,9 @@ class InProcessCluster(Harness):
     def register_nodes(self, names: list[str] | None = None) -> None:
         """Every node (or ``names``) registers as its noded would, idle."""
         for name in names or self.node_names:
-            index = self.node_names.index(name)
             req = registration(
+                self.cluster,
                 name,
-                f"{self.layout.node_address(index)}:1",
                 cpus=self.layout.cpus_per_node,
                 memory_mb=self.layout.memory_mb_per_node,
                 gpus=self.layout.gpus_per_node,
@@ -269,5 +299,7 @@ __all__ = [
     "InProcessController",
     "ManualClock",
     "RecordingDispatcher",
+    "make_cluster",
+    "register_all",
     "registration",
 ]

@@ -1,5 +1,7 @@
-"""A private PostgreSQL server for tests: initdb into a temp dir, run as an unprivileged
-user, stopped and started again at will (the store-trouble tests stop it under load)."""
+"""PostgreSQL for tests: a schema of its own per test on the server the environment
+names (``pg_schema``), or a private server (``TempPostgres``: initdb into a temp dir,
+run as an unprivileged user, stopped and started again at will; the store-trouble
+tests stop it under load)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,62 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+# A PostgreSQL server the store tests may use: each test gets a schema of its own in it.
+# .ci/run starts one and sets this; in CI (CI=true) a missing one is an error, not a skip.
+PG_URL_ENV = "CORRAL_TEST_PG_URL"
+
+
+def pg_admin_url() -> str | None:
+    import pytest
+
+    url = os.environ.get(PG_URL_ENV, "")
+    if url:
+        return url
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true but {PG_URL_ENV} is not set: the PostgreSQL store tests must run")
+    return None
+
+
+def pg_url_or_skip() -> str:
+    import pytest
+
+    admin = pg_admin_url()
+    if admin is None:
+        pytest.skip(f"no PostgreSQL: set {PG_URL_ENV} (.ci/run does)")
+    return admin
+
+
+def _psycopg(url: str) -> str:
+    """psycopg 3, as ctld's store means by postgres:// (ctld/store.py's normalize_url;
+    corral does not import ctld)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+@contextmanager
+def pg_schema(admin: str) -> Iterator[str]:
+    """A store URL on a fresh schema of the server of ``admin``, dropped afterwards."""
+    import sqlalchemy as sa
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(_psycopg(admin))
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    sep = "&" if "?" in admin else "?"
+    try:
+        yield f"{admin}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+        engine.dispose()
 
 
 def pg_bindir() -> Path | None:

@@ -1,59 +1,21 @@
-"""A node simulator: one process that plays many nodes over the real protocol.
-
-Each simulated node registers with ctld, heartbeats, accepts ``LaunchJob`` and
-``SignalJob`` on the simulator's NodeAgent server, "runs" each job for its scripted
-time and reports its exit and usage through a per-node outbox, exactly as noded does.
-Nothing is forked: a job is a timer. So one machine can drive ctld as a 1,000-node x
-8-GPU cluster (tests that need more than a few nodes, bench/, ``corral up
---simulated-nodes N``). ctld is the real one; only the nodes are pretend.
-
-How long a job runs and how it ends, first match wins:
-
-- ``#SIM runtime=SECONDS exit=CODE rss_mb=N gpu_util=PCT`` anywhere in the script
-  (any subset of the keys);
-- ``CORRAL_SIM_RUNTIME`` / ``CORRAL_SIM_EXIT`` in the job's environment;
-- the first ``sleep N`` in the script (so ``sbatch --wrap 'sleep 5'`` takes 5 s);
-- the simulator's default runtime.
-
-A job that would run past its time limit ends at the limit as TIMEOUT. ``SignalJob``
-with ``terminate`` (scancel) ends it at once; SIGINT/SIGTERM/SIGKILL end it with that
-signal; other signals are delivered to nothing and the job keeps running.
-
-The simulator also checks what a real node would feel: a launch that would give a
-node more CPUs, memory or GPUs than it has, or a GPU another job holds, is counted
-as an oversubscription (``stats()``), so tests can assert ctld never does it.
-
-Failure on command (``crash``, ``revive``, ``fault``): a crashed node stops
-heartbeating and answering, and forgets its jobs (as a noded restart would); a revived
-one registers again; a fault is a health event (GPU XID, ...) that ctld drains the
-node for. Run as a process, commands arrive as JSON lines on a Unix socket
-(``--control``); see ``control()``.
-
-All nodes share one NodeAgent server (one port): ctld's requests name their job, and
-the simulator knows which nodes each job holds.
-"""
+"""SimulatedNodes: many nodes in one asyncio loop. Jobs are timers; reports go to ctld
+through each node's outbox; nodes crash, revive and report faults on command."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import json
-import os
-import re
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import grpc
 from grpc import aio
 
 from corral import __version__, hostlist
-from corral.config import ClusterConfig, load_config
+from corral.localcluster.simnodes.nodes import SimJob, SimNode, gpu_status, resources
+from corral.localcluster.simnodes.script import parse_script
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 
@@ -61,110 +23,6 @@ Update = pb.JobStatusUpdate
 RPC_TIMEOUT_S = 30.0
 MAX_BACKOFF_S = 5.0
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
-_SIM_LINE = re.compile(r"^\s*#SIM\b(.*)$", re.MULTILINE)
-_SLEEP = re.compile(r"(?:^|[;&|\s])sleep\s+([0-9]+(?:\.[0-9]+)?)\b")
-
-
-@dataclass
-class Script:
-    """What a simulated job does: how long it runs, how it exits, what it uses."""
-
-    runtime_s: float
-    exit_code: int = 0
-    rss_mb: float = 0.0
-    gpu_util: float = 0.0
-
-
-def parse_script(job: pb.Job, environment: dict[str, str], default_runtime_s: float) -> Script:
-    text = job.spec.script
-    script = Script(runtime_s=default_runtime_s)
-    found = False
-    for line in _SIM_LINE.findall(text):
-        for word in line.split():
-            key, _, value = word.partition("=")
-            try:
-                if key == "runtime":
-                    script.runtime_s, found = float(value), True
-                elif key == "exit":
-                    script.exit_code = int(value)
-                elif key == "rss_mb":
-                    script.rss_mb = float(value)
-                elif key == "gpu_util":
-                    script.gpu_util = float(value)
-            except ValueError:
-                continue  # a bad directive is ignored, as a shell ignores a comment
-    env = {**dict(job.spec.environment), **environment}
-    if not found and "CORRAL_SIM_RUNTIME" in env:
-        with contextlib.suppress(ValueError):
-            script.runtime_s, found = float(env["CORRAL_SIM_RUNTIME"]), True
-    if "CORRAL_SIM_EXIT" in env:
-        with contextlib.suppress(ValueError):
-            script.exit_code = int(env["CORRAL_SIM_EXIT"])
-    if not found:
-        m = _SLEEP.search(text)
-        if m:
-            script.runtime_s = float(m.group(1))
-    return script
-
-
-@dataclass
-class SimJob:
-    job: pb.Job
-    script: Script
-    started: float
-    timer: asyncio.TimerHandle | None = None
-
-
-@dataclass
-class SimNode:
-    name: str
-    cpus: int
-    memory_mb: int
-    gpus: int
-    resources: pb.NodeResources
-    boot_time: float = field(default_factory=time.time)
-    registered: bool = False
-    crashed: bool = False
-    jobs: set[int] = field(default_factory=set)  # jobs whose batch step runs here
-    used_cpus: int = 0
-    used_mem_mb: int = 0
-    used_gpus: set[int] = field(default_factory=set)
-    outbox: list[pb.JobStatusUpdate] = field(default_factory=list)
-    health: list[pb.NodeHealthEvent] = field(default_factory=list)
-    beat_now: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-def _gpu_status(node: SimNode) -> list[pb.GpuStatus]:
-    """What a real noded's heartbeat says of its GPUs: busy while a job holds them."""
-    return [
-        pb.GpuStatus(
-            index=i,
-            util_pct=95.0 if i in node.used_gpus else 0.0,
-            memory_used_mb=40960.0 if i in node.used_gpus else 0.0,
-        )
-        for i in range(node.gpus)
-    ]
-
-
-def _resources(cpus: int, memory_mb: int, gpus: int, model: str) -> pb.NodeResources:
-    res = pb.NodeResources(
-        cpus=cpus,
-        memory_mb=memory_mb,
-        sockets=2 if cpus % 2 == 0 and cpus > 1 else 1,
-        threads_per_core=1,
-        gpu_backend="fake" if gpus else "none",
-    )
-    res.cores_per_socket = cpus // res.sockets
-    for i in range(gpus):
-        res.gpus.add(
-            index=i,
-            model=model,
-            memory_mb=81559,
-            uuid=f"GPU-sim-{i:04d}",
-            pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
-            minor=i,
-        )
-    return res
 
 
 class SimulatedNodes:
@@ -187,7 +45,7 @@ class SimulatedNodes:
         self.default_runtime_s = default_runtime_s
         self.nodes: dict[str, SimNode] = {}
         for name, cpus, mem, gpus, model in nodes:
-            self.nodes[name] = SimNode(name, cpus, mem, gpus, _resources(cpus, mem, gpus, model))
+            self.nodes[name] = SimNode(name, cpus, mem, gpus, resources(cpus, mem, gpus, model))
         self.jobs: dict[int, SimJob] = {}
         self.address = ""
         self.counters = {
@@ -257,7 +115,7 @@ class SimulatedNodes:
         job = request.job
         host = self.nodes.get(job.batch_host)
         if host is None or host.crashed:
-            raise _Unavailable(f"no simulated node {job.batch_host!r} up here")
+            raise Unavailable(f"no simulated node {job.batch_host!r} up here")
         if job.job_id in self.jobs:
             return  # a retried launch
         for alloc in job.allocations:
@@ -403,7 +261,7 @@ class SimulatedNodes:
                     name=node.name,
                     running_job_ids=sorted(node.jobs),
                     health=list(node.health),
-                    gpus=_gpu_status(node),
+                    gpus=gpu_status(node),
                 )
                 reply = await stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
                 self.counters["heartbeats"] += 1
@@ -503,7 +361,7 @@ class SimulatedNodes:
         return {"ok": True, "stats": self.stats()}
 
 
-class _Unavailable(Exception):
+class Unavailable(Exception):
     pass
 
 
@@ -516,7 +374,7 @@ class _Servicer(pbg.NodeAgentServicer):
     ) -> pb.LaunchJobResponse:
         try:
             self.sim.launch(request)
-        except _Unavailable as exc:
+        except Unavailable as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         return pb.LaunchJobResponse()
 
@@ -532,84 +390,3 @@ class _Servicer(pbg.NodeAgentServicer):
     ) -> AsyncIterator[pb.TaskEvent]:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "simulated nodes run no job steps")
         yield pb.TaskEvent()  # pragma: no cover - abort raises
-
-
-# ---------------------------------------------------------------- as a process
-
-
-def nodes_from_config(
-    config: ClusterConfig, names: list[str]
-) -> list[tuple[str, int, int, int, str]]:
-    out = []
-    for name in names:
-        cfg = config.node(name)
-        gpus = cfg.gpus.count if cfg.gpus.backend == "fake" else 0
-        out.append((name, cfg.cpus or 16, cfg.memory_mb or 64 * 1024, gpus, cfg.gpus.model))
-    return out
-
-
-async def _serve_control(sim: SimulatedNodes, path: str) -> asyncio.AbstractServer:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError):
-            while line := await reader.readline():
-                try:
-                    reply = sim.control(json.loads(line))
-                except (ValueError, TypeError, AttributeError) as exc:
-                    reply = {"ok": False, "error": f"bad command: {exc}"}
-                writer.write(json.dumps(reply).encode() + b"\n")
-                await writer.drain()
-        writer.close()
-
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    return await asyncio.start_unix_server(handle, path)
-
-
-async def _main(args: argparse.Namespace) -> None:
-    config = load_config(args.config)
-    names = hostlist.expand(args.nodes) if args.nodes else config.node_names
-    ctl = config.controller
-    sim = SimulatedNodes(
-        f"{ctl.host}:{ctl.grpc_port}",
-        nodes_from_config(config, names),
-        listen=args.listen,
-        port=args.port,
-        heartbeat_interval_s=args.heartbeat_interval or config.heartbeat.interval_s,
-        default_runtime_s=args.default_runtime,
-    )
-    await sim.start()
-    control = await _serve_control(sim, args.control) if args.control else None
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if args.ready_file:
-        await sim.wait_registered(args.register_timeout)
-        tmp = Path(args.ready_file + ".tmp")
-        tmp.write_text(f"{os.getpid()} {sim.address}\n")
-        tmp.replace(args.ready_file)
-    print(f"simnodes: {len(names)} nodes on {sim.address}", file=sys.stderr, flush=True)
-    await stop.wait()
-    if control is not None:
-        control.close()
-    await sim.stop()
-    print(f"simnodes: stopped {json.dumps(sim.stats())}", file=sys.stderr, flush=True)
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m corral.testing.simnodes", description=__doc__)
-    p.add_argument("-f", "--config", help="corral.toml (default: $CORRAL_CONF)")
-    p.add_argument("--nodes", default="", help="hostlist of nodes to play (default: all)")
-    p.add_argument("--listen", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=0)
-    p.add_argument("--heartbeat-interval", type=float, default=0.0)
-    p.add_argument("--default-runtime", type=float, default=1.0)
-    p.add_argument("--control", default="", help="Unix socket for commands (JSON lines)")
-    p.add_argument("--ready-file", default="")
-    p.add_argument("--register-timeout", type=float, default=300.0)
-    args = p.parse_args(argv)
-    asyncio.run(_main(args))
-
-
-if __name__ == "__main__":
-    main()
