@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 import structlog
 
@@ -272,7 +272,7 @@ class Intake:
         now = st.clock()
         cause = f"rpc:UpdateJob user={who.user}"
         async with Change(st, self.outbox) as ch:
-            for job_id in req.job_ids:
+            for job_id in self._update_targets(req.job_ids):
                 try:
                     job = st.job(job_id)
                     self.policy.check_job(who, job, "update")
@@ -288,6 +288,22 @@ class Intake:
                 except CorralError as exc:
                     outcomes.append(failure(job_id, exc))
         return outcomes
+
+    def _update_targets(self, job_ids: Iterable[int]) -> list[int]:
+        """The jobs an update names: an array's id names each of its tasks that has not
+        ended (Slurm's ``scontrol release N`` of an array; ended tasks are no error),
+        any other id its job."""
+        st = self.state
+        out: list[int] = []
+        for job_id in job_ids:
+            tasks = st.index.array_tasks.get(job_id)
+            if not tasks:
+                out.append(job_id)
+                continue
+            jobs = (st.jobs.get(t) for t in sorted(tasks))
+            live = [j.job_id for j in jobs if j is not None and j.state not in js.FINISHED]
+            out.extend(live or [job_id])
+        return out
 
     def _requeue_request(
         self, ch: Change, who: Identity, job: pb.Job, action: int, cause: str, now: float

@@ -169,6 +169,23 @@ async def test_admin_hold_needs_an_operator_to_release(env) -> None:  # type: ig
     assert job.hold == pb.HOLD_NONE
 
 
+async def test_an_arrays_id_holds_and_releases_each_of_its_tasks(env) -> None:  # type: ignore[no-untyped-def]
+    # Slurm: scontrol hold/release N of an array acts on every task not yet ended
+    cluster, *_ = env
+    first = await cluster.submit(ALICE, spec(array="0-3", hold=True))
+    array_id = first.array_job_id
+    tasks = [cluster.jobs[array_id + i] for i in range(4)]
+    assert all(t.hold != pb.HOLD_NONE for t in tasks)
+    release = pb.UpdateJobRequest(job_ids=[array_id], action=pb.JOB_UPDATE_RELEASE)
+    out = await cluster.update_hold(ALICE, release)
+    assert [o.job_id for o in out] == [t.job_id for t in tasks] and all(o.ok for o in out)
+    assert all(t.hold == pb.HOLD_NONE for t in tasks)
+    # one task by its own job id: that task alone
+    hold = pb.UpdateJobRequest(job_ids=[array_id + 2], action=pb.JOB_UPDATE_HOLD)
+    assert [o.job_id for o in await cluster.update_hold(ALICE, hold)] == [array_id + 2]
+    assert [t.hold != pb.HOLD_NONE for t in tasks] == [False, False, True, False]
+
+
 async def test_a_user_may_only_lower_her_time_limit(env) -> None:  # type: ignore[no-untyped-def]
     # 0 (as -t 0), INFINITE and UNLIMITED (-1) are no limit: raises, an operator's
     cluster, *_ = env
