@@ -34,6 +34,7 @@ NOT_FROM_OPTIONS = {
     "warnSignal": "ctld: --signal typed at submit",
     "arrayTasks": "ctld: --array typed at submit",
     "dependencies": "ctld: --dependency typed at submit",
+    "container": "the --container-* options (issue 24: its entries land with the flags)",
 }
 
 #: a value each option may be given (the option's own syntax)

@@ -265,6 +265,7 @@ class JobSpec(_message.Message):
     ARRAY_TASKS_FIELD_NUMBER: _builtins.int
     DEPENDENCIES_FIELD_NUMBER: _builtins.int
     RLIMITS_FIELD_NUMBER: _builtins.int
+    CONTAINER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     script: _builtins.str
     """full batch script text, starts with #!"""
@@ -389,6 +390,12 @@ class JobSpec(_message.Message):
         --propagate: the submitter's soft limits by Slurm's names (NOFILE, STACK, ...); -1: unlimited
         """
 
+    @_builtins.property
+    def container(self) -> Global___ContainerSpec:
+        """-- containers (field numbers 900+) --
+        Pyxis's --container-* flags; unset: no container (the batch step)
+        """
+
     def __init__(
         self,
         *,
@@ -447,14 +454,79 @@ class JobSpec(_message.Message):
         array_tasks: Global___ArrayTasks | None = ...,
         dependencies: Global___Dependencies | None = ...,
         rlimits: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        container: Global___ContainerSpec | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["array_tasks", b"array_tasks", "dependencies", b"dependencies", "warn_signal", b"warn_signal"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["array_tasks", b"array_tasks", "container", b"container", "dependencies", b"dependencies", "warn_signal", b"warn_signal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "array_tasks", b"array_tasks", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "cpus_per_task", b"cpus_per_task", "dependencies", b"dependencies", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "no_requeue", b"no_requeue", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "progress_timeout_s", b"progress_timeout_s", "qos", b"qos", "requeue", b"requeue", "requeue_expedite", b"requeue_expedite", "reservation", b"reservation", "rlimits", b"rlimits", "script", b"script", "shards_per_node", b"shards_per_node", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "warn_signal", b"warn_signal", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "array_tasks", b"array_tasks", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "container", b"container", "cpus_per_task", b"cpus_per_task", "dependencies", b"dependencies", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "no_requeue", b"no_requeue", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "progress_timeout_s", b"progress_timeout_s", "qos", b"qos", "requeue", b"requeue", "requeue_expedite", b"requeue_expedite", "reservation", b"reservation", "rlimits", b"rlimits", "script", b"script", "shards_per_node", b"shards_per_node", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "warn_signal", b"warn_signal", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobSpec: _TypeAlias = JobSpec  # noqa: Y015
+
+@_typing.final
+class ContainerSpec(_message.Message):
+    """Pyxis's --container-* flags, as given (docs/containers.md). Unset or an empty image:
+    the step runs on the host.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IMAGE_FIELD_NUMBER: _builtins.int
+    MOUNTS_FIELD_NUMBER: _builtins.int
+    WORKDIR_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    SAVE_FIELD_NUMBER: _builtins.int
+    NO_MOUNT_HOME_FIELD_NUMBER: _builtins.int
+    REMAP_ROOT_FIELD_NUMBER: _builtins.int
+    WRITABLE_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    NO_ENTRYPOINT_FIELD_NUMBER: _builtins.int
+    image: _builtins.str
+    """--container-image: a .sqsh path, an OCI layout dir, an OCI/docker archive, or [USER@][REGISTRY#]IMAGE[:TAG]"""
+    workdir: _builtins.str
+    """--container-workdir"""
+    name: _builtins.str
+    """--container-name: kept for the job, reused by its later steps"""
+    save: _builtins.str
+    """--container-save: PATH to save the container's filesystem to as squashfs"""
+    no_mount_home: _builtins.bool
+    """--no-container-mount-home (Pyxis mounts the home by default)"""
+    remap_root: _builtins.bool
+    """--container-remap-root"""
+    writable: _builtins.bool
+    """--container-writable (--container-readonly: false)"""
+    no_entrypoint: _builtins.bool
+    """--no-container-entrypoint"""
+    @_builtins.property
+    def mounts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """--container-mounts: SRC:DST[:FLAGS] each"""
+
+    @_builtins.property
+    def env(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """--container-env: names whose host value wins over the image's"""
+
+    def __init__(
+        self,
+        *,
+        image: _builtins.str = ...,
+        mounts: _abc.Iterable[_builtins.str] | None = ...,
+        workdir: _builtins.str = ...,
+        name: _builtins.str = ...,
+        save: _builtins.str = ...,
+        no_mount_home: _builtins.bool = ...,
+        remap_root: _builtins.bool = ...,
+        writable: _builtins.bool = ...,
+        env: _abc.Iterable[_builtins.str] | None = ...,
+        no_entrypoint: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["env", b"env", "image", b"image", "mounts", b"mounts", "name", b"name", "no_entrypoint", b"no_entrypoint", "no_mount_home", b"no_mount_home", "remap_root", b"remap_root", "save", b"save", "workdir", b"workdir", "writable", b"writable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContainerSpec: _TypeAlias = ContainerSpec  # noqa: Y015
 
 @_typing.final
 class WarnSignal(_message.Message):
@@ -927,6 +999,7 @@ class StepSpec(_message.Message):
     SUBMIT_LINE_FIELD_NUMBER: _builtins.int
     EXACT_FIELD_NUMBER: _builtins.int
     OVERLAP_FIELD_NUMBER: _builtins.int
+    CONTAINER_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     name: _builtins.str
     """the command's base name"""
@@ -952,6 +1025,12 @@ class StepSpec(_message.Message):
     """--overlap: hold nothing, share with any step"""
     @_builtins.property
     def argv(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def container(self) -> Global___ContainerSpec:
+        """-- containers (field numbers 900+) --
+        srun's --container-*; unset: the tasks run on the host
+        """
+
     def __init__(
         self,
         *,
@@ -970,10 +1049,11 @@ class StepSpec(_message.Message):
         submit_line: _builtins.str = ...,
         exact: _builtins.bool = ...,
         overlap: _builtins.bool = ...,
+        container: Global___ContainerSpec | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["container", b"container"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["argv", b"argv", "cpus_per_task", b"cpus_per_task", "distribution", b"distribution", "exact", b"exact", "exclude", b"exclude", "gpu_bind", b"gpu_bind", "gpus_per_task", b"gpus_per_task", "job_id", b"job_id", "name", b"name", "nodelist", b"nodelist", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "num_nodes", b"num_nodes", "overlap", b"overlap", "submit_line", b"submit_line"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["argv", b"argv", "container", b"container", "cpus_per_task", b"cpus_per_task", "distribution", b"distribution", "exact", b"exact", "exclude", b"exclude", "gpu_bind", b"gpu_bind", "gpus_per_task", b"gpus_per_task", "job_id", b"job_id", "name", b"name", "nodelist", b"nodelist", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "num_nodes", b"num_nodes", "overlap", b"overlap", "submit_line", b"submit_line"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -79,6 +79,20 @@ class JobSpec(TypedDict, total=False):
     arrayTasks: ArrayTasks
     dependencies: Dependencies
     rlimits: dict[str, int | str]
+    container: ContainerSpec
+
+
+class ContainerSpec(TypedDict, total=False):
+    image: str
+    mounts: list[str]
+    workdir: str
+    name: str
+    save: str
+    noMountHome: bool
+    remapRoot: bool
+    writable: bool
+    env: list[str]
+    noEntrypoint: bool
 
 
 class WarnSignal(TypedDict, total=False):
@@ -197,6 +211,7 @@ class StepSpec(TypedDict, total=False):
     submitLine: str
     exact: bool
     overlap: bool
+    container: ContainerSpec
 
 
 class StepNode(TypedDict, total=False):
