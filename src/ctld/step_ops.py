@@ -24,6 +24,7 @@ from ctld.nodes import NodeRecord
 from ctld.outbox import Outbox
 from ctld.state import State
 from ctld.steps import holdings, plan_step
+from ctld.validate import check_container, container_features
 
 log = structlog.get_logger("ctld")
 
@@ -56,6 +57,7 @@ class StepOps:
         for what, value in (("step name", spec.name), ("submit line", spec.submit_line)):
             if len(value) > 65536:
                 raise InvalidOption(f"the {what} is too long")
+        check_container(spec.container, st.config)
         here = [st.nodes[a.node] for a in job.allocations if a.node in st.nodes]
         addresses = {n.name: n.address for n in here}
         streams = {n.name: n.stream_address for n in here}
@@ -66,6 +68,14 @@ class StepOps:
                     have_cpus, have_gpus = held.get(node, (0, set()))
                     held[node] = (have_cpus + cpus, have_gpus | gpus)
         layout = plan_step(job, spec, addresses, held, streams)
+        needs = container_features(spec.container)
+        lacking = [n.node for n in layout if not st.nodes[n.node].features.issuperset(needs)]
+        if lacking:  # an allocation made without --container-image, on nodes without it
+            raise InvalidOption(
+                f"Requested node configuration is not available: {hostlist.compress(lacking)} "
+                f"of job {job.job_id} cannot run containers (no `{needs[0]}` feature: its "
+                "[containers] runtime is missing)"
+            )
         now = st.clock()
         step = pb.Step(
             job_id=job.job_id,

@@ -1714,6 +1714,7 @@ class NodeResources(_message.Message):
     CORES_PER_SOCKET_FIELD_NUMBER: _builtins.int
     THREADS_PER_CORE_FIELD_NUMBER: _builtins.int
     GPU_BACKEND_FIELD_NUMBER: _builtins.int
+    FEATURES_FIELD_NUMBER: _builtins.int
     cpus: _builtins.int
     memory_mb: _builtins.int
     sockets: _builtins.int
@@ -1723,6 +1724,13 @@ class NodeResources(_message.Message):
     """"nvml", "fake" or "none" """
     @_builtins.property
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___Gpu]: ...
+    @_builtins.property
+    def features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """-- containers (field numbers 900+) --
+        node features it offers (sinfo %f, scontrol's AvailableFeatures): "container" when
+        its [containers] runtime is there (noded/container_feature.py)
+        """
+
     def __init__(
         self,
         *,
@@ -1733,10 +1741,11 @@ class NodeResources(_message.Message):
         cores_per_socket: _builtins.int = ...,
         threads_per_core: _builtins.int = ...,
         gpu_backend: _builtins.str = ...,
+        features: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cores_per_socket", b"cores_per_socket", "cpus", b"cpus", "gpu_backend", b"gpu_backend", "gpus", b"gpus", "memory_mb", b"memory_mb", "sockets", b"sockets", "threads_per_core", b"threads_per_core"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cores_per_socket", b"cores_per_socket", "cpus", b"cpus", "features", b"features", "gpu_backend", b"gpu_backend", "gpus", b"gpus", "memory_mb", b"memory_mb", "sockets", b"sockets", "threads_per_core", b"threads_per_core"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -366,6 +366,7 @@ class NodeResources(TypedDict, total=False):
     coresPerSocket: int
     threadsPerCore: int
     gpuBackend: str
+    features: list[str]
 
 
 class Node(TypedDict, total=False):
