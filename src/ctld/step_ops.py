@@ -122,7 +122,7 @@ class StepOps:
         if step.state != js.RUNNING:
             return  # a repeat, or ended with its job
         async with Change(st, wake=False) as ch:
-            self._end_step(ch, job, step, req.exit_code, req.exit_signal, req.cancelled)
+            self._end_step(ch, job, step, req.exit_code, req.exit_signal, req.cancelled, req.reason)
             ch.transition(
                 job,
                 "updated",
@@ -174,6 +174,7 @@ class StepOps:
         exit_code: int,
         exit_signal: int,
         cancelled: bool,
+        reason: str = "",
     ) -> None:
         if cancelled:
             final = js.CANCELLED
@@ -182,7 +183,13 @@ class StepOps:
         else:
             final = js.COMPLETED
         ch.end_step(
-            job, step, final, self.state.clock(), exit_code=exit_code, exit_signal=exit_signal
+            job,
+            step,
+            final,
+            self.state.clock(),
+            exit_code=exit_code,
+            exit_signal=exit_signal,
+            reason=_printable(reason, 512) if final == js.FAILED else "",
         )
 
     async def cancel_steps(
@@ -253,6 +260,7 @@ class StepOps:
             exit_code=req.exit_code,
             exit_signal=req.exit_signal,
             restart_count=job.restart_count,
+            detail=_printable(req.reason, 1024),  # its step's launch failure, if any
         )
         async with Change(st, self.outbox) as ch:
             if not self.endings.hold_end(ch, job, ended, cause):  # a node is suspect
@@ -274,3 +282,8 @@ class StepOps:
                     self.endings.end_allocation(
                         ch, job, js.TIMEOUT, cause="ctld:time limit", exit_code=0, exit_signal=0
                     )
+
+
+def _printable(text: str, limit: int) -> str:
+    """A client's reason string, bounded, one line of printable characters."""
+    return "".join(c if c.isprintable() else " " for c in text[:limit]).strip()

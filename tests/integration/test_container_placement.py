@@ -149,3 +149,30 @@ def test_a_launch_failure_on_the_node_shows_its_reason_in_sacct_and_why(
     assert state == "FAILED" and reason == job["reason"]
     why = bare("corral", "why", job_id).stdout
     assert f"is not pending: it is FAILED on {job['nodelist']}: launch failed: " in why
+
+
+def test_a_step_a_node_refused_shows_the_reason_on_the_step_and_its_allocation(
+    bare: Commands,
+) -> None:
+    """srun's side of a refused step (a container the node could not make): the node's
+    reason in CompleteStep and CompleteJob reaches sacct's step and job lines and why.
+    What srun sends is what this test sends (client/srun.py: Step.refused)."""
+    client = bare.cluster.client()
+    spec = {"workDir": str(bare.cwd), "name": "boxed", "allocationOnly": True, "nodesMin": 1}
+    job_id = str(client.submit_job({"spec": spec})["jobId"])
+    bare.wait_state(job_id, "RUNNING")
+    step = client.create_step({"spec": {"jobId": job_id, "argv": ["true"], "name": "true"}})
+    why = "node01: container: /images/missing.sqsh: no such file"
+    ref = {"jobId": job_id, "stepId": int(step["step"].get("stepId", 0))}
+    client.complete_step({**ref, "exitCode": 1, "reason": why + "\x00\n" + "x" * 2000})
+    client.complete_job({"jobId": job_id, "exitCode": 1, "reason": why})
+    job = bare.wait_state(job_id, "FAILED")
+    assert job["reason"] == f"launch failed: {why}"
+    # the step's reason: bounded, one printable line
+    assert job["steps"][0]["reason"].startswith(why + "  xxx")
+    assert len(job["steps"][0]["reason"]) <= 512
+    lines = bare("sacct", "-n", "-j", job_id, "-o", "JobID,State,Reason%90", "-p").stdout
+    rows = [line.split("|")[:3] for line in lines.splitlines()]
+    assert rows[0] == [job_id, "FAILED", f"launch failed: {why}"]
+    assert rows[1][:2] == [f"{job_id}.0", "FAILED"] and rows[1][2].startswith(why)
+    assert f"launch failed: {why}" in bare("corral", "why", job_id).stdout
