@@ -28,7 +28,11 @@ COMMON = {
     "corral.wire.controller",
     "pwd",
 }
-QUERY = {"client.fmt", "client.options", "corral.slurmfmt"}
+# the typed views of replies (client/views/: a few small pure modules, read on access)
+VIEWS = {
+    f"client.views{m}" for m in ("", ".accounting", ".job", ".node", ".spec", ".step", ".values")
+}
+QUERY = {"client.fmt", "client.options", "corral.slurmfmt"} | VIEWS
 # enum, with what it brings: the signal and socket modules build enums at import
 ENUM = {"collections", "enum", "functools", "itertools", "keyword", "operator", "reprlib", "types"}
 # re, with what it brings (sacct imports it only to parse -S/-E times)
@@ -36,7 +40,7 @@ RE = ENUM | {"copyreg", "re", "re._casefix", "re._compiler", "re._constants", "r
 BUDGET: dict[str, set[str]] = {
     # corral.jobsyntax only with --array or --dependency
     "sbatch": {"client.jobopts", "client.options", "corral.slurmfmt"},
-    "squeue": QUERY,
+    "squeue": QUERY | {"client.squeue_columns"},
     "sacct": QUERY,
     "sprio": QUERY,
     "sshare": QUERY,

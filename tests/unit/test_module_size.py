@@ -28,7 +28,6 @@ ALLOWED_OVER: dict[str, int] = {
     "client/sacct.py": 585,
     "client/scontrol.py": 737,
     "client/sinfo.py": 527,
-    "client/squeue.py": 645,
     "client/sreport.py": 562,
     "client/srun.py": 705,
 }
