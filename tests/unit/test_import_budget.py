@@ -47,7 +47,8 @@ BUDGET: dict[str, set[str]] = {
     "sreport": QUERY,
     "sacctmgr": {"client.options"},
     "sinfo": QUERY | {"corral.hostlist", "itertools"},
-    "scontrol": QUERY | {"corral.patterns"},
+    "scontrol": QUERY
+    | {"client.jobids", "client.scontrol_show", "client.scontrol_update", "corral.patterns"},
     "scancel": QUERY | {"corral.signals"},
 }
 # srun and salloc allocate (sbatch's options) and handle signals (corral.signals, over
