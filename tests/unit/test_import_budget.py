@@ -41,7 +41,7 @@ BUDGET: dict[str, set[str]] = {
     # corral.jobsyntax only with --array or --dependency
     "sbatch": {"client.jobopts", "client.options", "corral.slurmfmt"},
     "squeue": QUERY | {"client.squeue_columns"},
-    "sacct": QUERY,
+    "sacct": QUERY | {"client.sacct_values"},
     "sprio": QUERY,
     "sshare": QUERY,
     "sreport": QUERY,

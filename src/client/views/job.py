@@ -274,8 +274,10 @@ class Job:
         return as_int(self.raw.get("restartCount"))
 
     @property
-    def cancelled_by_uid(self) -> int:
-        return as_int(self.raw.get("cancelledByUid"))
+    def cancelled_by_uid(self) -> int | None:
+        """Who cancelled it; None when not recorded (older records, or root's 0)."""
+        value = self.raw.get("cancelledByUid")
+        return None if value is None else as_int(value)
 
     @property
     def expected_start(self) -> float:

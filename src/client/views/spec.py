@@ -16,6 +16,11 @@ class Spec:
         self.raw = raw
 
     @property
+    def array_task_count(self) -> int:
+        """How many tasks ``--array`` names (0: not an array), as ctld typed it."""
+        return as_int((self.raw.get("arrayTasks") or {}).get("count"))
+
+    @property
     def name(self) -> str:
         return as_str(self.raw.get("name"))
 

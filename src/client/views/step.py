@@ -122,6 +122,11 @@ class Step:
         self.raw = raw
 
     @property
+    def state_name(self) -> str:
+        """'RUNNING', 'COMPLETED', ... (the enum's name without its prefix)."""
+        return (as_str(self.raw.get("state")) or "JOB_STATE_PENDING").removeprefix("JOB_STATE_")
+
+    @property
     def job_id(self) -> int:
         return as_int(self.raw.get("jobId"))
 
