@@ -296,13 +296,13 @@ def _gpus_or_na(count: int, spec: JobSpec) -> str:
 def _std_path(row: Row, which: int) -> str:
     from client.scontrol_show import std_paths  # only for these fields: squeue stays light
 
-    return std_paths(row.job.raw)[which]
+    return std_paths(row.job)[which]
 
 
 def _tres_alloc(row: Row) -> str:
     from client.scontrol_show import job_tres
 
-    return job_tres(row.job.raw)
+    return job_tres(row.job)
 
 
 def _pending_time(row: Row) -> str:

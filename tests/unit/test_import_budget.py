@@ -46,7 +46,7 @@ BUDGET: dict[str, set[str]] = {
     "sshare": QUERY,
     "sreport": QUERY,
     "sacctmgr": {"client.options"},
-    "sinfo": QUERY | {"corral.hostlist", "itertools"},
+    "sinfo": QUERY | {"client.sinfo_columns", "corral.hostlist", "itertools"},
     "scontrol": QUERY
     | {"client.jobids", "client.scontrol_show", "client.scontrol_update", "corral.patterns"},
     "scancel": QUERY | {"corral.signals"},

@@ -42,15 +42,15 @@ class Resources:
 
     @property
     def sockets(self) -> int:
-        return as_int(self.raw.get("sockets"))
+        return as_int(self.raw.get("sockets", 1))  # unset: one socket
 
     @property
     def cores_per_socket(self) -> int:
-        return as_int(self.raw.get("coresPerSocket"))
+        return as_int(self.raw.get("coresPerSocket", self.cpus))  # unset: every CPU a core
 
     @property
     def threads_per_core(self) -> int:
-        return as_int(self.raw.get("threadsPerCore"))
+        return as_int(self.raw.get("threadsPerCore", 1))
 
 
 class NodeChange:
@@ -198,15 +198,17 @@ class Partition:
 
     @property
     def state(self) -> str:
-        return as_str(self.raw.get("state"))
+        return as_str(self.raw.get("state", "UP"))
 
     @property
     def max_time_s(self) -> int:
-        return as_int(self.raw.get("maxTimeS"))
+        """The longest time limit; -1 (unset): no limit."""
+        return as_int(self.raw.get("maxTimeS", -1))
 
     @property
     def default_time_s(self) -> int:
-        return as_int(self.raw.get("defaultTimeS"))
+        """The time limit a job gets without one; -1 (unset): none."""
+        return as_int(self.raw.get("defaultTimeS", -1))
 
     @property
     def max_nodes(self) -> int:
@@ -226,7 +228,7 @@ class Partition:
 
     @property
     def priority_tier(self) -> int:
-        return as_int(self.raw.get("priorityTier"))
+        return as_int(self.raw.get("priorityTier", 1))
 
     @property
     def allow_accounts(self) -> list[str]:
