@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import Any, TypeVar
 
-    from client.views import Node
+    from client.views.node import Node
     from corral.wire import json_types as t
 
     Reply = TypeVar("Reply")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from client.common import client
 from client.fmt import call, job_filter, parse_job_ids, split_list
-from client.views import Job
+from client.views.job import Job
 from corral.errors import InvalidJobId, InvalidOption
 
 TYPE_CHECKING = False

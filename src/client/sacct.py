@@ -31,7 +31,7 @@ from client.sacct_values import (
     step_values,
     timelimit,
 )
-from client.views import Job
+from client.views.job import Job
 from corral.errors import InvalidOption
 from corral.slurmfmt import format_timestamp, parse_timestamp
 

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from client.fmt import convert_mb, group_name, limit_minutes
-from client.views import Job, Step
+from client.views.job import Job
+from client.views.step import Step
 from corral.slurmfmt import CPU, format_duration, format_elapsed, format_timestamp
 
 TYPE_CHECKING = False

@@ -13,7 +13,9 @@ from client.fmt import (
     or_null,
     user_name,
 )
-from client.views import Job, Node, Partition, Spec
+from client.views.job import Job
+from client.views.node import Node, Partition
+from client.views.spec import Spec
 from corral.patterns import expand_pattern
 from corral.slurmfmt import format_elapsed, format_timestamp
 

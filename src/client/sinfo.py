@@ -34,7 +34,7 @@ from client.sinfo_columns import (
     names,
     state_rank,
 )
-from client.views import Node, Partition
+from client.views.node import Node, Partition
 from corral import hostlist
 from corral.errors import InvalidOption
 

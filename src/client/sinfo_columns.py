@@ -5,7 +5,7 @@ line (``Group``) they are read from."""
 from __future__ import annotations
 
 from client.fmt import Column, node_gres
-from client.views import Node, Partition
+from client.views.node import Node, Partition
 from corral import hostlist
 from corral.slurmfmt import format_duration, format_timestamp
 

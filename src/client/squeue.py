@@ -28,7 +28,7 @@ from client.fmt import (
 )
 from client.options import COUNT, FLAG, Option, OptionParser, parse_command
 from client.squeue_columns import COLUMNS, LONG_COLUMNS, Row, long_format, sort_rows, time_limit
-from client.views import Job
+from client.views.job import Job
 from corral.slurmfmt import format_duration
 
 TYPE_CHECKING = False

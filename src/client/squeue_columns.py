@@ -16,8 +16,8 @@ from client.fmt import (
     or_null,
     squeue_secs,
 )
-from client.views import Job
-from client.views import Spec as JobSpec
+from client.views.job import Job
+from client.views.spec import Spec as JobSpec
 from corral.errors import InvalidOption
 from corral.slurmfmt import format_timestamp
 

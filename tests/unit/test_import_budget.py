@@ -44,7 +44,7 @@ BUDGET: dict[str, set[str]] = {
     "sacct": QUERY | {"client.sacct_values"},
     "sprio": QUERY,
     "sshare": QUERY,
-    "sreport": QUERY,
+    "sreport": QUERY | {"client.sreport_tree"},
     "sacctmgr": {"client.options"},
     "sinfo": QUERY | {"client.sinfo_columns", "corral.hostlist", "itertools"},
     "scontrol": QUERY

@@ -25,7 +25,6 @@ GENERATED = SRC / "corral" / "wire"
 # Over the limit today and being split by job in the i23-client branch, which empties
 # this list as it goes: no file may join it, and a file on it may not grow.
 ALLOWED_OVER: dict[str, int] = {
-    "client/sreport.py": 562,
     "client/srun.py": 705,
 }
 

@@ -7,33 +7,8 @@ reads its field from the reply's TypedDict (``corral/wire/json_types.py``), so m
 checks every key here, and a field renamed in the proto fails the type check instead
 of printing a blank column. Properties read on access (a listing of 10,000 jobs pays
 for the columns it prints, no more) and give proto3's default for an absent field.
+
+A module per reply family (job: Job, its allocations, usage and events; spec; step;
+node: Node, Resources, Partition; accounting: reservations, shares, usage records,
+outcomes), imported one by one: a command pays for the views it reads, no more.
 """
-
-from client.views.accounting import Outcome, Reservation, ShareRow, UsageRecord
-from client.views.job import Allocation, Event, Factors, Job, Usage
-from client.views.node import Gpu, Node, NodeChange, Partition, Resources
-from client.views.spec import Spec
-from client.views.step import NodeUsage, Step, StepNode, StepSpec, StepStat
-
-__all__ = [
-    "Allocation",
-    "Event",
-    "Factors",
-    "Gpu",
-    "Job",
-    "Node",
-    "NodeChange",
-    "NodeUsage",
-    "Outcome",
-    "Partition",
-    "Reservation",
-    "Resources",
-    "ShareRow",
-    "Spec",
-    "Step",
-    "StepNode",
-    "StepSpec",
-    "StepStat",
-    "Usage",
-    "UsageRecord",
-]

@@ -126,6 +126,23 @@ class UsageRecord:
         return dict(self.raw.get("tresS") or {})
 
 
+class AccountParent:
+    """An account and its parent in the account tree (ReportUsage)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: t.AccountParent) -> None:
+        self.raw = raw
+
+    @property
+    def account(self) -> str:
+        return as_str(self.raw.get("account"))
+
+    @property
+    def parent(self) -> str:
+        return as_str(self.raw.get("parent"))
+
+
 class Outcome:
     """A CancelOutcome of a reply, read through typed properties."""
 
