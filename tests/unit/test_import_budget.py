@@ -61,6 +61,13 @@ BUDGET: dict[str, set[str]] = {
 SOCKET = {"array", "errno", "math", "select", "selectors", "socket"}
 ALLOCATING = BUDGET["sbatch"] | {"client.alloc", "corral.signals"}
 BUDGET["srun"] = ALLOCATING | {
+    "client.srun_output",
+    "client.srun_step",
+    "client.views",
+    "client.views.job",
+    "client.views.spec",
+    "client.views.step",
+    "client.views.values",
     "client.poller",
     "client.taskstream",
     "corral.patterns",
