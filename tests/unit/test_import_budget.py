@@ -67,6 +67,7 @@ BUDGET["srun"] = ALLOCATING | {
     "client.views.job",
     "client.views.spec",
     "client.views.step",
+    "client.views.usage",
     "client.views.values",
     "client.poller",
     "client.taskstream",

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from client.views.spec import Spec
 from client.views.step import Step
+from client.views.usage import Usage
 from client.views.values import as_float, as_int, as_str
 
 TYPE_CHECKING = False
@@ -32,51 +33,6 @@ class Allocation:
     @property
     def gpu_indices(self) -> list[int]:
         return list(self.raw.get("gpuIndices") or ())
-
-
-class Usage:
-    """A JobUsage of a reply, read through typed properties."""
-
-    __slots__ = ("raw",)
-
-    def __init__(self, raw: t.JobUsage) -> None:
-        self.raw = raw
-
-    @property
-    def max_rss_kb(self) -> int:
-        return as_int(self.raw.get("maxRssKb"))
-
-    @property
-    def ave_rss_kb(self) -> int:
-        return as_int(self.raw.get("aveRssKb"))
-
-    @property
-    def user_cpu_s(self) -> float:
-        return as_float(self.raw.get("userCpuS"))
-
-    @property
-    def system_cpu_s(self) -> float:
-        return as_float(self.raw.get("systemCpuS"))
-
-    @property
-    def gpu_util_max(self) -> float:
-        return as_float(self.raw.get("gpuUtilMax"))
-
-    @property
-    def gpu_util_mean(self) -> float:
-        return as_float(self.raw.get("gpuUtilMean"))
-
-    @property
-    def gpu_mem_max_mb(self) -> float:
-        return as_float(self.raw.get("gpuMemMaxMb"))
-
-    @property
-    def gpu_mem_mean_mb(self) -> float:
-        return as_float(self.raw.get("gpuMemMeanMb"))
-
-    @property
-    def samples(self) -> int:
-        return as_int(self.raw.get("samples"))
 
 
 class Factors:

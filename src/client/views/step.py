@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from client.views.usage import LiveUsage
 from client.views.values import as_float, as_int, as_str
 
 TYPE_CHECKING = False
@@ -207,3 +208,7 @@ class NodeUsage:
     @property
     def node(self) -> str:
         return as_str(self.raw.get("node"))
+
+    @property
+    def live(self) -> LiveUsage:
+        return LiveUsage(self.raw.get("live") or {})
