@@ -30,7 +30,8 @@ COMMON = {
 }
 # the typed views of replies (client/views/: a few small pure modules, read on access)
 VIEWS = {
-    f"client.views{m}" for m in ("", ".accounting", ".job", ".node", ".spec", ".step", ".values")
+    f"client.views{m}"
+    for m in ("", ".accounting", ".job", ".node", ".spec", ".step", ".usage", ".values")
 }
 QUERY = {"client.fmt", "client.options", "corral.slurmfmt"} | VIEWS
 # enum, with what it brings: the signal and socket modules build enums at import
