@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import sys
 
-from client.common import client, text
+from client.common import client
 from client.fmt import Reported, split_list
 from client.jobids import resolve_job_ids
+from client.views.accounting import Outcome
 from corral.errors import CorralError, InvalidOption
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from client.common import Json
     from corral.wire import json_types as t
 
 HOLD_ACTIONS: dict[str, t.JobUpdateAction] = {
@@ -27,13 +27,13 @@ HOLD_ACTIONS: dict[str, t.JobUpdateAction] = {
 INVALID_ID = "Invalid job id specified"  # ctld's words for an id that names no job
 
 
-def hold_messages(outcomes: Sequence[Json]) -> list[str]:
+def hold_messages(outcomes: Sequence[t.CancelOutcome]) -> list[str]:
     """What scontrol prints for failed holds/releases: a line per job, then Slurm's
     ``slurm_suspend error`` line with the last error."""
-    failed = [o for o in outcomes if not o.get("ok")]
-    lines = [f"{text(o, 'message')} for job {text(o, 'jobId')}" for o in failed]
+    failed = [o for o in map(Outcome, outcomes) if not o.ok]
+    lines = [f"{o.message} for job {o.job_id}" for o in failed]
     if failed:
-        lines.append(f"slurm_suspend error: {text(failed[-1], 'message')}")
+        lines.append(f"slurm_suspend error: {failed[-1].message}")
     return lines
 
 
@@ -56,16 +56,16 @@ def update_holds(action: str, words: Sequence[str]) -> int:
     return rc
 
 
-def job_ids(word: str) -> tuple[list[str], list[Json]]:
+def job_ids(word: str) -> tuple[list[str], list[t.CancelOutcome]]:
     """ctld's ids for a job-id argument (``5``, ``5_1``: task 1 of array 5, ``5,7``), and
     a failed outcome for each id naming no job, worded as ctld words one."""
     ids, unknown = resolve_job_ids(word, "slurm_load_jobs error")
     return ids, [{"jobId": item, "message": INVALID_ID} for item in unknown]
 
 
-def _hold(action: str, word: str) -> list[Json]:
+def _hold(action: str, word: str) -> list[t.CancelOutcome]:
     ids, bad = job_ids(word)
-    outcomes: list[Json] = []
+    outcomes: list[t.CancelOutcome] = []
     if ids:
         reply = client().update_job({"jobIds": ids, "action": HOLD_ACTIONS[action]})
         outcomes = list(reply.get("outcomes", []))
@@ -75,13 +75,13 @@ def _hold(action: str, word: str) -> list[Json]:
 UPDATE_KEYS = {"timelimit", "partition", "priority", "nice", "numnodes", "name", "jobname"}
 
 
-def update_request(words: Sequence[str]) -> tuple[t.UpdateJobRequest, list[Json]]:
+def update_request(words: Sequence[str]) -> tuple[t.UpdateJobRequest, list[t.CancelOutcome]]:
     """``update job N Key=Value...`` or ``update JobId=N Key=Value...`` as a request, and
     an outcome for each id naming no job."""
     from corral.slurmfmt import UNLIMITED, parse_duration
 
     ids: list[str] = []
-    bad: list[Json] = []
+    bad: list[t.CancelOutcome] = []
     request: t.UpdateJobRequest = {"action": "JOB_UPDATE_FIELDS"}
     rest = list(words)
     if rest and rest[0].lower() == "job" and len(rest) > 1:
@@ -159,7 +159,7 @@ def update(words: Sequence[str]) -> int:
         client().update_node(update_node_request(words))
         return 0
     request, bad = update_request(words)
-    outcomes: list[Json] = []
+    outcomes: list[t.CancelOutcome] = []
     if request["jobIds"]:
         outcomes = list(client().update_job(request).get("outcomes", []))
     lines = hold_messages(outcomes + bad)
@@ -175,11 +175,11 @@ def top(words: Sequence[str]) -> int:
     if not words:
         raise Reported("too few arguments for keyword:top")
     ids: list[str] = []
-    bad: list[Json] = []
+    bad: list[t.CancelOutcome] = []
     for word in words:
         more, unknown = job_ids(word)
         ids, bad = ids + more, bad + unknown
-    outcomes: list[Json] = []
+    outcomes: list[t.CancelOutcome] = []
     if ids:
         outcomes = list(
             client().update_job({"jobIds": ids, "action": "JOB_UPDATE_TOP"})["outcomes"]

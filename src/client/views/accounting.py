@@ -152,8 +152,10 @@ class Outcome:
         self.raw = raw
 
     @property
-    def job_id(self) -> int:
-        return as_int(self.raw.get("jobId"))
+    def job_id(self) -> str:
+        """The job as ctld (or, for an id that named none, the caller) named it."""
+        value = self.raw.get("jobId")
+        return "" if value is None else str(value)
 
     @property
     def ok(self) -> bool:
