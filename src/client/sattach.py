@@ -16,11 +16,11 @@ import os
 import sys
 
 from client.common import client, run
-from client.options import COUNT, FLAG, Option, OptionParser
+from client.options import COUNT, FLAG, Option, OptionParser, answered
 from client.poller import EVENT_READ, EVENT_WRITE, Poller
 from client.taskstream import NodeStream
 from client.views.step import Step
-from corral import __version__, signals
+from corral import signals
 from corral import stepstream as ss
 from corral.errors import CorralError, InvalidOption
 
@@ -250,14 +250,7 @@ def _noted(signum: int, frame: object) -> None:
 def main_body(argv: Sequence[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=USAGE.strip())
     opts, rest = parser.parse(argv)
-    if opts.get("help"):
-        sys.stdout.write(HELP)
-        return 0
-    if opts.get("usage"):
-        sys.stdout.write(USAGE)
-        return 0
-    if opts.get("version"):
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
+    if answered(HELP, opts, usage=USAGE):
         return 0
     try:
         job_id, step_id = parse_step(rest)

@@ -13,10 +13,9 @@ import sys
 
 from client.common import client, run
 from client.fmt import AcctField, acct_lines
-from client.options import COUNT, FLAG, LIST, Option, OptionParser
+from client.options import COUNT, FLAG, LIST, Option, OptionParser, answered
 from client.views.step import StepStat
 from client.views.usage import LiveUsage
-from corral import __version__
 from corral.errors import CorralError, InvalidOption
 from corral.slurmfmt import format_elapsed
 
@@ -297,14 +296,7 @@ def parse_items(jobs: str) -> list[tuple[int, str]]:
 def main_body(argv: Sequence[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [<OPTION>] -j <job(.stepid)>")
     opts, rest = parser.parse(argv)
-    if opts.get("help"):
-        sys.stdout.write(parser.help_text())
-        return 0
-    if opts.get("usage"):
-        sys.stdout.write(USAGE)
-        return 0
-    if opts.get("version"):
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
+    if answered(parser, opts, usage=USAGE):
         return 0
     if opts.get("helpformat"):
         sys.stdout.write(help_fields())
