@@ -1,3 +1,6 @@
+"""Reservations, fair-share rows (GetShares), usage records and the account tree
+(ReportUsage), and one job's outcome of a write (``Outcome``: cancel, hold, update)."""
+
 from __future__ import annotations
 
 from client.views.values import as_float, as_int, as_str
@@ -26,10 +29,6 @@ class Reservation:
     @property
     def end_time(self) -> float:
         return as_float(self.raw.get("endTime"))
-
-    @property
-    def duration_s(self) -> int:
-        return as_int(self.raw.get("durationS"))
 
     @property
     def nodes(self) -> str:
@@ -160,10 +159,6 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return bool(self.raw.get("ok"))
-
-    @property
-    def error(self) -> str:
-        return as_str(self.raw.get("error"))
 
     @property
     def message(self) -> str:

@@ -1,3 +1,6 @@
+"""A job of a reply (GetJobs, QueryAccounting, CreateStep): ``Job``, its node
+allocations and its priority factors; its spec and steps are views of their own."""
+
 from __future__ import annotations
 
 from client.views.spec import Spec
@@ -66,23 +69,6 @@ class Factors:
     @property
     def nice(self) -> int:
         return as_int(self.raw.get("nice"))
-
-
-class Event:
-    """A JobEvent of a reply, read through typed properties."""
-
-    __slots__ = ("raw",)
-
-    def __init__(self, raw: t.JobEvent) -> None:
-        self.raw = raw
-
-    @property
-    def time(self) -> float:
-        return as_float(self.raw.get("time"))
-
-    @property
-    def detail(self) -> str:
-        return as_str(self.raw.get("detail"))
 
 
 class Job:

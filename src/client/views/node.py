@@ -1,3 +1,6 @@
+"""A node of GetNodes (``Node``, its ``Resources`` and GPUs) and a partition of
+GetPartitions (``Partition``)."""
+
 from __future__ import annotations
 
 from client.views.values import as_float, as_int, as_str
@@ -51,23 +54,6 @@ class Resources:
     @property
     def threads_per_core(self) -> int:
         return as_int(self.raw.get("threadsPerCore", 1))
-
-
-class NodeChange:
-    """A NodeChange of a reply, read through typed properties."""
-
-    __slots__ = ("raw",)
-
-    def __init__(self, raw: t.NodeChange) -> None:
-        self.raw = raw
-
-    @property
-    def time(self) -> float:
-        return as_float(self.raw.get("time"))
-
-    @property
-    def detail(self) -> str:
-        return as_str(self.raw.get("detail"))
 
 
 class Node:

@@ -1,6 +1,8 @@
+"""A job's spec as ctld holds it (``Spec``): what was asked at submit."""
+
 from __future__ import annotations
 
-from client.views.values import as_float, as_int, as_str
+from client.views.values import as_int, as_str
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,18 +25,6 @@ class Spec:
     @property
     def name(self) -> str:
         return as_str(self.raw.get("name"))
-
-    @property
-    def script(self) -> str:
-        return as_str(self.raw.get("script"))
-
-    @property
-    def environment(self) -> dict[str, str]:
-        return dict(self.raw.get("environment") or {})
-
-    @property
-    def export(self) -> str:
-        return as_str(self.raw.get("export"))
 
     @property
     def work_dir(self) -> str:
@@ -113,14 +103,6 @@ class Spec:
         return as_str(self.raw.get("dependency"))
 
     @property
-    def array(self) -> str:
-        return as_str(self.raw.get("array"))
-
-    @property
-    def begin_time(self) -> float:
-        return as_float(self.raw.get("beginTime"))
-
-    @property
     def nice(self) -> int:
         return as_int(self.raw.get("nice"))
 
@@ -161,10 +143,6 @@ class Spec:
         return as_str(self.raw.get("signal"))
 
     @property
-    def open_mode(self) -> str:
-        return as_str(self.raw.get("openMode"))
-
-    @property
     def qos(self) -> str:
         return as_str(self.raw.get("qos"))
 
@@ -185,10 +163,6 @@ class Spec:
         return as_str(self.raw.get("mailUser"))
 
     @property
-    def no_kill(self) -> bool:
-        return bool(self.raw.get("noKill"))
-
-    @property
     def command(self) -> str:
         return as_str(self.raw.get("command"))
 
@@ -205,25 +179,9 @@ class Spec:
         return bool(self.raw.get("allocationOnly"))
 
     @property
-    def submit_dir(self) -> str:
-        return as_str(self.raw.get("submitDir"))
-
-    @property
     def no_requeue(self) -> bool:
         return bool(self.raw.get("noRequeue"))
 
     @property
-    def requeue_expedite(self) -> bool:
-        return bool(self.raw.get("requeueExpedite"))
-
-    @property
-    def progress_timeout_s(self) -> int:
-        return as_int(self.raw.get("progressTimeoutS"))
-
-    @property
     def shards_per_node(self) -> int:
         return as_int(self.raw.get("shardsPerNode"))
-
-    @property
-    def rlimits(self) -> dict[str, int | str]:
-        return dict(self.raw.get("rlimits") or {})

@@ -1,3 +1,6 @@
+"""A job step (``Step``, its ``StepNode`` placements and ``StepSpec``) and a step's
+live figures per node (``StepStat``, ``NodeUsage``: GetStepStats)."""
+
 from __future__ import annotations
 
 from client.views.usage import LiveUsage
@@ -82,10 +85,6 @@ class StepSpec:
         return as_int(self.raw.get("gpusPerTask"))
 
     @property
-    def distribution(self) -> str:
-        return as_str(self.raw.get("distribution"))
-
-    @property
     def nodelist(self) -> str:
         return as_str(self.raw.get("nodelist"))
 
@@ -98,20 +97,8 @@ class StepSpec:
         return list(self.raw.get("argv") or ())
 
     @property
-    def gpu_bind(self) -> str:
-        return as_str(self.raw.get("gpuBind"))
-
-    @property
     def submit_line(self) -> str:
         return as_str(self.raw.get("submitLine"))
-
-    @property
-    def exact(self) -> bool:
-        return bool(self.raw.get("exact"))
-
-    @property
-    def overlap(self) -> bool:
-        return bool(self.raw.get("overlap"))
 
 
 class Step:
