@@ -22,7 +22,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from client.common import Json
     from corral.api import Controller
     from corral.wire import json_types as t
 
@@ -140,34 +139,35 @@ def say(prog: str, message: str) -> None:
     sys.stderr.flush()
 
 
-def allocation_environment(job: Json, cluster: str) -> dict[str, str]:
+def allocation_environment(raw: t.Job, cluster: str) -> dict[str, str]:
     """What salloc puts in its command's environment (Slurm's SLURM_* for an allocation)."""
-    from client.common import num, text
+    from client.views.job import Job
 
-    allocs = job.get("allocations", [])
-    cpus = [num(a, "cpus") for a in allocs]
+    job = Job(raw)
+    allocs = job.allocations
+    cpus = [a.cpus for a in allocs]
     env = {
-        "SLURM_JOB_ID": str(num(job, "jobId")),
-        "SLURM_JOBID": str(num(job, "jobId")),
-        "SLURM_JOB_NAME": text(job.get("spec") or {}, "name"),
-        "SLURM_JOB_NODELIST": text(job, "nodelist"),
-        "SLURM_NODELIST": text(job, "nodelist"),
+        "SLURM_JOB_ID": str(job.job_id),
+        "SLURM_JOBID": str(job.job_id),
+        "SLURM_JOB_NAME": job.spec.name,
+        "SLURM_JOB_NODELIST": job.nodelist,
+        "SLURM_NODELIST": job.nodelist,
         "SLURM_JOB_NUM_NODES": str(len(allocs)),
         "SLURM_NNODES": str(len(allocs)),
-        "SLURM_JOB_PARTITION": text(job, "partition"),
+        "SLURM_JOB_PARTITION": job.partition,
         "SLURM_JOB_CPUS_PER_NODE": compress_counts(cpus),
-        "SLURM_CLUSTER_NAME": cluster or text(job, "cluster"),
+        "SLURM_CLUSTER_NAME": cluster or job.cluster,
         "SLURM_SUBMIT_DIR": os.getcwd(),
         "SLURM_SUBMIT_HOST": os.uname().nodename,
     }
-    spec = job.get("spec") or {}
-    ntasks = num(job, "numTasks") or num(spec, "ntasks")
+    spec = job.spec
+    ntasks = job.num_tasks or spec.ntasks
     if ntasks:
         env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = str(ntasks)
-    if num(spec, "ntasksPerNode"):
-        env["SLURM_NTASKS_PER_NODE"] = str(num(spec, "ntasksPerNode"))
-    if num(spec, "cpusPerTask"):
-        env["SLURM_CPUS_PER_TASK"] = str(num(spec, "cpusPerTask"))
-    if num(spec, "memPerNodeMb"):
-        env["SLURM_MEM_PER_NODE"] = str(num(spec, "memPerNodeMb"))
+    if spec.ntasks_per_node:
+        env["SLURM_NTASKS_PER_NODE"] = str(spec.ntasks_per_node)
+    if spec.cpus_per_task:
+        env["SLURM_CPUS_PER_TASK"] = str(spec.cpus_per_task)
+    if spec.mem_per_node_mb:
+        env["SLURM_MEM_PER_NODE"] = str(spec.mem_per_node_mb)
     return env

@@ -1,9 +1,11 @@
-"""What every command shares: the controller client, errors, and proto-JSON accessors.
+"""What every command shares: the controller client, errors, job state names.
 
 Commands import only the standard library and the light parts of ``corral`` (rest,
 errors, slurmfmt, hostlist): they start in a few tens of milliseconds. Responses
 are proto3 JSON: camelCase keys, default values omitted, 64-bit integers as
-strings, enums by name. ``num``/``text`` read them with the right default.
+strings, enums by name. Commands read a reply's objects through ``client/views``
+(typed properties, each with proto3's default); a reply's envelope (``jobs``, ``now``)
+is its TypedDict, whose keys mypy checks.
 """
 
 from __future__ import annotations
@@ -15,14 +17,10 @@ from corral.errors import CorralError, from_wire
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-    from typing import Any, NoReturn
+    from collections.abc import Callable
+    from typing import NoReturn
 
     from corral.wire import json_types as t
-
-    Json = Mapping[str, Any]  # a proto3-JSON object (a reply's TypedDict, or any dict)
-else:
-    Json = dict
 
 
 # Slurm's short state codes (squeue %t)
@@ -55,43 +53,6 @@ WIRE_JOB_STATE: dict[str, t.JobState] = {
     "OUT_OF_MEMORY": "JOB_STATE_OUT_OF_MEMORY",
     "REQUEUED": "JOB_STATE_REQUEUED",
 }
-
-
-def num(obj: Json, key: str, default: int = 0) -> int:
-    value = obj.get(key, default)
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def real(obj: Json, key: str, default: float = 0.0) -> float:
-    value = obj.get(key, default)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def text(obj: Json, key: str, default: str = "") -> str:
-    value = obj.get(key, default)
-    return value if isinstance(value, str) else default
-
-
-def job_ref(job: Json) -> str:
-    """How Slurm names a job: ``123``, or ``120_3`` for task 3 of array 120."""
-    if "arrayTaskId" in job:
-        return f"{num(job, 'arrayJobId')}_{num(job, 'arrayTaskId')}"
-    return str(num(job, "jobId"))
-
-
-def job_state(job: Json) -> str:
-    """'PENDING', 'RUNNING', ... from the proto enum name."""
-    return text(job, "state", "JOB_STATE_PENDING").removeprefix("JOB_STATE_")
-
-
-def node_state(node: Json) -> str:
-    return text(node, "state", "NODE_STATE_UNKNOWN").removeprefix("NODE_STATE_")
 
 
 def parse_job_state(name: str) -> t.JobState:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import Any, TypeVar
 
-    from client.common import Json
+    from client.views.node import Node
     from corral.wire import json_types as t
 
     Reply = TypeVar("Reply")
@@ -225,22 +225,17 @@ def limit_minutes(seconds: int) -> int:
     return -(-seconds // 60) * 60
 
 
-def res(node: Json) -> Json:
-    """A node's resources (as registered, or as configured before that)."""
-    value = node.get("resources")
-    return value if isinstance(value, dict) else {}
-
-
-def node_gres(node: Json) -> str:
+def node_gres(node: Node) -> str:
     """A node's GRES as Slurm lists it: ``gpu:h100:8``, ``(null)`` without GPUs."""
-    gpus = len(res(node).get("gpus", []))
+    gpus = len(node.resources.gpus)
     if not gpus:
         return "(null)"
-    kind = node.get("gpuType")
+    kind = node.gpu_type
     gres = f"gpu:{kind}:{gpus}" if kind else f"gpu:{gpus}"
-    per_gpu = node.get("shardsPerGpu")
-    if isinstance(per_gpu, int) and per_gpu:
-        gres += f",shard:{per_gpu * gpus}"  # Slurm's Name=shard Count= (the node's total)
+    if node.shards_per_gpu:
+        gres += (
+            f",shard:{node.shards_per_gpu * gpus}"  # Slurm's Name=shard Count= (the node's total)
+        )
     return gres
 
 

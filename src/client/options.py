@@ -219,13 +219,17 @@ def version_line() -> str:
     return f"slurm {__version__} (corral)\n"
 
 
-def answered(parser: OptionParser | str, opts: dict[str, Any]) -> bool:
-    """Every command's prologue: --help (or --usage) prints the help (the parser's, or
-    this text), --version the version line; True when one was answered (exit 0)."""
+def answered(parser: OptionParser | str, opts: dict[str, Any], usage: str = "") -> bool:
+    """Every command's prologue: --help prints the help (the parser's, or this text),
+    --usage the short ``usage`` where the command has one (else the help too),
+    --version the version line; True when one was answered (exit 0)."""
     import sys
 
-    if opts.get("help") or opts.get("usage"):
+    if opts.get("help") or (opts.get("usage") and not usage):
         sys.stdout.write(parser if isinstance(parser, str) else parser.help_text())
+        return True
+    if opts.get("usage"):
+        sys.stdout.write(usage)
         return True
     if opts.get("version"):
         sys.stdout.write(version_line())

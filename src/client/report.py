@@ -11,15 +11,15 @@ from __future__ import annotations
 import argparse
 import time
 
-from client.common import client, text
+from client.common import client
 from client.sreport import TRES_NAMES, tres_list
+from client.views.accounting import UsageRecord
 from corral.errors import CorralError, InvalidOption
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from client.common import Json
     from corral.wire import json_types as t
 
 PROG = "corral report"
@@ -41,16 +41,18 @@ def day_bounds(start: float, end: float) -> list[float]:
     return bounds
 
 
-def per_day(reply: Json, bounds: Sequence[float], tres: str) -> dict[str, list[float]]:
+def per_day(
+    reply: t.ReportUsageResponse, bounds: Sequence[float], tres: str
+) -> dict[str, list[float]]:
     """account -> hours of ``tres`` on each day (all users added up)."""
     days = len(bounds) - 1
     out: dict[str, list[float]] = {}
-    for rec in reply.get("records", []):
-        seconds = float((rec.get("tresS") or {}).get(tres, 0.0))
+    for rec in map(UsageRecord, reply.get("records", [])):
+        seconds = float(rec.tres_s.get(tres, 0.0))
         if not seconds:
             continue
-        row = out.setdefault(text(rec, "account") or "root", [0.0] * days)
-        row[int(rec.get("bucket", 0))] += seconds / 3600
+        row = out.setdefault(rec.account or "root", [0.0] * days)
+        row[rec.bucket] += seconds / 3600
     return dict(sorted(out.items()))
 
 
@@ -130,10 +132,10 @@ def main_args(argv: Sequence[str]) -> int:
     if accounts:
         request["accounts"] = accounts
     api = client()
-    reply: Json = api.report_usage(request)
+    reply = api.report_usage(request)
     table = per_day(reply, bounds, tres[0])
     if args.plot:
-        plot(table, bounds, tres[0], args.plot, text(reply, "cluster"))
+        plot(table, bounds, tres[0], args.plot, reply.get("cluster", ""))
         print(f"corral report: wrote {args.plot}")
     else:
         print(format_table(table, bounds, tres[0]), end="")

@@ -11,13 +11,10 @@ import os
 import sys
 import time
 
-from client.common import client, job_ref, job_state, num, real, run, text
+from client.common import client, run
 from client.fmt import (
     SLURM_ACCT_FIELDS,
     acct_lines,
-    convert_mb,
-    group_name,
-    limit_minutes,
     parse_acct_fields,
     parse_job_ids,
     parse_states,
@@ -26,16 +23,28 @@ from client.fmt import (
     wire_states,
 )
 from client.options import COUNT, FLAG, LIST, Option, OptionParser, answered
+from client.sacct_values import (
+    cpu_time,
+    job_values,
+    srun_step_values,
+    started,
+    step_values,
+    timelimit,
+)
+from client.views.job import Job
 from corral.errors import InvalidOption
-from corral.slurmfmt import CPU, format_duration, format_elapsed, format_timestamp, parse_timestamp
+from corral.slurmfmt import format_timestamp, parse_timestamp
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any
 
-    from client.common import Json
+    from corral.api import Controller
     from corral.wire import json_types as t
+
+__all__ = ["OPTIONS", "build_request", "cpu_time", "field_spec", "format_accounting"]
+__all__ += ["help_fields", "main", "parse_when", "timelimit", "window"]
 
 PROG = "sacct"
 DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
@@ -56,261 +65,8 @@ LONG_FIELDS = (
 ON_NODE = frozenset({"RUNNING", "COMPLETING"})
 
 
-# ---------------------------------------------------------------- values
-
-
-def spec_of(job: Json) -> Json:
-    spec = job.get("spec")
-    return spec if isinstance(spec, dict) else {}
-
-
-def started(job: Json) -> bool:
-    return bool(real(job, "startTime")) and job_state(job) != "PENDING"
-
-
-def elapsed(job: Json, now: float) -> int:
-    if not started(job):
-        return 0
-    end = real(job, "endTime")
-    if job_state(job) in ON_NODE or not end:
-        end = now
-    return max(0, int(end - real(job, "startTime")))
-
-
-def cancelled_by(job: Json) -> int:
-    """The uid that cancelled the job (older records: its owner)."""
-    who = num(job, "cancelledByUid", -1)
-    return who if who >= 0 else num(job, "uid")
-
-
-def exit_code(job: Json) -> str:
-    return f"{num(job, 'exitCode')}:{num(job, 'exitSignal')}"
-
-
-def derived_exit_code(job: Json) -> str:
-    """Slurm's DerivedExitCode: the highest exit code of the job's srun steps, with the
-    signal of that step (the batch script's own code is ExitCode); 0:0 without steps."""
-    best = max(
-        ((num(s, "exitCode"), num(s, "exitSignal")) for s in job.get("steps", [])),
-        default=(0, 0),
-    )
-    return f"{best[0]}:{best[1]}"
-
-
-def tres(cpus: int, mem_mb: int, gpus: int, nodes: int, *, billing: bool, mem: bool) -> str:
-    """A TRES list in sacct's order (by name): billing, cpu, gres/gpu, mem, node."""
-    parts = [f"billing={cpus}"] if billing else []
-    parts.append(f"cpu={cpus}")
-    if gpus:
-        parts.append(f"gres/gpu={gpus}")
-    if mem_mb or mem:
-        parts.append(f"mem={convert_mb(mem_mb)}")
-    parts.append(f"node={nodes}")
-    return ",".join(parts)
-
-
-def job_tres(job: Json) -> str:
-    return tres(
-        num(job, "numCpus"),
-        num(job, "memMb"),
-        num(job, "numGpus"),
-        num(job, "numNodes"),
-        billing=True,
-        mem=False,
-    )
-
-
-def timelimit(job: Json, raw: bool = False) -> str:
-    limit = num(job, "timeLimitS")
-    if limit < 0:
-        return "UNLIMITED"
-    if not limit:
-        return "Partition_Limit"
-    return str(limit_minutes(limit) // 60) if raw else format_elapsed(limit_minutes(limit))
-
-
-def job_values(job: Json, now: float) -> dict[str, str]:
-    """The job (allocation) line, by sacct field name; fields not here print empty."""
-    spec = spec_of(job)
-    state = job_state(job)
-    ran = elapsed(job, now)
-    cpus = num(job, "numCpus")
-    job_id = str(num(job, "jobId"))
-    return {
-        "Account": text(job, "account"),
-        "AllocCPUS": str(cpus),
-        "AllocTRES": job_tres(job) if started(job) else "",
-        "Cluster": text(job, "cluster"),
-        "Comment": text(spec, "comment"),
-        "Constraints": text(spec, "constraint"),
-        "CPUTime": format_elapsed(ran * cpus),
-        "CPUTimeRAW": str(ran * cpus),
-        "DerivedExitCode": derived_exit_code(job),
-        "Elapsed": format_elapsed(ran),
-        "ElapsedRaw": str(ran),
-        "Eligible": format_timestamp(real(job, "eligibleTime")),
-        "End": "Unknown" if state in ON_NODE else format_timestamp(real(job, "endTime")),
-        # Slurm's job line: 0:0 for a job ended by scancel (its end recorded when asked) or
-        # its time limit (the signal shows on its batch step, CANCELLED 0:15)
-        "ExitCode": "0:0" if state in ("CANCELLED", "TIMEOUT") else exit_code(job),
-        "GID": str(num(job, "gid")),
-        "Group": group_name(num(job, "gid")),
-        "JobID": job_ref(job),
-        "JobIDRaw": job_id,
-        "JobName": text(spec, "name"),
-        "NCPUS": str(cpus),
-        "NNodes": str(num(job, "numNodes")),
-        "NodeList": text(job, "nodelist") if started(job) else "None assigned",
-        "Partition": text(job, "partition"),
-        "Priority": str(num(job, "priority")),
-        "QOS": text(job, "qos") or text(spec, "qos") or "normal",
-        "Reason": text(job, "reason") or "None",
-        "Restarts": str(num(job, "restartCount")),
-        "ReqCPUS": str(cpus),
-        "ReqMem": convert_mb(num(spec, "memPerNodeMb") or num(spec, "memPerCpuMb")),
-        "ReqNodes": str(num(job, "numNodes")),
-        "ReqTRES": job_tres(job),
-        "Start": format_timestamp(real(job, "startTime")),
-        # the uid of whoever cancelled is not recorded: the owner is the usual one
-        "State": f"CANCELLED by {cancelled_by(job)}" if state == "CANCELLED" else state,
-        "Submit": format_timestamp(real(job, "submitTime")),
-        "SubmitLine": text(spec, "submitLine"),
-        "Suspended": "00:00:00",
-        "Timelimit": timelimit(job),
-        "TimelimitRaw": timelimit(job, raw=True),
-        "UID": str(num(job, "uid")),
-        "User": text(job, "user"),
-        "WCKey": text(spec, "wckey"),
-        "WorkDir": text(spec, "workDir"),
-        **{k: v for k, v in usage_values(job).items() if k.endswith("CPU")},
-    }
-
-
-def cpu_time(seconds: float) -> str:
-    """Slurm's TotalCPU/UserCPU form: MM:SS.mmm under an hour, [D-]HH:MM:SS above."""
-    return format_duration(seconds, CPU)
-
-
-def usage_values(job: Json) -> dict[str, str]:
-    """What noded measured (MaxRSS, TotalCPU, GPU figures), for the batch step's line."""
-    usage: Json = job.get("usage") or {}
-    if not usage:
-        return {}
-    user, system = real(usage, "userCpuS"), real(usage, "systemCpuS")
-    max_rss, ave_rss = num(usage, "maxRssKb"), num(usage, "aveRssKb")
-    gpus = bool(job.get("allocations")) and any(
-        a.get("gpuIndices") for a in job.get("allocations", [])
-    )
-    in_max = [f"cpu={format_elapsed(int(user + system))}"]
-    in_ave = list(in_max)
-    if gpus:
-        in_max += [
-            f"gres/gpumem={round(real(usage, 'gpuMemMaxMb'))}M",
-            f"gres/gpuutil={round(real(usage, 'gpuUtilMax'))}",
-        ]
-        in_ave += [
-            f"gres/gpumem={round(real(usage, 'gpuMemMeanMb'))}M",
-            f"gres/gpuutil={round(real(usage, 'gpuUtilMean'))}",
-        ]
-    in_max.append(f"mem={max_rss}K")
-    in_ave.append(f"mem={ave_rss}K")
-    return {
-        "MaxRSS": f"{max_rss}K",
-        "AveRSS": f"{ave_rss}K",
-        "MaxRSSNode": text(job, "batchHost"),
-        "MaxRSSTask": "0",
-        "TotalCPU": cpu_time(user + system),
-        "UserCPU": cpu_time(user),
-        "SystemCPU": cpu_time(system),
-        "TRESUsageInMax": ",".join(in_max),
-        "TRESUsageInAve": ",".join(in_ave),
-        "TRESUsageInTot": ",".join(in_ave),
-    }
-
-
-def batch_allocation(job: Json) -> tuple[int, int, int]:
-    """CPUs, memory and GPUs on the batch host (where the batch step runs)."""
-    host = text(job, "batchHost")
-    for alloc in job.get("allocations", []):
-        if text(alloc, "node") == host:
-            return num(alloc, "cpus"), num(alloc, "memMb"), len(alloc.get("gpuIndices", []))
-    return num(job, "numCpus"), num(job, "memMb"), num(job, "numGpus")
-
-
-def step_values(job: Json, now: float) -> dict[str, str]:
-    """The ``N.batch`` step line: the batch script on its host, as Slurm prints it."""
-    cpus, mem_mb, gpus = batch_allocation(job)
-    ran = elapsed(job, now)
-    step_id = f"{job_ref(job)}.batch"  # 11_1.batch: tools group steps by their job's id
-    state = job_state(job)
-    start = real(job, "startTime")
-    return {
-        "Account": text(job, "account"),
-        "AllocCPUS": str(cpus),
-        "AllocTRES": tres(cpus, mem_mb, gpus, 1, billing=False, mem=True),
-        "Cluster": text(job, "cluster"),
-        "CPUTime": format_elapsed(ran * cpus),
-        "CPUTimeRAW": str(ran * cpus),
-        "Elapsed": format_elapsed(ran),
-        "ElapsedRaw": str(ran),
-        "Eligible": format_timestamp(start),
-        "End": "Unknown" if state in ON_NODE else format_timestamp(real(job, "endTime")),
-        "ExitCode": exit_code(job),
-        "JobID": step_id,
-        "JobIDRaw": f"{num(job, 'jobId')}.batch",
-        "JobName": "batch",
-        "NCPUS": str(cpus),
-        "NNodes": "1",
-        "NodeList": text(job, "batchHost"),
-        "NTasks": "1",
-        "Start": format_timestamp(start),
-        "State": "CANCELLED" if state == "TIMEOUT" else state,
-        "Submit": format_timestamp(start),
-        "Suspended": "00:00:00",
-        **usage_values(job),
-    }
-
-
-def srun_step_values(job: Json, step: Json, now: float) -> dict[str, str]:
-    """An ``N.S`` line: a step srun ran."""
-    state = job_state(step)
-    start, end = real(step, "startTime"), real(step, "endTime")
-    ran = int((end or now) - start) if start else 0
-    nodes = step.get("nodes", [])
-    cpus = sum(num(n, "cpus") for n in nodes)
-    gpus = sum(len(n.get("gpuIndices", [])) for n in nodes)
-    step_id = f"{job_ref(job)}.{num(step, 'stepId')}"
-    return {
-        "Account": text(job, "account"),
-        "AllocCPUS": str(cpus),
-        "AllocTRES": tres(cpus, 0, gpus, len(nodes), billing=False, mem=False),
-        "Cluster": text(job, "cluster"),
-        "CPUTime": format_elapsed(ran * cpus),
-        "CPUTimeRAW": str(ran * cpus),
-        "Elapsed": format_elapsed(ran),
-        "ElapsedRaw": str(ran),
-        "End": "Unknown" if state == "RUNNING" else format_timestamp(end),
-        "ExitCode": f"{num(step, 'exitCode')}:{num(step, 'exitSignal')}",
-        "JobID": step_id,
-        "JobIDRaw": f"{num(job, 'jobId')}.{num(step, 'stepId')}",
-        "JobName": text(step, "name"),
-        "NCPUS": str(cpus),
-        "NNodes": str(len(step.get("nodes", []))),
-        "NodeList": text(step, "nodelist"),
-        "NTasks": str(num(step, "ntasks")),
-        "Partition": text(job, "partition"),
-        "Reason": text(step, "reason") or "None",  # a node's refusal to start it
-        "Start": format_timestamp(start),
-        "State": state,
-        "Submit": format_timestamp(start),
-        "SubmitLine": text(step.get("spec") or {}, "submitLine"),
-        "Suspended": "00:00:00",
-        "User": text(job, "user"),
-    }
-
-
 def format_accounting(
-    reply: Json,
+    reply: t.QueryAccountingResponse,
     field_spec: str = DEFAULT_FIELDS,
     *,
     steps: bool = True,
@@ -320,14 +76,14 @@ def format_accounting(
 ) -> str:
     """The whole output (with newlines) for a QueryAccounting reply."""
     fields = parse_acct_fields(field_spec)
-    now = real(reply, "now")
+    now = float(reply.get("now") or 0)
     rows: list[list[str]] = []
-    for job in reply.get("jobs", []):
+    for job in map(Job, reply.get("jobs", [])):
         values = [job_values(job, now)]
-        if steps and started(job) and not (job.get("spec") or {}).get("allocationOnly"):
+        if steps and started(job) and not job.spec.allocation_only:
             values.append(step_values(job, now))
         if steps:
-            values.extend(srun_step_values(job, s, now) for s in job.get("steps", []))
+            values.extend(srun_step_values(job, s, now) for s in job.steps)
         rows.extend([v.get(f.name, "") for f in fields] for v in values)
     lines = acct_lines(fields, rows, header=header, parsable=parsable, delimiter=delimiter)
     return "".join(line + "\n" for line in lines)
@@ -478,58 +234,63 @@ def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> t.Quer
     return request
 
 
-def keep_matching(reply: Json, opts: dict[str, Any]) -> Json:
+def keep_matching(
+    reply: t.QueryAccountingResponse, opts: dict[str, Any]
+) -> t.QueryAccountingResponse:
     """Filters the store does not apply: accounts, partitions, names."""
-    tests: list[Callable[[Json], bool]] = []
+    tests: list[Callable[[Job], bool]] = []
     if opts.get("accounts"):
         accounts = set(split_list(opts["accounts"]))
-        tests.append(lambda j: text(j, "account") in accounts)
+        tests.append(lambda j: j.account in accounts)
     if opts.get("partition"):
         parts = set(split_list(opts["partition"]))
-        tests.append(lambda j: text(j, "partition") in parts)
+        tests.append(lambda j: j.partition in parts)
     if opts.get("name"):
         names = set(split_list(opts["name"]))
-        tests.append(lambda j: text(spec_of(j), "name") in names)
+        tests.append(lambda j: j.spec.name in names)
     if not tests:
         return reply
-    jobs = [j for j in reply.get("jobs", []) if all(t(j) for t in tests)]
+    jobs = [j for j in reply.get("jobs", []) if all(t(Job(j)) for t in tests)]
     return {**reply, "jobs": jobs}
 
 
-def with_array_tasks(api: Any, request: Json, reply: Json, wanted: str) -> Json:
+def with_array_tasks(
+    api: Controller,
+    request: t.QueryAccountingRequest,
+    reply: t.QueryAccountingResponse,
+    wanted: str,
+) -> t.QueryAccountingResponse:
     """``-j 11`` of an array lists every task, ``-j 11_2`` that task only (Slurm's).
 
     Tasks have consecutive raw ids from the array's id, as many as ``--array`` names,
     so one more query over that range finds them all (the count ctld typed at submit)."""
     arrays: dict[int, int] = {}  # array id -> task count
-    for job in reply.get("jobs", []):
-        master = num(job, "arrayJobId")
-        if master and master == num(job, "jobId"):
-            typed = spec_of(job).get("arrayTasks")
-            if isinstance(typed, dict) and num(typed, "count"):
-                arrays[master] = num(typed, "count")
+    for job in map(Job, reply.get("jobs", [])):
+        master = job.array_job_id
+        if master and master == job.job_id and job.spec.array_task_count:
+            arrays[master] = job.spec.array_task_count
     if not arrays:
         return reply
     ids = sorted({str(m + i) for m, n in arrays.items() for i in range(n)})
-    extra = api.query_accounting({**request, "filter": {**request["filter"], "jobIds": ids}})
-    by_id = {num(j, "jobId"): j for j in [*reply.get("jobs", []), *extra.get("jobs", [])]}
-    keep: list[Json] = []
+    extra = api.query_accounting(
+        {**request, "filter": {**request.get("filter", {}), "jobIds": ids}}
+    )
+    by_id = {Job(j).job_id: Job(j) for j in [*reply.get("jobs", []), *extra.get("jobs", [])]}
+    keep: list[t.Job] = []
     for item in split_list(wanted):
         base, _, task = item.split(".")[0].partition("_")
         if not base.isdigit():
             continue
-        for job in sorted(by_id.values(), key=lambda j: num(j, "jobId")):
-            whole = not task and (
-                num(job, "jobId") == int(base) or num(job, "arrayJobId") == int(base)
-            )
+        for job in sorted(by_id.values(), key=lambda j: j.job_id):
+            whole = not task and int(base) in (job.job_id, job.array_job_id)
             one = (
                 task.isdigit()
-                and num(job, "arrayJobId") == int(base)
-                and "arrayTaskId" in job
-                and num(job, "arrayTaskId") == int(task)
+                and job.array_job_id == int(base)
+                and job.is_array_task
+                and job.array_task_id == int(task)
             )
-            if (whole or one) and job not in keep:
-                keep.append(job)
+            if (whole or one) and job.raw not in keep:
+                keep.append(job.raw)
     return {**reply, "jobs": keep}
 
 
@@ -555,7 +316,7 @@ def main_body(argv: Sequence[str]) -> int:
     header = not opts.get("noheader")
     while True:
         request["limit"] = page_size
-        reply: Json = api.query_accounting(request)
+        reply = api.query_accounting(request)
         page = reply.get("jobs", [])
         if opts.get("jobs"):
             reply = with_array_tasks(api, request, reply, opts["jobs"])
@@ -570,10 +331,10 @@ def main_body(argv: Sequence[str]) -> int:
             )
         )
         header = False
-        if len({num(j, "jobId") for j in page}) < page_size:
+        if len({Job(j).job_id for j in page}) < page_size:
             return 0
         sys.stdout.flush()
-        request["afterJobId"] = str(num(page[-1], "jobId"))
+        request["afterJobId"] = str(Job(page[-1]).job_id)
         page_size = fixed or PAGE
 
 

@@ -15,11 +15,12 @@ import contextlib
 import os
 import sys
 
-from client.common import client, num, run, text
-from client.options import COUNT, FLAG, Option, OptionParser
+from client.common import client, run
+from client.options import COUNT, FLAG, Option, OptionParser, answered
 from client.poller import EVENT_READ, EVENT_WRITE, Poller
 from client.taskstream import NodeStream
-from corral import __version__, signals
+from client.views.step import Step
+from corral import signals
 from corral import stepstream as ss
 from corral.errors import CorralError, InvalidOption
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from client.common import Json
+    from corral.wire import json_types as t
 
 PROG = "sattach"
 USAGE = f"Usage: {PROG} [options] <jobid.stepid>\n"
@@ -71,19 +72,19 @@ OPTIONS = (
 )
 
 
-def layout(step: Json) -> str:
+def layout(raw: t.Step) -> str:
     """--layout, as Slurm prints it."""
-    nodes = step.get("nodes", [])
-    names = ",".join(text(n, "node") for n in nodes)
+    step = Step(raw)
+    nodes = step.nodes
+    names = ",".join(n.node for n in nodes)
     out = [
         "Job step layout:",
-        f"\t{num(step, 'ntasks')} tasks, {len(nodes)} nodes ({text(step, 'nodelist') or names})",
+        f"\t{step.ntasks} tasks, {len(nodes)} nodes ({step.nodelist or names})",
         "",
     ]
     for i, node in enumerate(nodes):
-        ranks = node.get("ranks", [])
-        tasks = "".join(f"{int(r)} " for r in ranks)
-        out.append(f"\tNode {i} ({text(node, 'node')}), {len(ranks)} task(s): {tasks}")
+        tasks = "".join(f"{int(r)} " for r in node.ranks)
+        out.append(f"\tNode {i} ({node.node}), {len(node.ranks)} task(s): {tasks}")
     return "\n".join(out) + "\n"
 
 
@@ -131,14 +132,14 @@ def parse_step(words: Sequence[str]) -> tuple[int, int]:
 def attach(opts: dict[str, Any], job_id: int, step_id: int) -> int:
     api = client()
     try:
-        reply: Json = api.attach_step({"jobId": str(job_id), "stepId": step_id})
+        reply = api.attach_step({"jobId": str(job_id), "stepId": step_id})
     except CorralError as exc:
         raise CorralError(f"Could not get job step info: {exc.message}") from None
-    step: Json = reply.get("step") or {}
+    step = reply.get("step") or {}
     if opts.get("layout"):
         sys.stdout.write(layout(step))
         return 0
-    credential = text(reply, "stepCredential")
+    credential = reply.get("stepCredential", "")
     out_filter = opts.get("output_filter")
     err_filter = opts.get("error_filter", out_filter)  # as Slurm's: the output filter
     printer = Printer(bool(opts.get("label")), out_filter, err_filter)
@@ -249,14 +250,7 @@ def _noted(signum: int, frame: object) -> None:
 def main_body(argv: Sequence[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=USAGE.strip())
     opts, rest = parser.parse(argv)
-    if opts.get("help"):
-        sys.stdout.write(HELP)
-        return 0
-    if opts.get("usage"):
-        sys.stdout.write(USAGE)
-        return 0
-    if opts.get("version"):
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
+    if answered(HELP, opts, usage=USAGE):
         return 0
     try:
         job_id, step_id = parse_step(rest)

@@ -103,7 +103,7 @@ def _send(spec: t.JobSpec, opts: dict[str, Any]) -> int:
 
 def _test_only(spec: t.JobSpec) -> int:
     """Slurm's --test-only line (on stderr): the expected start, CPUs, nodes, partition."""
-    from client.common import num, real, text
+    from client.views.values import as_float, as_int, as_str
     from corral.slurmfmt import format_timestamp
 
     try:
@@ -112,13 +112,13 @@ def _test_only(spec: t.JobSpec) -> int:
         if isinstance(exc, ControllerUnavailable):
             raise
         raise type(exc)(f"Job verification failed: {exc.message}") from None
-    est: Any = reply.get("estimate") or {}
-    start = real(est, "start")
+    est = reply.get("estimate") or {}
+    start = as_float(est.get("start"))
     when = format_timestamp(start) if start else "Unknown"
     sys.stderr.write(
         f"sbatch: Job {reply.get('jobId', '0')} to start at {when} using "
-        f"{num(est, 'cpus')} processors on nodes {text(est, 'nodes') or '(null)'} "
-        f"in partition {text(est, 'partition')}\n"
+        f"{as_int(est.get('cpus'))} processors on nodes {as_str(est.get('nodes')) or '(null)'} "
+        f"in partition {as_str(est.get('partition'))}\n"
     )
     return 0
 
@@ -131,17 +131,17 @@ def wait_for_job(job_id: str) -> int:
     the highest of the tasks', 1 for one ended by a signal (Slurm's rule)."""
     import time
 
-    from client.common import job_state, num
+    from client.views.job import Job
 
     api = client()
     delay = 0.1
     while True:
-        jobs = api.get_jobs({"filter": {"jobIds": [job_id]}}).get("jobs", [])
-        if jobs and all(job_state(j) in FINAL for j in jobs):
+        jobs = [Job(j) for j in api.get_jobs({"filter": {"jobIds": [job_id]}}).get("jobs", [])]
+        if jobs and all(j.state_name in FINAL for j in jobs):
             break
         time.sleep(delay)
         delay = min(delay * 1.5, 2.0)  # short jobs return fast; long ones cost little
-    return max(1 if num(j, "exitSignal") else num(j, "exitCode") for j in jobs)
+    return max(1 if j.exit_signal else j.exit_code for j in jobs)
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ import sys
 from client.common import client, outcome_error, parse_job_state, run
 from client.fmt import job_filter
 from client.options import COUNT, FLAG, Option, OptionParser, answered
+from client.views.accounting import Outcome
 from corral import signals
 from corral.errors import (
     CorralError,
@@ -149,19 +150,18 @@ def _already_gone(error: CorralError | None) -> bool:
 
 def report(reply: t.CancelJobsResponse, quiet: bool, verbose: int = 0, sig: int = 0) -> int:
     rc = 0
-    for outcome in reply.get("outcomes", []):
+    for outcome in map(Outcome, reply.get("outcomes", [])):
         if verbose:  # -v: what it does to each job first, as Slurm's
             what = f"Signal {sig} to job" if sig else "Terminating job"
-            sys.stderr.write(f"{PROG}: {what} {outcome.get('jobId')}\n")
-        if outcome.get("ok"):
+            sys.stderr.write(f"{PROG}: {what} {outcome.job_id}\n")
+        if outcome.ok:
             continue
-        gone = _already_gone(outcome_error(outcome))
+        gone = _already_gone(outcome_error(outcome.raw))
         if not gone:
             rc = 1
         if (not gone and not quiet) or (gone and verbose):
             sys.stderr.write(
-                f"{PROG}: error: Kill job error on job id {outcome.get('jobId')}: "
-                f"{outcome.get('message', '')}\n"
+                f"{PROG}: error: Kill job error on job id {outcome.job_id}: {outcome.message}\n"
             )
     return rc
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import time
 
-from client.common import client, num, real, text
+from client.common import client
 from client.fmt import Reported, call, split_list
+from client.views.accounting import Reservation
 from corral import hostlist
 from corral.errors import CorralError, InvalidOption
 from corral.slurmfmt import (
@@ -29,7 +30,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from client.common import Json
     from corral.wire import json_types as t
 
 TEN_YEARS_S = 10 * 365 * 86400
@@ -114,7 +114,7 @@ def create(words: Sequence[str]) -> str:
     reply = call(
         lambda: client().create_reservation({"reservation": resv}), "Error creating the reservation"
     )
-    return f"Reservation created: {text(reply, 'name')}\n"
+    return f"Reservation created: {reply.get('name', '')}\n"
 
 
 def update(words: Sequence[str]) -> None:
@@ -149,28 +149,28 @@ def delete(words: Sequence[str]) -> None:
     call(lambda: client().delete_reservation({"name": name}), "Error deleting the reservation")
 
 
-def record_lines(resv: Json, now: float) -> list[str]:
-    start, end = real(resv, "startTime"), real(resv, "endTime")
-    nodes = text(resv, "nodes")
+def record_lines(resv: Reservation, now: float) -> list[str]:
+    start, end = resv.start_time, resv.end_time
+    nodes = resv.nodes
     state = "ACTIVE" if start <= now < end else "INACTIVE"
-    flags = ",".join(resv.get("flags") or []) or "(null)"
+    flags = ",".join(resv.flags) or "(null)"
     return [
-        f"ReservationName={text(resv, 'name')} StartTime={format_timestamp(start)} "
+        f"ReservationName={resv.name} StartTime={format_timestamp(start)} "
         f"EndTime={format_timestamp(end)} Duration={format_elapsed(end - start)}",
-        f"Nodes={nodes} NodeCnt={num(resv, 'nodeCount') or len(hostlist.expand(nodes))} "
-        f"CoreCnt=0 Features=(null) PartitionName={text(resv, 'partition') or '(null)'} "
+        f"Nodes={nodes} NodeCnt={resv.node_count or len(hostlist.expand(nodes))} "
+        f"CoreCnt=0 Features=(null) PartitionName={resv.partition or '(null)'} "
         f"Flags={flags}",
         "TRES=(null)",
-        f"Users={','.join(resv.get('users') or []) or '(null)'} Groups=(null) "
-        f"Accounts={','.join(resv.get('accounts') or []) or '(null)'} Licenses=(null) "
+        f"Users={','.join(resv.users) or '(null)'} Groups=(null) "
+        f"Accounts={','.join(resv.accounts) or '(null)'} Licenses=(null) "
         f"State={state} BurstBuffer=(null) Watts=n/a",
         "MaxStartDelay=(null)",
     ]
 
 
-def format_reservations(reply: Json, one_liner: bool = False) -> str:
-    now = real(reply, "now")
-    items = reply.get("reservations") or []
+def format_reservations(reply: t.GetReservationsResponse, one_liner: bool = False) -> str:
+    now = float(reply.get("now") or 0)
+    items = [Reservation(r) for r in reply.get("reservations") or []]
     if not items:
         return "No reservations in the system\n"
     sep = " " if one_liner else "\n   "

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import sys
 
-from client.common import client, job_state, num, real, text
+from client.common import client
 from client.fmt import group_name
+from client.views.job import Job
+from client.views.step import StepStat
+from client.views.usage import Usage
 from corral.efficiency import efficiency, lines
 from corral.errors import CorralError
 
@@ -18,7 +21,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from client.common import Json
+    from corral.wire import json_types as t
 
 PROG = "seff"
 VERSION = "2.1"  # the seff these lines follow
@@ -31,45 +34,45 @@ USAGE = (
 )
 
 
-def report(job: Json, now: float, live: Json | None = None) -> list[str]:
-    """seff's lines for ``job`` (a QueryAccounting job); ``live``: a running job's
+def report(raw: t.Job, now: float, live: t.JobUsage | None = None) -> list[str]:
+    """seff's lines for ``raw`` (a QueryAccounting job); ``live``: a running job's
     batch figures so far (a GetStepStats step's node usage)."""
-    state = job_state(job)
-    spec: Json = job.get("spec") or {}
-    usage: Json = (live or job.get("usage")) or {}
-    start, end = real(job, "startTime"), real(job, "endTime")
+    job = Job(raw)
+    state = job.state_name
+    spec = job.spec
+    usage = Usage(live) if live else job.usage
+    start, end = job.start_time, job.end_time
     started = bool(start) and state != "PENDING"
     elapsed = (
         ((end if end and state not in ("RUNNING", "COMPLETING") else now) - start)
         if started
         else 0.0
     )
-    gpus = num(job, "numGpus")
     eff = efficiency(
         elapsed_s=elapsed,
-        cpus=num(job, "numCpus") or 1,
-        nodes=num(job, "numNodes") or len(job.get("allocations", [])) or 1,
-        cpu_used_s=real(usage, "userCpuS") + real(usage, "systemCpuS"),
-        max_rss_kb=num(usage, "maxRssKb"),
-        mem_per_node_mb=num(spec, "memPerNodeMb"),
-        mem_per_cpu_mb=num(spec, "memPerCpuMb"),
-        mem_total_mb=num(job, "memMb"),
-        gpus=gpus,
-        gpu_util_mean=real(usage, "gpuUtilMean"),
-        gpu_util_max=real(usage, "gpuUtilMax"),
-        gpu_mem_max_mb=real(usage, "gpuMemMaxMb"),
-        samples=num(usage, "samples"),
+        cpus=job.num_cpus or 1,
+        nodes=job.num_nodes or len(job.allocations) or 1,
+        cpu_used_s=usage.user_cpu_s + usage.system_cpu_s,
+        max_rss_kb=usage.max_rss_kb,
+        mem_per_node_mb=spec.mem_per_node_mb,
+        mem_per_cpu_mb=spec.mem_per_cpu_mb,
+        mem_total_mb=job.mem_mb,
+        gpus=job.num_gpus,
+        gpu_util_mean=usage.gpu_util_mean,
+        gpu_util_max=usage.gpu_util_max,
+        gpu_mem_max_mb=usage.gpu_mem_max_mb,
+        samples=usage.samples,
         running=state == "RUNNING",
     )
-    out = [f"Job ID: {num(job, 'jobId')}"]
-    if "arrayTaskId" in job:
-        out.append(f"Array Job ID: {num(job, 'arrayJobId')}_{num(job, 'arrayTaskId')}")
-    out.append(f"Cluster: {text(job, 'cluster')}")
-    out.append(f"User/Group: {text(job, 'user')}/{group_name(num(job, 'gid'))}")
+    out = [f"Job ID: {job.job_id}"]
+    if job.is_array_task:
+        out.append(f"Array Job ID: {job.array_job_id}_{job.array_task_id}")
+    out.append(f"Cluster: {job.cluster}")
+    out.append(f"User/Group: {job.user}/{group_name(job.gid)}")
     if state in ("PENDING", "RUNNING"):
         out.append(f"State: {state}")
     else:
-        code = 0 if state in ("CANCELLED", "TIMEOUT") else num(job, "exitCode")
+        code = 0 if state in ("CANCELLED", "TIMEOUT") else job.exit_code
         out.append(f"State: {state} (exit code {code})")
     out.extend(lines(eff, pending=state == "PENDING"))
     if state == "PENDING":
@@ -94,31 +97,32 @@ def main_body(argv: Sequence[str]) -> int:
         sys.stderr.write("Job not found.\n")
         return 2
     api = client()
-    reply: Json = api.query_accounting({"filter": {"jobIds": [base]}})
-    jobs = list(reply.get("jobs", []))
+    reply = api.query_accounting({"filter": {"jobIds": [base]}})
+    jobs = [Job(j) for j in reply.get("jobs", [])]
     if task:  # 40_2: the array's task 2 (its own job record)
-        more: Json = api.query_accounting(
+        more = api.query_accounting(
             {"filter": {"jobIds": [str(int(array) + i) for i in range(int(task) + 1)]}}
         )
         jobs = [
             j
-            for j in more.get("jobs", [])
-            if num(j, "arrayJobId") == int(array) and num(j, "arrayTaskId", -1) == int(task)
+            for j in map(Job, more.get("jobs", []))
+            if j.array_job_id == int(array) and j.is_array_task and j.array_task_id == int(task)
         ]
     if not jobs:
         sys.stderr.write("Job not found.\n")
         return 2
     job = jobs[-1]
     live = None
-    if job_state(job) == "RUNNING":
+    if job.state_name == "RUNNING":
         try:
-            stats: Json = api.get_step_stats({"jobId": str(num(job, "jobId")), "step": "batch"})
-            for step in stats.get("steps", []):
-                for node in step.get("nodes", []):
-                    live = (node.get("live") or {}).get("usage")
+            stats = api.get_step_stats({"jobId": str(job.job_id), "step": "batch"})
+            for step in map(StepStat, stats.get("steps", [])):
+                for node in step.nodes:
+                    live = node.live.raw.get("usage")
         except CorralError:
             live = None
-    sys.stdout.write("".join(line + "\n" for line in report(job, real(reply, "now"), live)))
+    now = float(reply.get("now") or 0)
+    sys.stdout.write("".join(line + "\n" for line in report(job.raw, now, live)))
     return 0
 
 

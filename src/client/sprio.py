@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from client.common import client, job_state, num, real, run, text
+from client.common import client, run
 from client.fmt import (
     Column,
     Reported,
@@ -25,12 +25,13 @@ from client.fmt import (
     split_list,
 )
 from client.options import FLAG, Option, OptionParser, parse_command
+from client.views.job import Job
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from client.common import Json
+    from client.views.job import Factors
     from corral.wire import json_types as t
 
 PROG = "sprio"
@@ -45,18 +46,38 @@ UNWEIGHTED = set("SBT")  # site, association, TRES: corral has none of them
 class Row:
     __slots__ = ("factors", "job", "weights")
 
-    def __init__(self, job: Json, weights: Mapping[str, int]) -> None:
+    def __init__(self, job: Job, weights: Mapping[str, int]) -> None:
         self.job = job
-        self.factors: Json = job.get("priorityFactors") or {}
+        self.factors = job.priority_factors
         self.weights = weights
 
 
-def _weighted(factor: str, weight: str) -> Callable[[Row], str]:
-    return lambda r: str(round(real(r.factors, factor) * r.weights.get(weight, 0)))
+def _weighted(factor: Callable[[Factors], float], weight: str) -> Callable[[Row], str]:
+    return lambda r: str(round(factor(r.factors) * r.weights.get(weight, 0)))
 
 
-def _norm(factor: str) -> Callable[[Row], str]:
-    return lambda r: f"{real(r.factors, factor):.7f}"
+def _norm(factor: Callable[[Factors], float]) -> Callable[[Row], str]:
+    return lambda r: f"{factor(r.factors):.7f}"
+
+
+def _age(f: Factors) -> float:
+    return f.age
+
+
+def _fairshare(f: Factors) -> float:
+    return f.fairshare
+
+
+def _job_size(f: Factors) -> float:
+    return f.job_size
+
+
+def _partition_factor(f: Factors) -> float:
+    return f.partition
+
+
+def _qos(f: Factors) -> float:
+    return f.qos
 
 
 def _zero(r: Row) -> str:
@@ -64,31 +85,31 @@ def _zero(r: Row) -> str:
 
 
 def _partition(r: Row) -> str:
-    return text(r.job, "partition")
+    return r.job.partition
 
 
 COLUMNS: dict[str, Column] = {
-    "i": Column("JOBID", lambda r: str(num(r.job, "jobId")), cut=False),
+    "i": Column("JOBID", lambda r: str(r.job.job_id), cut=False),
     "r": Column("PARTITION", _partition),
-    "u": Column("USER", lambda r: text(r.job, "user")),
-    "Y": Column("PRIORITY", lambda r: str(num(r.job, "priority"))),
-    "y": Column("PRIORITY", lambda r: f"{num(r.job, 'priority') / 0xFFFFFFFF:.7f}"),
+    "u": Column("USER", lambda r: r.job.user),
+    "Y": Column("PRIORITY", lambda r: str(r.job.priority)),
+    "y": Column("PRIORITY", lambda r: f"{r.job.priority / 0xFFFFFFFF:.7f}"),
     "S": Column("SITE", _zero),
     "s": Column("SITE", _zero),
-    "A": Column("AGE", _weighted("age", "AGE")),
-    "a": Column("AGE", _norm("age")),
+    "A": Column("AGE", _weighted(_age, "AGE")),
+    "a": Column("AGE", _norm(_age)),
     "B": Column("ASSOC", _zero),
     "b": Column("ASSOC", _zero),
-    "F": Column("FAIRSHARE", _weighted("fairshare", "FAIRSHARE")),
-    "f": Column("FAIRSHARE", _norm("fairshare")),
-    "J": Column("JOBSIZE", _weighted("jobSize", "JOBSIZE")),
-    "j": Column("JOBSIZE", _norm("jobSize")),
-    "P": Column("PARTITION", _weighted("partition", "PARTITION")),
-    "p": Column("PARTITION", _norm("partition")),
-    "Q": Column("QOS", _weighted("qos", "QOS")),
-    "q": Column("QOS", _norm("qos")),
-    "N": Column("NICE", lambda r: str(num(r.factors, "nice"))),
-    "n": Column("NICE", lambda r: str(num(r.factors, "nice"))),
+    "F": Column("FAIRSHARE", _weighted(_fairshare, "FAIRSHARE")),
+    "f": Column("FAIRSHARE", _norm(_fairshare)),
+    "J": Column("JOBSIZE", _weighted(_job_size, "JOBSIZE")),
+    "j": Column("JOBSIZE", _norm(_job_size)),
+    "P": Column("PARTITION", _weighted(_partition_factor, "PARTITION")),
+    "p": Column("PARTITION", _norm(_partition_factor)),
+    "Q": Column("QOS", _weighted(_qos, "QOS")),
+    "q": Column("QOS", _norm(_qos)),
+    "N": Column("NICE", lambda r: str(r.factors.nice)),
+    "n": Column("NICE", lambda r: str(r.factors.nice)),
     "T": Column("TRES", lambda r: ""),
     "t": Column("TRES", lambda r: ""),
 }
@@ -107,7 +128,7 @@ def _drop_unweighted(fmt: str, weights: Mapping[str, int]) -> str:
 
 
 def format_priorities(
-    jobs: Json,
+    jobs: t.GetJobsResponse,
     weights: Mapping[str, int],
     fmt: str,
     *,
@@ -118,8 +139,8 @@ def format_priorities(
         fmt = _drop_unweighted(fmt, weights)
     prefix, specs = parse_format(fmt)
     check_format(specs, COLUMNS, "sprio")
-    rows = [Row(j, weights) for j in jobs.get("jobs", []) if job_state(j) == "PENDING"]
-    rows.sort(key=lambda r: num(r.job, "jobId"))
+    pending = (job for job in map(Job, jobs.get("jobs", [])) if job.state_name == "PENDING")
+    rows = sorted((Row(job, weights) for job in pending), key=lambda r: r.job.job_id)
     lines = [render(prefix, specs, COLUMNS, None)] if header else []
     lines.extend(render(prefix, specs, COLUMNS, r) for r in rows)
     return "".join(line + "\n" for line in lines)

@@ -14,18 +14,19 @@ from __future__ import annotations
 import sys
 import time
 
-from client.common import client, run, text
+from client.common import client, run
 from client.fmt import AcctField, acct_lines, split_list
 from client.options import COUNT, FLAG, LIST, Option, OptionParser, answered
+from client.sreport_tree import Usage, account_rows, add, user_rows
+from client.views.accounting import UsageRecord
 from corral.errors import InvalidOption
 from corral.slurmfmt import format_timestamp
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Sequence
     from typing import Any
 
-    from client.common import Json
     from corral.wire import json_types as t
 
 PROG = "sreport"
@@ -339,85 +340,6 @@ def pick_report(words: Sequence[str]) -> tuple[str, list[str]]:
 # ---------------------------------------------------------------- the reports
 
 
-Usage = dict[str, float]
-
-
-def _add(into: Usage, more: Json) -> None:
-    for name, value in more.items():
-        into[name] = into.get(name, 0.0) + float(value)
-
-
-def associations(reply: Json) -> dict[tuple[str, str], Usage]:
-    """(account, user) -> TRES-seconds over the whole window."""
-    out: dict[tuple[str, str], Usage] = {}
-    for rec in reply.get("records", []):
-        key = (text(rec, "account") or "root", text(rec, "user"))
-        _add(out.setdefault(key, {}), rec.get("tresS") or {})
-    return out
-
-
-def account_rows(reply: Json, accounts: Iterable[str] = ()) -> list[tuple[str, str, Usage]]:
-    """AccountUtilizationByUser's rows: each account (its users and sub-accounts added
-    up), then its users, then its sub-accounts, alphabetically, from root (or from the
-    accounts asked for)."""
-    parents = {text(a, "account"): text(a, "parent") for a in reply.get("accounts", [])}
-    assocs = associations(reply)
-    users: dict[str, list[str]] = {}
-    for account, user in assocs:
-        users.setdefault(account, []).append(user)
-        parents.setdefault(account, "root" if account != "root" else "")
-    children: dict[str, list[str]] = {}
-    for account, parent in parents.items():
-        if account != "root" and parent:
-            children.setdefault(parent, []).append(account)
-
-    totals: dict[str, Usage] = {}
-
-    def total(account: str, seen: frozenset[str]) -> Usage:
-        if account in totals:
-            return totals[account]
-        out: Usage = {}
-        for user in users.get(account, []):
-            _add(out, assocs[(account, user)])
-        for child in children.get(account, []):
-            if child not in seen:
-                _add(out, total(child, seen | {child}))
-        totals[account] = out
-        return out
-
-    rows: list[tuple[str, str, Usage]] = []
-
-    def walk(account: str, seen: frozenset[str]) -> None:
-        used = total(account, seen)
-        if account != "root" and not any(used.values()):
-            return  # an account nobody charged in the window
-        rows.append((account, "", used))
-        rows.extend((account, u, assocs[(account, u)]) for u in sorted(users.get(account, [])))
-        for child in sorted(children.get(account, [])):
-            if child not in seen:
-                walk(child, seen | {child})
-
-    for start in sorted(set(accounts)) or ["root"]:
-        walk(start, frozenset({start}))
-    return rows
-
-
-def user_rows(reply: Json, first_tres: str, group: bool) -> list[tuple[str, str, Usage]]:
-    """(accounts, user, usage) per user and account (or per user, ``group``), the
-    largest user of the first TRES first."""
-    merged: dict[tuple[str, str], Usage] = {}
-    accts: dict[str, list[str]] = {}
-    for (account, user), used in associations(reply).items():
-        key = ("", user) if group else (account, user)
-        _add(merged.setdefault(key, {}), used)
-        accts.setdefault(user, []).append(account)
-    rows = [
-        (", ".join(sorted(accts[u])) if group else a, u, used) for (a, u), used in merged.items()
-    ]
-    rows.sort(key=lambda r: (-r[2].get(first_tres, 0.0), r[1], r[0]))
-    return rows
-
-
 def _banner(title: str, start: float, end: float, usage: str, secs: bool) -> list[str]:
     span = f" ({int(end - start)} secs)" if secs else ""
     return [
@@ -429,7 +351,7 @@ def _banner(title: str, start: float, end: float, usage: str, secs: bool) -> lis
 
 
 def format_report(
-    reply: Json,
+    reply: t.ReportUsageResponse,
     report: str,
     cond: dict[str, Any],
     *,
@@ -444,7 +366,7 @@ def format_report(
     """The whole output of one report (with newlines)."""
     fmt, fmt_banner = time_format(time_fmt)
     title, *_ = REPORTS[report]
-    cluster = text(reply, "cluster")
+    cluster = reply.get("cluster", "")
     window = end - start
     capacity = {k: float(v) for k, v in (reply.get("capacity") or {}).items()}
     fields = report_fields(report, cond.get("format", []), tres_given)
@@ -458,8 +380,8 @@ def format_report(
 
     if report == "Utilization":
         used: Usage = {}
-        for rec in reply.get("records", []):
-            _add(used, rec.get("tresS") or {})
+        for rec in map(UsageRecord, reply.get("records", [])):
+            add(used, rec.tres_s)
         for name in tres:
             reported = capacity.get(name, 0.0) * window
             alloc = used.get(name, 0.0)
@@ -535,7 +457,7 @@ def main_body(argv: Sequence[str]) -> int:
         request["users"] = cond["users"]
     if cond["accounts"] and report != "AccountUtilizationByUser":  # that one walks sub-accounts
         request["accounts"] = cond["accounts"]
-    reply: Json = api.report_usage(request)  # a failure: "sreport: error: ...", exit 1
+    reply = api.report_usage(request)  # a failure: "sreport: error: ...", exit 1
     parsable = "P" if opts.get("parsable2") else "p" if opts.get("parsable") else ""
     sys.stdout.write(
         format_report(

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import sys
 
-from client.common import client, num, real, run, text
+from client.common import client, run
 from client.fmt import Reported, call, split_list
 from client.options import FLAG, Option, OptionParser, parse_command
+from client.views.accounting import ShareRow
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from client.common import Json
     from corral.wire import json_types as t
 
 PROG = "sshare"
@@ -35,26 +35,24 @@ COLUMNS = (
 LONG_EXTRA = ("NormUsage", 11, True)
 
 
-def _cells(row: Json, long: bool) -> list[str]:
-    depth = num(row, "depth")
-    is_root = text(row, "account") == "root" and not text(row, "user")
-    account = " " * depth + text(row, "account")
+def _cells(row: ShareRow, long: bool) -> list[str]:
+    is_root = row.account == "root" and not row.user
     cells = [
-        account,
-        text(row, "user"),
-        "" if is_root else str(num(row, "rawShares")),
-        f"{real(row, 'normShares'):.6f}",
-        str(round(real(row, "rawUsage"))),
-        f"{real(row, 'effectiveUsage'):.6f}",
-        "" if is_root else f"{real(row, 'fairshare'):.6f}",
+        " " * row.depth + row.account,
+        row.user,
+        "" if is_root else str(row.raw_shares),
+        f"{row.norm_shares:.6f}",
+        str(round(row.raw_usage)),
+        f"{row.effective_usage:.6f}",
+        "" if is_root else f"{row.fairshare:.6f}",
     ]
     if long:
-        cells.insert(5, f"{real(row, 'normUsage'):.6f}")
+        cells.insert(5, f"{row.norm_usage:.6f}")
     return cells
 
 
 def format_shares(
-    reply: Json, *, long: bool = False, parsable: bool = False, header: bool = True
+    reply: t.GetSharesResponse, *, long: bool = False, parsable: bool = False, header: bool = True
 ) -> str:
     columns = list(COLUMNS)
     if long:
@@ -79,9 +77,8 @@ def format_shares(
     return "".join(line + "\n" for line in lines)
 
 
-def _rows(reply: Json) -> list[Json]:
-    rows: list[Json] = reply.get("rows", [])
-    return rows
+def _rows(reply: t.GetSharesResponse) -> list[ShareRow]:
+    return [ShareRow(row) for row in reply.get("rows", [])]
 
 
 OPTIONS = (

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import sys
 
-from client.common import client, num, real, run, text
+from client.common import client, run
 from client.fmt import AcctField, acct_lines
-from client.options import COUNT, FLAG, LIST, Option, OptionParser
-from corral import __version__
+from client.options import COUNT, FLAG, LIST, Option, OptionParser, answered
+from client.views.step import StepStat
+from client.views.usage import LiveUsage
 from corral.errors import CorralError, InvalidOption
 from corral.slurmfmt import format_elapsed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Any
+    from collections.abc import Callable, Sequence
 
-    from client.common import Json
+    from corral.wire import json_types as t
 
 PROG = "sstat"
 STR, NUM = "s", "n"
@@ -91,61 +91,48 @@ def _tres(values: dict[str, str]) -> str:
     return ",".join(f"{k}={values[k]}" for k in sorted(values))
 
 
-def step_values(job_id: int, stat: Json) -> dict[str, str]:
+def step_values(job_id: int, raw: t.StepStat) -> dict[str, str]:
     """One step's line, from its nodes' figures."""
-    nodes: list[tuple[str, Json]] = []
-    for entry in stat.get("nodes", []):
-        live: Json = entry.get("live") or {}
-        nodes.append((text(entry, "node"), live))
-    step = text(stat, "step")
-    ntasks = max(num(stat, "ntasks"), 1)
+    stat = StepStat(raw)
+    nodes = [(entry.node, entry.live) for entry in stat.nodes]
+    step = stat.step
+    ntasks = max(stat.ntasks, 1)
 
-    def usage(live: Json) -> Json:
-        got: Json = live.get("usage") or {}
-        return got
+    def cpu(live: LiveUsage) -> float:
+        return live.usage.user_cpu_s + live.usage.system_cpu_s
 
-    def cpu(live: Json) -> float:
-        u = usage(live)
-        return real(u, "userCpuS") + real(u, "systemCpuS")
+    def per_task(live: LiveUsage, value: float) -> float:
+        return value / max(live.ntasks, 1)
 
-    def per_task(live: Json, value: float) -> float:
-        return value / max(num(live, "ntasks"), 1)
+    def top(key: Callable[[LiveUsage], float]) -> tuple[str, LiveUsage]:
+        return max(nodes, key=lambda n: key(n[1])) if nodes else ("", LiveUsage({}))
 
-    def top(key: Any) -> tuple[str, Json]:
-        return max(nodes, key=lambda n: key(n[1])) if nodes else ("", {})
+    def low(key: Callable[[LiveUsage], float]) -> tuple[str, LiveUsage]:
+        return min(nodes, key=lambda n: key(n[1])) if nodes else ("", LiveUsage({}))
 
-    def low(key: Any) -> tuple[str, Json]:
-        return min(nodes, key=lambda n: key(n[1])) if nodes else ("", {})
-
-    rss_node, rss = top(lambda lv: num(usage(lv), "maxRssKb"))
-    vm_node, vm = top(lambda lv: num(lv, "maxVmemKb"))
+    rss_node, rss = top(lambda lv: lv.usage.max_rss_kb)
+    vm_node, vm = top(lambda lv: lv.max_vmem_kb)
     cpu_max_node, cpu_max = top(lambda lv: per_task(lv, cpu(lv)))
     cpu_min_node, cpu_min = low(lambda lv: per_task(lv, cpu(lv)))
     total_cpu = sum(cpu(lv) for _, lv in nodes)
-    ave_rss = sum(num(usage(lv), "aveRssKb") for _, lv in nodes) // ntasks
-    ave_vm = sum(num(lv, "aveVmemKb") for _, lv in nodes) // ntasks
-    tot_rss = sum(num(usage(lv), "maxRssKb") for _, lv in nodes)
-    tot_vm = sum(num(lv, "maxVmemKb") for _, lv in nodes)
+    ave_rss = sum(lv.usage.ave_rss_kb for _, lv in nodes) // ntasks
+    ave_vm = sum(lv.ave_vmem_kb for _, lv in nodes) // ntasks
+    tot_rss = sum(lv.usage.max_rss_kb for _, lv in nodes)
+    tot_vm = sum(lv.max_vmem_kb for _, lv in nodes)
     first = nodes[0][0] if nodes else ""
 
-    def task(live: Json) -> int:
-        return num(live, "firstRank")
+    def task(live: LiveUsage) -> int:
+        return live.first_rank
 
     max_cpu_s = per_task(cpu_max, cpu(cpu_max)) if nodes else 0.0
     min_cpu_s = per_task(cpu_min, cpu(cpu_min)) if nodes else 0.0
     ave_cpu_s = total_cpu / ntasks
     gpu: dict[str, tuple[str, str]] = {}
-    u_rss = usage(rss)
-    if step == "batch" and (real(u_rss, "gpuUtilMax") or real(u_rss, "gpuMemMaxMb")):
+    u_rss = rss.usage
+    if step == "batch" and (u_rss.gpu_util_max or u_rss.gpu_mem_max_mb):
         gpu = {
-            "gres/gpumem": (
-                f"{round(real(u_rss, 'gpuMemMeanMb'))}M",
-                f"{round(real(u_rss, 'gpuMemMaxMb'))}M",
-            ),
-            "gres/gpuutil": (
-                str(round(real(u_rss, "gpuUtilMean"))),
-                str(round(real(u_rss, "gpuUtilMax"))),
-            ),
+            "gres/gpumem": (f"{round(u_rss.gpu_mem_mean_mb)}M", f"{round(u_rss.gpu_mem_max_mb)}M"),
+            "gres/gpuutil": (str(round(u_rss.gpu_util_mean)), str(round(u_rss.gpu_util_max))),
         }
     in_ave = {
         "cpu": format_elapsed(ave_cpu_s),
@@ -160,9 +147,9 @@ def step_values(job_id: int, stat: Json) -> dict[str, str]:
         "cpu": format_elapsed(max_cpu_s),
         "energy": "0",
         "fs/disk": "0",
-        "mem": _kb(num(u_rss, "maxRssKb")),
+        "mem": _kb(u_rss.max_rss_kb),
         "pages": "0",
-        "vmem": _kb(num(vm, "maxVmemKb")),
+        "vmem": _kb(vm.max_vmem_kb),
         **{k: v[1] for k, v in gpu.items()},
     }
     where = {"cpu": cpu_max_node, "energy": first, "fs/disk": first, "mem": rss_node}
@@ -177,11 +164,11 @@ def step_values(job_id: int, stat: Json) -> dict[str, str]:
     batch = step == "batch"
     return {
         "JobID": f"{job_id}.{step}",
-        "MaxVMSize": _kb(num(vm, "maxVmemKb")),
+        "MaxVMSize": _kb(vm.max_vmem_kb),
         "MaxVMSizeNode": vm_node,
         "MaxVMSizeTask": str(task(vm)),
         "AveVMSize": _kb(ave_vm),
-        "MaxRSS": _kb(num(u_rss, "maxRssKb")),
+        "MaxRSS": _kb(u_rss.max_rss_kb),
         "MaxRSSNode": rss_node,
         "MaxRSSTask": str(task(rss)),
         "AveRSS": _kb(ave_rss),
@@ -193,7 +180,7 @@ def step_values(job_id: int, stat: Json) -> dict[str, str]:
         "MinCPUNode": cpu_min_node,
         "MinCPUTask": str(task(cpu_min)),
         "AveCPU": format_elapsed(ave_cpu_s),
-        "NTasks": str(num(stat, "ntasks")),
+        "NTasks": str(stat.ntasks),
         "AveCPUFreq": "0",
         "ReqCPUFreq": "0" if batch else "Unknown",
         "ReqCPUFreqMin": "0" if batch else "Unknown",
@@ -210,7 +197,7 @@ def step_values(job_id: int, stat: Json) -> dict[str, str]:
         "MaxDiskWriteTask": "0",
         "AveDiskWrite": "0",
         "Nodelist": ",".join(n for n, _ in nodes),
-        "Pids": ",".join(str(p) for _, lv in nodes for p in lv.get("pids", [])),
+        "Pids": ",".join(str(p) for _, lv in nodes for p in lv.pids),
         "TRESUsageInAve": _tres(in_ave),
         "TRESUsageInMax": _tres(in_max),
         "TRESUsageInMaxNode": _tres({k: where.get(k, first) for k in in_max}),
@@ -232,20 +219,20 @@ def step_values(job_id: int, stat: Json) -> dict[str, str]:
     }
 
 
-def chosen_steps(reply: Json, step: str, all_steps: bool) -> list[Json]:
+def chosen_steps(reply: t.GetStepStatsResponse, step: str, all_steps: bool) -> list[t.StepStat]:
     """The steps a ``-j`` item names: one step; without one, the lowest srun step that
     runs (every step, the batch script first, with ``-a``)."""
-    steps: list[Json] = list(reply.get("steps", []))
+    steps = [StepStat(s) for s in reply.get("steps", [])]
     if step:
-        return [s for s in steps if text(s, "step") == step]
+        return [s.raw for s in steps if s.step == step]
     if all_steps:
-        return steps
-    numbered = [s for s in steps if text(s, "step").isdigit()]
-    return sorted(numbered, key=lambda s: int(text(s, "step")))[:1]
+        return [s.raw for s in steps]
+    numbered = [s for s in steps if s.step.isdigit()]
+    return [s.raw for s in sorted(numbered, key=lambda s: int(s.step))[:1]]
 
 
 def format_stats(
-    items: Sequence[tuple[int, str, Json]],
+    items: Sequence[tuple[int, str, t.GetStepStatsResponse]],
     fields: list[AcctField],
     *,
     all_steps: bool,
@@ -256,7 +243,7 @@ def format_stats(
     rows: list[list[str]] = []
     errors: list[str] = []
     for job_id, step, reply in items:
-        if text(reply, "state", "JOB_STATE_PENDING") not in ("JOB_STATE_RUNNING",):
+        if reply.get("state", "JOB_STATE_PENDING") != "JOB_STATE_RUNNING":
             errors.append(f"No steps running for job {job_id}")
             continue
         chosen = chosen_steps(reply, step, all_steps)
@@ -309,14 +296,7 @@ def parse_items(jobs: str) -> list[tuple[int, str]]:
 def main_body(argv: Sequence[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [<OPTION>] -j <job(.stepid)>")
     opts, rest = parser.parse(argv)
-    if opts.get("help"):
-        sys.stdout.write(parser.help_text())
-        return 0
-    if opts.get("usage"):
-        sys.stdout.write(USAGE)
-        return 0
-    if opts.get("version"):
-        sys.stdout.write(f"slurm {__version__} (corral)\n")
+    if answered(parser, opts, usage=USAGE):
         return 0
     if opts.get("helpformat"):
         sys.stdout.write(help_fields())
@@ -328,7 +308,7 @@ def main_body(argv: Sequence[str]) -> int:
     spec = opts.get("format") or (PID_FIELDS if opts.get("pidformat") else DEFAULT_FIELDS)
     fields = parse_fields(spec)
     api = client()
-    replies: list[tuple[int, str, Json]] = []
+    replies: list[tuple[int, str, t.GetStepStatsResponse]] = []
     errors: list[str] = []
     for job_id, step in items:
         try:

@@ -14,14 +14,17 @@ import _socket
 import os
 import sys
 
+from client.views.step import StepNode
 from corral import stepstream as ss
 from corral.errors import CorralError, NodeUnreachable
 from corral.rest import tcp_connect
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator
     from typing import Any
+
+    from corral.wire import json_types as t
 
 CA_ENV = "CORRAL_CTLD_CA"  # the cluster CA (corral.rest.CA_ENV): checks a TLS node's name
 RECV_BYTES = 1 << 20
@@ -46,9 +49,10 @@ def _config_ca() -> str:
 
 
 class NodeStream:
-    def __init__(self, node: Mapping[str, Any], timeout: float) -> None:
-        self.name = str(node.get("node", ""))
-        self.ranks = [int(r) for r in node.get("ranks", [])]
+    def __init__(self, raw: t.StepNode, timeout: float) -> None:
+        node = StepNode(raw)
+        self.name = node.node
+        self.ranks = [int(r) for r in node.ranks]
         self.rbuf = bytearray()
         self.wbuf = bytearray()
         self.started = False
@@ -59,7 +63,7 @@ class NodeStream:
         self.proven = False  # noded's STARTED passed its tag: every frame has one now
         self.tampered = False
         self.would_block: tuple[type[BaseException], ...] = (BlockingIOError, InterruptedError)
-        address = str(node.get("streamAddress", ""))
+        address = node.stream_address
         if not address:
             raise CorralError(f"{self.name}: its noded has no task stream (upgrade it)")
         try:

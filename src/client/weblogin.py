@@ -13,7 +13,7 @@ import sys
 import time
 from typing import NoReturn
 
-from client.common import client, real, text
+from client.common import client
 from client.fmt import Reported, call
 from corral.errors import InvalidOption
 
@@ -38,13 +38,13 @@ def main_args(argv: list[str]) -> int:
     except Reported as exc:
         sys.stderr.write(exc.message + "\n")
         return 1
-    url = text(reply, "url")
+    url = reply.get("url", "")
     if args.url_only:
         print(url)
         return 0
-    left = max(0, int(real(reply, "expires") - time.time()))
+    left = max(0, int(float(reply.get("expires") or 0) - time.time()))
     print(
-        f"Open this URL in a browser within {left} s to sign in as {text(reply, 'user')} "
+        f"Open this URL in a browser within {left} s to sign in as {reply.get('user', '')} "
         "(it works once):"
     )
     print(f"    {url}")

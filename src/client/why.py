@@ -18,8 +18,9 @@ import argparse
 import sys
 from typing import NoReturn
 
-from client.common import client, num
-from client.fmt import Reported, call, job_filter, parse_job_ids
+from client.common import client
+from client.fmt import Reported, call, parse_job_ids
+from client.jobids import task_job_ids, task_key
 from corral.errors import InvalidOption
 from corral.whytext import REASONS, explain_text, node_text, unavailable_nodes
 
@@ -33,14 +34,13 @@ if TYPE_CHECKING:
 def _job_id(value: str) -> str:
     """JOBID as ctld's job id: ``N`` (a job, or an array's first task), ``N_T`` (task T
     of array N, as squeue -j names it, looked up), ``N.batch`` / ``N.S`` (job N)."""
-    if "_" not in value.split(".")[0]:
+    key = task_key(value)
+    if key is None:
         return parse_job_ids(value)[0]
-    flt = job_filter(value)
-    reply = call(lambda: client().get_jobs({"filter": flt}), "corral why")
-    jobs = reply.get("jobs") or []
-    if not jobs:  # not one this user may see (controller.private_data)
+    found = task_job_ids([key], "corral why")
+    if key not in found:  # not one this user may see (controller.private_data)
         raise Reported("corral why: Invalid job id specified")
-    return str(num(jobs[0], "jobId"))
+    return found[key]
 
 
 def _nodes(names: list[str]) -> list[Json]:

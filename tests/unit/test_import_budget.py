@@ -28,7 +28,12 @@ COMMON = {
     "corral.wire.controller",
     "pwd",
 }
-QUERY = {"client.fmt", "client.options", "corral.slurmfmt"}
+# the typed views of replies (client/views/: a few small pure modules, read on access)
+VIEWS = {
+    f"client.views{m}"
+    for m in ("", ".accounting", ".job", ".node", ".spec", ".step", ".usage", ".values")
+}
+QUERY = {"client.fmt", "client.options", "corral.slurmfmt"} | VIEWS
 # enum, with what it brings: the signal and socket modules build enums at import
 ENUM = {"collections", "enum", "functools", "itertools", "keyword", "operator", "reprlib", "types"}
 # re, with what it brings (sacct imports it only to parse -S/-E times)
@@ -37,14 +42,15 @@ BUDGET: dict[str, set[str]] = {
     # corral.jobsyntax only with --array or --dependency; client.containeropts is the
     # table's --container-* entries (corral.containerspec only when one is given)
     "sbatch": {"client.containeropts", "client.jobopts", "client.options", "corral.slurmfmt"},
-    "squeue": QUERY,
-    "sacct": QUERY,
+    "squeue": QUERY | {"client.squeue_columns"},
+    "sacct": QUERY | {"client.sacct_values"},
     "sprio": QUERY,
     "sshare": QUERY,
-    "sreport": QUERY,
+    "sreport": QUERY | {"client.sreport_tree"},
     "sacctmgr": {"client.options"},
-    "sinfo": QUERY | {"corral.hostlist", "itertools"},
-    "scontrol": QUERY | {"corral.patterns"},
+    "sinfo": QUERY | {"client.sinfo_columns", "corral.hostlist", "itertools"},
+    "scontrol": QUERY
+    | {"client.jobids", "client.scontrol_show", "client.scontrol_update", "corral.patterns"},
     "scancel": QUERY | {"corral.signals"},
 }
 # srun and salloc allocate (sbatch's options) and handle signals (corral.signals, over
@@ -57,6 +63,14 @@ BUDGET: dict[str, set[str]] = {
 SOCKET = {"array", "errno", "math", "select", "selectors", "socket"}
 ALLOCATING = BUDGET["sbatch"] | {"client.alloc", "corral.signals"}
 BUDGET["srun"] = ALLOCATING | {
+    "client.srun_output",
+    "client.srun_step",
+    "client.views",
+    "client.views.job",
+    "client.views.spec",
+    "client.views.step",
+    "client.views.usage",
+    "client.views.values",
     "client.poller",
     "client.taskstream",
     "corral.patterns",
