@@ -7,11 +7,13 @@ of a ``Change`` (the transition and the signals it needs); the caller commits it
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
 
 from corral.errors import JobStateConflict
+from corral.jobspec import tasks_per_node
 from corral.wire import corral_pb2 as pb
 from ctld import failures
 from ctld import jobstate as js
@@ -260,6 +262,7 @@ class Endings:
         st.release(job)
         again: js.Fields = {
             **fields,
+            **previous_run(job, fields.get("failed_nodes", job.failed_nodes)),
             **failures.no_suspects(),
             **request_totals(job.spec),
             "allocations": [],
@@ -342,6 +345,21 @@ class Endings:
             not_before=max(others, default=0.0),
             **fields,
         )
+
+
+def previous_run(job: pb.Job, failed: Iterable[str]) -> js.Fields:
+    """What the next run of a requeued ``job`` is told of this one (its size), and the
+    nodes an elastic requeue prefers: this run's healthy ones, its batch host first."""
+    lost = set(failed)
+    names = [a.node for a in job.allocations]
+    if job.batch_host in names:
+        names.remove(job.batch_host)
+        names.insert(0, job.batch_host)
+    return {
+        "previous_nodes": [n for n in names if n not in lost],
+        "previous_num_nodes": len(job.allocations),
+        "previous_num_tasks": sum(tasks_per_node(job)) if job.allocations else 0,
+    }
 
 
 # a requeue asked for (``requeue_when_gone``) forgotten: set with the change that ends it

@@ -474,6 +474,7 @@ def _started(job: pb.Job, start: Start, now: float) -> js.Fields:
         "stdout_path": stdout,
         "stderr_path": stderr,
         "num_nodes": len(places),
+        **_elastic_tasks(job, len(places)),
         "num_cpus": sum(p.cpus for p in places),
         "mem_mb": sum(p.mem_mb for p in places),
         # whole GPUs (a shared GPU's shards are not a GPU of the job's own)
@@ -485,3 +486,12 @@ def _started(job: pb.Job, start: Start, now: float) -> js.Fields:
         "forecast_reserved": False,
         "waits_for": [],
     }
+
+
+def _elastic_tasks(job: pb.Job, nodes: int) -> js.Fields:
+    """An elastic job without -n runs as many tasks as its size gives (one per node, or
+    --ntasks-per-node each): its task count follows the size it got."""
+    spec = job.spec
+    if not spec.elastic or spec.ntasks:
+        return {}
+    return {"num_tasks": nodes * max(spec.ntasks_per_node, 1)}

@@ -328,6 +328,7 @@ class SnapshotBuilder:
             submit_time=job.submit_time,
             eligible_time=max(job.eligible_time, job.submit_time),
             predicted_s=self.state.runs.predictor.predict(job.user, job.time_limit_s),
+            prefer=tuple(job.previous_nodes) if spec.elastic else (),
         )
 
     def _avoided(

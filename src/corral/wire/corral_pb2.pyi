@@ -266,6 +266,7 @@ class JobSpec(_message.Message):
     DEPENDENCIES_FIELD_NUMBER: _builtins.int
     RLIMITS_FIELD_NUMBER: _builtins.int
     CONTAINER_FIELD_NUMBER: _builtins.int
+    ELASTIC_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     script: _builtins.str
     """full batch script text, starts with #!"""
@@ -355,6 +356,10 @@ class JobSpec(_message.Message):
     shards_per_node: _builtins.int
     """-- GPU sharing (field numbers 600+) --
     --gres=shard:K: K shards of one GPU on each node
+    """
+    elastic: _builtins.bool
+    """-- elastic jobs and checkpoints (field numbers 1000+, docs/reliability.md) --
+    --elastic: with -N MIN-MAX, a requeue runs at any size MIN..MAX
     """
     @_builtins.property
     def environment(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
@@ -455,10 +460,11 @@ class JobSpec(_message.Message):
         dependencies: Global___Dependencies | None = ...,
         rlimits: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         container: Global___ContainerSpec | None = ...,
+        elastic: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["array_tasks", b"array_tasks", "container", b"container", "dependencies", b"dependencies", "warn_signal", b"warn_signal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "array_tasks", b"array_tasks", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "container", b"container", "cpus_per_task", b"cpus_per_task", "dependencies", b"dependencies", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "no_requeue", b"no_requeue", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "progress_timeout_s", b"progress_timeout_s", "qos", b"qos", "requeue", b"requeue", "requeue_expedite", b"requeue_expedite", "reservation", b"reservation", "rlimits", b"rlimits", "script", b"script", "shards_per_node", b"shards_per_node", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "warn_signal", b"warn_signal", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "array_tasks", b"array_tasks", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "container", b"container", "cpus_per_task", b"cpus_per_task", "dependencies", b"dependencies", "dependency", b"dependency", "elastic", b"elastic", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "no_requeue", b"no_requeue", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "progress_timeout_s", b"progress_timeout_s", "qos", b"qos", "requeue", b"requeue", "requeue_expedite", b"requeue_expedite", "reservation", b"reservation", "rlimits", b"rlimits", "script", b"script", "shards_per_node", b"shards_per_node", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "warn_signal", b"warn_signal", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -788,6 +794,9 @@ class Job(_message.Message):
     REQUEUE_HOLD_FIELD_NUMBER: _builtins.int
     SUSPECT_NODES_FIELD_NUMBER: _builtins.int
     HELD_END_FIELD_NUMBER: _builtins.int
+    PREVIOUS_NODES_FIELD_NUMBER: _builtins.int
+    PREVIOUS_NUM_NODES_FIELD_NUMBER: _builtins.int
+    PREVIOUS_NUM_TASKS_FIELD_NUMBER: _builtins.int
     EXPECTED_START_FIELD_NUMBER: _builtins.int
     FORECAST_NODES_FIELD_NUMBER: _builtins.int
     WAITS_FOR_FIELD_NUMBER: _builtins.int
@@ -843,6 +852,8 @@ class Job(_message.Message):
     """
     requeue_hold: Global___HoldKind.ValueType
     """scontrol requeuehold: the hold it gets then"""
+    previous_num_nodes: _builtins.int
+    previous_num_tasks: _builtins.int
     expected_start: _builtins.float
     """-- the scheduler's view of a pending job (field numbers 100+) --
     forecast start (squeue --start); 0: none
@@ -885,6 +896,13 @@ class Job(_message.Message):
     @_builtins.property
     def held_end(self) -> Global___JobStatusUpdate:
         """the end reported meanwhile, applied after the verdict"""
+
+    @_builtins.property
+    def previous_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """-- elastic jobs and interruptions (field numbers 1000+, docs/reliability.md) --
+        the run before this one: its healthy nodes (its batch host first; a requeue of an
+        elastic job prefers them) and its size (SLURM_JOB_PREVIOUS_NUM_NODES, ..._NTASKS)
+        """
 
     @_builtins.property
     def waits_for(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
@@ -942,6 +960,9 @@ class Job(_message.Message):
         requeue_hold: Global___HoldKind.ValueType = ...,
         suspect_nodes: _abc.Iterable[Global___SuspectNode] | None = ...,
         held_end: Global___JobStatusUpdate | None = ...,
+        previous_nodes: _abc.Iterable[_builtins.str] | None = ...,
+        previous_num_nodes: _builtins.int = ...,
+        previous_num_tasks: _builtins.int = ...,
         expected_start: _builtins.float = ...,
         forecast_nodes: _builtins.str = ...,
         waits_for: _abc.Iterable[_builtins.int] | None = ...,
@@ -958,7 +979,7 @@ class Job(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "held_end", b"held_end", "priority_factors", b"priority_factors", "spec", b"spec", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "held_end", b"held_end", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "requeue_hold", b"requeue_hold", "requeue_on_exit", b"requeue_on_exit", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "suspect_nodes", b"suspect_nodes", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "held_end", b"held_end", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "previous_nodes", b"previous_nodes", "previous_num_nodes", b"previous_num_nodes", "previous_num_tasks", b"previous_num_tasks", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "requeue_hold", b"requeue_hold", "requeue_on_exit", b"requeue_on_exit", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "suspect_nodes", b"suspect_nodes", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__admin_priority: _TypeAlias = _typing.Literal["admin_priority"]  # noqa: Y015
     _WhichOneofArgType__admin_priority: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority"]  # noqa: Y015

@@ -80,6 +80,7 @@ class JobSpec(TypedDict, total=False):
     dependencies: Dependencies
     rlimits: dict[str, int | str]
     container: ContainerSpec
+    elastic: bool
 
 
 class ContainerSpec(TypedDict, total=False):
@@ -180,6 +181,9 @@ class Job(TypedDict, total=False):
     requeueHold: HoldKind
     suspectNodes: list[SuspectNode]
     heldEnd: JobStatusUpdate
+    previousNodes: list[str]
+    previousNumNodes: int
+    previousNumTasks: int
     expectedStart: float
     forecastNodes: str
     waitsFor: list[str]

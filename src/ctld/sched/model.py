@@ -172,6 +172,10 @@ class JobRequest:
     submit_time: float = 0.0
     eligible_time: float = 0.0  # when it could first start (--begin); 0: submit_time
     predicted_s: int = 0  # predicted run time (predict.py), <= the limit; 0: the limit
+    # --elastic: placed at the largest size from nodes_max down to nodes_min that fits
+    # now; ``prefer``: nodes its previous run kept healthy, its batch host first
+    elastic: bool = False
+    prefer: tuple[str, ...] = ()
     # everything the core reads of a job but its id, priority, age and blocked reason,
     # as a small number (equal for equal classes): jobs of one class that cannot start
     # now leave their later class-mates unable too (a pass only takes resources away),

@@ -66,7 +66,13 @@ class Placer:
         # against the prediction (a wrong one can delay them, never an advance one)
         job_end = self.now + expected
         shards = shape.shards_per_node
-        if self.policy == "pack" and not req.exclusive and not cand.required and not shards:
+        if (
+            self.policy == "pack"
+            and not req.exclusive
+            and not cand.required
+            and not shards
+            and not req.prefer
+        ):
             return self._fit_now_packed(shape, cand, end, job_end, key)
         fitting = []
         free_now = 0
@@ -100,7 +106,7 @@ class Placer:
                 fitting.append((node, avail))
         if free_now < shape.nodes or required_free < len(cand.required):
             self.no_fit_now.add(key)
-        return self.choose(fitting, shape, cand, self.now, job_end)
+        return self.choose(fitting, shape, cand, self.now, job_end, req.prefer)
 
     def _fit_now_packed(
         self, shape: Shape, cand: Candidate, end: float, job_end: float, key: tuple[object, ...]
@@ -140,6 +146,7 @@ class Placer:
         cand: Candidate,
         at: float = 0.0,
         job_end: float = INFINITY,
+        prefer: tuple[str, ...] = (),
     ) -> list[tuple[NodeProfile, Avail]] | None:
         if len(fitting) < shape.nodes:
             return None
@@ -185,6 +192,9 @@ class Placer:
             others.sort(key=lambda f: (len(f[1].gpus), f[1].cpus, f[1].mem, f[0].index))
         else:
             others.sort(key=lambda f: f[0].index)
+        if prefer:  # an elastic job's earlier nodes first, in their order (stable)
+            rank = {name: i for i, name in enumerate(prefer)}
+            others.sort(key=lambda f: rank.get(f[0].name, len(rank)))
         return (required + others)[: max(shape.nodes, len(required))]
 
     def rng(self, salt: int = 0) -> random.Random:

@@ -1,0 +1,103 @@
+"""Elastic jobs on real daemons (docs/reliability.md): a ``-N 2-3 --elastic --requeue``
+job on three nodes loses one (its noded killed with its processes) and its next run
+starts at once on the two it kept, its batch host still rank 0, every variable a
+framework reads telling the new shape."""
+
+from __future__ import annotations
+
+import pathlib
+import time
+from typing import Any
+
+import pytest
+
+from corral.testing import LocalCluster
+from corral.testing.cluster import ClusterFactory
+from tests.conftest import Commands, wait_for
+
+INTERVAL_S, TIMEOUT_S = 1.0, 5.0
+
+# each run records its batch environment and, through srun, every rank's view; the
+# first run then waits (to be cut short by the node failure), the second ends
+SCRIPT = """#!/bin/sh
+d="$CORRAL_CHECKPOINT_DIR"; r="$SLURM_RESTART_COUNT"
+env | grep -E '^(SLURM|CORRAL_)' | sort > "$d/batch.$r.tmp" && mv "$d/batch.$r.tmp" "$d/batch.$r"
+srun sh -c 'echo "$SLURM_PROCID $RANK $LOCAL_RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT \
+$SLURMD_NODENAME" > "$CORRAL_CHECKPOINT_DIR/rank.$SLURM_RESTART_COUNT.$SLURM_PROCID"'
+touch "$d/ranks.$r"
+if [ "$r" = 0 ]; then sleep 300; fi
+"""
+
+
+@pytest.fixture
+def make_cluster(tmp_path: pathlib.Path, cluster_factory: ClusterFactory) -> Any:
+    def make(**kw: Any) -> tuple[LocalCluster, Commands]:
+        state = cluster_factory.base / f"cluster{len(cluster_factory.started)}"
+        kw.setdefault("nodes", 3)
+        kw.setdefault("gpus_per_node", 0)
+        kw.setdefault("heartbeat_interval_s", INTERVAL_S)
+        kw.setdefault("heartbeat_timeout_s", TIMEOUT_S)
+        c = cluster_factory(noded_config=f'checkpoint_dir = "{state / "checkpoints"}"', **kw)
+        work = tmp_path / f"work{len(cluster_factory.started)}"
+        work.mkdir()
+        return c, Commands(c, work)
+
+    return make
+
+
+def batch_env(path: pathlib.Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def ranks(ckpt: pathlib.Path, run: int) -> list[list[str]]:
+    return sorted(
+        (p.read_text().split() for p in ckpt.glob(f"rank.{run}.*")), key=lambda r: int(r[0])
+    )
+
+
+def test_elastic_job_loses_a_node_and_runs_on_at_two_at_once(make_cluster: Any) -> None:
+    cluster, cmd = make_cluster()
+    script = cmd.cwd / "elastic.sh"
+    script.write_text(SCRIPT)
+    job_id = cmd(
+        "sbatch",
+        "--parsable",
+        "-N",
+        "2-3",
+        "--elastic",
+        "--requeue",
+        "-o",
+        "el-%j.out",
+        str(script),
+    ).stdout.strip()
+    job = cmd.wait_state(job_id, "RUNNING")
+    ckpt = cluster.state_dir / "checkpoints" / job_id
+    wait_for(lambda: (ckpt / "ranks.0").exists(), 60, "the first run's ranks")
+    first = batch_env(ckpt / "batch.0")
+    assert first["SLURM_NNODES"] == "3" and first["SLURM_NTASKS"] == "3"
+    assert "SLURM_JOB_PREVIOUS_NUM_NODES" not in first
+    before = ranks(ckpt, 0)
+    assert [r[:4] for r in before] == [[str(i), str(i), "0", "3"] for i in range(3)]
+    host = job["batchHost"]
+    dead = next(n for n in cluster.node_names if n != host)
+    killed = time.monotonic()
+    cluster.kill_node(cluster.node_names.index(dead), with_jobs=True)
+    # requeued at the timeout and started at once on the two nodes it kept
+    wait_for(lambda: (ckpt / "ranks.1").exists(), TIMEOUT_S + 30, "the second run's ranks")
+    restarted = time.monotonic() - killed
+    second = batch_env(ckpt / "batch.1")
+    kept = [n for n in cluster.node_names if n != dead]
+    assert second["SLURM_NNODES"] == "2" and second["SLURM_JOB_NUM_NODES"] == "2"
+    assert second["SLURM_NTASKS"] == "2" and second["SLURM_RESTART_COUNT"] == "1"
+    assert second["SLURM_JOB_PREVIOUS_NUM_NODES"] == "3"
+    assert second["SLURM_JOB_PREVIOUS_NTASKS"] == "3"
+    assert second["SLURMD_NODENAME"] == host  # rank 0 kept its node
+    assert dead not in second["SLURM_JOB_NODELIST"]
+    assert cmd("scontrol", "show", "hostnames", second["SLURM_JOB_NODELIST"]).stdout.split() == kept
+    after = ranks(ckpt, 1)
+    assert [r[:4] for r in after] == [["0", "0", "0", "2"], ["1", "1", "0", "2"]]
+    assert after[0][6] == host and after[0][4] == before[0][4]  # MASTER_ADDR: rank 0's node
+    assert after[0][4:6] == after[1][4:6]  # one rendezvous
+    done = cmd.wait_state(job_id, "COMPLETED", timeout=60)
+    assert done["restartCount"] == 1 and done["numNodes"] == 2
+    assert restarted < TIMEOUT_S + 20, restarted
