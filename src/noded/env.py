@@ -54,9 +54,13 @@ def login_basics(pw: pwd.struct_passwd | None, default_path: str) -> dict[str, s
 def checkpoint_dir(job: pb.Job, root: str) -> str:
     """The job's checkpoint directory: the same for every run of the job, on any node."""
     base = root or os.path.join(job.spec.work_dir or "/tmp", ".checkpoints")
-    return os.path.join(base, str(job.array_job_id or job.job_id)) + (
-        f"_{job.array_task_id}" if job.HasField("array_task_id") else ""
-    )
+    task = job.array_task_id if job.HasField("array_task_id") else None
+    return os.path.join(base, checkpoint_name(job.job_id, job.array_job_id, task))
+
+
+def checkpoint_name(job_id: int, array_job_id: int, array_task_id: int | None) -> str:
+    """Its name under the root: the job's id (an array task's: ARRAYID_TASK)."""
+    return str(array_job_id or job_id) + (f"_{array_task_id}" if array_task_id is not None else "")
 
 
 def batch_environment(

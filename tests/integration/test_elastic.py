@@ -18,7 +18,8 @@ from tests.conftest import Commands, wait_for
 INTERVAL_S, TIMEOUT_S = 1.0, 5.0
 
 # each run records its batch environment and, through srun, every rank's view; the
-# first run then waits (to be cut short by the node failure), the second ends
+# first run then waits (to be cut short by the node failure), the second ends once
+# the test has read what it wrote
 SCRIPT = """#!/bin/sh
 d="$CORRAL_CHECKPOINT_DIR"; r="$SLURM_RESTART_COUNT"
 env | grep -E '^(SLURM|CORRAL_)' | sort > "$d/batch.$r.tmp" && mv "$d/batch.$r.tmp" "$d/batch.$r"
@@ -26,6 +27,7 @@ srun sh -c 'echo "$SLURM_PROCID $RANK $LOCAL_RANK $WORLD_SIZE $MASTER_ADDR $MAST
 $SLURMD_NODENAME" > "$CORRAL_CHECKPOINT_DIR/rank.$SLURM_RESTART_COUNT.$SLURM_PROCID"'
 touch "$d/ranks.$r"
 if [ "$r" = 0 ]; then sleep 300; fi
+while [ ! -e "$d/go" ]; do sleep 0.1; done
 """
 
 
@@ -98,6 +100,10 @@ def test_elastic_job_loses_a_node_and_runs_on_at_two_at_once(make_cluster: Any) 
     assert [r[:4] for r in after] == [["0", "0", "0", "2"], ["1", "1", "0", "2"]]
     assert after[0][6] == host and after[0][4] == before[0][4]  # MASTER_ADDR: rank 0's node
     assert after[0][4:6] == after[1][4:6]  # one rendezvous
+    (ckpt / "go").touch()
     done = cmd.wait_state(job_id, "COMPLETED", timeout=60)
     assert done["restartCount"] == 1 and done["numNodes"] == 2
     assert restarted < TIMEOUT_S + 20, restarted
+    # ended for good: its checkpoint directory goes (it was kept across the requeue)
+    wait_for(lambda: not ckpt.exists(), 20, "the checkpoint directory removed")
+    assert not list(ckpt.parent.glob(".*gone*"))

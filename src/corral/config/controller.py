@@ -60,6 +60,9 @@ class ControllerConfig:
     log_json: bool = False
     job_requeue: bool = True  # Slurm's JobRequeue: a node failure requeues jobs by default
     requeue_delay_s: float = 0.0  # a requeued job waits this long (reason BeginTime)
+    # a batch job's checkpoint directory (noded.checkpoint_dir/<id>) is removed by its
+    # batch host once the job has ended for good (docs/reliability.md)
+    checkpoint_cleanup: bool = True
     # Slurm's AccountingStorageEnforce: "limits" (sacctmgr's limits hold or refuse jobs;
     # implies "associations", as in Slurm), "qos" (a job's QOS must be one its
     # association may use), "associations" (once the database has accounts or users, a
@@ -147,6 +150,7 @@ def parse_controller(sec: Section) -> ControllerConfig:
         log_json=sec.get("log_json", bool, d.log_json),
         job_requeue=sec.get("job_requeue", bool, d.job_requeue),
         requeue_delay_s=sec.positive("requeue_delay_s", d.requeue_delay_s),
+        checkpoint_cleanup=sec.get("checkpoint_cleanup", bool, d.checkpoint_cleanup),
         lease_s=sec.positive("lease_s", d.lease_s, allow_zero=False),
         accounting_enforce=tuple(
             v.lower() for v in sec.strings("accounting_enforce", d.accounting_enforce)

@@ -4038,6 +4038,10 @@ class SignalJobRequest(_message.Message):
     STEP_ID_FIELD_NUMBER: _builtins.int
     FULL_FIELD_NUMBER: _builtins.int
     RUN_FIELD_NUMBER: _builtins.int
+    REMOVE_CHECKPOINT_FIELD_NUMBER: _builtins.int
+    ARRAY_JOB_ID_FIELD_NUMBER: _builtins.int
+    ARRAY_TASK_ID_FIELD_NUMBER: _builtins.int
+    UID_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     signal: _builtins.int
     terminate: _builtins.bool
@@ -4053,6 +4057,15 @@ class SignalJobRequest(_message.Message):
     """The run (restart_count) the signal is for: a node ignores it for another run of the
     job, so a late kill meant for a requeued job's earlier copy never hits the new one.
     """
+    remove_checkpoint: _builtins.bool
+    """-- checkpoints (field numbers 1000+): the job has ended for good (no requeue), so its
+    checkpoint directory goes (controller.checkpoint_cleanup; signal 0, nothing signalled)
+    """
+    array_job_id: _builtins.int
+    """the directory's name, as noded's env.checkpoint_dir"""
+    array_task_id: _builtins.int
+    uid: _builtins.int
+    """its owner: a directory of anyone else's is left"""
     def __init__(
         self,
         *,
@@ -4064,15 +4077,23 @@ class SignalJobRequest(_message.Message):
         step_id: _builtins.int | None = ...,
         full: _builtins.bool = ...,
         run: _builtins.int | None = ...,
+        remove_checkpoint: _builtins.bool = ...,
+        array_job_id: _builtins.int = ...,
+        array_task_id: _builtins.int | None = ...,
+        uid: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_run", b"_run", "_step_id", b"_step_id", "run", b"run", "step_id", b"step_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id", "_run", b"_run", "_step_id", b"_step_id", "array_task_id", b"array_task_id", "run", b"run", "step_id", b"step_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_run", b"_run", "_step_id", b"_step_id", "batch_only", b"batch_only", "full", b"full", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "run", b"run", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id", "_run", b"_run", "_step_id", b"_step_id", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_only", b"batch_only", "full", b"full", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "remove_checkpoint", b"remove_checkpoint", "run", b"run", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__array_task_id: _TypeAlias = _typing.Literal["array_task_id"]  # noqa: Y015
+    _WhichOneofArgType__array_task_id: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id"]  # noqa: Y015
     _WhichOneofReturnType__run: _TypeAlias = _typing.Literal["run"]  # noqa: Y015
     _WhichOneofArgType__run: _TypeAlias = _typing.Literal["_run", b"_run"]  # noqa: Y015
     _WhichOneofReturnType__step_id: _TypeAlias = _typing.Literal["step_id"]  # noqa: Y015
     _WhichOneofArgType__step_id: _TypeAlias = _typing.Literal["_step_id", b"_step_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__array_task_id) -> _WhichOneofReturnType__array_task_id | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__run) -> _WhichOneofReturnType__run | None: ...
     @_typing.overload

@@ -831,6 +831,10 @@ class SignalJobRequest(TypedDict, total=False):
     stepId: int
     full: bool
     run: int
+    removeCheckpoint: bool
+    arrayJobId: int | str
+    arrayTaskId: int
+    uid: int
 
 
 class SignalJobResponse(TypedDict, total=False):
