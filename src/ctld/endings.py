@@ -72,7 +72,7 @@ class Endings:
         elif self.preempted(ch, job, upd, cause):
             pass
         elif job.requeue_on_exit:
-            detail = upd.detail or "requeued on request"
+            detail = job.disruption or upd.detail or "requeued on request"
             hold = asked_hold(job)
             self.requeue(
                 ch, job, cause=cause, detail=detail, hold=hold, usage=upd.usage, **NO_REQUEUE
@@ -363,7 +363,12 @@ def previous_run(job: pb.Job, failed: Iterable[str]) -> js.Fields:
 
 
 # a requeue asked for (``requeue_when_gone``) forgotten: set with the change that ends it
-NO_REQUEUE: js.Fields = {"requeue_on_exit": False, "requeue_hold": pb.HOLD_NONE}
+NO_REQUEUE: js.Fields = {
+    "requeue_on_exit": False,
+    "requeue_hold": pb.HOLD_NONE,
+    "disruption": "",
+    "disruption_deadline": 0.0,
+}
 
 
 def requeue_when_gone(hold: int = pb.HOLD_NONE) -> js.Fields:

@@ -107,3 +107,58 @@ def test_elastic_job_loses_a_node_and_runs_on_at_two_at_once(make_cluster: Any) 
     # ended for good: its checkpoint directory goes (it was kept across the requeue)
     wait_for(lambda: not ckpt.exists(), 20, "the checkpoint directory removed")
     assert not list(ckpt.parent.glob(".*gone*"))
+
+
+TRAIN = pathlib.Path(__file__).resolve().parents[2] / "examples" / "train-checkpoint.py"
+
+
+def steps_log(ckpt: pathlib.Path) -> list[dict[str, str]]:
+    try:
+        lines = (ckpt / "steps.log").read_text().splitlines()
+    except OSError:
+        return []
+    return [dict(part.split("=", 1) for part in line.split()) for line in lines if line]
+
+
+def test_a_drain_signals_the_job_which_saves_and_is_requeued_losing_no_step(
+    make_cluster: Any,
+) -> None:
+    cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false")
+    job_id = cmd(
+        "sbatch",
+        "--parsable",
+        "-N",
+        "2-3",
+        "--elastic",
+        "--requeue",
+        "-o",
+        "tr-%j.out",
+        "--wrap",
+        f"exec python3 {TRAIN} --steps 30 --step-time 0.2 --save-every 1000 --stop-on-signal",
+    ).stdout.strip()
+    job = cmd.wait_state(job_id, "RUNNING")
+    ckpt = cluster.state_dir / "checkpoints" / job_id
+    wait_for(lambda: len(steps_log(ckpt)) >= 5, 60, "five steps")
+    drained = next(n for n in cluster.node_names if n != job["batchHost"])
+    began = time.monotonic()
+    cmd("scontrol", "update", f"NodeName={drained}", "State=DRAIN", "Reason=swap a DIMM")
+    # it saved at the signal (it saves on nothing else) and exited: requeued at once,
+    # long before the lead time (120 s), onto the two nodes it kept
+    wait_for(lambda: any(e["run"] == "1" for e in steps_log(ckpt)), 30, "the second run")
+    assert time.monotonic() - began < 30
+    again = cmd.job(job_id)
+    assert again["restartCount"] == 1 and drained not in again["nodelist"]
+    assert again["numNodes"] == 2 and again["batchHost"] == job["batchHost"]
+    done = cmd.wait_state(job_id, "COMPLETED", timeout=60)
+    assert done["restartCount"] == 1
+    log = steps_log(ckpt)
+    first = [int(e["step"]) for e in log if e["run"] == "0"]
+    second = [int(e["step"]) for e in log if e["run"] == "1"]
+    # resumed right after its last logged step (or at it, had the signal come between
+    # logging and counting): no completed step lost, none done twice but that one
+    assert second[0] in (first[-1], first[-1] + 1) and second[-1] == 30
+    out = (cmd.cwd / f"tr-{job_id}.out").read_text()
+    assert "signal SIGUSR1: checkpoint at step" in out and "resumed from step" in out
+    acct = cmd("sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State,Reason").stdout
+    runs = acct.splitlines()
+    assert runs[0].startswith("REQUEUED|") and runs[1].startswith("COMPLETED|"), runs

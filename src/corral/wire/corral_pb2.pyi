@@ -797,6 +797,8 @@ class Job(_message.Message):
     PREVIOUS_NODES_FIELD_NUMBER: _builtins.int
     PREVIOUS_NUM_NODES_FIELD_NUMBER: _builtins.int
     PREVIOUS_NUM_TASKS_FIELD_NUMBER: _builtins.int
+    DISRUPTION_FIELD_NUMBER: _builtins.int
+    DISRUPTION_DEADLINE_FIELD_NUMBER: _builtins.int
     EXPECTED_START_FIELD_NUMBER: _builtins.int
     FORECAST_NODES_FIELD_NUMBER: _builtins.int
     WAITS_FOR_FIELD_NUMBER: _builtins.int
@@ -854,6 +856,12 @@ class Job(_message.Message):
     """scontrol requeuehold: the hold it gets then"""
     previous_num_nodes: _builtins.int
     previous_num_tasks: _builtins.int
+    disruption: _builtins.str
+    """a planned disruption (a drain, a maintenance reservation) under a checkpointing job:
+    what it is (the requeue's detail, the interruption's cause) and when the job is
+    stopped if it has not exited by then (0: stopped already, or none)
+    """
+    disruption_deadline: _builtins.float
     expected_start: _builtins.float
     """-- the scheduler's view of a pending job (field numbers 100+) --
     forecast start (squeue --start); 0: none
@@ -963,6 +971,8 @@ class Job(_message.Message):
         previous_nodes: _abc.Iterable[_builtins.str] | None = ...,
         previous_num_nodes: _builtins.int = ...,
         previous_num_tasks: _builtins.int = ...,
+        disruption: _builtins.str = ...,
+        disruption_deadline: _builtins.float = ...,
         expected_start: _builtins.float = ...,
         forecast_nodes: _builtins.str = ...,
         waits_for: _abc.Iterable[_builtins.int] | None = ...,
@@ -979,7 +989,7 @@ class Job(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "held_end", b"held_end", "priority_factors", b"priority_factors", "spec", b"spec", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "held_end", b"held_end", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "previous_nodes", b"previous_nodes", "previous_num_nodes", b"previous_num_nodes", "previous_num_tasks", b"previous_num_tasks", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "requeue_hold", b"requeue_hold", "requeue_on_exit", b"requeue_on_exit", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "suspect_nodes", b"suspect_nodes", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "disruption", b"disruption", "disruption_deadline", b"disruption_deadline", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "held_end", b"held_end", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "previous_nodes", b"previous_nodes", "previous_num_nodes", b"previous_num_nodes", "previous_num_tasks", b"previous_num_tasks", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "requeue_hold", b"requeue_hold", "requeue_on_exit", b"requeue_on_exit", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "suspect_nodes", b"suspect_nodes", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__admin_priority: _TypeAlias = _typing.Literal["admin_priority"]  # noqa: Y015
     _WhichOneofArgType__admin_priority: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority"]  # noqa: Y015

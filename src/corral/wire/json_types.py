@@ -184,6 +184,8 @@ class Job(TypedDict, total=False):
     previousNodes: list[str]
     previousNumNodes: int
     previousNumTasks: int
+    disruption: str
+    disruptionDeadline: float
     expectedStart: float
     forecastNodes: str
     waitsFor: list[str]
