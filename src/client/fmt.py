@@ -15,6 +15,7 @@ import pwd
 import time
 
 from client.common import JOB_STATE_BY_CODE, JOB_STATE_CODES, WIRE_JOB_STATE
+from client.ettr_fields import ETTR_FIELDS
 from corral.errors import CorralError, InvalidOption
 from corral.slurmfmt import format_duration
 
@@ -405,7 +406,7 @@ SLURM_ACCT_FIELDS: tuple[tuple[str, int, str], ...] = tuple(
 )
 # corral's own, after Slurm's so a prefix still means what it means to Slurm; -e lists
 # Slurm's only
-ACCT_FIELDS = (*SLURM_ACCT_FIELDS, ("Restarts", 8, "n"))
+ACCT_FIELDS = (*SLURM_ACCT_FIELDS, ("Restarts", 8, "n"), *ETTR_FIELDS)
 
 
 class AcctField:

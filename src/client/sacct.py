@@ -12,6 +12,7 @@ import sys
 import time
 
 from client.common import client, job_ref, job_state, num, real, run, text
+from client.ettr_fields import ettr_values
 from client.fmt import (
     SLURM_ACCT_FIELDS,
     acct_lines,
@@ -150,9 +151,7 @@ def job_values(job: Json, now: float) -> dict[str, str]:
         "ElapsedRaw": str(ran),
         "Eligible": format_timestamp(real(job, "eligibleTime")),
         "End": "Unknown" if state in ON_NODE else format_timestamp(real(job, "endTime")),
-        # Slurm records a cancelled job's end when the cancel is asked: its code is 0:0
-        # Slurm's job line: 0:0 for a job ended by scancel or its time limit (the
-        # signal shows on its batch step, CANCELLED 0:15)
+        # Slurm's job line: 0:0 after scancel or its time limit (the batch step: CANCELLED 0:15)
         "ExitCode": "0:0" if state in ("CANCELLED", "TIMEOUT") else exit_code(job),
         "GID": str(num(job, "gid")),
         "Group": group_name(num(job, "gid")),
@@ -184,6 +183,7 @@ def job_values(job: Json, now: float) -> dict[str, str]:
         "WCKey": text(spec, "wckey"),
         "WorkDir": text(spec, "workDir"),
         **{k: v for k, v in usage_values(job).items() if k.endswith("CPU")},
+        **ettr_values(job, now),
     }
 
 

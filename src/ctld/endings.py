@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from corral import ettr
 from corral.errors import JobStateConflict
 from corral.jobspec import tasks_per_node
 from corral.wire import corral_pb2 as pb
@@ -74,8 +75,17 @@ class Endings:
         elif job.requeue_on_exit:
             detail = job.disruption or upd.detail or "requeued on request"
             hold = asked_hold(job)
+            why = ettr.cause_of(detail, disruption=job.disruption) if job.disruption else ""
             self.requeue(
-                ch, job, cause=cause, detail=detail, hold=hold, usage=upd.usage, **NO_REQUEUE
+                ch,
+                job,
+                cause=cause,
+                detail=detail,
+                hold=hold,
+                interruption=why or "operator",
+                checkpoint_time=upd.checkpoint_time,
+                usage=upd.usage,
+                **NO_REQUEUE,
             )
         else:
             self.finish(ch, job, upd, cause)
@@ -161,7 +171,16 @@ class Endings:
         ended = {"usage": upd.usage, "exit_code": code, "exit_signal": sig, **NO_REQUEUE}
         detail = f"preempted by job {victim.preemptor}"
         if victim.mode == "requeue" and failures.may_requeue(job, st.config.controller.job_requeue):
-            self.requeue(ch, job, cause=cause, detail=detail, run_state=js.PREEMPTED, **ended)
+            self.requeue(
+                ch,
+                job,
+                cause=cause,
+                detail=detail,
+                run_state=js.PREEMPTED,
+                interruption="preemption",
+                checkpoint_time=upd.checkpoint_time,
+                **ended,
+            )
             log.info("preempted job requeued", job_id=job.job_id, by=victim.preemptor)
             return True
         ch.transition(
@@ -214,6 +233,7 @@ class Endings:
         self._ended(job)
 
     def _ended(self, job: pb.Job) -> None:
+        self.state.live.checkpoints.pop(job.job_id, None)
         self.state.release(job)
         self.state.acct.ledger.add_finished(job)
         self.state.remember_run(job)
@@ -241,6 +261,8 @@ class Endings:
         run_state: int = pb.JOB_STATE_REQUEUED,
         hold: int = pb.HOLD_NONE,
         not_before: float = 0.0,
+        interruption: str = "node_fail",
+        checkpoint_time: float = 0.0,
         **fields: Any,
     ) -> None:
         """Put a RUNNING job back in the queue (``fields`` set first: the run that ended
@@ -259,10 +281,13 @@ class Endings:
         # the run's time counts in fair-share like any finished job's (Slurm charges
         # every run); its record is what a restarted ctld reloads the ledger from
         st.acct.ledger.add_finished(ch.end_run(job, run_state, **ended))
+        mark = max(checkpoint_time, st.live.checkpoints.pop(job.job_id, 0.0))
+        record = interruption_record(job, interruption, now, mark, detail)
         st.release(job)
         again: js.Fields = {
             **fields,
             **previous_run(job, fields.get("failed_nodes", job.failed_nodes)),
+            "interruptions": [*job.interruptions, record],
             **failures.no_suspects(),
             **request_totals(job.spec),
             "allocations": [],
@@ -331,6 +356,10 @@ class Endings:
             fields["failed_nodes"] = [*job.failed_nodes, node.name]
         log.warning("job requeued after a node failure", job_id=job.job_id, node=node.name)
         run_state = pb.JOB_STATE_REQUEUED if asked else js.NODE_FAIL
+        if asked:  # it was being stopped for this (scontrol requeue, a drain)
+            why_kind = ettr.cause_of(why, disruption=job.disruption) if job.disruption else ""
+        else:
+            why_kind = ettr.cause_of(why)
         # another node srun lost and not judged yet may still run the old ranks, until
         # its fence guard kills them (before timeout_s from the loss): not again before
         timeout = self.state.config.heartbeat.timeout_s
@@ -343,8 +372,25 @@ class Endings:
             run_state=run_state,
             hold=hold,
             not_before=max(others, default=0.0),
+            interruption=why_kind or "operator",
+            checkpoint_time=job.held_end.checkpoint_time if job.HasField("held_end") else 0.0,
             **fields,
         )
+
+
+def interruption_record(
+    job: pb.Job, cause: str, now: float, checkpoint_time: float, detail: str
+) -> pb.Interruption:
+    """The run of ``job`` ending now in a requeue, as ETTR counts it (corral/ettr.py)."""
+    ended = max(now, job.start_time)
+    return pb.Interruption(
+        cause=cause,
+        time=ended,
+        run_start=job.start_time,
+        checkpoint_time=checkpoint_time,
+        lost_s=ettr.lost_work(job.start_time, checkpoint_time, ended) if job.start_time else 0.0,
+        detail=detail[:200],
+    )
 
 
 def previous_run(job: pb.Job, failed: Iterable[str]) -> js.Fields:

@@ -31,7 +31,7 @@ from corral.clock import Clock, SystemClock
 from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import LaunchError
 from corral.wire import corral_pb2 as pb
-from noded import batch, jobdir, monitor, recovery, spool
+from noded import batch, jobdir, monitor, progress, recovery, spool
 from noded.batch import REAP_TIMEOUT_S, BatchStarter, LaunchPath
 from noded.cgroups import CgroupManager
 from noded.env import checkpoint_name
@@ -161,6 +161,9 @@ class Launcher:
             case Log(level, message, fields):
                 getattr(log, level)(message, **fields)
             case Report(update):
+                running = self.jobs.get(update.job_id)
+                if update.kind == Update.KIND_EXITED and running is not None:
+                    update.checkpoint_time = progress.checkpoint_mark(running.checkpoint_dir)
                 self.report(update)
             case Drain(reason, detail):
                 self.health(reason, detail)

@@ -799,6 +799,8 @@ class Job(_message.Message):
     PREVIOUS_NUM_TASKS_FIELD_NUMBER: _builtins.int
     DISRUPTION_FIELD_NUMBER: _builtins.int
     DISRUPTION_DEADLINE_FIELD_NUMBER: _builtins.int
+    INTERRUPTIONS_FIELD_NUMBER: _builtins.int
+    FIRST_START_TIME_FIELD_NUMBER: _builtins.int
     EXPECTED_START_FIELD_NUMBER: _builtins.int
     FORECAST_NODES_FIELD_NUMBER: _builtins.int
     WAITS_FOR_FIELD_NUMBER: _builtins.int
@@ -862,6 +864,7 @@ class Job(_message.Message):
     stopped if it has not exited by then (0: stopped already, or none)
     """
     disruption_deadline: _builtins.float
+    first_start_time: _builtins.float
     expected_start: _builtins.float
     """-- the scheduler's view of a pending job (field numbers 100+) --
     forecast start (squeue --start); 0: none
@@ -910,6 +913,12 @@ class Job(_message.Message):
         """-- elastic jobs and interruptions (field numbers 1000+, docs/reliability.md) --
         the run before this one: its healthy nodes (its batch host first; a requeue of an
         elastic job prefers them) and its size (SLURM_JOB_PREVIOUS_NUM_NODES, ..._NTASKS)
+        """
+
+    @_builtins.property
+    def interruptions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Interruption]:
+        """each run that ended in a requeue, and when its first run started (ETTR's wall time
+        runs from there: corral/ettr.py, docs/reliability.md)
         """
 
     @_builtins.property
@@ -973,6 +982,8 @@ class Job(_message.Message):
         previous_num_tasks: _builtins.int = ...,
         disruption: _builtins.str = ...,
         disruption_deadline: _builtins.float = ...,
+        interruptions: _abc.Iterable[Global___Interruption] | None = ...,
+        first_start_time: _builtins.float = ...,
         expected_start: _builtins.float = ...,
         forecast_nodes: _builtins.str = ...,
         waits_for: _abc.Iterable[_builtins.int] | None = ...,
@@ -989,7 +1000,7 @@ class Job(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "held_end", b"held_end", "priority_factors", b"priority_factors", "spec", b"spec", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "disruption", b"disruption", "disruption_deadline", b"disruption_deadline", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "held_end", b"held_end", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "previous_nodes", b"previous_nodes", "previous_num_nodes", b"previous_num_nodes", "previous_num_tasks", b"previous_num_tasks", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "requeue_hold", b"requeue_hold", "requeue_on_exit", b"requeue_on_exit", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "suspect_nodes", b"suspect_nodes", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "disruption", b"disruption", "disruption_deadline", b"disruption_deadline", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "first_start_time", b"first_start_time", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "held_end", b"held_end", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "interruptions", b"interruptions", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "previous_nodes", b"previous_nodes", "previous_num_nodes", b"previous_num_nodes", "previous_num_tasks", b"previous_num_tasks", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "requeue_hold", b"requeue_hold", "requeue_on_exit", b"requeue_on_exit", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "suspect_nodes", b"suspect_nodes", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__admin_priority: _TypeAlias = _typing.Literal["admin_priority"]  # noqa: Y015
     _WhichOneofArgType__admin_priority: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority"]  # noqa: Y015
@@ -1005,6 +1016,50 @@ class Job(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__cancelled_by_uid) -> _WhichOneofReturnType__cancelled_by_uid | None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class Interruption(_message.Message):
+    """A run of a job that ended in a requeue (its numbers 1000+, as the branch's range)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CAUSE_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    RUN_START_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_TIME_FIELD_NUMBER: _builtins.int
+    LOST_S_FIELD_NUMBER: _builtins.int
+    NEXT_START_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    cause: _builtins.str
+    """node_fail, hang, preemption, drain, maintenance, operator"""
+    time: _builtins.float
+    """when the run ended (ctld decided it)"""
+    run_start: _builtins.float
+    checkpoint_time: _builtins.float
+    """the run's last checkpoint mark; 0: none seen"""
+    lost_s: _builtins.float
+    """work since that mark (or the run's start)"""
+    next_start: _builtins.float
+    """when the next run started (the restart overhead's end); 0: not yet"""
+    detail: _builtins.str
+    def __init__(
+        self,
+        *,
+        cause: _builtins.str = ...,
+        time: _builtins.float = ...,
+        run_start: _builtins.float = ...,
+        checkpoint_time: _builtins.float = ...,
+        lost_s: _builtins.float = ...,
+        next_start: _builtins.float = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "checkpoint_time", b"checkpoint_time", "detail", b"detail", "lost_s", b"lost_s", "next_start", b"next_start", "run_start", b"run_start", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Interruption: _TypeAlias = Interruption  # noqa: Y015
 
 @_typing.final
 class StepSpec(_message.Message):
@@ -3584,6 +3639,7 @@ class LiveUsage(_message.Message):
     PIDS_FIELD_NUMBER: _builtins.int
     NTASKS_FIELD_NUMBER: _builtins.int
     FIRST_RANK_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_TIME_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     step_id: _builtins.int
     """unset: the batch script"""
@@ -3593,6 +3649,8 @@ class LiveUsage(_message.Message):
     """its tasks on this node"""
     first_rank: _builtins.int
     """the lowest of their ranks"""
+    checkpoint_time: _builtins.float
+    """the batch script's: its checkpoint dir's last change"""
     @_builtins.property
     def usage(self) -> Global___JobUsage: ...
     @_builtins.property
@@ -3608,10 +3666,11 @@ class LiveUsage(_message.Message):
         pids: _abc.Iterable[_builtins.int] | None = ...,
         ntasks: _builtins.int = ...,
         first_rank: _builtins.int = ...,
+        checkpoint_time: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "ave_vmem_kb", b"ave_vmem_kb", "first_rank", b"first_rank", "job_id", b"job_id", "max_vmem_kb", b"max_vmem_kb", "ntasks", b"ntasks", "pids", b"pids", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "ave_vmem_kb", b"ave_vmem_kb", "checkpoint_time", b"checkpoint_time", "first_rank", b"first_rank", "job_id", b"job_id", "max_vmem_kb", b"max_vmem_kb", "ntasks", b"ntasks", "pids", b"pids", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__step_id: _TypeAlias = _typing.Literal["step_id"]  # noqa: Y015
     _WhichOneofArgType__step_id: _TypeAlias = _typing.Literal["_step_id", b"_step_id"]  # noqa: Y015
@@ -3777,6 +3836,7 @@ class JobStatusUpdate(_message.Message):
     USAGE_FIELD_NUMBER: _builtins.int
     STEP_ID_FIELD_NUMBER: _builtins.int
     RESTART_COUNT_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_TIME_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     kind: Global___JobStatusUpdate.Kind.ValueType
     time: _builtins.float
@@ -3793,6 +3853,8 @@ class JobStatusUpdate(_message.Message):
     """-- node failure (field numbers 500+) --
     which run of the job: a stale copy's report is ignored
     """
+    checkpoint_time: _builtins.float
+    """KIND_EXITED: the checkpoint dir's last change (0: none)"""
     @_builtins.property
     def usage(self) -> Global___JobUsage: ...
     def __init__(
@@ -3809,10 +3871,11 @@ class JobStatusUpdate(_message.Message):
         usage: Global___JobUsage | None = ...,
         step_id: _builtins.int | None = ...,
         restart_count: _builtins.int = ...,
+        checkpoint_time: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "detail", b"detail", "end_reason", b"end_reason", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "kind", b"kind", "restart_count", b"restart_count", "signalled_by_request", b"signalled_by_request", "step_id", b"step_id", "time", b"time", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "checkpoint_time", b"checkpoint_time", "detail", b"detail", "end_reason", b"end_reason", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "kind", b"kind", "restart_count", b"restart_count", "signalled_by_request", b"signalled_by_request", "step_id", b"step_id", "time", b"time", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__step_id: _TypeAlias = _typing.Literal["step_id"]  # noqa: Y015
     _WhichOneofArgType__step_id: _TypeAlias = _typing.Literal["_step_id", b"_step_id"]  # noqa: Y015

@@ -186,6 +186,8 @@ class Job(TypedDict, total=False):
     previousNumTasks: int
     disruption: str
     disruptionDeadline: float
+    interruptions: list[Interruption]
+    firstStartTime: float
     expectedStart: float
     forecastNodes: str
     waitsFor: list[str]
@@ -199,6 +201,16 @@ class Job(TypedDict, total=False):
     idleGpusSince: float
     steps: list[Step]
     nextStepId: int
+
+
+class Interruption(TypedDict, total=False):
+    cause: str
+    time: float
+    runStart: float
+    checkpointTime: float
+    lostS: float
+    nextStart: float
+    detail: str
 
 
 class StepSpec(TypedDict, total=False):
@@ -749,6 +761,7 @@ class LiveUsage(TypedDict, total=False):
     pids: list[int]
     ntasks: int
     firstRank: int
+    checkpointTime: float
 
 
 class GpuStatus(TypedDict, total=False):
@@ -780,6 +793,7 @@ class JobStatusUpdate(TypedDict, total=False):
     usage: JobUsage
     stepId: int
     restartCount: int
+    checkpointTime: float
 
 
 class ReportJobStatusRequest(TypedDict, total=False):
