@@ -9,9 +9,12 @@ import pathlib
 import signal
 from typing import Any
 
+from google.protobuf.json_format import MessageToDict
+
 from corral.config import parse_config
 from corral.identity import Identity
 from corral.testing.inprocess import ManualClock, RecordingDispatcher, make_cluster, register_all
+from corral.whytext import explain_text
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.cluster import Cluster
@@ -91,6 +94,8 @@ async def test_a_drain_warns_an_elastic_job_and_requeues_it_after_its_save(
     assert job.state == js.RUNNING and job.requeue_on_exit
     assert job.disruption == "node n2 drained: swap a DIMM"
     assert not sent(disp, plain)  # no checkpointing job: it finishes, as Slurm's drain
+    why = explain_text(MessageToDict(cluster.queries.explain(ALICE, job.job_id)))
+    assert "Warned: node n2 drained: swap a DIMM; it is requeued once it exits" in why
     await drain(cluster, "n2")  # drained again: warned once
     assert len(sent(disp, job)) == 3
     await exit_report(cluster, job, exit_code=0)  # it saved and exited

@@ -11,6 +11,7 @@ from google.protobuf.json_format import MessageToDict
 from client.ettr_fields import ettr_values
 from corral.ettr import Interrupted, cause_of, ettr, lost_work
 from corral.testing.inprocess import RecordingDispatcher, make_cluster
+from corral.whytext import explain_text
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from tests.unit.test_elastic import ALICE, config, elastic, make, settle, silence
@@ -77,6 +78,9 @@ async def test_a_node_failure_is_recorded_with_its_lost_work_and_restart(
     assert values["LostTime"] == f"00:00:{lost:02d}"
     wall = clock() - first
     assert values["ETTR"] == f"{100 * (wall - overhead - rec.lost_s) / wall:.1f}%"
+    why = explain_text(MessageToDict(cluster.queries.explain(ALICE, job.job_id)))
+    assert "Interruptions: 1 (node_fail 1); work lost since checkpoints 00:00:" in why
+    assert f"ETTR {(wall - overhead - rec.lost_s) / wall:.1%} of" in why, why
     # what the store keeps (sacct reads it): the same, after a ctld restart too
     cluster.store.close()
     again = make_cluster(
