@@ -162,3 +162,14 @@ def test_a_drain_signals_the_job_which_saves_and_is_requeued_losing_no_step(
     acct = cmd("sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State,Reason").stdout
     runs = acct.splitlines()
     assert runs[0].startswith("REQUEUED|") and runs[1].startswith("COMPLETED|"), runs
+    # the interruption as ETTR counts it: a drain, the lost work since the save it made
+    # at the signal (under a second here), the restart's overhead
+    fields = "Interruptions,InterruptCauses,RestartOverhead,LostTime,ETTR,Elapsed"
+    line = cmd("sacct", "-X", "-n", "-P", "-j", job_id, "-o", fields).stdout.strip()
+    count, causes, overhead, lost, ratio, _ = line.split("|")
+    assert (count, causes) == ("1", "drain:1"), line
+    assert lost in ("00:00:00", "00:00:01"), line  # it saved at the signal
+    assert overhead < "00:00:10" and ratio.endswith("%") and float(ratio[:-1]) > 50, line
+    report = cmd("corral", "report", "--ettr", "--start", "now-3600").stdout.splitlines()
+    mine = [r for r in report if r.split()[:1] == [done["user"]]]
+    assert mine and mine[0].split()[3:5] == ["1", "1"], report  # one job, one interruption
