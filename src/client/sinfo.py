@@ -53,8 +53,7 @@ VIEWS = {
     "summary": ("%9P %.5a %.10l %.16F %N", True, False),
 }
 
-# corral state -> (sinfo short form, sinfo long form, Slurm's numeric state for sorting).
-# corral's DOWN and UNKNOWN get Slurm's '*'; a late node gets one too (idle*, mix*).
+# corral state -> (short form, long form, Slurm's state number); '*': DOWN, UNKNOWN, late
 STATES = {
     "UNKNOWN": ("unk*", "unknown*", 0x800),
     "DOWN": ("down*", "down*", 0x801),
@@ -117,10 +116,11 @@ def sct(node: Json) -> str:
 
 
 def _reserved(node: Json) -> tuple[str, str] | None:
-    """An idle node in an active reservation: Slurm's maint / resv."""
-    if node_state(node) != "IDLE" or not text(node, "reservation"):
+    """An idle node in an active reservation: Slurm's maint / resv; a hot spare: spare."""
+    if node_state(node) != "IDLE" or not (text(node, "reservation") or node.get("spare")):
         return None
-    return ("maint", "maint") if node.get("maint") else ("resv", "reserved")
+    kind = "maint" if node.get("maint") else "resv" if text(node, "reservation") else "spare"
+    return kind, {"resv": "reserved"}.get(kind, kind)
 
 
 def _late(node: Json, name: str) -> str:

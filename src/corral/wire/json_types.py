@@ -412,6 +412,7 @@ class Node(TypedDict, total=False):
     allocShards: int
     lastChange: NodeChange
     reasonChange: NodeChange
+    spare: bool
 
 
 class NodeChange(TypedDict, total=False):

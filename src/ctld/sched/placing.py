@@ -56,7 +56,7 @@ class Placer:
         # the same shape that found no room now finds none later in this pass either:
         # a pass only ever takes resources away from "now"
         key: tuple[object, ...] = (cand.partition.name, shape, req.gpu_type, req.exclusive)
-        key += (cand.required, req.exclude, cand.ignore)
+        key += (cand.required, req.exclude, cand.ignore, req.spares_ok)
         if key in self.no_fit_now:
             return None
         end = self.now + duration
@@ -66,18 +66,22 @@ class Placer:
         # against the prediction (a wrong one can delay them, never an advance one)
         job_end = self.now + expected
         shards = shape.shards_per_node
+        spares = self.spares(cand) if not req.spares_ok else frozenset()
         if (
             self.policy == "pack"
             and not req.exclusive
             and not cand.required
             and not shards
             and not req.prefer
+            and not spares
         ):
             return self._fit_now_packed(shape, cand, end, job_end, key)
         fitting = []
         free_now = 0
         required_free = 0
         for node in cand.nodes:
+            if node.name in spares:  # kept for the jobs a node failure requeued
+                continue
             # cheap refusals first: most nodes of a busy cluster are full
             if node.free_cpus < shape.cpus_per_node or len(node.free_gpus) < shape.gpus_per_node:
                 continue
@@ -107,6 +111,14 @@ class Placer:
         if free_now < shape.nodes or required_free < len(cand.required):
             self.no_fit_now.add(key)
         return self.choose(fitting, shape, cand, self.now, job_end, req.prefer)
+
+    def spares(self, cand: Candidate) -> frozenset[str]:
+        """The partition's hot spares now: its last ``spare_nodes`` idle nodes."""
+        count = cand.partition.spare_nodes
+        if not count:
+            return frozenset()
+        idle = [node.name for node in cand.nodes if not node.busy]
+        return frozenset(idle[-count:])
 
     def _fit_now_packed(
         self, shape: Shape, cand: Candidate, end: float, job_end: float, key: tuple[object, ...]
