@@ -27,9 +27,7 @@ def spare_nodes(state: State) -> set[str]:
         idle = [
             name
             for name in part.nodes
-            if (node := state.nodes.get(name)) is not None
-            and node.schedulable
-            and not node.job_ids
+            if (node := state.nodes.get(name)) is not None and node.schedulable and not node.job_ids
         ]
         out.update(idle[-part.spare_nodes :])
     return out
