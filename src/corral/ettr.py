@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-CAUSES = ("node_fail", "hang", "preemption", "drain", "maintenance", "operator")
+CAUSES = ("node_fail", "hang", "preemption", "drain", "maintenance", "grow", "operator")
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,8 @@ def cause_of(detail: str, *, preempted: bool = False, disruption: str = "") -> s
     if preempted:
         return "preemption"
     if disruption:
-        return "maintenance" if disruption.startswith("maintenance") else "drain"
+        first = disruption.split(" ", 1)[0]
+        return first if first in ("maintenance", "grow") else "drain"
     if "stalled" in detail:
         return "hang"
     return "node_fail"

@@ -7,7 +7,9 @@ one: SIGUSR1 to every process) and are marked to be requeued when they exit
 (``requeue_on_exit``, durable, with the disruption as its detail). One that has not
 exited by the deadline (``controller.disruption_lead_s`` after the drain, or the
 reservation's start) is stopped as ``scontrol requeue`` stops it, and requeued all the
-same. Other jobs keep Slurm's rules: a drain lets them finish. docs/reliability.md.
+same. Other jobs keep Slurm's rules: a drain lets them finish. With
+``controller.elastic_grow``, a shrunk elastic job is warned the same way when nodes
+free up, and requeued bigger. docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ctld.commit import Change
 from ctld.endings import requeue_when_gone
 from ctld.nodes import NodeRecord
 from ctld.outbox import Outbox
+from ctld.spares import spare_nodes
 from ctld.state import State
 
 log = structlog.get_logger("ctld")
@@ -125,9 +128,13 @@ class Disruptions:
             and (how := self.notice(job)) is not None
             and r.start <= now + how[2]
         ]
-        if not due and not warn:
+        grow = self.growable() if st.config.controller.elastic_grow else []
+        if not due and not warn and not grow:
             return
         async with Change(st, self.outbox, wake=False) as ch:
+            for job, size in grow:
+                what = f"grow to {size} nodes: nodes are free"
+                self.warn(ch, job, what, now + (self.notice(job) or (0, 0, 0.0))[2], "timer:grow")
             for job, r in warn:
                 what = f"maintenance reservation {r.name} starts"
                 self.warn(ch, job, what, r.start, "timer:maintenance")
@@ -135,6 +142,47 @@ class Disruptions:
                 ch.update(job, cause="timer:disruption", detail="deadline", disruption_deadline=0)
                 ch.signal_all(self.outbox.terminate_everywhere(job))
                 log.info("warned job stopped at its deadline", job_id=job.job_id)
+
+    def growable(self) -> list[tuple[pb.Job, int]]:
+        """Running elastic jobs below their maximum, with idle nodes (not spares) in their
+        partition that no waiting job there could take first: (job, the size it could
+        have)."""
+        st = self.state
+        jobs = [
+            j
+            for i in st.index.active_ids
+            if (j := st.jobs.get(i)) is not None
+            and j.state == js.RUNNING
+            and j.spec.elastic
+            and len(j.allocations) < j.spec.nodes_max
+            and not j.disruption
+        ]
+        if not jobs:
+            return []
+        waiting = {
+            p
+            for i in st.index.pending
+            if (w := st.jobs.get(i)) is not None and w.hold == pb.HOLD_NONE
+            for p in w.spec.partitions
+        }
+        spares = spare_nodes(st)
+        parts = {p.name: p for p in st.config.partitions}
+        out = []
+        for job in jobs:
+            part = parts.get(job.partition)
+            if part is None or part.name in waiting:
+                continue
+            free = [
+                n
+                for n in part.nodes
+                if (node := st.nodes.get(n)) is not None
+                and node.schedulable
+                and not node.job_ids
+                and n not in spares
+            ]
+            if free:
+                out.append((job, min(job.spec.nodes_max, len(job.allocations) + len(free))))
+        return out
 
     def _running(self, ids: Iterable[int]) -> list[pb.Job]:
         jobs = self.state.jobs

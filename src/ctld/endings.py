@@ -76,6 +76,8 @@ class Endings:
             detail = job.disruption or upd.detail or "requeued on request"
             hold = asked_hold(job)
             why = ettr.cause_of(detail, disruption=job.disruption) if job.disruption else ""
+            # grown onto nodes that are back: the ones it failed on are no longer shunned
+            regrown: js.Fields = {"failed_nodes": []} if why == "grow" else {}
             self.requeue(
                 ch,
                 job,
@@ -86,6 +88,7 @@ class Endings:
                 checkpoint_time=upd.checkpoint_time,
                 usage=upd.usage,
                 **NO_REQUEUE,
+                **regrown,
             )
         else:
             self.finish(ch, job, upd, cause)

@@ -173,3 +173,45 @@ def test_a_drain_signals_the_job_which_saves_and_is_requeued_losing_no_step(
     report = cmd("corral", "report", "--ettr", "--start", "now-3600").stdout.splitlines()
     mine = [r for r in report if r.split()[:1] == [done["user"]]]
     assert mine and mine[0].split()[3:5] == ["1", "1"], report  # one job, one interruption
+
+
+def test_with_growth_on_a_shrunk_job_returns_to_three_at_its_next_checkpoint(
+    make_cluster: Any,
+) -> None:
+    cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false\nelastic_grow = true")
+    job_id = cmd(
+        "sbatch",
+        "--parsable",
+        "-N",
+        "2-3",
+        "--elastic",
+        "--requeue",
+        "-o",
+        "gr-%j.out",
+        "--wrap",
+        f"exec python3 {TRAIN} --steps 80 --step-time 0.2 --stop-on-signal",
+    ).stdout.strip()
+    job = cmd.wait_state(job_id, "RUNNING")
+    assert job["numNodes"] == 3
+    ckpt = cluster.state_dir / "checkpoints" / job_id
+    wait_for(lambda: len(steps_log(ckpt)) >= 3, 60, "three steps")
+    dead = next(n for n in cluster.node_names if n != job["batchHost"])
+    index = cluster.node_names.index(dead)
+    cluster.kill_node(index, with_jobs=True)
+    wait_for(lambda: any(e["run"] == "1" for e in steps_log(ckpt)), 30, "the shrunk run")
+    assert cmd.job(job_id)["numNodes"] == 2
+    cluster.start_node(index)  # the node is back: the job is offered its larger shape
+    wait_for(lambda: any(e["run"] == "2" for e in steps_log(ckpt)), 60, "the grown run")
+    grown = cmd.job(job_id)
+    assert grown["numNodes"] == 3 and grown["batchHost"] == job["batchHost"]
+    done = cmd.wait_state(job_id, "COMPLETED", timeout=90)
+    assert done["restartCount"] == 2
+    log = steps_log(ckpt)
+    second = [int(e["step"]) for e in log if e["run"] == "1"]
+    third = [int(e["step"]) for e in log if e["run"] == "2"]
+    assert third[0] in (second[-1], second[-1] + 1) and third[-1] == 80  # nothing lost
+    fields = "Interruptions,InterruptCauses"
+    line = cmd("sacct", "-X", "-n", "-P", "-j", job_id, "-o", fields).stdout.strip()
+    assert line == "2|node_fail:1,grow:1", line
+    nodes = cmd("sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "NNodes").stdout.split()
+    assert nodes == ["3", "2", "3"], nodes

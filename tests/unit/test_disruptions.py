@@ -5,6 +5,7 @@ or stops it at the deadline and requeues it then; other jobs finish as Slurm let
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import pathlib
 import signal
 from typing import Any
@@ -13,7 +14,13 @@ from google.protobuf.json_format import MessageToDict
 
 from corral.config import parse_config
 from corral.identity import Identity
-from corral.testing.inprocess import ManualClock, RecordingDispatcher, make_cluster, register_all
+from corral.testing.inprocess import (
+    ManualClock,
+    RecordingDispatcher,
+    make_cluster,
+    register_all,
+    registration,
+)
 from corral.whytext import explain_text
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
@@ -155,3 +162,41 @@ async def test_a_maintenance_reservation_warns_at_the_lead_time(tmp_path: pathli
     assert {r.signal for _, r in warned} == {signal.SIGUSR1} and len(warned) == len(job.allocations)
     assert job.disruption == "maintenance reservation fix starts"
     assert job.disruption_deadline == start
+
+
+async def test_a_shrunk_elastic_job_grows_back_when_its_node_returns(
+    tmp_path: pathlib.Path,
+) -> None:
+    clock, disp = ManualClock(), RecordingDispatcher()
+    cfg = config()
+    cfg = dataclasses.replace(
+        cfg, controller=dataclasses.replace(cfg.controller, elastic_grow=True)
+    )
+    cluster = make_cluster(cfg, f"sqlite:///{tmp_path}/c.db", clock=clock, dispatcher=disp)
+    await register_all(cluster)
+    job = await started(
+        cluster, nodes_min=2, nodes_max=3, elastic=True, requeue=True, cpus_per_task=8
+    )
+    assert len(job.allocations) == 3
+    for _ in range(250):  # n3 silent past the timeout (100 s): DOWN, the job shrinks
+        clock.advance(0.5)
+        for name in ("n1", "n2"):
+            cluster.heartbeat(pb.HeartbeatRequest(name=name))
+        await cluster.check_heartbeats()
+    await drain_tasks(cluster)
+    await cluster.schedule_pass()
+    await drain_tasks(cluster)
+    assert job.state == js.RUNNING and [a.node for a in job.allocations] == ["n1", "n2"]
+    await cluster.node_reports.disruptions.check()
+    assert not job.disruption  # no node free: nothing offered
+    await cluster.register_node(registration(cluster, "n3"))  # back, idle
+    await cluster.node_reports.disruptions.check()
+    await drain_tasks(cluster)
+    assert job.disruption == "grow to 3 nodes: nodes are free"
+    assert [r.signal for _, r in sent(disp, job) if r.run == 1] == [signal.SIGUSR1] * 2
+    await exit_report(cluster, job, exit_code=0)  # saved at the signal
+    assert job.state == js.PENDING and job.interruptions[-1].cause == "grow"
+    await cluster.schedule_pass()
+    await drain_tasks(cluster)
+    assert job.state == js.RUNNING and len(job.allocations) == 3
+    assert job.allocations[0].node == "n1" and job.previous_num_nodes == 2
