@@ -5,6 +5,7 @@ framework reads telling the new shape."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import time
 from typing import Any
@@ -215,3 +216,36 @@ def test_with_growth_on_a_shrunk_job_returns_to_three_at_its_next_checkpoint(
     assert line == "2|node_fail:1,grow:1", line
     nodes = cmd("sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "NNodes").stdout.split()
     assert nodes == ["3", "2", "3"], nodes
+
+
+TORCH_PY = os.environ.get("CORRAL_TORCH_PYTHON", "")
+TORCH_JOB = pathlib.Path(__file__).resolve().parents[2] / "examples" / "torch-elastic.sh"
+
+
+@pytest.mark.skipif(not TORCH_PY, reason="set CORRAL_TORCH_PYTHON to a python with torch")
+def test_torch_ddp_resumes_at_world_size_two_after_a_node_dies(make_cluster: Any) -> None:
+    cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false")
+    env = {
+        "TORCH_PYTHON": TORCH_PY,
+        "TORCH_SCRIPT": str(TORCH_JOB.parent / "torch-elastic.py"),
+        "STEPS": "40",
+    }
+    job_id = cmd("sbatch", "--parsable", str(TORCH_JOB), env=env).stdout.strip()
+    job = cmd.wait_state(job_id, "RUNNING")
+    ckpt = cluster.state_dir / "checkpoints" / job_id
+    # past its first checkpoint (every 5 steps) at world size 3
+    wait_for(lambda: len(steps_log(ckpt)) >= 7, 120, "seven steps at world size 3")
+    assert {e["world"] for e in steps_log(ckpt)} == {"3"}
+    dead = next(n for n in cluster.node_names if n != job["batchHost"])
+    cluster.kill_node(cluster.node_names.index(dead), with_jobs=True)
+    done = cmd.wait_state(job_id, "COMPLETED", timeout=180)
+    assert done["restartCount"] == 1 and done["numNodes"] == 2
+    log = steps_log(ckpt)
+    first = [int(e["step"]) for e in log if e["run"] == "0"]
+    second = [int(e["step"]) for e in log if e["run"] == "1"]
+    assert {e["world"] for e in log if e["run"] == "1"} == {"2"}
+    # resumed from its last save (a multiple of 5), at most 5 steps back: none skipped
+    assert second[0] - 1 == (second[0] - 1) // 5 * 5 and first[-1] - 5 <= second[0] - 1
+    assert second[-1] == 40
+    out = (cmd.cwd / f"torch-elastic-{job_id}.out").read_text()
+    assert "run 1: world size 2 (was 3)" in out and "done: 40 steps" in out
