@@ -41,7 +41,6 @@ from corral.testing.inprocess import ManualClock, RecordingDispatcher, make_clus
 from corral.wire import corral_pb2 as pb
 
 USER = Identity("alice", 1000, 1000)
-TICK_S = 15.0
 RUNNING = pb.JOB_STATE_RUNNING
 
 
@@ -69,11 +68,11 @@ class Outcome:
     lost_s: list[float] = field(default_factory=list)
 
 
-def config(nodes: int, spares: int, grow: bool) -> Any:
+def config(nodes: int, spares: int, grow: bool, tick_s: float, timeout_s: float) -> Any:
     return parse_config(
         {
             "controller": {"elastic_grow": grow, "disruption_lead_s": 120},
-            "heartbeat": {"interval_s": TICK_S, "timeout_s": 60.0},
+            "heartbeat": {"interval_s": tick_s, "timeout_s": timeout_s},
             "nodes": [{"names": f"n[01-{nodes + spares:02d}]", "cpus": 8}],
             "partitions": [
                 {
@@ -91,7 +90,8 @@ async def play(sc: Scenario, args: argparse.Namespace, seed: int, db: str) -> Ou
     rng = random.Random(seed)
     nodes = args.nodes
     clock, disp = ManualClock(), RecordingDispatcher()
-    cluster = make_cluster(config(nodes, sc.spares, sc.elastic), db, clock=clock, dispatcher=disp)
+    cfg = config(nodes, sc.spares, sc.elastic, args.tick_s, args.timeout_s)
+    cluster = make_cluster(cfg, db, clock=clock, dispatcher=disp)
     names = list(cluster.nodes)
     for name in names:
         await cluster.register_node(registration(cluster, name))
@@ -166,8 +166,8 @@ async def play(sc: Scenario, args: argparse.Namespace, seed: int, db: str) -> Ou
         if job.state == RUNNING:
             run_nodes = len(job.allocations)
             if now - job.start_time >= args.load_s:
-                useful_node_s += TICK_S * run_nodes
-        clock.advance(TICK_S)
+                useful_node_s += args.tick_s * run_nodes
+        clock.advance(args.tick_s)
     end = clock()
     items = list(job.interruptions)
     load = args.load_s * sum(1 for i in items if i.next_start)
@@ -180,7 +180,7 @@ async def play(sc: Scenario, args: argparse.Namespace, seed: int, db: str) -> Ou
     useful = max(0.0, figures.useful_s - load)
     # from each failure (not ctld's detection: the node's last heartbeat) to useful work
     overheads = [
-        (i.next_start - i.time) + args.load_s + (60.0 if i.cause == "node_fail" else 0.0)
+        (i.next_start - i.time) + args.load_s + (args.timeout_s if i.cause == "node_fail" else 0.0)
         for i in items
         if i.next_start
     ]
@@ -204,6 +204,8 @@ def main() -> None:
     p.add_argument("--checkpoint-min", type=float, default=10.0, help="minutes per checkpoint")
     p.add_argument("--load-s", type=float, default=30.0, help="checkpoint load at a restart")
     p.add_argument("--save-s", type=float, default=15.0, help="a warned job's save")
+    p.add_argument("--timeout-s", type=float, default=60.0, help="heartbeat timeout")
+    p.add_argument("--tick-s", type=float, default=15.0, help="heartbeat interval, a tick")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--scenarios", default=",".join(s.name for s in SCENARIOS))
     args = p.parse_args()
@@ -211,7 +213,8 @@ def main() -> None:
     print(
         f"{args.days:g} virtual days, a {args.nodes}-node job, one failure per "
         f"{args.mtbf_node_h:g} node-hours, repair {args.repair_h:g} h, checkpoint every "
-        f"{args.checkpoint_min:g} min, load {args.load_s:g} s, heartbeat timeout 60 s; "
+        f"{args.checkpoint_min:g} min, load {args.load_s:g} s, heartbeat "
+        f"{args.tick_s:g} s / timeout {args.timeout_s:g} s; "
         f"{args.seeds} seed(s)\n"
     )
     print(
