@@ -216,6 +216,56 @@ def test_with_growth_on_a_shrunk_job_returns_to_three_at_its_next_checkpoint(
     assert line == "2|node_fail:1,grow:1", line
     nodes = cmd("sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "NNodes").stdout.split()
     assert nodes == ["3", "2", "3"], nodes
+    # the failure lost what the job did after its last checkpoint mark: this job trains
+    # on its batch host alone, which saved every step until ctld's verdict killed it, so
+    # at most a heartbeat's staleness; the growth's save came at the signal (0 lost)
+    runs = cmd("sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "LostTime").stdout.split()
+    assert runs[0] == "00:00:00" and int(runs[-1].split(":")[-1]) <= INTERVAL_S + 1, runs
+
+
+def test_a_maintenance_reservation_signals_the_job_which_saves_and_runs_elsewhere(
+    make_cluster: Any,
+) -> None:
+    cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false")
+    job_id = cmd(
+        "sbatch",
+        "--parsable",
+        "-N",
+        "2-3",
+        "--elastic",
+        "--requeue",
+        "-o",
+        "mt-%j.out",
+        "--wrap",
+        f"exec python3 {TRAIN} --steps 30 --step-time 0.2 --save-every 1000 --stop-on-signal",
+    ).stdout.strip()
+    job = cmd.wait_state(job_id, "RUNNING")
+    ckpt = cluster.state_dir / "checkpoints" / job_id
+    wait_for(lambda: len(steps_log(ckpt)) >= 5, 60, "five steps")
+    node = next(n for n in cluster.node_names if n != job["batchHost"])
+    # a minute away, within the lead time (120 s): the job is warned at the monitor's tick
+    cmd(
+        "scontrol",
+        "create",
+        "reservation",
+        "ReservationName=fix",
+        "StartTime=now+60",
+        "Duration=10",
+        f"Nodes={node}",
+        "Users=root",
+        "Flags=MAINT",
+    )
+    wait_for(lambda: any(e["run"] == "1" for e in steps_log(ckpt)), 30, "the second run")
+    again = cmd.job(job_id)
+    assert node not in again["nodelist"] and again["numNodes"] == 2  # not onto the window
+    done = cmd.wait_state(job_id, "COMPLETED", timeout=60)
+    log = steps_log(ckpt)
+    first = [int(e["step"]) for e in log if e["run"] == "0"]
+    second = [int(e["step"]) for e in log if e["run"] == "1"]
+    assert second[0] in (first[-1], first[-1] + 1) and second[-1] == 30  # saved at the signal
+    line = cmd("sacct", "-X", "-n", "-P", "-j", job_id, "-o", "InterruptCauses,LostTime")
+    assert line.stdout.strip() in ("maintenance:1|00:00:00", "maintenance:1|00:00:01")
+    assert done["restartCount"] == 1
 
 
 TORCH_PY = os.environ.get("CORRAL_TORCH_PYTHON", "")
