@@ -268,6 +268,48 @@ def test_a_maintenance_reservation_signals_the_job_which_saves_and_runs_elsewher
     assert done["restartCount"] == 1
 
 
+def test_a_spare_replaces_a_failed_node_within_one_pass(make_cluster: Any) -> None:
+    # keys after the partition table's: the debug partition keeps its last idle node
+    cluster, cmd = make_cluster(nodes=4, extra_config="spare_nodes = 1\n")
+    job_id = cmd(
+        "sbatch",
+        "--parsable",
+        "-N",
+        "3",
+        "--exclusive",
+        "--requeue",
+        "-o",
+        "sp-%j.out",
+        "--wrap",
+        f"exec python3 {TRAIN} --steps 40 --step-time 0.2",
+    ).stdout.strip()
+    job = cmd.wait_state(job_id, "RUNNING")
+    assert job["nodelist"] == "node[01-03]"
+    other = cmd("sbatch", "--parsable", "--exclusive", "--wrap", "sleep 60").stdout.strip()
+    sinfo = cmd("sinfo", "-h", "-N", "-o", "%N %t").stdout.split("\n")
+    assert "node04 spare" in sinfo, sinfo
+    wait_for(lambda: cmd.job(other).get("reason") == "Resources", 20, "the other job waits")
+    ckpt = cluster.state_dir / "checkpoints" / job_id
+    wait_for(lambda: len(steps_log(ckpt)) >= 3, 60, "three steps")
+    cluster.kill_node(1, with_jobs=True)  # node02
+    wait_for(
+        lambda: (
+            cluster.client().call("GetNodes", {"names": ["node02"]})["nodes"][0].get("state")
+            == "NODE_STATE_DOWN"
+        ),
+        TIMEOUT_S + 10,
+        "node02 DOWN",
+    )
+    down = time.monotonic()
+    # requeued at the verdict and started in the pass it wakes, on the spare
+    wait_for(lambda: cmd.job(job_id).get("restartCount") == 1, 5, "requeued")
+    wait_for(lambda: cmd.job(job_id).get("state") == "JOB_STATE_RUNNING", 5, "running again")
+    assert time.monotonic() - down < 3  # no queue wait: within a pass (sched_interval 2 s)
+    assert cmd.job(job_id)["nodelist"] == "node[01,03-04]"
+    assert cmd.job(other)["state"] == "JOB_STATE_PENDING"
+    cmd.wait_state(job_id, "COMPLETED", timeout=60)
+
+
 TORCH_PY = os.environ.get("CORRAL_TORCH_PYTHON", "")
 TORCH_JOB = pathlib.Path(__file__).resolve().parents[2] / "examples" / "torch-elastic.sh"
 
