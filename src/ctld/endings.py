@@ -361,6 +361,8 @@ class Endings:
         run_state = pb.JOB_STATE_REQUEUED if asked else js.NODE_FAIL
         if asked:  # it was being stopped for this (scontrol requeue, a drain)
             why_kind = ettr.cause_of(why, disruption=job.disruption) if job.disruption else ""
+        elif cause.startswith("rpc:UpdateNode"):  # an operator's State=DOWN
+            why_kind = "operator"
         else:
             why_kind = ettr.cause_of(why)
         # another node srun lost and not judged yet may still run the old ranks, until

@@ -10,6 +10,7 @@ from google.protobuf.json_format import MessageToDict
 
 from client.ettr_fields import ettr_values
 from corral.ettr import Interrupted, cause_of, ettr, lost_work
+from corral.identity import Identity
 from corral.testing.inprocess import RecordingDispatcher, make_cluster
 from corral.whytext import explain_text
 from corral.wire import corral_pb2 as pb
@@ -88,3 +89,12 @@ async def test_a_node_failure_is_recorded_with_its_lost_work_and_restart(
     )
     assert list(again.state.jobs[job.job_id].interruptions) == list(job.interruptions)
     again.store.close()
+
+
+async def test_an_operators_down_is_an_operator_interruption(tmp_path: pathlib.Path) -> None:
+    cluster, _, _ = await make(tmp_path)
+    job = await cluster.submit(ALICE, elastic())
+    await settle(cluster)
+    admin = Identity("root", 0, 0)
+    await cluster.update_node(admin, pb.UpdateNodeRequest(names=["n2"], state="DOWN", reason="fan"))
+    assert job.state == js.PENDING and job.interruptions[-1].cause == "operator"
