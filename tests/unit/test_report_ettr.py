@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pathlib
+
+import pytest
+
 from client.report_ettr import format_table, sums
 
 
@@ -52,3 +56,12 @@ def test_groups_add_wall_lost_and_overhead_and_skip_jobs_that_never_ran() -> Non
         "97.5%",
     ]
     assert table[-1].split()[0] == "total"
+
+
+def test_the_plot_is_drawn(tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("matplotlib")
+    from client.report_ettr import plot
+
+    path = tmp_path / "ettr.png"
+    plot(sums([job("ann", 1, 1001)], now=2000), str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
