@@ -3,7 +3,8 @@
 When an operator (or a GPU health fault) drains a node, or a maintenance reservation
 (``Flags=MAINT``) is about to start on it, the checkpointing jobs there (``--elastic``,
 or ``--signal`` with a requeue allowed) get their ``--signal`` (an elastic job without
-one: SIGUSR1 to every process) and are marked to be requeued when they exit
+one: SIGUSR1; to its srun steps while any run, else to the batch script's processes)
+and are marked to be requeued when they exit
 (``requeue_on_exit``, durable, with the disruption as its detail). One that has not
 exited by the deadline (``controller.disruption_lead_s`` after the drain, or the
 reservation's start) is stopped as ``scontrol requeue`` stops it, and requeued all the
@@ -82,11 +83,15 @@ class Disruptions:
             disruption_deadline=max(deadline, st.clock()),
             **requeue_when_gone(),
         )
+        # its steps only while srun runs some (as Slurm's --signal without B:, so the
+        # batch shell waiting on srun is not killed by it), else the batch shell's
+        # processes (a script that runs its training itself)
+        steps = any(step.state == js.RUNNING for step in job.steps)
         req = pb.SignalJobRequest(
             job_id=job.job_id,
             signal=sig,
             batch_only=batch_only,
-            full=not batch_only,
+            full=not batch_only and not steps,
             run=job.restart_count,
         )
         for alloc in job.allocations:

@@ -200,3 +200,15 @@ async def test_a_shrunk_elastic_job_grows_back_when_its_node_returns(
     await drain_tasks(cluster)
     assert job.state == js.RUNNING and len(job.allocations) == 3
     assert job.allocations[0].node == "n1" and job.previous_num_nodes == 2
+
+
+async def test_a_job_running_srun_steps_is_warned_in_its_steps_only(
+    tmp_path: pathlib.Path,
+) -> None:
+    cluster, _, disp = await make(tmp_path)
+    job = await started(cluster, nodes_min=2, nodes_max=3, elastic=True, requeue=True)
+    await cluster.create_step(ALICE, pb.StepSpec(job_id=job.job_id))
+    await drain(cluster, "n3")
+    warned = sent(disp, job)
+    # as Slurm's --signal without B:: the batch shell waiting on srun is left alone
+    assert warned and all(not r.full and not r.batch_only for _, r in warned)
