@@ -341,3 +341,30 @@ def test_torch_ddp_resumes_at_world_size_two_after_a_node_dies(make_cluster: Any
     assert second[-1] == 40
     out = (cmd.cwd / f"torch-elastic-{job_id}.out").read_text()
     assert "run 1: world size 2 (was 3)" in out and "done: 40 steps" in out
+
+
+@pytest.mark.skipif(not TORCH_PY, reason="set CORRAL_TORCH_PYTHON to a python with torch")
+def test_torch_ddp_saves_on_a_drain_and_resumes_at_world_size_two(make_cluster: Any) -> None:
+    cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false")
+    env = {
+        "TORCH_PYTHON": TORCH_PY,
+        "TORCH_SCRIPT": str(TORCH_JOB.parent / "torch-elastic.py"),
+        "STEPS": "40",
+    }
+    job_id = cmd("sbatch", "--parsable", str(TORCH_JOB), env=env).stdout.strip()
+    job = cmd.wait_state(job_id, "RUNNING")
+    ckpt = cluster.state_dir / "checkpoints" / job_id
+    wait_for(lambda: len(steps_log(ckpt)) >= 3, 120, "three steps at world size 3")
+    drained = next(n for n in cluster.node_names if n != job["batchHost"])
+    cmd("scontrol", "update", f"NodeName={drained}", "State=DRAIN", "Reason=ecc")
+    done = cmd.wait_state(job_id, "COMPLETED", timeout=180)
+    assert done["restartCount"] == 1 and done["numNodes"] == 2
+    log = steps_log(ckpt)
+    first = [int(e["step"]) for e in log if e["run"] == "0"]
+    second = [int(e["step"]) for e in log if e["run"] == "1"]
+    # the ranks agreed on the warning, rank 0 saved that very step: none lost or redone
+    assert second[0] == first[-1] + 1 and second[-1] == 40
+    out = (cmd.cwd / f"torch-elastic-{job_id}.out").read_text()
+    assert "warned: saved at step" in out and "run 1: world size 2 (was 3)" in out
+    line = cmd("sacct", "-X", "-n", "-P", "-j", job_id, "-o", "InterruptCauses").stdout
+    assert line.strip() == "drain:1"
