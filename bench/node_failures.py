@@ -139,6 +139,7 @@ def main() -> int:
             heartbeat_interval_s=args.interval,
             heartbeat_timeout_s=args.timeout,
             noded_config=f'checkpoint_dir = "{state / "checkpoints"}"',
+            controller_config="checkpoint_cleanup = false",  # the rounds read them after
             isolation="netns" if netns else "loopback",
         )
         b = Bench(cluster, work)

@@ -55,6 +55,11 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20, help="train this many steps in all")
     parser.add_argument("--step-time", type=float, default=0.5, help="seconds per step")
     parser.add_argument("--save-every", type=int, default=1, help="checkpoint every N steps")
+    parser.add_argument(
+        "--stop-on-signal",
+        action="store_true",
+        help="exit after the checkpoint the signal asks for (a drain: requeued, resumed)",
+    )
     args = parser.parse_args()
 
     ckpt_dir = os.environ.get("CORRAL_CHECKPOINT_DIR") or os.path.abspath("checkpoints")
@@ -74,6 +79,8 @@ def main() -> int:
         if rank == 0:
             save(ckpt_dir, step, loss)
         print(f"signal {signal.Signals(signum).name}: checkpoint at step {step}", flush=True)
+        if args.stop_on_signal:  # saved: the rest of the run is the requeued one's
+            sys.exit(0)
 
     signal.signal(signal.SIGUSR1, save_now)
 

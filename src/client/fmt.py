@@ -399,8 +399,16 @@ SLURM_ACCT_FIELDS: tuple[tuple[str, int, str], ...] = tuple(
     )
 )
 # corral's own, after Slurm's so a prefix still means what it means to Slurm; -e lists
-# Slurm's only
-ACCT_FIELDS = (*SLURM_ACCT_FIELDS, ("Restarts", 8, "n"))
+# Slurm's only. The ETTR ones (client/ettr_fields.py): how many interruptions, each
+# cause with its count, restart overhead and lost work (their sums), useful / wall
+ETTR_FIELDS: tuple[tuple[str, int, str], ...] = (
+    ("Interruptions", 13, "n"),
+    ("InterruptCauses", 20, "s"),
+    ("RestartOverhead", 15, "t"),
+    ("LostTime", 10, "t"),
+    ("ETTR", 7, "s"),
+)
+ACCT_FIELDS = (*SLURM_ACCT_FIELDS, ("Restarts", 8, "n"), *ETTR_FIELDS)
 
 
 class AcctField:

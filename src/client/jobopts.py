@@ -118,7 +118,8 @@ JOB_OPTIONS = (
               fields=("stdinPath",), doc="stdin file. Default `/dev/null`"),
     JobOption("N", "nodes", "nodes", help="number of nodes, N or MIN-MAX", metavar="N[-M]",
               fields=("nodesMin", "nodesMax"), put=parse_nodes,
-              doc="node count. With a range, the minimum is used"),
+              doc="node count. With a range, the minimum is used (with `--elastic`: up to "
+              "the maximum, as many as are free)"),
     JobOption("n", "ntasks", "ntasks", convert=_count, help="number of tasks", metavar="N",
               fields=("ntasks",), doc="tasks"),
     JobOption("", "ntasks-per-node", "ntasks_per_node", convert=_count, help="tasks per node",
@@ -224,6 +225,12 @@ JOB_OPTIONS = (
               env="SBATCH_REQUEUE", fields=("requeue", "requeueExpedite"),
               put=lambda v: (True, True if v == "expedite" else None),
               doc="requeued when its node fails (below)"),
+    JobOption("", "elastic", "elastic", FLAG,
+              help="with -N MIN-MAX: a requeue runs at once at any size MIN..MAX",
+              fields=("elastic",),
+              doc="corral's own: after a node failure (or a drain) requeued at once onto "
+              "its healthy nodes plus free ones, at any size from MIN to MAX "
+              "([reliability.md](reliability.md))"),
     JobOption("", "no-requeue", "no_requeue", FLAG, help="never requeue",
               env="SBATCH_NO_REQUEUE", fields=("noRequeue",),
               doc="ends `NODE_FAIL` when its node fails (below)"),

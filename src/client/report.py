@@ -117,6 +117,9 @@ def main_args(argv: Sequence[str]) -> int:
     p.add_argument("--tres", "-T", default="gres/gpu", help=f"one of {', '.join(TRES_NAMES)}")
     p.add_argument("--account", "-A", action="append", default=[], help="only these accounts")
     p.add_argument("--plot", metavar="OUT.png", help="draw a chart into this file")
+    p.add_argument(
+        "--ettr", action="store_true", help="effective training time per user/account/partition"
+    )
     args = p.parse_args(list(argv))
     tres = tres_list(args.tres)
     if len(tres) != 1:
@@ -126,6 +129,10 @@ def main_args(argv: Sequence[str]) -> int:
     start = parse_when(args.start, now) if args.start else now - 6 * 86400
     if start >= end:
         raise InvalidOption("--start must be before --end")
+    if args.ettr:
+        from client.report_ettr import report
+
+        return report(start, end, args.plot)
     bounds = day_bounds(start, end)
     request: t.ReportUsageRequest = {"bounds": bounds}
     accounts = [a for item in args.account for a in item.split(",") if a]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from client.ettr_fields import ettr_values
 from client.fmt import convert_mb, group_name, limit_minutes
 from client.views.job import Job
 from client.views.step import Step
@@ -122,6 +123,7 @@ def job_values(job: Job, now: float) -> dict[str, str]:
         "WCKey": spec.wckey,
         "WorkDir": spec.work_dir,
         **{k: v for k, v in usage_values(job).items() if k.endswith("CPU")},
+        **ettr_values(job, now),
     }
 
 

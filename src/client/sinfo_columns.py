@@ -76,10 +76,11 @@ def sct(node: Node) -> str:
 
 
 def _reserved(node: Node) -> tuple[str, str] | None:
-    """An idle node in an active reservation: Slurm's maint / resv."""
-    if node.state_name != "IDLE" or not node.reservation:
+    """An idle node in an active reservation: Slurm's maint / resv; a hot spare: spare."""
+    if node.state_name != "IDLE" or not (node.reservation or node.spare):
         return None
-    return ("maint", "maint") if node.maint else ("resv", "reserved")
+    kind = "maint" if node.maint else "resv" if node.reservation else "spare"
+    return kind, {"resv": "reserved"}.get(kind, kind)
 
 
 def _late(node: Node, name: str) -> str:

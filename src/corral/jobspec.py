@@ -123,3 +123,13 @@ def fill(spec: pb.JobSpec) -> None:
     if spec.dependency and not spec.HasField("dependencies"):
         with contextlib.suppress(CorralError):
             spec.dependencies.CopyFrom(typed_dependencies(*syn.parse_dependency(spec.dependency)))
+
+
+def tasks_per_node(job: pb.Job) -> list[int]:
+    """Each allocated node's task count (SLURM_TASKS_PER_NODE), Slurm's block layout."""
+    nodes = max(len(job.allocations), 1)
+    if job.spec.ntasks_per_node:
+        return [job.spec.ntasks_per_node] * nodes
+    ntasks = max(job.num_tasks, job.spec.ntasks, nodes)
+    base, extra = divmod(ntasks, nodes)
+    return [base + (1 if i < extra else 0) for i in range(nodes)]

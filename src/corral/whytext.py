@@ -6,8 +6,9 @@ ctld's web page shows the same words on a job's page, so the two never disagree.
 
 from __future__ import annotations
 
+from corral import ettr
 from corral.reasons import EXPLAINED, Reason
-from corral.slurmfmt import format_timestamp
+from corral.slurmfmt import format_elapsed, format_timestamp
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def explain_text(reply: Json) -> str:
     now = real(reply, "now")
     job_id = num(job, "jobId")
     state = job_state(job)
-    requeued = _requeued(job)
+    requeued = _requeued(job) + _interrupted(job, now)
     if state != "PENDING":
         where = f" on {text(job, 'nodelist')}" if text(job, "nodelist") else ""
         ended = text(job, "reason") if state not in ("RUNNING", "COMPLETED") else ""
@@ -145,6 +146,36 @@ def _requeued(job: Json) -> str:
     if not restarts or not events:
         return ""
     return f"Requeued {restarts} time(s); the last run ended: {text(events[-1], 'detail')}.\n"
+
+
+def _interrupted(job: Json, now: float) -> str:
+    """A warned job's coming requeue, and what its interruptions cost (corral/ettr.py)."""
+    out = ""
+    if text(job, "disruption"):
+        out += (
+            f"Warned: {text(job, 'disruption')}; it is requeued once it exits (stopped "
+            f"{_when(real(job, 'disruptionDeadline'), now)} if it has not).\n"
+        )
+    items = [i for i in job.get("interruptions") or [] if isinstance(i, dict)]
+    if not items:
+        return out
+    figures = ettr.ettr(
+        real(job, "firstStartTime"),
+        real(job, "endTime"),
+        [ettr.Interrupted(real(i, "time"), real(i, "lostS"), real(i, "nextStart")) for i in items],
+        now,
+    )
+    causes: dict[str, int] = {}
+    for i in items:
+        causes[text(i, "cause")] = causes.get(text(i, "cause"), 0) + 1
+    waiting = "" if real(items[-1], "nextStart") else " (the last one's still counting)"
+    ratio = f"{figures.ratio:.1%}" if figures.ratio is not None else "-"
+    return out + (
+        f"Interruptions: {len(items)} ({', '.join(f'{c} {n}' for c, n in causes.items())}); "
+        f"work lost since checkpoints {format_elapsed(round(figures.lost_s))}, restart "
+        f"overhead {format_elapsed(round(figures.overhead_s))}{waiting}; ETTR {ratio} of "
+        f"{format_elapsed(round(figures.wall_s))} since its first start.\n"
+    )
 
 
 # what each event of ctld's node state machine (ctld/nodestate.py) means, in words

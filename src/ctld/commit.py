@@ -266,6 +266,8 @@ class Change:
             check = versions.check_release
             if self.wake and not (release and check is not None and check()):
                 versions.wake_event.set()
+        if st.config.controller.checkpoint_cleanup:
+            self._signals += _checkpoint_removals(st, told)
         signals, self._signals = self._signals, []
         if signals:
             assert self.outbox is not None, "a change that signals nodes needs the outbox"
@@ -352,6 +354,29 @@ def _save(st: State, job: pb.Job, *, new: bool = False) -> Op:
         op = update_job(job, job.events[start:], runs)
     index.saved_events[job.job_id] = len(job.events)
     return op
+
+
+def _checkpoint_removals(
+    st: State, told: list[tuple[pb.Job, list[pb.JobEvent]]]
+) -> list[tuple[NodeRecord, pb.SignalJobRequest]]:
+    """A batch job that ended for good in this change: its batch host removes its
+    checkpoint directory (a requeue is not an end: the next run resumes from it)."""
+    out = []
+    for job, events in told:
+        if (
+            job.state not in js.FINISHED
+            or job.spec.allocation_only
+            or not any(e.to_state in js.FINISHED for e in events)
+            or (node := st.nodes.get(job.batch_host or next(iter(job.previous_nodes), ""))) is None
+        ):
+            continue
+        req = pb.SignalJobRequest(
+            job_id=job.job_id, remove_checkpoint=True, array_job_id=job.array_job_id, uid=job.uid
+        )
+        if job.HasField("array_task_id"):
+            req.array_task_id = job.array_task_id
+        out.append((node, req))
+    return out
 
 
 def _count_active(st: State, job: pb.Job) -> None:

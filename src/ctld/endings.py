@@ -7,11 +7,14 @@ of a ``Change`` (the transition and the signals it needs); the caller commits it
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
 
+from corral import ettr
 from corral.errors import JobStateConflict
+from corral.jobspec import tasks_per_node
 from corral.wire import corral_pb2 as pb
 from ctld import failures
 from ctld import jobstate as js
@@ -63,7 +66,7 @@ class Endings:
         if job.spec.allocation_only:
             final = js.COMPLETED if not (upd.exit_code or upd.exit_signal) else js.FAILED
             # its step could not start (srun's CompleteJob says why): a launch failure
-            why = {"reason": f"launch failed: {upd.detail}"[:200]} if upd.detail else {}
+            refused = {"reason": f"launch failed: {upd.detail}"[:200]} if upd.detail else {}
             self.end_allocation(
                 ch,
                 job,
@@ -71,17 +74,29 @@ class Endings:
                 cause=cause,
                 exit_code=upd.exit_code,
                 exit_signal=upd.exit_signal,
-                **(why if final == js.FAILED else {}),
+                **(refused if final == js.FAILED else {}),
             )
         elif job.state == js.COMPLETING:  # cancelled meanwhile: it ends CANCELLED
             self.finish(ch, job, upd, cause, **NO_REQUEUE)
         elif self.preempted(ch, job, upd, cause):
             pass
         elif job.requeue_on_exit:
-            detail = upd.detail or "requeued on request"
+            detail = job.disruption or upd.detail or "requeued on request"
             hold = asked_hold(job)
+            why = ettr.cause_of(detail, disruption=job.disruption) if job.disruption else ""
+            # grown onto nodes that are back: the ones it failed on are no longer shunned
+            regrown: js.Fields = {"failed_nodes": []} if why == "grow" else {}
             self.requeue(
-                ch, job, cause=cause, detail=detail, hold=hold, usage=upd.usage, **NO_REQUEUE
+                ch,
+                job,
+                cause=cause,
+                detail=detail,
+                hold=hold,
+                interruption=why or "operator",
+                checkpoint_time=upd.checkpoint_time,
+                usage=upd.usage,
+                **NO_REQUEUE,
+                **regrown,
             )
         else:
             self.finish(ch, job, upd, cause)
@@ -167,7 +182,16 @@ class Endings:
         ended = {"usage": upd.usage, "exit_code": code, "exit_signal": sig, **NO_REQUEUE}
         detail = f"preempted by job {victim.preemptor}"
         if victim.mode == "requeue" and failures.may_requeue(job, st.config.controller.job_requeue):
-            self.requeue(ch, job, cause=cause, detail=detail, run_state=js.PREEMPTED, **ended)
+            self.requeue(
+                ch,
+                job,
+                cause=cause,
+                detail=detail,
+                run_state=js.PREEMPTED,
+                interruption="preemption",
+                checkpoint_time=upd.checkpoint_time,
+                **ended,
+            )
             log.info("preempted job requeued", job_id=job.job_id, by=victim.preemptor)
             return True
         ch.transition(
@@ -220,6 +244,7 @@ class Endings:
         self._ended(job)
 
     def _ended(self, job: pb.Job) -> None:
+        self.state.live.checkpoints.pop(job.job_id, None)
         self.state.release(job)
         self.state.acct.ledger.add_finished(job)
         self.state.remember_run(job)
@@ -247,6 +272,8 @@ class Endings:
         run_state: int = pb.JOB_STATE_REQUEUED,
         hold: int = pb.HOLD_NONE,
         not_before: float = 0.0,
+        interruption: str = "node_fail",
+        checkpoint_time: float = 0.0,
         **fields: Any,
     ) -> None:
         """Put a RUNNING job back in the queue (``fields`` set first: the run that ended
@@ -265,9 +292,13 @@ class Endings:
         # the run's time counts in fair-share like any finished job's (Slurm charges
         # every run); its record is what a restarted ctld reloads the ledger from
         st.acct.ledger.add_finished(ch.end_run(job, run_state, **ended))
+        mark = max(checkpoint_time, st.live.checkpoints.pop(job.job_id, 0.0))
+        record = interruption_record(job, interruption, now, mark, detail)
         st.release(job)
         again: js.Fields = {
             **fields,
+            **previous_run(job, fields.get("failed_nodes", job.failed_nodes)),
+            "interruptions": [*job.interruptions, record],
             **failures.no_suspects(),
             **request_totals(job.spec),
             "allocations": [],
@@ -336,6 +367,12 @@ class Endings:
             fields["failed_nodes"] = [*job.failed_nodes, node.name]
         log.warning("job requeued after a node failure", job_id=job.job_id, node=node.name)
         run_state = pb.JOB_STATE_REQUEUED if asked else js.NODE_FAIL
+        if asked:  # it was being stopped for this (scontrol requeue, a drain)
+            why_kind = ettr.cause_of(why, disruption=job.disruption) if job.disruption else ""
+        elif cause.startswith("rpc:UpdateNode"):  # an operator's State=DOWN
+            why_kind = "operator"
+        else:
+            why_kind = ettr.cause_of(why)
         # another node srun lost and not judged yet may still run the old ranks, until
         # its fence guard kills them (before timeout_s from the loss): not again before
         timeout = self.state.config.heartbeat.timeout_s
@@ -348,12 +385,49 @@ class Endings:
             run_state=run_state,
             hold=hold,
             not_before=max(others, default=0.0),
+            interruption=why_kind or "operator",
+            checkpoint_time=job.held_end.checkpoint_time if job.HasField("held_end") else 0.0,
             **fields,
         )
 
 
+def interruption_record(
+    job: pb.Job, cause: str, now: float, checkpoint_time: float, detail: str
+) -> pb.Interruption:
+    """The run of ``job`` ending now in a requeue, as ETTR counts it (corral/ettr.py)."""
+    ended = max(now, job.start_time)
+    return pb.Interruption(
+        cause=cause,
+        time=ended,
+        run_start=job.start_time,
+        checkpoint_time=checkpoint_time,
+        lost_s=ettr.lost_work(job.start_time, checkpoint_time, ended) if job.start_time else 0.0,
+        detail=detail[:200],
+    )
+
+
+def previous_run(job: pb.Job, failed: Iterable[str]) -> js.Fields:
+    """What the next run of a requeued ``job`` is told of this one (its size), and the
+    nodes an elastic requeue prefers: this run's healthy ones, its batch host first."""
+    lost = set(failed)
+    names = [a.node for a in job.allocations]
+    if job.batch_host in names:
+        names.remove(job.batch_host)
+        names.insert(0, job.batch_host)
+    return {
+        "previous_nodes": [n for n in names if n not in lost],
+        "previous_num_nodes": len(job.allocations),
+        "previous_num_tasks": sum(tasks_per_node(job)) if job.allocations else 0,
+    }
+
+
 # a requeue asked for (``requeue_when_gone``) forgotten: set with the change that ends it
-NO_REQUEUE: js.Fields = {"requeue_on_exit": False, "requeue_hold": pb.HOLD_NONE}
+NO_REQUEUE: js.Fields = {
+    "requeue_on_exit": False,
+    "requeue_hold": pb.HOLD_NONE,
+    "disruption": "",
+    "disruption_deadline": 0.0,
+}
 
 
 def requeue_when_gone(hold: int = pb.HOLD_NONE) -> js.Fields:

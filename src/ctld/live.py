@@ -31,11 +31,16 @@ def step_key(live: pb.LiveUsage) -> str:
 class LiveFigures:
     def __init__(self) -> None:
         self.nodes: dict[str, NodeFigures] = {}
+        # each running batch job's last checkpoint mark (its checkpoint dir's last change),
+        # kept past its node's loss: what a requeue counts as the work lost
+        self.checkpoints: dict[int, float] = {}
 
     def record(self, beat: pb.HeartbeatRequest) -> None:
         figures: NodeFigures = NodeFigures()  # ctld's own record, not a job's
         for live in beat.usage:
             figures.usage[(live.job_id, step_key(live))] = live
+            if live.checkpoint_time > self.checkpoints.get(live.job_id, 0.0):
+                self.checkpoints[live.job_id] = live.checkpoint_time
         for gpu in beat.gpus:
             figures.gpus[gpu.index] = gpu
         self.nodes[beat.name] = figures

@@ -19,6 +19,7 @@ from ctld import failures
 from ctld import jobstate as js
 from ctld.authz import Policy
 from ctld.commit import Change, liveness
+from ctld.disruptions import Disruptions
 from ctld.endings import NO_REQUEUE, Endings, requeue_when_gone
 from ctld.gpu_samples import holders
 from ctld.loopwatch import LoopWatch
@@ -50,6 +51,7 @@ class NodeReports:
         self.steps = steps
         self.suspects = suspects
         self._maint_warned: set[tuple[int, int, str]] = set()  # (job, run, reservation)
+        self.disruptions = Disruptions(state, outbox)  # drains and maintenance warn first
         self.watch = LoopWatch()  # ctld's own stalls are not the nodes' silence
 
     async def register_node(self, req: pb.RegisterNodeRequest) -> NodeRecord:
@@ -151,7 +153,8 @@ class NodeReports:
         for job_id in sorted(node.job_ids & running):
             job = st.jobs.get(job_id)
             if job is not None and (
-                job.state == js.COMPLETING or (job.state == js.RUNNING and job.requeue_on_exit)
+                job.state == js.COMPLETING
+                or (job.state == js.RUNNING and job.requeue_on_exit and not job.disruption_deadline)
             ):
                 again.append((node, self.outbox.terminate_request(job)))
         if again:
@@ -188,6 +191,7 @@ class NodeReports:
                 await self.steps.enforce_allocation_limits()
                 await self.check_heartbeats()
                 await self.warn_maintenance()
+                await self.disruptions.check()
                 await self.state.clock.sleep(min(hb.interval_s / 2, hb.timeout_s / 4))
         finally:
             if watching is not None:
@@ -259,6 +263,8 @@ class NodeReports:
             (job, warn, resv)
             for job, warn, resv in warnings
             if (job.job_id, job.restart_count, resv) not in self._maint_warned
+            # a checkpointing job is warned (and requeued) by the disruptions instead
+            and self.disruptions.notice(job) is None
         ]
         if not fresh:
             return
@@ -391,11 +397,13 @@ class NodeReports:
         uid = who.uid if who is not None else 0
         ch.node(node, "drained", cause=cause, now=when, reason=reason, user=user_name(uid), uid=uid)
         log.warning("node drained", node=node.name, reason=reason, by=node.reason_user)
+        self.disruptions.drained(ch, node, reason, cause)
         self.state.wake()
 
     async def node_faults(self, node: NodeRecord, events: Iterable[pb.NodeHealthEvent]) -> None:
         """A node reports faults (GPU XID, ECC, lost GPU, epilog): drain it."""
-        async with Change(self.state, wake=False) as ch:  # drain() wakes the scheduler
+        # drain() wakes the scheduler
+        async with Change(self.state, self.outbox, wake=False) as ch:
             for ev in events:
                 log.error("node fault", node=node.name, reason=ev.reason, detail=ev.detail[:512])
                 self.drain(
@@ -427,7 +435,7 @@ class NodeReports:
         nodes = [st.node(name) for name in req.names]
         now = st.clock()
         cause = f"rpc:UpdateNode {who.user}"
-        ch = Change(st)
+        ch = Change(st, self.outbox)
         for node in nodes:
             if state == "DOWN":
                 await self.node_down(

@@ -19,6 +19,7 @@ from ctld.explain import explain as explain_job
 from ctld.explain import history_ratios
 from ctld.sched import INFINITY, Snapshot, schedule
 from ctld.snapshot import SnapshotBuilder
+from ctld.spares import spare_nodes
 from ctld.state import State
 
 
@@ -188,10 +189,12 @@ class Queries:
             if resv.start_time <= now < resv.end_time:
                 for name in hostlist.expand(resv.nodes):
                     active.setdefault(name, resv)
+        spares = spare_nodes(st)
         for node in out:
             holder = active.get(node.name)
             if holder is not None:
                 node.reservation, node.maint = holder.name, "MAINT" in holder.flags
+            node.spare = node.name in spares
         return out
 
     def partition_list(self, names: Iterable[str]) -> list[pb.Partition]:

@@ -19,7 +19,6 @@ import structlog
 
 from corral import hostlist
 from corral.errors import CorralError, StoreUnavailable
-from corral.patterns import batch_output_paths
 from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
@@ -32,6 +31,7 @@ from ctld.priorities import apply_factors
 from ctld.sched import JobRequest, Placement, Plan, Snapshot, Start, schedule
 from ctld.sched.quick import MAX_CLASSES, quick_starts, reserved_jobs, waiting_firsts
 from ctld.snapshot import SnapshotBuilder
+from ctld.starts import started_fields
 from ctld.state import State
 
 log = structlog.get_logger("ctld")
@@ -266,7 +266,7 @@ class Scheduler:
                 cause=cause,
                 now=now,
                 detail=f"nodes={hostlist.compress([p.node for p in start.placements])}",
-                **_started(job, start, now),
+                **started_fields(job, start, now),
             )
             launches.append(job)
         if launches:
@@ -440,48 +440,3 @@ class Scheduler:
                 )
         finally:
             st.index.launching.discard(job.job_id)
-
-
-def _started(job: pb.Job, start: Start, now: float) -> js.Fields:
-    """The fields a start sets: where the job runs, what it holds there, its output."""
-    places = start.placements
-    batch_host = places[0].node
-    stdout, stderr = batch_output_paths(
-        job_id=job.job_id,
-        job_name=job.spec.name,
-        user=job.user,
-        node=batch_host,
-        work_dir=job.spec.work_dir,
-        stdout_pattern=job.spec.stdout_pattern,
-        stderr_pattern=job.spec.stderr_pattern,
-        array_job_id=job.array_job_id,
-        array_task_id=job.array_task_id if job.HasField("array_task_id") else None,
-    )
-    return {
-        "allocations": [
-            pb.NodeAllocation(
-                node=p.node,
-                cpus=p.cpus,
-                mem_mb=p.mem_mb,
-                gpu_indices=list(p.gpu_indices),
-                shards=p.shards,
-            )
-            for p in places
-        ],
-        "partition": start.partition,
-        "nodelist": hostlist.compress([p.node for p in places]),
-        "batch_host": batch_host,
-        "stdout_path": stdout,
-        "stderr_path": stderr,
-        "num_nodes": len(places),
-        "num_cpus": sum(p.cpus for p in places),
-        "mem_mb": sum(p.mem_mb for p in places),
-        # whole GPUs (a shared GPU's shards are not a GPU of the job's own)
-        "num_gpus": sum(len(p.gpu_indices) - bool(p.shards) for p in places),
-        "start_time": now,
-        "reason": "None",  # Slurm's reason for a job that runs
-        "expected_start": 0,
-        "forecast_nodes": "",
-        "forecast_reserved": False,
-        "waits_for": [],
-    }

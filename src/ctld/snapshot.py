@@ -36,6 +36,7 @@ from ctld.sched import (
 from ctld.sched.frag import pending_demands
 from ctld.sched.model import Demand
 from ctld.sched.quick import priority_order, quick_queue
+from ctld.spares import spares_ok
 from ctld.state import State
 from ctld.validate import node_lists, request_from_spec
 from ctld.victims import Preemptions
@@ -222,7 +223,15 @@ class SnapshotBuilder:
             for n in st.nodes.values()
         )
         parts = tuple(
-            PartitionView(p.name, p.nodes, p.state, p.max_nodes, p.max_time_s, p.priority_tier)
+            PartitionView(
+                p.name,
+                p.nodes,
+                p.state,
+                p.max_nodes,
+                p.max_time_s,
+                p.priority_tier,
+                p.spare_nodes,
+            )
             for p in st.config.partitions
         )
         book = st.preemptions
@@ -329,6 +338,8 @@ class SnapshotBuilder:
             submit_time=job.submit_time,
             eligible_time=max(job.eligible_time, job.submit_time),
             predicted_s=self.state.runs.predictor.predict(job.user, job.time_limit_s),
+            prefer=tuple(job.previous_nodes) if spec.elastic else (),
+            spares_ok=spares_ok(job),
         )
 
     def _avoided(

@@ -266,6 +266,8 @@ def validate_spec(
     limit = spec.time_limit_s
     if limit == 0:
         limit = first.default_time_s if first.default_time_s != UNLIMITED else first.max_time_s
+    if first.elastic and spec.nodes_max > max(spec.nodes_min, 1):
+        spec.elastic = True  # the partition's default (docs/reliability.md)
     type_spec(spec, warn, array, deps)
     return Accepted(
         partitions=tuple(p.name for p in parts),

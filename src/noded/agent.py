@@ -68,6 +68,8 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
         self, request: pb.SignalJobRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.SignalJobResponse:
         await self._from_controller(context, "SignalJob")
+        if request.remove_checkpoint:  # the job ended for good: nothing to signal
+            return pb.SignalJobResponse(found=await self.launcher.remove_checkpoint(request))
         run = request.run if request.HasField("run") else None
         batch = self.launcher.jobs.get(request.job_id)
         if run is not None and batch is not None and batch.job.restart_count != run:

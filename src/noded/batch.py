@@ -82,6 +82,7 @@ class BatchStarter:
                 jobdir.make_user_dir(env["CORRAL_CHECKPOINT_DIR"], who.uid, who.gid)
             except OSError as exc:  # the job sees it missing: its own to report
                 log.warning("checkpoint directory not made", job_id=job.job_id, error=str(exc))
+        running.checkpoint_dir = env["CORRAL_CHECKPOINT_DIR"]
         path = os.path.join(job_dir, "progress")
         running.progress_file = path if progress.make_file(path, who.uid, who.gid) else ""
         env[PROGRESS_VAR] = running.progress_file

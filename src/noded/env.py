@@ -10,7 +10,7 @@ import os
 import pwd
 from collections.abc import Mapping
 
-from corral.jobspec import array_tasks
+from corral.jobspec import array_tasks, tasks_per_node
 from corral.jobsyntax import array_environment
 from corral.slurmfmt import compress_counts
 from corral.wire import corral_pb2 as pb
@@ -26,15 +26,6 @@ def job_umask(env: Mapping[str, str]) -> str:
     if not value or len(value) > 4 or any(c not in "01234567" for c in value):
         return ""
     return f"{int(value, 8):04o}"
-
-
-def tasks_per_node(job: pb.Job) -> list[int]:
-    nodes = max(len(job.allocations), 1)
-    if job.spec.ntasks_per_node:
-        return [job.spec.ntasks_per_node] * nodes
-    ntasks = max(job.num_tasks, job.spec.ntasks, nodes)
-    base, extra = divmod(ntasks, nodes)
-    return [base + (1 if i < extra else 0) for i in range(nodes)]
 
 
 def exports_all(export: str) -> bool:
@@ -63,9 +54,13 @@ def login_basics(pw: pwd.struct_passwd | None, default_path: str) -> dict[str, s
 def checkpoint_dir(job: pb.Job, root: str) -> str:
     """The job's checkpoint directory: the same for every run of the job, on any node."""
     base = root or os.path.join(job.spec.work_dir or "/tmp", ".checkpoints")
-    return os.path.join(base, str(job.array_job_id or job.job_id)) + (
-        f"_{job.array_task_id}" if job.HasField("array_task_id") else ""
-    )
+    task = job.array_task_id if job.HasField("array_task_id") else None
+    return os.path.join(base, checkpoint_name(job.job_id, job.array_job_id, task))
+
+
+def checkpoint_name(job_id: int, array_job_id: int, array_task_id: int | None) -> str:
+    """Its name under the root: the job's id (an array task's: ARRAYID_TASK)."""
+    return str(array_job_id or job_id) + (f"_{array_task_id}" if array_task_id is not None else "")
 
 
 def batch_environment(
@@ -143,6 +138,9 @@ def batch_environment(
     if alloc is not None and alloc.shards:
         # gres/shard: the shared GPU (CUDA_VISIBLE_DEVICES above) and the job's shards of it
         slurm["SLURM_SHARDS_ON_NODE"] = str(alloc.shards)
+    if job.previous_num_nodes:  # a requeued job's earlier run (an elastic one rescales)
+        slurm["SLURM_JOB_PREVIOUS_NUM_NODES"] = str(job.previous_num_nodes)
+        slurm["SLURM_JOB_PREVIOUS_NTASKS"] = str(job.previous_num_tasks)
     env.update(slurm)
     env["CORRAL_CHECKPOINT_DIR"] = checkpoint_dir(job, checkpoint_root)
     return env

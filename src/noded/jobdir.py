@@ -99,6 +99,23 @@ def make_user_dir(path: str, uid: int, gid: int) -> None:
         os.close(pfd)
 
 
+def discard_users_dir(root: str, name: str, uid: int) -> bool:
+    """Remove ``root/name`` (a job's checkpoint directory) if it is a directory of
+    ``uid``'s, reached without a link: renamed aside inside ``root`` (the operator's,
+    not the user's) and removed without following anything in it."""
+    if not name or "/" in name or name in (".", ".."):
+        return False
+    path = os.path.join(root, name)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+        return False
+    discard(path)
+    return True
+
+
 def append_to_users_file(path: str, uid: int, text: str) -> bool:
     """Append ``text`` to ``path`` only if it is a regular file of ``uid``'s, reached
     without a final link, and never create one. The path is resolved without opening

@@ -31,9 +31,10 @@ from corral.clock import Clock, SystemClock
 from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import LaunchError
 from corral.wire import corral_pb2 as pb
-from noded import batch, jobdir, monitor, recovery, spool
+from noded import batch, jobdir, monitor, progress, recovery, spool
 from noded.batch import REAP_TIMEOUT_S, BatchStarter, LaunchPath
 from noded.cgroups import CgroupManager
+from noded.env import checkpoint_name
 from noded.events import (
     Action,
     Broke,
@@ -160,6 +161,9 @@ class Launcher:
             case Log(level, message, fields):
                 getattr(log, level)(message, **fields)
             case Report(update):
+                running = self.jobs.get(update.job_id)
+                if update.kind == Update.KIND_EXITED and running is not None:
+                    update.checkpoint_time = progress.checkpoint_mark(running.checkpoint_dir)
                 self.report(update)
             case Drain(reason, detail):
                 self.health(reason, detail)
@@ -307,6 +311,19 @@ class Launcher:
     async def launch(self, request: pb.LaunchJobRequest) -> None:
         """Take the job on; prolog and start run in the background (LaunchJob returns)."""
         self.handle(Launch(request))
+
+    async def remove_checkpoint(self, req: pb.SignalJobRequest) -> bool:
+        """The job ended for good: its checkpoint directory under noded.checkpoint_dir
+        goes (one in a submit dir is the user's own: never touched)."""
+        root = self.noded.checkpoint_dir
+        if not root:
+            return False
+        task = req.array_task_id if req.HasField("array_task_id") else None
+        name = checkpoint_name(req.job_id, req.array_job_id, task)
+        removed = await asyncio.to_thread(jobdir.discard_users_dir, root, name, req.uid)
+        if removed:
+            log.info("checkpoint directory removed", job_id=req.job_id, name=name)
+        return removed
 
     def signal(self, req: pb.SignalJobRequest) -> bool:
         if req.job_id not in self.jobs:

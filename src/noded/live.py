@@ -20,6 +20,7 @@ import structlog
 from corral.wire import corral_pb2 as pb
 from noded.gpu import GpuBackend, HealthEvent
 from noded.launcher import Launcher
+from noded.progress import checkpoint_mark
 from noded.steps import StepRunner
 
 log = structlog.get_logger("noded")
@@ -104,6 +105,7 @@ class LiveSampler:
             live = pb.LiveUsage(job_id=job_id, ntasks=1)
             live.pids.extend(self.figures.setdefault(key, Figures()).add(pids))
             self.figures[key].to_wire(live)
+            live.checkpoint_time = checkpoint_mark(job.checkpoint_dir)
             u = live.usage
             u.gpu_util_max, u.gpu_util_mean = job.gpu.util_max, job.gpu.util_mean
             u.gpu_mem_max_mb, u.gpu_mem_mean_mb = job.gpu.mem_max_mb, job.gpu.mem_mean_mb

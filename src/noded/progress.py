@@ -61,3 +61,15 @@ def silent_for(path: str, now: float) -> float | None:
     if touched <= 0:
         return None  # untouched: the job did not opt in
     return max(now - touched, 0.0)
+
+
+def checkpoint_mark(path: str) -> float:
+    """When a job's checkpoint directory last changed (an atomic save's rename, a new
+    file, a touch of the directory itself): its last checkpoint as ETTR counts it; 0
+    when there is none. ``lstat``: a link in its place is no mark."""
+    if not path:
+        return 0.0
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return 0.0

@@ -29,6 +29,7 @@ class RunningJob:
     gpu: GpuStats = field(default_factory=GpuStats)
     timers: dict[str, Timer] = field(default_factory=dict)  # by the machine's names
     progress_file: str = ""  # the opt-in progress heartbeat (CORRAL_PROGRESS_FILE)
+    checkpoint_dir: str = ""  # CORRAL_CHECKPOINT_DIR: its last change is the last checkpoint
     since: float = field(default_factory=time.time)  # taken on: before any process of it
 
     @property

@@ -39,6 +39,7 @@ def make_cluster(tmp_path: pathlib.Path, cluster_factory: ClusterFactory) -> Any
         kw.setdefault("heartbeat_timeout_s", TIMEOUT_S)
         c = cluster_factory(
             noded_config=f'checkpoint_dir = "{state / "checkpoints"}"',
+            controller_config="checkpoint_cleanup = false",  # the tests read them after
             **kw,
         )
         assert c.state_dir == state

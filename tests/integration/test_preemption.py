@@ -57,6 +57,7 @@ echo "run=$SLURM_RESTART_COUNT done=$n" >> "$ck/log"
 def preempting(module_cluster_factory: Any) -> LocalCluster:
     def configure(c: LocalCluster) -> None:
         c.noded_config = f'checkpoint_dir = "{c.state_dir / "checkpoints"}"'
+        c.controller_config = "checkpoint_cleanup = false"  # the tests read them after
 
     cluster: LocalCluster = module_cluster_factory(
         configure, nodes=1, gpus_per_node=4, kill_wait_s=1.0, extra_config=QOS

@@ -42,7 +42,11 @@ def make_cluster(tmp_path: pathlib.Path, cluster_factory: ClusterFactory) -> Any
         kw.setdefault("gpus_per_node", 0)
         kw.setdefault("heartbeat_interval_s", INTERVAL_S)
         kw.setdefault("heartbeat_timeout_s", TIMEOUT_S)
-        c = cluster_factory(noded_config=f'checkpoint_dir = "{state / "checkpoints"}"', **kw)
+        c = cluster_factory(
+            noded_config=f'checkpoint_dir = "{state / "checkpoints"}"',
+            controller_config="checkpoint_cleanup = false",  # the tests read them after
+            **kw,
+        )
         work = tmp_path / f"work{len(cluster_factory.started)}"
         work.mkdir()
         return c, Commands(c, work)

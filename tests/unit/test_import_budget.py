@@ -43,7 +43,7 @@ BUDGET: dict[str, set[str]] = {
     # table's --container-* entries (corral.containerspec only when one is given)
     "sbatch": {"client.containeropts", "client.jobopts", "client.options", "corral.slurmfmt"},
     "squeue": QUERY | {"client.squeue_columns"},
-    "sacct": QUERY | {"client.sacct_values"},
+    "sacct": QUERY | {"client.ettr_fields", "client.sacct_values", "corral.ettr"},
     "sprio": QUERY,
     "sshare": QUERY,
     "sreport": QUERY | {"client.sreport_tree"},

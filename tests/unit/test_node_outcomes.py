@@ -244,7 +244,11 @@ async def test_a_batch_job_that_ends_takes_its_steps_elsewhere_along(
     await report(cluster, job, kind=Update.KIND_EXITED)
     assert job.state == js.COMPLETED and job.steps[0].state == js.CANCELLED
     other = {a.node for a in job.allocations} - {job.batch_host}
-    assert [(n, r.terminate) for n, r in disp.signalled] == [(other.pop(), True)]
+    kills = [(n, r.terminate) for n, r in disp.signalled if not r.remove_checkpoint]
+    assert kills == [(other.pop(), True)]
+    # ended for good: its batch host removes its checkpoint directory (issue 25)
+    removals = [(n, r.job_id) for n, r in disp.signalled if r.remove_checkpoint]
+    assert removals == [(job.batch_host, job.job_id)]
     cluster.store.close()
 
 

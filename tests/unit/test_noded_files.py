@@ -198,3 +198,27 @@ def test_the_fence_guard_kills_only_claimed_processes_and_says_when(
 )
 def test_slurm_umask_is_an_octal_mask_or_nothing(value: str, mask: str) -> None:
     assert job_umask({"SLURM_UMASK": value}) == mask
+
+
+def test_a_checkpoint_directory_goes_only_if_it_is_the_owners_own_and_no_link(
+    tmp_path: pathlib.Path,
+) -> None:
+    from noded.jobdir import discard_users_dir
+
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    me = os.getuid()
+    mine = root / "7"
+    mine.mkdir()
+    (mine / "model.pt").write_text("w")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("k")
+    (mine / "link").symlink_to(outside)
+    (root / "8").symlink_to(outside)  # a link in place of the directory: left alone
+    assert not discard_users_dir(str(root), "8", me)
+    assert not discard_users_dir(str(root), "7", me + 1)  # someone else's: left
+    assert not discard_users_dir(str(root), "../outside", me)
+    assert discard_users_dir(str(root), "7", me)
+    assert not mine.exists() and (outside / "keep").exists()
+    assert sorted(p.name for p in root.iterdir()) == ["8"]

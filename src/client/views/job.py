@@ -71,6 +71,31 @@ class Factors:
         return as_int(self.raw.get("nice"))
 
 
+class Interruption:
+    """An Interruption of a reply: one requeued run and what it cost."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: t.Interruption) -> None:
+        self.raw = raw
+
+    @property
+    def cause(self) -> str:
+        return as_str(self.raw.get("cause"))
+
+    @property
+    def time(self) -> float:
+        return as_float(self.raw.get("time"))
+
+    @property
+    def lost_s(self) -> float:
+        return as_float(self.raw.get("lostS"))
+
+    @property
+    def next_start(self) -> float:
+        return as_float(self.raw.get("nextStart"))
+
+
 class Job:
     """A Job of a reply, read through typed properties."""
 
@@ -252,6 +277,14 @@ class Job:
     @property
     def idle_gpus_since(self) -> float:
         return as_float(self.raw.get("idleGpusSince"))
+
+    @property
+    def interruptions(self) -> list[Interruption]:
+        return [Interruption(x) for x in self.raw.get("interruptions") or ()]
+
+    @property
+    def first_start_time(self) -> float:
+        return as_float(self.raw.get("firstStartTime"))
 
     @property
     def steps(self) -> list[Step]:

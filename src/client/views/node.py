@@ -154,6 +154,11 @@ class Node:
         return bool(self.raw.get("maint"))
 
     @property
+    def spare(self) -> bool:
+        """Held back as a hot spare of its partition (spare_nodes)."""
+        return bool(self.raw.get("spare"))
+
+    @property
     def not_responding(self) -> bool:
         return bool(self.raw.get("notResponding"))
 

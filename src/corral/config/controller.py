@@ -60,6 +60,15 @@ class ControllerConfig:
     log_json: bool = False
     job_requeue: bool = True  # Slurm's JobRequeue: a node failure requeues jobs by default
     requeue_delay_s: float = 0.0  # a requeued job waits this long (reason BeginTime)
+    # a batch job's checkpoint directory (noded.checkpoint_dir/<id>) is removed by its
+    # batch host once the job has ended for good (docs/reliability.md)
+    checkpoint_cleanup: bool = True
+    # a drain (or a maintenance reservation) warns checkpointing jobs this long before it
+    # stops them to requeue them (docs/reliability.md)
+    disruption_lead_s: float = 120.0
+    # a shrunk elastic job is offered its larger shape when nodes free up (and no job
+    # waits for them): warned as for a drain, requeued bigger once it saved
+    elastic_grow: bool = False
     # Slurm's AccountingStorageEnforce: "limits" (sacctmgr's limits hold or refuse jobs;
     # implies "associations", as in Slurm), "qos" (a job's QOS must be one its
     # association may use), "associations" (once the database has accounts or users, a
@@ -147,6 +156,9 @@ def parse_controller(sec: Section) -> ControllerConfig:
         log_json=sec.get("log_json", bool, d.log_json),
         job_requeue=sec.get("job_requeue", bool, d.job_requeue),
         requeue_delay_s=sec.positive("requeue_delay_s", d.requeue_delay_s),
+        checkpoint_cleanup=sec.get("checkpoint_cleanup", bool, d.checkpoint_cleanup),
+        disruption_lead_s=sec.positive("disruption_lead_s", d.disruption_lead_s),
+        elastic_grow=sec.get("elastic_grow", bool, d.elastic_grow),
         lease_s=sec.positive("lease_s", d.lease_s, allow_zero=False),
         accounting_enforce=tuple(
             v.lower() for v in sec.strings("accounting_enforce", d.accounting_enforce)

@@ -21,6 +21,9 @@ class PartitionConfig:
     priority_tier: int = 1
     allow_accounts: tuple[str, ...] = ()
     allow_groups: tuple[str, ...] = ()  # Unix groups whose members may use it; empty: all
+    elastic: bool = False  # its jobs with -N MIN-MAX are --elastic (docs/reliability.md)
+    # its last N idle nodes only replace the failed nodes of requeued jobs (hot spares)
+    spare_nodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,8 @@ def parse_partition(sec: Section, known_nodes: set[str]) -> PartitionConfig:
         priority_tier=sec.positive("priority_tier", 1),
         allow_accounts=sec.strings("allow_accounts", ()),
         allow_groups=sec.strings("allow_groups", ()),
+        elastic=sec.get("elastic", bool, False),
+        spare_nodes=sec.positive("spare_nodes", 0),
     )
     sec.done()
     return cfg

@@ -266,6 +266,7 @@ class JobSpec(_message.Message):
     DEPENDENCIES_FIELD_NUMBER: _builtins.int
     RLIMITS_FIELD_NUMBER: _builtins.int
     CONTAINER_FIELD_NUMBER: _builtins.int
+    ELASTIC_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     script: _builtins.str
     """full batch script text, starts with #!"""
@@ -355,6 +356,10 @@ class JobSpec(_message.Message):
     shards_per_node: _builtins.int
     """-- GPU sharing (field numbers 600+) --
     --gres=shard:K: K shards of one GPU on each node
+    """
+    elastic: _builtins.bool
+    """-- elastic jobs and checkpoints (field numbers 1000+, docs/reliability.md) --
+    --elastic: with -N MIN-MAX, a requeue runs at any size MIN..MAX
     """
     @_builtins.property
     def environment(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
@@ -455,10 +460,11 @@ class JobSpec(_message.Message):
         dependencies: Global___Dependencies | None = ...,
         rlimits: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         container: Global___ContainerSpec | None = ...,
+        elastic: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["array_tasks", b"array_tasks", "container", b"container", "dependencies", b"dependencies", "warn_signal", b"warn_signal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "array_tasks", b"array_tasks", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "container", b"container", "cpus_per_task", b"cpus_per_task", "dependencies", b"dependencies", "dependency", b"dependency", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "no_requeue", b"no_requeue", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "progress_timeout_s", b"progress_timeout_s", "qos", b"qos", "requeue", b"requeue", "requeue_expedite", b"requeue_expedite", "reservation", b"reservation", "rlimits", b"rlimits", "script", b"script", "shards_per_node", b"shards_per_node", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "warn_signal", b"warn_signal", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "allocation_only", b"allocation_only", "argv", b"argv", "array", b"array", "array_tasks", b"array_tasks", "begin_time", b"begin_time", "command", b"command", "comment", b"comment", "constraint", b"constraint", "container", b"container", "cpus_per_task", b"cpus_per_task", "dependencies", b"dependencies", "dependency", b"dependency", "elastic", b"elastic", "environment", b"environment", "exclude", b"exclude", "exclusive", b"exclusive", "export", b"export", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "gpus_per_task", b"gpus_per_task", "hold", b"hold", "mail_type", b"mail_type", "mail_user", b"mail_user", "mem_per_cpu_mb", b"mem_per_cpu_mb", "mem_per_node_mb", b"mem_per_node_mb", "name", b"name", "nice", b"nice", "no_kill", b"no_kill", "no_requeue", b"no_requeue", "nodelist", b"nodelist", "nodes_max", b"nodes_max", "nodes_min", b"nodes_min", "ntasks", b"ntasks", "ntasks_per_node", b"ntasks_per_node", "open_mode", b"open_mode", "partitions", b"partitions", "progress_timeout_s", b"progress_timeout_s", "qos", b"qos", "requeue", b"requeue", "requeue_expedite", b"requeue_expedite", "reservation", b"reservation", "rlimits", b"rlimits", "script", b"script", "shards_per_node", b"shards_per_node", "signal", b"signal", "stderr_pattern", b"stderr_pattern", "stdin_path", b"stdin_path", "stdout_pattern", b"stdout_pattern", "submit_dir", b"submit_dir", "submit_host", b"submit_host", "submit_line", b"submit_line", "time_limit_s", b"time_limit_s", "warn_signal", b"warn_signal", "wckey", b"wckey", "work_dir", b"work_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -788,6 +794,13 @@ class Job(_message.Message):
     REQUEUE_HOLD_FIELD_NUMBER: _builtins.int
     SUSPECT_NODES_FIELD_NUMBER: _builtins.int
     HELD_END_FIELD_NUMBER: _builtins.int
+    PREVIOUS_NODES_FIELD_NUMBER: _builtins.int
+    PREVIOUS_NUM_NODES_FIELD_NUMBER: _builtins.int
+    PREVIOUS_NUM_TASKS_FIELD_NUMBER: _builtins.int
+    DISRUPTION_FIELD_NUMBER: _builtins.int
+    DISRUPTION_DEADLINE_FIELD_NUMBER: _builtins.int
+    INTERRUPTIONS_FIELD_NUMBER: _builtins.int
+    FIRST_START_TIME_FIELD_NUMBER: _builtins.int
     EXPECTED_START_FIELD_NUMBER: _builtins.int
     FORECAST_NODES_FIELD_NUMBER: _builtins.int
     WAITS_FOR_FIELD_NUMBER: _builtins.int
@@ -843,6 +856,15 @@ class Job(_message.Message):
     """
     requeue_hold: Global___HoldKind.ValueType
     """scontrol requeuehold: the hold it gets then"""
+    previous_num_nodes: _builtins.int
+    previous_num_tasks: _builtins.int
+    disruption: _builtins.str
+    """a planned disruption (a drain, a maintenance reservation) under a checkpointing job:
+    what it is (the requeue's detail, the interruption's cause) and when the job is
+    stopped if it has not exited by then (0: stopped already, or none)
+    """
+    disruption_deadline: _builtins.float
+    first_start_time: _builtins.float
     expected_start: _builtins.float
     """-- the scheduler's view of a pending job (field numbers 100+) --
     forecast start (squeue --start); 0: none
@@ -885,6 +907,19 @@ class Job(_message.Message):
     @_builtins.property
     def held_end(self) -> Global___JobStatusUpdate:
         """the end reported meanwhile, applied after the verdict"""
+
+    @_builtins.property
+    def previous_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """-- elastic jobs and interruptions (field numbers 1000+, docs/reliability.md) --
+        the run before this one: its healthy nodes (its batch host first; a requeue of an
+        elastic job prefers them) and its size (SLURM_JOB_PREVIOUS_NUM_NODES, ..._NTASKS)
+        """
+
+    @_builtins.property
+    def interruptions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Interruption]:
+        """each run that ended in a requeue, and when its first run started (ETTR's wall time
+        runs from there: corral/ettr.py, docs/reliability.md)
+        """
 
     @_builtins.property
     def waits_for(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
@@ -942,6 +977,13 @@ class Job(_message.Message):
         requeue_hold: Global___HoldKind.ValueType = ...,
         suspect_nodes: _abc.Iterable[Global___SuspectNode] | None = ...,
         held_end: Global___JobStatusUpdate | None = ...,
+        previous_nodes: _abc.Iterable[_builtins.str] | None = ...,
+        previous_num_nodes: _builtins.int = ...,
+        previous_num_tasks: _builtins.int = ...,
+        disruption: _builtins.str = ...,
+        disruption_deadline: _builtins.float = ...,
+        interruptions: _abc.Iterable[Global___Interruption] | None = ...,
+        first_start_time: _builtins.float = ...,
         expected_start: _builtins.float = ...,
         forecast_nodes: _builtins.str = ...,
         waits_for: _abc.Iterable[_builtins.int] | None = ...,
@@ -958,7 +1000,7 @@ class Job(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "held_end", b"held_end", "priority_factors", b"priority_factors", "spec", b"spec", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "held_end", b"held_end", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "requeue_hold", b"requeue_hold", "requeue_on_exit", b"requeue_on_exit", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "suspect_nodes", b"suspect_nodes", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "disruption", b"disruption", "disruption_deadline", b"disruption_deadline", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "first_start_time", b"first_start_time", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "held_end", b"held_end", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "interruptions", b"interruptions", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "previous_nodes", b"previous_nodes", "previous_num_nodes", b"previous_num_nodes", "previous_num_tasks", b"previous_num_tasks", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "requeue_hold", b"requeue_hold", "requeue_on_exit", b"requeue_on_exit", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "suspect_nodes", b"suspect_nodes", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__admin_priority: _TypeAlias = _typing.Literal["admin_priority"]  # noqa: Y015
     _WhichOneofArgType__admin_priority: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority"]  # noqa: Y015
@@ -974,6 +1016,50 @@ class Job(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__cancelled_by_uid) -> _WhichOneofReturnType__cancelled_by_uid | None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class Interruption(_message.Message):
+    """A run of a job that ended in a requeue (its numbers 1000+, as the branch's range)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CAUSE_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    RUN_START_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_TIME_FIELD_NUMBER: _builtins.int
+    LOST_S_FIELD_NUMBER: _builtins.int
+    NEXT_START_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    cause: _builtins.str
+    """node_fail, hang, preemption, drain, maintenance, operator"""
+    time: _builtins.float
+    """when the run ended (ctld decided it)"""
+    run_start: _builtins.float
+    checkpoint_time: _builtins.float
+    """the run's last checkpoint mark; 0: none seen"""
+    lost_s: _builtins.float
+    """work since that mark (or the run's start)"""
+    next_start: _builtins.float
+    """when the next run started (the restart overhead's end); 0: not yet"""
+    detail: _builtins.str
+    def __init__(
+        self,
+        *,
+        cause: _builtins.str = ...,
+        time: _builtins.float = ...,
+        run_start: _builtins.float = ...,
+        checkpoint_time: _builtins.float = ...,
+        lost_s: _builtins.float = ...,
+        next_start: _builtins.float = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "checkpoint_time", b"checkpoint_time", "detail", b"detail", "lost_s", b"lost_s", "next_start", b"next_start", "run_start", b"run_start", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Interruption: _TypeAlias = Interruption  # noqa: Y015
 
 @_typing.final
 class StepSpec(_message.Message):
@@ -1798,6 +1884,7 @@ class Node(_message.Message):
     ALLOC_SHARDS_FIELD_NUMBER: _builtins.int
     LAST_CHANGE_FIELD_NUMBER: _builtins.int
     REASON_CHANGE_FIELD_NUMBER: _builtins.int
+    SPARE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port of its NodeAgent service"""
@@ -1832,6 +1919,10 @@ class Node(_message.Message):
     """
     alloc_shards: _builtins.int
     """shards allocated now, over all its GPUs"""
+    spare: _builtins.bool
+    """-- spare nodes (field numbers 1000+) --
+    one of its partition's last spare_nodes idle nodes (sinfo: spare)
+    """
     @_builtins.property
     def resources(self) -> Global___NodeResources:
         """as registered (or as configured before that)"""
@@ -1878,10 +1969,11 @@ class Node(_message.Message):
         alloc_shards: _builtins.int = ...,
         last_change: Global___NodeChange | None = ...,
         reason_change: Global___NodeChange | None = ...,
+        spare: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_change", b"last_change", "reason_change", b"reason_change", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "alloc_shards", b"alloc_shards", "boot_time", b"boot_time", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_change", b"last_change", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "not_responding", b"not_responding", "os", b"os", "partitions", b"partitions", "reason", b"reason", "reason_change", b"reason_change", "reason_time", b"reason_time", "reason_uid", b"reason_uid", "reason_user", b"reason_user", "reservation", b"reservation", "resources", b"resources", "shards_per_gpu", b"shards_per_gpu", "state", b"state", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "alloc_shards", b"alloc_shards", "boot_time", b"boot_time", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_change", b"last_change", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "not_responding", b"not_responding", "os", b"os", "partitions", b"partitions", "reason", b"reason", "reason_change", b"reason_change", "reason_time", b"reason_time", "reason_uid", b"reason_uid", "reason_user", b"reason_user", "reservation", b"reservation", "resources", b"resources", "shards_per_gpu", b"shards_per_gpu", "spare", b"spare", "state", b"state", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3580,6 +3672,7 @@ class LiveUsage(_message.Message):
     PIDS_FIELD_NUMBER: _builtins.int
     NTASKS_FIELD_NUMBER: _builtins.int
     FIRST_RANK_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_TIME_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     step_id: _builtins.int
     """unset: the batch script"""
@@ -3589,6 +3682,8 @@ class LiveUsage(_message.Message):
     """its tasks on this node"""
     first_rank: _builtins.int
     """the lowest of their ranks"""
+    checkpoint_time: _builtins.float
+    """the batch script's: its checkpoint dir's last change"""
     @_builtins.property
     def usage(self) -> Global___JobUsage: ...
     @_builtins.property
@@ -3604,10 +3699,11 @@ class LiveUsage(_message.Message):
         pids: _abc.Iterable[_builtins.int] | None = ...,
         ntasks: _builtins.int = ...,
         first_rank: _builtins.int = ...,
+        checkpoint_time: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "ave_vmem_kb", b"ave_vmem_kb", "first_rank", b"first_rank", "job_id", b"job_id", "max_vmem_kb", b"max_vmem_kb", "ntasks", b"ntasks", "pids", b"pids", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "ave_vmem_kb", b"ave_vmem_kb", "checkpoint_time", b"checkpoint_time", "first_rank", b"first_rank", "job_id", b"job_id", "max_vmem_kb", b"max_vmem_kb", "ntasks", b"ntasks", "pids", b"pids", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__step_id: _TypeAlias = _typing.Literal["step_id"]  # noqa: Y015
     _WhichOneofArgType__step_id: _TypeAlias = _typing.Literal["_step_id", b"_step_id"]  # noqa: Y015
@@ -3773,6 +3869,7 @@ class JobStatusUpdate(_message.Message):
     USAGE_FIELD_NUMBER: _builtins.int
     STEP_ID_FIELD_NUMBER: _builtins.int
     RESTART_COUNT_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_TIME_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     kind: Global___JobStatusUpdate.Kind.ValueType
     time: _builtins.float
@@ -3789,6 +3886,8 @@ class JobStatusUpdate(_message.Message):
     """-- node failure (field numbers 500+) --
     which run of the job: a stale copy's report is ignored
     """
+    checkpoint_time: _builtins.float
+    """KIND_EXITED: the checkpoint dir's last change (0: none)"""
     @_builtins.property
     def usage(self) -> Global___JobUsage: ...
     def __init__(
@@ -3805,10 +3904,11 @@ class JobStatusUpdate(_message.Message):
         usage: Global___JobUsage | None = ...,
         step_id: _builtins.int | None = ...,
         restart_count: _builtins.int = ...,
+        checkpoint_time: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "detail", b"detail", "end_reason", b"end_reason", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "kind", b"kind", "restart_count", b"restart_count", "signalled_by_request", b"signalled_by_request", "step_id", b"step_id", "time", b"time", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_step_id", b"_step_id", "checkpoint_time", b"checkpoint_time", "detail", b"detail", "end_reason", b"end_reason", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "kind", b"kind", "restart_count", b"restart_count", "signalled_by_request", b"signalled_by_request", "step_id", b"step_id", "time", b"time", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__step_id: _TypeAlias = _typing.Literal["step_id"]  # noqa: Y015
     _WhichOneofArgType__step_id: _TypeAlias = _typing.Literal["_step_id", b"_step_id"]  # noqa: Y015
@@ -4044,6 +4144,10 @@ class SignalJobRequest(_message.Message):
     STEP_ID_FIELD_NUMBER: _builtins.int
     FULL_FIELD_NUMBER: _builtins.int
     RUN_FIELD_NUMBER: _builtins.int
+    REMOVE_CHECKPOINT_FIELD_NUMBER: _builtins.int
+    ARRAY_JOB_ID_FIELD_NUMBER: _builtins.int
+    ARRAY_TASK_ID_FIELD_NUMBER: _builtins.int
+    UID_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     signal: _builtins.int
     terminate: _builtins.bool
@@ -4059,6 +4163,15 @@ class SignalJobRequest(_message.Message):
     """The run (restart_count) the signal is for: a node ignores it for another run of the
     job, so a late kill meant for a requeued job's earlier copy never hits the new one.
     """
+    remove_checkpoint: _builtins.bool
+    """-- checkpoints (field numbers 1000+): the job has ended for good (no requeue), so its
+    checkpoint directory goes (controller.checkpoint_cleanup; signal 0, nothing signalled)
+    """
+    array_job_id: _builtins.int
+    """the directory's name, as noded's env.checkpoint_dir"""
+    array_task_id: _builtins.int
+    uid: _builtins.int
+    """its owner: a directory of anyone else's is left"""
     def __init__(
         self,
         *,
@@ -4070,15 +4183,23 @@ class SignalJobRequest(_message.Message):
         step_id: _builtins.int | None = ...,
         full: _builtins.bool = ...,
         run: _builtins.int | None = ...,
+        remove_checkpoint: _builtins.bool = ...,
+        array_job_id: _builtins.int = ...,
+        array_task_id: _builtins.int | None = ...,
+        uid: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_run", b"_run", "_step_id", b"_step_id", "run", b"run", "step_id", b"step_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id", "_run", b"_run", "_step_id", b"_step_id", "array_task_id", b"array_task_id", "run", b"run", "step_id", b"step_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_run", b"_run", "_step_id", b"_step_id", "batch_only", b"batch_only", "full", b"full", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "run", b"run", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id", "_run", b"_run", "_step_id", b"_step_id", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_only", b"batch_only", "full", b"full", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "remove_checkpoint", b"remove_checkpoint", "run", b"run", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__array_task_id: _TypeAlias = _typing.Literal["array_task_id"]  # noqa: Y015
+    _WhichOneofArgType__array_task_id: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id"]  # noqa: Y015
     _WhichOneofReturnType__run: _TypeAlias = _typing.Literal["run"]  # noqa: Y015
     _WhichOneofArgType__run: _TypeAlias = _typing.Literal["_run", b"_run"]  # noqa: Y015
     _WhichOneofReturnType__step_id: _TypeAlias = _typing.Literal["step_id"]  # noqa: Y015
     _WhichOneofArgType__step_id: _TypeAlias = _typing.Literal["_step_id", b"_step_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__array_task_id) -> _WhichOneofReturnType__array_task_id | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__run) -> _WhichOneofReturnType__run | None: ...
     @_typing.overload

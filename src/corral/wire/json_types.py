@@ -80,6 +80,7 @@ class JobSpec(TypedDict, total=False):
     dependencies: Dependencies
     rlimits: dict[str, int | str]
     container: ContainerSpec
+    elastic: bool
 
 
 class ContainerSpec(TypedDict, total=False):
@@ -180,6 +181,13 @@ class Job(TypedDict, total=False):
     requeueHold: HoldKind
     suspectNodes: list[SuspectNode]
     heldEnd: JobStatusUpdate
+    previousNodes: list[str]
+    previousNumNodes: int
+    previousNumTasks: int
+    disruption: str
+    disruptionDeadline: float
+    interruptions: list[Interruption]
+    firstStartTime: float
     expectedStart: float
     forecastNodes: str
     waitsFor: list[str]
@@ -193,6 +201,16 @@ class Job(TypedDict, total=False):
     idleGpusSince: float
     steps: list[Step]
     nextStepId: int
+
+
+class Interruption(TypedDict, total=False):
+    cause: str
+    time: float
+    runStart: float
+    checkpointTime: float
+    lostS: float
+    nextStart: float
+    detail: str
 
 
 class StepSpec(TypedDict, total=False):
@@ -398,6 +416,7 @@ class Node(TypedDict, total=False):
     allocShards: int
     lastChange: NodeChange
     reasonChange: NodeChange
+    spare: bool
 
 
 class NodeChange(TypedDict, total=False):
@@ -747,6 +766,7 @@ class LiveUsage(TypedDict, total=False):
     pids: list[int]
     ntasks: int
     firstRank: int
+    checkpointTime: float
 
 
 class GpuStatus(TypedDict, total=False):
@@ -778,6 +798,7 @@ class JobStatusUpdate(TypedDict, total=False):
     usage: JobUsage
     stepId: int
     restartCount: int
+    checkpointTime: float
 
 
 class ReportJobStatusRequest(TypedDict, total=False):
@@ -831,6 +852,10 @@ class SignalJobRequest(TypedDict, total=False):
     stepId: int
     full: bool
     run: int
+    removeCheckpoint: bool
+    arrayJobId: int | str
+    arrayTaskId: int
+    uid: int
 
 
 class SignalJobResponse(TypedDict, total=False):

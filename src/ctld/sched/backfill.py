@@ -19,6 +19,8 @@ limits let it run), ``Placer`` (placing.py: where it fits now), ``Preemptor``
 
 from __future__ import annotations
 
+import dataclasses
+
 from ctld.sched.ask import (
     PARTITION_DOWN,
     PARTITION_NODE_LIMIT,
@@ -178,6 +180,8 @@ class _Pass:
         """Try ``req`` in full (``attempt`` without its class's verdict)."""
         if self.max_tests and self.tests >= self.max_tests:
             return None
+        if req.elastic and req.nodes_max > req.nodes_min and self.elastic_start(req):
+            return None
         ask = self.asks.of(req)
         if not isinstance(ask, str) and self.fcfs_blocked:
             ask = PRIORITY  # strict FCFS: nothing passes the blocked job ahead
@@ -195,6 +199,23 @@ class _Pass:
         if req.job_id not in self.claimed:  # a claim's candidates are its owner's alone
             self.dead[req.klass] = ("", ask, ask.shape)
         return ask
+
+    def elastic_start(self, req: JobRequest) -> bool:
+        """An elastic job (-N MIN-MAX --elastic) starts at the largest size above MIN
+        that fits now; at MIN it is tried (and waits) as any job."""
+        if self.fcfs_blocked:
+            return False
+        for nodes in range(req.nodes_max, req.nodes_min, -1):
+            sized = dataclasses.replace(req, nodes_min=nodes)
+            ask = self.asks.of(sized)
+            if isinstance(ask, str):
+                continue
+            start = self.placer.start_now(sized, ask)
+            if start is not None:
+                self.starts.append(start)
+                self.admission.started(sized, ask.shape)
+                return True
+        return False
 
     def class_mate(self, req: JobRequest, dead: Verdict) -> Ask | None:
         """``req``'s class found no start in this pass, so neither does ``req`` (a pass

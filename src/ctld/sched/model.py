@@ -42,6 +42,7 @@ class PartitionView:
     max_nodes: int = 0
     max_time_s: int = -1
     priority_tier: int = 1
+    spare_nodes: int = 0  # its last N idle nodes: for jobs with ``spares_ok`` only
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,11 @@ class JobRequest:
     predicted_s: int = 0  # predicted run time (predict.py), <= the limit; 0: the limit
     # node features every node of it must have (a --container-image job: "container")
     features: tuple[str, ...] = ()
+    # --elastic: placed at the largest size from nodes_max down to nodes_min that fits
+    # now; ``prefer``: nodes its previous run kept healthy, its batch host first
+    elastic: bool = False
+    prefer: tuple[str, ...] = ()
+    spares_ok: bool = False  # requeued after a node failure: may take a partition's spares
     # everything the core reads of a job but its id, priority, age and blocked reason,
     # as a small number (equal for equal classes): jobs of one class that cannot start
     # now leave their later class-mates unable too (a pass only takes resources away),

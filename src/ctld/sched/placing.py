@@ -56,7 +56,7 @@ class Placer:
         # the same shape that found no room now finds none later in this pass either:
         # a pass only ever takes resources away from "now"
         key: tuple[object, ...] = (cand.partition.name, shape, req.gpu_type, req.exclusive)
-        key += (cand.required, req.exclude, cand.ignore)
+        key += (cand.required, req.exclude, cand.ignore, req.spares_ok)
         if key in self.no_fit_now:
             return None
         end = self.now + duration
@@ -66,12 +66,22 @@ class Placer:
         # against the prediction (a wrong one can delay them, never an advance one)
         job_end = self.now + expected
         shards = shape.shards_per_node
-        if self.policy == "pack" and not req.exclusive and not cand.required and not shards:
+        spares = self.spares(cand) if not req.spares_ok else frozenset()
+        if (
+            self.policy == "pack"
+            and not req.exclusive
+            and not cand.required
+            and not shards
+            and not req.prefer
+            and not spares
+        ):
             return self._fit_now_packed(shape, cand, end, job_end, key)
         fitting = []
         free_now = 0
         required_free = 0
         for node in cand.nodes:
+            if node.name in spares:  # kept for the jobs a node failure requeued
+                continue
             # cheap refusals first: most nodes of a busy cluster are full
             if node.free_cpus < shape.cpus_per_node or len(node.free_gpus) < shape.gpus_per_node:
                 continue
@@ -100,7 +110,15 @@ class Placer:
                 fitting.append((node, avail))
         if free_now < shape.nodes or required_free < len(cand.required):
             self.no_fit_now.add(key)
-        return self.choose(fitting, shape, cand, self.now, job_end)
+        return self.choose(fitting, shape, cand, self.now, job_end, req.prefer)
+
+    def spares(self, cand: Candidate) -> frozenset[str]:
+        """The partition's hot spares now: its last ``spare_nodes`` idle nodes."""
+        count = cand.partition.spare_nodes
+        if not count:
+            return frozenset()
+        idle = [node.name for node in cand.nodes if not node.busy]
+        return frozenset(idle[-count:])
 
     def _fit_now_packed(
         self, shape: Shape, cand: Candidate, end: float, job_end: float, key: tuple[object, ...]
@@ -140,6 +158,7 @@ class Placer:
         cand: Candidate,
         at: float = 0.0,
         job_end: float = INFINITY,
+        prefer: tuple[str, ...] = (),
     ) -> list[tuple[NodeProfile, Avail]] | None:
         if len(fitting) < shape.nodes:
             return None
@@ -185,6 +204,9 @@ class Placer:
             others.sort(key=lambda f: (len(f[1].gpus), f[1].cpus, f[1].mem, f[0].index))
         else:
             others.sort(key=lambda f: f[0].index)
+        if prefer:  # an elastic job's earlier nodes first, in their order (stable)
+            rank = {name: i for i, name in enumerate(prefer)}
+            others.sort(key=lambda f: rank.get(f[0].name, len(rank)))
         return (required + others)[: max(shape.nodes, len(required))]
 
     def rng(self, salt: int = 0) -> random.Random:
