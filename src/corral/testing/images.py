@@ -12,35 +12,10 @@ from dataclasses import dataclass
 
 BUSYBOX = "/bin/busybox"
 OS_RELEASE = 'NAME="Corral Test Linux"\nID=corraltest\nVERSION_ID="1"\n'
-APPLETS = [
-    "sh",
-    "cat",
-    "id",
-    "ls",
-    "echo",
-    "sleep",
-    "env",
-    "pwd",
-    "touch",
-    "mkdir",
-    "rm",
-    "test",
-    "stat",
-    "head",
-    "tail",
-    "true",
-    "false",
-    "grep",
-    "wc",
-    "dd",
-    "kill",
-    "ps",
-    "uname",
-    "hostname",
-    "sync",
-    "mount",
-    "readlink",
-]
+APPLETS = tuple(
+    "sh cat id ls echo sleep env pwd touch mkdir rm test stat head tail true false "  # noqa: SIM905
+    "grep wc dd kill ps uname hostname sync mount readlink".split()
+)
 TOOLS = ("mksquashfs", "umoci", "skopeo", "crun", "fuse-overlayfs", "unsquashfs")
 
 
@@ -110,7 +85,6 @@ def build(base: str, *, filler_bytes: int = 0) -> TestImages:
     )
     layout = os.path.join(base, "layout")
     bundle = os.path.join(base, "umoci-bundle")
-    run = lambda *argv: subprocess.run(list(argv), check=True, capture_output=True)  # noqa: E731
     run("umoci", "init", "--layout", layout)
     run("umoci", "new", "--image", f"{layout}:test")
     run("umoci", "unpack", "--rootless", "--image", f"{layout}:test", bundle)
@@ -140,3 +114,7 @@ def build(base: str, *, filler_bytes: int = 0) -> TestImages:
             if not os.path.islink(p):
                 os.chmod(p, os.stat(p).st_mode | 0o444)
     return TestImages(rootfs, sqsh, layout, archive)
+
+
+def run(*argv: str) -> None:
+    subprocess.run(list(argv), check=True, capture_output=True)
