@@ -35,8 +35,8 @@ def make_rootfs(path: str, *, filler_bytes: int = 0) -> str:
     shutil.copy2(BUSYBOX, os.path.join(path, "bin", "busybox"))
     for applet in APPLETS:
         os.symlink("busybox", os.path.join(path, "bin", applet))
-    shutil.copy2(BUSYBOX, os.path.join(path, "bin", "suid-busybox"))
-    os.chmod(os.path.join(path, "bin", "suid-busybox"), 0o4755)
+    shutil.copy2(BUSYBOX, os.path.join(path, "bin", "busybox-suid"))
+    os.chmod(os.path.join(path, "bin", "busybox-suid"), 0o4755)
     with open(os.path.join(path, "etc", "os-release"), "w") as f:
         f.write(OS_RELEASE)
     with open(os.path.join(path, "etc", "environment"), "w") as f:
