@@ -37,6 +37,7 @@ from noded.containers.errors import ContainerError
 from noded.containers.gpu import GpuEdits, edits_for
 from noded.containers.images import Importer
 from noded.containers.settings import ContainersSettings, state_root
+from noded.gpu import GpuDevice
 from noded.spawn import Identity
 
 log = structlog.get_logger("noded")
@@ -66,8 +67,15 @@ class Container:
 class Containers:
     """Every container on this node; the launch paths ask it for a task's argv."""
 
-    def __init__(self, spool_dir: str, settings: ContainersSettings | None = None) -> None:
+    def __init__(
+        self,
+        spool_dir: str,
+        settings: ContainersSettings | None = None,
+        *,
+        gpu_devices: list[GpuDevice] | None = None,
+    ) -> None:
         self.settings = settings or ContainersSettings()
+        self.minors = {g.index: g.minor for g in gpu_devices or []}
         self.state = state_root(spool_dir)
         self.spool_dir = spool_dir
         self._cache: ImageCache | None = None
@@ -105,7 +113,7 @@ class Containers:
             raise ContainerError(
                 f"bad --container-name {spec.name!r}: letters, digits, '_', '.', '-' (64 at most)"
             )
-        name = f"n_{spec.name}" if spec.name else f"step{step_id}"
+        name = f"n_{spec.name}" if spec.name else f"step{step_id}" if step_id >= 0 else "batch"
         key = (job.job_id, name)
         async with self._locks.setdefault(key, asyncio.Lock()):
             found = self.live.get(key)
@@ -180,7 +188,6 @@ class Containers:
         argv: list[str],
         env: dict[str, str],
         cwd: str,
-        gpu_minors: list[int],
         gpu_indices: list[int],
         extra: list[mounts.Mount] | None = None,
     ) -> list[str]:
@@ -194,7 +201,8 @@ class Containers:
             if k and k not in keep:
                 merged[k] = v
         merged.setdefault("PATH", DEFAULT_PATH)
-        gpu: GpuEdits = edits_for(gpu_minors, gpu_indices)
+        minors = [self.minors.get(i, -1) for i in gpu_indices]
+        gpu: GpuEdits = edits_for([m for m in minors if m >= 0], gpu_indices)
         for k, v in gpu.env.items():
             old = merged.get(k, "")
             merged[k] = f"{v}:{old}" if k == "LD_LIBRARY_PATH" and old else v
