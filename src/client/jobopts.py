@@ -13,7 +13,14 @@ import _socket
 import os
 import time
 
-from client.options import COUNT, FLAG, OPTIONAL, VALUE, Option, OptionParser
+from client.containeropts import (
+    CONTAINER_OPTIONS,
+    container_warnings,
+    pyxis_layer,
+    resolve,
+    settle_pairs,
+)
+from client.options import COUNT, FLAG, OPTIONAL, JobOption, OptionParser
 from corral.errors import InvalidOption
 from corral.slurmfmt import (
     UNLIMITED,
@@ -27,54 +34,11 @@ from corral.slurmfmt import (
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Any
 
     from corral.wire import json_types as t
 
 __all__ = ["parse_gpus", "parse_gres", "parse_nodes"]  # sbatch's own syntax, in slurmfmt
-
-
-class JobOption(Option):
-    """One option from end to end. Beside ``Option``'s parsing and ``help``: its row in
-    docs/cli.md (``metavar``, and ``doc``, else ``help``), its SBATCH_* input variable
-    (``env``), the JobSpec fields it sets (``fields``, proto3 JSON names) and how
-    (``put``: from the parsed value, the field's value or a tuple with one per field,
-    None leaving one unset; without ``put``, the value itself). Options that set no
-    field are sbatch's own (--parsable, --wait, ...)."""
-
-    __slots__ = ("doc", "env", "fields", "metavar", "put")
-
-    def __init__(
-        self,
-        short: str,
-        long: str,
-        dest: str,
-        kind: str = VALUE,
-        *,
-        help: str,
-        metavar: str = "",
-        doc: str = "",
-        env: str = "",
-        fields: tuple[str, ...] = (),
-        put: Callable[[Any], Any] | None = None,
-        const: str = "",
-        convert: Callable[[str], Any] | None = None,
-    ) -> None:
-        # Option's fields set here, not by super().__init__: sbatch builds ~50 of these
-        # at every start, and the second call with keywords doubled the table's cost
-        self.short = short
-        self.long = long
-        self.dest = dest
-        self.kind = kind
-        self.help = help
-        self.const = const
-        self.convert = convert
-        self.metavar = metavar
-        self.doc = doc or help
-        self.env = env
-        self.fields = fields
-        self.put = put
 
 
 def _count(value: str) -> int:
@@ -296,6 +260,7 @@ JOB_OPTIONS = (
               metavar="USER", fields=("mailUser",), doc="who gets the mail. Default: you"),
     JobOption("k", "no-kill", "no_kill", FLAG, help="do not kill the job when a node fails",
               fields=("noKill",), doc="stored without effect"),
+    *CONTAINER_OPTIONS,
     JobOption("Q", "quiet", "quiet", FLAG, help="print nothing on success"),
     JobOption("v", "verbose", "verbose", COUNT, help="more messages", doc="accepted and ignored"),
     JobOption("W", "wait", "wait", FLAG, help="wait for the job to end",
@@ -315,14 +280,14 @@ SBATCH_ENV = {o.env: o.dest for o in JOB_OPTIONS if o.env}
 #: gets a warning on stderr, never silence (a job that asked for a node feature must
 #: not look as if it got one). Mail is sent, or refused by ctld where [mail] is off.
 IGNORED = {
-    "constraint": "--constraint is ignored: corral's nodes have no features, so the job "
-    "may run on any node of its partition",
+    "constraint": "--constraint is ignored: corral places jobs by no node feature but "
+    "`container` (--container-image), so the job may run on any node of its partition",
 }
 
 
 def ignored_warnings(prog: str, opts: dict[str, Any]) -> list[str]:
     """``PROG: warning: ...`` for each option given that has no effect (once each)."""
-    said = dict.fromkeys(IGNORED[k] for k in IGNORED if k in opts)
+    said = dict.fromkeys([*(IGNORED[k] for k in IGNORED if k in opts), *container_warnings(opts)])
     return [f"{prog}: warning: {text}" for text in said]
 
 
@@ -377,7 +342,9 @@ def merge(
         opts, stray = parser.parse(directives(script), stop_at_positional=True)
         if stray:
             raise InvalidOption(f"unexpected argument {stray[0]!r} in an #SBATCH line")
-    for layer in (env_options(environ), cli):
+        settle_pairs({}, opts)
+    for layer in (env_options(environ), pyxis_layer(environ), cli):
+        settle_pairs(opts, layer)  # --container-X and --no-container-X: the later word
         # --requeue and --no-requeue: the later layer's word wins
         if "requeue" in layer:
             opts.pop("no_requeue", None)
@@ -481,8 +448,16 @@ def to_spec(
         value = g[opt.dest] if opt.put is None else opt.put(g[opt.dest])
         values = value if len(opt.fields) > 1 else (value,)
         for name, item in zip(opt.fields, values, strict=True):
-            if item is not None:
+            if isinstance(item, dict):  # a message's part (--container-*): merged
+                fields[name] = {**fields.get(name, {}), **item}
+            elif item is not None:
                 fields[name] = item
+    if "container" in spec:
+        container = resolve(fields["container"], work_dir)
+        if container is None:
+            del spec["container"]  # without an image or name: ignored, as Pyxis
+        else:
+            spec["container"] = container
     spec["submitLine"] = submit_line
     spec["submitHost"] = _socket.gethostname()  # socket.gethostname, without socket
     return spec

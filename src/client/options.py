@@ -54,6 +54,48 @@ class Option:
         self.convert = convert
 
 
+class JobOption(Option):
+    """One option from end to end. Beside ``Option``'s parsing and ``help``: its row in
+    docs/cli.md (``metavar``, and ``doc``, else ``help``), its SBATCH_* input variable
+    (``env``), the JobSpec fields it sets (``fields``, proto3 JSON names) and how
+    (``put``: from the parsed value, the field's value or a tuple with one per field,
+    None leaving one unset; without ``put``, the value itself). Options that set no
+    field are sbatch's own (--parsable, --wait, ...)."""
+
+    __slots__ = ("doc", "env", "fields", "metavar", "put")
+
+    def __init__(
+        self,
+        short: str,
+        long: str,
+        dest: str,
+        kind: str = VALUE,
+        *,
+        help: str,
+        metavar: str = "",
+        doc: str = "",
+        env: str = "",
+        fields: tuple[str, ...] = (),
+        put: Callable[[Any], Any] | None = None,
+        const: str = "",
+        convert: Callable[[str], Any] | None = None,
+    ) -> None:
+        # Option's fields set here, not by super().__init__: sbatch builds ~50 of these
+        # at every start, and the second call with keywords doubled the table's cost
+        self.short = short
+        self.long = long
+        self.dest = dest
+        self.kind = kind
+        self.help = help
+        self.const = const
+        self.convert = convert
+        self.metavar = metavar
+        self.doc = doc or help
+        self.env = env
+        self.fields = fields
+        self.put = put
+
+
 class OptionParser:
     def __init__(self, prog: str, options: Sequence[Option], usage: str = "") -> None:
         self.prog = prog

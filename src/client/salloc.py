@@ -18,6 +18,7 @@ from client.alloc import (
     request_allocation,
 )
 from client.common import option_errors, run
+from client.containeropts import pyxis_environ
 from client.jobopts import merge, with_umask
 from client.options import FLAG, Option, OptionParser, answered
 from corral.api import connect
@@ -44,7 +45,7 @@ def salloc(argv: list[str]) -> int:
         command = [os.environ.get("SHELL") or "/bin/sh"]
     api = connect()  # the gateway, as srun inside it
     with option_errors():
-        opts = merge(parser, cli, "", {})
+        opts = merge(parser, cli, "", pyxis_environ(os.environ))
     job_id = request_allocation(api, PROG, opts, argv, os.path.basename(command[0]))
     code, sig = 1, 0
     try:

@@ -1,12 +1,10 @@
 """srun: run a job step's tasks on the allocation's nodes, their I/O streamed back.
 
-Inside an allocation (SLURM_JOB_ID set, or --jobid) srun asks ctld for a step (over
-the HTTP/JSON gateway), opens one task stream to each node's noded (corral/stepstream.py;
-the step's first node first: it picks MASTER_PORT), forwards stdin and signals, prints
-the tasks' output as it comes (``-l`` prefixes ``RANK: ``) and exits with the highest
-task exit code (128+signal for a signalled task). Outside an allocation it first
-allocates, and releases afterwards.
-"""
+Inside an allocation (SLURM_JOB_ID set, or --jobid) srun asks ctld for a step (over the
+gateway), opens one task stream to each node's noded (corral/stepstream.py; the step's
+first node first: it picks MASTER_PORT), forwards stdin and signals, prints the tasks'
+output as it comes (``-l``: ``RANK: ``) and exits with the highest task exit code
+(128+signal). Outside an allocation it first allocates, and releases afterwards."""
 
 from __future__ import annotations
 
@@ -16,6 +14,7 @@ import time
 
 from client.alloc import allocation_options, release, request_allocation, say
 from client.common import option_errors, run
+from client.containeropts import pyxis_environ, step_container
 from client.jobopts import export_environment, merge, parse_gpus, submit_line, with_umask
 from client.options import FLAG, OPTIONAL, Option, OptionParser, answered
 from client.poller import EVENT_READ, EVENT_WRITE, Poller
@@ -88,7 +87,8 @@ def srun(argv: list[str]) -> int:
     mine = not job_id
     if mine:
         with option_errors():
-            opts = merge(parser, {k: v for k, v in cli.items() if k not in _STEP_DESTS}, "", {})
+            mine_opts = {k: v for k, v in cli.items() if k not in _STEP_DESTS}
+            opts = merge(parser, mine_opts, "", pyxis_environ(os.environ))
         job_id = request_allocation(api, PROG, opts, argv, os.path.basename(command[0]))
     code, sig = 1, 0
     try:
@@ -146,10 +146,9 @@ def step_spec(job_id: str, cli: dict[str, Any], command: list[str], argv: list[s
         spec["gpuBind"] = cli["gpu_bind"]
     if "gpus_per_task" in cli:
         spec["gpusPerTask"] = parse_gpus(cli["gpus_per_task"], "--gpus-per-task")[1]
-    if cli.get("exact"):
-        spec["exact"] = True
-    if cli.get("overlap"):
-        spec["overlap"] = True
+    if container := step_container(cli, dict(os.environ), os.getcwd()):
+        spec["container"] = container  # all its tasks on a node share one (Pyxis's rule)
+    spec["exact"], spec["overlap"] = bool(cli.get("exact")), bool(cli.get("overlap"))
     return spec
 
 

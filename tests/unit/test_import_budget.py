@@ -34,8 +34,9 @@ ENUM = {"collections", "enum", "functools", "itertools", "keyword", "operator", 
 # re, with what it brings (sacct imports it only to parse -S/-E times)
 RE = ENUM | {"copyreg", "re", "re._casefix", "re._compiler", "re._constants", "re._parser"}
 BUDGET: dict[str, set[str]] = {
-    # corral.jobsyntax only with --array or --dependency
-    "sbatch": {"client.jobopts", "client.options", "corral.slurmfmt"},
+    # corral.jobsyntax only with --array or --dependency; client.containeropts is the
+    # table's --container-* entries (corral.containerspec only when one is given)
+    "sbatch": {"client.containeropts", "client.jobopts", "client.options", "corral.slurmfmt"},
     "squeue": QUERY,
     "sacct": QUERY,
     "sprio": QUERY,

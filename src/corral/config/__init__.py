@@ -3,9 +3,10 @@
 One module per group of sections: ``controller`` ([controller], [heartbeat]),
 ``nodes`` ([noded], [[nodes]], [idle_gpus]), ``security`` ([auth], [tls]),
 ``scheduling`` ([[partitions]], [scheduler], [priority]), ``accounting`` ([[accounts]],
-[[qos]]), ``web`` ([web]; [mail] is corral/mailconfig.py), ``section`` (the typed,
-checked access every parser uses), ``cluster`` (``ClusterConfig``, ``parse_config``,
-``load_config``) and ``paths`` (where the file is, the default ports and socket).
+[[qos]]), ``containers`` ([containers]), ``web`` ([web]; [mail] is
+corral/mailconfig.py), ``section`` (the typed, checked access every parser uses),
+``cluster`` (``ClusterConfig``, ``parse_config``, ``load_config``) and ``paths``
+(where the file is, the default ports and socket).
 
 Every name is importable from here as before (``from corral.config import
 load_config``), loaded on first use: a command that only needs ``config_path`` or a
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
         preempt_loop,
     )
     from corral.config.cluster import ClusterConfig, load_config, parse_config
+    from corral.config.containers import CONTAINER_FEATURE, ContainersConfig
     from corral.config.controller import (
         ENFORCE,
         PRIVATE_DATA,
@@ -61,6 +63,8 @@ _WHERE = {
     "ClusterConfig": "corral.config.cluster",
     "load_config": "corral.config.cluster",
     "parse_config": "corral.config.cluster",
+    "CONTAINER_FEATURE": "corral.config.containers",
+    "ContainersConfig": "corral.config.containers",
     "ENFORCE": "corral.config.controller",
     "PRIVATE_DATA": "corral.config.controller",
     "ControllerConfig": "corral.config.controller",
@@ -91,6 +95,7 @@ _WHERE = {
 __all__ = [
     "AUTH_TYPES",
     "CONFIG_ENV",
+    "CONTAINER_FEATURE",
     "DEFAULT_CONFIG_PATH",
     "DEFAULT_GRPC_PORT",
     "DEFAULT_HTTP_PORT",
@@ -104,6 +109,7 @@ __all__ = [
     "AccountConfig",
     "AuthConfig",
     "ClusterConfig",
+    "ContainersConfig",
     "ControllerConfig",
     "ControllerHost",
     "GpuConfig",

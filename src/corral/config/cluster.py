@@ -20,6 +20,7 @@ from corral.config.accounting import (
     parse_qos,
     preempt_loop,
 )
+from corral.config.containers import ContainersConfig, parse_containers
 from corral.config.controller import (
     ControllerConfig,
     HeartbeatConfig,
@@ -68,6 +69,7 @@ class ClusterConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
     mail: MailConfig = field(default_factory=MailConfig)
+    containers: ContainersConfig = field(default_factory=ContainersConfig)
     source: str = ""
 
     def node(self, name: str) -> NodeConfig:
@@ -133,6 +135,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
     auth = parse_auth(Section(top.get("auth", dict, {}), "auth"))
     tls = parse_tls(Section(top.get("tls", dict, {}), "tls"))
     mail = parse_mail(Section(top.get("mail", dict, {}), "mail"))
+    containers = parse_containers(Section(top.get("containers", dict, {}), "containers"))
     if not any(q.name == "normal" for q in qos):
         qos = (QosConfig("normal"), *qos)  # Slurm's default QOS always exists
     top.done()
@@ -158,6 +161,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
         auth=auth,
         tls=tls,
         mail=mail,
+        containers=containers,
         source=source,
     )
 
