@@ -70,7 +70,7 @@ async def serve(
     )
 
     link_ref: list[ControllerLink] = []
-    containers = Containers(spool, gpu_devices=found.devices)
+    containers = Containers(spool, config.containers, gpu_devices=found.devices)
     launcher = Launcher(
         name,
         spool,

@@ -8,6 +8,5 @@ left.
 """
 
 from noded.containers.errors import ContainerError
-from noded.containers.settings import ContainersSettings
 
-__all__ = ["ContainerError", "ContainersSettings"]
+__all__ = ["ContainerError"]

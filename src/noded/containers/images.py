@@ -15,23 +15,24 @@ import json
 import os
 import tarfile
 
+from corral.config import ContainersConfig
 from noded.containers import asuser, ociconfig
 from noded.containers.cache import Image, ImageCache, disk_full
 from noded.containers.errors import ContainerError
 from noded.containers.refs import RegistryRef, is_path, parse_registry
-from noded.containers.settings import ContainersSettings
 from noded.spawn import Identity
 
 SQUASHFS_MAGIC = b"hsqs"
 TAG = "corral-import"
 PEEK_S = 30.0  # a stat or a registry inspect
+IMPORT_TIMEOUT_S = 1800.0  # one import, a pull of a large image included
 
 # sh run as the user: open the path (the user's own rights) and stat what was opened
 _STAT = 'exec <"$1" || exit 3; exec stat -L -c "%F|%d:%i:%s:%Y:%Z" /proc/self/fd/0'
 
 
 class Importer:
-    def __init__(self, cache: ImageCache, settings: ContainersSettings) -> None:
+    def __init__(self, cache: ImageCache, settings: ContainersConfig) -> None:
         self.cache = cache
         self.settings = settings
 
@@ -132,7 +133,7 @@ class Importer:
             res = await asuser.run(
                 argv,
                 who=who,
-                timeout_s=self.settings.import_timeout_s,
+                timeout_s=IMPORT_TIMEOUT_S,
                 what="read the image",
                 stdout=fd,
             )
@@ -149,10 +150,10 @@ class Importer:
 
     async def _from_registry(self, ref: RegistryRef, image: str) -> Image:
         self._allowed("registry", image)
-        if not self.settings.allow_registry:
+        if not self.settings.allow_registry_pulls:
             raise ContainerError(
                 f"image {image}: registry pulls are not allowed on this node "
-                "([containers] allow_registry)"
+                "([containers] allow_registry_pulls)"
             )
         res = await self._tool(
             ["skopeo", "inspect", "--no-tags", "--format", "{{.Digest}}", ref.skopeo()],
@@ -184,7 +185,7 @@ class Importer:
         rootfs = os.path.join(stage, "rootfs")
         res = await self._tool(
             ["unsquashfs", "-no-xattrs", "-quiet", "-no-progress", "-d", rootfs, blob],
-            self.settings.import_timeout_s,
+            IMPORT_TIMEOUT_S,
             source,
         )
         if res.rc != 0:
@@ -199,9 +200,7 @@ class Importer:
         argv = ["skopeo", "copy", "--quiet"]
         if local:  # a file the user gave: no registry signature policy applies
             argv.insert(1, "--insecure-policy")
-        res = await self._tool(
-            [*argv, src, f"oci:{layout}:{TAG}"], self.settings.import_timeout_s, source
-        )
+        res = await self._tool([*argv, src, f"oci:{layout}:{TAG}"], IMPORT_TIMEOUT_S, source)
         if res.rc != 0:
             if not local:
                 raise ContainerError(f"image {source}: registry unreachable ({res.reason()})")
@@ -212,7 +211,7 @@ class Importer:
         rootfs = os.path.join(stage, "rootfs")
         res = await self._tool(
             ["umoci", "raw", "unpack", "--rootless", "--image", f"{layout}:{TAG}", rootfs],
-            self.settings.import_timeout_s,
+            IMPORT_TIMEOUT_S,
             source,
         )
         if res.rc != 0:
@@ -241,9 +240,10 @@ class Importer:
         raise ContainerError(f"image {source}: not an image (a bad {what}: {res.reason()})")
 
     def _allowed(self, kind: str, image: str) -> None:
-        if kind not in self.settings.sources:
+        if kind not in self.settings.allowed_sources:
             raise ContainerError(
-                f"image {image}: {kind} images are not allowed on this node ([containers] sources)"
+                f"image {image}: {kind} images are not allowed on this node "
+                "([containers] allowed_sources)"
             )
 
 

@@ -1,4 +1,4 @@
-"""--container-mounts=SRC:DST[:FLAGS][,...]: parsed, and checked as the job's user.
+"""--container-mounts=SRC[:DST[:FLAGS]][,...]: parsed, and checked as the job's user.
 
 Every bind is made by crun running as the user, so the kernel already refuses a
 source the user cannot reach; the check here only turns that into a clear error before
@@ -7,15 +7,14 @@ anything starts. Every bind is nosuid and nodev whatever the flags say.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
+from corral.containerspec import parse_mount
+from corral.errors import CorralError
 from noded.containers import asuser
 from noded.containers.errors import ContainerError
 from noded.spawn import Identity
 
-FLAGS = {"ro", "rw", "nosuid", "nodev", "noexec", "rbind", "bind"}
-PROPAGATION = {"private", "rprivate", "slave", "rslave"}
 _CHECK = (
     'for p; do [ -e "$p" ] || { echo "$p: no such file or directory" >&2; exit 1; }; '
     '[ -r "$p" ] || { echo "$p: permission denied" >&2; exit 1; }; done'
@@ -30,6 +29,13 @@ class Mount:
     noexec: bool = False
 
     def oci(self) -> dict[str, object]:
+        if self.source == "tmpfs":  # Pyxis's tmpfs:DST, the container's own
+            return {
+                "destination": self.destination,
+                "type": "tmpfs",
+                "source": "tmpfs",
+                "options": ["nosuid", "nodev", "mode=1777", *(["ro"] if self.readonly else [])],
+            }
         options = ["rbind", "nosuid", "nodev", "rprivate"]
         if self.readonly:
             options.append("ro")
@@ -44,43 +50,27 @@ class Mount:
 
 
 def parse(specs: list[str], cwd: str) -> list[Mount]:
-    """Pyxis's forms: ``SRC:DST[:FLAGS]`` or ``PATH`` (the same path inside). FLAGS are
-    colon- or plus-separated mount options (ro, rw, nosuid, nodev, noexec, rbind, ...)."""
-    mounts: list[Mount] = []
+    """Pyxis's ``SRC[:DST[:FLAGS]]`` (FLAGS ``+``-separated), checked again here with
+    the client's own grammar (corral.containerspec): a request may come from anyone."""
+    found: list[Mount] = []
     for spec in specs:
-        spec = spec.strip()
-        if not spec:
+        if not spec.strip():
             continue
-        parts = spec.split(":")
-        if len(parts) > 3 and not all(p in FLAGS | PROPAGATION for p in parts[2:]):
-            raise ContainerError(f"bad --container-mounts entry {spec!r}: SRC:DST[:FLAGS]")
-        src = parts[0]
-        dst = parts[1] if len(parts) > 1 and parts[1] else src
-        flags: set[str] = set()
-        for part in parts[2:]:
-            flags.update(f for f in part.replace("+", ",").split(",") if f)
-        unknown = flags - FLAGS - PROPAGATION
-        if unknown:
-            raise ContainerError(
-                f"bad --container-mounts entry {spec!r}: unknown flag {sorted(unknown)[0]!r}"
-            )
-        if not src:
-            raise ContainerError(f"bad --container-mounts entry {spec!r}: no source")
-        src = os.path.normpath(os.path.join(cwd, src))
-        if not dst.startswith("/") or ".." in dst.split("/"):
-            raise ContainerError(
-                f"bad --container-mounts entry {spec!r}: the destination must be an "
-                "absolute path without '..'"
-            )
-        dst = os.path.normpath(dst)
+        try:
+            entry = parse_mount(spec.strip(), cwd)
+        except CorralError as exc:
+            raise ContainerError(exc.message) from None
+        src, dst, *rest = entry.split(":")
+        flags = set(rest[0].split("+")) if rest else set()
         if dst in ("/", "/proc", "/sys", "/dev") or dst.startswith(("/proc/", "/sys/")):
-            raise ContainerError(f"bad --container-mounts entry {spec!r}: cannot mount over {dst}")
-        mounts.append(Mount(src, dst, readonly="ro" in flags, noexec="noexec" in flags))
-    return mounts
+            raise ContainerError(f"--container-mounts: {spec!r}: cannot mount over {dst}")
+        found.append(Mount(src, dst, readonly="ro" in flags, noexec="noexec" in flags))
+    return found
 
 
 async def check(mounts: list[Mount], who: Identity) -> None:
     """Each source exists and is readable by the user (their own rights, not root's)."""
+    mounts = [m for m in mounts if m.source != "tmpfs"]
     if not mounts:
         return
     res = await asuser.run(

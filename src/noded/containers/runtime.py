@@ -12,7 +12,7 @@ usage see it as any other task).
 
 State, under noded's spool (root's)::
 
-    containers/job_<id>/            root 0711
+    <data_dir>/job_<id>/            root 0711 ([containers] data_dir)
         crun/                       the user's, 0700: crun's --root
         c_<name>/                   the user's, 0700: upper/ work/ rootfs/ (the mount) tmp/
         b_<name>_<step>_<rank>/     root's, 0755: config.json of one task
@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from corral.config import ContainersConfig
 from corral.wire import corral_pb2 as pb
 from noded.containers import asuser, bundle, mounts
 from noded.containers.cache import Image, ImageCache
 from noded.containers.errors import ContainerError
 from noded.containers.gpu import GpuEdits, edits_for
-from noded.containers.images import Importer
-from noded.containers.settings import ContainersSettings, state_root
+from noded.containers.images import IMPORT_TIMEOUT_S, Importer
 from noded.gpu import GpuDevice
 from noded.spawn import Identity
 
@@ -70,13 +70,13 @@ class Containers:
     def __init__(
         self,
         spool_dir: str,
-        settings: ContainersSettings | None = None,
+        settings: ContainersConfig | None = None,
         *,
         gpu_devices: list[GpuDevice] | None = None,
     ) -> None:
-        self.settings = settings or ContainersSettings()
+        self.settings = settings or ContainersConfig()
         self.minors = {g.index: g.minor for g in gpu_devices or []}
-        self.state = state_root(spool_dir)
+        self.state = self.settings.data_path(spool_dir)
         self.spool_dir = spool_dir
         self._cache: ImageCache | None = None
         self.live: dict[tuple[int, str], Container] = {}
@@ -86,7 +86,7 @@ class Containers:
     def cache(self) -> ImageCache:
         if self._cache is None:  # made on first use: a node without containers has none
             self._cache = ImageCache(
-                self.settings.cache_root(self.spool_dir), self.settings.cache_bytes
+                self.settings.cache_path(self.spool_dir), self.settings.cache_size_bytes
             )
         return self._cache
 
@@ -288,7 +288,7 @@ class Containers:
                     "-no-xattrs",
                 ],
                 who=ctr.who,
-                timeout_s=self.settings.import_timeout_s,
+                timeout_s=IMPORT_TIMEOUT_S,
                 what=f"save the container to {path}",
             )
         except ContainerError as exc:
