@@ -52,15 +52,33 @@ def make_rootfs(path: str, *, filler_bytes: int = 0) -> str:
     return path
 
 
+def runtime_blocker() -> str:
+    """Why crun cannot run containers on this host ("" when it can): on a hybrid
+    cgroup hierarchy crun refuses any controller left on the v2 side (hugetlb, often);
+    .ci/run mounts those on v1."""
+    path = "/sys/fs/cgroup/unified/cgroup.controllers"
+    try:
+        with open(path) as f:
+            left = f.read().split()
+    except OSError:
+        return ""
+    if left:
+        return (
+            f"crun refuses a hybrid cgroup hierarchy with controllers on v2 ({' '.join(left)});"
+            " mount them on v1 (.ci/run does)"
+        )
+    return ""
+
+
 @dataclass(frozen=True)
-class TestImages:
+class BuiltImages:
     rootfs: str
     squashfs: str
     layout: str  # an OCI image layout directory
     archive: str  # an OCI archive (a tar of the layout)
 
 
-def build(base: str, *, filler_bytes: int = 0) -> TestImages:
+def build(base: str, *, filler_bytes: int = 0) -> BuiltImages:
     """Every form of the test image under ``base`` (world-readable, for any test user)."""
     os.makedirs(base, exist_ok=True)
     os.chmod(base, 0o755)
@@ -113,7 +131,7 @@ def build(base: str, *, filler_bytes: int = 0) -> TestImages:
             p = os.path.join(dirpath, name)
             if not os.path.islink(p):
                 os.chmod(p, os.stat(p).st_mode | 0o444)
-    return TestImages(rootfs, sqsh, layout, archive)
+    return BuiltImages(rootfs, sqsh, layout, archive)
 
 
 def run(*argv: str) -> None:

@@ -131,10 +131,11 @@ class Containers:
         image = await Importer(self.cache, self.settings).get(spec.image, who, cwd)
         wanted = mounts.parse([*self.settings.default_mounts, *spec.mounts], cwd)
         home = who.pw.pw_dir if who.pw is not None else os.environ.get("HOME", "")
+        await mounts.check(wanted, who)
+        # Pyxis mounts the home by default (a home the node lacks is left out)
         home_free = all(m.destination != home for m in wanted)
         if not spec.no_mount_home and home and os.path.isdir(home) and home_free:
             wanted.insert(0, mounts.Mount(home, home))
-        await mounts.check([m for m in wanted if m.source != home], who)
         self.cache.hold(image.key)
         directory = os.path.join(self._job_dir(job.job_id, who), f"c_{name}")
         try:

@@ -1,0 +1,241 @@
+"""Pyxis-style containers through the real daemons, with a real runtime (crun rootless,
+fuse-overlayfs) and images built here from a static busybox (corral/testing/images.py),
+run by real second users (realusers.py)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import pwd
+import subprocess
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from corral.testing import LocalCluster
+from corral.testing.cluster import ClusterFactory
+from corral.testing.images import BuiltImages, build, missing_tools, runtime_blocker
+from tests.conftest import wait_for
+from tests.integration.realusers import Users, command, job, open_dir, submit_as
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _skip_or_fail(reason: str) -> None:
+    # .ci/run installs the tools and sets the host up: there a missing piece is a failure
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"containers cannot run here under CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def images() -> Iterator[BuiltImages]:
+    missing = missing_tools()
+    if missing:
+        _skip_or_fail(f"missing {', '.join(missing)} (apt: crun fuse-overlayfs ...)")
+    blocker = runtime_blocker()
+    if blocker:
+        _skip_or_fail(blocker)
+    base = open_dir("corral-images-")
+    try:
+        yield build(str(base / "img"))
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+@pytest.fixture(scope="module")
+def lab(users: Users, images: BuiltImages, module_cluster_factory: ClusterFactory) -> LocalCluster:
+    return module_cluster_factory(nodes=1, gpus_per_node=0)
+
+
+def _srun(
+    lab: LocalCluster, users: Users, who: pwd.struct_passwd, *argv: str
+) -> tuple[int, str, str]:
+    return command(lab, who, "srun", "-N1", *argv, cwd=users.home(who))
+
+
+def _spool_mounts(lab: LocalCluster) -> list[str]:
+    """fuse-overlayfs mounts under the cluster's directories."""
+    with open("/proc/self/mountinfo") as f:
+        targets = [line.split()[4] for line in f]
+    return [t for t in targets if t.startswith(str(lab.state_dir))]
+
+
+def test_srun_in_a_squashfs_image_sees_the_image_its_uid_mounts_and_slurm_env(
+    lab: LocalCluster, users: Users, images: BuiltImages
+) -> None:
+    alice = users.alice
+    data = users.home(alice) / "data"
+    data.mkdir(exist_ok=True)
+    (data / "hello.txt").write_text("hi\n")
+    os.chown(data, alice.pw_uid, alice.pw_gid)
+    script = (
+        'head -1 /etc/os-release; echo "uid=$(id -u) gid=$(id -g) pwd=$(pwd)"; '
+        'ls /data; echo "job=$SLURM_JOB_ID step=$SLURM_STEP_ID rank=$RANK local=$LOCAL_RANK '
+        "world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT procid=$SLURM_PROCID "
+        'image=$IMAGE_VAR"'
+    )
+    code, out, err = _srun(
+        lab,
+        users,
+        alice,
+        "-n2",
+        f"--container-image={images.squashfs}",
+        # the users' homes are not their passwd's (/nonexistent): mounted as the cwd
+        f"--container-mounts={users.home(alice)},{data}:/data:ro",
+        "sh",
+        "-c",
+        script,
+    )
+    assert code == 0, err
+    assert out.count('NAME="Corral Test Linux"') == 2, out
+    assert f"uid={alice.pw_uid} gid={alice.pw_gid} pwd={users.home(alice)}" in out
+    assert "hello.txt" in out
+    ranks = sorted(
+        line.split("rank=")[1].split()[0] for line in out.splitlines() if "rank=" in line
+    )
+    assert ranks == ["0", "1"]
+    assert "world=2" in out and "image=from-image" in out and "master=127." in out
+    wait_for(lambda: not _spool_mounts(lab), 10, "the container's mount to go")
+
+
+def test_sbatch_runs_its_script_in_an_oci_layout_with_the_workdir_given(
+    lab: LocalCluster, users: Users, images: BuiltImages
+) -> None:
+    bob = users.bob
+    job_id = submit_as(
+        lab,
+        users,
+        bob,
+        f"--container-image={images.layout}",
+        "--container-workdir=/etc",
+        "--wrap",
+        'pwd; cat os-release | head -1; echo "uid=$(id -u) job=$SLURM_JOB_ID $IMAGE_VAR"',
+    )
+    lab.wait_state(job_id, "COMPLETED", timeout=60)
+    out = (users.home(bob) / f"slurm-{job_id}.out").read_text()
+    assert out.splitlines()[0] == "/etc", out
+    assert 'NAME="Corral Test Linux"' in out
+    assert f"uid={bob.pw_uid} job={job_id} from-oci" in out
+
+
+def test_a_named_container_keeps_a_file_between_steps_and_goes_with_the_job(
+    lab: LocalCluster, users: Users, images: BuiltImages
+) -> None:
+    alice = users.alice
+    flags = f"--container-image={images.archive} --container-name=keep --container-writable"
+    job_id = submit_as(
+        lab,
+        users,
+        alice,
+        "--wrap",
+        f"srun {flags} sh -c 'echo kept > /opt/note' && "
+        f"srun {flags} cat /opt/note && "
+        f"srun --container-image={images.archive} sh -c 'cat /opt/note 2>&1 || echo fresh'",
+    )
+    lab.wait_state(job_id, "COMPLETED", timeout=60)
+    out = (users.home(alice) / f"slurm-{job_id}.out").read_text()
+    assert out.splitlines()[:1] == ["kept"], out
+    assert "fresh" in out  # an unnamed container starts from the image
+    wait_for(lambda: not _spool_mounts(lab), 10, "the named container's mount to go")
+    data = pathlib.Path(lab.state_dir).rglob(f"job_{job_id}")
+    assert not [p for p in data if "containers" in str(p)]
+
+
+def test_bad_images_and_mounts_fail_with_the_reason(
+    lab: LocalCluster, users: Users, images: BuiltImages
+) -> None:
+    bob, alice = users.bob, users.alice
+    secret = users.home(alice) / "secret"
+    secret.mkdir(mode=0o700, exist_ok=True)
+    os.chown(secret, alice.pw_uid, alice.pw_gid)
+    cases = [
+        (["--container-image=/nonexistent/image.sqsh"], "No such file"),
+        ([f"--container-image={images.rootfs}/etc/os-release"], "not an image"),
+        (
+            [f"--container-image={images.squashfs}", f"--container-mounts={secret}:/s"],
+            "permission denied",
+        ),
+        (
+            [f"--container-image={images.squashfs}", "--container-mounts=/nonexistent:/x"],
+            "no such file",
+        ),
+    ]
+    for flags, reason in cases:
+        code, _, err = _srun(lab, users, bob, *flags, "true")
+        assert code != 0 and reason in err, (flags, err)
+    # sbatch: the job fails with the reason, never hangs
+    job_id = submit_as(lab, users, bob, "--container-image=/nonexistent/x.sqsh", "--wrap", "true")
+    lab.wait_state(job_id, "FAILED", timeout=60)
+    assert "No such file" in str(job(lab, job_id)), job(lab, job_id)
+
+
+def test_remap_root_and_setuid_give_no_host_privilege(
+    lab: LocalCluster, users: Users, images: BuiltImages
+) -> None:
+    bob = users.bob
+    rootdir = open_dir("corral-rootowned-")  # root's, 0755: bob may read, not write
+    try:
+        code, out, err = _srun(
+            lab,
+            users,
+            bob,
+            f"--container-image={images.squashfs}",
+            "--container-remap-root",
+            f"--container-mounts={rootdir}:/hostroot",
+            "sh",
+            "-c",
+            "echo inside=$(id -u); touch /hostroot/x 2>&1; /bin/busybox-suid id -u; echo end",
+        )
+        assert code == 0, err
+        assert "inside=0" in out
+        assert "Permission denied" in out or "Read-only" in out, out
+        assert not (rootdir / "x").exists()
+        lines = out.splitlines()
+        assert lines[lines.index("end") - 1] == "0"  # root inside only: bob's uid outside
+        code, out, err = _srun(
+            lab, users, bob, f"--container-image={images.squashfs}", "/bin/busybox-suid", "id", "-u"
+        )
+        assert code == 0 and out.strip() == str(bob.pw_uid), (out, err)
+    finally:
+        subprocess.run(["rm", "-rf", str(rootdir)], check=False)
+
+
+def test_scancel_leaves_no_process_and_no_mount(
+    lab: LocalCluster, users: Users, images: BuiltImages
+) -> None:
+    alice = users.alice
+    job_id = submit_as(
+        lab,
+        users,
+        alice,
+        "--wrap",
+        f"srun --container-image={images.squashfs} sleep 300",
+    )
+    lab.wait_state(job_id, "RUNNING", timeout=60)
+
+    def sleeping() -> bool:
+        return any(
+            p.info["name"] == "sleep" and p.info["uids"].real == alice.pw_uid
+            for p in psutil.process_iter(["name", "uids"])
+        )
+
+    wait_for(sleeping, 30, "the task to run in its container")
+    assert _spool_mounts(lab)
+    code, _, err = command(lab, alice, "scancel", str(job_id))
+    assert code == 0, err
+    lab.wait_state(job_id, "CANCELLED", timeout=60)
+    wait_for(lambda: not _spool_mounts(lab), 15, "the container's mount to go")
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        left = [
+            p.info["name"]
+            for p in psutil.process_iter(["name", "uids"])
+            if p.info["uids"] is not None and p.info["uids"].real == alice.pw_uid
+        ]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left, left
