@@ -260,3 +260,42 @@ def test_scancel_leaves_no_process_and_no_mount(
         ]
 
     wait_for(lambda: not alices(), 15, "every process of alice's to go")
+
+
+def test_memory_over_the_limit_inside_is_out_of_memory(
+    lab: LocalCluster, users: Users, images: BuiltImages
+) -> None:
+    alice = users.alice
+    # busybox dd fills a 400 MiB buffer: the job's limit applies inside as outside
+    hog = "dd if=/dev/zero of=/dev/null bs=400M count=1; sleep 30"
+    job_id = submit_as(
+        lab, users, alice, "--mem=64M", f"--container-image={images.squashfs}", "--wrap", hog
+    )
+    found = lab.wait_state(job_id, "OUT_OF_MEMORY", timeout=60)
+    assert found["reason"] == "OutOfMemory"
+    wait_for(lambda: not _spool_mounts(lab), 15, "the container's mount to go")
+
+
+def test_a_new_noded_removes_what_a_crashed_one_left(
+    users: Users, images: BuiltImages, cluster_factory: ClusterFactory
+) -> None:
+    c = cluster_factory(nodes=1, gpus_per_node=0)
+    alice = users.alice
+    job_id = submit_as(
+        c,
+        users,
+        alice,
+        "--no-requeue",
+        f"--container-image={images.squashfs}",
+        "--wrap",
+        "sleep 300",
+    )
+    c.wait_state(job_id, "RUNNING", timeout=60)
+    wait_for(lambda: _spool_mounts(c), 30, "the container's mount")
+    c.kill_node(0, with_jobs=False)  # noded dies; its job and container live on
+    assert _spool_mounts(c)
+    c.start_node(0)
+    wait_for(lambda: not _spool_mounts(c), 30, "the new noded to unmount the leftovers")
+    c.wait_state(job_id, "NODE_FAIL", "FAILED", timeout=60)
+    left = [p for p in pathlib.Path(c.state_dir).rglob(f"job_{job_id}") if "containers" in str(p)]
+    assert not left
