@@ -119,11 +119,18 @@ def wait_running(api: Controller, prog: str, job_id: str) -> t.Job:
         time.sleep(0.003 if waited < 0.05 else 0.02 if waited < 0.5 else 0.1 if waited < 5 else 0.5)
 
 
-def release(api: Controller, prog: str, job_id: str, exit_code: int, exit_signal: int = 0) -> None:
+def release(
+    api: Controller, prog: str, job_id: str, exit_code: int, exit_signal: int = 0, reason: str = ""
+) -> None:
+    """``reason``: why its step could not start (a node's refusal), the job's reason."""
     if prog == "salloc":
         say(prog, f"Relinquishing job allocation {job_id}")
+    ended: t.CompleteJobRequest = {"jobId": job_id, "exitCode": exit_code}
+    ended["exitSignal"] = exit_signal
+    if reason:
+        ended["reason"] = reason[:1024]
     try:
-        api.complete_job({"jobId": job_id, "exitCode": exit_code, "exitSignal": exit_signal})
+        api.complete_job(ended)
     except CorralError as exc:
         say(prog, f"error: releasing job {job_id}: {exc.message}")
 

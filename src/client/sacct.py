@@ -150,9 +150,8 @@ def job_values(job: Json, now: float) -> dict[str, str]:
         "ElapsedRaw": str(ran),
         "Eligible": format_timestamp(real(job, "eligibleTime")),
         "End": "Unknown" if state in ON_NODE else format_timestamp(real(job, "endTime")),
-        # Slurm records a cancelled job's end when the cancel is asked: its code is 0:0
-        # Slurm's job line: 0:0 for a job ended by scancel or its time limit (the
-        # signal shows on its batch step, CANCELLED 0:15)
+        # Slurm's job line: 0:0 for a job ended by scancel (its end recorded when asked) or
+        # its time limit (the signal shows on its batch step, CANCELLED 0:15)
         "ExitCode": "0:0" if state in ("CANCELLED", "TIMEOUT") else exit_code(job),
         "GID": str(num(job, "gid")),
         "Group": group_name(num(job, "gid")),
@@ -300,6 +299,7 @@ def srun_step_values(job: Json, step: Json, now: float) -> dict[str, str]:
         "NodeList": text(step, "nodelist"),
         "NTasks": str(num(step, "ntasks")),
         "Partition": text(job, "partition"),
+        "Reason": text(step, "reason") or "None",  # a node's refusal to start it
         "Start": format_timestamp(start),
         "State": state,
         "Submit": format_timestamp(start),

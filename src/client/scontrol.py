@@ -313,8 +313,8 @@ def node_lines(node: Json) -> list[str]:
     lines = [
         f"NodeName={name} Arch=x86_64 CoresPerSocket={num(r, 'coresPerSocket', cpus)} ",
         f"CPUAlloc={num(node, 'allocCpus')} CPUEfctv={cpus} CPUTot={cpus} CPULoad=N/A",
-        "AvailableFeatures=(null)",
-        "ActiveFeatures=(null)",
+        f"AvailableFeatures={','.join(r.get('features') or ()) or '(null)'}",
+        f"ActiveFeatures={','.join(r.get('features') or ()) or '(null)'}",
         f"Gres={node_gres(node)}",
         f"NodeAddr={host} NodeHostName={name} Version={text(node, 'version') or 'N/A'}",
     ]

@@ -159,10 +159,10 @@ def address(node: Json) -> str:
 
 #: node letters: the value of one node (nodes of a line share it)
 NODE_VALUES: dict[str, Callable[[Json], str]] = {
-    "b": lambda n: "(null)",
+    "b": lambda n: ",".join(res(n).get("features") or ()) or "(null)",  # all are active
     "d": lambda n: "0",
     "E": lambda n: text(n, "reason") or "none",
-    "f": lambda n: "(null)",
+    "f": lambda n: ",".join(res(n).get("features") or ()) or "(null)",
     "G": node_gres,
     "H": lambda n: format_timestamp(real(n, "reasonTime")),
     "O": lambda n: "N/A",

@@ -90,12 +90,12 @@ def srun(argv: list[str]) -> int:
             mine_opts = {k: v for k, v in cli.items() if k not in _STEP_DESTS}
             opts = merge(parser, mine_opts, "", pyxis_environ(os.environ))
         job_id = request_allocation(api, PROG, opts, argv, os.path.basename(command[0]))
-    code, sig = 1, 0
+    code, sig, step = 1, 0, Step(api, job_id, cli, command, argv)
     try:
-        code, sig = Step(api, job_id, cli, command, argv).run()
+        code, sig = step.run()
     finally:
-        if mine:
-            release(api, PROG, job_id, code, sig)
+        if mine:  # a node's refusal (a container not made) is its job's reason too
+            release(api, PROG, job_id, code, sig, step.refused)
     return code
 
 
@@ -116,6 +116,9 @@ def _parse(parser: OptionParser, argv: list[str]) -> tuple[dict[str, Any], list[
 
 
 _STEP_DESTS = {o.dest for o in STEP_OPTIONS} | {"export"}
+# options a StepSpec field takes as given, under proto3 JSON's camelCase of their name
+_AS_GIVEN: tuple[str, ...] = ("ntasks", "ntasks_per_node", "cpus_per_task", "nodelist")
+_AS_GIVEN += ("exclude", "distribution", "gpu_bind")
 
 
 def step_spec(job_id: str, cli: dict[str, Any], command: list[str], argv: list[str]) -> t.StepSpec:
@@ -130,20 +133,11 @@ def step_spec(job_id: str, cli: dict[str, Any], command: list[str], argv: list[s
         if not low.isdigit() or int(low) < 1:
             raise InvalidOption(f"Invalid node count specification: {cli['nodes']}")
         spec["numNodes"] = int(low)
-    if "ntasks" in cli:
-        spec["ntasks"] = cli["ntasks"]
-    if "ntasks_per_node" in cli:
-        spec["ntasksPerNode"] = cli["ntasks_per_node"]
-    if "cpus_per_task" in cli:
-        spec["cpusPerTask"] = cli["cpus_per_task"]
-    if "nodelist" in cli:
-        spec["nodelist"] = cli["nodelist"]
-    if "exclude" in cli:
-        spec["exclude"] = cli["exclude"]
-    if "distribution" in cli:
-        spec["distribution"] = cli["distribution"]
-    if "gpu_bind" in cli:
-        spec["gpuBind"] = cli["gpu_bind"]
+    fields: Any = spec
+    for dest in _AS_GIVEN:
+        if dest in cli:
+            first, *rest = dest.split("_")
+            fields[first + "".join(w.title() for w in rest)] = cli[dest]
     if "gpus_per_task" in cli:
         spec["gpusPerTask"] = parse_gpus(cli["gpus_per_task"], "--gpus-per-task")[1]
     if container := step_container(cli, dict(os.environ), os.getcwd()):
@@ -268,6 +262,7 @@ class Step:
         self.stdin_conns: list[NodeStream] = []
         self.stdin_open = False
         self.reported: set[str] = set()  # nodes whose failure ctld was told of
+        self.refused = ""  # a node's refusal to start the tasks: the step's reason
 
     def run(self) -> tuple[int, int]:
         reply = self._create_step()
@@ -299,6 +294,7 @@ class Step:
                         "stepId": int(step.get("stepId", 0)),
                         "exitCode": max(codes, default=code),
                         "exitSignal": sig,
+                        "reason": self.refused[:1024],
                     },
                 )
             except CorralError:
@@ -374,6 +370,7 @@ class Step:
             raise CorralError(f"{name}: the connection to its noded was lost: {exc}") from None
         if kind != ss.STARTED:
             why = payload.decode(errors="replace") if kind == ss.REFUSED else "no answer"
+            self.refused = f"{head.name}: {why}" if kind == ss.REFUSED else ""
             raise CorralError(f"{head.name}: {why}")
         head.started = True
         port = int(cjson.loads(payload).get("masterPort", 0))
@@ -507,6 +504,7 @@ class Step:
 
     def _lost(self, node: str, ranks: list[int], why: object, node_failure: bool = False) -> None:
         self.failures.append(f"{node}: {why}")
+        self.refused = self.refused or ("" if node_failure else self.failures[-1])
         for rank in ranks:
             self.exits.setdefault(rank, (1, 0))
         self._kill_all()  # Slurm's default: the step dies with a node (no --no-kill)

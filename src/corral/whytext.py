@@ -63,7 +63,9 @@ def explain_text(reply: Json) -> str:
     requeued = _requeued(job)
     if state != "PENDING":
         where = f" on {text(job, 'nodelist')}" if text(job, "nodelist") else ""
-        return f"Job {job_id} is not pending: it is {state}{where}.\n" + requeued
+        ended = text(job, "reason") if state not in ("RUNNING", "COMPLETED") else ""
+        why = f": {ended}" if ended and ended != "None" else ""  # a launch's failure
+        return f"Job {job_id} is not pending: it is {state}{where}{why}.\n" + requeued
     reason = text(job, "reason") or "None"
     key, _, nodes = reason.partition(", UnavailableNodes:")
     meaning = REASONS.get(key, key)

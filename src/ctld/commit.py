@@ -144,12 +144,16 @@ class Change:
         *,
         exit_code: int,
         exit_signal: int,
+        reason: str = "",
     ) -> None:
-        """Set a step's end (the job's own event, with its cause, goes with it)."""
+        """Set a step's end (the job's own event, with its cause, goes with it);
+        ``reason``: why it could not start, as a node said."""
         step.state = final  # type: ignore[assignment]  # one of JobState's values
         step.end_time = when
         step.exit_code = max(0, min(exit_code, 255))
         step.exit_signal = max(0, min(exit_signal, 64))
+        if reason:
+            step.reason = reason
         if job.job_id not in self._new_ids:
             self._jobs[job.job_id] = job
 

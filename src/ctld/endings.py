@@ -62,8 +62,16 @@ class Endings:
         node was judged alive); an allocation's held release (CompleteJob) too."""
         if job.spec.allocation_only:
             final = js.COMPLETED if not (upd.exit_code or upd.exit_signal) else js.FAILED
+            # its step could not start (srun's CompleteJob says why): a launch failure
+            why = {"reason": f"launch failed: {upd.detail}"[:200]} if upd.detail else {}
             self.end_allocation(
-                ch, job, final, cause=cause, exit_code=upd.exit_code, exit_signal=upd.exit_signal
+                ch,
+                job,
+                final,
+                cause=cause,
+                exit_code=upd.exit_code,
+                exit_signal=upd.exit_signal,
+                **(why if final == js.FAILED else {}),
             )
         elif job.state == js.COMPLETING:  # cancelled meanwhile: it ends CANCELLED
             self.finish(ch, job, upd, cause, **NO_REQUEUE)

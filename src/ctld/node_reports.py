@@ -60,6 +60,9 @@ class NodeReports:
             raise InvalidRequest("a node must register the address of its agent")
         if len(req.agent_address) > 256 or len(req.stream_address) > 256:
             raise InvalidRequest("agent address too long")
+        features = req.resources.features
+        if len(features) > 64 or any(len(f) > 64 or not f.isprintable() for f in features):
+            raise InvalidRequest("node features: at most 64, each a printable name of 64")
         async with Change(st, wake=False) as ch:  # it wakes the scheduler below
             ch.node(
                 node,

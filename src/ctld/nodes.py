@@ -75,6 +75,7 @@ class NodeRecord:
     _derived_from: pb.NodeResources | None = field(default=None, repr=False, compare=False)
     _gpu_type: str = field(default="", repr=False, compare=False)
     _gpu_indices: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    _features: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     def _derive(self) -> None:
         res = self.resources
@@ -85,6 +86,7 @@ class NodeRecord:
         else:
             self._gpu_type = gpu_type_from_model(res.gpus[0].model) if res.gpus else ""
         self._gpu_indices = tuple(sorted(g.index for g in res.gpus))
+        self._features = frozenset(res.features)
         self._derived_from = res
 
     @property
@@ -96,6 +98,12 @@ class NodeRecord:
     def gpu_indices(self) -> tuple[int, ...]:
         self._derive()
         return self._gpu_indices
+
+    @property
+    def features(self) -> frozenset[str]:
+        """What it registered (NodeResources.features): "container" (its runtime)."""
+        self._derive()
+        return self._features
 
     @property
     def schedulable(self) -> bool:

@@ -217,6 +217,7 @@ class SnapshotBuilder:
                 gpu_indices=n.gpu_indices,
                 shards_per_gpu=n.config.gpus.shards_per_gpu,
                 shards_used=tuple(sorted(n.alloc_shards.items())),
+                features=n.features,
             )
             for n in st.nodes.values()
         )

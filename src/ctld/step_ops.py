@@ -24,6 +24,7 @@ from ctld.nodes import NodeRecord
 from ctld.outbox import Outbox
 from ctld.state import State
 from ctld.steps import holdings, plan_step
+from ctld.validate import check_container, container_features
 
 log = structlog.get_logger("ctld")
 
@@ -56,6 +57,7 @@ class StepOps:
         for what, value in (("step name", spec.name), ("submit line", spec.submit_line)):
             if len(value) > 65536:
                 raise InvalidOption(f"the {what} is too long")
+        check_container(spec.container, st.config)
         here = [st.nodes[a.node] for a in job.allocations if a.node in st.nodes]
         addresses = {n.name: n.address for n in here}
         streams = {n.name: n.stream_address for n in here}
@@ -66,6 +68,14 @@ class StepOps:
                     have_cpus, have_gpus = held.get(node, (0, set()))
                     held[node] = (have_cpus + cpus, have_gpus | gpus)
         layout = plan_step(job, spec, addresses, held, streams)
+        needs = container_features(spec.container)
+        lacking = [n.node for n in layout if not st.nodes[n.node].features.issuperset(needs)]
+        if lacking:  # an allocation made without --container-image, on nodes without it
+            raise InvalidOption(
+                f"Requested node configuration is not available: {hostlist.compress(lacking)} "
+                f"of job {job.job_id} cannot run containers (no `{needs[0]}` feature: its "
+                "[containers] runtime is missing)"
+            )
         now = st.clock()
         step = pb.Step(
             job_id=job.job_id,
@@ -112,7 +122,7 @@ class StepOps:
         if step.state != js.RUNNING:
             return  # a repeat, or ended with its job
         async with Change(st, wake=False) as ch:
-            self._end_step(ch, job, step, req.exit_code, req.exit_signal, req.cancelled)
+            self._end_step(ch, job, step, req.exit_code, req.exit_signal, req.cancelled, req.reason)
             ch.transition(
                 job,
                 "updated",
@@ -164,6 +174,7 @@ class StepOps:
         exit_code: int,
         exit_signal: int,
         cancelled: bool,
+        reason: str = "",
     ) -> None:
         if cancelled:
             final = js.CANCELLED
@@ -172,7 +183,13 @@ class StepOps:
         else:
             final = js.COMPLETED
         ch.end_step(
-            job, step, final, self.state.clock(), exit_code=exit_code, exit_signal=exit_signal
+            job,
+            step,
+            final,
+            self.state.clock(),
+            exit_code=exit_code,
+            exit_signal=exit_signal,
+            reason=_printable(reason, 512) if final == js.FAILED else "",
         )
 
     async def cancel_steps(
@@ -243,6 +260,7 @@ class StepOps:
             exit_code=req.exit_code,
             exit_signal=req.exit_signal,
             restart_count=job.restart_count,
+            detail=_printable(req.reason, 1024),  # its step's launch failure, if any
         )
         async with Change(st, self.outbox) as ch:
             if not self.endings.hold_end(ch, job, ended, cause):  # a node is suspect
@@ -264,3 +282,8 @@ class StepOps:
                     self.endings.end_allocation(
                         ch, job, js.TIMEOUT, cause="ctld:time limit", exit_code=0, exit_signal=0
                     )
+
+
+def _printable(text: str, limit: int) -> str:
+    """A client's reason string, bounded, one line of printable characters."""
+    return "".join(c if c.isprintable() else " " for c in text[:limit]).strip()

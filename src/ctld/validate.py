@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from corral import hostlist
-from corral.config import ClusterConfig, PartitionConfig
+from corral import containerspec, hostlist
+from corral.config import CONTAINER_FEATURE, ClusterConfig, PartitionConfig
 from corral.errors import (
     CorralError,
     InvalidAccount,
@@ -109,9 +109,16 @@ def request_from_spec(
         cpus_per_task=spec.cpus_per_task or 1,
         gpus_total=spec.gpus,
         time_limit_s=time_limit_s,
+        features=container_features(spec.container),
     )
     given.update(fields)
     return JobRequest(**given)
+
+
+def container_features(container: pb.ContainerSpec) -> tuple[str, ...]:
+    """The node features a job's (or step's) container needs: ``container`` when it
+    runs in one (an image, or a named container of an earlier step)."""
+    return (CONTAINER_FEATURE,) if container.image or container.name else ()
 
 
 def totals(spec: pb.JobSpec, shape: Shape) -> dict[str, int]:
@@ -216,6 +223,7 @@ def validate_spec(
                 "smtp_host or program in its config); submit without --mail-type"
             )
     _check_text(spec.mail_user, "--mail-user", 256)
+    check_container(spec.container, config)
     deps = parse_dependency(spec.dependency) if spec.dependency else None
     array = parse_array(spec.array) if spec.array else None
     try:
@@ -265,6 +273,20 @@ def validate_spec(
         shape=shape,
         array=array,
         dependencies=deps,
+    )
+
+
+def check_container(container: pb.ContainerSpec, config: ClusterConfig) -> None:
+    """--container-*: bounded and well formed (the client's checks, again), and a
+    registry image only where [containers] allowed_sources has "registry"."""
+    containerspec.check(
+        image=container.image,
+        mounts=container.mounts,
+        workdir=container.workdir,
+        name=container.name,
+        save=container.save,
+        env=container.env,
+        allowed_sources=config.containers.allowed_sources,
     )
 
 

@@ -23,6 +23,7 @@ from noded import spool as spool_mod
 from noded.address import advertised_host as address_of
 from noded.agent import ControllerLink, NodeAgentServicer
 from noded.cgroups import detect
+from noded.container_feature import node_features
 from noded.containers.runtime import Containers
 from noded.gpu import GpuBackend
 from noded.guard import CONTACT_FILE
@@ -61,6 +62,7 @@ async def serve(
         log.error("GPU discovery failed", node=name, error=str(exc))
         startup_faults.append(("GPU discovery failed: NVML error", str(exc)))
         found = discover(replace(node_cfg, gpus=GpuConfig()), name, spool)
+    found.resources.features.extend(node_features(config.containers, name))
     cgroups, why = detect(config.noded.cgroups, config.noded.cgroup_root, name)
     log.info(
         "job containment",

@@ -56,18 +56,9 @@ def runtime_blocker() -> str:
     """Why crun cannot run containers on this host ("" when it can): on a hybrid
     cgroup hierarchy crun refuses any controller left on the v2 side (hugetlb, often);
     .ci/run mounts those on v1."""
-    path = "/sys/fs/cgroup/unified/cgroup.controllers"
-    try:
-        with open(path) as f:
-            left = f.read().split()
-    except OSError:
-        return ""
-    if left:
-        return (
-            f"crun refuses a hybrid cgroup hierarchy with controllers on v2 ({' '.join(left)});"
-            " mount them on v1 (.ci/run does)"
-        )
-    return ""
+    from noded.containers.hostcheck import cgroup_blocker
+
+    return cgroup_blocker()
 
 
 @dataclass(frozen=True)

@@ -1126,6 +1126,7 @@ class Step(_message.Message):
     NTASKS_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
     SPEC_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     step_id: _builtins.int
     name: _builtins.str
@@ -1138,6 +1139,10 @@ class Step(_message.Message):
     exit_signal: _builtins.int
     nodelist: _builtins.str
     ntasks: _builtins.int
+    reason: _builtins.str
+    """-- containers (field numbers 900+) --
+    why it failed to start, as a node said (sacct's Reason)
+    """
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___StepNode]: ...
     @_builtins.property
@@ -1157,10 +1162,11 @@ class Step(_message.Message):
         ntasks: _builtins.int = ...,
         nodes: _abc.Iterable[Global___StepNode] | None = ...,
         spec: Global___StepSpec | None = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "name", b"name", "nodelist", b"nodelist", "nodes", b"nodes", "ntasks", b"ntasks", "spec", b"spec", "start_time", b"start_time", "state", b"state", "step_id", b"step_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "name", b"name", "nodelist", b"nodelist", "nodes", b"nodes", "ntasks", b"ntasks", "reason", b"reason", "spec", b"spec", "start_time", b"start_time", "state", b"state", "step_id", b"step_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1230,11 +1236,16 @@ class CompleteStepRequest(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _builtins.int
     EXIT_SIGNAL_FIELD_NUMBER: _builtins.int
     CANCELLED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     step_id: _builtins.int
     exit_code: _builtins.int
     exit_signal: _builtins.int
     cancelled: _builtins.bool
+    reason: _builtins.str
+    """a node refused to start its tasks, with this reason (a container that could not be
+    made): the step's Reason in sacct
+    """
     def __init__(
         self,
         *,
@@ -1243,10 +1254,11 @@ class CompleteStepRequest(_message.Message):
         exit_code: _builtins.int = ...,
         exit_signal: _builtins.int = ...,
         cancelled: _builtins.bool = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled", b"cancelled", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "step_id", b"step_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled", b"cancelled", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "reason", b"reason", "step_id", b"step_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1276,19 +1288,25 @@ class CompleteJobRequest(_message.Message):
     JOB_ID_FIELD_NUMBER: _builtins.int
     EXIT_CODE_FIELD_NUMBER: _builtins.int
     EXIT_SIGNAL_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     exit_code: _builtins.int
     exit_signal: _builtins.int
+    reason: _builtins.str
+    """its step could not start (a node's reason): the failed job's Reason, "launch
+    failed: ...", as a batch job's launch failure
+    """
     def __init__(
         self,
         *,
         job_id: _builtins.int = ...,
         exit_code: _builtins.int = ...,
         exit_signal: _builtins.int = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exit_code", b"exit_code", "exit_signal", b"exit_signal", "job_id", b"job_id", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1714,6 +1732,7 @@ class NodeResources(_message.Message):
     CORES_PER_SOCKET_FIELD_NUMBER: _builtins.int
     THREADS_PER_CORE_FIELD_NUMBER: _builtins.int
     GPU_BACKEND_FIELD_NUMBER: _builtins.int
+    FEATURES_FIELD_NUMBER: _builtins.int
     cpus: _builtins.int
     memory_mb: _builtins.int
     sockets: _builtins.int
@@ -1723,6 +1742,13 @@ class NodeResources(_message.Message):
     """"nvml", "fake" or "none" """
     @_builtins.property
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___Gpu]: ...
+    @_builtins.property
+    def features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """-- containers (field numbers 900+) --
+        node features it offers (sinfo %f, scontrol's AvailableFeatures): "container" when
+        its [containers] runtime is there (noded/container_feature.py)
+        """
+
     def __init__(
         self,
         *,
@@ -1733,10 +1759,11 @@ class NodeResources(_message.Message):
         cores_per_socket: _builtins.int = ...,
         threads_per_core: _builtins.int = ...,
         gpu_backend: _builtins.str = ...,
+        features: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cores_per_socket", b"cores_per_socket", "cpus", b"cpus", "gpu_backend", b"gpu_backend", "gpus", b"gpus", "memory_mb", b"memory_mb", "sockets", b"sockets", "threads_per_core", b"threads_per_core"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cores_per_socket", b"cores_per_socket", "cpus", b"cpus", "features", b"features", "gpu_backend", b"gpu_backend", "gpus", b"gpus", "memory_mb", b"memory_mb", "sockets", b"sockets", "threads_per_core", b"threads_per_core"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

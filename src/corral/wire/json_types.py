@@ -237,6 +237,7 @@ class Step(TypedDict, total=False):
     ntasks: int
     nodes: list[StepNode]
     spec: StepSpec
+    reason: str
 
 
 class CreateStepRequest(TypedDict, total=False):
@@ -256,6 +257,7 @@ class CompleteStepRequest(TypedDict, total=False):
     exitCode: int
     exitSignal: int
     cancelled: bool
+    reason: str
 
 
 class CompleteStepResponse(TypedDict, total=False):
@@ -266,6 +268,7 @@ class CompleteJobRequest(TypedDict, total=False):
     jobId: int | str
     exitCode: int
     exitSignal: int
+    reason: str
 
 
 class CompleteJobResponse(TypedDict, total=False):
@@ -366,6 +369,7 @@ class NodeResources(TypedDict, total=False):
     coresPerSocket: int
     threadsPerCore: int
     gpuBackend: str
+    features: list[str]
 
 
 class Node(TypedDict, total=False):

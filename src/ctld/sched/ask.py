@@ -32,6 +32,7 @@ PARTITION_NODE_LIMIT = Reason.PARTITION_NODE_LIMIT
 REQ_NODE_NOT_AVAIL = Reason.REQ_NODE_NOT_AVAIL
 NODES_DOWN = Reason.NODES_DOWN
 RESERVATION = Reason.RESERVATION
+BAD_CONSTRAINTS = Reason.BAD_CONSTRAINTS
 QOS_MAX_JOBS_PER_USER = Reason.QOS_MAX_JOBS_PER_USER
 UNAVAILABLE_NODES = f"{Reason.REQ_NODE_NOT_AVAIL}, UnavailableNodes:"  # + the nodes
 
@@ -118,7 +119,15 @@ class Asks:
             return PARTITION_NODE_LIMIT
         # everything below depends on static node facts only: computed once per pass
         # for each distinct (partition, shape, constraints)
-        key = (part_name, shape, req.gpu_type, req.nodelist, req.exclude, req.reservation)
+        key = (
+            part_name,
+            shape,
+            req.gpu_type,
+            req.nodelist,
+            req.exclude,
+            req.reservation,
+            req.features,
+        )
         cached = self.candidates.get(key)
         if cached is None:
             cached = self._candidate(req, shape, part)
@@ -139,6 +148,16 @@ class Asks:
         if not required <= members or (allowed is not None and not required <= allowed):
             return REQ_NODE_NOT_AVAIL
         excluded = set(req.exclude)
+        if req.features:
+            featured = {
+                name
+                for name in part.nodes
+                if (node := self.nodes.get(name)) is not None
+                and node.view.features.issuperset(req.features)
+            }
+            if not featured:  # none, even down: nothing would do (Slurm's BadConstraints)
+                return BAD_CONSTRAINTS
+            excluded |= members - featured
         nodes = tuple(
             node
             for name in part.nodes

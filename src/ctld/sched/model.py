@@ -31,6 +31,7 @@ class NodeView:
     # holding shard jobs is in ``shards_used`` (index, shards taken), never in ``gpus_free``
     shards_per_gpu: int = 0
     shards_used: tuple[tuple[int, int], ...] = ()
+    features: frozenset[str] = frozenset()  # what it registered ("container")
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,8 @@ class JobRequest:
     submit_time: float = 0.0
     eligible_time: float = 0.0  # when it could first start (--begin); 0: submit_time
     predicted_s: int = 0  # predicted run time (predict.py), <= the limit; 0: the limit
+    # node features every node of it must have (a --container-image job: "container")
+    features: tuple[str, ...] = ()
     # everything the core reads of a job but its id, priority, age and blocked reason,
     # as a small number (equal for equal classes): jobs of one class that cannot start
     # now leave their later class-mates unable too (a pass only takes resources away),

@@ -32,7 +32,7 @@ import structlog
 
 from corral.config import ContainersConfig
 from corral.wire import corral_pb2 as pb
-from noded.containers import asuser, bundle, mounts
+from noded.containers import asuser, bundle, hostcheck, mounts
 from noded.containers.cache import Image, ImageCache
 from noded.containers.errors import ContainerError
 from noded.containers.gpu import GpuEdits, edits_for
@@ -92,12 +92,7 @@ class Containers:
 
     def missing(self) -> str:
         """Why containers cannot run here ("" when they can)."""
-        for tool in (self.settings.runtime, "fuse-overlayfs", "unsquashfs", "umoci", "skopeo"):
-            if shutil.which(tool) is None:
-                return f"{tool} is not installed"
-        if not os.path.exists("/dev/fuse"):
-            return "/dev/fuse is missing"
-        return ""
+        return hostcheck.why_not(self.settings)
 
     # ------------------------------------------------------------ preparing
 
@@ -229,7 +224,7 @@ class Containers:
         _write_config(bdir, bundle.config(task))
         job_dir = os.path.dirname(ctr.directory)
         return [
-            self.settings.runtime,
+            hostcheck.runtime_path(self.settings) or self.settings.runtime,
             "--root",
             os.path.join(job_dir, "crun"),
             "--cgroup-manager=disabled",
