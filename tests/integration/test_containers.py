@@ -63,6 +63,12 @@ def _spool_mounts(lab: LocalCluster) -> list[str]:
     return [t for t in targets if t.startswith(str(lab.state_dir))]
 
 
+def _state_of(lab: LocalCluster, job_id: int) -> list[pathlib.Path]:
+    """The job's container state directories left under the cluster's spools."""
+    found = pathlib.Path(lab.state_dir).rglob(f"job_{job_id}")
+    return [p for p in found if "containers" in p.parts]
+
+
 def test_srun_in_a_squashfs_image_sees_the_image_its_uid_mounts_and_slurm_env(
     lab: LocalCluster, users: Users, images: BuiltImages
 ) -> None:
@@ -152,8 +158,7 @@ def test_a_named_container_keeps_a_file_between_steps_and_goes_with_the_job(
     assert code == 0, err
     lab.wait_state(job_id, "CANCELLED", timeout=60)
     wait_for(lambda: not _spool_mounts(lab), 15, "the named container's mount to go")
-    left = [p for p in pathlib.Path(lab.state_dir).rglob(f"job_{job_id}") if "containers" in str(p)]
-    assert not left
+    wait_for(lambda: not _state_of(lab, job_id), 15, "the job's container state to go")
 
 
 def test_bad_images_and_mounts_fail_with_the_reason(
@@ -297,5 +302,4 @@ def test_a_new_noded_removes_what_a_crashed_one_left(
     c.start_node(0)
     wait_for(lambda: not _spool_mounts(c), 30, "the new noded to unmount the leftovers")
     c.wait_state(job_id, "NODE_FAIL", "FAILED", timeout=60)
-    left = [p for p in pathlib.Path(c.state_dir).rglob(f"job_{job_id}") if "containers" in str(p)]
-    assert not left
+    wait_for(lambda: not _state_of(c, job_id), 15, "the job's container state to go")
