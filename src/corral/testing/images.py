@@ -69,8 +69,9 @@ class BuiltImages:
     archive: str  # an OCI archive (a tar of the layout)
 
 
-def build(base: str, *, filler_bytes: int = 0) -> BuiltImages:
-    """Every form of the test image under ``base`` (world-readable, for any test user)."""
+def build(base: str, *, filler_bytes: int = 0, oci: bool = True) -> BuiltImages:
+    """Every form of the test image under ``base`` (world-readable, for any test user);
+    without ``oci`` the squashfs only (a big image's layout and archive: "")."""
     os.makedirs(base, exist_ok=True)
     os.chmod(base, 0o755)
     rootfs = make_rootfs(os.path.join(base, "rootfs"), filler_bytes=filler_bytes)
@@ -92,6 +93,9 @@ def build(base: str, *, filler_bytes: int = 0) -> BuiltImages:
         check=True,
         capture_output=True,
     )
+    if not oci:
+        _world_readable(base)
+        return BuiltImages(rootfs, sqsh, "", "")
     layout = os.path.join(base, "layout")
     bundle = os.path.join(base, "umoci-bundle")
     run("umoci", "init", "--layout", layout)
@@ -115,6 +119,11 @@ def build(base: str, *, filler_bytes: int = 0) -> BuiltImages:
     archive = os.path.join(base, "image.oci.tar")
     with tarfile.open(archive, "w") as t:
         t.add(layout, arcname=".")
+    _world_readable(base)
+    return BuiltImages(rootfs, sqsh, layout, archive)
+
+
+def _world_readable(base: str) -> None:
     for dirpath, dirnames, filenames in os.walk(base):
         for name in dirnames:
             os.chmod(os.path.join(dirpath, name), 0o755)
@@ -122,7 +131,6 @@ def build(base: str, *, filler_bytes: int = 0) -> BuiltImages:
             p = os.path.join(dirpath, name)
             if not os.path.islink(p):
                 os.chmod(p, os.stat(p).st_mode | 0o444)
-    return BuiltImages(rootfs, sqsh, layout, archive)
 
 
 def run(*argv: str) -> None:
