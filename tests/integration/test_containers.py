@@ -17,7 +17,7 @@ import pytest
 from corral.testing import LocalCluster
 from corral.testing.cluster import ClusterFactory
 from corral.testing.images import BuiltImages, build, missing_tools, runtime_blocker
-from tests.conftest import wait_for
+from tests.conftest import BIN, wait_for
 from tests.integration.realusers import Users, command, job, open_dir, submit_as
 
 pytestmark = pytest.mark.timeout(180)
@@ -303,3 +303,58 @@ def test_a_new_noded_removes_what_a_crashed_one_left(
     wait_for(lambda: not _spool_mounts(c), 30, "the new noded to unmount the leftovers")
     c.wait_state(job_id, "NODE_FAIL", "FAILED", timeout=60)
     wait_for(lambda: not _state_of(c, job_id), 15, "the job's container state to go")
+
+
+TORCH_PY = os.environ.get("CORRAL_TORCH_PYTHON", "")
+GLOO = r"""
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="env://")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print(f"rank {dist.get_rank()} on {os.environ['SLURMD_NODENAME']} "
+      f"master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} sum {int(t.item())} "
+      f"os {open('/etc/os-release').readline().strip()}")
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(not TORCH_PY, reason="set CORRAL_TORCH_PYTHON to a python with torch")
+def test_a_two_node_step_in_containers_runs_torch_gloo_all_reduce(
+    images: BuiltImages, cluster_factory: ClusterFactory, tmp_path: pathlib.Path
+) -> None:
+    c = cluster_factory(nodes=2, gpus_per_node=0, isolation="auto")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "gloo.py").write_text(GLOO)
+    # the busybox image has no Python: the host's (with torch) is bound in read-only
+    prefixes = subprocess.run(
+        [TORCH_PY, "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    binds = sorted({"/usr", "/lib", "/lib64", *prefixes} - {""})
+    mounts = ",".join(f"{p}:{p}:ro" for p in binds if os.path.isdir(p))
+    out = subprocess.run(
+        [
+            str(BIN / "srun"),
+            "-N2",
+            "--ntasks-per-node=2",
+            f"--container-image={images.squashfs}",
+            f"--container-mounts={mounts},{work}:{work}",
+            TORCH_PY,
+            "gloo.py",
+        ],
+        cwd=work,
+        env=c.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = sorted(out.stdout.splitlines())
+    assert len(lines) == 4, out.stdout
+    masters = {line.split(" master ")[1].split()[0] for line in lines}
+    assert len(masters) == 1  # one rendezvous for every task, on both nodes
+    assert all("sum 10" in line and "Corral Test Linux" in line for line in lines)
+    assert {line.split(" on ")[1].split()[0] for line in lines} == {"node01", "node02"}

@@ -10,12 +10,14 @@ files inert.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from noded.containers.gpu import GpuEdits
 from noded.containers.mounts import Mount
 
 OCI_VERSION = "1.0.2"
+HOST_FILES = ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
 # what a remapped root keeps, all inside its own user namespace (never the host's)
 ROOT_CAPS = [
     "CAP_CHOWN",
@@ -72,6 +74,8 @@ def config(task: TaskSpec) -> dict[str, object]:
         _bind("/sys", "/sys", "nodev", "noexec", "ro"),
         _bind(task.tmp_dir, "/tmp", "nodev"),
     ]
+    # the host's names, as enroot binds them: gloo and NCCL resolve the node's hostname
+    mounts += [_bind(f, f, "nodev", "ro") for f in HOST_FILES if os.path.isfile(f)]
     mounts += [m.oci() for m in task.mounts]
     mounts += [_bind(dev, dev) for dev in task.gpu.devices]
     mounts += [_bind(host, inside, "nodev", "ro") for host, inside in task.gpu.binds]
