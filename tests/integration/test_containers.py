@@ -140,8 +140,15 @@ def test_a_named_container_keeps_a_file_between_steps_and_goes_with_the_job(
         lab, users, alice, *named, "--container-writable", "sh", "-c", "echo kept > /opt/note"
     )
     assert code == 0, err
-    code, out, err = _srun(lab, users, alice, *named, "cat", "/opt/note")
+    saved = users.home(alice) / "saved.sqsh"
+    code, out, err = _srun(
+        lab, users, alice, *named, f"--container-save={saved}", "cat", "/opt/note"
+    )
     assert (code, out) == (0, "kept\n"), err
+    # --container-save: the container's filesystem as squashfs, the user's own file
+    # written as the step ends on the node (srun may have returned by then)
+    wait_for(lambda: saved.exists() and saved.read_bytes()[:4] == b"hsqs", 30, "the image")
+    assert saved.stat().st_uid == alice.pw_uid
     code, out, err = _srun(
         lab,
         users,

@@ -58,6 +58,7 @@ class Container:
     spec: pb.ContainerSpec
     mounts: list[mounts.Mount]
     steps: set[int] = field(default_factory=set)
+    saves: dict[int, str] = field(default_factory=dict)  # step -> its --container-save
 
     @property
     def rootfs(self) -> str:
@@ -111,13 +112,13 @@ class Containers:
         name = f"n_{spec.name}" if spec.name else f"step{step_id}" if step_id >= 0 else "batch"
         key = (job.job_id, name)
         async with self._locks.setdefault(key, asyncio.Lock()):
-            found = self.live.get(key)
-            if found is not None:
-                found.steps.add(step_id)
-                return found
-            ctr = await self._make(job, spec, who, name, cwd)
+            ctr = self.live.get(key)
+            if ctr is None:
+                ctr = await self._make(job, spec, who, name, cwd)
+                self.live[key] = ctr
             ctr.steps.add(step_id)
-            self.live[key] = ctr
+            if spec.save:  # each step's own: a named container outlives the first's spec
+                ctr.saves[step_id] = spec.save
             return ctr
 
     async def _make(
@@ -254,8 +255,9 @@ class Containers:
                 continue
             ctr.steps.discard(step_id)
             _remove_bundles(os.path.dirname(ctr.directory), ctr.name, step_id)
-            if ctr.spec.save:
-                await self._save(ctr)
+            save = ctr.saves.pop(step_id, "")
+            if save:
+                await self._save(ctr, save)
             if not ctr.named:
                 await self._remove(key)
 
@@ -268,10 +270,10 @@ class Containers:
             await asyncio.to_thread(unmount_under, path)
             _remove(path)
 
-    async def _save(self, ctr: Container) -> None:
+    async def _save(self, ctr: Container, path: str) -> None:
         """--container-save=PATH: the container's filesystem as squashfs, written by
         the user (a path they could not write stays unwritten)."""
-        path = os.path.normpath(os.path.join(ctr.spec.save))
+        path = os.path.normpath(path)
         try:
             await asuser.checked(
                 [
@@ -289,6 +291,8 @@ class Containers:
             )
         except ContainerError as exc:
             log.warning("container not saved", job_id=ctr.job_id, error=str(exc))
+        else:
+            log.info("container saved", job_id=ctr.job_id, name=ctr.name, path=path)
 
     async def _remove(self, key: tuple[int, str]) -> None:
         ctr = self.live.pop(key, None)
