@@ -25,14 +25,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 
 import structlog
 
 from corral.config import ContainersConfig
 from corral.wire import corral_pb2 as pb
-from noded.containers import asuser, bundle, hostcheck, mounts
+from noded.containers import asuser, bundle, hostcheck, mounts, unmount
 from noded.containers.cache import Image, ImageCache
 from noded.containers.errors import ContainerError
 from noded.containers.gpu import GpuEdits, edits_for
@@ -135,7 +134,7 @@ class Containers:
         self.cache.hold(image.key)
         directory = os.path.join(self._job_dir(job.job_id, who), f"c_{name}")
         try:
-            _make_user_dirs(directory, ("upper", "work", "rootfs", "tmp"), who)
+            _make_container_dir(directory, who)
             await self._mount(image, directory, who)
         except BaseException:
             self.cache.release(image.key)
@@ -149,7 +148,7 @@ class Containers:
         path = os.path.join(self.state, f"job_{job_id}")
         if not os.path.isdir(path):
             os.mkdir(path, 0o711)
-            _make_user_dirs(os.path.join(path, "crun"), (), who)
+            _make_user_dir(os.path.join(path, "crun"), who)
         return path
 
     async def _mount(self, image: Image, directory: str, who: Identity) -> None:
@@ -267,7 +266,7 @@ class Containers:
             await self._remove(key)
         path = os.path.join(self.state, f"job_{job_id}")
         if os.path.isdir(path):
-            await asyncio.to_thread(unmount_under, path)
+            await asyncio.to_thread(unmount.unmount_job, self.state, f"job_{job_id}")
             _remove(path)
 
     async def _save(self, ctr: Container, path: str) -> None:
@@ -299,7 +298,7 @@ class Containers:
         self._locks.pop(key, None)
         if ctr is None:
             return
-        await asyncio.to_thread(unmount_under, ctr.directory)
+        await asyncio.to_thread(unmount.detach, ctr.rootfs)
         _remove(ctr.directory)
         self.cache.release(ctr.image.key)
         log.info("container removed", job_id=ctr.job_id, name=ctr.name)
@@ -308,16 +307,20 @@ class Containers:
 # ---------------------------------------------------------------- helpers
 
 
-def _make_user_dirs(path: str, subdirs: tuple[str, ...], who: Identity) -> None:
-    """``path`` and its subdirectories, made by root in a directory of root's (nothing
-    there to follow), then handed to the user, ``path`` last."""
+def _make_user_dir(path: str, who: Identity) -> None:
+    """A directory of the user's, made by root in a directory of root's (nothing there
+    to follow)."""
     os.mkdir(path, 0o700)
-    for sub in subdirs:
-        os.mkdir(os.path.join(path, sub), 0o700)
-        if who.pw is not None:
-            os.chown(os.path.join(path, sub), who.uid, who.gid)
     if who.pw is not None:
         os.chown(path, who.uid, who.gid)
+
+
+def _make_container_dir(path: str, who: Identity) -> None:
+    """The container's directory stays root's (its mount point cannot be swapped for a
+    link: unmount.py); its layers, mount point and /tmp are the user's."""
+    os.mkdir(path, 0o755)
+    for sub in ("upper", "work", "rootfs", "tmp"):
+        _make_user_dir(os.path.join(path, sub), who)
 
 
 def _write_config(bdir: str, config: dict[str, object]) -> None:
@@ -338,21 +341,6 @@ def _remove_bundles(job_dir: str, name: str, step_id: int) -> None:
 def _remove(path: str) -> None:
     # rmtree walks by descriptors and never follows a link out (the user's dirs too)
     shutil.rmtree(path, ignore_errors=True)
-
-
-def unmount_under(path: str) -> list[str]:
-    """Unmount every mount at or under ``path`` (deepest first); returns them."""
-    prefix = os.path.realpath(path)
-    found = []
-    with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        for line in f:
-            target = line.split()[4].replace("\\040", " ")
-            if target == prefix or target.startswith(prefix + "/"):
-                found.append(target)
-    for target in sorted(found, key=len, reverse=True):
-        # lazy: a task still dying inside does not keep the mount (it is gone once idle)
-        subprocess.run(["umount", "-l", target], capture_output=True, check=False, timeout=30)
-    return found
 
 
 def _exists_inside(path: str, image_rootfs: str, binds: list[mounts.Mount]) -> bool:

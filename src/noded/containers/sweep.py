@@ -4,8 +4,8 @@ carries its job's markers).
 
 Only noded's own state directory is looked at (root's, under the spool); crun's state
 in it is the user's, so crun is never asked, as root, to act on it: the overlay mounts
-are found in the kernel's mount table instead, and the directories removed without
-following anything in them.
+are found in the kernel's mount table instead (ours only: unmount.py), and the
+directories removed without following anything in them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import shutil
 
 import structlog
 
-from noded.containers.runtime import unmount_under
+from noded.containers.unmount import unmount_job
 
 log = structlog.get_logger("noded")
 
@@ -33,7 +33,7 @@ def sweep(state_dir: str, keep: set[int] | None = None) -> list[int]:
         if keep and job_id in keep:
             continue
         path = os.path.join(state_dir, entry)
-        mounts = unmount_under(path)
+        mounts = unmount_job(state_dir, entry)
         shutil.rmtree(path, ignore_errors=True)
         swept.append(job_id)
         log.info("container leftovers removed", job_id=job_id, mounts=len(mounts))
