@@ -28,7 +28,14 @@ PEEK_S = 30.0  # a stat or a registry inspect
 IMPORT_TIMEOUT_S = 1800.0  # one import, a pull of a large image included
 
 # sh run as the user: open the path (the user's own rights) and stat what was opened
-_STAT = 'exec <"$1" || exit 3; exec stat -L -c "%F|%d:%i:%s:%Y:%Z" /proc/self/fd/0'
+_FMT = "%F|%d:%i:%s:%.9Y:%.9Z"
+_STAT = f'exec <"$1" || exit 3; exec stat -L -c "{_FMT}" /proc/self/fd/0'
+# the copy: one open file, stat'd before and after it is read (to stderr), so the digest
+# remembered for a stat key is the digest of exactly that file, unchanged meanwhile
+_COPY = (
+    f'exec <"$1" || exit 3; stat -L -c "{_FMT}" /proc/self/fd/0 >&2 || exit 3; '
+    f'cat || exit 3; stat -L -c "{_FMT}" /proc/self/fd/0 >&2'
+)
 
 
 class Importer:
@@ -74,7 +81,10 @@ class Importer:
                 return found
         with self.cache.staging() as stage:
             blob = os.path.join(stage, "blob")
-            await self._copy_as_user(["cat", "--", path], blob, who, path)
+            res = await self._copy_as_user(
+                ["/bin/sh", "-c", _COPY, "corral-image", path], blob, who, path
+            )
+            seen = [ln.partition("|")[2] for ln in res.stderr.splitlines() if "|" in ln]
             digest = await asyncio.to_thread(_sha256_file, blob)
             with open(blob, "rb") as f:
                 head = f.read(4)
@@ -89,7 +99,8 @@ class Importer:
                         layout = os.path.join(stage, "layout")
                         await self._skopeo(f"{kind}:{blob}", layout, path, local=True)
                         found = await self._unpack_layout(layout, stage, digest, path)
-            self.cache.memo_put(stat_key, digest)
+            if len(seen) == 2 and seen[0] == seen[1]:  # the file did not change while read
+                self.cache.memo_put(seen[0], digest)
             return found
 
     async def _from_layout_dir(self, path: str, who: Identity) -> Image:
@@ -127,7 +138,9 @@ class Importer:
                     found = await self._unpack_layout(layout, stage, digest, path)
             return found
 
-    async def _copy_as_user(self, argv: list[str], dest: str, who: Identity, path: str) -> None:
+    async def _copy_as_user(
+        self, argv: list[str], dest: str, who: Identity, path: str
+    ) -> asuser.Result:
         fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             res = await asuser.run(
@@ -145,6 +158,7 @@ class Importer:
             if "No space left" in res.stderr:
                 raise ContainerError(f"disk full importing {path} into {self.cache.root}")
             raise ContainerError(f"image {path}: {res.reason().rsplit(': ', 1)[-1]}")
+        return res
 
     # ------------------------------------------------------------ registries
 
