@@ -30,6 +30,11 @@ IMPORT_TIMEOUT_S = 1800.0  # one import, a pull of a large image included
 # sh run as the user: open the path (the user's own rights) and stat what was opened
 _FMT = "%F|%d:%i:%s:%.9Y:%.9Z"
 _STAT = f'exec <"$1" || exit 3; exec stat -L -c "{_FMT}" /proc/self/fd/0'
+# an OCI layout's files, each opened by the user and stat'd on that descriptor
+_LAYOUT_STAT = (
+    'cd "$1" || exit 3; for f in index.json blobs/*/*; do exec 3<"$f" || exit 3; '
+    f'printf "%s|" "$f"; stat -L -c "{_FMT}" /proc/self/fd/3 || exit 3; done'
+)
 # the copy: one open file, stat'd before and after it is read (to stderr), so the digest
 # remembered for a stat key is the digest of exactly that file, unchanged meanwhile
 _COPY = (
@@ -104,19 +109,11 @@ class Importer:
             return found
 
     async def _from_layout_dir(self, path: str, who: Identity) -> Image:
-        # its index names the image's digest: a cached image needs no copy of the rest
-        index = await asuser.run(
-            ["cat", "--", os.path.join(path, "index.json")],
-            who=who,
-            timeout_s=PEEK_S,
-            what="read the image",
-        )
-        if index.rc != 0:
-            raise ContainerError(f"image {path}: not an image (no readable index.json)")
-        try:
-            found = self.cache.lookup(str(json.loads(index.stdout)["manifests"][0]["digest"]))
-        except (ValueError, KeyError, IndexError, TypeError, ContainerError):
-            found = None
+        # a cached image is found by the stat keys of the layout's files, each opened by
+        # the user: only someone who can read exactly those files gets it from the cache
+        listing = await self._layout_listing(path, who)
+        digest = self.cache.memo_get(listing)
+        found = self.cache.lookup(digest) if digest else None
         if found is not None:
             return found
         with self.cache.staging() as stage:
@@ -136,7 +133,20 @@ class Importer:
                 found = self.cache.lookup(digest)
                 if found is None:
                     found = await self._unpack_layout(layout, stage, digest, path)
+            if await self._layout_listing(path, who) == listing:  # unchanged while copied
+                self.cache.memo_put(listing, digest)
             return found
+
+    async def _layout_listing(self, path: str, who: Identity) -> str:
+        res = await asuser.run(
+            ["/bin/sh", "-c", _LAYOUT_STAT, "corral-image", path],
+            who=who,
+            timeout_s=PEEK_S,
+            what="read the image",
+        )
+        if res.rc != 0:
+            raise ContainerError(f"image {path}: not an image (no readable OCI layout)")
+        return "layout:" + hashlib.sha256(res.stdout).hexdigest()
 
     async def _copy_as_user(
         self, argv: list[str], dest: str, who: Identity, path: str
