@@ -78,25 +78,34 @@ def run(quick: bool = False, big_mb: int = 0) -> PhaseResult:
                 "bare", "-", warm_runs, ms(bare["min"]), ms(bare["median"]), ms(bare["p95"]), "-"
             )
             result.data["bare"] = bare
-            for label, image in (("small", small), ("big", big)):
-                size = f"{os.path.getsize(image) / 2**20:.0f} MiB"
-                cold = []
+            sizes = {"small": small, "big": big}
+            samples: dict[str, list[float]] = {}
+            for label, image in sizes.items():
+                samples[f"{label} cold"] = []
                 for n in range(cold_runs):
                     copy = _fresh_copy(image, base, n)
                     log(f"containers: {label} cold {n}")
-                    cold.append(_wall([srun, "-n1", f"--container-image={copy}", "true"], env, cwd))
+                    argv = [srun, "-n1", f"--container-image={copy}", "true"]
+                    samples[f"{label} cold"].append(_wall(argv, env, cwd))
                     os.unlink(copy)
-                warm_argv = [srun, "-n1", f"--container-image={image}", "true"]
-                _wall(warm_argv, env, cwd)  # the import
-                log(f"containers: {label} warm")
-                warm = [_wall(warm_argv, env, cwd) for _ in range(warm_runs)]
-                for kind, samples in (("cold", cold), ("warm", warm)):
-                    s = summary(samples)
+                _wall([srun, "-n1", f"--container-image={image}", "true"], env, cwd)  # import
+            # warm runs alternate between the images: the same load weighs on both
+            log("containers: warm runs")
+            for label in sizes:
+                samples[f"{label} warm"] = []
+            for _ in range(warm_runs):
+                for label, image in sizes.items():
+                    argv = [srun, "-n1", f"--container-image={image}", "true"]
+                    samples[f"{label} warm"].append(_wall(argv, env, cwd))
+            for label, image in sizes.items():
+                size = f"{os.path.getsize(image) / 2**20:.0f} MiB"
+                for kind in ("cold", "warm"):
+                    s = summary(samples[f"{label} {kind}"])
                     result.data[f"{label} {kind}"] = {**s, "image_bytes": os.path.getsize(image)}
                     table.add(
                         f"{label} image, {kind}",
                         size,
-                        len(samples),
+                        s["n"],
                         ms(s["min"]),
                         ms(s["median"]),
                         ms(s["p95"]),
