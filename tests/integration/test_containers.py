@@ -365,3 +365,32 @@ def test_a_two_node_step_in_containers_runs_torch_gloo_all_reduce(
     assert len(masters) == 1  # one rendezvous for every task, on both nodes
     assert all("sum 10" in line and "Corral Test Linux" in line for line in lines)
     assert {line.split(" on ")[1].split()[0] for line in lines} == {"node01", "node02"}
+
+
+def test_a_named_container_goes_on_every_node_of_the_job(
+    users: Users, images: BuiltImages, cluster_factory: ClusterFactory
+) -> None:
+    c = cluster_factory(nodes=2, gpus_per_node=0)
+    alice = users.alice
+    job_id = submit_as(c, users, alice, "-N2", "--wrap", "sleep 120")
+    c.wait_state(job_id, "RUNNING", timeout=60)
+    code, _, err = command(
+        c,
+        alice,
+        "srun",
+        f"--jobid={job_id}",
+        "-N2",
+        "-n2",
+        f"--container-image={images.squashfs}",
+        "--container-name=both",
+        "true",
+        cwd=users.home(alice),
+    )
+    assert code == 0, err
+    assert len(_spool_mounts(c)) == 2  # one per node, kept for the job
+    code, _, err = command(c, alice, "scancel", str(job_id))
+    assert code == 0, err
+    c.wait_state(job_id, "CANCELLED", timeout=60)
+    # the node without the batch script removes its own once the job's terminate came
+    wait_for(lambda: not _spool_mounts(c), 30, "both nodes' container mounts to go")
+    wait_for(lambda: not _state_of(c, job_id), 15, "the job's container state to go")
