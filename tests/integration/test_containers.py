@@ -8,6 +8,7 @@ import concurrent.futures
 import os
 import pathlib
 import pwd
+import shutil
 import subprocess
 from collections.abc import Iterator
 
@@ -190,6 +191,14 @@ def test_bad_images_and_mounts_fail_with_the_reason(
     for flags, reason in cases:
         code, _, err = _srun(lab, users, bob, *flags, "true")
         assert code != 0 and reason in err, (flags, err)
+    # alice's private image, cached once she ran it: bob still cannot run it
+    private = secret / "mine.sqsh"
+    shutil.copyfile(images.squashfs, private)
+    os.chown(private, alice.pw_uid, alice.pw_gid)
+    code, _, err = _srun(lab, users, alice, f"--container-image={private}", "true")
+    assert code == 0, err
+    code, _, err = _srun(lab, users, bob, f"--container-image={private}", "true")
+    assert code != 0 and "Permission denied" in err, err
     # sbatch: the job fails with the reason, never hangs
     job_id = submit_as(lab, users, bob, "--container-image=/nonexistent/x.sqsh", "--wrap", "true")
     lab.wait_state(job_id, "FAILED", timeout=60)
