@@ -91,7 +91,7 @@ class BatchStarter:
         env[PROGRESS_VAR] = running.progress_file
         env[MARKER_VAR] = running.marker
         argv = [script, *spec.argv]
-        if spec.HasField("container") and spec.container.image:
+        if spec.HasField("container") and (spec.container.image or spec.container.name):
             argv = await self._in_container(running, who, argv, env, files.workdir)
         running.cgroup = self._make_cgroup(running)
         gated = await spawn_gated(

@@ -177,7 +177,7 @@ class TaskStarter:
         """The step's container here (srun --container-image), prepared before its first
         task; None without one. ContainerError fails the step with its reason."""
         spec = start.step.spec
-        if not spec.HasField("container") or not spec.container.image:
+        if not spec.HasField("container") or not (spec.container.image or spec.container.name):
             return None
         if self.containers is None:
             raise LaunchError("containers are not enabled on this node")

@@ -66,8 +66,7 @@ def _spool_mounts(lab: LocalCluster) -> list[str]:
 
 def _state_of(lab: LocalCluster, job_id: int) -> list[pathlib.Path]:
     """The job's container state directories left under the cluster's spools."""
-    found = pathlib.Path(lab.state_dir).rglob(f"job_{job_id}")
-    return [p for p in found if "containers" in p.parts]
+    return list(pathlib.Path(lab.state_dir).glob(f"spool/*/containers/data/job_{job_id}"))
 
 
 def test_srun_in_a_squashfs_image_sees_the_image_its_uid_mounts_and_slurm_env(
@@ -142,8 +141,16 @@ def test_a_named_container_keeps_a_file_between_steps_and_goes_with_the_job(
     )
     assert code == 0, err
     saved = users.home(alice) / "saved.sqsh"
+    # Pyxis: the name alone reuses the job's container
     code, out, err = _srun(
-        lab, users, alice, *named, f"--container-save={saved}", "cat", "/opt/note"
+        lab,
+        users,
+        alice,
+        f"--jobid={job_id}",
+        "--container-name=keep",
+        f"--container-save={saved}",
+        "cat",
+        "/opt/note",
     )
     assert (code, out) == (0, "kept\n"), err
     # --container-save: the container's filesystem as squashfs, the user's own file
@@ -161,7 +168,9 @@ def test_a_named_container_keeps_a_file_between_steps_and_goes_with_the_job(
         "cat /opt/note 2>/dev/null || echo fresh",
     )
     assert (code, out) == (0, "fresh\n"), err  # an unnamed container starts from the image
-    assert _spool_mounts(lab)  # the named one, kept for the job
+    code, _, err = _srun(lab, users, alice, f"--jobid={job_id}", "--container-name=other", "true")
+    assert code != 0 and "no container named other" in err, err
+    assert _spool_mounts(lab) and _state_of(lab, job_id)  # the named one, kept for the job
     code, _, err = command(lab, alice, "scancel", str(job_id))
     assert code == 0, err
     lab.wait_state(job_id, "CANCELLED", timeout=60)

@@ -112,6 +112,11 @@ class Containers:
         key = (job.job_id, name)
         async with self._locks.setdefault(key, asyncio.Lock()):
             ctr = self.live.get(key)
+            if ctr is None and not spec.image:  # Pyxis: a name alone reuses the container
+                raise ContainerError(
+                    f"no container named {spec.name} in job {job.job_id} on this node "
+                    "(the first step that names it needs --container-image)"
+                )
             if ctr is None:
                 ctr = await self._make(job, spec, who, name, cwd)
                 self.live[key] = ctr
