@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+from corral.localcluster.layout import free_port
 from corral.testing import LocalCluster
 from corral.testing.cluster import ClusterFactory
 from corral.testing.images import BuiltImages, build, missing_tools, runtime_blocker
@@ -412,3 +413,91 @@ def test_a_named_container_goes_on_every_node_of_the_job(
     # the node without the batch script removes its own once the job's terminate came
     wait_for(lambda: not _spool_mounts(c), 30, "both nodes' container mounts to go")
     wait_for(lambda: not _state_of(c, job_id), 15, "the job's container state to go")
+
+
+@pytest.fixture
+def registry(images: BuiltImages, tmp_path: pathlib.Path) -> Iterator[str]:
+    """A local registry (docker-registry, plain HTTP) holding the test image as
+    corral/busybox:1; noded's skopeo is told it is insecure (CONTAINERS_REGISTRIES_CONF)."""
+    if shutil.which("docker-registry") is None:
+        pytest.skip("needs docker-registry (the distribution registry)")
+    port = free_port()
+    config = tmp_path / "registry.yml"
+    config.write_text(
+        f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
+        f"    rootdirectory: {tmp_path / 'data'}\nhttp:\n  addr: 127.0.0.1:{port}\n"
+    )
+    proc = subprocess.Popen(
+        ["docker-registry", "serve", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        address = f"127.0.0.1:{port}"
+
+        def pushed() -> bool:
+            return (
+                subprocess.run(
+                    [
+                        "skopeo",
+                        "copy",
+                        "--insecure-policy",
+                        "--dest-tls-verify=false",
+                        f"oci:{images.layout}:test",
+                        f"docker://{address}/corral/busybox:1",
+                    ],
+                    capture_output=True,
+                ).returncode
+                == 0
+            )
+
+        wait_for(pushed, 30, "the test image in the local registry")
+        conf = tmp_path / "registries.conf"
+        conf.write_text(f'[[registry]]\nlocation = "{address}"\ninsecure = true\n')
+        conf.chmod(0o644)
+        old = os.environ.get("CONTAINERS_REGISTRIES_CONF")
+        os.environ["CONTAINERS_REGISTRIES_CONF"] = str(conf)  # the daemons inherit it
+        try:
+            yield address
+        finally:
+            if old is None:
+                os.environ.pop("CONTAINERS_REGISTRIES_CONF", None)
+            else:
+                os.environ["CONTAINERS_REGISTRIES_CONF"] = old
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_registry_image_is_pulled_once_and_a_wrong_digest_refused(
+    users: Users, registry: str, cluster_factory: ClusterFactory
+) -> None:
+    c = cluster_factory(nodes=1, gpus_per_node=0)
+    bob = users.bob
+    image = f"{registry}#corral/busybox:1"
+    for _ in range(2):  # the second from the cache
+        code, out, err = command(
+            c,
+            bob,
+            "srun",
+            f"--container-image={image}",
+            "head",
+            "-1",
+            "/etc/os-release",
+            cwd=users.home(bob),
+        )
+        assert (code, out) == (0, 'NAME="Corral Test Linux"\n'), err
+    wrong = f"{registry}#corral/busybox@sha256:{'0' * 64}"
+    code, _, err = command(
+        c, bob, "srun", f"--container-image={wrong}", "true", cwd=users.home(bob)
+    )
+    assert code != 0 and ("digest mismatch" in err or "unknown" in err), err
+    code, _, err = command(
+        c,
+        bob,
+        "srun",
+        "--container-image=127.0.0.1:1#corral/none:1",
+        "true",
+        cwd=users.home(bob),
+    )
+    assert code != 0 and "registry unreachable" in err, err

@@ -180,7 +180,7 @@ class Importer:
                 "([containers] allow_registry_pulls)"
             )
         res = await self._tool(
-            ["skopeo", "inspect", "--no-tags", "--format", "{{.Digest}}", ref.skopeo()],
+            [*_skopeo(), "inspect", "--no-tags", "--format", "{{.Digest}}", ref.skopeo()],
             PEEK_S,
             image,
         )
@@ -221,7 +221,7 @@ class Importer:
         )
 
     async def _skopeo(self, src: str, layout: str, source: str, *, local: bool) -> None:
-        argv = ["skopeo", "copy", "--quiet"]
+        argv = [*_skopeo(), "copy", "--quiet"]
         if local:  # a file the user gave: no registry signature policy applies
             argv.insert(1, "--insecure-policy")
         res = await self._tool([*argv, src, f"oci:{layout}:{TAG}"], IMPORT_TIMEOUT_S, source)
@@ -269,6 +269,14 @@ class Importer:
                 f"image {image}: {kind} images are not allowed on this node "
                 "([containers] allowed_sources)"
             )
+
+
+def _skopeo() -> list[str]:
+    """skopeo, with the registries file noded's environment names (the variable
+    containers/image reads, which skopeo 1.9 ignores): an insecure or mirrored
+    registry an operator configured for noded alone."""
+    conf = os.environ.get("CONTAINERS_REGISTRIES_CONF", "")
+    return ["skopeo", "--registries-conf", conf] if conf else ["skopeo"]
 
 
 def _sha256_file(path: str) -> str:
