@@ -420,7 +420,7 @@ def registry(images: BuiltImages, tmp_path: pathlib.Path) -> Iterator[str]:
     """A local registry (docker-registry, plain HTTP) holding the test image as
     corral/busybox:1; noded's skopeo is told it is insecure (CONTAINERS_REGISTRIES_CONF)."""
     if shutil.which("docker-registry") is None:
-        pytest.skip("needs docker-registry (the distribution registry)")
+        _skip_or_fail("needs docker-registry (the distribution registry)")
     port = free_port()
     config = tmp_path / "registry.yml"
     config.write_text(
