@@ -3,8 +3,10 @@
 ``BatchStarter.start`` is the launch path the launcher takes for a ``Spawn``: the
 job's directory and script, its environment, the checkpoint directory and progress
 file, its cgroup, the gated spawn as the user, and its confinement (cgroup and cores)
-before the gate opens. Another launch path (a container runtime) is another object
-with the same ``start``: the machine and the rest of the launcher stay as they are.
+before the gate opens. A container (sbatch --container-image, noded/containers/)
+changes only what the gated shim execs (crun, which runs the script in the container),
+so confinement, signals and reaping stay the same; another launch path is another
+object with the same ``start``.
 """
 
 from __future__ import annotations
