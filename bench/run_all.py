@@ -35,6 +35,7 @@ PHASES: dict[str, str] = {
     "profile": "bench.profile_hotspots",
     "auth": "bench.auth_cost",
     "attacker": "bench.local_attacker",
+    "containers": "bench.containers",
 }
 DEFAULT = ["cli", "submit", "latency", "e2e", "queue", "srun"]
 

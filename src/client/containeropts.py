@@ -75,11 +75,11 @@ CONTAINER_OPTIONS = (
               metavar="NAME[,NAME...]", fields=("container",),
               put=lambda v: _put("env", _split(v))),
     JobOption("", "container-entrypoint", "container_entrypoint", FLAG,
-              help="run the image's entrypoint (the default)",
-              fields=("container",), put=lambda v: _put("noEntrypoint", False)),
+              help="run the image's entrypoint",
+              fields=("container",), put=lambda v: _put("entrypoint", True)),
     JobOption("", "no-container-entrypoint", "no_container_entrypoint", FLAG,
-              help="do not run the image's entrypoint",
-              fields=("container",), put=lambda v: _put("noEntrypoint", True)),
+              help="do not run the image's entrypoint (the default, as Pyxis's)",
+              fields=("container",), put=lambda v: _put("entrypoint", False)),
 )
 # fmt: on
 DESTS = frozenset(o.dest for o in CONTAINER_OPTIONS)

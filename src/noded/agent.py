@@ -81,7 +81,13 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
                 found = self.steps.signal(request.job_id, request.step_id, request.signal, run)
             elif request.terminate:
                 found = self.launcher.signal(request)
-                found = self.steps.terminate_job(request.job_id, request.kill_wait_s, run) or found
+                here = request.job_id in self.launcher.jobs
+                found = (
+                    self.steps.terminate_job(
+                        request.job_id, request.kill_wait_s, run, job_here=here
+                    )
+                    or found
+                )
             else:
                 found = self.launcher.signal(request)
                 if not request.batch_only:

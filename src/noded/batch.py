@@ -3,8 +3,10 @@
 ``BatchStarter.start`` is the launch path the launcher takes for a ``Spawn``: the
 job's directory and script, its environment, the checkpoint directory and progress
 file, its cgroup, the gated spawn as the user, and its confinement (cgroup and cores)
-before the gate opens. Another launch path (a container runtime) is another object
-with the same ``start``: the machine and the rest of the launcher stay as they are.
+before the gate opens. A container (sbatch --container-image, noded/containers/)
+changes only what the gated shim execs (crun, which runs the script in the container),
+so confinement, signals and reaping stay the same; another launch path is another
+object with the same ``start``.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from corral.errors import LaunchError
 from corral.wire import corral_pb2 as pb
 from noded import jobdir, progress, spool
 from noded.cgroups import CgroupManager, CgroupUnavailable, JobCgroup
+from noded.containers.mounts import Mount
+from noded.containers.runtime import Containers
 from noded.env import batch_environment, job_umask
 from noded.gpu import GpuBackend, GpuDevice
 from noded.limits import CoreAllocator
 from noded.running import RunningJob
-from noded.spawn import Gated, identity_for, resolve_files, spawn_gated, write_script
+from noded.spawn import Gated, Identity, identity_for, resolve_files, spawn_gated, write_script
 from noded.tracking import MARKER_VAR, PROGRESS_VAR, JobProcesses
 
 log = structlog.get_logger("noded")
@@ -54,6 +58,7 @@ class BatchStarter:
         gpus: GpuBackend | None = None,
         gpu_devices: list[GpuDevice] | None = None,
         cores: CoreAllocator | None = None,
+        containers: Containers | None = None,
     ) -> None:
         self.node_name = node_name
         self.spool_dir = spool_dir
@@ -62,6 +67,7 @@ class BatchStarter:
         self.gpus = gpus
         self.gpu_devices = gpu_devices or []
         self.cores = cores or CoreAllocator()
+        self.containers = containers
 
     async def start(self, running: RunningJob) -> None:
         job, spec = running.job, running.job.spec
@@ -87,9 +93,12 @@ class BatchStarter:
         running.progress_file = path if progress.make_file(path, who.uid, who.gid) else ""
         env[PROGRESS_VAR] = running.progress_file
         env[MARKER_VAR] = running.marker
+        argv = [script, *spec.argv]
+        if spec.HasField("container") and (spec.container.image or spec.container.name):
+            argv = await self._in_container(running, who, argv, env, files.workdir)
         running.cgroup = self._make_cgroup(running)
         gated = await spawn_gated(
-            [script, *spec.argv],
+            argv,
             who=who,
             env=env,
             files=files,
@@ -116,6 +125,29 @@ class BatchStarter:
             uid=who.uid,
             cgroup=bool(running.cgroup),
             stdout=files.stdout,
+        )
+
+    async def _in_container(
+        self, running: RunningJob, who: Identity, argv: list[str], env: dict[str, str], cwd: str
+    ) -> list[str]:
+        """sbatch --container-image: the batch script runs in the container (Pyxis's
+        sbatch support), the script and the progress file bound in at their paths."""
+        if self.containers is None:
+            raise LaunchError("containers are not enabled on this node")
+        spec = running.job.spec.container
+        ctr = await self.containers.prepare(running.job, spec, who, step_id=-1, cwd=cwd)
+        extra = [Mount(argv[0], argv[0], readonly=True)]
+        if running.progress_file:
+            extra.append(Mount(running.progress_file, running.progress_file))
+        return self.containers.task_argv(
+            ctr,
+            step_id=-1,
+            rank=0,
+            argv=argv,
+            env=env,
+            cwd=cwd,
+            gpu_indices=list(running.alloc.gpu_indices),
+            extra=extra,
         )
 
     def _make_cgroup(self, running: RunningJob) -> JobCgroup | None:

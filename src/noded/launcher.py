@@ -34,6 +34,8 @@ from corral.wire import corral_pb2 as pb
 from noded import batch, jobdir, monitor, progress, recovery, spool
 from noded.batch import REAP_TIMEOUT_S, BatchStarter, LaunchPath
 from noded.cgroups import CgroupManager
+from noded.containers import sweep
+from noded.containers.runtime import Containers
 from noded.env import checkpoint_name
 from noded.events import (
     Action,
@@ -99,6 +101,7 @@ class Launcher:
         cores: CoreAllocator | None = None,
         clock: Clock | None = None,
         launch_path: LaunchPath | None = None,
+        containers: Containers | None = None,
     ) -> None:
         self.node_name = node_name
         self.clock: Clock = clock or SystemClock()  # timers and windows (tests: ManualClock)
@@ -110,6 +113,7 @@ class Launcher:
         self.gpus = gpus
         self.health = health or (lambda reason, detail: None)
         self.cores = cores or CoreAllocator()
+        self.containers = containers
         self.launch_path: LaunchPath = launch_path or BatchStarter(
             node_name,
             spool_dir,
@@ -118,6 +122,7 @@ class Launcher:
             gpus=gpus,
             gpu_devices=gpu_devices,
             cores=self.cores,
+            containers=containers,
         )
         self.instance = secrets.token_hex(6)  # tells this noded's jobs from any other's
         self.machine = JobMachine(
@@ -255,6 +260,8 @@ class Launcher:
     async def _cleanup(self, running: RunningJob) -> None:
         try:
             await batch.remove_cgroup(running)
+            if self.containers is not None:  # the job's containers, named ones too
+                await self.containers.job_done(running.job_id)
             try:
                 jobdir.discard(spool.job_dir(self.spool_dir, running.job_id))
             except OSError as exc:
@@ -356,13 +363,16 @@ class Launcher:
     async def recover(self) -> list[int]:
         """Settle what an earlier noded left here (recovery.py); returns the jobs
         reported lost. Runs before the first registration."""
-        return await recovery.recover(
+        lost = await recovery.recover(
             self.spool_dir,
             self.instance,
             self.node_name,
             self.cgroups,
             lambda job_id, run: self.handle(FoundLost(job_id, run)),
         )
+        if self.containers is not None:  # after the kills: nothing of theirs runs now
+            await asyncio.to_thread(sweep.sweep, self.containers.state)
+        return lost
 
     async def shutdown(self, kill_wait_s: float) -> None:
         """Stop every job (node shutdown): SIGTERM, then SIGKILL after kill_wait."""

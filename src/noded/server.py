@@ -24,6 +24,7 @@ from noded.address import advertised_host as address_of
 from noded.agent import ControllerLink, NodeAgentServicer
 from noded.cgroups import detect
 from noded.container_feature import node_features
+from noded.containers.runtime import Containers
 from noded.gpu import GpuBackend
 from noded.guard import CONTACT_FILE
 from noded.launcher import Launcher
@@ -71,6 +72,7 @@ async def serve(
     )
 
     link_ref: list[ControllerLink] = []
+    containers = Containers(spool, config.containers, gpu_devices=found.devices)
     launcher = Launcher(
         name,
         spool,
@@ -81,6 +83,7 @@ async def serve(
         gpus=found.gpus,
         gpu_devices=found.devices,
         health=lambda reason, detail: link_ref[0].report_health(reason, detail),
+        containers=containers,
     )
     server = aio.server(options=GRPC_SERVER_OPTIONS)
     steps = StepRunner(
@@ -94,6 +97,7 @@ async def serve(
         idle=config.idle_gpus,
         gpus=found.gpus,
         clock=launcher.clock,
+        containers=containers,
     )
     pbg.add_NodeAgentServicer_to_server(
         NodeAgentServicer(launcher, steps, controller_only=bool(tls_dir)), server

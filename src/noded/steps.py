@@ -30,6 +30,7 @@ from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import LaunchError
 from corral.wire import corral_pb2 as pb
 from noded import progress, records, stall, taskio
+from noded.containers.runtime import Containers
 from noded.events import Log, Report
 from noded.gpu import GpuBackend
 from noded.stepmachine import (
@@ -78,6 +79,7 @@ class StepRunner:
         idle: IdleGpuConfig | None = None,
         gpus: GpuBackend | None = None,
         clock: Clock | None = None,
+        containers: Containers | None = None,
     ) -> None:
         # progress heartbeats: each task's file lives under the spool ("": none)
         self.spool_dir = spool_dir
@@ -92,10 +94,16 @@ class StepRunner:
         # ctld's own record of the step: srun's copy could claim any user
         self.verify = verify
         self.machine = StepMachine(node_name)
+        self.containers = containers
         self.starter = TaskStarter(
-            node_name, job_marker, spool_dir, contain or (lambda job_id, pid: None)
+            node_name,
+            job_marker,
+            spool_dir,
+            contain or (lambda job_id, pid: None),
+            containers=containers,
         )
         self.steps: dict[tuple[int, int], RunningStep] = {}
+        self._background: set[asyncio.Task[None]] = set()
 
     def marker(self, job_id: int) -> str:
         return self.job_marker.format(job_id=job_id)
@@ -206,6 +214,8 @@ class StepRunner:
                 running.kill_task.cancel()
             self.handle(running, StepOver())  # srun went away, or leftovers of ended tasks
             await self._reap(running)
+            if self.containers is not None:  # its unnamed container goes (after a save)
+                await self.containers.step_done(job.job_id, step.step_id)
             for task in running.tasks:
                 taskio.close_all(task)
             self.steps.pop(key, None)
@@ -306,14 +316,29 @@ class StepRunner:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(earlier.ended.wait(), SUPERSEDED_END_WAIT_S)
 
-    def terminate_job(self, job_id: int, kill_wait_s: float, run: int | None = None) -> bool:
-        """The job ends: its steps here get SIGCONT+SIGTERM, SIGKILL after kill_wait_s."""
+    def terminate_job(
+        self, job_id: int, kill_wait_s: float, run: int | None = None, *, job_here: bool = True
+    ) -> bool:
+        """The job ends: its steps here get SIGCONT+SIGTERM, SIGKILL after kill_wait_s.
+        Without its batch script here (``job_here`` False), its containers go once its
+        steps have (the launcher's cleanup does it where the batch script ran)."""
         found = False
         for running in list(self.steps.values()):
             if running.takes(job_id, None, run):
                 found = True
                 self.handle(running, Terminate(kill_wait_s))
+        if not job_here and self.containers is not None:
+            task = asyncio.create_task(self._containers_gone(job_id, kill_wait_s))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         return found
+
+    async def _containers_gone(self, job_id: int, kill_wait_s: float) -> None:
+        deadline = asyncio.get_running_loop().time() + kill_wait_s + SUPERSEDED_END_WAIT_S
+        while job_id in self.job_ids() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)  # each step's own end is awaited by its stream
+        if self.containers is not None and job_id not in self.job_ids():
+            await self.containers.job_done(job_id)
 
     async def shutdown(self) -> None:
         for running in list(self.steps.values()):

@@ -18,11 +18,14 @@ from collections.abc import Callable
 
 import structlog
 
+from corral.errors import LaunchError
 from corral.tasks import task_gpus
 from corral.wire import corral_pb2 as pb
 from noded import progress, records
+from noded.containers.mounts import Mount
+from noded.containers.runtime import Container, Containers
 from noded.env import job_umask, step_environment
-from noded.spawn import identity_for, start_gated
+from noded.spawn import Identity, identity_for, start_gated
 from noded.taskio import F_SETPIPE_SZ, PIPE_BYTES, RunningStep, Task, open_terminal
 from noded.tracking import MARKER_VAR, PROGRESS_VAR, STEP_MARKER_VAR, JobProcesses
 
@@ -51,12 +54,15 @@ class TaskStarter:
         job_marker: str,
         spool_dir: str,
         contain: Callable[[int, int], None],
+        *,
+        containers: Containers | None = None,
     ) -> None:
         self.node_name = node_name
         self.job_marker = job_marker  # format with job_id: the batch job's marker
         self.spool_dir = spool_dir  # "": no records, no progress files
         # puts a task (held at its gate) into its batch job's cgroup and cores, if here
         self.contain = contain
+        self.containers = containers  # srun --container-image runs its tasks there
 
     async def start_all(
         self, start: pb.RunTasksRequest, here: pb.StepNode, port: int, running: RunningStep
@@ -71,6 +77,7 @@ class TaskStarter:
         running.procs = JobProcesses(-1, step_marker, None, STEP_MARKER_VAR, uid=who.uid)
         self._record(records.StepState(job.job_id, step.step_id, step_marker, who.uid, time.time()))
         master = start.master_addr or "127.0.0.1"
+        ctr = await self._container(start, who)
         for local_id, rank in enumerate(here.ranks):
             gpus = task_gpus(here, step.spec, local_id)
             env = step_environment(
@@ -99,13 +106,26 @@ class TaskStarter:
                     fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
             tty, stdout = -1, out_w
             mask = job_umask(env)
+            argv = list(step.spec.argv)
+            if ctr is not None and self.containers is not None:
+                extra = [Mount(beat, beat)] if beat else []
+                argv = self.containers.task_argv(
+                    ctr,
+                    step_id=step.step_id,
+                    rank=rank,
+                    argv=argv,
+                    env=env,
+                    cwd=start.cwd,
+                    gpu_indices=list(here.gpu_indices),
+                    extra=extra,
+                )
             shim = [TASK_SHIM, "corral-task", mask, start.cwd or "/"]
             if rank == 0 and start.HasField("pty"):
                 tty, stdout, pts = open_terminal(start.pty, who.uid if who.pw else -1)
                 shim = [PTY_SHIM, "corral-task", mask, start.cwd or "/", pts]
             try:
                 proc, write_fd, exited = await start_gated(
-                    [*shim, *step.spec.argv],
+                    [*shim, *argv],
                     who=who,
                     env=env,
                     stdout=stdout,
@@ -151,6 +171,18 @@ class TaskStarter:
             node=self.node_name,
             tasks=len(running.tasks),
             master=f"{master}:{port}",
+        )
+
+    async def _container(self, start: pb.RunTasksRequest, who: Identity) -> Container | None:
+        """The step's container here (srun --container-image), prepared before its first
+        task; None without one. ContainerError fails the step with its reason."""
+        spec = start.step.spec
+        if not spec.HasField("container") or not (spec.container.image or spec.container.name):
+            return None
+        if self.containers is None:
+            raise LaunchError("containers are not enabled on this node")
+        return await self.containers.prepare(
+            start.job, spec.container, who, step_id=start.step.step_id, cwd=start.cwd
         )
 
     def _record(self, state: records.StepState) -> None:

@@ -53,7 +53,7 @@ def test_every_flag_lands_in_the_jobs_container() -> None:
         "remapRoot": True,
         "writable": True,
         "env": ["NCCL_DEBUG", "PATH"],
-        "noEntrypoint": True,
+        "entrypoint": False,
     }
 
 

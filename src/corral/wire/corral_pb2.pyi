@@ -487,7 +487,7 @@ class ContainerSpec(_message.Message):
     REMAP_ROOT_FIELD_NUMBER: _builtins.int
     WRITABLE_FIELD_NUMBER: _builtins.int
     ENV_FIELD_NUMBER: _builtins.int
-    NO_ENTRYPOINT_FIELD_NUMBER: _builtins.int
+    ENTRYPOINT_FIELD_NUMBER: _builtins.int
     image: _builtins.str
     """--container-image: a .sqsh path, an OCI layout dir, an OCI/docker archive, or [USER@][REGISTRY#]IMAGE[:TAG]"""
     workdir: _builtins.str
@@ -502,8 +502,8 @@ class ContainerSpec(_message.Message):
     """--container-remap-root"""
     writable: _builtins.bool
     """--container-writable (--container-readonly: false)"""
-    no_entrypoint: _builtins.bool
-    """--no-container-entrypoint"""
+    entrypoint: _builtins.bool
+    """--container-entrypoint: run the image's entrypoint (Pyxis's default: not)"""
     @_builtins.property
     def mounts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """--container-mounts: SRC:DST[:FLAGS] each"""
@@ -524,11 +524,11 @@ class ContainerSpec(_message.Message):
         remap_root: _builtins.bool = ...,
         writable: _builtins.bool = ...,
         env: _abc.Iterable[_builtins.str] | None = ...,
-        no_entrypoint: _builtins.bool = ...,
+        entrypoint: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["env", b"env", "image", b"image", "mounts", b"mounts", "name", b"name", "no_entrypoint", b"no_entrypoint", "no_mount_home", b"no_mount_home", "remap_root", b"remap_root", "save", b"save", "workdir", b"workdir", "writable", b"writable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entrypoint", b"entrypoint", "env", b"env", "image", b"image", "mounts", b"mounts", "name", b"name", "no_mount_home", b"no_mount_home", "remap_root", b"remap_root", "save", b"save", "workdir", b"workdir", "writable", b"writable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -93,7 +93,7 @@ class ContainerSpec(TypedDict, total=False):
     remapRoot: bool
     writable: bool
     env: list[str]
-    noEntrypoint: bool
+    entrypoint: bool
 
 
 class WarnSignal(TypedDict, total=False):

@@ -1,0 +1,80 @@
+"""An OCI image layout, as root's staged copy: tag its image for umoci and read the
+image config (Env, Entrypoint, WorkingDir) a container starts with."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from noded.containers.errors import ContainerError
+
+REF_NAME = "org.opencontainers.image.ref.name"
+INDEX_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+)
+MAX_JSON = 4 << 20  # a manifest or config larger than this is not an image's
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    env: list[str] = field(default_factory=list)
+    entrypoint: list[str] = field(default_factory=list)
+    workdir: str = ""
+
+
+def _blob(layout: str, digest: str, source: str) -> dict[str, Any]:
+    algo, _, hexpart = str(digest).partition(":")
+    if algo != "sha256" or not hexpart.isalnum():
+        raise ContainerError(f"image {source}: not an image (bad digest {digest!r})")
+    path = os.path.join(layout, "blobs", algo, hexpart)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_JSON + 1)
+    except OSError:
+        raise ContainerError(f"image {source}: not an image (blob {digest} missing)") from None
+    if len(data) > MAX_JSON:
+        raise ContainerError(f"image {source}: not an image (blob {digest} too large)")
+    try:
+        value = json.loads(data)
+    except ValueError:
+        raise ContainerError(f"image {source}: not an image (blob {digest} is not JSON)") from None
+    if not isinstance(value, dict):
+        raise ContainerError(f"image {source}: not an image (blob {digest})")
+    return value
+
+
+def tag_layout(layout: str, tag: str, source: str) -> ImageConfig:
+    """Keep the layout's first image, named ``tag`` (umoci unpacks by name); its config.
+    A multi-platform index is resolved to its linux/amd64 (or only) image."""
+    index_path = os.path.join(layout, "index.json")
+    try:
+        with open(index_path, encoding="utf-8") as f:
+            index = json.load(f)
+        desc = dict(index["manifests"][0])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        raise ContainerError(f"image {source}: not an image (no OCI index.json)") from None
+    if desc.get("mediaType") in INDEX_TYPES:
+        nested = _blob(layout, desc["digest"], source).get("manifests") or []
+        chosen = [m for m in nested if (m.get("platform") or {}).get("architecture") == "amd64"]
+        if not (chosen or nested):
+            raise ContainerError(f"image {source}: not an image (an empty index)")
+        desc = dict((chosen or nested)[0])
+    desc.setdefault("annotations", {})
+    desc["annotations"][REF_NAME] = tag
+    index["manifests"] = [desc]
+    with open(index_path, "w", encoding="utf-8") as f:
+        json.dump(index, f)
+    manifest = _blob(layout, desc["digest"], source)
+    try:
+        config_digest = manifest["config"]["digest"]
+    except (KeyError, TypeError):
+        raise ContainerError(f"image {source}: not an image (a manifest without config)") from None
+    config = _blob(layout, config_digest, source).get("config") or {}
+    return ImageConfig(
+        env=[str(e) for e in config.get("Env") or []],
+        entrypoint=[str(e) for e in config.get("Entrypoint") or []],
+        workdir=str(config.get("WorkingDir") or ""),
+    )

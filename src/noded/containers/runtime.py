@@ -1,0 +1,363 @@
+"""A container's life on this node: prepared at a step's (or batch script's) start,
+its tasks run in it through crun, torn down at the step's end, or the job's end for a
+named one (--container-name).
+
+One container is one root filesystem: the cached image (read-only, shared by every
+job) under a fuse-overlayfs mount the job's user makes, whose upper layer is the
+container's own. Every task of the step on this node runs in that filesystem, with
+the same /tmp and /dev/shm; each task is its own ``crun run`` (a rootless crun, as the
+user, ``--cgroup-manager=disabled``: the task stays in the job's cgroup, under its
+limits and accounting, and carries the job's markers, so noded's signals, kills and
+usage see it as any other task).
+
+State, under noded's spool (root's)::
+
+    <data_dir>/job_<id>/            root 0711 ([containers] data_dir)
+        crun/                       the user's, 0700: crun's --root
+        c_<name>/                   the user's, 0700: upper/ work/ rootfs/ (the mount) tmp/
+        b_<name>_<step>_<rank>/     root's, 0755: config.json of one task
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+
+import structlog
+
+from corral.config import ContainersConfig
+from corral.wire import corral_pb2 as pb
+from noded.containers import asuser, bundle, hostcheck, mounts, unmount
+from noded.containers.cache import Image, ImageCache
+from noded.containers.errors import ContainerError
+from noded.containers.gpu import GpuEdits, edits_for
+from noded.containers.images import IMPORT_TIMEOUT_S, Importer
+from noded.gpu import GpuDevice
+from noded.spawn import Identity
+
+log = structlog.get_logger("noded")
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MOUNT_S = 30.0
+
+
+@dataclass
+class Container:
+    job_id: int
+    name: str  # c_<name>: the user's --container-name, or "step<N>"
+    named: bool
+    directory: str
+    image: Image
+    who: Identity
+    spec: pb.ContainerSpec
+    mounts: list[mounts.Mount]
+    steps: set[int] = field(default_factory=set)
+    saves: dict[int, str] = field(default_factory=dict)  # step -> its --container-save
+
+    @property
+    def rootfs(self) -> str:
+        return os.path.join(self.directory, "rootfs")
+
+
+class Containers:
+    """Every container on this node; the launch paths ask it for a task's argv."""
+
+    def __init__(
+        self,
+        spool_dir: str,
+        settings: ContainersConfig | None = None,
+        *,
+        gpu_devices: list[GpuDevice] | None = None,
+    ) -> None:
+        self.settings = settings or ContainersConfig()
+        self.minors = {g.index: g.minor for g in gpu_devices or []}
+        self.state = self.settings.data_path(spool_dir)
+        self.spool_dir = spool_dir
+        self._cache: ImageCache | None = None
+        self.live: dict[tuple[int, str], Container] = {}
+        self._locks: dict[tuple[int, str], asyncio.Lock] = {}
+
+    @property
+    def cache(self) -> ImageCache:
+        if self._cache is None:  # made on first use: a node without containers has none
+            self._cache = ImageCache(
+                self.settings.cache_path(self.spool_dir), self.settings.cache_size_bytes
+            )
+        return self._cache
+
+    def missing(self) -> str:
+        """Why containers cannot run here ("" when they can)."""
+        return hostcheck.why_not(self.settings)
+
+    # ------------------------------------------------------------ preparing
+
+    async def prepare(
+        self, job: pb.Job, spec: pb.ContainerSpec, who: Identity, *, step_id: int, cwd: str
+    ) -> Container:
+        """The container the step runs in: a named one of the job's if it has it, else
+        made now (image imported first if need be). ContainerError says why not."""
+        why = self.missing()
+        if why:
+            raise ContainerError(f"containers cannot run on this node: {why}")
+        if spec.name and not NAME.match(spec.name):
+            raise ContainerError(
+                f"bad --container-name {spec.name!r}: letters, digits, '_', '.', '-' (64 at most)"
+            )
+        name = f"n_{spec.name}" if spec.name else f"step{step_id}" if step_id >= 0 else "batch"
+        key = (job.job_id, name)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            ctr = self.live.get(key)
+            if ctr is None and not spec.image:  # Pyxis: a name alone reuses the container
+                raise ContainerError(
+                    f"no container named {spec.name} in job {job.job_id} on this node "
+                    "(the first step that names it needs --container-image)"
+                )
+            if ctr is None:
+                ctr = await self._make(job, spec, who, name, cwd)
+                self.live[key] = ctr
+            ctr.steps.add(step_id)
+            if spec.save:  # each step's own: a named container outlives the first's spec
+                ctr.saves[step_id] = spec.save
+            return ctr
+
+    async def _make(
+        self, job: pb.Job, spec: pb.ContainerSpec, who: Identity, name: str, cwd: str
+    ) -> Container:
+        image = await Importer(self.cache, self.settings).get(spec.image, who, cwd)
+        wanted = mounts.parse([*self.settings.default_mounts, *spec.mounts], cwd)
+        home = who.pw.pw_dir if who.pw is not None else os.environ.get("HOME", "")
+        await mounts.check(wanted, who)
+        # Pyxis mounts the home by default (a home the node lacks is left out)
+        home_free = all(m.destination != home for m in wanted)
+        if not spec.no_mount_home and home and os.path.isdir(home) and home_free:
+            wanted.insert(0, mounts.Mount(home, home))
+        self.cache.hold(image.key)
+        directory = os.path.join(self._job_dir(job.job_id, who), f"c_{name}")
+        try:
+            _make_container_dir(directory, who)
+            await self._mount(image, directory, who)
+        except BaseException:
+            self.cache.release(image.key)
+            _remove(directory)
+            raise
+        log.info("container made", job_id=job.job_id, name=name, image=spec.image)
+        return Container(job.job_id, name, bool(spec.name), directory, image, who, spec, wanted)
+
+    def _job_dir(self, job_id: int, who: Identity) -> str:
+        os.makedirs(self.state, mode=0o711, exist_ok=True)
+        path = os.path.join(self.state, f"job_{job_id}")
+        if not os.path.isdir(path):
+            os.mkdir(path, 0o711)
+            _make_user_dir(os.path.join(path, "crun"), who)
+        return path
+
+    async def _mount(self, image: Image, directory: str, who: Identity) -> None:
+        # squash_to: every file of the image is the user's inside (as enroot's own
+        # per-user copy would be); what they write lands in upper/, theirs on the host
+        options = ",".join(
+            [
+                f"lowerdir={image.rootfs}",
+                f"upperdir={directory}/upper",
+                f"workdir={directory}/work",
+                f"squash_to_uid={who.uid}",
+                f"squash_to_gid={who.gid}",
+            ]
+        )
+        res = await asuser.run(
+            ["fuse-overlayfs", "-o", options, os.path.join(directory, "rootfs")],
+            who=who,
+            timeout_s=MOUNT_S,
+            what="mount the container",
+            stdout=asyncio.subprocess.DEVNULL,
+        )
+        if res.rc != 0:
+            raise ContainerError(f"cannot mount the container's filesystem: {res.reason()}")
+
+    # ------------------------------------------------------------ a task
+
+    def task_argv(
+        self,
+        ctr: Container,
+        *,
+        step_id: int,
+        rank: int,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        gpu_indices: list[int],
+        extra: list[mounts.Mount] | None = None,
+    ) -> list[str]:
+        """crun's argv that runs ``argv`` as task ``rank`` in the container (its
+        config.json written now)."""
+        spec, image = ctr.spec, ctr.image
+        keep = set(spec.env)
+        merged = dict(env)
+        for item in image.env:
+            k, _, v = item.partition("=")
+            if k and k not in keep:
+                merged[k] = v
+        merged.setdefault("PATH", DEFAULT_PATH)
+        minors = [self.minors.get(i, -1) for i in gpu_indices]
+        gpu: GpuEdits = edits_for([m for m in minors if m >= 0], gpu_indices)
+        for k, v in gpu.env.items():
+            old = merged.get(k, "")
+            merged[k] = f"{v}:{old}" if k == "LD_LIBRARY_PATH" and old else v
+        args = list(argv)
+        if image.entrypoint and spec.entrypoint:
+            args = [*image.entrypoint, *args]
+        if not args:
+            raise ContainerError("nothing to run in the container")
+        task = bundle.TaskSpec(
+            rootfs=ctr.rootfs,
+            tmp_dir=os.path.join(ctr.directory, "tmp"),
+            uid=ctr.who.uid,
+            gid=ctr.who.gid,
+            remap_root=spec.remap_root,
+            readonly=not spec.writable,
+            args=args,
+            env=merged,
+            cwd=self._workdir(ctr, cwd),
+            mounts=[*ctr.mounts, *(extra or [])],
+            gpu=gpu,
+        )
+        bdir = os.path.join(os.path.dirname(ctr.directory), f"b_{ctr.name}_{step_id}_{rank}")
+        _write_config(bdir, bundle.config(task))
+        job_dir = os.path.dirname(ctr.directory)
+        return [
+            hostcheck.runtime_path(self.settings) or self.settings.runtime,
+            "--root",
+            os.path.join(job_dir, "crun"),
+            "--cgroup-manager=disabled",
+            "run",
+            "--bundle",
+            bdir,
+            f"corral-{ctr.job_id}-{ctr.name}-{step_id}-{rank}",
+        ]
+
+    def _workdir(self, ctr: Container, cwd: str) -> str:
+        """--container-workdir, else the job's directory where the container has it,
+        else the image's WorkingDir, else /."""
+        if ctr.spec.workdir:
+            if not ctr.spec.workdir.startswith("/"):
+                raise ContainerError(f"--container-workdir {ctr.spec.workdir}: not absolute")
+            return ctr.spec.workdir
+        if cwd and _exists_inside(cwd, ctr.image.rootfs, ctr.mounts):
+            return cwd
+        return ctr.image.workdir or "/"
+
+    # ------------------------------------------------------------ the end
+
+    async def step_done(self, job_id: int, step_id: int) -> None:
+        """The step ended here: its --container-save, then its unnamed container goes."""
+        for key, ctr in list(self.live.items()):
+            if key[0] != job_id or step_id not in ctr.steps:
+                continue
+            ctr.steps.discard(step_id)
+            _remove_bundles(os.path.dirname(ctr.directory), ctr.name, step_id)
+            save = ctr.saves.pop(step_id, "")
+            if save:
+                await self._save(ctr, save)
+            if not ctr.named:
+                await self._remove(key)
+
+    async def job_done(self, job_id: int) -> None:
+        """The job ended here: every container of its goes, and its state directory."""
+        for key in [k for k in self.live if k[0] == job_id]:
+            await self._remove(key)
+        path = os.path.join(self.state, f"job_{job_id}")
+        if os.path.isdir(path):
+            await asyncio.to_thread(unmount.unmount_job, self.state, f"job_{job_id}")
+            _remove(path)
+
+    async def _save(self, ctr: Container, path: str) -> None:
+        """--container-save=PATH: the container's filesystem as squashfs, written by
+        the user (a path they could not write stays unwritten)."""
+        path = os.path.normpath(path)
+        try:
+            await asuser.checked(
+                [
+                    "mksquashfs",
+                    ctr.rootfs,
+                    path,
+                    "-noappend",
+                    "-quiet",
+                    "-no-progress",
+                    "-no-xattrs",
+                ],
+                who=ctr.who,
+                timeout_s=IMPORT_TIMEOUT_S,
+                what=f"save the container to {path}",
+            )
+        except ContainerError as exc:
+            log.warning("container not saved", job_id=ctr.job_id, error=str(exc))
+        else:
+            log.info("container saved", job_id=ctr.job_id, name=ctr.name, path=path)
+
+    async def _remove(self, key: tuple[int, str]) -> None:
+        ctr = self.live.pop(key, None)
+        self._locks.pop(key, None)
+        if ctr is None:
+            return
+        await asyncio.to_thread(unmount.detach, ctr.rootfs)
+        _remove(ctr.directory)
+        self.cache.release(ctr.image.key)
+        log.info("container removed", job_id=ctr.job_id, name=ctr.name)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _make_user_dir(path: str, who: Identity) -> None:
+    """A directory of the user's, made by root in a directory of root's (nothing there
+    to follow)."""
+    os.mkdir(path, 0o700)
+    if who.pw is not None:
+        os.chown(path, who.uid, who.gid)
+
+
+def _make_container_dir(path: str, who: Identity) -> None:
+    """The container's directory stays root's (its mount point cannot be swapped for a
+    link: unmount.py); its layers, mount point and /tmp are the user's."""
+    os.mkdir(path, 0o755)
+    for sub in ("upper", "work", "rootfs", "tmp"):
+        _make_user_dir(os.path.join(path, sub), who)
+
+
+def _write_config(bdir: str, config: dict[str, object]) -> None:
+    os.mkdir(bdir, 0o755)
+    path = os.path.join(bdir, "config.json")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(config, f)
+
+
+def _remove_bundles(job_dir: str, name: str, step_id: int) -> None:
+    prefix = f"b_{name}_{step_id}_"
+    for entry in os.listdir(job_dir):
+        if entry.startswith(prefix):
+            _remove(os.path.join(job_dir, entry))
+
+
+def _remove(path: str) -> None:
+    # rmtree walks by descriptors and never follows a link out (the user's dirs too)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _exists_inside(path: str, image_rootfs: str, binds: list[mounts.Mount]) -> bool:
+    """Whether directory ``path`` exists in the container: under a bind, in its source;
+    else in the image, without following any link of the image's."""
+    path = os.path.normpath(path)
+    for m in sorted(binds, key=lambda b: len(b.destination), reverse=True):
+        if path == m.destination or path.startswith(m.destination.rstrip("/") + "/"):
+            return os.path.isdir(m.source + path[len(m.destination) :])
+    current = image_rootfs
+    for part in [p for p in path.split("/") if p]:
+        current = os.path.join(current, part)
+        if os.path.islink(current) or not os.path.isdir(current):
+            return False
+    return True
