@@ -33,10 +33,11 @@ jobs = sa.Table(
     sa.Column("start_time", sa.Float, nullable=False),
     sa.Column("end_time", sa.Float, nullable=False),
     sa.Column("data", sa.LargeBinary, nullable=False),
-    sa.Index("ix_jobs_state", "state"),
-    sa.Index("ix_jobs_user", "user"),
-    sa.Index("ix_jobs_end_time", "end_time"),
-    sa.Index("ix_jobs_account", "account"),
+    # sacct's filters, each with the time window beside it (migration 0006)
+    sa.Index("ix_jobs_state_end", "state", "end_time"),
+    sa.Index("ix_jobs_user_end", "user", "end_time"),
+    sa.Index("ix_jobs_account_end", "account", "end_time"),
+    sa.Index("ix_jobs_end_id", "end_time", "job_id"),  # where a window starts, by job id
 )
 
 # A requeued job's earlier runs, each as the job stood when that run ended (sacct -D);
@@ -50,6 +51,7 @@ job_runs = sa.Table(
     sa.Column("start_time", sa.Float, nullable=False),
     sa.Column("end_time", sa.Float, nullable=False),
     sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.Index("ix_job_runs_end_time", "end_time"),
 )
 
 job_events = sa.Table(
