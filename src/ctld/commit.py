@@ -345,7 +345,7 @@ def _save(st: State, job: pb.Job, *, new: bool = False) -> Op:
         op = insert_job(job)
     else:
         runs = index.ended_runs.pop(job.job_id, [])
-        op = update_job(job, job.events[start:], runs)
+        op = update_job(job, job.events[start:], runs, index.held_spec.get(job.job_id))
     index.saved_events[job.job_id] = len(job.events)
     return op
 

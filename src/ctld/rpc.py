@@ -127,7 +127,7 @@ class ControllerApi:
             rev = revisions.get(job.job_id, 0)
             hit = cache.get((job.job_id, key))
             if hit is None or hit[0] != rev:
-                shown = policy.shown(who, job)
+                shown = policy.shown(who, self.cluster.whole(job) if key[1] else job)
                 hit = (rev, _dumps(message_to_json(shown, _JOB_SKIPS[key[:2]])))
                 cache[(job.job_id, key)] = hit
             parts.append(hit[1])
@@ -161,7 +161,7 @@ class ControllerApi:
             if not policy.may_see(who, job):
                 continue
             out = resp.jobs.add()
-            out.CopyFrom(policy.shown(who, job))
+            out.CopyFrom(policy.shown(who, self.cluster.whole(job) if req.with_spec else job))
             if not req.with_events:
                 del out.events[:]
             if not req.with_spec:

@@ -144,10 +144,14 @@ class NodeDrain:
     cause: str = ""  # the change's cause (ctld/nodestate.py): scontrol's, a fault's
 
 
-def _job_row(job: pb.Job) -> dict[str, Any]:
+def _job_row(job: pb.Job, held: bytes | None = None) -> dict[str, Any]:
+    """The job's row; ``held``: the script and environment of a job kept compact in
+    memory (ctld/records.py), put back so the row stays whole."""
     bare = pb.Job()
     bare.CopyFrom(job)
     del bare.events[:]
+    if held:
+        bare.spec.MergeFromString(held)
     return {
         "job_id": job.job_id,
         "user": job.user,
@@ -180,10 +184,16 @@ def insert_job(job: pb.Job) -> Op:
     return Op(inserts=[_job_row(job)], events=[_event_row(job.job_id, ev) for ev in job.events])
 
 
-def update_job(job: pb.Job, new_events: Iterable[pb.JobEvent], runs: Iterable[pb.Job] = ()) -> Op:
+def update_job(
+    job: pb.Job,
+    new_events: Iterable[pb.JobEvent],
+    runs: Iterable[pb.Job] = (),
+    held: bytes | None = None,
+) -> Op:
     """Op: the job's current row plus the events added since it was last written, and
-    the runs that ended since (a requeued job's earlier runs, as each stood at its end)."""
-    row = _job_row(job)
+    the runs that ended since (a requeued job's earlier runs, as each stood at its end);
+    ``held``: see ``_job_row``."""
+    row = _job_row(job, held)
     row["b_job_id"] = row.pop("job_id")
     return Op(
         updates=[row],
