@@ -137,7 +137,7 @@ class State:
         for run in self.store.earlier_runs_since(horizon):  # requeued jobs' earlier runs
             self.acct.ledger.add_finished(run)
         self.acct.priorities.with_users((j.account, j.user) for j in loaded)
-        self.compact_finished()
+        self.compact(list(self.jobs))  # nothing holds the loaded records yet
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()
 
@@ -154,8 +154,15 @@ class State:
     def compact_finished(self) -> None:
         """Finished jobs not yet compact lose their script and environment (held aside)."""
         held = self.index.held_spec
-        for job_id in [i for i, j in self.jobs.items() if j.state in js.FINISHED and i not in held]:
-            self.jobs[job_id], held[job_id] = records.compact(self.jobs[job_id])
+        self.compact([i for i, j in self.jobs.items() if j.state in js.FINISHED and i not in held])
+
+    def compact(self, job_ids: Sequence[int]) -> None:
+        """These jobs' records made compact (ctld/records.py): only where nothing else
+        holds them, as the record is replaced."""
+        held = self.index.held_spec
+        for job_id in job_ids:
+            if job_id not in held:
+                self.jobs[job_id], held[job_id] = records.compact(self.jobs[job_id])
 
     def whole(self, job: pb.Job) -> pb.Job:
         """``job`` with its script and environment (a copy if it is kept compact)."""

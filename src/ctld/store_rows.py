@@ -179,9 +179,11 @@ def _event_row(job_id: int, ev: pb.JobEvent) -> dict[str, Any]:
     }
 
 
-def insert_job(job: pb.Job) -> Op:
-    """Op: a new job with its whole story so far."""
-    return Op(inserts=[_job_row(job)], events=[_event_row(job.job_id, ev) for ev in job.events])
+def insert_job(job: pb.Job, held: bytes | None = None) -> Op:
+    """Op: a new job with its whole story so far (``held``: see ``_job_row``)."""
+    return Op(
+        inserts=[_job_row(job, held)], events=[_event_row(job.job_id, ev) for ev in job.events]
+    )
 
 
 def update_job(

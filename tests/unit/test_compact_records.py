@@ -1,5 +1,5 @@
-"""Finished jobs kept for min_job_age are compact (ctld/records.py): no script or
-environment in the record in memory, yet GetJobs with the spec, the job's row (also
+"""Jobs are kept compact (ctld/records.py): no script or environment in the record in
+memory from submit to purge, yet the launch, GetJobs with the spec, the job's row (also
 when it is written again after the job ended) and a reload all still have them."""
 
 from __future__ import annotations
@@ -43,11 +43,17 @@ def test_a_finished_job_is_kept_compact_and_shown_whole(
     running_id = c.submit(SCRIPT, environment=ENV)
     c.settle()
     c.cluster.purge_finished()  # the sweep: min_job_age is not over, the job stays
+    assert job_id in c.cluster.jobs
     kept = c.cluster.jobs[job_id]
     assert kept.spec.script == "" and not kept.spec.environment
     assert kept.state == pb.JOB_STATE_COMPLETED and kept.spec.name == "test"
-    # a job still running keeps everything (noded may be sent it again)
-    assert c.cluster.jobs[int(running_id)].spec.script == SCRIPT
+    # a running job is compact too, but its launch carried everything
+    running = c.cluster.jobs[int(running_id)]
+    assert running.state == pb.JOB_STATE_RUNNING and running.spec.script == ""
+    launched = {r.job.job_id: r.job for _, r in c.dispatcher.launched}
+    assert launched[int(running_id)].spec.script == SCRIPT
+    assert dict(launched[int(running_id)].spec.environment) == ENV
+    assert _stored(c, int(running_id)).spec.script == SCRIPT  # the row written at submit
     shown = _spec_shown(c, job_id)
     assert shown["script"] == SCRIPT and shown["environment"] == ENV
     # the JSON path (the gateway's) and the typed one agree
@@ -85,3 +91,16 @@ def test_a_row_written_after_compaction_and_a_reload_keep_the_script(
             again.store.close()
 
     c.run(reload())
+
+
+@pytest.mark.timeout(60)
+def test_a_held_job_is_compact_and_an_array_shares_one_held_spec(
+    inprocess_cluster: InProcessCluster,
+) -> None:
+    c = inprocess_cluster
+    first = int(c.submit(SCRIPT, environment=ENV, array="0-2", hold=True))
+    st = c.cluster.state
+    assert all(st.jobs[first + i].spec.script == "" for i in range(3))
+    held = {id(st.index.held_spec[first + i]) for i in range(3)}
+    assert len(held) == 1  # one bytes object for the array's tasks
+    assert _spec_shown(c, first + 2)["script"] == SCRIPT
