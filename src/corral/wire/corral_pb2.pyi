@@ -2206,21 +2206,29 @@ class GetJobsRequest(_message.Message):
     FILTER_FIELD_NUMBER: _builtins.int
     WITH_EVENTS_FIELD_NUMBER: _builtins.int
     WITH_SPEC_FIELD_NUMBER: _builtins.int
+    FIELDS_FIELD_NUMBER: _builtins.int
     with_events: _builtins.bool
     with_spec: _builtins.bool
     """include the script and environment"""
     @_builtins.property
     def filter(self) -> Global___JobFilter: ...
+    @_builtins.property
+    def fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the fields each answer carries, by proto name, a message's field as "spec.name"
+        (ctld/fieldmask.py); empty: every field. An unknown name is refused.
+        """
+
     def __init__(
         self,
         *,
         filter: Global___JobFilter | None = ...,
         with_events: _builtins.bool = ...,
         with_spec: _builtins.bool = ...,
+        fields: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "with_events", b"with_events", "with_spec", b"with_spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "filter", b"filter", "with_events", b"with_events", "with_spec", b"with_spec"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2261,6 +2269,7 @@ class QueryAccountingRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     DUPLICATES_FIELD_NUMBER: _builtins.int
     AFTER_JOB_ID_FIELD_NUMBER: _builtins.int
+    FIELDS_FIELD_NUMBER: _builtins.int
     start_after: _builtins.float
     """-S: jobs that were eligible/running after this"""
     end_before: _builtins.float
@@ -2274,6 +2283,12 @@ class QueryAccountingRequest(_message.Message):
     """paging: only jobs with a larger id (sacct reads a big history page by page)"""
     @_builtins.property
     def filter(self) -> Global___JobFilter: ...
+    @_builtins.property
+    def fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the fields each answer carries, by proto name, a message's field as "spec.name"
+        (ctld/fieldmask.py); empty: every field. An unknown name is refused.
+        """
+
     def __init__(
         self,
         *,
@@ -2283,10 +2298,11 @@ class QueryAccountingRequest(_message.Message):
         limit: _builtins.int = ...,
         duplicates: _builtins.bool = ...,
         after_job_id: _builtins.int = ...,
+        fields: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_job_id", b"after_job_id", "duplicates", b"duplicates", "end_before", b"end_before", "filter", b"filter", "limit", b"limit", "start_after", b"start_after"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_job_id", b"after_job_id", "duplicates", b"duplicates", "end_before", b"end_before", "fields", b"fields", "filter", b"filter", "limit", b"limit", "start_after", b"start_after"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2320,16 +2336,24 @@ class GetNodesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMES_FIELD_NUMBER: _builtins.int
+    FIELDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the fields each answer carries, by proto name, a message's field as "spec.name"
+        (ctld/fieldmask.py); empty: every field. An unknown name is refused.
+        """
+
     def __init__(
         self,
         *,
         names: _abc.Iterable[_builtins.str] | None = ...,
+        fields: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["names", b"names"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "names", b"names"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -475,6 +475,7 @@ class GetJobsRequest(TypedDict, total=False):
     filter: JobFilter
     withEvents: bool
     withSpec: bool
+    fields: list[str]
 
 
 class GetJobsResponse(TypedDict, total=False):
@@ -489,6 +490,7 @@ class QueryAccountingRequest(TypedDict, total=False):
     limit: int
     duplicates: bool
     afterJobId: int | str
+    fields: list[str]
 
 
 class QueryAccountingResponse(TypedDict, total=False):
@@ -498,6 +500,7 @@ class QueryAccountingResponse(TypedDict, total=False):
 
 class GetNodesRequest(TypedDict, total=False):
     names: list[str]
+    fields: list[str]
 
 
 class GetNodesResponse(TypedDict, total=False):
