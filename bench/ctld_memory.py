@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.ctld_memory                   # 1,000 nodes, 2,000 jobs
     .venv/bin/python -m bench.ctld_memory --nodes 200 --jobs 500
+    .venv/bin/python -m bench.ctld_memory --rss --jobs 5000  # a real ctld's RSS
 
 ctld runs in this process (corral.testing's InProcessCluster: the real Cluster, a
 SQLite store, a recording dispatcher in place of the nodes). Three measures of each
@@ -20,6 +21,7 @@ the count:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ctypes
 import gc
 import os
@@ -161,12 +163,56 @@ def run(nodes: int, jobs: int) -> PhaseResult:
     return result
 
 
+def rss_run(jobs: int) -> PhaseResult:
+    """``--rss``: a real ctld (one node, as bench.side_by_side's) idle, then with
+    ``jobs`` held jobs submitted over gRPC as sbatch would (this script, this
+    environment), then with them cancelled: its RSS at each."""
+    from bench.common import bench_cluster, submit_grpc
+    from corral.wire import corral_pb2 as pb
+
+    result = PhaseResult("ctld_rss", {"jobs": jobs})
+    table = Table("ctld RSS (a real ctld, one node of 64 CPUs)", ["state", "RSS", "per job"])
+    with bench_cluster("rss", nodes=1, cpus_per_node=64) as cluster:
+        time.sleep(2)
+        idle = cluster.rss_mib()
+        table.add("idle", f"{idle:.0f} MiB", "")
+        spec = pb.JobSpec(
+            name="train",
+            script=SCRIPT,
+            work_dir=str(cluster.work_dir),
+            environment=_env(),
+            export="ALL",
+            hold=True,
+            time_limit_s=3600,
+            submit_line="sbatch --gpus=1 train.sh",
+        )
+        run = asyncio.run(submit_grpc(cluster, jobs, 4, hold=True, spec=spec))
+        time.sleep(2)
+        held = cluster.rss_mib()
+        table.add(f"{len(run.job_ids):,} held", f"{held:.0f} MiB", _per(held - idle, jobs))
+        from bench.common import cancel_all
+
+        cancel_all(cluster)
+        time.sleep(2)
+        after = cluster.rss_mib()
+        table.add("0, after cancelling them", f"{after:.0f} MiB", _per(after - idle, jobs))
+    table.notes.append(f"load average {os.getloadavg()[0]:.1f}")
+    result.tables.append(table)
+    result.data.update(idle=idle, held=held, after=after)
+    return result
+
+
+def _per(mib: float, n: int) -> str:
+    return f"{mib * 1024 / n:.1f} KiB"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=2000)
+    ap.add_argument("--rss", action="store_true", help="a real ctld's RSS (idle, held jobs)")
     args = ap.parse_args()
-    result = run(args.nodes, args.jobs)
+    result = rss_run(args.jobs) if args.rss else run(args.nodes, args.jobs)
     print(result.render())
     save_result(result)
 
