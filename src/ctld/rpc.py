@@ -56,6 +56,7 @@ _CHANGES = frozenset(
 )
 
 _NO_SKIP: Skip = {}
+MAX_BEATS = 20_000  # nodes in one HeartbeatBatch
 _HIDDEN_SPEC = frozenset({"script", "environment"})
 # (with_events, with_spec) -> fields a GetJobs reply leaves out; constants, so the
 # converter's plans are cached
@@ -413,8 +414,12 @@ class NodeControllerApi:
 
     async def call(self, method: str, request: Message, caller: Caller) -> Message:
         if self.verify_nodes:
-            claimed = str(getattr(request, "name", "") or getattr(request, "node", ""))
-            _check_node(caller, claimed)
+            if isinstance(request, pb.HeartbeatBatch):
+                for beat in request.beats:  # each beat is its node's, as a Heartbeat
+                    _check_node(caller, beat.name)
+            else:
+                claimed = str(getattr(request, "name", "") or getattr(request, "node", ""))
+                _check_node(caller, claimed)
         return await self.methods[method](request)
 
     async def get_step(self, req: pb.GetStepRequest) -> pb.GetStepResponse:
@@ -437,6 +442,17 @@ class NodeControllerApi:
         if known and req.health:
             await self.cluster.node_faults(self.cluster.nodes[req.name], req.health)
         return pb.HeartbeatResponse(reregister=not known)
+
+    async def heartbeats(self, req: pb.HeartbeatBatch) -> pb.HeartbeatBatchResponse:
+        """Each beat as its own Heartbeat; a beat naming no node of the config is one to
+        register again (its registration then says what is wrong)."""
+        if len(req.beats) > MAX_BEATS:
+            raise InvalidRequest(f"a heartbeat batch of at most {MAX_BEATS} nodes")
+        again: list[str] = []
+        for beat in req.beats:
+            if beat.name not in self.cluster.nodes or (await self.heartbeat(beat)).reregister:
+                again.append(beat.name)
+        return pb.HeartbeatBatchResponse(reregister=again)
 
     async def report_job_status(self, req: pb.ReportJobStatusRequest) -> pb.ReportJobStatusResponse:
         await self.cluster.report_status(req)

@@ -765,6 +765,14 @@ class HeartbeatResponse(TypedDict, total=False):
     reregister: bool
 
 
+class HeartbeatBatch(TypedDict, total=False):
+    beats: list[HeartbeatRequest]
+
+
+class HeartbeatBatchResponse(TypedDict, total=False):
+    reregister: list[str]
+
+
 class JobStatusUpdate(TypedDict, total=False):
     jobId: int | str
     kind: JobStatusUpdate_Kind

@@ -14,6 +14,7 @@ import grpc
 from grpc import aio
 
 from corral import __version__, hostlist
+from corral.localcluster.simnodes.beats import HeartbeatBatcher
 from corral.localcluster.simnodes.nodes import SimJob, SimNode, gpu_status, resources
 from corral.localcluster.simnodes.script import parse_script
 from corral.wire import corral_pb2 as pb
@@ -63,6 +64,7 @@ class SimulatedNodes:
         self._server: aio.Server | None = None
         self._channel: aio.Channel | None = None
         self._stub: pbg.NodeControllerAsyncStub | None = None
+        self._beats: HeartbeatBatcher | None = None  # every node's heartbeats, sent together
         self._tasks: list[asyncio.Task[None]] = []
         self._outbox_ready = asyncio.Event()
 
@@ -263,9 +265,9 @@ class SimulatedNodes:
                     health=list(node.health),
                     gpus=gpu_status(node),
                 )
-                reply = await stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
+                again = await self._batcher(stub).beat(beat)  # sent with others due now
                 self.counters["heartbeats"] += 1
-                if reply.reregister:
+                if again:
                     node.registered = False
                     continue
                 del node.health[: len(beat.health)]
@@ -276,6 +278,11 @@ class SimulatedNodes:
                 node.registered = False
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def _batcher(self, stub: pbg.NodeControllerAsyncStub) -> HeartbeatBatcher:
+        if self._beats is None or self._beats.stub is not stub:
+            self._beats = HeartbeatBatcher(stub, RPC_TIMEOUT_S)
+        return self._beats
 
     async def _run_outbox(self) -> None:
         """Deliver every node's pending updates, one ReportJobStatus per node, in parallel."""
