@@ -22,6 +22,7 @@ from corral.wire import corral_pb2_grpc as pbg
 
 Update = pb.JobStatusUpdate
 RPC_TIMEOUT_S = 30.0
+REGISTERING = 64  # RegisterNode calls in flight at once
 MAX_BACKOFF_S = 5.0
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
 
@@ -65,6 +66,9 @@ class SimulatedNodes:
         self._channel: aio.Channel | None = None
         self._stub: pbg.NodeControllerAsyncStub | None = None
         self._beats: HeartbeatBatcher | None = None  # every node's heartbeats, sent together
+        # registrations in flight: 12,500 at once after a ctld restart queued past their
+        # deadline, and each retry was one more registration for ctld to make (issue 29)
+        self._registering = asyncio.Semaphore(REGISTERING)
         self._tasks: list[asyncio.Task[None]] = []
         self._outbox_ready = asyncio.Event()
 
@@ -254,7 +258,8 @@ class SimulatedNodes:
             try:
                 if not node.registered:
                     req = self._request(node)
-                    await stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
+                    async with self._registering:  # a storm at ctld's pace, not all at once
+                        await stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
                     del node.health[: len(req.health)]
                     node.registered = True
                     self.counters["registrations"] += 1
