@@ -196,7 +196,7 @@ def _command_ms(cluster: BenchCluster, argv: list[str], runs: int = 3) -> str:
 
 
 def _nodes_up(cluster: BenchCluster) -> int:
-    # the state alone (the field mask): polled every 0.1 s through a storm
+    # the state alone (the field mask): polled through a storm
     nodes = cluster.client().call("GetNodes", {"fields": ["state"]}).get("nodes", [])
     up = ("NODE_STATE_IDLE", "NODE_STATE_MIXED", "NODE_STATE_ALLOCATED")
     return sum(1 for n in nodes if n.get("state") in up)
@@ -212,7 +212,9 @@ def _storm(cluster: BenchCluster, nodes: int) -> tuple[float, float, float]:
     cpu0 = _cpu_s(pid)
     deadline = ready + 600
     while _nodes_up(cluster) < nodes and time.monotonic() < deadline:
-        time.sleep(0.1)
+        # every node's record is built for each answer, mask or not (~23 us a node):
+        # polled faster, at 5,000 nodes the poll was 46% of ctld's CPU in the storm
+        time.sleep(0.1 if nodes <= 1000 else 1.0)
     done = time.monotonic()
     return ready - t0, done - ready, _cpu_s(pid) - cpu0
 
