@@ -351,16 +351,23 @@ class SubmitRun:
 
 
 async def submit_grpc(
-    cluster: BenchCluster, n: int, concurrency: int, *, hold: bool, name: str = "bench"
+    cluster: BenchCluster,
+    n: int,
+    concurrency: int,
+    *,
+    hold: bool,
+    name: str = "bench",
+    spec: Any = None,
 ) -> SubmitRun:
-    """``n`` SubmitJob calls over one grpc.aio channel, ``concurrency`` in flight."""
+    """``n`` SubmitJob calls over one grpc.aio channel, ``concurrency`` in flight
+    (``spec``: the job's, else a trivial one)."""
     import grpc
 
     from corral.wire import corral_pb2 as pb
     from corral.wire import corral_pb2_grpc as pbg
 
     md = grpc_metadata(cluster)
-    request = pb.SubmitJobRequest(spec=trivial_spec(cluster.work_dir, hold=hold, name=name))
+    request = pb.SubmitJobRequest(spec=spec or trivial_spec(cluster.work_dir, hold=hold, name=name))
     latencies: list[float] = []
     ids: list[int] = []
     errors = [0]

@@ -27,6 +27,7 @@ ctld, noded, the gateway and the commands agree without a lookup table elsewhere
     ├── JobStateConflict           FAILED_PRECONDITION  409  1  "Job/step already completing ..."
     │   └── AllocationRevoked      FAILED_PRECONDITION  409  1  salloc: the allocation ended first
     ├── LaunchError                FAILED_PRECONDITION  409  1  noded: a job or step cannot start
+    │   └── ContainerError         FAILED_PRECONDITION  409  1  noded: its container not made
     ├── StepBusy                   RESOURCE_EXHAUSTED   429  1  other steps hold what a step needs
     ├── InvalidTransition          INTERNAL             500  1  state-machine bug (impossible move)
     ├── StoreError                 UNAVAILABLE          503  1  the durable store failed
@@ -178,6 +179,13 @@ class AllocationRevoked(JobStateConflict):
 
 class LaunchError(CorralError):
     """The job could not be started on this node (reported to ctld as launch failed)."""
+
+    grpc_code = "FAILED_PRECONDITION"
+
+
+class ContainerError(LaunchError):
+    """The step's container could not be prepared (noded/containers); ``str()`` is the
+    reason sacct and ``corral why`` show (``container: ...``, noded's container_error)."""
 
     grpc_code = "FAILED_PRECONDITION"
 

@@ -200,6 +200,10 @@ class Cluster:
     def touch(self, job: pb.Job) -> None:
         self.state.touch(job)
 
+    def whole(self, job: pb.Job) -> pb.Job:
+        """``job`` with its script and environment (a finished job is kept without)."""
+        return self.state.whole(job)
+
     def purge_finished(self) -> None:
         self.state.forget_finished()
         expired = self.reservations.expired()

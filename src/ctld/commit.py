@@ -348,10 +348,10 @@ def _save(st: State, job: pb.Job, *, new: bool = False) -> Op:
     index.touch(job)
     start = index.saved_events.get(job.job_id, 0)
     if new:
-        op = insert_job(job)
+        op = insert_job(job, index.held_spec.get(job.job_id))
     else:
         runs = index.ended_runs.pop(job.job_id, [])
-        op = update_job(job, job.events[start:], runs)
+        op = update_job(job, job.events[start:], runs, index.held_spec.get(job.job_id))
     index.saved_events[job.job_id] = len(job.events)
     return op
 

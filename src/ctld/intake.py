@@ -26,6 +26,7 @@ from corral.jobsyntax import Dependency
 from corral.slurmfmt import UNLIMITED
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
+from ctld import records
 from ctld.authz import Policy
 from ctld.commit import Change
 from ctld.endings import Endings, requeue_when_gone
@@ -146,6 +147,8 @@ class Intake:
         st.next_job_id += len(tasks)  # an array's tasks get consecutive ids
         cause = f"rpc:SubmitJob user={who.user}"
         made: list[pb.Job] = []
+        # the record in memory goes without its script and environment (ctld/records.py)
+        spec, held = records.split(spec)
         # decided at submit (scheduling.py, start_on_submit) when only submits came
         # since the last pass: that wakes a pass only for what it does not start
         quick = not spec.hold and self.start_on_submit is not None and self.quick_ready()
@@ -170,7 +173,13 @@ class Intake:
                     priority=0,
                 )
             made.append(job)
-        await ch.commit()  # durable before it is answered; a held job needs no pass
+            st.index.held_spec[job.job_id] = held
+        try:
+            await ch.commit()  # durable before it is answered; a held job needs no pass
+        except BaseException:
+            for job in made:
+                st.index.held_spec.pop(job.job_id, None)
+            raise
         if quick and self.start_on_submit is not None:
             await self.start_on_submit(made)
         log.info(
@@ -385,11 +394,15 @@ class Intake:
             changes.append(f"Priority={req.priority}")
         if not changes:
             raise InvalidRequest("No changes specified")
+        if job.state == js.PENDING:
+            # checked whole (the script's first line too), kept compact (ctld/records.py)
+            whole = records.whole_spec(spec, st.index.held_spec.get(job.job_id))
+            accepted = validate_spec(
+                whole, st.config, st.capacity(), lambda: user_groups(job.user, job.gid)
+            )
+            spec.CopyFrom(records.split(whole)[0] if job.job_id in st.index.held_spec else whole)
         fields: js.Fields = {"spec": spec}
         if job.state == js.PENDING:
-            accepted = validate_spec(
-                spec, st.config, st.capacity(), lambda: user_groups(job.user, job.gid)
-            )
             spec.partitions[:] = accepted.partitions
             fields["partition"] = accepted.partitions[0]
             fields["time_limit_s"] = accepted.time_limit_s

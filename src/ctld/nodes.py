@@ -59,6 +59,9 @@ class NodeRecord:
     alloc_gpus: set[int] = field(default_factory=set)  # GPUs given whole
     alloc_shards: dict[int, int] = field(default_factory=dict)  # shared GPU -> shards given
     job_ids: set[int] = field(default_factory=set)
+    # moved on by every allocate and release: the snapshot's view of the node is rebuilt
+    # only when this, its resources or whether it is schedulable changed (snapshot.py)
+    alloc_rev: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         if not self.resources.cpus and self.config.cpus:
@@ -140,12 +143,14 @@ class NodeRecord:
             gpus = gpus[1:]
         self.alloc_gpus.update(gpus)
         self.job_ids.add(job_id)
+        self.alloc_rev += 1
 
     def release(
         self, job_id: int, cpus: int, mem_mb: int, gpus: list[int], shards: int = 0
     ) -> None:
         if job_id not in self.job_ids:
             return
+        self.alloc_rev += 1
         self.job_ids.discard(job_id)
         self.alloc_cpus = max(0, self.alloc_cpus - cpus)
         self.alloc_mem_mb = max(0, self.alloc_mem_mb - mem_mb)

@@ -29,7 +29,7 @@ from corral.errors import (
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from corral.wire.methods import CONTROLLER, NODE_CONTROLLER, PYTHON_NAMES, SERVICES
-from ctld import step_views, usage_report
+from ctld import fieldmask, step_views, usage_report
 from ctld.auth import Authenticator, Caller, StepCredentials
 from ctld.cluster import Cluster
 from ctld.jsonmap import Skip, message_to_json
@@ -55,6 +55,8 @@ _CHANGES = frozenset(
     }
 )
 
+_NO_SKIP: Skip = {}
+MAX_BEATS = 20_000  # nodes in one HeartbeatBatch
 _HIDDEN_SPEC = frozenset({"script", "environment"})
 # (with_events, with_spec) -> fields a GetJobs reply leaves out; constants, so the
 # converter's plans are cached
@@ -79,7 +81,8 @@ class ControllerApi:
         self.cluster = cluster
         self.auth = auth
         self.step_credentials = steps or StepCredentials()
-        self._job_json: dict[tuple[int, tuple[bool, bool, bool]], tuple[int, bytes]] = {}
+        self._job_json: dict[tuple[int, tuple[Any, ...]], tuple[int, bytes]] = {}
+        self._masks_cached: set[tuple[str, ...]] = set()  # masks whose encodings are kept
         # the web page's one-time logins (ctld/web); None: ctld serves no web page
         self.web_login: Callable[[Identity], pb.CreateWebLoginResponse] | None = None
         # one handler per RPC of the generated table (a missing one fails here, at start)
@@ -94,6 +97,10 @@ class ControllerApi:
         _, handler = self.methods[method]
         if method in _CHANGES:
             self.cluster.store.check_writable()
+        mask = fieldmask.of_request(method, request)
+        if mask is not None:  # answered whole, then each job or node masked
+            resp = await handler(fieldmask.unmasked(request), who)
+            return fieldmask.apply_to(method, mask, resp)
         return await handler(request, who)
 
     def identify(self, caller: Caller) -> Identity:
@@ -103,33 +110,49 @@ class ControllerApi:
     async def call_json(self, method: str, request: Message, who: Identity) -> bytes:
         """The reply as proto3 JSON text (for the gateway, which identified ``who``)."""
         limits.check(request)
+        mask = fieldmask.of_request(method, request)
         if method == "GetJobs":
             assert isinstance(request, pb.GetJobsRequest)
-            return self.get_jobs_json(request, who)
+            return self.get_jobs_json(request, who, mask)
         _, handler = self.methods[method]
         if method in _CHANGES:
             self.cluster.store.check_writable()
-        return _dumps(message_to_json(await handler(request, who)))
+        if mask is None:
+            return _dumps(message_to_json(await handler(request, who)))
+        resp = await handler(fieldmask.unmasked(request), who)
+        skip = mask.skip(_NO_SKIP)  # the fields outside the mask, skipped as encoded
+        if skip is None:
+            return _dumps(message_to_json(fieldmask.apply_to(method, mask, resp)))
+        return _dumps(message_to_json(resp, skip))
 
-    def get_jobs_json(self, req: pb.GetJobsRequest, who: Identity) -> bytes:
+    def get_jobs_json(
+        self, req: pb.GetJobsRequest, who: Identity, mask: fieldmask.FieldMask | None = None
+    ) -> bytes:
         """GetJobs as JSON, each job encoded once per revision: squeue in a loop over
-        thousands of unchanged pending jobs re-encodes none of them."""
+        thousands of unchanged pending jobs re-encodes none of them (a masked request's
+        too, for the first few masks: a command's format asks the same each time)."""
         policy = self.cluster.policy
         revisions = self.cluster.revisions
         cache = self._job_json
+        masks = self._masks_cached
+        paths = mask.paths if mask is not None else ()
+        cached = mask is None or paths in masks or len(masks) < 8
+        if mask is not None and cached:
+            masks.add(paths)
         parts: list[bytes] = []
         for job in sorted(self.cluster.select(req.filter), key=lambda j: j.job_id):
             if not policy.may_see(who, job):
                 continue
             own = policy.sees_spec(who, job)
             # others' jobs: scrubbed (Policy.shown; the cache key's "own")
-            key = (req.with_events, req.with_spec and own, own)
+            key = (req.with_events, req.with_spec and own, own, paths)
             rev = revisions.get(job.job_id, 0)
-            hit = cache.get((job.job_id, key))
+            hit = cache.get((job.job_id, key)) if cached else None
             if hit is None or hit[0] != rev:
-                shown = policy.shown(who, job)
-                hit = (rev, _dumps(message_to_json(shown, _JOB_SKIPS[key[:2]])))
-                cache[(job.job_id, key)] = hit
+                shown = policy.shown(who, self.cluster.whole(job) if key[1] else job)
+                hit = (rev, _dumps(self._job_to_json(shown, _JOB_SKIPS[key[:2]], mask)))
+                if cached:
+                    cache[(job.job_id, key)] = hit
             parts.append(hit[1])
         if len(cache) > 4 * len(self.cluster.jobs) + 1024:  # drop entries of purged jobs
             known = self.cluster.jobs
@@ -139,6 +162,15 @@ class ControllerApi:
         if not parts:
             return b'{"now":' + now + b"}"
         return b'{"jobs":[' + b",".join(parts) + b'],"now":' + now + b"}"
+
+    @staticmethod
+    def _job_to_json(job: pb.Job, skip: Skip, mask: fieldmask.FieldMask | None) -> Any:
+        if mask is None:
+            return message_to_json(job, skip)
+        masked = mask.skip(skip)
+        if masked is None:  # a mask that cannot be a Skip: copy the fields, then encode
+            return message_to_json(mask.apply(job), skip)
+        return message_to_json(job, masked)
 
     async def submit_job(self, req: pb.SubmitJobRequest, who: Identity) -> pb.SubmitJobResponse:
         if not req.HasField("spec"):
@@ -161,7 +193,7 @@ class ControllerApi:
             if not policy.may_see(who, job):
                 continue
             out = resp.jobs.add()
-            out.CopyFrom(policy.shown(who, job))
+            out.CopyFrom(policy.shown(who, self.cluster.whole(job) if req.with_spec else job))
             if not req.with_events:
                 del out.events[:]
             if not req.with_spec:
@@ -382,8 +414,12 @@ class NodeControllerApi:
 
     async def call(self, method: str, request: Message, caller: Caller) -> Message:
         if self.verify_nodes:
-            claimed = str(getattr(request, "name", "") or getattr(request, "node", ""))
-            _check_node(caller, claimed)
+            if isinstance(request, pb.HeartbeatBatch):
+                for beat in request.beats:  # each beat is its node's, as a Heartbeat
+                    _check_node(caller, beat.name)
+            else:
+                claimed = str(getattr(request, "name", "") or getattr(request, "node", ""))
+                _check_node(caller, claimed)
         return await self.methods[method](request)
 
     async def get_step(self, req: pb.GetStepRequest) -> pb.GetStepResponse:
@@ -406,6 +442,17 @@ class NodeControllerApi:
         if known and req.health:
             await self.cluster.node_faults(self.cluster.nodes[req.name], req.health)
         return pb.HeartbeatResponse(reregister=not known)
+
+    async def heartbeats(self, req: pb.HeartbeatBatch) -> pb.HeartbeatBatchResponse:
+        """Each beat as its own Heartbeat; a beat naming no node of the config is one to
+        register again (its registration then says what is wrong)."""
+        if len(req.beats) > MAX_BEATS:
+            raise InvalidRequest(f"a heartbeat batch of at most {MAX_BEATS} nodes")
+        again: list[str] = []
+        for beat in req.beats:
+            if beat.name not in self.cluster.nodes or (await self.heartbeat(beat)).reregister:
+                again.append(beat.name)
+        return pb.HeartbeatBatchResponse(reregister=again)
 
     async def report_job_status(self, req: pb.ReportJobStatusRequest) -> pb.ReportJobStatusResponse:
         await self.cluster.report_status(req)

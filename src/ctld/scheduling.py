@@ -419,7 +419,7 @@ class Scheduler:
         st = self.state
         node = st.nodes[job.batch_host]
         request = pb.LaunchJobRequest(
-            job=job,
+            job=st.whole(job),  # with its script and environment (ctld/records.py)
             cluster=st.config.cluster_name,
             kill_wait_s=st.config.controller.kill_wait_s,
         )

@@ -22,7 +22,7 @@ from corral.config import ClusterConfig
 from corral.errors import InvalidJobId, InvalidNodeName
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
-from ctld import nodestate
+from ctld import nodestate, records
 from ctld.accounting import Accounting
 from ctld.gpu_samples import GpuSamples
 from ctld.live import LiveFigures
@@ -137,16 +137,36 @@ class State:
         for run in self.store.earlier_runs_since(horizon):  # requeued jobs' earlier runs
             self.acct.ledger.add_finished(run)
         self.acct.priorities.with_users((j.account, j.user) for j in loaded)
+        self.compact(list(self.jobs))  # nothing holds the loaded records yet
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()
 
     def forget_finished(self) -> None:
-        """Forget finished jobs older than min_job_age (they stay in the store for sacct)."""
+        """Forget finished jobs older than min_job_age (they stay in the store for sacct);
+        keep the younger ones compact (ctld/records.py)."""
         horizon = self.clock() - self.config.controller.min_job_age_s
         for job_id in [
             j.job_id for j in self.jobs.values() if j.state in js.FINISHED and j.end_time < horizon
         ]:
             self.index.forget(self.jobs.pop(job_id))
+        self.compact_finished()
+
+    def compact_finished(self) -> None:
+        """Finished jobs not yet compact lose their script and environment (held aside)."""
+        held = self.index.held_spec
+        self.compact([i for i, j in self.jobs.items() if j.state in js.FINISHED and i not in held])
+
+    def compact(self, job_ids: Sequence[int]) -> None:
+        """These jobs' records made compact (ctld/records.py): only where nothing else
+        holds them, as the record is replaced."""
+        held = self.index.held_spec
+        for job_id in job_ids:
+            if job_id not in held:
+                self.jobs[job_id], held[job_id] = records.compact(self.jobs[job_id])
+
+    def whole(self, job: pb.Job) -> pb.Job:
+        """``job`` with its script and environment (a copy if it is kept compact)."""
+        return records.whole(job, self.index.held_spec.get(job.job_id))
 
     def add(self, job: pb.Job) -> None:
         """A job enters memory (loaded, or committed at submit)."""

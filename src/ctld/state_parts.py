@@ -50,6 +50,8 @@ class JobIndex:
         self.ended_runs: dict[int, list[pb.Job]] = {}
         self.launching: set[int] = set()  # jobs whose LaunchJob RPC is in flight
         self.gone: dict[int, pb.Job | None] = {}  # purged jobs a dependency asked about
+        # finished jobs kept compact (ctld/records.py): their script and environment
+        self.held_spec: dict[int, bytes] = {}
 
     def add(self, job: pb.Job) -> None:
         if job.array_job_id:
@@ -63,6 +65,7 @@ class JobIndex:
                 del self.array_tasks[array_id]
         self.saved_events.pop(job.job_id, None)
         self.revisions.pop(job.job_id, None)
+        self.held_spec.pop(job.job_id, None)
 
     def count_active(self, job: pb.Job, step: int) -> None:
         """``job`` entered (+1) or left (-1) the active states."""

@@ -39,6 +39,21 @@ def job_from_row(data: bytes) -> pb.Job:
     return job
 
 
+def window_start(conn: Connection, start_after: float) -> int | None:
+    """The lowest job id in sacct's time window (running, or ended at ``start_after``
+    or later); None when the window is empty.
+
+    sacct pages in job id order, so without this bound a page of the day's jobs walks
+    the whole history before them. Each half is a range of ``ix_jobs_end_id``; the
+    ``+ 0`` keeps SQLite from answering ``min`` by walking the primary key instead."""
+    lows = [
+        conn.execute(sa.select(sa.func.min(jobs.c.job_id + 0)).where(cond)).scalar()
+        for cond in (jobs.c.end_time == 0, jobs.c.end_time >= start_after)
+    ]
+    found = [int(v) for v in lows if v is not None]
+    return min(found) if found else None
+
+
 def is_trouble(exc: BaseException) -> bool:
     """The database is away or full (it may come back), not a bad request."""
     if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
@@ -177,6 +192,11 @@ class StoreQueries:
         if limit:
             stmt = stmt.limit(limit)
         with self._reading() as conn:
+            if start_after and not job_ids:
+                low = window_start(conn, start_after)
+                if low is None:
+                    return []
+                stmt = stmt.where(jobs.c.job_id >= low)
             return self._jobs_with_events(conn, stmt, with_events=False)
 
     def purge_jobs(

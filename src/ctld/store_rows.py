@@ -33,10 +33,11 @@ jobs = sa.Table(
     sa.Column("start_time", sa.Float, nullable=False),
     sa.Column("end_time", sa.Float, nullable=False),
     sa.Column("data", sa.LargeBinary, nullable=False),
-    sa.Index("ix_jobs_state", "state"),
-    sa.Index("ix_jobs_user", "user"),
-    sa.Index("ix_jobs_end_time", "end_time"),
-    sa.Index("ix_jobs_account", "account"),
+    # sacct's filters, each with the time window beside it (migration 0006)
+    sa.Index("ix_jobs_state_end", "state", "end_time"),
+    sa.Index("ix_jobs_user_end", "user", "end_time"),
+    sa.Index("ix_jobs_account_end", "account", "end_time"),
+    sa.Index("ix_jobs_end_id", "end_time", "job_id"),  # where a window starts, by job id
 )
 
 # A requeued job's earlier runs, each as the job stood when that run ended (sacct -D);
@@ -50,6 +51,7 @@ job_runs = sa.Table(
     sa.Column("start_time", sa.Float, nullable=False),
     sa.Column("end_time", sa.Float, nullable=False),
     sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.Index("ix_job_runs_end_time", "end_time"),
 )
 
 job_events = sa.Table(
@@ -142,10 +144,14 @@ class NodeDrain:
     cause: str = ""  # the change's cause (ctld/nodestate.py): scontrol's, a fault's
 
 
-def _job_row(job: pb.Job) -> dict[str, Any]:
+def _job_row(job: pb.Job, held: bytes | None = None) -> dict[str, Any]:
+    """The job's row; ``held``: the script and environment of a job kept compact in
+    memory (ctld/records.py), put back so the row stays whole."""
     bare = pb.Job()
     bare.CopyFrom(job)
     del bare.events[:]
+    if held:
+        bare.spec.MergeFromString(held)
     return {
         "job_id": job.job_id,
         "user": job.user,
@@ -173,15 +179,23 @@ def _event_row(job_id: int, ev: pb.JobEvent) -> dict[str, Any]:
     }
 
 
-def insert_job(job: pb.Job) -> Op:
-    """Op: a new job with its whole story so far."""
-    return Op(inserts=[_job_row(job)], events=[_event_row(job.job_id, ev) for ev in job.events])
+def insert_job(job: pb.Job, held: bytes | None = None) -> Op:
+    """Op: a new job with its whole story so far (``held``: see ``_job_row``)."""
+    return Op(
+        inserts=[_job_row(job, held)], events=[_event_row(job.job_id, ev) for ev in job.events]
+    )
 
 
-def update_job(job: pb.Job, new_events: Iterable[pb.JobEvent], runs: Iterable[pb.Job] = ()) -> Op:
+def update_job(
+    job: pb.Job,
+    new_events: Iterable[pb.JobEvent],
+    runs: Iterable[pb.Job] = (),
+    held: bytes | None = None,
+) -> Op:
     """Op: the job's current row plus the events added since it was last written, and
-    the runs that ended since (a requeued job's earlier runs, as each stood at its end)."""
-    row = _job_row(job)
+    the runs that ended since (a requeued job's earlier runs, as each stood at its end);
+    ``held``: see ``_job_row``."""
+    row = _job_row(job, held)
     row["b_job_id"] = row.pop("job_id")
     return Op(
         updates=[row],

@@ -56,7 +56,7 @@ def runtime_blocker() -> str:
     """Why crun cannot run containers on this host ("" when it can): on a hybrid
     cgroup hierarchy crun refuses any controller left on the v2 side (hugetlb, often);
     .ci/run mounts those on v1."""
-    from noded.containers.hostcheck import cgroup_blocker
+    from corral.hybridcgroups import cgroup_blocker
 
     return cgroup_blocker()
 

@@ -1116,6 +1116,11 @@ class NodeControllerStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.ReportJobStatusRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.ReportJobStatusResponse.FromString,
                 _registered_method=True)
+        self.Heartbeats = channel.unary_unary(
+                '/corral.v1.NodeController/Heartbeats',
+                request_serializer=corral_dot_v1_dot_corral__pb2.HeartbeatBatch.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.HeartbeatBatchResponse.FromString,
+                _registered_method=True)
 
 
 class NodeControllerServicer:
@@ -1145,6 +1150,13 @@ class NodeControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Heartbeats(self, request, context):
+        """many nodes' heartbeats in one call (a relay, the node simulator): see HeartbeatBatch
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1167,6 +1179,11 @@ def add_NodeControllerServicer_to_server(servicer, server):
                     servicer.ReportJobStatus,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.ReportJobStatusRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.ReportJobStatusResponse.SerializeToString,
+            ),
+            'Heartbeats': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeats,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.HeartbeatBatch.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.HeartbeatBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1277,6 +1294,33 @@ class NodeController:
             '/corral.v1.NodeController/ReportJobStatus',
             corral_dot_v1_dot_corral__pb2.ReportJobStatusRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.ReportJobStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.NodeController/Heartbeats',
+            corral_dot_v1_dot_corral__pb2.HeartbeatBatch.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.HeartbeatBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

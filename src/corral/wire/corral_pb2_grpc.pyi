@@ -277,6 +277,8 @@ class NodeControllerStub:
     RegisterNode: _grpc.UnaryUnaryMultiCallable[_corral_pb2.RegisterNodeRequest, _corral_pb2.RegisterNodeResponse]
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_corral_pb2.HeartbeatRequest, _corral_pb2.HeartbeatResponse]
     ReportJobStatus: _grpc.UnaryUnaryMultiCallable[_corral_pb2.ReportJobStatusRequest, _corral_pb2.ReportJobStatusResponse]
+    Heartbeats: _grpc.UnaryUnaryMultiCallable[_corral_pb2.HeartbeatBatch, _corral_pb2.HeartbeatBatchResponse]
+    """many nodes' heartbeats in one call (a relay, the node simulator): see HeartbeatBatch"""
 
 @_typing.type_check_only
 class NodeControllerAsyncStub(NodeControllerStub):
@@ -285,6 +287,8 @@ class NodeControllerAsyncStub(NodeControllerStub):
     RegisterNode: _aio.UnaryUnaryMultiCallable[_corral_pb2.RegisterNodeRequest, _corral_pb2.RegisterNodeResponse]  # type: ignore[assignment]
     Heartbeat: _aio.UnaryUnaryMultiCallable[_corral_pb2.HeartbeatRequest, _corral_pb2.HeartbeatResponse]  # type: ignore[assignment]
     ReportJobStatus: _aio.UnaryUnaryMultiCallable[_corral_pb2.ReportJobStatusRequest, _corral_pb2.ReportJobStatusResponse]  # type: ignore[assignment]
+    Heartbeats: _aio.UnaryUnaryMultiCallable[_corral_pb2.HeartbeatBatch, _corral_pb2.HeartbeatBatchResponse]  # type: ignore[assignment]
+    """many nodes' heartbeats in one call (a relay, the node simulator): see HeartbeatBatch"""
 
 class NodeControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -314,6 +318,14 @@ class NodeControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _corral_pb2.ReportJobStatusRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_corral_pb2.ReportJobStatusResponse, _abc.Awaitable[_corral_pb2.ReportJobStatusResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Heartbeats(
+        self,
+        request: _corral_pb2.HeartbeatBatch,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.HeartbeatBatchResponse, _abc.Awaitable[_corral_pb2.HeartbeatBatchResponse]]:
+        """many nodes' heartbeats in one call (a relay, the node simulator): see HeartbeatBatch"""
 
 def add_NodeControllerServicer_to_server(servicer: NodeControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

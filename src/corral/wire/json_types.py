@@ -498,6 +498,7 @@ class GetJobsRequest(TypedDict, total=False):
     filter: JobFilter
     withEvents: bool
     withSpec: bool
+    fields: list[str]
 
 
 class GetJobsResponse(TypedDict, total=False):
@@ -512,6 +513,7 @@ class QueryAccountingRequest(TypedDict, total=False):
     limit: int
     duplicates: bool
     afterJobId: int | str
+    fields: list[str]
 
 
 class QueryAccountingResponse(TypedDict, total=False):
@@ -521,6 +523,7 @@ class QueryAccountingResponse(TypedDict, total=False):
 
 class GetNodesRequest(TypedDict, total=False):
     names: list[str]
+    fields: list[str]
 
 
 class GetNodesResponse(TypedDict, total=False):
@@ -784,6 +787,14 @@ class NodeHealthEvent(TypedDict, total=False):
 
 class HeartbeatResponse(TypedDict, total=False):
     reregister: bool
+
+
+class HeartbeatBatch(TypedDict, total=False):
+    beats: list[HeartbeatRequest]
+
+
+class HeartbeatBatchResponse(TypedDict, total=False):
+    reregister: list[str]
 
 
 class JobStatusUpdate(TypedDict, total=False):

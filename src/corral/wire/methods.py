@@ -43,6 +43,7 @@ SERVICES: dict[str, dict[str, tuple[str, str, bool, bool]]] = {
         "RegisterNode": ("RegisterNodeRequest", "RegisterNodeResponse", False, False),
         "Heartbeat": ("HeartbeatRequest", "HeartbeatResponse", False, False),
         "ReportJobStatus": ("ReportJobStatusRequest", "ReportJobStatusResponse", False, False),
+        "Heartbeats": ("HeartbeatBatch", "HeartbeatBatchResponse", False, False),
     },
     NODE_AGENT: {
         "LaunchJob": ("LaunchJobRequest", "LaunchJobResponse", False, False),
@@ -81,6 +82,7 @@ PYTHON_NAMES: dict[str, str] = {
     "RegisterNode": "register_node",
     "Heartbeat": "heartbeat",
     "ReportJobStatus": "report_job_status",
+    "Heartbeats": "heartbeats",
     "LaunchJob": "launch_job",
     "SignalJob": "signal_job",
     "RunTasks": "run_tasks",

@@ -33,7 +33,7 @@ async def find(ctx: Ctx, job_id: int) -> pb.Job:
         raise InvalidJobId()
     if not ctx.policy.may_see_accounting(ctx.who, job.uid) and job.job_id not in ctx.cluster.jobs:
         raise InvalidJobId()  # private_data = accounting: sacct would not show it either
-    return ctx.policy.shown(ctx.who, job)
+    return ctx.policy.shown(ctx.who, ctx.cluster.whole(job))
 
 
 def _reason(job: pb.Job) -> str:

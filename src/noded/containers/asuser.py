@@ -12,7 +12,7 @@ import contextlib
 import os
 from dataclasses import dataclass
 
-from noded.containers.errors import ContainerError
+from noded.containers.errors import container_error
 from noded.spawn import Identity
 
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -56,7 +56,7 @@ async def run(
             extra_groups=who.groups if as_user and who else None,
         )
     except OSError as exc:
-        raise ContainerError(f"cannot run {argv[0]} to {what}: {exc.strerror}") from None
+        raise container_error(f"cannot run {argv[0]} to {what}: {exc.strerror}") from None
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
     except (TimeoutError, asyncio.CancelledError):
@@ -72,7 +72,7 @@ async def checked(argv: list[str], *, who: Identity | None, timeout_s: float, wh
     try:
         res = await run(argv, who=who, timeout_s=timeout_s, what=what)
     except TimeoutError:
-        raise ContainerError(f"cannot {what}: timed out after {timeout_s:.0f} s") from None
+        raise container_error(f"cannot {what}: timed out after {timeout_s:.0f} s") from None
     if res.rc != 0:
-        raise ContainerError(f"cannot {what}: {res.reason()}")
+        raise container_error(f"cannot {what}: {res.reason()}")
     return res.stdout

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from noded.containers.errors import ContainerError
+from noded.containers.errors import container_error
 
 log = structlog.get_logger("noded")
 
@@ -55,7 +55,7 @@ class Image:
 def key_of(digest: str) -> str:
     algo, _, hexpart = digest.partition(":")
     if algo != "sha256" or len(hexpart) != 64 or not all(c in "0123456789abcdef" for c in hexpart):
-        raise ContainerError(f"bad image digest {digest!r}")
+        raise container_error(f"bad image digest {digest!r}")
     return f"sha256-{hexpart}"
 
 
@@ -148,7 +148,7 @@ class ImageCache:
         root, no setuid/setgid bits, no group/other write; then keep the size cap."""
         size = normalize(staged_rootfs)
         if size > self.cap_bytes:
-            raise ContainerError(
+            raise container_error(
                 f"image {source} needs {size >> 20} MiB, more than the node's whole "
                 f"image cache ({self.cap_bytes >> 20} MiB)"
             )

@@ -1,15 +1,16 @@
-"""The one error of the container path: a one-line reason the job fails with."""
+"""The one error of the container path (defined in corral's error tree, corral/errors.py):
+a one-line reason, ``container: ...``, the job or step fails with."""
 
 from __future__ import annotations
 
-from corral.errors import LaunchError
+from corral.errors import ContainerError
 
 PREFIX = "container: "
 
 
-class ContainerError(LaunchError):
-    """The container could not be prepared; ``str()`` is the reason sacct and ``corral
-    why`` show (the launch path fails the job or step with it), ``container: ...``."""
+def container_error(message: str) -> ContainerError:
+    """The error whose text is the job's reason: ``container: <message>``."""
+    return ContainerError(message if message.startswith(PREFIX) else PREFIX + message)
 
-    def __init__(self, message: str = "") -> None:
-        super().__init__(message if message.startswith(PREFIX) else PREFIX + message)
+
+__all__ = ["PREFIX", "ContainerError", "container_error"]

@@ -7,9 +7,9 @@ import os
 import shutil
 
 from corral.config import ContainersConfig
+from corral.hybridcgroups import cgroup_blocker
 
 TOOLS = ("fuse-overlayfs", "unsquashfs", "umoci", "skopeo")
-HYBRID_CONTROLLERS = "/sys/fs/cgroup/unified/cgroup.controllers"
 
 
 def runtime_path(config: ContainersConfig) -> str | None:
@@ -18,22 +18,6 @@ def runtime_path(config: ContainersConfig) -> str | None:
     if "/" in runtime:
         return runtime if os.path.isfile(runtime) and os.access(runtime, os.X_OK) else None
     return shutil.which(runtime)
-
-
-def cgroup_blocker() -> str:
-    """crun refuses a hybrid cgroup hierarchy that leaves a controller on the v2 side
-    (even with --cgroup-manager=disabled); "" when there is none."""
-    try:
-        with open(HYBRID_CONTROLLERS) as f:
-            left = f.read().split()
-    except OSError:
-        return ""
-    if not left:
-        return ""
-    return (
-        f"crun refuses a hybrid cgroup hierarchy with controllers on v2 ({' '.join(left)}); "
-        "mount them on v1 (docs/containers-runtime.md)"
-    )
 
 
 def why_not(config: ContainersConfig) -> str:

@@ -18,7 +18,7 @@ import tarfile
 from corral.config import ContainersConfig
 from noded.containers import asuser, ociconfig
 from noded.containers.cache import Image, ImageCache, disk_full
-from noded.containers.errors import ContainerError
+from noded.containers.errors import container_error
 from noded.containers.refs import RegistryRef, is_path, parse_registry
 from noded.spawn import Identity
 
@@ -56,10 +56,10 @@ class Importer:
             return await self._from_registry(parse_registry(image), image)
         except OSError as exc:
             if disk_full(exc):
-                raise ContainerError(
+                raise container_error(
                     f"disk full importing {image} into {self.cache.root}"
                 ) from None
-            raise ContainerError(f"cannot import {image}: {exc.strerror or exc}") from None
+            raise container_error(f"cannot import {image}: {exc.strerror or exc}") from None
 
     # ------------------------------------------------------------ paths
 
@@ -72,13 +72,13 @@ class Importer:
         )
         if res.rc != 0:
             reason = res.reason().rsplit(": ", 1)[-1]
-            raise ContainerError(f"image {path}: {reason}")
+            raise container_error(f"image {path}: {reason}")
         kind, _, stat_key = res.stdout.decode().strip().partition("|")
         if kind == "directory":
             self._allowed("oci-dir", path)
             return await self._from_layout_dir(path, who)
         if kind not in ("regular file", "regular empty file"):
-            raise ContainerError(f"image {path}: not an image (a {kind})")
+            raise container_error(f"image {path}: not an image (a {kind})")
         digest = self.cache.memo_get(stat_key)
         if digest:
             found = self.cache.lookup(digest)
@@ -126,7 +126,7 @@ class Importer:
             except (tarfile.TarError, OSError) as exc:
                 if isinstance(exc, OSError) and disk_full(exc):
                     raise
-                raise ContainerError(f"image {path}: not an OCI image layout ({exc})") from None
+                raise container_error(f"image {path}: not an OCI image layout ({exc})") from None
             os.unlink(tar)
             digest = _layout_digest(layout, path)
             async with self.cache.locked(digest):
@@ -145,7 +145,7 @@ class Importer:
             what="read the image",
         )
         if res.rc != 0:
-            raise ContainerError(f"image {path}: not an image (no readable OCI layout)")
+            raise container_error(f"image {path}: not an image (no readable OCI layout)")
         return "layout:" + hashlib.sha256(res.stdout).hexdigest()
 
     async def _copy_as_user(
@@ -161,13 +161,13 @@ class Importer:
                 stdout=fd,
             )
         except TimeoutError:
-            raise ContainerError(f"image {path}: reading it timed out") from None
+            raise container_error(f"image {path}: reading it timed out") from None
         finally:
             os.close(fd)
         if res.rc != 0:
             if "No space left" in res.stderr:
-                raise ContainerError(f"disk full importing {path} into {self.cache.root}")
-            raise ContainerError(f"image {path}: {res.reason().rsplit(': ', 1)[-1]}")
+                raise container_error(f"disk full importing {path} into {self.cache.root}")
+            raise container_error(f"image {path}: {res.reason().rsplit(': ', 1)[-1]}")
         return res
 
     # ------------------------------------------------------------ registries
@@ -175,7 +175,7 @@ class Importer:
     async def _from_registry(self, ref: RegistryRef, image: str) -> Image:
         self._allowed("registry", image)
         if not self.settings.allow_registry_pulls:
-            raise ContainerError(
+            raise container_error(
                 f"image {image}: registry pulls are not allowed on this node "
                 "([containers] allow_registry_pulls)"
             )
@@ -186,10 +186,10 @@ class Importer:
         )
         if res.rc != 0:
             why = res.reason().rsplit(": ", 1)[-1].strip('"')[:200]
-            raise ContainerError(f"image {image}: registry unreachable or image unknown ({why})")
+            raise container_error(f"image {image}: registry unreachable or image unknown ({why})")
         digest = res.stdout.decode().strip()
         if ref.digest and digest != ref.digest:
-            raise ContainerError(f"image {image}: digest mismatch (the registry has {digest})")
+            raise container_error(f"image {image}: digest mismatch (the registry has {digest})")
         found = self.cache.lookup(digest)
         if found is not None:
             return found
@@ -227,7 +227,7 @@ class Importer:
         res = await self._tool([*argv, src, f"oci:{layout}:{TAG}"], IMPORT_TIMEOUT_S, source)
         if res.rc != 0:
             if not local:
-                raise ContainerError(f"image {source}: registry unreachable ({res.reason()})")
+                raise container_error(f"image {source}: registry unreachable ({res.reason()})")
             self._raise_tool(res, source, "OCI or docker archive")
 
     async def _unpack_layout(self, layout: str, stage: str, digest: str, source: str) -> Image:
@@ -253,19 +253,19 @@ class Importer:
         try:
             return await asuser.run(argv, who=None, timeout_s=timeout_s, what="import")
         except TimeoutError:
-            raise ContainerError(f"image {source}: {argv[0]} timed out") from None
+            raise container_error(f"image {source}: {argv[0]} timed out") from None
 
     def _raise_tool(self, res: asuser.Result, source: str, what: str) -> None:
         text = res.stderr.lower()
         if "no space left" in text or "disk quota" in text:
-            raise ContainerError(f"disk full importing {source} into {self.cache.root}")
+            raise container_error(f"disk full importing {source} into {self.cache.root}")
         if "digest" in text and ("mismatch" in text or "verif" in text):
-            raise ContainerError(f"image {source}: digest mismatch ({res.reason()})")
-        raise ContainerError(f"image {source}: not an image (a bad {what}: {res.reason()})")
+            raise container_error(f"image {source}: digest mismatch ({res.reason()})")
+        raise container_error(f"image {source}: not an image (a bad {what}: {res.reason()})")
 
     def _allowed(self, kind: str, image: str) -> None:
         if kind not in self.settings.allowed_sources:
-            raise ContainerError(
+            raise container_error(
                 f"image {image}: {kind} images are not allowed on this node "
                 "([containers] allowed_sources)"
             )
@@ -298,7 +298,7 @@ def _archive_kind(blob: str, source: str) -> str:
         return "docker-archive"
     if "index.json" in names and "oci-layout" in names:
         return "oci-archive"
-    raise ContainerError(
+    raise container_error(
         f"image {source}: not an image (neither squashfs, nor an OCI or docker archive)"
     )
 
@@ -309,7 +309,7 @@ def _layout_digest(layout: str, source: str) -> str:
             index = json.load(f)
         digest = str(index["manifests"][0]["digest"])
     except (OSError, ValueError, KeyError, IndexError, TypeError):
-        raise ContainerError(f"image {source}: not an image (no OCI index.json)") from None
+        raise container_error(f"image {source}: not an image (no OCI index.json)") from None
     return digest
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from corral.containerspec import parse_mount
 from corral.errors import CorralError
 from noded.containers import asuser
-from noded.containers.errors import ContainerError
+from noded.containers.errors import container_error
 from noded.spawn import Identity
 
 _CHECK = (
@@ -59,11 +59,11 @@ def parse(specs: list[str], cwd: str) -> list[Mount]:
         try:
             entry = parse_mount(spec.strip(), cwd)
         except CorralError as exc:
-            raise ContainerError(exc.message) from None
+            raise container_error(exc.message) from None
         src, dst, *rest = entry.split(":")
         flags = set(rest[0].split("+")) if rest else set()
         if dst in ("/", "/proc", "/sys", "/dev") or dst.startswith(("/proc/", "/sys/")):
-            raise ContainerError(f"--container-mounts: {spec!r}: cannot mount over {dst}")
+            raise container_error(f"--container-mounts: {spec!r}: cannot mount over {dst}")
         found.append(Mount(src, dst, readonly="ro" in flags, noexec="noexec" in flags))
     return found
 
@@ -80,4 +80,4 @@ async def check(mounts: list[Mount], who: Identity) -> None:
         what="check the container's mounts",
     )
     if res.rc != 0:
-        raise ContainerError(f"--container-mounts: {res.reason()}")
+        raise container_error(f"--container-mounts: {res.reason()}")

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from noded.containers.errors import ContainerError
+from noded.containers.errors import container_error
 
 REF_NAME = "org.opencontainers.image.ref.name"
 INDEX_TYPES = (
@@ -28,21 +28,21 @@ class ImageConfig:
 def _blob(layout: str, digest: str, source: str) -> dict[str, Any]:
     algo, _, hexpart = str(digest).partition(":")
     if algo != "sha256" or not hexpart.isalnum():
-        raise ContainerError(f"image {source}: not an image (bad digest {digest!r})")
+        raise container_error(f"image {source}: not an image (bad digest {digest!r})")
     path = os.path.join(layout, "blobs", algo, hexpart)
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_JSON + 1)
     except OSError:
-        raise ContainerError(f"image {source}: not an image (blob {digest} missing)") from None
+        raise container_error(f"image {source}: not an image (blob {digest} missing)") from None
     if len(data) > MAX_JSON:
-        raise ContainerError(f"image {source}: not an image (blob {digest} too large)")
+        raise container_error(f"image {source}: not an image (blob {digest} too large)")
     try:
         value = json.loads(data)
     except ValueError:
-        raise ContainerError(f"image {source}: not an image (blob {digest} is not JSON)") from None
+        raise container_error(f"image {source}: not an image (blob {digest} is not JSON)") from None
     if not isinstance(value, dict):
-        raise ContainerError(f"image {source}: not an image (blob {digest})")
+        raise container_error(f"image {source}: not an image (blob {digest})")
     return value
 
 
@@ -55,12 +55,12 @@ def tag_layout(layout: str, tag: str, source: str) -> ImageConfig:
             index = json.load(f)
         desc = dict(index["manifests"][0])
     except (OSError, ValueError, KeyError, IndexError, TypeError):
-        raise ContainerError(f"image {source}: not an image (no OCI index.json)") from None
+        raise container_error(f"image {source}: not an image (no OCI index.json)") from None
     if desc.get("mediaType") in INDEX_TYPES:
         nested = _blob(layout, desc["digest"], source).get("manifests") or []
         chosen = [m for m in nested if (m.get("platform") or {}).get("architecture") == "amd64"]
         if not (chosen or nested):
-            raise ContainerError(f"image {source}: not an image (an empty index)")
+            raise container_error(f"image {source}: not an image (an empty index)")
         desc = dict((chosen or nested)[0])
     desc.setdefault("annotations", {})
     desc["annotations"][REF_NAME] = tag
@@ -71,7 +71,7 @@ def tag_layout(layout: str, tag: str, source: str) -> ImageConfig:
     try:
         config_digest = manifest["config"]["digest"]
     except (KeyError, TypeError):
-        raise ContainerError(f"image {source}: not an image (a manifest without config)") from None
+        raise container_error(f"image {source}: not an image (a manifest without config)") from None
     config = _blob(layout, config_digest, source).get("config") or {}
     return ImageConfig(
         env=[str(e) for e in config.get("Env") or []],

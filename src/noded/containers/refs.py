@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from noded.containers.errors import ContainerError
+from noded.containers.errors import container_error
 
 DEFAULT_REGISTRY = "docker.io"
 _NAME = re.compile(r"^[a-z0-9]+([._/-][a-z0-9]+)*$")
@@ -48,20 +48,20 @@ def parse_registry(image: str) -> RegistryRef:
     if "#" in rest:
         registry, rest = rest.split("#", 1)
         if not _REGISTRY.match(registry):
-            raise ContainerError(f"bad registry {registry!r} in image {image!r}")
+            raise container_error(f"bad registry {registry!r} in image {image!r}")
     digest = ""
     if "@" in rest:
         rest, digest = rest.split("@", 1)
         if not _DIGEST.match(digest):
-            raise ContainerError(f"bad digest {digest!r} in image {image!r}")
+            raise container_error(f"bad digest {digest!r} in image {image!r}")
     tag = ""
     last = rest.rsplit("/", 1)[-1]
     if ":" in last:
         rest, tag = rest.rsplit(":", 1)
         if not _TAG.match(tag):
-            raise ContainerError(f"bad tag {tag!r} in image {image!r}")
+            raise container_error(f"bad tag {tag!r} in image {image!r}")
     if not _NAME.match(rest):
-        raise ContainerError(f"bad image name {rest!r} in {image!r}")
+        raise container_error(f"bad image name {rest!r} in {image!r}")
     if registry == DEFAULT_REGISTRY and "/" not in rest:
         rest = f"library/{rest}"  # docker's official images
     if not tag and not digest:

@@ -33,7 +33,7 @@ from corral.config import ContainersConfig
 from corral.wire import corral_pb2 as pb
 from noded.containers import asuser, bundle, hostcheck, mounts, unmount
 from noded.containers.cache import Image, ImageCache
-from noded.containers.errors import ContainerError
+from noded.containers.errors import ContainerError, container_error
 from noded.containers.gpu import GpuEdits, edits_for
 from noded.containers.images import IMPORT_TIMEOUT_S, Importer
 from noded.gpu import GpuDevice
@@ -103,9 +103,9 @@ class Containers:
         made now (image imported first if need be). ContainerError says why not."""
         why = self.missing()
         if why:
-            raise ContainerError(f"containers cannot run on this node: {why}")
+            raise container_error(f"containers cannot run on this node: {why}")
         if spec.name and not NAME.match(spec.name):
-            raise ContainerError(
+            raise container_error(
                 f"bad --container-name {spec.name!r}: letters, digits, '_', '.', '-' (64 at most)"
             )
         name = f"n_{spec.name}" if spec.name else f"step{step_id}" if step_id >= 0 else "batch"
@@ -113,7 +113,7 @@ class Containers:
         async with self._locks.setdefault(key, asyncio.Lock()):
             ctr = self.live.get(key)
             if ctr is None and not spec.image:  # Pyxis: a name alone reuses the container
-                raise ContainerError(
+                raise container_error(
                     f"no container named {spec.name} in job {job.job_id} on this node "
                     "(the first step that names it needs --container-image)"
                 )
@@ -176,7 +176,7 @@ class Containers:
             stdout=asyncio.subprocess.DEVNULL,
         )
         if res.rc != 0:
-            raise ContainerError(f"cannot mount the container's filesystem: {res.reason()}")
+            raise container_error(f"cannot mount the container's filesystem: {res.reason()}")
 
     # ------------------------------------------------------------ a task
 
@@ -211,7 +211,7 @@ class Containers:
         if image.entrypoint and spec.entrypoint:
             args = [*image.entrypoint, *args]
         if not args:
-            raise ContainerError("nothing to run in the container")
+            raise container_error("nothing to run in the container")
         task = bundle.TaskSpec(
             rootfs=ctr.rootfs,
             tmp_dir=os.path.join(ctr.directory, "tmp"),
@@ -244,7 +244,7 @@ class Containers:
         else the image's WorkingDir, else /."""
         if ctr.spec.workdir:
             if not ctr.spec.workdir.startswith("/"):
-                raise ContainerError(f"--container-workdir {ctr.spec.workdir}: not absolute")
+                raise container_error(f"--container-workdir {ctr.spec.workdir}: not absolute")
             return ctr.spec.workdir
         if cwd and _exists_inside(cwd, ctr.image.rootfs, ctr.mounts):
             return cwd

@@ -14,6 +14,7 @@ import grpc
 from grpc import aio
 
 from corral import __version__, hostlist
+from corral.localcluster.simnodes.beats import HeartbeatBatcher
 from corral.localcluster.simnodes.nodes import SimJob, SimNode, gpu_status, resources
 from corral.localcluster.simnodes.script import parse_script
 from corral.wire import corral_pb2 as pb
@@ -21,6 +22,7 @@ from corral.wire import corral_pb2_grpc as pbg
 
 Update = pb.JobStatusUpdate
 RPC_TIMEOUT_S = 30.0
+REGISTERING = 64  # RegisterNode calls in flight at once
 MAX_BACKOFF_S = 5.0
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
 
@@ -63,6 +65,10 @@ class SimulatedNodes:
         self._server: aio.Server | None = None
         self._channel: aio.Channel | None = None
         self._stub: pbg.NodeControllerAsyncStub | None = None
+        self._beats: HeartbeatBatcher | None = None  # every node's heartbeats, sent together
+        # registrations in flight: 12,500 at once after a ctld restart queued past their
+        # deadline, and each retry was one more registration for ctld to make (issue 29)
+        self._registering = asyncio.Semaphore(REGISTERING)
         self._tasks: list[asyncio.Task[None]] = []
         self._outbox_ready = asyncio.Event()
 
@@ -252,7 +258,8 @@ class SimulatedNodes:
             try:
                 if not node.registered:
                     req = self._request(node)
-                    await stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
+                    async with self._registering:  # a storm at ctld's pace, not all at once
+                        await stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
                     del node.health[: len(req.health)]
                     node.registered = True
                     self.counters["registrations"] += 1
@@ -263,9 +270,9 @@ class SimulatedNodes:
                     health=list(node.health),
                     gpus=gpu_status(node),
                 )
-                reply = await stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
+                again = await self._batcher(stub).beat(beat)  # sent with others due now
                 self.counters["heartbeats"] += 1
-                if reply.reregister:
+                if again:
                     node.registered = False
                     continue
                 del node.health[: len(beat.health)]
@@ -276,6 +283,11 @@ class SimulatedNodes:
                 node.registered = False
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def _batcher(self, stub: pbg.NodeControllerAsyncStub) -> HeartbeatBatcher:
+        if self._beats is None or self._beats.stub is not stub:
+            self._beats = HeartbeatBatcher(stub, RPC_TIMEOUT_S)
+        return self._beats
 
     async def _run_outbox(self) -> None:
         """Deliver every node's pending updates, one ReportJobStatus per node, in parallel."""
