@@ -44,6 +44,7 @@ from corral.config.scheduling import (
     parse_priority,
     parse_scheduler,
 )
+from corral.config.power import PowerConfig, parse_power
 from corral.config.section import Section
 from corral.config.security import AuthConfig, TlsConfig, parse_auth, parse_tls
 from corral.config.web import WebConfig, parse_web
@@ -68,6 +69,7 @@ class ClusterConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
     mail: MailConfig = field(default_factory=MailConfig)
+    power: PowerConfig = field(default_factory=PowerConfig)
     source: str = ""
 
     def node(self, name: str) -> NodeConfig:
@@ -133,6 +135,12 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
     auth = parse_auth(Section(top.get("auth", dict, {}), "auth"))
     tls = parse_tls(Section(top.get("tls", dict, {}), "tls"))
     mail = parse_mail(Section(top.get("mail", dict, {}), "mail"))
+    power = parse_power(
+        Section(top.get("power", dict, {}), "power"), seen, {p.name for p in partitions}
+    )
+    cloud = [n for entry in nodes if entry.cloud for n in entry.names]
+    if cloud and not power.resume_program:
+        raise ConfigError(f"nodes: cloud node {cloud[0]!r} needs [power].resume_program")
     if not any(q.name == "normal" for q in qos):
         qos = (QosConfig("normal"), *qos)  # Slurm's default QOS always exists
     top.done()
@@ -158,6 +166,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
         auth=auth,
         tls=tls,
         mail=mail,
+        power=power,
         source=source,
     )
 

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from corral.config.paths import DEFAULT_NODED_PORT
+from corral.config.power import suspend_time
 from corral.config.section import Section
 from corral.errors import ConfigError
 
@@ -69,6 +70,10 @@ class NodeConfig:
     memory_mb: int = 0  # 0: discover with psutil
     gpus: GpuConfig = field(default_factory=GpuConfig)
     address: str = ""  # address noded advertises; empty: its hostname
+    # power saving: [power]'s suspend_time for this set (beats its partitions'); cloud
+    # (Slurm's State=CLOUD): powered down until a job needs it, and again when idle
+    suspend_time_s: int | None = None
+    cloud: bool = False
 
 
 def parse_noded(sec: Section) -> NodedConfig:
@@ -156,6 +161,15 @@ def parse_node(sec: Section) -> NodeConfig:
         memory_mb=sec.positive("memory_mb", 0),
         gpus=gpus,
         address=sec.get("address", str, ""),
+        suspend_time_s=suspend_time(sec),
+        cloud=_node_state(sec) == "cloud",
     )
     sec.done()
     return cfg
+
+
+def _node_state(sec: Section) -> str:
+    state = sec.get("state", str, "").lower()
+    if state not in ("", "cloud"):
+        raise ConfigError(f"{sec.key('state')}: {state!r} is not cloud (the only state set here)")
+    return state

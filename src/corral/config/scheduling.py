@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from corral.config.power import suspend_time
 from corral.config.section import Section
 from corral.errors import ConfigError
 from corral.slurmfmt import UNLIMITED
@@ -21,6 +22,7 @@ class PartitionConfig:
     priority_tier: int = 1
     allow_accounts: tuple[str, ...] = ()
     allow_groups: tuple[str, ...] = ()  # Unix groups whose members may use it; empty: all
+    suspend_time_s: int | None = None  # power saving: [power]'s suspend_time for its nodes
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ def parse_partition(sec: Section, known_nodes: set[str]) -> PartitionConfig:
         priority_tier=sec.positive("priority_tier", 1),
         allow_accounts=sec.strings("allow_accounts", ()),
         allow_groups=sec.strings("allow_groups", ()),
+        suspend_time_s=suspend_time(sec),
     )
     sec.done()
     return cfg
