@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from client import nodepower
 from client.common import client, job_state, node_state, num, real, run, text
 from client.fmt import (
     Reported,
@@ -288,7 +289,7 @@ def complete_state(node: Json) -> str:
         "DRAIN": "IDLE+DRAIN",
         "DRAINING": f"{busy}+DRAIN",
         "FAIL": "IDLE+FAIL",
-    }.get(state, state)
+    }.get(state, state) + nodepower.flags(node)
 
 
 def node_tres(cpus: int, mem_mb: int, gpus: int, billing: bool, shards: int = 0) -> str:
@@ -636,11 +637,8 @@ def update_node_request(words: Sequence[str]) -> t.UpdateNodeRequest:
             raise Reported(f"Update of this parameter is not supported: {word}\nRequest aborted")
     if not request.get("names"):
         raise Reported("No node name specified\nRequest aborted")
-    if request.get("state") not in ("DRAIN", "RESUME", "UNDRAIN", "DOWN"):
-        raise Reported(
-            f"Invalid node state specified: {request.get('state', '')} "
-            "(corral supports DRAIN, RESUME, UNDRAIN, DOWN)"
-        )
+    if request.get("state") not in nodepower.NODE_UPDATE_STATES:
+        raise Reported(f"Invalid node state specified: {request.get('state', '')}")
     return request
 
 
@@ -698,6 +696,8 @@ def dispatch(words: Sequence[str], one_liner: bool) -> int:
         return 0
     if command == "top":
         return top(words[1:])
+    if command == "power":  # scontrol power up|down [asap|force] NODELIST
+        return nodepower.power(words[1:])
     if command == "ping":
         from client.ping import ping_all, ping_lines
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 
+from client import nodepower
 from client.common import client, node_state, num, real, run, text
 from client.fmt import (
     Column,
@@ -85,6 +86,7 @@ STATE_NAMES = {
     "fail": {"FAIL"},
     "no_respond": {"DOWN", "UNKNOWN"},
     "responding": {"IDLE", "ALLOCATED", "MIXED", "DRAIN", "DRAINING", "FAIL"},
+    **nodepower.POWER_STATE_NAMES,
 }
 AVAIL = {"UP": "up", "DOWN": "down", "DRAIN": "drain", "INACTIVE": "inact"}
 
@@ -123,23 +125,21 @@ def _reserved(node: Json) -> tuple[str, str] | None:
     return ("maint", "maint") if node.get("maint") else ("resv", "reserved")
 
 
-def _late(node: Json, name: str) -> str:
-    """A node whose heartbeat is late, not yet DOWN, gets Slurm's '*' (idle*, mix*)."""
-    return name + "*" if node.get("notResponding") and not name.endswith("*") else name
+def _state_word(node: Json, form: int) -> str:
+    """Short (0) or long (1), with Slurm's '*' for a late heartbeat (idle*, mix*), or
+    the power suffix in its place (idle~, down~: client/nodepower.py)."""
+    reserved = _reserved(node)
+    name = str((reserved or STATES.get(node_state(node), ("unk", "unknown", 0)))[form])
+    late = name + "*" if node.get("notResponding") and not name.endswith("*") else name
+    return nodepower.suffixed(node, name, late)
 
 
 def short_state(node: Json) -> str:
-    reserved = _reserved(node)
-    if reserved:
-        return _late(node, reserved[0])
-    return _late(node, STATES.get(node_state(node), ("unk", "unknown", 0))[0])
+    return _state_word(node, 0)
 
 
 def long_state(node: Json) -> str:
-    reserved = _reserved(node)
-    if reserved:
-        return _late(node, reserved[1])
-    return _late(node, STATES.get(node_state(node), ("unk", "unknown", 0))[1])
+    return _state_word(node, 1)
 
 
 def state_rank(node: Json) -> int:
@@ -483,7 +483,7 @@ def node_filter(opts: dict[str, Any]) -> Callable[[Json], bool]:
 
     def keep(node: Json) -> bool:
         return (names is None or text(node, "name") in names) and (
-            states is None or node_state(node) in states
+            states is None or node_state(node) in states or nodepower.matches(node, states)
         )
 
     return keep

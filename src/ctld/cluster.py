@@ -41,6 +41,7 @@ from ctld.metrics_ledger import MetricsLedger
 from ctld.node_reports import NodeReports
 from ctld.nodes import NodeRecord
 from ctld.outbox import Dispatcher, Outbox
+from ctld.power import PowerManager
 from ctld.preemption import Preempter
 from ctld.priorities import Priorities
 from ctld.queries import Queries, select
@@ -89,6 +90,7 @@ class Cluster:
         self.node_reports = NodeReports(
             st, self.policy, self.endings, self.outbox, self.steps, self.suspects
         )
+        self.power = PowerManager(st, self.policy, self.node_reports)
         self.settings = settings_from(st)
         self.preempter = Preempter(st, self.outbox)
         self.snapshots = SnapshotBuilder(st, self.settings)
@@ -100,6 +102,7 @@ class Cluster:
             self.preempter,
             quick=self.snapshots if config.scheduler.start_on_submit else None,
         )
+        self.scheduler.after_plan = self.power.after_plan
         self.intake.quick_ready = self.scheduler.quick_ready
         self.intake.start_on_submit = self.scheduler.start_on_submit
         if config.scheduler.start_on_submit:
@@ -221,6 +224,11 @@ class Cluster:
     async def run_heartbeat_monitor(self) -> None:
         await self.node_reports.run_monitor()
 
+    async def run_power(self) -> None:
+        """Power saving's loop (when [power] is set): suspends, resumes, timeouts."""
+        if self.config.power.resume_program:
+            await self.power.run()
+
     async def run_purge(self, interval_s: float) -> None:
         """Forget old finished jobs and expired reservations every ``interval_s``."""
         while True:
@@ -291,7 +299,10 @@ class Cluster:
         await self.node_reports.node_faults(node, events)
 
     async def update_node(self, who: Identity, req: pb.UpdateNodeRequest) -> None:
-        await self.node_reports.update_node(who, req)
+        if req.state.upper().startswith("POWER_"):
+            await self.power.update(who, req.names, req.state.upper())
+        else:
+            await self.node_reports.update_node(who, req)
 
     @staticmethod
     def user_name(uid: int) -> str:

@@ -22,7 +22,7 @@ from ctld.commit import Change, liveness
 from ctld.endings import NO_REQUEUE, Endings, requeue_when_gone
 from ctld.gpu_samples import holders
 from ctld.loopwatch import LoopWatch
-from ctld.nodes import NodeRecord
+from ctld.nodes import POWER_ON, POWERING_DOWN, NodeRecord
 from ctld.outbox import Outbox
 from ctld.state import State, user_name
 from ctld.step_ops import StepOps
@@ -60,6 +60,8 @@ class NodeReports:
             raise InvalidRequest("a node must register the address of its agent")
         if len(req.agent_address) > 256 or len(req.stream_address) > 256:
             raise InvalidRequest("agent address too long")
+        if node.power == POWERING_DOWN:  # its suspend program is stopping it
+            raise InvalidRequest(f"node {node.name} is powering down")
         async with Change(st, wake=False) as ch:  # it wakes the scheduler below
             ch.node(
                 node,
@@ -201,7 +203,7 @@ class NodeReports:
         now = st.clock()
         deaf = self.watch.tick()  # a stall just ended is counted before anyone is judged
         for node in st.nodes.values():
-            if node.down:
+            if node.down or node.power != POWER_ON:  # power saving judges those (power.py)
                 continue
             state = failures.liveness(node, now, hb, st.start_time, deaf - node.deaf_mark)
             if state is failures.Liveness.DEAD:

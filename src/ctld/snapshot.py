@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from corral.jobspec import array_throttle
 from corral.wire import corral_pb2 as pb
-from ctld import deps, pending
+from ctld import deps, pending, power_plan
 from ctld import jobstate as js
 from ctld.sched import (
     INFINITY,
@@ -212,11 +212,12 @@ class SnapshotBuilder:
                     i for i in n.gpu_indices if i not in n.alloc_gpus and i not in n.alloc_shards
                 ),
                 gpu_type=n.gpu_type,
-                schedulable=n.schedulable,
+                schedulable=n.schedulable or power_plan.plannable(n),
                 idle=not n.job_ids,
                 gpu_indices=n.gpu_indices,
                 shards_per_gpu=n.config.gpus.shards_per_gpu,
                 shards_used=tuple(sorted(n.alloc_shards.items())),
+                available_at=power_plan.available_at(n, st.config, now),
             )
             for n in st.nodes.values()
         )

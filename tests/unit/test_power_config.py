@@ -62,7 +62,7 @@ def test_suspend_time_levels() -> None:
 
 
 def test_cloud_nodes_need_a_resume_program() -> None:
-    with pytest.raises(ConfigError, match="needs \\[power\\].resume_program"):
+    with pytest.raises(ConfigError, match=r"needs \[power\].resume_program"):
         parse_config(_config({}, state="cloud"))
     assert parse_config(_config({"resume_program": "/r"}, state="cloud")).nodes[0].cloud
 
@@ -85,5 +85,5 @@ def test_bad_keys_are_named(power: dict[str, Any], match: str) -> None:
 
 
 def test_node_state_other_than_cloud_refused() -> None:
-    with pytest.raises(ConfigError, match="nodes\\[0\\].state"):
+    with pytest.raises(ConfigError, match=r"nodes\[0\].state"):
         parse_config(_config({}, state="future"))

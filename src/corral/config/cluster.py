@@ -36,6 +36,7 @@ from corral.config.nodes import (
     parse_noded,
 )
 from corral.config.paths import config_path
+from corral.config.power import PowerConfig, parse_power
 from corral.config.scheduling import (
     PartitionConfig,
     PriorityConfig,
@@ -44,7 +45,6 @@ from corral.config.scheduling import (
     parse_priority,
     parse_scheduler,
 )
-from corral.config.power import PowerConfig, parse_power
 from corral.config.section import Section
 from corral.config.security import AuthConfig, TlsConfig, parse_auth, parse_tls
 from corral.config.web import WebConfig, parse_web

@@ -169,7 +169,7 @@ def parse_node(sec: Section) -> NodeConfig:
 
 
 def _node_state(sec: Section) -> str:
-    state = sec.get("state", str, "").lower()
+    state: str = sec.get("state", str, "").lower()
     if state not in ("", "cloud"):
         raise ConfigError(f"{sec.key('state')}: {state!r} is not cloud (the only state set here)")
     return state

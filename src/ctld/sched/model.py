@@ -31,6 +31,9 @@ class NodeView:
     # holding shard jobs is in ``shards_used`` (index, shards taken), never in ``gpus_free``
     shards_per_gpu: int = 0
     shards_used: tuple[tuple[int, int], ...] = ()
+    # power saving: a node powered down or powering up is planned on but busy until then
+    # (its resume_timeout counted), so forecasts include the boot and nothing starts there
+    available_at: float = 0.0
 
 
 @dataclass(frozen=True)
