@@ -33,6 +33,7 @@ from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from ctld.authz import Policy
 from ctld.commit import Change
+from ctld.dynamic import admit
 from ctld.endings import Endings
 from ctld.intake import Intake
 from ctld.mail import Mailer
@@ -280,7 +281,12 @@ class Cluster:
 
     # ------------------------------------------------------------ node operations
 
-    async def register_node(self, req: pb.RegisterNodeRequest) -> NodeRecord:
+    async def register_node(
+        self, req: pb.RegisterNodeRequest, *, certified: bool = False
+    ) -> NodeRecord:
+        """``certified``: the call came with the node's certificate (a dynamic node may
+        join only then: ctld/dynamic.py)."""
+        admit(self.state, req, certified=certified)
         return await self.node_reports.register_node(req)
 
     def heartbeat(self, req: pb.HeartbeatRequest) -> bool:

@@ -28,9 +28,11 @@ from corral.config.controller import (
     parse_heartbeat,
 )
 from corral.config.nodes import (
+    DynamicNodesConfig,
     IdleGpuConfig,
     NodeConfig,
     NodedConfig,
+    parse_dynamic_nodes,
     parse_idle_gpus,
     parse_node,
     parse_noded,
@@ -70,6 +72,7 @@ class ClusterConfig:
     tls: TlsConfig = field(default_factory=TlsConfig)
     mail: MailConfig = field(default_factory=MailConfig)
     power: PowerConfig = field(default_factory=PowerConfig)
+    dynamic_nodes: DynamicNodesConfig = field(default_factory=DynamicNodesConfig)
     source: str = ""
 
     def node(self, name: str) -> NodeConfig:
@@ -138,6 +141,9 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
     power = parse_power(
         Section(top.get("power", dict, {}), "power"), seen, {p.name for p in partitions}
     )
+    dynamic_nodes = parse_dynamic_nodes(
+        Section(top.get("dynamic_nodes", dict, {}), "dynamic_nodes"), {p.name for p in partitions}
+    )
     cloud = [n for entry in nodes if entry.cloud for n in entry.names]
     if cloud and not power.resume_program:
         raise ConfigError(f"nodes: cloud node {cloud[0]!r} needs [power].resume_program")
@@ -167,6 +173,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
         tls=tls,
         mail=mail,
         power=power,
+        dynamic_nodes=dynamic_nodes,
         source=source,
     )
 
