@@ -115,7 +115,12 @@ def main_args(argv: Sequence[str]) -> int:
     p.add_argument("--tres", "-T", default="gres/gpu", help=f"one of {', '.join(TRES_NAMES)}")
     p.add_argument("--account", "-A", action="append", default=[], help="only these accounts")
     p.add_argument("--plot", metavar="OUT.png", help="draw a chart into this file")
+    p.add_argument("--power", action="store_true", help="hours powered down, energy saved")
     args = p.parse_args(list(argv))
+    if args.power:
+        from client.report_power import power_report
+
+        return power_report()
     tres = tres_list(args.tres)
     if len(tres) != 1:
         raise InvalidOption("corral report draws one TRES at a time")

@@ -212,3 +212,30 @@ async def test_scontrol_power_states(tmp_path: pathlib.Path) -> None:
     with pytest.raises(InvalidRequest, match="Invalid node state"):
         await cluster.update_node(ADMIN, pb.UpdateNodeRequest(names=[host], state="POWER_SIDEWAYS"))
     await tick(cluster)  # the suspend program it ran
+
+
+async def test_hours_and_energy_saved_in_getnodes_metrics_and_report(
+    tmp_path: pathlib.Path,
+) -> None:
+    from google.protobuf.json_format import MessageToDict
+    from prometheus_client import CollectorRegistry
+
+    from client.report_power import format_power
+    from ctld.metrics import ClusterCollector
+    from ctld.metrics_text import exposition
+
+    cluster, clock = await make(tmp_path, idle_watts=300, powered_down_watts=10)
+    clock.advance(3600)  # the cloud nodes have been off for an hour since ctld started
+    wire = {n.name: n for n in cluster.queries.node_list([])}
+    assert wire["c1"].powered_down_s == pytest.approx(3600)
+    assert wire["c1"].energy_saved_j == pytest.approx(3600 * 290)
+    assert wire["n1"].powered_down_s == 0
+    registry = CollectorRegistry()
+    registry.register(ClusterCollector(cluster))
+    text = exposition(registry).decode()
+    assert 'corral_node_powered_down_seconds_total{node="c1"} 3600.0' in text
+    assert 'corral_partition_energy_saved_joules_total{partition="p"} 2088000.0' in text
+    assert 'corral_node_power_state{node="c2",power="POWERED_DOWN"} 1.0' in text
+    report = format_power([MessageToDict(n) for n in wire.values()])
+    assert "c1               p                      1.00       0.29" in report
+    assert report.splitlines()[-1].split() == ["total", "2.00", "0.58"]

@@ -1804,6 +1804,7 @@ class Node(_message.Message):
     CLOUD_FIELD_NUMBER: _builtins.int
     DYNAMIC_FIELD_NUMBER: _builtins.int
     POWERED_DOWN_S_FIELD_NUMBER: _builtins.int
+    ENERGY_SAVED_J_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port of its NodeAgent service"""
@@ -1850,6 +1851,8 @@ class Node(_message.Message):
     """registered without being in the config (slurmd -Z)"""
     powered_down_s: _builtins.float
     """seconds powered down since ctld started (energy saved)"""
+    energy_saved_j: _builtins.float
+    """that at [power] idle_watts less powered_down_watts"""
     @_builtins.property
     def resources(self) -> Global___NodeResources:
         """as registered (or as configured before that)"""
@@ -1901,10 +1904,11 @@ class Node(_message.Message):
         cloud: _builtins.bool = ...,
         dynamic: _builtins.bool = ...,
         powered_down_s: _builtins.float = ...,
+        energy_saved_j: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_change", b"last_change", "reason_change", b"reason_change", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "alloc_shards", b"alloc_shards", "boot_time", b"boot_time", "cloud", b"cloud", "dynamic", b"dynamic", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_change", b"last_change", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "not_responding", b"not_responding", "os", b"os", "partitions", b"partitions", "power", b"power", "power_down_pending", b"power_down_pending", "powered_down_s", b"powered_down_s", "reason", b"reason", "reason_change", b"reason_change", "reason_time", b"reason_time", "reason_uid", b"reason_uid", "reason_user", b"reason_user", "reservation", b"reservation", "resources", b"resources", "shards_per_gpu", b"shards_per_gpu", "state", b"state", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "alloc_shards", b"alloc_shards", "boot_time", b"boot_time", "cloud", b"cloud", "dynamic", b"dynamic", "energy_saved_j", b"energy_saved_j", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_change", b"last_change", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "not_responding", b"not_responding", "os", b"os", "partitions", b"partitions", "power", b"power", "power_down_pending", b"power_down_pending", "powered_down_s", b"powered_down_s", "reason", b"reason", "reason_change", b"reason_change", "reason_time", b"reason_time", "reason_uid", b"reason_uid", "reason_user", b"reason_user", "reservation", b"reservation", "resources", b"resources", "shards_per_gpu", b"shards_per_gpu", "state", b"state", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

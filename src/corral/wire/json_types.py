@@ -401,6 +401,7 @@ class Node(TypedDict, total=False):
     cloud: bool
     dynamic: bool
     poweredDownS: float
+    energySavedJ: float
 
 
 class NodeChange(TypedDict, total=False):
