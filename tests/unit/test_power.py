@@ -239,3 +239,29 @@ async def test_hours_and_energy_saved_in_getnodes_metrics_and_report(
     report = format_power([MessageToDict(n) for n in wire.values()])
     assert "c1               p                      1.00       0.29" in report
     assert report.splitlines()[-1].split() == ["total", "2.00", "0.58"]
+
+
+async def test_power_down_force_requeues_its_jobs_then_powers_it_down(
+    tmp_path: pathlib.Path,
+) -> None:
+    cluster, _ = await make(tmp_path, cloud=False)
+    job = await cluster.submit(ALICE, spec(cpus_per_task=8, requeue=True))
+    await settle(cluster)
+    host = job.batch_host
+    req = pb.UpdateNodeRequest(names=[host], state="POWER_DOWN_FORCE")
+    await cluster.update_node(ADMIN, req)
+    await tick(cluster)
+    assert job.state == js.PENDING and job.restart_count == 1  # requeued
+    node = cluster.nodes[host]
+    assert node.power == POWERING_DOWN and not node.down and not node.job_ids
+    assert calls(tmp_path, "suspend") == [host]
+
+
+def test_idle_on_node_suspend_clears_drain_and_down() -> None:
+    cfg = parse_config({"nodes": [{"names": "n1", "cpus": 2}]})
+    n = NodeRecord(name="n1", config=cfg.nodes[0], partitions=[])
+    ns.transition(n, "registered", cause="t", now=1.0)
+    ns.transition(n, "drained", cause="t", now=2.0, reason="flaky fan")
+    ns.transition(n, "powering_down", cause="t", now=3.0)
+    ns.transition(n, "powered_down", cause="t", now=4.0, reason=ns.IDLE_ON_SUSPEND)
+    assert not n.drain and n.reason == "" and n.power == POWERED_DOWN
