@@ -134,6 +134,8 @@ class PowerManager:
         """The plan's jobs that wait for a power-up (their reason says so): the nodes they
         need that are off are asked for (powered up by the loop at resume_rate)."""
         st = self.state
+        if not st.config.power.resume_program or not plan.forecasts:
+            return set()  # no power saving: nothing is ever off
         waiting = power_plan.waiting_for_power(plan, st.nodes, st.config, st.clock())
         for job_id, names in waiting.items():
             for name in names:

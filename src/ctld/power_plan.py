@@ -90,15 +90,42 @@ def due(
 def waiting_for_power(
     plan: Plan, nodes: Mapping[str, NodeRecord], config: ClusterConfig, now: float
 ) -> dict[int, list[str]]:
-    """The plan's jobs whose forecast is bound by a power-up: job id -> the nodes it needs
-    powered up (those still off, and those booting). A job forecast later than the power-up
-    would end waits for something else first, and wakes nothing yet."""
+    """The plan's jobs whose forecast is bound by a power-up: job id -> the nodes to
+    power up for it. A job forecast later than the power-up would end waits for
+    something else first, and wakes nothing yet. Forecasts are made one job at a time
+    (the core holds only the top job's), so several jobs may name the same node that
+    is off: each after the first gets another like it (same node set, same partitions),
+    as Slurm gives each job its own nodes to resume."""
+    spare: dict[tuple[int, tuple[str, ...]], list[str]] = {}  # made at the first need
+    claimed: set[str] = set()
     waiting: dict[int, list[str]] = {}
     for job_id, forecast in plan.forecasts.items():
-        off = [nodes[name] for name in forecast.nodes if name in nodes and plannable(nodes[name])]
+        off = [nodes[n] for n in forecast.nodes if n in nodes and plannable(nodes[n])]
         if not off:
             continue
         ready = max(available_at(n, config, now) for n in off)
-        if forecast.start <= ready + SLACK_S:
-            waiting[job_id] = [n.name for n in off]
+        if forecast.start > ready + SLACK_S:
+            continue
+        mine: list[str] = []
+        for node in off:
+            name: str | None = node.name
+            if name in claimed:  # another job of this plan has it: one like it
+                spare = spare or _spare(nodes)
+                pool = spare.get((id(node.config), tuple(node.partitions)), [])
+                while pool and pool[-1] in claimed:
+                    pool.pop()
+                name = pool.pop() if pool else None
+            if name is not None:
+                claimed.add(name)
+                mine.append(name)
+        waiting[job_id] = mine
     return waiting
+
+
+def _spare(nodes: Mapping[str, NodeRecord]) -> dict[tuple[int, tuple[str, ...]], list[str]]:
+    """The nodes that are off, by node set and partitions, the first name last."""
+    spare: dict[tuple[int, tuple[str, ...]], list[str]] = {}
+    for node in sorted(nodes.values(), key=lambda n: n.name, reverse=True):
+        if node.power == POWERED_DOWN and plannable(node):
+            spare.setdefault((id(node.config), tuple(node.partitions)), []).append(node.name)
+    return spare
