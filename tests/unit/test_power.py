@@ -265,3 +265,22 @@ def test_idle_on_node_suspend_clears_drain_and_down() -> None:
     ns.transition(n, "powering_down", cause="t", now=3.0)
     ns.transition(n, "powered_down", cause="t", now=4.0, reason=ns.IDLE_ON_SUSPEND)
     assert not n.drain and n.reason == "" and n.power == POWERED_DOWN
+
+
+async def test_a_burst_wakes_a_node_for_each_job(tmp_path: pathlib.Path) -> None:
+    """Forecasts are made job by job, so 5 jobs may name the same node that is off:
+    each gets its own like it, and 5 nodes power up at once."""
+    cfg = parse_config(
+        {
+            "nodes": [{"names": "c[01-20]", "cpus": 4, "memory_mb": 1000, "state": "cloud"}],
+            "partitions": [{"name": "p", "nodes": "c[01-20]", "default": True}],
+            "power": {"resume_program": program(tmp_path, "resume")},
+        }
+    )
+    cluster = make_cluster(cfg, f"sqlite:///{tmp_path}/c.db", clock=ManualClock())
+    jobs = [await cluster.submit(ALICE, spec(exclusive=True)) for _ in range(5)]
+    await settle(cluster)
+    assert all(j.reason == Reason.POWERING_UP for j in jobs)
+    await tick(cluster)
+    booting = [n for n, node in cluster.nodes.items() if node.power == POWERING_UP]
+    assert len(booting) == 5 and calls(tmp_path, "resume") == ["c[01-05]"]
