@@ -5,9 +5,11 @@ and ``scontrol power up|down NODELIST``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from client.common import Json, text
+
+TYPE_CHECKING = False  # typing and collections cost every command's start-up
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 #: the power flag's suffix; it takes the place of the not-responding '*' (down~)
 POWER_SUFFIX = {

@@ -42,8 +42,9 @@ BUDGET: dict[str, set[str]] = {
     "sshare": QUERY,
     "sreport": QUERY,
     "sacctmgr": {"client.options"},
-    "sinfo": QUERY | {"corral.hostlist", "itertools"},
-    "scontrol": QUERY | {"corral.patterns"},
+    # client.nodepower: power saving's state words (issue 27), standard library-free
+    "sinfo": QUERY | {"corral.hostlist", "itertools", "client.nodepower"},
+    "scontrol": QUERY | {"corral.patterns", "client.nodepower"},
     "scancel": QUERY | {"corral.signals"},
 }
 # srun and salloc allocate (sbatch's options) and handle signals (corral.signals, over
