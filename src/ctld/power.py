@@ -109,7 +109,8 @@ class PowerManager:
         ]
         due = power_plan.due(st.nodes.values(), self.idle_since, st.config, now)
         room = self._suspends.room(st.config.power.suspend_rate, now)
-        nodes = forced + [n for n in due if n not in forced][:room]
+        names = {n.name for n in forced}
+        nodes = forced + [n for n in due if n.name not in names][:room]
         if nodes:
             self._suspends.took(len(nodes) - len(forced), now)
             self.forced.difference_update(n.name for n in forced)
