@@ -120,7 +120,12 @@ def main_args(argv: Sequence[str]) -> int:
     p.add_argument(
         "--ettr", action="store_true", help="effective training time per user/account/partition"
     )
+    p.add_argument("--power", action="store_true", help="hours powered down, energy saved")
     args = p.parse_args(list(argv))
+    if args.power:
+        from client.report_power import power_report
+
+        return power_report()
     tres = tres_list(args.tres)
     if len(tres) != 1:
         raise InvalidOption("corral report draws one TRES at a time")

@@ -179,6 +179,10 @@ def dispatch(words: Sequence[str], one_liner: bool) -> int:
         return 0
     if command == "top":
         return top(words[1:])
+    if command == "power":  # scontrol power up|down [asap|force] NODELIST
+        from client import nodepower
+
+        return nodepower.power(words[1:])
     if command == "ping":
         from client.ping import ping_all, ping_lines
 

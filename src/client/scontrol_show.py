@@ -4,6 +4,7 @@ GetJobs/GetNodes/GetPartitions replies."""
 
 from __future__ import annotations
 
+from client import nodepower
 from client.fmt import (
     convert_mb,
     gpu_tres,
@@ -264,7 +265,7 @@ def complete_state(raw: t.Node) -> str:
         "DRAIN": "IDLE+DRAIN",
         "DRAINING": f"{busy}+DRAIN",
         "FAIL": "IDLE+FAIL",
-    }.get(state, state)
+    }.get(state, state) + nodepower.flags(node)
 
 
 def node_tres(cpus: int, mem_mb: int, gpus: int, billing: bool, shards: int = 0) -> str:

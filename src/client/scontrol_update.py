@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from client import nodepower
 from client.common import client
 from client.fmt import Reported, split_list
 from client.jobids import resolve_job_ids
@@ -144,11 +145,8 @@ def update_node_request(words: Sequence[str]) -> t.UpdateNodeRequest:
             raise Reported(f"Update of this parameter is not supported: {word}\nRequest aborted")
     if not request.get("names"):
         raise Reported("No node name specified\nRequest aborted")
-    if request.get("state") not in ("DRAIN", "RESUME", "UNDRAIN", "DOWN"):
-        raise Reported(
-            f"Invalid node state specified: {request.get('state', '')} "
-            "(corral supports DRAIN, RESUME, UNDRAIN, DOWN)"
-        )
+    if request.get("state") not in nodepower.NODE_UPDATE_STATES:
+        raise Reported(f"Invalid node state specified: {request.get('state', '')}")
     return request
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 
+from client import nodepower
 from client.common import client, run
 from client.fmt import (
     Reported,
@@ -203,7 +204,7 @@ def node_filter(opts: dict[str, Any]) -> Callable[[t.Node], bool]:
     def keep(raw: t.Node) -> bool:
         node = Node(raw)
         return (names is None or node.name in names) and (
-            states is None or node.state_name in states
+            states is None or node.state_name in states or nodepower.matches(node, states)
         )
 
     return keep

@@ -4,6 +4,7 @@ line (``Group``) they are read from."""
 
 from __future__ import annotations
 
+from client import nodepower
 from client.fmt import Column, node_gres
 from client.views.node import Node, Partition
 from corral import hostlist
@@ -45,6 +46,7 @@ STATE_NAMES = {
     "fail": {"FAIL"},
     "no_respond": {"DOWN", "UNKNOWN"},
     "responding": {"IDLE", "ALLOCATED", "MIXED", "DRAIN", "DRAINING", "FAIL"},
+    **nodepower.POWER_STATE_NAMES,
 }
 AVAIL = {"UP": "up", "DOWN": "down", "DRAIN": "drain", "INACTIVE": "inact"}
 
@@ -83,23 +85,21 @@ def _reserved(node: Node) -> tuple[str, str] | None:
     return kind, {"resv": "reserved"}.get(kind, kind)
 
 
-def _late(node: Node, name: str) -> str:
-    """A node whose heartbeat is late, not yet DOWN, gets Slurm's '*' (idle*, mix*)."""
-    return name + "*" if node.not_responding and not name.endswith("*") else name
+def _state_word(node: Node, form: int) -> str:
+    """Short (0) or long (1), with Slurm's '*' for a late heartbeat (idle*, mix*), or
+    the power suffix in its place (idle~, down~: client/nodepower.py)."""
+    reserved = _reserved(node)
+    name = str((reserved or STATES.get(node.state_name, ("unk", "unknown", 0)))[form])
+    late = name + "*" if node.not_responding and not name.endswith("*") else name
+    return nodepower.suffixed(node, name, late)
 
 
 def short_state(node: Node) -> str:
-    reserved = _reserved(node)
-    if reserved:
-        return _late(node, reserved[0])
-    return _late(node, STATES.get(node.state_name, ("unk", "unknown", 0))[0])
+    return _state_word(node, 0)
 
 
 def long_state(node: Node) -> str:
-    reserved = _reserved(node)
-    if reserved:
-        return _late(node, reserved[1])
-    return _late(node, STATES.get(node.state_name, ("unk", "unknown", 0))[1])
+    return _state_word(node, 1)
 
 
 def state_rank(node: Node) -> int:

@@ -28,6 +28,8 @@ class Reason(StrEnum):
     RESERVATION = "Reservation"
     # no node of its partitions offers a feature it needs (a container runtime)
     BAD_CONSTRAINTS = "BadConstraints"
+    # power saving (ctld/pending.py): the nodes it will run on are being powered up
+    POWERING_UP = "PoweringUp"
     QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
     # accounting limits (sacctmgr), decided by the core from the limits in the snapshot
     ASSOC_GRP_GRES = "AssocGrpGRES"
@@ -73,6 +75,8 @@ EXPLAINED: dict[str, str] = {
     Reason.RESERVATION: "it waits for its reservation to begin",
     Reason.BAD_CONSTRAINTS: "no node of its partition offers a feature it needs (a job "
     "with --container-image needs the `container` feature: sinfo -o '%N %f')",
+    Reason.POWERING_UP: "the nodes it will run on are being powered up (resume_program); "
+    "it starts when they register, within resume_timeout",
     Reason.QOS_MAX_JOBS_PER_USER: "you already run as many jobs as your QOS allows",
     Reason.ASSOC_GRP_GRES: "its account's running jobs hold all the GPUs its GrpTRES allows",
     Reason.ASSOC_GRP_CPU: "its account's running jobs hold all the CPUs its GrpTRES allows",

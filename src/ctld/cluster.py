@@ -33,6 +33,7 @@ from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from ctld.authz import Policy
 from ctld.commit import Change
+from ctld.dynamic import admit
 from ctld.endings import Endings
 from ctld.intake import Intake
 from ctld.mail import Mailer
@@ -41,6 +42,7 @@ from ctld.metrics_ledger import MetricsLedger
 from ctld.node_reports import NodeReports
 from ctld.nodes import NodeRecord
 from ctld.outbox import Dispatcher, Outbox
+from ctld.power import PowerManager
 from ctld.preemption import Preempter
 from ctld.priorities import Priorities
 from ctld.queries import Queries, select
@@ -89,6 +91,7 @@ class Cluster:
         self.node_reports = NodeReports(
             st, self.policy, self.endings, self.outbox, self.steps, self.suspects
         )
+        self.power = PowerManager(st, self.policy, self.node_reports)
         self.settings = settings_from(st)
         self.preempter = Preempter(st, self.outbox)
         self.snapshots = SnapshotBuilder(st, self.settings)
@@ -100,6 +103,7 @@ class Cluster:
             self.preempter,
             quick=self.snapshots if config.scheduler.start_on_submit else None,
         )
+        self.scheduler.after_plan = self.power.after_plan
         self.intake.quick_ready = self.scheduler.quick_ready
         self.intake.start_on_submit = self.scheduler.start_on_submit
         if config.scheduler.start_on_submit:
@@ -225,6 +229,11 @@ class Cluster:
     async def run_heartbeat_monitor(self) -> None:
         await self.node_reports.run_monitor()
 
+    async def run_power(self) -> None:
+        """Power saving's loop (when [power] is set): suspends, resumes, timeouts."""
+        if self.config.power.resume_program:
+            await self.power.run()
+
     async def run_purge(self, interval_s: float) -> None:
         """Forget old finished jobs and expired reservations every ``interval_s``."""
         while True:
@@ -276,7 +285,12 @@ class Cluster:
 
     # ------------------------------------------------------------ node operations
 
-    async def register_node(self, req: pb.RegisterNodeRequest) -> NodeRecord:
+    async def register_node(
+        self, req: pb.RegisterNodeRequest, *, certified: bool = False
+    ) -> NodeRecord:
+        """``certified``: the call came with the node's certificate (a dynamic node may
+        join only then: ctld/dynamic.py)."""
+        admit(self.state, req, certified=certified)
         return await self.node_reports.register_node(req)
 
     def heartbeat(self, req: pb.HeartbeatRequest) -> bool:
@@ -295,7 +309,10 @@ class Cluster:
         await self.node_reports.node_faults(node, events)
 
     async def update_node(self, who: Identity, req: pb.UpdateNodeRequest) -> None:
-        await self.node_reports.update_node(who, req)
+        if req.state.upper().startswith("POWER_"):
+            await self.power.update(who, req.names, req.state.upper())
+        else:
+            await self.node_reports.update_node(who, req)
 
     @staticmethod
     def user_name(uid: int) -> str:

@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from ctld import jobstate as js
 from ctld.metrics_ledger import Histogram
+from ctld.metrics_power import power_families
 from ctld.metrics_text import PerNodeText, exposition, node_state
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class ClusterCollector(Collector):
         yield from self._users()
         yield from self._store()
         yield from self._mail()
+        yield from power_families(self.cluster)
 
     # ------------------------------------------------------------ jobs
 

@@ -23,7 +23,7 @@ from ctld.disruptions import Disruptions
 from ctld.endings import NO_REQUEUE, Endings, requeue_when_gone
 from ctld.gpu_samples import holders
 from ctld.loopwatch import LoopWatch
-from ctld.nodes import NodeRecord
+from ctld.nodes import POWER_ON, POWERING_DOWN, NodeRecord
 from ctld.outbox import Outbox
 from ctld.state import State, user_name
 from ctld.step_ops import StepOps
@@ -65,6 +65,8 @@ class NodeReports:
         features = req.resources.features
         if len(features) > 64 or any(len(f) > 64 or not f.isprintable() for f in features):
             raise InvalidRequest("node features: at most 64, each a printable name of 64")
+        if node.power == POWERING_DOWN:  # its suspend program is stopping it
+            raise InvalidRequest(f"node {node.name} is powering down")
         async with Change(st, wake=False) as ch:  # it wakes the scheduler below
             ch.node(
                 node,
@@ -208,7 +210,7 @@ class NodeReports:
         now = st.clock()
         deaf = self.watch.tick()  # a stall just ended is counted before anyone is judged
         for node in st.nodes.values():
-            if node.down:
+            if node.down or node.power != POWER_ON:  # power saving judges those (power.py)
                 continue
             state = failures.liveness(node, now, hb, st.start_time, deaf - node.deaf_mark)
             if state is failures.Liveness.DEAD:

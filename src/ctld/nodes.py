@@ -9,6 +9,10 @@ from corral.gres import gpu_type_from_model
 from corral.wire import corral_pb2 as pb
 
 NS = pb.NodeState
+POWER_ON = pb.NODE_POWER_ON
+POWERED_DOWN = pb.NODE_POWER_POWERED_DOWN
+POWERING_UP = pb.NODE_POWER_POWERING_UP
+POWERING_DOWN = pb.NODE_POWER_POWERING_DOWN
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,12 @@ class NodeRecord:
     # moved on by every allocate and release: the snapshot's view of the node is rebuilt
     # only when this, its resources or whether it is schedulable changed (snapshot.py)
     alloc_rev: int = field(default=0, compare=False)
+    # power saving (nodestate.py's power events; ctld/power.py decides when)
+    power: int = POWER_ON  # pb.NodePower
+    power_since: float = 0.0  # when ``power`` last changed
+    power_down_pending: bool = False  # POWER_DOWN asked: powered down once idle ("!")
+    powered_down_s: float = 0.0  # seconds powered down before ``power_since`` (energy)
+    dynamic: bool = False  # registered without being in the config (slurmd -Z)
 
     def __post_init__(self) -> None:
         if not self.resources.cpus and self.config.cpus:
@@ -113,8 +123,16 @@ class NodeRecord:
         return (
             self.registered
             and self.responding
+            and self.power == POWER_ON
             and not (self.drain or self.down or self.late or self.fencing)
+            and not self.power_down_pending
         )
+
+    def powered_down_for(self, now: float) -> float:
+        """Seconds this node has been powered down since ctld started, up to ``now``."""
+        if self.power == POWERED_DOWN:
+            return self.powered_down_s + max(0.0, now - self.power_since)
+        return self.powered_down_s
 
     @property
     def state(self) -> int:
@@ -123,7 +141,7 @@ class NodeRecord:
             return NS.NODE_STATE_DRAINING if busy else NS.NODE_STATE_DRAIN
         if self.down or (self.registered and not self.responding):
             return NS.NODE_STATE_DOWN
-        if not self.registered:
+        if not self.registered and self.power == POWER_ON:
             return NS.NODE_STATE_UNKNOWN
         if not busy:
             return NS.NODE_STATE_IDLE
@@ -196,4 +214,8 @@ class NodeRecord:
             reason_change=(
                 self.reason_change.to_wire() if self.reason_change is not None else None
             ),
+            power=self.power,  # type: ignore[arg-type]
+            power_down_pending=self.power_down_pending,
+            cloud=self.config.cloud,
+            dynamic=self.dynamic,
         )

@@ -15,6 +15,18 @@ RESUME of a node that is up, check first).
     DOWN --resumed--> UNKNOWN (it registers again, and is fenced then)
     any --drained--> +DRAIN --undrained--> -DRAIN   (beside the above: DRAINING, DRAINED)
     registered --fencing--> +fencing (back with jobs it may not keep) --fenced--> -fencing
+
+Power saving (ctld/power.py decides when; the base state above stays, the power state
+is beside it as Slurm's flags are: ``idle~``, ``idle#``, ``idle%``, ``mix!``):
+
+    ON (idle) --powering_down--> POWERING_DOWN --powered_down--> POWERED_DOWN
+    POWERED_DOWN --powering_up--> POWERING_UP --registered--> ON
+    POWERING_UP --resume_failed--> POWERED_DOWN + DOWN (reason: why)
+    POWERING_DOWN --suspend_failed--> ON + DOWN (reason: why; back when it registers)
+    POWERED_DOWN --registered--> ON (it booted by itself: taken as it is)
+    ON --power_down_asked--> +pending ("!"; nothing new placed) --powering_down--> ...
+    ON --power_down_cancelled--> -pending
+    (ctld's start) --cloud--> POWERED_DOWN (state = "cloud" in the config)
 """
 
 from __future__ import annotations
@@ -23,10 +35,18 @@ from collections.abc import Callable
 
 from corral.errors import InvalidTransition
 from corral.wire import corral_pb2 as pb
-from ctld.nodes import NodeEvent, NodeRecord
+from ctld.nodes import (
+    POWER_ON,
+    POWERED_DOWN,
+    POWERING_DOWN,
+    POWERING_UP,
+    NodeEvent,
+    NodeRecord,
+)
 from ctld.store_rows import NodeDrain
 
 NOT_RESPONDING = "Not responding"
+IDLE_ON_SUSPEND = "idle_on_node_suspend"  # powered_down's reason: clear DRAIN and DOWN
 
 # what a registration brings (the rest of a registration is the machine's own)
 REGISTRATION = frozenset(
@@ -38,6 +58,7 @@ FIELDS = REGISTRATION | frozenset(
     {"registered", "responding", "down", "late", "admin_down", "fencing", "drain"}
     | {"reason", "reason_time", "reason_user", "reason_uid", "restarted_at", "last"}
     | {"reason_change"}
+    | {"power", "power_since", "power_down_pending", "powered_down_s", "dynamic"}
 )
 
 
@@ -53,6 +74,14 @@ EVENTS: dict[str, Callable[[NodeRecord], bool]] = {
     "undrained": lambda n: n.drain,
     "fencing": lambda n: n.registered and not n.fencing,
     "fenced": lambda n: n.fencing,
+    "powering_down": lambda n: n.power == POWER_ON and not n.job_ids,
+    "powered_down": lambda n: n.power == POWERING_DOWN,
+    "powering_up": lambda n: n.power == POWERED_DOWN and not n.down,
+    "resume_failed": lambda n: n.power == POWERING_UP,
+    "suspend_failed": lambda n: n.power in (POWERING_DOWN, POWERED_DOWN),
+    "power_down_asked": lambda n: n.power == POWER_ON,
+    "cloud": lambda n: n.power == POWER_ON and not n.registered,
+    "power_down_cancelled": lambda n: n.power_down_pending,
 }
 
 
@@ -94,8 +123,9 @@ def transition(
 
 def restore(node: NodeRecord, event: str, row: NodeDrain, user: str) -> None:
     """A drain or an operator's DOWN (``event``) read back from the store as a ctld
-    starts: applied as it was made, with the cause it was made with."""
-    if event not in ("drained", "downed"):
+    starts: applied as it was made, with the cause it was made with; or a cloud node's
+    start, powered down (``cloud``: its row made from the config)."""
+    if event not in ("drained", "downed", "cloud"):
         raise InvalidTransition(f"node {node.name}: {event!r} is not kept in the store")
     transition(
         node,
@@ -125,6 +155,8 @@ def _registered(
         n.restarted_at = now  # it killed what its predecessor ran (noded/spool.py)
     for name, value in reg.items():
         setattr(n, name, value)
+    if n.power != POWER_ON:
+        _set_power(n, POWER_ON, now)
     n.registered = True
     n.responding = True
     n.late = False
@@ -168,6 +200,47 @@ def _undrained(n: NodeRecord, now: float, *_: object) -> None:
         _set_reason(n, NOT_RESPONDING, now)
 
 
+def _set_power(n: NodeRecord, power: int, now: float) -> None:
+    if n.power == POWERED_DOWN:  # what it saved: counted in `corral report` and metrics
+        n.powered_down_s += max(0.0, now - n.power_since)
+    n.power, n.power_since = power, now
+
+
+def _powering_down(n: NodeRecord, now: float, *_: object) -> None:
+    _set_power(n, POWERING_DOWN, now)
+    n.power_down_pending = False
+    n.registered = n.responding = n.late = n.fencing = False  # its noded is being stopped
+
+
+def _powered_down(n: NodeRecord, now: float, reason: str, *_: object) -> None:
+    _set_power(n, POWERED_DOWN, now)
+    if reason == IDLE_ON_SUSPEND:  # SlurmctldParameters=idle_on_node_suspend
+        n.drain = n.down = n.admin_down = False
+        _set_reason(n, "", 0.0, user="")
+
+
+def _powering_up(n: NodeRecord, now: float, *_: object) -> None:
+    _set_power(n, POWERING_UP, now)
+
+
+def _powering_up_later(n: NodeRecord, now: float, *_: object) -> None:
+    _set_power(n, POWERED_DOWN, now)
+
+
+def _resume_failed(n: NodeRecord, now: float, reason: str, *_: object) -> None:
+    """DOWN with why (``sinfo -R``), and off: RESUME or a registration brings it back."""
+    _set_power(n, POWERED_DOWN, now)
+    n.down, n.responding = True, False
+    _set_reason(n, reason[:256] or "ResumeTimeout reached", now)
+
+
+def _suspend_failed(n: NodeRecord, now: float, reason: str, *_: object) -> None:
+    """DOWN with why, and taken as on: if its noded still runs it registers again."""
+    _set_power(n, POWER_ON, now)
+    n.down, n.responding, n.registered = True, False, False
+    _set_reason(n, reason[:256], now)
+
+
 def _flag(name: str, value: bool) -> Effect:
     def effect(n: NodeRecord, *_: object) -> None:
         setattr(n, name, value)
@@ -186,4 +259,12 @@ _EFFECTS: dict[str, Effect] = {
     "undrained": _undrained,
     "fencing": _flag("fencing", True),
     "fenced": _flag("fencing", False),
+    "powering_down": _powering_down,
+    "powered_down": _powered_down,
+    "powering_up": _powering_up,
+    "resume_failed": _resume_failed,
+    "suspend_failed": _suspend_failed,
+    "power_down_asked": _flag("power_down_pending", True),
+    "cloud": _powering_up_later,
+    "power_down_cancelled": _flag("power_down_pending", False),
 }

@@ -7,7 +7,9 @@ A pending job's reason is decided in two places, one per layer:
   (``snapshot.py``) asks it for every pending job and hands the answer to the core as
   ``JobRequest.blocked_reason``; the commit step asks it too (``settle``);
 - in the core (``ctld/sched``): everything else (Resources, Priority, partition
-  limits, reservations, QOS and association limits).
+  limits, reservations, QOS and association limits);
+- here too, ``write_plan``: a job whose forecast waits for nodes being powered up
+  (ctld/power.py says which) waits for PoweringUp.
 
 Both come back in the plan's ``reasons`` and the applier (``scheduling.py``) writes
 them, with the job's forecast, through ``write_plan``. ``settle`` is for the commit
@@ -87,9 +89,14 @@ def settle(job: pb.Job, now: float | None = None) -> bool:
     return False
 
 
-def write_plan(job: pb.Job, reason: str, forecast: Forecast | None) -> bool:
+def write_plan(
+    job: pb.Job, reason: str, forecast: Forecast | None, *, powering_up: bool = False
+) -> bool:
     """Write the plan's reason and forecast (when it starts, where, what it waits for)
-    for pending ``job``; True if anything changed."""
+    for pending ``job``; True if anything changed. ``powering_up``: its forecast waits
+    for nodes being powered up (ctld/power.py), and its reason says so."""
+    if powering_up:
+        reason = Reason.POWERING_UP
     head, sep, names = reason.partition("UnavailableNodes:")
     if sep:  # as Slurm prints it: ReqNodeNotAvail, UnavailableNodes:node[01-02]
         reason = head + sep + hostlist.compress(names.split(","))

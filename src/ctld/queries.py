@@ -15,6 +15,7 @@ from corral.errors import InvalidJobId, InvalidRequest
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
+from ctld import power_energy
 from ctld.explain import explain as explain_job
 from ctld.explain import history_ratios
 from ctld.sched import INFINITY, Snapshot, schedule
@@ -184,6 +185,9 @@ class Queries:
         else:
             out = [n.to_wire() for n in st.nodes.values()]
         now = st.clock()
+        for wire in out:  # what power saving saved so far (ctld/power_energy.py)
+            figures = power_energy.node_figures(st.nodes[wire.name], st.config.power, now)
+            wire.powered_down_s, wire.energy_saved_j = figures
         active: dict[str, pb.Reservation] = {}
         for resv in st.reservations.by_name.values():
             if resv.start_time <= now < resv.end_time:

@@ -428,7 +428,7 @@ class NodeControllerApi:
         return pb.GetStepResponse(job=job, step=step, step_credential=credential)
 
     async def register_node(self, req: pb.RegisterNodeRequest) -> pb.RegisterNodeResponse:
-        await self.cluster.register_node(req)
+        await self.cluster.register_node(req, certified=self.verify_nodes)
         return pb.RegisterNodeResponse(
             cluster=self.cluster.config.cluster_name,
             heartbeat_interval_s=self.cluster.config.heartbeat.interval_s,

@@ -76,6 +76,8 @@ class Scheduler:
         self._arrived: list[int] = []  # submitted, to be decided by the next short pass
         self._batch: asyncio.Future[None] | None = None
         self.quick_starts_total = 0
+        # power saving's look at each plan (ctld/power.py): the jobs waiting for power-ups
+        self.after_plan: Callable[[Plan], set[int]] = lambda plan: set()
 
     async def run(self) -> None:
         st = self.state
@@ -202,6 +204,7 @@ class Scheduler:
             return False
         never: list[pb.Job] = []
         jobs, forecasts = st.jobs, plan.forecasts
+        powering = self.after_plan(plan)  # power saving: what waits for a power-up
         for job_id, reason in plan.reasons.items():
             job = jobs.get(job_id)
             if job is None or job.state != js.PENDING:
@@ -216,7 +219,9 @@ class Scheduler:
                 continue  # the usual case in a deep queue: nothing new to write
             if reason == Reason.DEPENDENCY_NEVER_SATISFIED:
                 never.append(job)
-            if pending.write_plan(job, reason, forecasts.get(job_id)):
+            if pending.write_plan(
+                job, reason, forecasts.get(job_id), powering_up=job_id in powering
+            ):
                 st.touch(job)
         _, refused = await self._start(plan.starts, cause=f"sched:pass={pass_no}")
         if plan.preemptions:

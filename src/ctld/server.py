@@ -329,6 +329,7 @@ async def run_primary(
         for t in (
             cluster.run_scheduler(),
             cluster.run_heartbeat_monitor(),
+            cluster.run_power(),
             cluster.run_purge(PURGE_INTERVAL_S),
             cluster.run_mail(),
             retention(),

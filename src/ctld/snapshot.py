@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from corral.jobspec import array_throttle
 from corral.wire import corral_pb2 as pb
-from ctld import deps, pending
+from ctld import deps, pending, power_plan
 from ctld import jobstate as js
 from ctld.nodes import NodeRecord
 from ctld.sched import (
@@ -85,8 +85,8 @@ class SnapshotBuilder:
         self._ordered: list[JobRequest] = []
         # running jobs' views: (revision, prediction, view)
         self._running: dict[int, tuple[int, int, RunningView]] = {}
-        # node name -> (alloc_rev, resources, schedulable, its view) (``_node_view``)
-        self._node_views: dict[str, tuple[int, pb.NodeResources, bool, NodeView]] = {}
+        # node name -> (alloc_rev, resources, (schedulable, available_at), view): _node_view
+        self._node_views: dict[str, tuple[int, pb.NodeResources, tuple[bool, float], NodeView]] = {}
         self._accounting_version = state.acct.version
         # the earliest --begin still ahead in the last build (a start at submit must
         # not take what such a job may have by then), and the queue's demand there
@@ -204,7 +204,14 @@ class SnapshotBuilder:
         demands: tuple[Demand, ...] = (),
     ) -> Snapshot:
         st = self.state
-        nodes = tuple(self._node_view(n) for n in st.nodes.values())
+        nodes = tuple(
+            self._node_view(
+                n,
+                n.schedulable or power_plan.plannable(n),
+                power_plan.available_at(n, st.config, now),
+            )
+            for n in st.nodes.values()
+        )
         parts = tuple(
             PartitionView(
                 p.name,
@@ -237,17 +244,16 @@ class SnapshotBuilder:
             claims=book.claim_views(),
         )
 
-    def _node_view(self, n: NodeRecord) -> NodeView:
+    def _node_view(self, n: NodeRecord, schedulable: bool, available_at: float) -> NodeView:
         """The node as the core sees it, rebuilt only when its allocations (its
         ``alloc_rev``), its resources (a registration) or whether it is schedulable
         changed: at 12,500 nodes, building every view every pass was most of a pass."""
         memo = self._node_views.get(n.name)
-        schedulable = n.schedulable
         if (
             memo is not None
             and memo[0] == n.alloc_rev
             and memo[1] is n.resources
-            and memo[2] == schedulable
+            and memo[2] == (schedulable, available_at)
         ):
             return memo[3]
         view = NodeView(
@@ -267,8 +273,9 @@ class SnapshotBuilder:
             shards_per_gpu=n.config.gpus.shards_per_gpu,
             shards_used=tuple(sorted(n.alloc_shards.items())),
             features=n.features,  # from its resources: a registration makes a new view
+            available_at=available_at,  # power saving: busy until it boots (power_plan)
         )
-        self._node_views[n.name] = (n.alloc_rev, n.resources, schedulable, view)
+        self._node_views[n.name] = (n.alloc_rev, n.resources, (schedulable, available_at), view)
         return view
 
     def _in_priority_order(self, queue: list[JobRequest]) -> list[JobRequest]:

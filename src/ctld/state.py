@@ -30,7 +30,7 @@ from ctld.nodes import NodeRecord
 from ctld.reservations import Reservations
 from ctld.sched import job_shape
 from ctld.state_parts import AccountingView, JobIndex, RunHistory, Versions
-from ctld.store import Store
+from ctld.store import NodeDrain, Store
 from ctld.validate import NodeCapacity, request_from_spec, totals
 from ctld.victims import Preemptions
 
@@ -55,7 +55,10 @@ class State:
         for entry in config.nodes:
             for name in entry.names:
                 parts = [p.name for p in config.partitions if name in p.nodes]
-                self.nodes[name] = NodeRecord(name=name, config=entry, partitions=parts)
+                node = self.nodes[name] = NodeRecord(name=name, config=entry, partitions=parts)
+                if entry.cloud:  # off until a job needs it (Slurm's State=CLOUD)
+                    row = NodeDrain(name, "", self.start_time, 0, "config:cloud")
+                    nodestate.restore(node, "cloud", row, "root")
         self._capacity: dict[str, tuple[pb.NodeResources, NodeCapacity]] = {}
         self.index = JobIndex()
         self.versions = Versions()

@@ -41,11 +41,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-json", action="store_true")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--ready-file", default="")
+    parser.add_argument(
+        "-Z",
+        "--dynamic",
+        action="store_true",
+        help="a dynamic node (Slurm's slurmd -Z): not in the config, registers with its "
+        "node certificate and what it discovers ([dynamic_nodes] must allow it)",
+    )
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
         name = args.name or socket.gethostname().split(".")[0]
-        node = config.node(name)
+        known = name in config.node_names
+        if args.dynamic and known:
+            raise CorralError(f"node {name!r} is in the config: it cannot be dynamic")
+        node = config.dynamic_nodes.node_config(name) if args.dynamic else config.node(name)
     except CorralError as exc:
         print(f"noded: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -71,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             step_port=args.step_port,
             spool_dir=args.spool_dir,
             ready_file=args.ready_file,
+            node_cfg=node,
         )
     )
     return 0

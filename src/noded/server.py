@@ -15,7 +15,7 @@ import structlog
 from grpc import aio
 
 from corral.auth import tls
-from corral.config import ClusterConfig, GpuConfig
+from corral.config import ClusterConfig, GpuConfig, NodeConfig
 from corral.errors import GpuError
 from corral.limits import GRPC_SERVER_OPTIONS
 from corral.wire import corral_pb2_grpc as pbg
@@ -46,8 +46,9 @@ async def serve(
     step_port: int | None = None,
     spool_dir: str = "",
     ready_file: str = "",
+    node_cfg: NodeConfig | None = None,  # a dynamic node's (noded --dynamic)
 ) -> None:
-    node_cfg = config.node(name)
+    node_cfg = node_cfg or config.node(name)
     # never every interface by default: the address this node is known by
     bind_host = listen or config.noded.listen or address or node_cfg.address or socket.getfqdn()
     bind_port = config.noded.port if port is None else port

@@ -60,6 +60,14 @@ FAMILIES = {
     "corral_store_outages": "counter",
     "corral_mails": "counter",
     "corral_mail_queue": "gauge",
+    "corral_node_power_state": "gauge",
+    "corral_node_powered_down_seconds": "counter",
+    "corral_node_energy_saved_joules": "counter",
+    "corral_partition_powered_down_seconds": "counter",
+    "corral_partition_energy_saved_joules": "counter",
+    "corral_power_resumes": "counter",
+    "corral_power_suspends": "counter",
+    "corral_power_resume_failures": "counter",
 }
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 

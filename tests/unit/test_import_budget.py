@@ -48,9 +48,11 @@ BUDGET: dict[str, set[str]] = {
     "sshare": QUERY,
     "sreport": QUERY | {"client.sreport_tree"},
     "sacctmgr": {"client.options"},
-    "sinfo": QUERY | {"client.sinfo_columns", "corral.hostlist", "itertools"},
+    # client.nodepower: power saving's state words (issue 27), standard library-free
+    "sinfo": QUERY | {"client.nodepower", "client.sinfo_columns", "corral.hostlist", "itertools"},
     "scontrol": QUERY
-    | {"client.jobids", "client.scontrol_show", "client.scontrol_update", "corral.patterns"},
+    | {"client.jobids", "client.nodepower", "client.scontrol_show", "client.scontrol_update"}
+    | {"corral.patterns"},
     "scancel": QUERY | {"corral.signals"},
 }
 # srun and salloc allocate (sbatch's options) and handle signals (corral.signals, over

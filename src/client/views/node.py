@@ -154,6 +154,31 @@ class Node:
         return bool(self.raw.get("maint"))
 
     @property
+    def power(self) -> str:
+        """NODE_POWER_ON, NODE_POWER_POWERED_DOWN, ... (power saving)."""
+        return as_str(self.raw.get("power"))
+
+    @property
+    def power_down_pending(self) -> bool:
+        return bool(self.raw.get("powerDownPending"))
+
+    @property
+    def cloud(self) -> bool:
+        return bool(self.raw.get("cloud"))
+
+    @property
+    def dynamic(self) -> bool:
+        return bool(self.raw.get("dynamic"))
+
+    @property
+    def powered_down_s(self) -> float:
+        return as_float(self.raw.get("poweredDownS"))
+
+    @property
+    def energy_saved_j(self) -> float:
+        return as_float(self.raw.get("energySavedJ"))
+
+    @property
     def spare(self) -> bool:
         """Held back as a hot spare of its partition (spare_nodes)."""
         return bool(self.raw.get("spare"))

@@ -29,14 +29,17 @@ from corral.config.controller import (
     parse_heartbeat,
 )
 from corral.config.nodes import (
+    DynamicNodesConfig,
     IdleGpuConfig,
     NodeConfig,
     NodedConfig,
+    parse_dynamic_nodes,
     parse_idle_gpus,
     parse_node,
     parse_noded,
 )
 from corral.config.paths import config_path
+from corral.config.power import PowerConfig, parse_power
 from corral.config.scheduling import (
     PartitionConfig,
     PriorityConfig,
@@ -70,6 +73,8 @@ class ClusterConfig:
     tls: TlsConfig = field(default_factory=TlsConfig)
     mail: MailConfig = field(default_factory=MailConfig)
     containers: ContainersConfig = field(default_factory=ContainersConfig)
+    power: PowerConfig = field(default_factory=PowerConfig)
+    dynamic_nodes: DynamicNodesConfig = field(default_factory=DynamicNodesConfig)
     source: str = ""
 
     def node(self, name: str) -> NodeConfig:
@@ -136,6 +141,15 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
     tls = parse_tls(Section(top.get("tls", dict, {}), "tls"))
     mail = parse_mail(Section(top.get("mail", dict, {}), "mail"))
     containers = parse_containers(Section(top.get("containers", dict, {}), "containers"))
+    power = parse_power(
+        Section(top.get("power", dict, {}), "power"), seen, {p.name for p in partitions}
+    )
+    dynamic_nodes = parse_dynamic_nodes(
+        Section(top.get("dynamic_nodes", dict, {}), "dynamic_nodes"), {p.name for p in partitions}
+    )
+    cloud = [n for entry in nodes if entry.cloud for n in entry.names]
+    if cloud and not power.resume_program:
+        raise ConfigError(f"nodes: cloud node {cloud[0]!r} needs [power].resume_program")
     if not any(q.name == "normal" for q in qos):
         qos = (QosConfig("normal"), *qos)  # Slurm's default QOS always exists
     top.done()
@@ -162,6 +176,8 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ClusterConfi
         tls=tls,
         mail=mail,
         containers=containers,
+        power=power,
+        dynamic_nodes=dynamic_nodes,
         source=source,
     )
 

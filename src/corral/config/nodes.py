@@ -1,5 +1,5 @@
-"""The nodes: ``[noded]`` (the agent), ``[[nodes]]`` with their GPUs, and
-``[idle_gpus]`` (the policy for jobs whose GPUs idle)."""
+"""The nodes: ``[noded]`` (the agent), ``[[nodes]]`` with their GPUs, ``[idle_gpus]``
+(the policy for jobs whose GPUs idle), and ``[dynamic_nodes]`` (nodes not listed)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from corral.config.paths import DEFAULT_NODED_PORT
+from corral.config.power import suspend_time
 from corral.config.section import Section
 from corral.errors import ConfigError
 
@@ -69,6 +70,10 @@ class NodeConfig:
     memory_mb: int = 0  # 0: discover with psutil
     gpus: GpuConfig = field(default_factory=GpuConfig)
     address: str = ""  # address noded advertises; empty: its hostname
+    # power saving: [power]'s suspend_time for this set (beats its partitions'); cloud
+    # (Slurm's State=CLOUD): powered down until a job needs it, and again when idle
+    suspend_time_s: int | None = None
+    cloud: bool = False
 
 
 def parse_noded(sec: Section) -> NodedConfig:
@@ -156,6 +161,50 @@ def parse_node(sec: Section) -> NodeConfig:
         memory_mb=sec.positive("memory_mb", 0),
         gpus=gpus,
         address=sec.get("address", str, ""),
+        suspend_time_s=suspend_time(sec),
+        cloud=_node_state(sec) == "cloud",
     )
     sec.done()
+    return cfg
+
+
+def _node_state(sec: Section) -> str:
+    state: str = sec.get("state", str, "").lower()
+    if state not in ("", "cloud"):
+        raise ConfigError(f"{sec.key('state')}: {state!r} is not cloud (the only state set here)")
+    return state
+
+
+@dataclass(frozen=True)
+class DynamicNodesConfig:
+    """``[dynamic_nodes]``: nodes that register without being in [[nodes]] (Slurm's
+    dynamic nodes, ``slurmd -Z``; ``corral noded --dynamic``), each with a node
+    certificate from ``corral certs`` (never without one); their CPUs, memory and GPUs
+    are their own discovery's."""
+
+    allow: bool = False
+    partitions: tuple[str, ...] = ()  # the partitions they join (none: the default one)
+    max_nodes: int = 64  # Slurm's MaxNodeCount: at most this many at once
+    gpus: GpuConfig = field(default_factory=lambda: GpuConfig(backend="auto"))
+
+    def node_config(self, name: str) -> NodeConfig:
+        """What a dynamic node discovers itself with (noded) and is known by (ctld)."""
+        return NodeConfig(names=(name,), gpus=self.gpus)
+
+
+def parse_dynamic_nodes(sec: Section, partitions: set[str]) -> DynamicNodesConfig:
+    d = DynamicNodesConfig()
+    raw_gpus = sec.get("gpus", (dict, str), {"backend": "auto"})
+    if isinstance(raw_gpus, str):
+        raw_gpus = {"backend": raw_gpus}
+    cfg = DynamicNodesConfig(
+        allow=sec.get("allow", bool, d.allow),
+        partitions=sec.strings("partitions", ()),
+        max_nodes=sec.positive("max_nodes", d.max_nodes),
+        gpus=parse_gpus(Section(raw_gpus, sec.key("gpus"))),
+    )
+    sec.done()
+    unknown = [p for p in cfg.partitions if p not in partitions]
+    if unknown:
+        raise ConfigError(f"{sec.key('partitions')}: {unknown[0]!r} is not a partition")
     return cfg

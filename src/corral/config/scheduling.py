@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from corral.config.power import suspend_time
 from corral.config.section import Section
 from corral.errors import ConfigError
 from corral.slurmfmt import UNLIMITED
@@ -24,6 +25,7 @@ class PartitionConfig:
     elastic: bool = False  # its jobs with -N MIN-MAX are --elastic (docs/reliability.md)
     # its last N idle nodes only replace the failed nodes of requeued jobs (hot spares)
     spare_nodes: int = 0
+    suspend_time_s: int | None = None  # power saving: [power]'s suspend_time for its nodes
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ def parse_partition(sec: Section, known_nodes: set[str]) -> PartitionConfig:
         allow_groups=sec.strings("allow_groups", ()),
         elastic=sec.get("elastic", bool, False),
         spare_nodes=sec.positive("spare_nodes", 0),
+        suspend_time_s=suspend_time(sec),
     )
     sec.done()
     return cfg

@@ -103,6 +103,34 @@ NODE_STATE_DRAINING: NodeState.ValueType  # 7
 NODE_STATE_FAIL: NodeState.ValueType  # 8
 Global___NodeState: _TypeAlias = NodeState  # noqa: Y015
 
+class _NodePower:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _NodePowerEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_NodePower.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    NODE_POWER_ON: _NodePower.ValueType  # 0
+    """running (or never powered down by ctld)"""
+    NODE_POWER_POWERED_DOWN: _NodePower.ValueType  # 1
+    """"~": off; a job that needs it powers it up"""
+    NODE_POWER_POWERING_UP: _NodePower.ValueType  # 2
+    """"#": its resume program ran; busy until it registers"""
+    NODE_POWER_POWERING_DOWN: _NodePower.ValueType  # 3
+    """"%": its suspend program ran; off after suspend_timeout"""
+
+class NodePower(_NodePower, metaclass=_NodePowerEnumTypeWrapper):
+    """Power saving (Slurm's power flags beside the base state: sinfo's ~ # % !)"""
+
+NODE_POWER_ON: NodePower.ValueType  # 0
+"""running (or never powered down by ctld)"""
+NODE_POWER_POWERED_DOWN: NodePower.ValueType  # 1
+""""~": off; a job that needs it powers it up"""
+NODE_POWER_POWERING_UP: NodePower.ValueType  # 2
+""""#": its resume program ran; busy until it registers"""
+NODE_POWER_POWERING_DOWN: NodePower.ValueType  # 3
+""""%": its suspend program ran; off after suspend_timeout"""
+Global___NodePower: _TypeAlias = NodePower  # noqa: Y015
+
 class _HoldKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -1885,6 +1913,12 @@ class Node(_message.Message):
     LAST_CHANGE_FIELD_NUMBER: _builtins.int
     REASON_CHANGE_FIELD_NUMBER: _builtins.int
     SPARE_FIELD_NUMBER: _builtins.int
+    POWER_FIELD_NUMBER: _builtins.int
+    POWER_DOWN_PENDING_FIELD_NUMBER: _builtins.int
+    CLOUD_FIELD_NUMBER: _builtins.int
+    DYNAMIC_FIELD_NUMBER: _builtins.int
+    POWERED_DOWN_S_FIELD_NUMBER: _builtins.int
+    ENERGY_SAVED_J_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port of its NodeAgent service"""
@@ -1923,6 +1957,20 @@ class Node(_message.Message):
     """-- spare nodes (field numbers 1000+) --
     one of its partition's last spare_nodes idle nodes (sinfo: spare)
     """
+    power: Global___NodePower.ValueType
+    """-- power saving, cloud and dynamic nodes (field numbers 1100+) --
+    powered down, powering up or down (sinfo's ~ # %)
+    """
+    power_down_pending: _builtins.bool
+    """POWER_DOWN asked: powered down once idle (sinfo's "!")"""
+    cloud: _builtins.bool
+    """state = "cloud": exists only while resumed (Slurm's CLOUD)"""
+    dynamic: _builtins.bool
+    """registered without being in the config (slurmd -Z)"""
+    powered_down_s: _builtins.float
+    """seconds powered down since ctld started (energy saved)"""
+    energy_saved_j: _builtins.float
+    """that at [power] idle_watts less powered_down_watts"""
     @_builtins.property
     def resources(self) -> Global___NodeResources:
         """as registered (or as configured before that)"""
@@ -1970,10 +2018,16 @@ class Node(_message.Message):
         last_change: Global___NodeChange | None = ...,
         reason_change: Global___NodeChange | None = ...,
         spare: _builtins.bool = ...,
+        power: Global___NodePower.ValueType = ...,
+        power_down_pending: _builtins.bool = ...,
+        cloud: _builtins.bool = ...,
+        dynamic: _builtins.bool = ...,
+        powered_down_s: _builtins.float = ...,
+        energy_saved_j: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_change", b"last_change", "reason_change", b"reason_change", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "alloc_shards", b"alloc_shards", "boot_time", b"boot_time", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_change", b"last_change", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "not_responding", b"not_responding", "os", b"os", "partitions", b"partitions", "reason", b"reason", "reason_change", b"reason_change", "reason_time", b"reason_time", "reason_uid", b"reason_uid", "reason_user", b"reason_user", "reservation", b"reservation", "resources", b"resources", "shards_per_gpu", b"shards_per_gpu", "spare", b"spare", "state", b"state", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "alloc_shards", b"alloc_shards", "boot_time", b"boot_time", "cloud", b"cloud", "dynamic", b"dynamic", "energy_saved_j", b"energy_saved_j", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_change", b"last_change", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "not_responding", b"not_responding", "os", b"os", "partitions", b"partitions", "power", b"power", "power_down_pending", b"power_down_pending", "powered_down_s", b"powered_down_s", "reason", b"reason", "reason_change", b"reason_change", "reason_time", b"reason_time", "reason_uid", b"reason_uid", "reason_user", b"reason_user", "reservation", b"reservation", "resources", b"resources", "shards_per_gpu", b"shards_per_gpu", "spare", b"spare", "state", b"state", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

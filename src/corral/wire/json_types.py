@@ -14,6 +14,8 @@ JobState = Literal['JOB_STATE_UNSPECIFIED', 'JOB_STATE_PENDING', 'JOB_STATE_RUNN
 
 NodeState = Literal['NODE_STATE_UNSPECIFIED', 'NODE_STATE_UNKNOWN', 'NODE_STATE_IDLE', 'NODE_STATE_MIXED', 'NODE_STATE_ALLOCATED', 'NODE_STATE_DOWN', 'NODE_STATE_DRAIN', 'NODE_STATE_DRAINING', 'NODE_STATE_FAIL']
 
+NodePower = Literal['NODE_POWER_ON', 'NODE_POWER_POWERED_DOWN', 'NODE_POWER_POWERING_UP', 'NODE_POWER_POWERING_DOWN']
+
 HoldKind = Literal['HOLD_NONE', 'HOLD_USER', 'HOLD_ADMIN']
 
 JobUpdateAction = Literal['JOB_UPDATE_UNSPECIFIED', 'JOB_UPDATE_HOLD', 'JOB_UPDATE_USER_HOLD', 'JOB_UPDATE_RELEASE', 'JOB_UPDATE_FIELDS', 'JOB_UPDATE_TOP', 'JOB_UPDATE_REQUEUE', 'JOB_UPDATE_REQUEUE_HOLD']
@@ -417,6 +419,12 @@ class Node(TypedDict, total=False):
     lastChange: NodeChange
     reasonChange: NodeChange
     spare: bool
+    power: NodePower
+    powerDownPending: bool
+    cloud: bool
+    dynamic: bool
+    poweredDownS: float
+    energySavedJ: float
 
 
 class NodeChange(TypedDict, total=False):

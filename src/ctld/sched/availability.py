@@ -46,6 +46,13 @@ class Availability:
                             end, p.cpus, p.mem_mb, frozenset(p.gpu_indices), run.job_id, limit_end
                         )
                     )
+        for profile in self.nodes.values():
+            view = profile.view
+            if view.available_at > now:  # powered down or powering up: busy until it boots
+                profile.hold(
+                    Hold(now, view.available_at, view.cpus_total, view.mem_total_mb,
+                         profile.all_gpus, owner="power")
+                )  # fmt: skip
         for resv in snap.reservations:
             for name in resv.nodes:
                 node = self.nodes.get(name)

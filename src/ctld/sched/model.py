@@ -32,6 +32,9 @@ class NodeView:
     shards_per_gpu: int = 0
     shards_used: tuple[tuple[int, int], ...] = ()
     features: frozenset[str] = frozenset()  # what it registered ("container")
+    # power saving: a node powered down or powering up is planned on but busy until then
+    # (its resume_timeout counted), so forecasts include the boot and nothing starts there
+    available_at: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 from ctld.sim import swf
 from ctld.sim.engine import POLICIES, replay
 from ctld.sim.metrics import summarize
+from ctld.sim.power import PowerSettings
 
 
 def main(argv: list[str]) -> int:
@@ -30,6 +31,17 @@ def main(argv: list[str]) -> int:
         metavar="HOURS",
         help="the corral policies' starvation guard (default: ctld's; 0: off)",
     )
+    ap.add_argument(
+        "--suspend-time",
+        type=float,
+        action="append",
+        metavar="MIN",
+        help="repeatable: also replay with power saving at this suspend_time (minutes), "
+        "and print what it saved against the wait it added",
+    )
+    ap.add_argument("--resume-timeout", type=float, default=300.0, metavar="S")
+    ap.add_argument("--suspend-timeout", type=float, default=60.0, metavar="S")
+    ap.add_argument("--idle-watts", type=float, default=200.0, metavar="W")
     args = ap.parse_args(argv)
     if args.starvation_guard is not None and args.starvation_guard < 0:
         print("corral sim: --starvation-guard must be >= 0 hours", file=sys.stderr)
@@ -47,6 +59,8 @@ def main(argv: list[str]) -> int:
         print("corral sim: the trace has no MaxProcs header: give --procs", file=sys.stderr)
         return 1
     print(f"{args.trace.name}: {len(trace.jobs)} jobs on {procs} processors\n")
+    if args.suspend_time:
+        return power_table(args, trace.jobs, procs)
     print(
         "| policy | jobs | utilization | mean wait min | p95 wait min | max wait h | mean bsld "
         "| forecast error median / p90 min | top jobs: backfilled on predictions "
@@ -72,6 +86,41 @@ def main(argv: list[str]) -> int:
             f"{s.corrected_median_s / 60:.1f} / {s.corrected_p90_s / 60:.1f} |",
             flush=True,
         )
+    return 0
+
+
+def power_table(args: argparse.Namespace, jobs: tuple[swf.TraceJob, ...], procs: int) -> int:
+    """Each policy without power saving, then at each --suspend-time (sim/power.py)."""
+    print(
+        f"power saving: every processor a node; resume_timeout {args.resume_timeout:g} s, "
+        f"suspend_timeout {args.suspend_timeout:g} s, {args.idle_watts:g} W idle\n"
+    )
+    print(
+        "| policy | suspend_time min | node-hours powered down | share of node-hours "
+        "| energy saved MWh | nodes woken | mean wait min | mean bsld |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for policy in args.policy or ["corral"]:
+        base = summarize(replay(jobs, procs, policy))
+        print(
+            f"| {policy} | off | 0 | 0 | 0 | 0 | {base.wait_mean_s / 60:.1f} | "
+            f"{base.bsld_mean:.2f} |",
+            flush=True,
+        )
+        for minutes in args.suspend_time:
+            settings = PowerSettings(minutes * 60, args.resume_timeout, args.suspend_timeout)
+            result = replay(jobs, procs, policy, power=settings)
+            s, pool = summarize(result), result.power
+            assert pool is not None
+            span = max(o.end for o in result.outcomes) - jobs[0].submit
+            hours = pool.off_seconds / 3600
+            print(
+                f"| {policy} | {minutes:g} | {hours:,.0f} | {hours / (span * procs / 3600):.1%} "
+                f"| {hours * args.idle_watts / 1e6:,.1f} | {pool.resumes:,} | "
+                f"{s.wait_mean_s / 60:.1f} ({(s.wait_mean_s - base.wait_mean_s) / 60:+.1f}) | "
+                f"{s.bsld_mean:.2f} ({s.bsld_mean - base.bsld_mean:+.2f}) |",
+                flush=True,
+            )
     return 0
 
 

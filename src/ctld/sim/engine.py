@@ -44,6 +44,7 @@ from ctld.sched.quick import (
     reserved_jobs,
     waiting_firsts,
 )
+from ctld.sim.power import PowerPool, PowerSettings
 from ctld.sim.swf import TraceJob
 
 RECALC_S = 30.0  # ctld recomputes the queue's priorities at most this often
@@ -144,6 +145,7 @@ class Result:
     top_delays: list[TopJobDelay] = field(default_factory=list)
     quick_starts: int = 0  # jobs started at submit, without a pass (sched/quick.py)
     quick_times: list[float] = field(default_factory=list)
+    power: PowerPool | None = None  # power saving's figures (sim/power.py)
 
 
 class _Fairshare:
@@ -211,12 +213,21 @@ class Corrector:
 
 
 def replay(
-    jobs: tuple[TraceJob, ...], procs: int, policy: str | Policy, *, quick: bool = True
+    jobs: tuple[TraceJob, ...],
+    procs: int,
+    policy: str | Policy,
+    *,
+    quick: bool = True,
+    power: PowerSettings | None = None,
 ) -> Result:
-    """``quick``: new jobs are decided at submit as ctld does (its ``start_on_submit``)."""
+    """``quick``: new jobs are decided at submit as ctld does (its ``start_on_submit``);
+    ``power``: each processor a node that power saving powers down (sim/power.py)."""
     pol = POLICIES[policy] if isinstance(policy, str) else policy
     settings = pol.settings
     result = Result(procs=procs)
+    pool = result.power = PowerPool(procs, power) if power is not None else None
+    if pool is not None and jobs:
+        pool.start(jobs[0].submit)
     part = (PartitionView("p", ("m",)),)
     by_id = {j.job_id: j for j in jobs}
     forecasts: dict[int, float] = {}
@@ -256,10 +267,11 @@ def replay(
         )
 
     def snapshot(queue: tuple[JobRequest, ...], now: float, free: int) -> Snapshot:
+        on = free if pool is None else pool.free_on  # the nodes powered down: busy
         return Snapshot(
             1,
             now,
-            (NodeView("m", procs, 0, 0, free, 0, (), idle=free == procs),),
+            (NodeView("m", procs, 0, 0, on, 0, (), idle=on == procs),),
             part,
             queue,
             tuple(
@@ -271,7 +283,8 @@ def replay(
                     predicted_s=predicted[jid],
                 )
                 for jid, (end, n) in running.items()
-            ),
+            )
+            + (pool.views(now) if pool is not None else ()),
             (),
             settings,
         )
@@ -280,6 +293,8 @@ def replay(
         """Start what ``st`` starts; the processors it takes."""
         job = pending.pop(st.job_id)
         n = sum(p.cpus for p in st.placements)
+        if pool is not None:
+            pool.take(n)
         starts[job.job_id] = now
         corrector.started(job.job_id, now)
         forecasts.setdefault(job.job_id, now)
@@ -296,14 +311,21 @@ def replay(
         return n
 
     i = 0
-    while i < len(jobs) or ends:
+    # (with power saving, a job may wait for nothing but a boot: the pool's next event)
+    while i < len(jobs) or ends or (pool and pending and pool.next_event() < math.inf):
         now = min(jobs[i].submit if i < len(jobs) else math.inf, ends[0][0] if ends else math.inf)
+        if pool is not None:
+            now = min(now, pool.next_event())
+            pool.advance(now)
         ended = False
         arrived: list[int] = []
         while ends and ends[0][0] <= now:
             ended = True
             _, jid = heapq.heappop(ends)
-            free += running.pop(jid)[1]
+            n_ended = running.pop(jid)[1]
+            free += n_ended
+            if pool is not None:
+                pool.release(n_ended, now)
             job = by_id[jid]
             elapsed = now - starts[jid]
             predictor.observe(str(job.user), elapsed, int(job.estimate))
@@ -381,6 +403,8 @@ def replay(
                 corrected[jid] = corrector.correct(jid, now, f.start, position)
         for st in plan.starts:
             free -= start(st, now)
+        if pool is not None:
+            pool.after_plan(plan, {f: by_id[f].procs for f in plan.forecasts}, now)
         on_prediction = {s.job_id for s in plan.starts if s.on_prediction}
         for f in plan.forecasts.values():
             if not f.reserved:
