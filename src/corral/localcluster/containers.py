@@ -1,0 +1,194 @@
+"""Fake nodes as real containers (``isolation="container"``, ``corral up --isolation
+container``): each node's noded runs in a podman container from corral's image
+(scripts/build-image.sh), inside the node's network namespace of netns.py.
+
+What a container adds to a netns node: its own process table (a PID namespace: its
+jobs see only its processes, and killing the container kills every one of them at
+once), its own root filesystem and /etc from the image, and its own spool (the other
+nodes' spools are hidden under a tmpfs). What it shares with the host, as compute nodes
+share a site's services: the users (/etc/passwd and /etc/group, read-only, as LDAP
+would), /tmp and the cluster's state directory (the shared filesystem that job scripts,
+output files and ctld's socket live on) and the host's Python with the project's code
+(read-only, so the commands a job runs, srun inside a batch script, resolve as on the
+host). ctld runs on the host, on the bridge.
+
+noded runs as root in its container: it starts each job as the job's user (podman's
+default capabilities include SETUID/SETGID/KILL). On a cgroup v1 host the container's
+cgroup mounts are read-only and noded runs without job cgroups (it says so at start);
+on a cgroup v2 host with ``--cgroupns=private`` it gets a subtree of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.localcluster.netns import NodeNetwork
+
+IMAGE_ENV = "CORRAL_IMAGE"
+DEFAULT_IMAGE = "localhost/corral:dev"
+LABEL = "corral.localcluster"  # the cluster's tag: leftovers are found by it
+
+
+def available() -> tuple[bool, str]:
+    if shutil.which("podman") is None:
+        return False, "no podman command"
+    return True, ""
+
+
+def image() -> str:
+    return os.environ.get(IMAGE_ENV, DEFAULT_IMAGE)
+
+
+def image_present(name: str) -> bool:
+    return (
+        subprocess.run(
+            ["podman", "image", "exists", name], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
+
+
+def _ulimits() -> list[str]:
+    """The host's own limits: podman's defaults are above what a container in a
+    container may set (crun's setrlimit is refused without CAP_SYS_RESOURCE)."""
+    args = []
+    for flag, which, cap in (
+        ("nofile", resource.RLIMIT_NOFILE, 1 << 20),
+        ("nproc", resource.RLIMIT_NPROC, 16384),
+    ):
+        soft, hard = resource.getrlimit(which)
+        hard = cap if hard == resource.RLIM_INFINITY else min(hard, cap)
+        soft = hard if soft == resource.RLIM_INFINITY else min(soft, hard)
+        args += ["--ulimit", f"{flag}={soft}:{hard}"]
+    return args
+
+
+def _host_code() -> list[str]:
+    """The host's Python and this project's code: job scripts run the host's commands."""
+    import corral
+
+    dirs = {sys.prefix, sys.base_prefix, str(Path(corral.__file__).resolve().parents[1])}
+    return sorted(d for d in dirs if d != "/" and not d.startswith("/usr"))
+
+
+@dataclass(frozen=True)
+class NodeContainers:
+    network: NodeNetwork
+    image: str
+
+    def name(self, index: int) -> str:
+        return self.network.namespace(index)
+
+    @property
+    def ctld_name(self) -> str:
+        return f"crl{self.network.tag}-ctld"
+
+    def _common(self, name: str) -> list[str]:
+        return [
+            "podman",
+            "run",
+            "--rm",
+            "--replace",
+            "--name",
+            name,
+            "--label",
+            f"{LABEL}={self.network.tag}",
+            "--init",
+            *_ulimits(),
+        ]
+
+    def wrap_ctld(self, argv: list[str], env: dict[str, str]) -> list[str]:
+        """``podman run`` of ctld from the image (``ctld_container``): its own process
+        table and root filesystem, the host's network (it listens on the bridge), as
+        the image's user corral (uid 990: the entrypoint drops to it). It sees only the
+        state directory (its store, keys, socket directory) and /tmp."""
+        state = self.network.state_dir
+        args = [*self._common(self.ctld_name), "--network", "host"]
+        args += ["--hostname", "corral-controller", "-v", f"{state}:{state}", "-v", "/tmp:/tmp"]
+        for key in ("CORRAL_CONF", "PYTHONUNBUFFERED"):
+            if key in env:
+                args += ["--env", f"{key}={env[key]}"]
+        return [*args, self.image, "ctld", *argv[3:]]
+
+    def kill_ctld(self) -> None:
+        subprocess.run(
+            ["podman", "kill", "--signal", "KILL", self.ctld_name],
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
+
+    def wrap(self, index: int, argv: list[str], env: dict[str, str]) -> list[str]:
+        """``podman run`` of noded (``argv[1:]`` after the Python) in node ``index``'s
+        container; in the foreground, so its pid file and SIGTERM work as for a process."""
+        state = self.network.state_dir
+        node = self.network.nodes[index]
+        spool = state / "spool"
+        mounts = [
+            f"{state}:{state}",
+            "/tmp:/tmp",
+            f"{self.network.hosts_file}:/etc/hosts:ro",
+            "/etc/passwd:/etc/passwd:ro",
+            "/etc/group:/etc/group:ro",
+            f"{spool / node}:{spool / node}",
+            *(f"{d}:{d}:ro" for d in _host_code()),
+        ]
+        (spool / node).mkdir(parents=True, exist_ok=True)
+        args = [
+            *self._common(self.name(index)),
+            "--hostname",
+            node,
+            "--network",
+            f"ns:/var/run/netns/{self.network.namespace(index)}",
+            "--no-hosts",
+            "--tmpfs",
+            f"{spool}:mode=755",  # the other nodes' spools are not this node's disk
+        ]
+        for mount in mounts:
+            args += ["-v", mount]
+        for key in ("CORRAL_CONF", "PYTHONUNBUFFERED"):
+            if key in env:
+                args += ["--env", f"{key}={env[key]}"]
+        # argv is [python, "-m", "noded", ...]: the image's entrypoint runs its own noded
+        return [*args, self.image, "noded", *argv[3:]]
+
+    def kill(self, index: int) -> None:
+        """The node dies: every process in its container at once."""
+        subprocess.run(
+            ["podman", "kill", "--signal", "KILL", self.name(index)],
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
+
+
+CTLD_UID = 990  # the image's user corral (scripts/build-image.sh)
+
+
+def give_to_ctld(paths: list[Path]) -> None:
+    """What ctld in its container writes or reads as corral: its state directory (the
+    store, ready file), its socket directory and its keys."""
+    for path in paths:
+        if path.exists():
+            os.chown(path, CTLD_UID, CTLD_UID)
+
+
+def remove_all(tag: str) -> list[str]:
+    """Remove every container of the cluster tagged ``tag`` (a crashed run's leftovers)."""
+    if not available()[0]:
+        return []
+    listed = subprocess.run(
+        ["podman", "ps", "-a", "--filter", f"label={LABEL}={tag}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    if listed:
+        subprocess.run(["podman", "rm", "-f", *listed], capture_output=True, check=False)
+    return listed

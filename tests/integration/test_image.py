@@ -1,0 +1,115 @@
+"""corral's image (scripts/build-image.sh) runs a cluster: ctld and two noded
+containers from it, jobs submitted with the commands on the host, each node a container
+with its own hostname, process table and root filesystem.
+
+Needs root, podman and the image (``scripts/build-image.sh``; CORRAL_IMAGE names another);
+skipped, saying which is missing, without them, except in CI once .ci/run has built the
+image (it sets CORRAL_TEST_IMAGE): then a missing piece is a failure."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+from corral.localcluster import containers, netns
+from corral.testing.cluster import ClusterFactory
+from tests.conftest import Commands, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _image_or_skip() -> str:
+    name = containers.image()
+    ok, why = netns.available()
+    if ok:
+        ok, why = containers.available()
+    if ok and not containers.image_present(name):
+        ok, why = False, f"no image {name} (scripts/build-image.sh builds it)"
+    if not ok:
+        if os.environ.get("CI", "").lower() == "true" and os.environ.get("CORRAL_TEST_IMAGE"):
+            pytest.fail(f"CI built the image but the container test cannot run: {why}")
+        pytest.skip(f"container nodes: {why}")
+    return name
+
+
+@pytest.fixture
+def image_cmd(
+    tmp_path: pathlib.Path, cluster_factory: ClusterFactory, monkeypatch: pytest.MonkeyPatch
+) -> Commands:
+    _image_or_skip()
+    # this process's clients trust ctld's socket served by the image's corral (uid 990),
+    # as the commands do through env.sh
+    monkeypatch.setenv("CORRAL_CTLD_USER", str(containers.CTLD_UID))
+    c = cluster_factory(
+        nodes=2, gpus_per_node=2, isolation="container", ctld_container=True, start_timeout=120
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    work.chmod(0o755)
+    return Commands(c, work)
+
+
+def _in_container(name: str, *argv: str) -> str:
+    return subprocess.run(
+        ["podman", "exec", name, *argv], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+
+
+def test_ctld_and_two_nodes_from_the_image_run_jobs(image_cmd: Commands) -> None:
+    cluster = image_cmd.cluster
+    assert cluster.containers is not None
+    # ctld runs as the image's unprivileged user corral, noded as root
+    ctld_users = _in_container(cluster.containers.ctld_name, "ps", "-o", "user=", "-C", "python")
+    assert set(ctld_users.split()) == {"corral"}
+    noded_users = _in_container(cluster.containers.name(0), "ps", "-o", "user=", "-C", "python")
+    assert set(noded_users.split()) == {"root"}
+
+    probe = "hostname; ps -e --no-headers | wc -l; . /etc/os-release; echo $ID; id -un"
+    jobs = [
+        image_cmd(
+            "sbatch", "--parsable", "-w", node, "-o", f"{node}.out", "--wrap", probe
+        ).stdout.strip()
+        for node in cluster.node_names
+    ]
+    for job_id in jobs:
+        image_cmd.wait_state(job_id, "COMPLETED", timeout=60)
+    for node in cluster.node_names:
+        host, processes, os_id, user = (image_cmd.cwd / f"{node}.out").read_text().split()
+        assert host == node  # its own hostname (UTS namespace)
+        assert int(processes) < 15  # its own process table: init, noded, the job
+        assert os_id == "debian"  # the image's root filesystem, not the host's
+        assert user == "root"
+    srun = image_cmd("srun", "-N2", "hostname").stdout.split()
+    assert sorted(srun) == cluster.node_names
+
+
+def test_a_killed_node_container_takes_its_jobs_with_it(image_cmd: Commands) -> None:
+    cluster = image_cmd.cluster
+    job_id = image_cmd("sbatch", "--parsable", "-w", "node01", "--wrap", "sleep 300").stdout
+    image_cmd.wait_state(job_id.strip(), "RUNNING", timeout=60)
+    assert cluster.containers is not None
+    sleeps = _in_container(cluster.containers.name(0), "ps", "-o", "pid=", "-C", "sleep")
+    assert sleeps.split()
+    cluster.kill_node(0)  # podman kill: the whole container at once
+    gone = subprocess.run(
+        ["podman", "ps", "-q", "--filter", f"name={cluster.containers.name(0)}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert gone.stdout.strip() == ""
+    host_sleeps = subprocess.run(
+        ["pgrep", "-f", "^sleep 300$"], capture_output=True, text=True, check=False
+    ).stdout.split()
+    marker_pids = cluster.node_job_pids(0)
+    assert not marker_pids, f"job processes outlived their node: {marker_pids} {host_sleeps}"
+    wait_for(
+        lambda: (
+            cluster.client().get_nodes({"names": ["node01"]})["nodes"][0]["state"]
+            in ("NODE_STATE_DOWN", "NODE_STATE_NOT_RESPONDING")
+        ),
+        timeout=60,
+    )
