@@ -113,3 +113,100 @@ def test_a_killed_node_container_takes_its_jobs_with_it(image_cmd: Commands) -> 
         ),
         timeout=60,
     )
+
+
+DEPLOY = pathlib.Path(__file__).resolve().parents[2] / "deploy"
+
+
+def test_podman_kube_play_runs_the_pod_yaml(tmp_path: pathlib.Path) -> None:
+    """deploy/podman/corral-pod.yaml, played by podman as Kubernetes would run the Pod:
+    ctld (as uid 990) and two nodes in one pod; a job submitted inside ctld's container
+    completes on a node."""
+    image = _image_or_skip()
+    from corral.auth.tls import create_cluster_certs
+    from corral.auth.tokens import write_key
+
+    base = tmp_path / "srv"
+    etc, state, shared = base / "etc", base / "state", base / "shared"
+    for d in (etc, state, shared):
+        d.mkdir(parents=True)
+    (etc / "corral.toml").write_text((DEPLOY / "podman" / "corral.toml").read_text())
+    create_cluster_certs(str(etc / "tls"), "pod", ["node01", "node02"], ["127.0.0.1"])
+    write_key(str(etc / "jwt.key"))
+    uid = containers.CTLD_UID
+    for path in (state, shared, etc / "jwt.key", etc / "tls" / "ctld.key"):
+        os.chown(path, uid, uid)
+    for path in (tmp_path, base, etc):
+        path.chmod(0o755)
+    pod = (DEPLOY / "podman" / "corral-pod.yaml").read_text()
+    pod = pod.replace("/srv/corral", str(base)).replace("localhost/corral:dev", image)
+    name = f"corral-{tmp_path.name[-8:]}".replace("_", "-").lower()
+    pod = pod.replace("name: corral\n", f"name: {name}\n", 1)
+    (tmp_path / "pod.yaml").write_text(pod)
+    # podman's default rlimits are above this machine's hard ones (docs/image.md)
+    conf = tmp_path / "containers.conf"
+    conf.write_text(f"[containers]\ndefault_ulimits = [{', '.join(_ulimit_strings())}]\n")
+    env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+
+    def podman(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["podman", *argv], env=env, capture_output=True, text=True, check=check, timeout=120
+        )
+
+    try:
+        podman("kube", "play", str(tmp_path / "pod.yaml"))
+        ctld = f"{name}-ctld"
+
+        def nodes_up() -> bool:
+            out = podman("exec", ctld, "sinfo", "-h", "-o", "%T", check=False).stdout
+            return out.split() == ["idle"] or sorted(out.split()) == ["idle", "idle"]
+
+        wait_for(nodes_up, 90, "both nodes idle in sinfo")
+        sub = podman(
+            "exec",
+            "-w",
+            "/shared",
+            ctld,
+            "sbatch",
+            "--parsable",
+            "-N2",
+            "-o",
+            "out",
+            "--wrap",
+            "srun hostname; id -un",
+        )
+        job_id = sub.stdout.strip()
+        wait_for(
+            lambda: (shared / "out").exists() and "corral" in (shared / "out").read_text(),
+            60,
+            f"job {job_id}'s output",
+        )
+        state_of = podman("exec", ctld, "sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State")
+        wait_for(
+            lambda: (
+                podman(
+                    "exec", ctld, "sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State"
+                ).stdout.strip()
+                == "COMPLETED"
+            ),
+            30,
+            f"job {job_id} COMPLETED ({state_of.stdout.strip()})",
+        )
+    finally:
+        logs = podman("pod", "logs", name, check=False)
+        podman("kube", "down", str(tmp_path / "pod.yaml"), check=False)
+        print(logs.stdout[-4000:], logs.stderr[-2000:])
+
+
+def _ulimit_strings() -> list[str]:
+    import resource
+
+    out = []
+    for flag, which, cap in (
+        ("nofile", resource.RLIMIT_NOFILE, 1 << 20),
+        ("nproc", resource.RLIMIT_NPROC, 16384),
+    ):
+        _, hard = resource.getrlimit(which)
+        hard = cap if hard == resource.RLIM_INFINITY else min(hard, cap)
+        out.append(f'"{flag}={hard}:{hard}"')
+    return out

@@ -29,9 +29,24 @@ def _documents() -> list[tuple[str, dict[str, Any]]]:
 DOCS = _documents()
 
 
-@pytest.mark.parametrize("doc", [d for _, d in DOCS], ids=[n for n, _ in DOCS])
+POD = yaml.safe_load((DEPLOY / "podman" / "corral-pod.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    "doc", [d for _, d in DOCS] + [POD], ids=[n for n, _ in DOCS] + ["podman:corral-pod"]
+)
 def test_manifest_is_valid_against_the_api_schema(doc: dict[str, Any]) -> None:
     kv.validate(doc, K8S_VERSION, strict=True)  # strict: an unknown field is an error
+
+
+def test_the_podman_pod_runs_ctld_as_corral_and_the_nodes_as_root() -> None:
+    by_name = {c["name"]: c for c in POD["spec"]["containers"]}
+    assert by_name["ctld"]["securityContext"]["runAsUser"] == 990
+    for node in ("node01", "node02"):
+        assert by_name[node]["args"][-2:] == ["--name", node]
+        assert by_name[node]["securityContext"]["runAsUser"] == 0
+    config = tomllib.loads((DEPLOY / "podman" / "corral.toml").read_text())
+    assert config["noded"]["port"] == 0  # one network for the pod: free ports each
 
 
 def test_the_manifests_are_the_whole_deployment() -> None:

@@ -13,7 +13,8 @@ output files and ctld's socket live on) and the host's Python with the project's
 host). ctld runs on the host, on the bridge.
 
 noded runs as root in its container: it starts each job as the job's user (podman's
-default capabilities include SETUID/SETGID/KILL). On a cgroup v1 host the container's
+default capabilities include SETUID/SETGID/KILL; SYS_NICE is added, for binding another
+user's processes to their CPUs). On a cgroup v1 host the container's
 cgroup mounts are read-only and noded runs without job cgroups (it says so at start);
 on a cgroup v2 host with ``--cgroupns=private`` it gets a subtree of its own.
 """
@@ -149,6 +150,8 @@ class NodeContainers:
             "--no-hosts",
             "--tmpfs",
             f"{spool}:mode=755",  # the other nodes' spools are not this node's disk
+            "--cap-add",
+            "SYS_NICE",  # noded binds its jobs (another user's processes) to their CPUs
         ]
         for mount in mounts:
             args += ["-v", mount]
