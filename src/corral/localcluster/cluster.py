@@ -308,11 +308,9 @@ class LocalCluster(Layout):
         """A node dies: SIGKILL its noded and (``with_jobs``) every process of its jobs.
 
         Without ``with_jobs`` only noded dies and its jobs run on, as after a noded crash.
-        A container node dies whole: its container and everything in it at once; a noded
-        crash that leaves its jobs running is a process-node fault only.
+        A container node always dies whole, its container and everything in it at once:
+        a noded crash that leaves its jobs running is a process-node fault only.
         """
-        if self.containers is not None and not with_jobs:
-            raise RuntimeError("a container node dies whole: kill_node(with_jobs=True)")
         self.kill_process(self.node_names[index])
         if with_jobs and self.containers is None:
             deadline = time.monotonic() + 10

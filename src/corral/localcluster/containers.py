@@ -74,7 +74,10 @@ def _host_code() -> list[str]:
     """The host's Python and this project's code: job scripts run the host's commands."""
     import corral
 
-    dirs = {sys.prefix, sys.base_prefix, str(Path(corral.__file__).resolve().parents[1])}
+    code = Path(corral.__file__).resolve().parents[1]
+    if (code.parent / "pyproject.toml").exists():  # a checkout: its scripts and tests too
+        code = code.parent
+    dirs = {sys.prefix, sys.base_prefix, str(code)}
     return sorted(d for d in dirs if d != "/" and not d.startswith("/usr"))
 
 
