@@ -8,6 +8,7 @@ image (it sets CORRAL_TEST_IMAGE): then a missing piece is a failure."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -145,7 +146,8 @@ def test_podman_kube_play_runs_the_pod_yaml(tmp_path: pathlib.Path) -> None:
     (tmp_path / "pod.yaml").write_text(pod)
     # podman's default rlimits are above this machine's hard ones (docs/image.md)
     conf = tmp_path / "containers.conf"
-    conf.write_text(f"[containers]\ndefault_ulimits = [{', '.join(_ulimit_strings())}]\n")
+    limits = ", ".join(json.dumps(u) for u in containers.ulimits())
+    conf.write_text(f"[containers]\ndefault_ulimits = [{limits}]\n")
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}
 
     def podman(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -196,17 +198,3 @@ def test_podman_kube_play_runs_the_pod_yaml(tmp_path: pathlib.Path) -> None:
         logs = podman("pod", "logs", name, check=False)
         podman("kube", "down", str(tmp_path / "pod.yaml"), check=False)
         print(logs.stdout[-4000:], logs.stderr[-2000:])
-
-
-def _ulimit_strings() -> list[str]:
-    import resource
-
-    out = []
-    for flag, which, cap in (
-        ("nofile", resource.RLIMIT_NOFILE, 1 << 20),
-        ("nproc", resource.RLIMIT_NPROC, 16384),
-    ):
-        _, hard = resource.getrlimit(which)
-        hard = cap if hard == resource.RLIM_INFINITY else min(hard, cap)
-        out.append(f'"{flag}={hard}:{hard}"')
-    return out

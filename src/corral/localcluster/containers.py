@@ -55,10 +55,11 @@ def image_present(name: str) -> bool:
     )
 
 
-def _ulimits() -> list[str]:
-    """The host's own limits: podman's defaults are above what a container in a
-    container may set (crun's setrlimit is refused without CAP_SYS_RESOURCE)."""
-    args = []
+def ulimits() -> list[str]:
+    """``nofile=S:H`` and ``nproc=S:H`` at the host's own limits: podman's defaults are
+    above what a container in a container may set (crun's setrlimit is refused without
+    CAP_SYS_RESOURCE), so every container gets these."""
+    limits = []
     for flag, which, cap in (
         ("nofile", resource.RLIMIT_NOFILE, 1 << 20),
         ("nproc", resource.RLIMIT_NPROC, 16384),
@@ -66,8 +67,8 @@ def _ulimits() -> list[str]:
         soft, hard = resource.getrlimit(which)
         hard = cap if hard == resource.RLIM_INFINITY else min(hard, cap)
         soft = hard if soft == resource.RLIM_INFINITY else min(soft, hard)
-        args += ["--ulimit", f"{flag}={soft}:{hard}"]
-    return args
+        limits.append(f"{flag}={soft}:{hard}")
+    return limits
 
 
 def _host_code() -> list[str]:
@@ -104,7 +105,7 @@ class NodeContainers:
             "--label",
             f"{LABEL}={self.network.tag}",
             "--init",
-            *_ulimits(),
+            *(arg for limit in ulimits() for arg in ("--ulimit", limit)),
         ]
 
     def wrap_ctld(self, argv: list[str], env: dict[str, str]) -> list[str]:
