@@ -85,6 +85,10 @@ def test_ctld_and_two_nodes_from_the_image_run_jobs(image_cmd: Commands) -> None
         assert user == "root"
     srun = image_cmd("srun", "-N2", "hostname").stdout.split()
     assert sorted(srun) == cluster.node_names
+    # each node's spool is its own disk: the others' are not there
+    spool = str(cluster.state_dir / "spool")
+    for i, node in enumerate(cluster.node_names):
+        assert _in_container(cluster.containers.name(i), "ls", spool).split() == [node]
 
 
 def test_a_killed_node_container_takes_its_jobs_with_it(image_cmd: Commands) -> None:

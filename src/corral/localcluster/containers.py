@@ -5,7 +5,7 @@ container``): each node's noded runs in a podman container from corral's image
 What a container adds to a netns node: its own process table (a PID namespace: its
 jobs see only its processes, and killing the container kills every one of them at
 once), its own root filesystem and /etc from the image, and its own spool (the other
-nodes' spools are hidden under a tmpfs). What it shares with the host, as compute nodes
+nodes' spools are hidden under an empty directory). What it shares with the host, as compute nodes
 share a site's services: the users (/etc/passwd and /etc/group, read-only, as LDAP
 would), /tmp and the cluster's state directory (the shared filesystem that job scripts,
 output files and ctld's socket live on) and the host's Python with the project's code
@@ -141,10 +141,16 @@ class NodeContainers:
             f"{self.network.hosts_file}:/etc/hosts:ro",
             "/etc/passwd:/etc/passwd:ro",
             "/etc/group:/etc/group:ro",
+            # the other nodes' spools are not this node's disk: an empty directory over
+            # them (a bind, not a tmpfs: podman mounts binds in path order after tmpfses,
+            # so the state directory's bind would cover a tmpfs again)
+            f"{state / 'run' / 'no-spool' / node}:{spool}:ro",
             f"{spool / node}:{spool / node}",
             *(f"{d}:{d}:ro" for d in _host_code()),
         ]
         (spool / node).mkdir(parents=True, exist_ok=True)
+        # only this node's mount point in it
+        (state / "run" / "no-spool" / node / node).mkdir(mode=0o755, parents=True, exist_ok=True)
         args = [
             *self._common(self.name(index)),
             "--hostname",
@@ -152,8 +158,6 @@ class NodeContainers:
             "--network",
             f"ns:/var/run/netns/{self.network.namespace(index)}",
             "--no-hosts",
-            "--tmpfs",
-            f"{spool}:mode=755",  # the other nodes' spools are not this node's disk
             "--cap-add",
             "SYS_NICE",  # noded binds its jobs (another user's processes) to their CPUs
         ]
