@@ -114,5 +114,7 @@ bh config \
 bh commit --quiet --timestamp "$SOURCE_DATE_EPOCH" --rm "$ctr" "$IMAGE" >/dev/null
 bh push --quiet "$IMAGE" "oci-archive:$ARCHIVE.part:$IMAGE" >&2
 mv "$ARCHIVE.part" "$ARCHIVE"
+# the cache keeps the three newest archives (one per tree: they are 127 MB each)
+ls -t "$CACHE"/corral-*.oci.tar | tail -n +4 | xargs -r rm -f
 echo "build-image.sh: built $IMAGE in $(($(date +%s) - start)) s: $ARCHIVE ($(du -h "$ARCHIVE" | cut -f1))" >&2
 echo "$ARCHIVE"

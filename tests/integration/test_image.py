@@ -27,6 +27,8 @@ def _image_or_skip() -> str:
     ok, why = netns.available()
     if ok:
         ok, why = containers.available()
+    if ok:
+        containers.refresh(name)  # built from another tree: rebuilt (or loaded) for this one
     if ok and not containers.image_present(name):
         ok, why = False, f"no image {name} (scripts/build-image.sh builds it)"
     if not ok:

@@ -21,6 +21,7 @@ on a cgroup v2 host with ``--cgroupns=private`` it gets a subtree of its own.
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import shutil
@@ -69,6 +70,32 @@ def ulimits() -> list[str]:
         soft = hard if soft == resource.RLIM_INFINITY else min(soft, hard)
         limits.append(f"{flag}={soft}:{hard}")
     return limits
+
+
+@functools.cache
+def refresh(name: str) -> str:
+    """Make the local image ``name`` this checkout's, once per process: when it was built
+    from another tree (its ``corral.build-key`` label), scripts/build-image.sh builds it
+    or loads it from its content-hash cache, so a changed noded never goes untested in a
+    stale image. Returns what was done; nothing outside a checkout or without the image."""
+    script = Path(__file__).resolve().parents[3] / "scripts" / "build-image.sh"
+    if not script.exists() or not image_present(name):
+        return "nothing"
+    key = subprocess.run(
+        [str(script), "--print-key"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
+    fmt = '{{index .Labels "corral.build-key"}}'
+    label = subprocess.run(
+        ["podman", "image", "inspect", "--format", fmt, name],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    if label == key:
+        return "current"
+    env = {**os.environ, IMAGE_ENV: name}
+    subprocess.run([str(script)], env=env, capture_output=True, check=True, timeout=1800)
+    return "rebuilt"
 
 
 def _host_code() -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.localcluster import cluster as _local
+from corral.localcluster import containers
 from corral.localcluster.layout import DEFAULT_GPU_MODEL, ctld_name, free_port
 from corral.localcluster.pidfiles import stop_state_dir
 from corral.testing.harness import Harness
@@ -68,8 +69,10 @@ class ClusterFactory:
         before it starts."""
         kw.setdefault("kill_wait_s", 2.0)
         if os.environ.get(ISOLATION_ENV) and not kw.get("simulated"):
-            # every process-node cluster in another mode (container: docs/testing.md)
+            # every process-node cluster in another mode (container: docs/image.md)
             kw["isolation"] = os.environ[ISOLATION_ENV]
+        if kw.get("isolation") == "container":
+            containers.refresh(containers.image())  # this tree's noded, not a stale one
         c = self.cls(self.base / f"cluster{len(self.started)}", **kw)
         if configure is not None:
             configure(c)
