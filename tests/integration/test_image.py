@@ -19,7 +19,7 @@ from corral.localcluster import containers, netns
 from corral.testing.cluster import ClusterFactory
 from tests.conftest import Commands, wait_for
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(900)  # a stale image is rebuilt first: minutes
 
 
 def _image_or_skip() -> str:
