@@ -96,7 +96,13 @@ def _up(args: argparse.Namespace) -> int:
             "corral: simulated nodes run no processes: a job lasts its '#SIM runtime=S' "
             "line or first 'sleep S' (else 1 s); see python -m corral.localcluster.simnodes -h"
         )
-    if cluster.network is not None:
+    if cluster.containers is not None:
+        print(
+            f"corral: each node a container of {cluster.containers.image} "
+            f"({cluster.containers.name(0)}, ...); enter one with "
+            f"podman exec -it {cluster.containers.name(0)} bash"
+        )
+    elif cluster.network is not None:
         net = cluster.network
         print(
             f"corral: each node in its own network namespace ({net.namespace(0)}, ...) on "
@@ -273,9 +279,10 @@ def main_args(argv: list[str]) -> int:
     up.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     up.add_argument(
         "--isolation",
-        choices=("auto", "netns", "loopback"),
+        choices=("auto", "netns", "container", "loopback"),
         default="auto",
-        help="nodes in network namespaces (root) or on 127.0.0.x; auto: namespaces if root",
+        help="nodes in network namespaces (root) or on 127.0.0.x; auto: namespaces if root; "
+        "container: each node a podman container from corral's image (scripts/build-image.sh)",
     )
     sub.add_parser("status", help="the controllers: which is primary, which are up")
     down = sub.add_parser("down", help="stop the local cluster of a state dir")

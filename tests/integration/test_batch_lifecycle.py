@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
+
 import pytest
 
 from corral.testing import LocalCluster
@@ -62,11 +65,27 @@ def test_cancel_kills_the_whole_process_group(cmd: Commands) -> None:
     pids_file = cmd.cwd / "pids"
     text = wait_for(lambda: pids_file.exists() and pids_file.read_text().strip(), 20, "pids")
     pids = [int(p) for p in text.split()]
-    assert all(pid_alive(p) for p in pids)
+    alive = _pid_alive_on(cmd.cluster, cmd.job(job_id)["batchHost"])
+    assert all(alive(p) for p in pids)
     cmd("scancel", job_id)
     job = cmd.wait_state(job_id, "CANCELLED")
     assert [e["event"] for e in job["events"]][-2:] == ["cancel_requested", "exited"]
-    wait_for(lambda: not any(pid_alive(p) for p in pids), 20, "job processes to be gone")
+    wait_for(lambda: not any(alive(p) for p in pids), 20, "job processes to be gone")
+
+
+def _pid_alive_on(cluster: LocalCluster, node: str) -> Callable[[int], bool]:
+    """Whether a pid the job saw is alive: a container node's pids are its own (its PID
+    namespace), asked of the container; a zombie is dead."""
+    if cluster.containers is None:
+        return pid_alive
+    name = cluster.containers.name(cluster.node_names.index(node))
+
+    def alive(pid: int) -> bool:
+        ps = ["podman", "exec", name, "ps", "-o", "stat=", "-p", str(pid)]
+        state = subprocess.run(ps, capture_output=True, text=True, check=False, timeout=30)
+        return bool(state.stdout.strip()) and not state.stdout.strip().startswith("Z")
+
+    return alive
 
 
 def test_two_jobs_get_distinct_gpus(cmd: Commands) -> None:

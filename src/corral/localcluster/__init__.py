@@ -4,7 +4,8 @@ what the test harness (corral/testing) and bench/ build their clusters with.
 - ``layout``: a cluster's state directory, ports, addresses, socket, certificates,
   JWT key and clients; ``configfile``: its corral.toml and env.sh;
 - ``cluster``: ``LocalCluster``, which starts and stops ctld and the nodes (noded
-  processes, on loopback or in network namespaces: ``netns``; or the node simulator:
+  processes, on loopback or in network namespaces: ``netns``; or in podman containers
+  of corral's image in those namespaces: ``containers``; or the node simulator:
   ``simnodes``) and injects faults;
 - ``pidfiles``: stopping a cluster by its state directory alone (``corral down``);
 - ``sockets``: ctld's socket in a directory no other user can have made.

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
+from corral.localcluster.containers import give_to_ctld
+from corral.localcluster.containers import remove_all as remove_containers
 from corral.localcluster.layout import Layout, ctld_name
 from corral.localcluster.pidfiles import stop_by_pidfile
 from corral.localcluster.sockets import remove_sockets as remove_socket
@@ -42,7 +44,10 @@ class LocalCluster(Layout):
     # ------------------------------------------------------------ processes
 
     def _spawn(
-        self, name: str, args: list[str], wrap: Callable[[list[str]], list[str]] | None = None
+        self,
+        name: str,
+        args: list[str],
+        wrap: Callable[[list[str], dict[str, str]], list[str]] | None = None,
     ) -> subprocess.Popen[bytes]:
         log = open(self.state_dir / "log" / f"{name}.log", "ab")  # noqa: SIM115 - child owns it
         env = dict(os.environ)
@@ -50,7 +55,7 @@ class LocalCluster(Layout):
         env["PYTHONUNBUFFERED"] = "1"
         argv = [self.python, *args]
         proc = subprocess.Popen(
-            wrap(argv) if wrap else argv,
+            wrap(argv, env) if wrap else argv,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -71,7 +76,15 @@ class LocalCluster(Layout):
         args = ["-m", "ctld", "-f", str(self.config_path), "--ready-file", str(ready)]
         if self.controllers > 1:
             args += ["--controller", str(index)]
-        self._spawn(name, args)
+        ctrs = self.containers if self.ctld_container else None
+        if ctrs is not None:
+            self.ctld_dir.mkdir(mode=0o700, exist_ok=True)
+            run = self.state_dir / "run"
+            keys = [self.jwt_key_path, self.tls_dir / "ctld.key", self.tls_dir / "ctld.crt"]
+            give_to_ctld([self.ctld_dir, run, Path(self.socket).parent, *keys])
+        self._spawn(
+            name, args, wrap=(lambda argv, env: ctrs.wrap_ctld(argv, env)) if ctrs else None
+        )
         self._wait_file(ready, name, timeout)
 
     def start_node(self, index: int, timeout: float = 30.0) -> None:
@@ -142,11 +155,13 @@ class LocalCluster(Layout):
             raise RuntimeError(f"simnodes {cmd}: {reply.get('error')}")
         return reply
 
-    def _in_namespace(self, index: int) -> Callable[[list[str]], list[str]] | None:
-        net = self.network
+    def _in_namespace(self, index: int) -> Callable[[list[str], dict[str, str]], list[str]] | None:
+        net, ctrs = self.network, self.containers
+        if ctrs is not None:
+            return lambda argv, env: ctrs.wrap(index, argv, env)
         if net is None:
             return None
-        return lambda argv: net.wrap(index, argv)
+        return lambda argv, env: net.wrap(index, argv)
 
     def _wait_file(self, path: Path, name: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -249,7 +264,12 @@ class LocalCluster(Layout):
         stop_by_pidfile(self.state_dir, name, timeout)
 
     def kill_process(self, name: str) -> None:
-        """SIGKILL, as a crash would: nothing gets to clean up."""
+        """SIGKILL, as a crash would: nothing gets to clean up (a container node: the
+        container, every process in it at once)."""
+        if self.containers is not None and name in self.node_names:
+            self.containers.kill(self.node_names.index(name))
+        if self.containers is not None and self.ctld_container and name == ctld_name(0):
+            self.containers.kill_ctld()
         proc = self.procs.pop(name)
         proc.kill()
         proc.wait(10)
@@ -288,9 +308,11 @@ class LocalCluster(Layout):
         """A node dies: SIGKILL its noded and (``with_jobs``) every process of its jobs.
 
         Without ``with_jobs`` only noded dies and its jobs run on, as after a noded crash.
+        A container node always dies whole, its container and everything in it at once:
+        a noded crash that leaves its jobs running is a process-node fault only.
         """
         self.kill_process(self.node_names[index])
-        if with_jobs:
+        if with_jobs and self.containers is None:
             deadline = time.monotonic() + 10
             while (pids := self.node_job_pids(index)) and time.monotonic() < deadline:
                 for pid in pids:
@@ -312,8 +334,13 @@ class LocalCluster(Layout):
         for name in ctlds:
             if name in self.procs:
                 self.stop_process(name)
+        if self.containers is not None:
+            remove_containers(self.network.tag if self.network else "")
         if self.network is not None:
             self.network.destroy()
+        if self._socket_dir and self.ctld_container:  # back to the cluster's owner
+            with contextlib.suppress(OSError):
+                os.chown(self._socket_dir, os.stat(self.state_dir).st_uid, -1)
         remove_socket(self.state_dir)
         self._socket_dir = ""  # started again, it gets a new one
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from corral.api import GrpcController
 from corral.api import HttpController as Client
-from corral.localcluster import configfile, netns
+from corral.localcluster import configfile, containers, netns
+from corral.localcluster.containers import NodeContainers
 from corral.localcluster.netns import NodeNetwork
 from corral.localcluster.sockets import socket_dir
 
@@ -70,15 +71,20 @@ class Layout:
     tls_clients: bool = False  # TLS on the client ports too (commands need CORRAL_CTLD_CA)
     store_url: str = ""  # empty: SQLite in state_dir
     # "loopback": nodes on 127.0.0.2, .3, ...; "netns": each node in a network namespace
-    # of its own with its own hostname (root only); "auto": netns when possible
+    # of its own with its own hostname (root only); "auto": netns when possible;
+    # "container": each node's noded in a podman container from corral's image, in its
+    # network namespace (containers.py; root, podman and the image)
     isolation: str = "loopback"
     # True: one node simulator process (corral.localcluster.simnodes) plays every node
     # over the real protocol instead of one noded each; jobs are timers (simnodes/)
     simulated: bool = False
+    # isolation="container" only: ctld too in a container of the image, as its user corral
+    ctld_container: bool = False
     socket_path: str = ""  # ctld's socket; "": one in a private directory (sockets.py)
     _socket_dir: str = field(init=False, default="", repr=False)
     sim_default_runtime_s: float = 1.0
     network: NodeNetwork | None = field(init=False, default=None)
+    containers: NodeContainers | None = field(init=False, default=None)
     isolation_note: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
@@ -89,22 +95,41 @@ class Layout:
             # one process plays every node over one channel: it holds no per-node
             # certificate, so daemon TLS is off (ctld warns); users still authenticate
             self.tls = False
-        if self.isolation not in ("loopback", "netns", "auto"):
-            raise ValueError(f"isolation {self.isolation!r}: loopback, netns or auto")
+        if self.isolation not in ("loopback", "netns", "auto", "container"):
+            raise ValueError(f"isolation {self.isolation!r}: loopback, netns, auto or container")
         if self.isolation != "loopback":
             ok, why = netns.available()
             if ok:
                 self.network = NodeNetwork(self.state_dir, tuple(self.node_names))
-            elif self.isolation == "netns":
+            elif self.isolation in ("netns", "container"):
                 raise RuntimeError(f"network namespaces need root and iproute2: {why}")
             else:
                 self.isolation_note = f"no network namespaces ({why}): nodes on 127.0.0.x"
+        if self.isolation == "container" and self.network is not None:
+            ok, why = containers.available()
+            if not ok:
+                raise RuntimeError(f"container nodes need podman: {why}")
+            if not containers.image_present(containers.image()):
+                raise RuntimeError(
+                    f"container nodes need corral's image {containers.image()} "
+                    "(scripts/build-image.sh builds it)"
+                )
+            self.containers = NodeContainers(self.network, containers.image())
+        if self.ctld_container and self.containers is None:
+            raise ValueError("ctld_container needs isolation='container'")
 
     # ------------------------------------------------------------ layout
 
     @property
     def config_path(self) -> Path:
         return self.state_dir / "corral.toml"
+
+    @property
+    def ctld_dir(self) -> Path:
+        """controller.state_dir (its store, web key): the cluster's state directory, or,
+        when ctld runs in a container as corral, a directory of it that corral owns alone
+        (noded refuses a state directory above its spool that others may change)."""
+        return self.state_dir / "ctld" if self.ctld_container else self.state_dir
 
     @property
     def env_path(self) -> Path:
@@ -177,6 +202,8 @@ class Layout:
     @property
     def user(self) -> str:
         """Who runs the daemons: the commands trust a socket this user serves."""
+        if self.ctld_container:
+            return str(containers.CTLD_UID)  # the image's corral: no such user on the host
         return pwd.getpwuid(os.geteuid()).pw_name
 
     @property

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from corral.localcluster import netns
+from corral.localcluster.containers import remove_all as remove_containers
 from corral.localcluster.netns import NodeNetwork
 from corral.localcluster.sockets import remove_sockets as remove_socket
 
@@ -59,6 +60,8 @@ def stop_state_dir(state_dir: Path) -> list[str]:
     stopped = [n for n in names if n not in ctlds and stop_by_pidfile(state_dir, n)]
     stopped += [n for n in ctlds if stop_by_pidfile(state_dir, n)]
     remove_socket(state_dir)
-    if netns.available()[0]:  # namespaces and bridge of a netns cluster, if any
-        stopped += NodeNetwork(state_dir, ()).destroy()
+    if netns.available()[0]:  # containers, namespaces and bridge of a netns cluster
+        network = NodeNetwork(state_dir, ())
+        stopped += remove_containers(network.tag)
+        stopped += network.destroy()
     return stopped

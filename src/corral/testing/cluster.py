@@ -7,6 +7,7 @@ The pytest fixtures (fixtures.py) and bench/ build their clusters here.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -14,9 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from corral.localcluster import cluster as _local
+from corral.localcluster import containers
 from corral.localcluster.layout import DEFAULT_GPU_MODEL, ctld_name, free_port
 from corral.localcluster.pidfiles import stop_state_dir
 from corral.testing.harness import Harness
+
+# CORRAL_TEST_ISOLATION=container: the local-cluster tests run their nodes in containers
+ISOLATION_ENV = "CORRAL_TEST_ISOLATION"
 
 __all__ = [
     "DEFAULT_GPU_MODEL",
@@ -63,6 +68,11 @@ class ClusterFactory:
         """A started cluster with these LocalCluster arguments; ``configure`` sees it
         before it starts."""
         kw.setdefault("kill_wait_s", 2.0)
+        if os.environ.get(ISOLATION_ENV) and not kw.get("simulated"):
+            # every process-node cluster in another mode (container: docs/image.md)
+            kw["isolation"] = os.environ[ISOLATION_ENV]
+        if kw.get("isolation") == "container":
+            containers.refresh(containers.image())  # this tree's noded, not a stale one
         c = self.cls(self.base / f"cluster{len(self.started)}", **kw)
         if configure is not None:
             configure(c)
