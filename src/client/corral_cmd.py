@@ -52,8 +52,8 @@ def _up(args: argparse.Namespace) -> int:
     simulated = args.simulated_nodes is not None
     backend = _gpu_backend(args, simulated)
     if simulated:
-        if args.simulated_nodes < 1 or args.simulated_nodes > 10000:
-            raise InvalidOption("--simulated-nodes must be between 1 and 10000")
+        if args.simulated_nodes < 1 or args.simulated_nodes > 12500:
+            raise InvalidOption("--simulated-nodes must be between 1 and 12500")
         args.nodes = args.simulated_nodes
     elif args.nodes < 1 or args.nodes > 250:
         raise InvalidOption("--nodes must be between 1 and 250 (one loopback address each)")
