@@ -94,38 +94,46 @@ def waiting_for_power(
     power up for it. A job forecast later than the power-up would end waits for
     something else first, and wakes nothing yet. Forecasts are made one job at a time
     (the core holds only the top job's), so several jobs may name the same node that
-    is off: each after the first gets another like it (same node set, same partitions),
-    as Slurm gives each job its own nodes to resume."""
-    spare: dict[tuple[int, tuple[str, ...]], list[str]] = {}  # made at the first need
-    claimed: set[str] = set()
-    waiting: dict[int, list[str]] = {}
+    is off: the first to name it has it, and each other gets another like it (same
+    node set, same partitions), as Slurm gives each job its own nodes to resume. A
+    node already booting that no forecast names is given first: the next pass after
+    a burst's power-up sees the burst again, and must not wake a second set for it."""
+    bound: list[tuple[int, list[NodeRecord]]] = []
     for job_id, forecast in plan.forecasts.items():
         off = [nodes[n] for n in forecast.nodes if n in nodes and plannable(nodes[n])]
         if not off:
             continue
         ready = max(available_at(n, config, now) for n in off)
-        if forecast.start > ready + SLACK_S:
-            continue
-        mine: list[str] = []
+        if forecast.start <= ready + SLACK_S:
+            bound.append((job_id, off))
+    # the nodes named first, all of them, before any job is given another like one
+    claimed: set[str] = set()
+    twins: list[tuple[int, NodeRecord]] = []
+    waiting: dict[int, list[str]] = {}
+    for job_id, off in bound:
+        mine = waiting.setdefault(job_id, [])
         for node in off:
-            name: str | None = node.name
-            if name in claimed:  # another job of this plan has it: one like it
-                spare = spare or _spare(nodes)
-                pool = spare.get((id(node.config), tuple(node.partitions)), [])
-                while pool and pool[-1] in claimed:
-                    pool.pop()
-                name = pool.pop() if pool else None
-            if name is not None:
-                claimed.add(name)
-                mine.append(name)
-        waiting[job_id] = mine
+            if node.name in claimed:
+                twins.append((job_id, node))
+            else:
+                claimed.add(node.name)
+                mine.append(node.name)
+    if twins:
+        spare = _spare(nodes, claimed)
+        for job_id, node in twins:
+            pool = spare.get((id(node.config), tuple(node.partitions)), [])
+            if pool:
+                waiting[job_id].append(pool.pop())
     return waiting
 
 
-def _spare(nodes: Mapping[str, NodeRecord]) -> dict[tuple[int, tuple[str, ...]], list[str]]:
-    """The nodes that are off, by node set and partitions, the first name last."""
+def _spare(
+    nodes: Mapping[str, NodeRecord], claimed: set[str]
+) -> dict[tuple[int, tuple[str, ...]], list[str]]:
+    """The nodes off that no job has, by node set and partitions, to be popped: those
+    already booting first (no new power-up), then those powered down, each by name."""
     spare: dict[tuple[int, tuple[str, ...]], list[str]] = {}
-    for node in sorted(nodes.values(), key=lambda n: n.name, reverse=True):
-        if node.power == POWERED_DOWN and plannable(node):
-            spare.setdefault((id(node.config), tuple(node.partitions)), []).append(node.name)
+    free = [n for n in nodes.values() if n.name not in claimed and plannable(n)]
+    for node in sorted(free, key=lambda n: (n.power != POWERING_UP, n.name), reverse=True):
+        spare.setdefault((id(node.config), tuple(node.partitions)), []).append(node.name)
     return spare

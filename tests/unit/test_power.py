@@ -40,16 +40,23 @@ def calls(tmp_path: pathlib.Path, name: str) -> list[str]:
     return log.read_text().split() if log.exists() else []
 
 
-def config(tmp_path: pathlib.Path, *, resume: str = "", cloud: bool = True, **power: Any) -> Any:
+def config(
+    tmp_path: pathlib.Path,
+    *,
+    resume: str = "",
+    cloud: bool = True,
+    cloud_nodes: str = "c[1-2]",
+    **power: Any,
+) -> Any:
     return parse_config(
         {
             "controller": {"operators": ["daemon"], "administrators": ["daemon"]},
             "heartbeat": {"interval_s": 1.0, "timeout_s": 10.0},
             "nodes": [
-                {"names": "c[1-2]", "cpus": 8, "memory_mb": 16384, **CLOUD[cloud]},
+                {"names": cloud_nodes, "cpus": 8, "memory_mb": 16384, **CLOUD[cloud]},
                 {"names": "n1", "cpus": 8, "memory_mb": 16384},
             ],
-            "partitions": [{"name": "p", "nodes": "c[1-2],n1", "default": True}],
+            "partitions": [{"name": "p", "nodes": f"{cloud_nodes},n1", "default": True}],
             "power": {
                 "resume_program": program(tmp_path, "resume", resume),
                 "suspend_program": program(tmp_path, "suspend"),
@@ -125,6 +132,28 @@ async def test_a_job_wakes_cloud_nodes_and_runs_once_they_register(
         await cluster.register_node(registration(cluster, name, gpus=0))
     await settle(cluster)
     assert job.state == js.RUNNING and all(cluster.nodes[n].power == POWER_ON for n in waking)
+
+
+async def test_the_passes_while_a_burst_boots_wake_nothing_more(tmp_path: pathlib.Path) -> None:
+    # the jobs past the first name the same node in their forecasts (one reservation):
+    # the next passes give them the nodes already booting, not more powered down
+    cluster, clock = await make(tmp_path, cloud_nodes="c[1-9]")
+    busy = await cluster.submit(ALICE, spec(cpus_per_task=8))  # n1, the one node on
+    await settle(cluster)
+    jobs = [await cluster.submit(ALICE, spec(exclusive=True)) for _ in range(4)]
+    await settle(cluster)
+    await tick(cluster)
+    booting = {n.name for n in cluster.nodes.values() if n.power == POWERING_UP}
+    assert len(booting) == 4 and cluster.power.resumes == 4 and busy.state == js.RUNNING
+    first = min(booting)
+    await cluster.register_node(registration(cluster, first, gpus=0))  # one is up already
+    for _ in range(3):  # passes while the others boot
+        clock.advance(1)
+        await settle(cluster)
+        await tick(cluster)
+    assert cluster.power.resumes == 4
+    assert {n.name for n in cluster.nodes.values() if n.power == POWERING_UP} == booting - {first}
+    assert all(j.reason == Reason.POWERING_UP for j in jobs if j.state == js.PENDING)
 
 
 async def test_a_node_missing_resume_timeout_goes_down_and_the_job_runs_elsewhere(
