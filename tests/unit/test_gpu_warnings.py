@@ -10,9 +10,12 @@ import pynvml
 import pytest
 
 from corral.config import GpuConfig
+from corral.config.nodes import parse_gpus
+from corral.config.section import Section
+from corral.errors import ConfigError
 from noded.gpu import HealthEvent
 from noded.gpu.fake import FakeGpus
-from noded.gpu.health_warnings import WARNING_XIDS
+from noded.gpu.health_warnings import THROTTLE_BITS, WARNING_XIDS
 from noded.gpu.nvml import NvmlGpus
 from tests.unit.test_gpu import SimNvml
 
@@ -29,8 +32,6 @@ def sim(monkeypatch: pytest.MonkeyPatch) -> SimNvml:
 
 
 def test_throttle_bits_match_pynvml() -> None:
-    from noded.gpu.health_warnings import THROTTLE_BITS
-
     assert set(THROTTLE_BITS) == {
         int(pynvml.nvmlClocksEventReasonHwSlowdown),
         int(pynvml.nvmlClocksEventReasonSwThermalSlowdown),
@@ -123,3 +124,13 @@ def test_fake_backend_injects_warnings(tmp_path: Path) -> None:
         HealthEvent("warning", 0, "injected"),
     ]
     assert gpus.poll_health() == []  # each entry once
+
+
+def test_config_keys() -> None:
+    d = parse_gpus(Section({"backend": "nvml"}, "nodes[0].gpus"))
+    assert (d.ecc_corrected_warn, d.throttle_warn_polls) == (100, 6)
+    raw = {"backend": "nvml", "ecc_corrected_warn": 0, "throttle_warn_polls": 3}
+    c = parse_gpus(Section(raw, "nodes[0].gpus"))
+    assert (c.ecc_corrected_warn, c.throttle_warn_polls) == (0, 3)
+    with pytest.raises(ConfigError, match=r"nodes\[0\].gpus.throttle_warn_polls: must be >= 0"):
+        parse_gpus(Section({"throttle_warn_polls": -1}, "nodes[0].gpus"))
