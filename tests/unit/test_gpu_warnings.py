@@ -17,7 +17,7 @@ from noded.gpu import HealthEvent
 from noded.gpu.fake import FakeGpus
 from noded.gpu.health_warnings import THROTTLE_BITS, WARNING_XIDS
 from noded.gpu.nvml import NvmlGpus
-from tests.unit.test_gpu import SimNvml
+from tests.unit.test_gpu import HAVE_GPU, SimNvml
 
 HW_THERMAL = int(pynvml.nvmlClocksEventReasonHwThermalSlowdown)
 POWER_BRAKE = int(pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown)
@@ -134,3 +134,14 @@ def test_config_keys() -> None:
     assert (c.ecc_corrected_warn, c.throttle_warn_polls) == (0, 3)
     with pytest.raises(ConfigError, match=r"nodes\[0\].gpus.throttle_warn_polls: must be >= 0"):
         parse_gpus(Section({"throttle_warn_polls": -1}, "nodes[0].gpus"))
+
+
+@pytest.mark.skipif(not HAVE_GPU, reason="no GPU visible to NVML")
+def test_real_nvml_warning_queries() -> None:
+    # the real driver answers both queries (or NotSupported): no NVML error events
+    gpus = NvmlGpus(ecc_corrected_warn=1_000_000, throttle_warn_polls=1_000)
+    try:
+        for _ in range(2):
+            assert [e for e in gpus.poll_health() if e.kind == "nvml_error"] == []
+    finally:
+        gpus.close()
