@@ -403,7 +403,8 @@ class NodeReports:
         self.state.wake()
 
     async def node_faults(self, node: NodeRecord, events: Iterable[pb.NodeHealthEvent]) -> None:
-        """A node reports faults (GPU XID, ECC, lost GPU, epilog): drain it."""
+        """A node reports faults (GPU XID, ECC, lost GPU, epilog) or GPU health warnings:
+        drain it; its checkpointing jobs are signalled and requeued (Disruptions.drained)."""
         # drain() wakes the scheduler
         async with Change(self.state, self.outbox, wake=False) as ch:
             for ev in events:
@@ -413,7 +414,8 @@ class NodeReports:
                     node,
                     ev.reason or "node fault",
                     ev.time or self.state.clock(),
-                    cause=f"node:{node.name} fault",
+                    # a warning (a degrading GPU) drains like a fault; the cause tells them apart
+                    cause=f"node:{node.name} {'warning' if _is_warning(ev) else 'fault'}",
                 )
 
     async def update_node(self, who: Identity, req: pb.UpdateNodeRequest) -> None:
@@ -464,6 +466,10 @@ def _stalled_elsewhere(job: pb.Job, node: NodeRecord, upd: pb.JobStatusUpdate) -
         and job.batch_host != node.name
         and failures.on_node(job, node.name)
     )
+
+
+def _is_warning(ev: pb.NodeHealthEvent) -> bool:
+    return ev.detail.startswith("warning:")  # noded's detail is "<kind>: <detail>"
 
 
 def _real(clock: Clock) -> bool:

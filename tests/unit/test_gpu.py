@@ -253,6 +253,8 @@ class SimNvml:
         self.count = count
         self.lost: set[int] = set()
         self.ecc = dict.fromkeys(range(count), 0)
+        self.corrected: dict[int, int] | None = dict.fromkeys(range(count), 0)  # None: no ECC
+        self.throttle: dict[int, int] | None = dict.fromkeys(range(count), 0)  # None: no query
         self.events: list[SimpleNamespace] = []
         self.nvlinks = 4  # NVLinks between GPU 0 and GPU 1; 0: NotSupported
         self.procs: dict[int, list[SimpleNamespace]] = {
@@ -371,9 +373,18 @@ class SimNvml:
         pass
 
     def nvmlDeviceGetTotalEccErrors(self, h: _Handle, kind: int, counter: int) -> int:
-        assert kind == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
         assert counter == pynvml.NVML_VOLATILE_ECC
+        if kind == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED:
+            if self.corrected is None:
+                raise _nverr(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return self.corrected[self._check(h)]
+        assert kind == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
         return self.ecc[self._check(h)]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: _Handle) -> int:
+        if self.throttle is None:
+            raise _nverr(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self.throttle[self._check(h)]
 
     def nvmlDeviceGetUtilizationRates(self, h: _Handle) -> SimpleNamespace:
         return SimpleNamespace(gpu=[40, 90][self._check(h)], memory=0)

@@ -61,6 +61,11 @@ class GpuConfig:
     # gres/shard: each GPU offers this many shards to --gres=shard:K jobs (0: no sharing;
     # Slurm's gres.conf Name=shard Count= is this times the GPU count)
     shards_per_gpu: int = 0
+    # GPU health warnings (nvml backend): drain the node before a degrading GPU fails.
+    # Correctable ECC errors rising by this many within one health poll (0: off) ...
+    ecc_corrected_warn: int = 100
+    # ... and HW slowdown / thermal / power-brake throttling this many polls in a row (0: off)
+    throttle_warn_polls: int = 6
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,8 @@ def parse_gpus(sec: Section) -> GpuConfig:
         topology=sec.get("topology", str, d.topology),
         state_file=sec.get("state_file", str, d.state_file),
         shards_per_gpu=sec.positive("shards_per_gpu", d.shards_per_gpu),
+        ecc_corrected_warn=sec.positive("ecc_corrected_warn", d.ecc_corrected_warn),
+        throttle_warn_polls=sec.positive("throttle_warn_polls", d.throttle_warn_polls),
     )
     sec.done()
     if cfg.topology not in ("nvlink", "pcie"):

@@ -16,6 +16,7 @@ from corral.config import GpuConfig
 from corral.errors import GpuError
 
 REASON_MAX = 60  # sinfo -R shows the reason in a narrow column
+WARNING_REASON = "GPU health warning:"  # a drain before a degrading GPU fails
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class GpuDevice:
 
 @dataclass(frozen=True)
 class HealthEvent:
-    kind: str  # "xid", "ecc", "lost", "nvml_error"
+    kind: str  # faults: "xid", "ecc", "lost", "nvml_error"; "warning": degrading, not failed
     gpu_index: int  # -1 when not about one GPU
     detail: str  # for "xid": "XID <code>"
 
@@ -53,6 +54,12 @@ class HealthEvent:
             text = f"{gpu} uncorrectable ECC errors"
         elif self.kind == "lost":
             text = f"{gpu} lost"
+        elif self.kind == "warning":
+            text = (
+                f"{WARNING_REASON} {gpu} {self.detail}"
+                if self.gpu_index >= 0
+                else (f"{WARNING_REASON} {self.detail}")
+            )
         elif self.kind == "nvml_error":
             text = f"NVML error: {self.detail}"
             if self.gpu_index >= 0:
@@ -115,22 +122,22 @@ def make_backend(config: GpuConfig, node_name: str, spool_dir: str) -> tuple[Gpu
     if config.backend == "nvml":
         from noded.gpu.nvml import NvmlGpus
 
-        gpus = NvmlGpus()  # raises GpuError naming the cause
+        gpus = NvmlGpus(config.ecc_corrected_warn, config.throttle_warn_polls)  # or GpuError
         return gpus, (
             f"nvml: configured, NVML found {gpus.device_count()} GPUs "
             f"(driver {gpus.driver_version()})"
         )
     if config.backend == "auto":
-        return _auto()
+        return _auto(config)
     return NoGpus(), "none: configured"
 
 
-def _auto() -> tuple[GpuBackend, str]:
+def _auto(config: GpuConfig) -> tuple[GpuBackend, str]:
     # Any failure here means "no usable GPUs", never a noded that will not start.
     try:
         from noded.gpu.nvml import NvmlGpus
 
-        gpus = NvmlGpus()
+        gpus = NvmlGpus(config.ecc_corrected_warn, config.throttle_warn_polls)
     except GpuError as e:
         cause = str(e).removeprefix("NVML unavailable: ")
         return NoGpus(), f"none: gpus = auto and NVML is unavailable: {cause}"

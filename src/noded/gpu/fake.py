@@ -4,7 +4,8 @@ Load and faults come from a JSON state file that tests write, re-read on every c
 
     {"util": {"0": 85.0}, "memory_used_mb": {"0": 1024},
      "events": [{"kind": "xid", "gpu": 3, "code": 79}, {"kind": "ecc", "gpu": 1},
-                {"kind": "nvml_error", "detail": "..."}],
+                {"kind": "nvml_error", "detail": "..."},
+                {"kind": "warning", "gpu": 0, "detail": "correctable ECC +500/poll"}],
      "lost": [2]}
 
 "events" is append-only: each entry is reported once. A missing file means idle GPUs.
@@ -154,6 +155,8 @@ class FakeGpus:
             return HealthEvent("xid", gpu, f"XID {code}")
         if kind == "ecc":
             return HealthEvent("ecc", gpu, str(detail or "uncorrectable ECC errors (injected)"))
+        if kind == "warning":  # a degrading GPU: ECC rising, throttling, a non-fatal XID
+            return HealthEvent("warning", gpu, str(detail or "injected"))
         if kind == "lost":
             self._lost_seen.add(gpu)  # so the "lost" list does not report it again
             return HealthEvent("lost", gpu, str(detail or "fallen off the bus (injected)"))

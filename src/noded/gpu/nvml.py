@@ -17,6 +17,7 @@ import structlog
 
 from corral.errors import GpuError
 from noded.gpu import GpuDevice, GpuSample, HealthEvent, MigDevice
+from noded.gpu.health_warnings import GpuWarnings
 
 log = structlog.get_logger("noded")
 
@@ -119,7 +120,7 @@ class _Gpu:
 class NvmlGpus:
     name = "nvml"
 
-    def __init__(self) -> None:
+    def __init__(self, ecc_corrected_warn: int = 0, throttle_warn_polls: int = 0) -> None:
         nv = _pynvml()
         try:
             nv.nvmlInit()
@@ -129,6 +130,7 @@ class NvmlGpus:
         self._open = True
         self._reported: set[str] = set()  # nvml_error details already reported
         self._suspect_lost: set[int] = set()  # GpuIsLost seen outside poll_health
+        self._warnings = GpuWarnings(nv, ecc_corrected_warn, throttle_warn_polls)
         try:
             self._driver = _text(nv.nvmlSystemGetDriverVersion())
         except nv.NVMLError:
@@ -138,6 +140,7 @@ class NvmlGpus:
             for i in range(int(nv.nvmlDeviceGetCount())):
                 h = nv.nvmlDeviceGetHandleByIndex(i)
                 self._gpus[i] = _Gpu(i, _text(nv.nvmlDeviceGetUUID(h)), h, self._ecc_count(h))
+                self._warnings.start(i, h)
         except nv.NVMLError as e:
             self.close()
             raise to_gpu_error(e) from e
@@ -299,6 +302,7 @@ class NvmlGpus:
             self._poll_lost(out)
             self._poll_events(out)
             self._poll_ecc(out)
+            self._poll_warnings(out)
         except Exception as e:  # a health poll must never take noded down
             log.exception("GPU health poll failed")
             self._error(out, -1, nvml_error_text(e))
@@ -333,10 +337,13 @@ class NvmlGpus:
             kind = int(data.eventType)
             if kind & nv.nvmlEventTypeXidCriticalError:
                 code = int(data.eventData)
-                if code in APPLICATION_XIDS:
+                warning = self._warnings.xid(index, code)
+                if warning is not None:
+                    out.append(warning)
+                elif code in APPLICATION_XIDS:
                     log.info("ignoring application XID", gpu=index, xid=code)
-                    continue
-                out.append(HealthEvent("xid", index, f"XID {code}"))
+                else:
+                    out.append(HealthEvent("xid", index, f"XID {code}"))
             elif kind & nv.nvmlEventTypeDoubleBitEccError:
                 out.append(HealthEvent("ecc", index, "double-bit ECC error"))
 
@@ -360,6 +367,19 @@ class NvmlGpus:
             if n > g.ecc:
                 out.append(HealthEvent("ecc", g.index, f"{n - g.ecc} new uncorrectable ECC errors"))
             g.ecc = n
+
+    def _poll_warnings(self, out: list[HealthEvent]) -> None:
+        nv = self._nv
+        for g in self._gpus.values():
+            if g.lost:
+                continue
+            try:
+                self._warnings.poll(g.index, g.handle, out)
+            except nv.NVMLError as e:
+                if isinstance(e, nv.NVMLError_GpuIsLost):
+                    self._mark_lost(out, g, "GPU is lost")
+                else:
+                    self._error(out, g.index, f"health warning query: {nvml_error_text(e)}")
 
     def _ecc_count(self, h: Any) -> int | None:
         nv = self._nv
