@@ -318,8 +318,8 @@ def test_ignored_options_say_so_and_help_does_not_present_them_as_working(
     cmd = Commands(c, work)
     proc = cmd("sbatch", "-C", "a100", "--wrap", "true")
     assert proc.stderr.splitlines() == [
-        "sbatch: warning: --constraint is ignored: corral's nodes have no features, so the "
-        "job may run on any node of its partition",
+        "sbatch: warning: --constraint is ignored: corral places jobs by no node feature "
+        "but `container` (--container-image), so the job may run on any node of its partition",
     ]
     assert proc.stdout.startswith("Submitted batch job")
     # mail is refused, never silently dropped, on a cluster without [mail] (issue 26)
