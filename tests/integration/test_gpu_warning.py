@@ -15,8 +15,7 @@ import pytest
 from corral.testing import LocalCluster
 from corral.testing.cluster import ClusterFactory
 from tests.conftest import Commands, wait_for
-
-TRAIN = pathlib.Path(__file__).resolve().parents[2] / "examples" / "train-checkpoint.py"
+from tests.integration.test_elastic import TRAIN, steps_log
 
 
 @pytest.fixture
@@ -36,14 +35,6 @@ def make_cluster(tmp_path: pathlib.Path, cluster_factory: ClusterFactory) -> Any
         return c, Commands(c, work)
 
     return make
-
-
-def steps_log(ckpt: pathlib.Path) -> list[dict[str, str]]:
-    try:
-        lines = (ckpt / "steps.log").read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    return [dict(part.split("=", 1) for part in line.split()) for line in lines if line]
 
 
 def inject(cluster: LocalCluster, node: str, events: list[dict[str, Any]]) -> None:
