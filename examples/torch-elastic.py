@@ -26,9 +26,7 @@ import os
 import signal
 import sys
 import time
-
-import torch
-import torch.distributed as dist
+from datetime import timedelta
 
 WANT_STOP = False
 
@@ -36,6 +34,14 @@ WANT_STOP = False
 def _stop(_signum: int, _frame: object) -> None:
     global WANT_STOP
     WANT_STOP = True
+
+
+# first, before torch's seconds of import: a warning that came meanwhile would otherwise
+# kill this rank (SIGUSR1's default) and leave the others waiting for it
+signal.signal(signal.SIGUSR1, _stop)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 
 def save(path: str, state: dict[str, object]) -> None:
@@ -50,13 +56,19 @@ def main() -> int:
     p.add_argument("--global-batch", type=int, default=48)
     p.add_argument("--save-every", type=int, default=5)
     p.add_argument("--step-time", type=float, default=0.1, help="extra seconds per step")
+    p.add_argument(
+        "--timeout", type=float, default=300, help="seconds a rank waits for the others"
+    )
     args = p.parse_args()
 
     cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if cuda else "gloo", init_method="env://")
+    # a rank that never comes (or dies) fails the others after --timeout, not torch's
+    # default 30 minutes: the step fails and the job is requeued or ends, never hangs
+    dist.init_process_group(
+        "nccl" if cuda else "gloo", init_method="env://", timeout=timedelta(seconds=args.timeout)
+    )
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if cuda else "cpu")
-    signal.signal(signal.SIGUSR1, _stop)
 
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 1).to(device)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from client.sacct import cpu_time
+from client.sreport import report_window
 from corral.slurmfmt import format_elapsed, format_timestamp
 from corral.testing import LocalCluster, wait_for
 from corral.testing.cluster import ClusterFactory
@@ -264,8 +265,9 @@ def test_sreport_and_corral_report(cluster: LocalCluster, jobs: dict[str, dict[s
     assert lines[2] == "Usage reported in TRES Seconds"
     assert lines[4] == "Cluster|Account|Login|Proper Name|TRES Name|Used"
     rows = {(r.split("|")[1], r.split("|")[2]): r.split("|") for r in lines[5:]}
-    # sreport's end is now rounded to the hour: the jobs count if they ran before it
-    window_end = _rounded_now()
+    # sreport's end is now rounded to the hour, and a window is at least an hour long (so
+    # just after midnight it is the hour from midnight): the jobs count if they ran before it
+    window_end = report_window(f"{day}", "now+1days", time.time())[1]
     if float(gpu["endTime"]) <= window_end:
         assert int(rows[(account, "root")][5]) >= int(gpu_s)
     elif float(gpu["startTime"]) >= window_end:  # ran in this hour: not reported yet
@@ -284,12 +286,6 @@ def test_sreport_and_corral_report(cluster: LocalCluster, jobs: dict[str, dict[s
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = run(cluster, "sreport", "cluster", "NoSuchReport")
     assert bad.returncode == 1 and "Not valid report NoSuchReport" in bad.stderr
-
-
-def _rounded_now() -> float:
-    from client.sreport import report_window
-
-    return report_window("now-1hours", "now", time.time())[1]
 
 
 def _usage(cluster: LocalCluster, user: str) -> tuple[float, float, float]:

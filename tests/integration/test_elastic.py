@@ -314,6 +314,21 @@ TORCH_PY = os.environ.get("CORRAL_TORCH_PYTHON", "")
 TORCH_JOB = pathlib.Path(__file__).resolve().parents[2] / "examples" / "torch-elastic.sh"
 
 
+def _torch_done(cmd: Any, job_id: str, ckpt: pathlib.Path) -> dict[str, Any]:
+    """The job COMPLETED; if not, what its ranks wrote (pytest shows it with the failure)."""
+    try:
+        done: dict[str, Any] = cmd.wait_state(job_id, "COMPLETED", timeout=180)
+    except AssertionError:
+        print(f"----- job {job_id}: {cmd.job(job_id)}")
+        for path in (cmd.cwd / f"torch-elastic-{job_id}.out", ckpt / "steps.log"):
+            print(f"----- {path}\n{path.read_text() if path.exists() else '(none)'}")
+        raise
+    return done
+
+
+# torch's start-up in each rank and two runs: past the default per-test timeout on a slow
+# machine, within the 120 s + 180 s the test waits
+@pytest.mark.timeout(330)
 @pytest.mark.skipif(not TORCH_PY, reason="set CORRAL_TORCH_PYTHON to a python with torch")
 def test_torch_ddp_resumes_at_world_size_two_after_a_node_dies(make_cluster: Any) -> None:
     cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false")
@@ -330,7 +345,7 @@ def test_torch_ddp_resumes_at_world_size_two_after_a_node_dies(make_cluster: Any
     assert {e["world"] for e in steps_log(ckpt)} == {"3"}
     dead = next(n for n in cluster.node_names if n != job["batchHost"])
     cluster.kill_node(cluster.node_names.index(dead), with_jobs=True)
-    done = cmd.wait_state(job_id, "COMPLETED", timeout=180)
+    done = _torch_done(cmd, job_id, ckpt)
     assert done["restartCount"] == 1 and done["numNodes"] == 2
     log = steps_log(ckpt)
     first = [int(e["step"]) for e in log if e["run"] == "0"]
@@ -343,6 +358,7 @@ def test_torch_ddp_resumes_at_world_size_two_after_a_node_dies(make_cluster: Any
     assert "run 1: world size 2 (was 3)" in out and "done: 40 steps" in out
 
 
+@pytest.mark.timeout(330)
 @pytest.mark.skipif(not TORCH_PY, reason="set CORRAL_TORCH_PYTHON to a python with torch")
 def test_torch_ddp_saves_on_a_drain_and_resumes_at_world_size_two(make_cluster: Any) -> None:
     cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false")
@@ -357,7 +373,7 @@ def test_torch_ddp_saves_on_a_drain_and_resumes_at_world_size_two(make_cluster: 
     wait_for(lambda: len(steps_log(ckpt)) >= 3, 120, "three steps at world size 3")
     drained = next(n for n in cluster.node_names if n != job["batchHost"])
     cmd("scontrol", "update", f"NodeName={drained}", "State=DRAIN", "Reason=ecc")
-    done = cmd.wait_state(job_id, "COMPLETED", timeout=180)
+    done = _torch_done(cmd, job_id, ckpt)
     assert done["restartCount"] == 1 and done["numNodes"] == 2
     log = steps_log(ckpt)
     first = [int(e["step"]) for e in log if e["run"] == "0"]
