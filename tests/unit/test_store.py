@@ -132,6 +132,28 @@ def test_an_empty_database_is_made_at_head_and_matches_the_code(store_url: str) 
         store.close()
 
 
+def test_the_revisions_read_from_the_files_are_alembics() -> None:
+    # ctld reads them without importing alembic: the same chain and head alembic sees
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(migrate._config())
+    assert migrate.head() == script.get_current_head()
+    assert migrate.revisions() == {r.revision: r.down_revision for r in script.walk_revisions()}
+    assert migrate.known(migrate.BASELINE) and not migrate.known("nosuch")
+
+
+def test_a_store_at_head_is_opened_without_importing_alembic(tmp_path: pathlib.Path) -> None:
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    opened(url)  # made at head (alembic runs once, in that process)
+    code = (
+        "import sys; from ctld.store import Store; s = Store(sys.argv[1]); s.open(); s.close();"
+        "print(any(m == 'alembic' or m.startswith('alembic.') for m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
 def opened(url: str) -> None:
     store = Store(url)
     store.open()
