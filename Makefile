@@ -11,6 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/corral launchers  # the Slurm commands as python -IS scripts over pip's
 	touch $@
 
 venv: $(VENV)/.installed

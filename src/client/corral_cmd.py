@@ -13,6 +13,7 @@ corral certs --revoke NAME [--dir DIR]                        revoke a daemon's 
 corral token --user U [--lifetime 7d]                         a JWT for a user (admins)
 corral sim TRACE [--policy P] [--jobs N] [--procs N]          replay an SWF trace
 corral db upgrade|current [-f CONFIG] [--url URL]            migrate the store's schema
+corral launchers [--dir DIR]                                  fast-starting Slurm commands
 """
 
 from __future__ import annotations
@@ -250,6 +251,10 @@ def main_args(argv: list[str]) -> int:
         from client.report import main_args as report
 
         return report(argv[1:])
+    if argv and argv[0] == "launchers":
+        from client.launchers import main_args as launchers
+
+        return launchers(argv[1:])
     p = _Parser(prog=PROG, description="corral operator command")
     p.add_argument("--version", action="version", version=f"corral {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -294,6 +299,7 @@ def main_args(argv: list[str]) -> int:
     sub.add_parser("web-login", help="a one-time URL that signs you in to the web page")
     sub.add_parser("sim", help="replay a workload trace through the scheduler (corral sim -h)")
     sub.add_parser("db", help="the store's schema: corral db upgrade|current [--url URL]")
+    sub.add_parser("launchers", help="the Slurm commands started without site (python -IS)")
     from client.credentials import add_parsers, certs, token
 
     add_parsers(sub)
