@@ -436,6 +436,10 @@ class NodeControllerApi:
         )
 
     async def heartbeat(self, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+        if req.name not in self.cluster.nodes:
+            # a dynamic node a restarted ctld has not met, or one gone from the config:
+            # its registration says which (as the batch answers it)
+            return pb.HeartbeatResponse(reregister=True)
         known = self.cluster.heartbeat(req)
         if known:
             self.cluster.state.live.record(req)
@@ -450,7 +454,7 @@ class NodeControllerApi:
             raise InvalidRequest(f"a heartbeat batch of at most {MAX_BEATS} nodes")
         again: list[str] = []
         for beat in req.beats:
-            if beat.name not in self.cluster.nodes or (await self.heartbeat(beat)).reregister:
+            if (await self.heartbeat(beat)).reregister:
                 again.append(beat.name)
         return pb.HeartbeatBatchResponse(reregister=again)
 

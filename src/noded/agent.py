@@ -22,6 +22,7 @@ from grpc import aio
 from corral import __version__
 from corral.auth import CONTROLLER_CN, tls
 from corral.errors import CorralError
+from corral.rpccodes import TRANSIENT
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from noded import spool
@@ -174,6 +175,7 @@ class ControllerLink:
             log.info("undelivered reports of an earlier noded", node=name, n=len(self.outbox))
             self._outbox_ready.set()
         self.registered = asyncio.Event()
+        self._unreachable = False  # a beat failed and none has been answered since
         self.health: list[pb.NodeHealthEvent] = []  # until a heartbeat carried them
         # usage of what runs here and GPU status, for each heartbeat (noded/live.py)
         self.live: Callable[[], tuple[list[pb.LiveUsage], list[pb.GpuStatus]]] = lambda: ([], [])
@@ -286,6 +288,7 @@ class ControllerLink:
                 )
                 reply = await self.stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
                 self._contacted()
+                self._unreachable = False
                 if reply.reregister:
                     self.registered.clear()
                     continue
@@ -294,14 +297,20 @@ class ControllerLink:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._beat_now.wait(), self.interval)
             except grpc.RpcError as exc:
-                if self.registered.is_set():
+                if not self._unreachable:
                     log.warning(
                         "ctld unreachable",
                         node=self.name,
                         controller=self.addresses[self.current],
                         error=_details(exc),
                     )
-                self.registered.clear()
+                self._unreachable = True
+                if exc.code() not in TRANSIENT:  # refused, not lost: its registration says why
+                    self.registered.clear()
+                # still registered: a ctld that lost this node (restarted, failed over, or
+                # declared it DOWN) says so in its answer to the next beat. Registering
+                # again after every failed beat made an overloaded ctld's load feed itself:
+                # a registration costs it far more than the beat that timed out.
                 if self._move_on():  # every controller tried: wait before the next round
                     await asyncio.sleep(backoff)
                     limit = MAX_BACKOFF_S if len(self.stubs) == 1 else self.interval

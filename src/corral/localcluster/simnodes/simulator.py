@@ -17,6 +17,7 @@ from corral import __version__, hostlist
 from corral.localcluster.simnodes.beats import HeartbeatBatcher
 from corral.localcluster.simnodes.nodes import SimJob, SimNode, gpu_status, resources
 from corral.localcluster.simnodes.script import parse_script
+from corral.rpccodes import TRANSIENT
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 
@@ -279,8 +280,11 @@ class SimulatedNodes:
                 backoff = 0.2
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(node.beat_now.wait(), self.interval)
-            except grpc.RpcError:
-                node.registered = False
+            except grpc.RpcError as exc:
+                # as noded: a lost or late beat is beaten again, ctld's answer says when to
+                # register (only a refusal makes the node register at once)
+                if exc.code() not in TRANSIENT:
+                    node.registered = False
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
 
