@@ -50,9 +50,14 @@ def certs(args: argparse.Namespace) -> int:
         return 0
     nodes = hostlist.expand(args.nodes) if args.nodes else config.node_names
     hosts = [c.host for c in config.controller.controllers] + list(args.controller_host or [])
-    names = create_cluster_certs(directory, config.cluster_name, nodes, hosts)
-    print(f"corral: certificates in {directory}: ca.crt (CA), {', '.join(names)}")
-    print("copy ca.crt and each daemon's NAME.crt/NAME.key to its host; keep ca.key here")
+    issued, kept = create_cluster_certs(
+        directory, config.cluster_name, nodes, hosts, renew=args.renew
+    )
+    print(f"corral: certificates in {directory}: ca.crt (CA), {', '.join(issued) or 'none new'}")
+    if kept:
+        print(f"kept (valid, naming what was asked; --renew replaces them): {', '.join(kept)}")
+    if issued:
+        print("copy ca.crt and each new NAME.crt/NAME.key to its host; keep ca.key here")
     return 0
 
 
@@ -77,6 +82,11 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     c.add_argument("--dir", default="", help="where (default tls.dir, else /etc/corral/tls)")
     c.add_argument("--nodes", default="", help="hostlist (default: every node of the config)")
     c.add_argument("--controller-host", action="append", help="another name or IP of ctld")
+    c.add_argument(
+        "--renew",
+        action="store_true",
+        help="issue every asked certificate anew (default: keep the valid ones)",
+    )
     c.add_argument(
         "--revoke",
         action="append",

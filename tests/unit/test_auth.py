@@ -223,6 +223,47 @@ def test_corral_certs_makes_a_ca_and_one_certificate_per_daemon(tmp_path: pathli
     assert f"{cert.serial_number:x} gpu02" in (out / "revoked").read_text()
 
 
+def test_corral_certs_again_keeps_what_is_valid_and_issues_what_is_asked(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from client.corral_cmd import main_args
+
+    conf = tmp_path / "corral.toml"
+    conf.write_text(
+        'cluster_name = "lab"\n[controller]\nhost = "10.0.0.1"\n[[nodes]]\nnames = "gpu[01-02]"\n'
+    )
+    out = tmp_path / "tls"
+    base = ["certs", "-f", str(conf), "--dir", str(out)]
+    assert main_args(base) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    # a node added later: only its certificate is new; the running ctld's key stays
+    assert main_args([*base, "--nodes", "gpu03"]) == 0
+    printed = capsys.readouterr().out
+    assert "ca.crt (CA), gpu03" in printed and "kept (valid" in printed and "ctld" in printed
+    after = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert {n for n in after if after[n] != before.get(n)} == {"gpu03.crt", "gpu03.key"}
+    # ctld asked for under another address: that one is issued again (it must name it)
+    assert main_args([*base, "--nodes", "gpu03", "--controller-host", "10.0.0.9"]) == 0
+    changed = {p.name for p in out.iterdir() if p.read_bytes() != after.get(p.name)}
+    assert changed == {"ctld.crt", "ctld.key"}
+    # --renew: everything asked anew, the CA kept
+    now = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert main_args([*base, "--renew"]) == 0
+    changed = {p.name for p in out.iterdir() if p.read_bytes() != now.get(p.name)}
+    assert changed == {f"{n}.{e}" for n in ("ctld", "gpu01", "gpu02") for e in ("crt", "key")}
+    # a revoked one is issued anew
+    assert main_args([*base, "--revoke", "gpu02"]) == 0
+    capsys.readouterr()
+    assert main_args([*base, "--nodes", "gpu02"]) == 0
+    assert "ca.crt (CA), gpu02" in capsys.readouterr().out
+    # a certificate of another CA (ca.crt made anew) is not kept
+    for name in ("ca.crt", "ca.key"):
+        (out / name).unlink()
+    assert main_args([*base, "--nodes", "gpu01"]) == 0
+    assert "ca.crt (CA), ctld, gpu01" in capsys.readouterr().out
+
+
 def test_token_lifetimes() -> None:
     from client.credentials import parse_lifetime
     from corral.errors import InvalidOption

@@ -146,16 +146,61 @@ def issue(directory: str, name: str, hosts: Iterable[str] = ()) -> None:
 
 
 def create_cluster_certs(
-    directory: str, cluster: str, nodes: Iterable[str], controller_hosts: Iterable[str] = ()
-) -> list[str]:
-    """CA (if missing), ctld's certificate and one per node; returns the names issued."""
+    directory: str,
+    cluster: str,
+    nodes: Iterable[str],
+    controller_hosts: Iterable[str] = (),
+    *,
+    renew: bool = False,
+) -> tuple[list[str], list[str]]:
+    """CA (if missing), ctld's certificate and one per node: (issued, kept). A daemon's
+    certificate that is there, from this CA, and names every host asked for is kept
+    unless ``renew``: adding a node must not replace the running ctld's key."""
     create_ca(directory, cluster)
-    issue(directory, CONTROLLER_CN, controller_hosts)
-    names = [CONTROLLER_CN]
-    for node in nodes:
-        issue(directory, node)
-        names.append(node)
-    return names
+    issued, kept = [], []
+    wanted = [(CONTROLLER_CN, list(controller_hosts))] + [(n, []) for n in nodes]
+    for name, hosts in wanted:
+        if not renew and _covers(directory, name, hosts):
+            kept.append(name)
+        else:
+            issue(directory, name, hosts)
+            issued.append(name)
+    return issued, kept
+
+
+def _covers(directory: str, name: str, hosts: Iterable[str]) -> bool:
+    """``name``'s certificate and key are there, signed by this CA, not revoked, valid
+    for another 30 days, with ``name`` and every one of ``hosts`` among its names."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature
+
+    try:
+        pem = _read(directory, f"{name}.crt")
+        if Revocations(directory).revoked(pem):
+            return False
+        cert = x509.load_pem_x509_certificate(pem)
+        ca = x509.load_pem_x509_certificate(_read(directory, "ca.crt"))
+        if not os.path.exists(os.path.join(directory, f"{name}.key")):
+            return False
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        cert.verify_directly_issued_by(ca)  # a CA made anew since: issue again
+    except (ConfigError, ValueError, TypeError, x509.ExtensionNotFound, InvalidSignature):
+        return False
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=30)
+    if cert.not_valid_after_utc < soon:
+        return False
+    names = set(sans.get_values_for_type(x509.DNSName))
+    addresses = {str(a) for a in sans.get_values_for_type(x509.IPAddress)}
+    for host in [name, *hosts]:
+        try:
+            if str(ipaddress.ip_address(host)) not in addresses:
+                return False
+        except ValueError:
+            if host not in names:
+                return False
+    return True
 
 
 def serial_of(pem: bytes) -> int:
