@@ -36,10 +36,10 @@ from google.protobuf.message import Message
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld import nodestate as ns
-from ctld.nodes import NodeRecord
+from ctld.nodes import POWER_ON, NodeRecord
 from ctld.pending import settle
 from ctld.state import State
-from ctld.store import NodeDrain, Op, insert_job, update_job
+from ctld.store import NodeDrain, NodePower, Op, insert_job, update_job
 
 if TYPE_CHECKING:
     from ctld.outbox import Outbox
@@ -178,10 +178,12 @@ class Change:
         uid: int = 0,
         **registration: Any,
     ) -> None:
-        """Apply nodestate ``event`` to ``node``; a drain, an operator's DOWN and their ends
-        are persisted with this change (node_drains, node_downs), with their cause."""
+        """Apply nodestate ``event`` to ``node``; a drain, an operator's DOWN, a power
+        state and their ends are persisted with this change (node_drains, node_downs,
+        node_power), with their cause."""
         when = self.state.clock() if now is None else now
         was_admin_down = node.admin_down
+        power_was = (node.power, node.power_since, node.power_down_pending)
         ns.transition(
             node,
             event,
@@ -202,6 +204,21 @@ class Change:
             self._ops.append(Op(downs_put=[row]))
         elif event == "resumed" and was_admin_down:
             self._ops.append(Op(downs_delete=[node.name]))
+        if (node.power, node.power_since, node.power_down_pending) != power_was:
+            # a cloud node's row stays while it is on: a restarted ctld must not take the
+            # config's "off" for it
+            if node.power == POWER_ON and not node.power_down_pending and not node.config.cloud:
+                self._ops.append(Op(power_delete=[node.name]))
+            else:
+                power = NodePower(
+                    node.name,
+                    node.power,
+                    node.power_since,
+                    node.power_down_pending,
+                    node.powered_down_s,
+                    cause,
+                )
+                self._ops.append(Op(power_put=[power]))
 
     # ------------------------------------------------------------ other rows, signals
 

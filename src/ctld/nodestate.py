@@ -43,7 +43,7 @@ from ctld.nodes import (
     NodeEvent,
     NodeRecord,
 )
-from ctld.store_rows import NodeDrain
+from ctld.store_rows import NodeDrain, NodePower
 
 NOT_RESPONDING = "Not responding"
 IDLE_ON_SUSPEND = "idle_on_node_suspend"  # powered_down's reason: clear DRAIN and DOWN
@@ -119,6 +119,28 @@ def transition(
     if (node.reason, node.reason_time) != had:  # what ``corral why NODE`` shows with it
         node.reason_change = node.last if node.reason else None
     return node.last
+
+
+# the event that leaves a node in each power state (what a restored one last did)
+_POWER_EVENTS: dict[int, str] = {
+    POWERED_DOWN: "powered_down",
+    POWERING_UP: "powering_up",
+    POWERING_DOWN: "powering_down",
+}
+
+
+def restore_power(node: NodeRecord, row: NodePower) -> None:
+    """A power state read back from the store as a ctld starts. Powered down stays so
+    (never judged silent: the heartbeat monitor leaves nodes not on to power saving);
+    powering up or down keeps its start, so resume_timeout and suspend_timeout run on
+    from when they began; the energy counted so far is kept."""
+    if row.power not in (POWER_ON, POWERED_DOWN, POWERING_UP, POWERING_DOWN):
+        raise InvalidTransition(f"node {node.name}: no power state {row.power} to restore")
+    node.power, node.power_since = row.power, row.since
+    node.power_down_pending = row.pending
+    node.powered_down_s = row.powered_down_s
+    event = _POWER_EVENTS[row.power] if row.power != POWER_ON else "power_down_asked"
+    node.last = NodeEvent(event, row.cause, row.since, "kept across a ctld restart")
 
 
 def restore(node: NodeRecord, event: str, row: NodeDrain, user: str) -> None:

@@ -133,6 +133,9 @@ class State:
             for row in rows:
                 if (node := self.nodes.get(row.name)) is not None:
                     nodestate.restore(node, event, row, user_name(row.reason_uid))
+        for power in self.store.load_power():  # powered down stays so (not judged silent)
+            if (node := self.nodes.get(power.name)) is not None:
+                nodestate.restore_power(node, power)
         horizon = now - 10 * self.config.priority.decay_half_life_s  # older adds < 0.1%
         for job in sorted(self.store.finished_since(horizon), key=lambda j: j.end_time):
             self.acct.ledger.add_finished(job)

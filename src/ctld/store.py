@@ -43,6 +43,7 @@ from ctld import migrate
 from ctld.store_queries import StoreQueries, describe, is_trouble
 from ctld.store_rows import (
     NodeDrain,
+    NodePower,
     Op,
     apply_ops,
     insert_job,
@@ -54,7 +55,7 @@ from ctld.store_rows import (
 log = structlog.get_logger("ctld")
 
 # what other modules take from here (the rows live in store_rows)
-__all__ = ["NodeDrain", "Op", "Store", "insert_job", "jobs", "metadata", "update_job"]
+__all__ = ["NodeDrain", "NodePower", "Op", "Store", "insert_job", "jobs", "metadata", "update_job"]
 
 MAX_BATCH = 2048  # commit requests per transaction
 PROBE_INTERVAL_S = 0.5  # how often a down store retries its database

@@ -21,12 +21,14 @@ from ctld.archive import archive_jobs
 from ctld.jsonmap import message_to_json
 from ctld.store_rows import (
     NodeDrain,
+    NodePower,
     accounting,
     job_events,
     job_runs,
     jobs,
     node_downs,
     node_drains,
+    node_power,
     reservations,
 )
 
@@ -115,6 +117,15 @@ class StoreQueries:
         with self._reading() as conn:
             rows = conn.execute(sa.select(node_downs).order_by(node_downs.c.name))
             return [NodeDrain(r.name, r.reason, r.reason_time, r.reason_uid, r.cause) for r in rows]
+
+    def load_power(self) -> list[NodePower]:
+        """Nodes not simply on: powered down, powering up or down, or a power down asked."""
+        with self._reading() as conn:
+            rows = conn.execute(sa.select(node_power).order_by(node_power.c.name))
+            return [
+                NodePower(r.name, r.power, r.since, bool(r.pending), r.powered_down_s, r.cause)
+                for r in rows
+            ]
 
     def load_accounting(self) -> list[tuple[str, str, str]]:
         """sacctmgr's records: (kind, name, JSON), in kind and name order."""

@@ -8,6 +8,7 @@ few ``executemany`` statements. The schema here is the code's; Alembic's migrati
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,6 +99,19 @@ node_downs = sa.Table(
     sa.Column("cause", sa.Text, nullable=False, server_default=""),  # nodestate's
 )
 
+# Power saving: a node not simply on (powered down, powering up or down, "!" asked) keeps
+# that across a ctld restart, which would otherwise judge a powered-down node silent.
+node_power = sa.Table(
+    "node_power",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("power", sa.Integer, nullable=False),  # pb.NodePower
+    sa.Column("since", sa.Float, nullable=False),
+    sa.Column("pending", sa.Boolean, nullable=False),  # a power down asked ("!")
+    sa.Column("powered_down_s", sa.Float, nullable=False),  # before ``since`` (energy)
+    sa.Column("cause", sa.Text, nullable=False, server_default=""),
+)
+
 # sacctmgr's records (accounts, users, associations, QOS), each a JSON document keyed by
 # its kind and name (an association's name is "account/user", "account/" for the
 # account's own); ctld/accounting.py reads and writes them.
@@ -130,6 +144,8 @@ class Op:
     drains_delete: list[str] = field(default_factory=list)
     downs_put: list[NodeDrain] = field(default_factory=list)  # an operator's State=DOWN
     downs_delete: list[str] = field(default_factory=list)
+    power_put: list[NodePower] = field(default_factory=list)
+    power_delete: list[str] = field(default_factory=list)  # back to plainly on
     runs: list[dict[str, Any]] = field(default_factory=list)  # job_runs rows
     accounting_put: list[tuple[str, str, str]] = field(default_factory=list)  # kind, name, JSON
     accounting_delete: list[tuple[str, str]] = field(default_factory=list)  # kind, name
@@ -142,6 +158,16 @@ class NodeDrain:
     reason_time: float
     reason_uid: int
     cause: str = ""  # the change's cause (ctld/nodestate.py): scontrol's, a fault's
+
+
+@dataclass(frozen=True)
+class NodePower:
+    name: str
+    power: int  # pb.NodePower
+    since: float
+    pending: bool
+    powered_down_s: float
+    cause: str = ""
 
 
 def _job_row(job: pb.Job, held: bytes | None = None) -> dict[str, Any]:
@@ -258,6 +284,10 @@ def apply_ops(conn: Connection, ops: Iterable[Op]) -> None:
             conn.execute(node_downs.delete().where(node_downs.c.name == name))
         for down in op.downs_put:
             conn.execute(node_downs.insert(), _drain_row(down))
+        for name in [*op.power_delete, *(p.name for p in op.power_put)]:
+            conn.execute(node_power.delete().where(node_power.c.name == name))
+        for power in op.power_put:
+            conn.execute(node_power.insert(), dataclasses.asdict(power))
         for kind, name in [*op.accounting_delete, *((k, n) for k, n, _ in op.accounting_put)]:
             conn.execute(
                 accounting.delete().where(accounting.c.kind == kind, accounting.c.name == name)

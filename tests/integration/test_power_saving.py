@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -167,3 +168,23 @@ def test_a_node_that_never_registers_goes_down_and_the_job_runs_on_another(
     reasons = cmd("sinfo", "-R", "-h", "-o", "%n|%E").stdout
     assert "cloud1|ResumeTimeout reached" in reasons
     assert sinfo_states(cmd)["cloud1"] == "down~"
+
+
+def test_powered_down_nodes_stay_so_across_a_ctld_restart(
+    factory: ClusterFactory, tmp_path: pathlib.Path
+) -> None:
+    c, cmd = make(factory, tmp_path)
+    cmd("scontrol", "power", "down", "node01")  # an ordinary node, powered down by hand
+    wait_for(lambda: "suspend node01" in power_log(c), 20, "the suspend program")
+    wait_for(lambda: sinfo_states(cmd)["node01"] == "idle~", 30, "node01 to show idle~")
+    c.stop_process("ctld")
+    c.start_ctld()
+    # past the heartbeat timeout: a node that is off is not judged silent (never down~)
+    deadline = time.monotonic() + c.heartbeat_timeout_s + 3
+    while time.monotonic() < deadline:
+        assert sinfo_states(cmd) == {"node01": "idle~", "cloud1": "idle~", "cloud2": "idle~"}
+        time.sleep(0.5)  # a bounded watch that nothing changes, not a synchronisation
+    assert "POWERED_DOWN" in cmd("scontrol", "show", "node", "node01").stdout
+    # and power saving goes on: a cloud job boots its node as before the restart
+    job = cmd("sbatch", "--parsable", "-p", "cloud", "--wrap", "hostname").stdout.strip()
+    assert c.wait_state(job, "COMPLETED", timeout=60)["batchHost"] in CLOUD
