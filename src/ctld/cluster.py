@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 import structlog
 
@@ -371,8 +371,8 @@ class Cluster:
     def share_rows(self, accounts: Iterable[str], users: Iterable[str]) -> list[pb.ShareRow]:
         return self.queries.share_rows(accounts, users)
 
-    def node_list(self, names: Iterable[str]) -> list[pb.Node]:
-        return self.queries.node_list(names)
+    def node_list(self, names: Iterable[str], only: Collection[str] | None = None) -> list[pb.Node]:
+        return self.queries.node_list(names, only)
 
     def partition_list(self, names: Iterable[str]) -> list[pb.Partition]:
         return self.queries.partition_list(names)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 from corral.config import NodeConfig
 from corral.gres import gpu_type_from_model
@@ -185,37 +187,44 @@ class NodeRecord:
         """GPUs given whole or shared."""
         return len(self.alloc_gpus | set(self.alloc_shards))
 
-    def to_wire(self) -> pb.Node:
-        return pb.Node(
-            name=self.name,
-            address=self.address,
-            state=self.state,  # type: ignore[arg-type]
-            reason=self.reason,
-            resources=self.resources,
-            alloc_cpus=self.alloc_cpus,
-            alloc_mem_mb=self.alloc_mem_mb,
-            alloc_gpus=self.gpus_in_use(),
-            shards_per_gpu=self.config.gpus.shards_per_gpu,
-            alloc_shards=sum(self.alloc_shards.values()),
-            partitions=self.partitions,
-            last_heartbeat=self.last_heartbeat,
-            boot_time=self.boot_time,
-            version=self.version,
-            os=self.os,
-            reason_time=self.reason_time,
-            job_ids=sorted(self.job_ids),
-            gpu_type=self.gpu_type,
-            reason_user=self.reason_user or ("root" if self.reason else ""),
-            reason_uid=self.reason_uid,
-            not_responding=self.late
-            or (self.down and not self.admin_down)
-            or (self.registered and not self.responding),
-            last_change=self.last.to_wire() if self.last is not None else None,
-            reason_change=(
-                self.reason_change.to_wire() if self.reason_change is not None else None
-            ),
-            power=self.power,  # type: ignore[arg-type]
-            power_down_pending=self.power_down_pending,
-            cloud=self.config.cloud,
-            dynamic=self.dynamic,
-        )
+    def to_wire(self, only: Collection[str] | None = None) -> pb.Node:
+        """The node as GetNodes answers it; ``only``: just these fields (a field mask's
+        top-level names), each computed only if asked: at 12,500 nodes a whole record
+        each was most of a masked GetNodes."""
+        if only is None:
+            return pb.Node(**{name: get(self) for name, get in _WIRE.items()})
+        return pb.Node(**{name: _WIRE[name](self) for name in only if name in _WIRE})
+
+
+# each field of a pb.Node ctld makes from a NodeRecord, and how
+_WIRE: dict[str, Callable[[NodeRecord], Any]] = {
+    "name": lambda n: n.name,
+    "address": lambda n: n.address,
+    "state": lambda n: n.state,
+    "reason": lambda n: n.reason,
+    "resources": lambda n: n.resources,
+    "alloc_cpus": lambda n: n.alloc_cpus,
+    "alloc_mem_mb": lambda n: n.alloc_mem_mb,
+    "alloc_gpus": lambda n: n.gpus_in_use(),
+    "shards_per_gpu": lambda n: n.config.gpus.shards_per_gpu,
+    "alloc_shards": lambda n: sum(n.alloc_shards.values()),
+    "partitions": lambda n: n.partitions,
+    "last_heartbeat": lambda n: n.last_heartbeat,
+    "boot_time": lambda n: n.boot_time,
+    "version": lambda n: n.version,
+    "os": lambda n: n.os,
+    "reason_time": lambda n: n.reason_time,
+    "job_ids": lambda n: sorted(n.job_ids),
+    "gpu_type": lambda n: n.gpu_type,
+    "reason_user": lambda n: n.reason_user or ("root" if n.reason else ""),
+    "reason_uid": lambda n: n.reason_uid,
+    "not_responding": lambda n: (
+        n.late or (n.down and not n.admin_down) or (n.registered and not n.responding)
+    ),
+    "last_change": lambda n: n.last.to_wire() if n.last is not None else None,
+    "reason_change": lambda n: n.reason_change.to_wire() if n.reason_change is not None else None,
+    "power": lambda n: n.power,
+    "power_down_pending": lambda n: n.power_down_pending,
+    "cloud": lambda n: n.config.cloud,
+    "dynamic": lambda n: n.dynamic,
+}

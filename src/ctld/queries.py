@@ -8,7 +8,7 @@ Nothing here changes a job, a node or the store (a snapshot built for ``why`` or
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from corral import hostlist
 from corral.errors import InvalidJobId, InvalidRequest
@@ -176,29 +176,38 @@ class Queries:
             )
         return out
 
-    def node_list(self, names: Iterable[str]) -> list[pb.Node]:
+    def node_list(self, names: Iterable[str], only: Collection[str] | None = None) -> list[pb.Node]:
+        """GetNodes' nodes (of ``names``' hostlists, or all); ``only``: just these
+        top-level fields (a field mask's), the rest neither made nor computed."""
         st = self.state
         wanted = list(names)
         if wanted:
-            expanded = [n for expr in wanted for n in hostlist.expand(expr)]
-            out = [st.node(n).to_wire() for n in expanded]
+            records = [st.node(n) for expr in wanted for n in hostlist.expand(expr)]
         else:
-            out = [n.to_wire() for n in st.nodes.values()]
+            records = list(st.nodes.values())
+        out = [r.to_wire(only) for r in records]
+
+        def asked(*fields: str) -> bool:
+            return only is None or any(f in only for f in fields)
+
         now = st.clock()
-        for wire in out:  # what power saving saved so far (ctld/power_energy.py)
-            figures = power_energy.node_figures(st.nodes[wire.name], st.config.power, now)
-            wire.powered_down_s, wire.energy_saved_j = figures
+        if asked("powered_down_s", "energy_saved_j"):
+            for record, wire in zip(records, out, strict=True):  # ctld/power_energy.py
+                figures = power_energy.node_figures(record, st.config.power, now)
+                wire.powered_down_s, wire.energy_saved_j = figures
         active: dict[str, pb.Reservation] = {}
-        for resv in st.reservations.by_name.values():
-            if resv.start_time <= now < resv.end_time:
-                for name in hostlist.expand(resv.nodes):
-                    active.setdefault(name, resv)
-        spares = spare_nodes(st)
-        for node in out:
-            holder = active.get(node.name)
+        if asked("reservation", "maint"):
+            for resv in st.reservations.by_name.values():
+                if resv.start_time <= now < resv.end_time:
+                    for name in hostlist.expand(resv.nodes):
+                        active.setdefault(name, resv)
+        spares = spare_nodes(st) if asked("spare") else set()
+        for record, wire in zip(records, out, strict=True):
+            holder = active.get(record.name)
             if holder is not None:
-                node.reservation, node.maint = holder.name, "MAINT" in holder.flags
-            node.spare = node.name in spares
+                wire.reservation, wire.maint = holder.name, "MAINT" in holder.flags
+            if record.name in spares:
+                wire.spare = True
         return out
 
     def partition_list(self, names: Iterable[str]) -> list[pb.Partition]:

@@ -98,8 +98,8 @@ class ControllerApi:
         if method in _CHANGES:
             self.cluster.store.check_writable()
         mask = fieldmask.of_request(method, request)
-        if mask is not None:  # answered whole, then each job or node masked
-            resp = await handler(fieldmask.unmasked(request), who)
+        if mask is not None:  # answered whole (nodes: their masked fields), then masked
+            resp = await handler(fieldmask.for_handler(method, request), who)
             return fieldmask.apply_to(method, mask, resp)
         return await handler(request, who)
 
@@ -119,7 +119,7 @@ class ControllerApi:
             self.cluster.store.check_writable()
         if mask is None:
             return _dumps(message_to_json(await handler(request, who)))
-        resp = await handler(fieldmask.unmasked(request), who)
+        resp = await handler(fieldmask.for_handler(method, request), who)
         skip = mask.skip(_NO_SKIP)  # the fields outside the mask, skipped as encoded
         if skip is None:
             return _dumps(message_to_json(fieldmask.apply_to(method, mask, resp)))
@@ -242,8 +242,9 @@ class ControllerApi:
         return resp
 
     async def get_nodes(self, req: pb.GetNodesRequest, who: Identity) -> pb.GetNodesResponse:
+        only = fieldmask.top_level(req.fields)  # checked by the transport before this
         return pb.GetNodesResponse(
-            nodes=self.cluster.node_list(req.names), now=self.cluster.clock()
+            nodes=self.cluster.node_list(req.names, only), now=self.cluster.clock()
         )
 
     async def get_partitions(
