@@ -95,7 +95,7 @@ class NodeReports:
         await self.node_faults(node, req.health)
         async with Change(st, self.outbox) as ch:  # a restart srun saw coming
             self.suspects.registered(ch, node, req.instance, set(req.running_job_ids))
-        await self._reconcile(node, set(req.running_job_ids))
+        await self._reconcile(node, set(req.running_job_ids), now)
         self._stop_again(node, set(req.running_job_ids))
         # fencing: what it runs beyond what it may keep is killed before it gets work
         fencing = bool(set(req.running_job_ids) - set(self.jobs_kept_by(node.name)))
@@ -114,13 +114,15 @@ class NodeReports:
         jobs = [st.jobs[i] for i in sorted(node.job_ids) if i in st.jobs] if node else []
         return failures.keep_for(name, jobs)
 
-    async def _reconcile(self, node: NodeRecord, running: set[int]) -> None:
+    async def _reconcile(self, node: NodeRecord, running: set[int], since: float) -> None:
         """Settle jobs ctld places on ``node`` that the node, registering, does not run.
 
         With the node's unreported updates already applied, such a job never reached the
         node (ctld died between committing RUNNING and dispatching it) or the node lost
         it (noded restarted). A launch still in flight is not missing: the node's list
-        was taken before it arrived.
+        was taken before it arrived; nor is a job started after ``since`` (the
+        registration): a pass that ran while the registration awaited its commit placed
+        it there.
         """
         st = self.state
         cause = f"node:{node.name} registered without it"
@@ -135,6 +137,7 @@ class NodeReports:
                     or job.batch_host != node.name
                     or job.job_id in running
                     or job.job_id in st.index.launching
+                    or job.start_time > since
                     or job.spec.allocation_only  # no batch step on any node
                     or job.HasField("held_end")  # it ended here: its end waits (suspects)
                 ):

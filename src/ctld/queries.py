@@ -192,7 +192,8 @@ class Queries:
 
         now = st.clock()
         if asked("powered_down_s", "energy_saved_j"):
-            for record, wire in zip(records, out, strict=True):  # ctld/power_energy.py
+            for i, record in enumerate(records):  # what it saved (ctld/power_energy.py)
+                wire = out[i]  # the new message made from it
                 figures = power_energy.node_figures(record, st.config.power, now)
                 wire.powered_down_s, wire.energy_saved_j = figures
         active: dict[str, pb.Reservation] = {}
@@ -202,7 +203,8 @@ class Queries:
                     for name in hostlist.expand(resv.nodes):
                         active.setdefault(name, resv)
         spares = spare_nodes(st) if asked("spare") else set()
-        for record, wire in zip(records, out, strict=True):
+        for i, record in enumerate(records):
+            wire = out[i]
             holder = active.get(record.name)
             if holder is not None:
                 wire.reservation, wire.maint = holder.name, "MAINT" in holder.flags
