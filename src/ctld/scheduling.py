@@ -422,7 +422,10 @@ class Scheduler:
 
     async def _launch(self, job: pb.Job) -> None:
         st = self.state
-        node = st.nodes[job.batch_host]
+        node = st.nodes.get(job.batch_host)
+        if node is None or job.state != js.RUNNING:  # requeued or ended before its turn
+            st.index.launching.discard(job.job_id)
+            return
         request = pb.LaunchJobRequest(
             job=st.whole(job),  # with its script and environment (ctld/records.py)
             cluster=st.config.cluster_name,
