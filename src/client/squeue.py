@@ -10,6 +10,7 @@ import os
 import sys
 
 from client.common import client, run
+from client.fieldmasks import SQUEUE_STEPS, chosen, squeue_fields
 from client.fmt import (
     Reported,
     Spec,
@@ -29,6 +30,7 @@ from client.fmt import (
 from client.options import COUNT, FLAG, Option, OptionParser, parse_command
 from client.squeue_columns import COLUMNS, LONG_COLUMNS, Row, long_format, sort_rows, time_limit
 from client.views.job import Job
+from corral.errors import InvalidOption
 from corral.slurmfmt import format_duration
 
 TYPE_CHECKING = False
@@ -220,8 +222,24 @@ def main_body(argv: Sequence[str]) -> int:
         return 0
     api = client()
     flt, states = build_filter(opts, api.identity.user)
+    long = bool(opts.get("long"))
+    fmt: str | list[Spec] = opts.get("format") or os.environ.get("SQUEUE_FORMAT") or ""
+    if not opts.get("format") and (opts.get("long_format") or os.environ.get("SQUEUE_FORMAT2")):
+        fmt = long_format(opts.get("long_format") or os.environ.get("SQUEUE_FORMAT2", ""))
+    default = START_FORMAT if opts.get("start") else LONG_FORMAT if long else DEFAULT_FORMAT
+    fmt = fmt or default
+    default_sort = "S" if opts.get("start") else DEFAULT_SORT
+    sort = opts.get("sort") or os.environ.get("SQUEUE_SORT") or default_sort
+    request: t.GetJobsRequest = {"filter": flt}
+    fields = chosen(
+        list(SQUEUE_STEPS)
+        if opts.get("steps")
+        else squeue_fields(format_keys(fmt), sort, nodelist=bool(opts.get("nodelist")))
+    )
+    if fields:
+        request["fields"] = fields
     try:
-        reply = call(lambda: api.get_jobs({"filter": flt}), "slurm_load_jobs error")
+        reply = call(lambda: api.get_jobs(request), "slurm_load_jobs error")
     except Reported as exc:
         sys.stderr.write(exc.message + "\n")
         return 1
@@ -230,24 +248,30 @@ def main_body(argv: Sequence[str]) -> int:
     if opts.get("steps"):
         sys.stdout.write(format_steps(reply, header=not opts.get("noheader")))
         return 0
-    long = bool(opts.get("long"))
-    fmt: str | list[Spec] = opts.get("format") or os.environ.get("SQUEUE_FORMAT") or ""
-    if not opts.get("format") and (opts.get("long_format") or os.environ.get("SQUEUE_FORMAT2")):
-        fmt = long_format(opts.get("long_format") or os.environ.get("SQUEUE_FORMAT2", ""))
-    default = START_FORMAT if opts.get("start") else LONG_FORMAT if long else DEFAULT_FORMAT
-    default_sort = "S" if opts.get("start") else DEFAULT_SORT
     sys.stdout.write(
         format_jobs(
             reply,
-            fmt or default,
+            fmt,
             header=not opts.get("noheader"),
             states=states,
-            sort=opts.get("sort") or os.environ.get("SQUEUE_SORT") or default_sort,
+            sort=sort,
             long_date=long,
             expand_arrays=bool(opts.get("array")),
         )
     )
     return 0
+
+
+def format_keys(fmt: str | list[Spec]) -> list[str]:
+    """The column keys ``fmt`` prints (its field mask's), none for a format that does
+    not parse (format_jobs reports it, after the call as before)."""
+    if isinstance(fmt, list):
+        return [s.letter for s in fmt]
+    try:
+        text = all_letters(COLUMNS) if fmt.lower() == "%all" else fmt
+        return [s.letter for s in parse_format(text)[1]]
+    except InvalidOption:
+        return ["?"]  # no such column: no mask
 
 
 def main() -> None:
