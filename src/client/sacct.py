@@ -79,8 +79,9 @@ def format_accounting(
     fields = parse_acct_fields(field_spec)
     now = float(reply.get("now") or 0)
     rows: list[list[str]] = []
+    names = [f.name for f in fields]
     for job in map(Job, reply.get("jobs", [])):
-        values = [job_values(job, now)]
+        values = [job_values(job, now, names)]
         if steps and started(job) and not job.spec.allocation_only:
             values.append(step_values(job, now))
         if steps:
