@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
     from typing import Any
 
+    from corral.api import Controller
     from corral.wire import json_types as t
 
 __all__ = ["ACTIVE_STATES", "Row", "build_filter", "format_jobs", "long_format", "main"]
@@ -47,6 +48,7 @@ PROG = "squeue"
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
 START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %.20Y %R"  # squeue --start
+PAGE = 5000  # jobs per GetJobs call
 DEFAULT_SORT = "P,t,-p"  # partition, state, priority (highest first)
 #: What squeue lists when no -t is given, as Slurm.
 ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT"})
@@ -239,7 +241,7 @@ def main_body(argv: Sequence[str]) -> int:
     if fields:
         request["fields"] = fields
     try:
-        reply = call(lambda: api.get_jobs(request), "slurm_load_jobs error")
+        reply = call(lambda: fetch_pages(api, request), "slurm_load_jobs error")
     except Reported as exc:
         sys.stderr.write(exc.message + "\n")
         return 1
@@ -260,6 +262,21 @@ def main_body(argv: Sequence[str]) -> int:
         )
     )
     return 0
+
+
+def fetch_pages(api: Controller, request: t.GetJobsRequest) -> t.GetJobsResponse:
+    """Every job, ``PAGE`` a call (``CORRAL_SQUEUE_PAGE`` overrides), so ctld answers
+    each call in bounded time at any depth; the rows are sorted once all are in (as
+    Slurm's squeue sorts them), so nothing prints before the last page."""
+    page = int(os.environ.get("CORRAL_SQUEUE_PAGE") or PAGE)
+    request["limit"] = page
+    reply = api.get_jobs(request)
+    jobs = last = list(reply.get("jobs", []))
+    while len(last) >= page:
+        request["afterJobId"] = str(Job(last[-1]).job_id)
+        last = list(api.get_jobs(request).get("jobs", []))
+        jobs.extend(last)
+    return {**reply, "jobs": jobs}
 
 
 def format_keys(fmt: str | list[Spec]) -> list[str]:

@@ -147,6 +147,24 @@ def test_sinfo_prints_the_same_with_the_mask(cluster: LocalCluster, args: list[s
     same_with_and_without(cluster, "sinfo", *args)
 
 
+@pytest.mark.parametrize("page", ["1", "2", "5000"])
+def test_squeue_paged_prints_what_one_answer_prints(cluster: LocalCluster, page: str) -> None:
+    args = ["squeue", "-t", "all", "-r", "-o", "%i %j %T %R"]
+    paged = out(cluster, *args, env={"CORRAL_SQUEUE_PAGE": page})
+    assert paged == out(cluster, *args, env={"CORRAL_SQUEUE_PAGE": "100000"})
+    assert paged.count("\n") > 5
+
+
+def test_get_jobs_pages_by_job_id(cluster: LocalCluster) -> None:
+    api = cluster.client()
+    every = [j["jobId"] for j in api.get_jobs({"fields": ["job_id"]})["jobs"]]
+    first = api.get_jobs({"limit": 2, "fields": ["job_id"]})["jobs"]
+    assert [j["jobId"] for j in first] == every[:2]
+    rest = api.get_jobs({"limit": 100, "afterJobId": every[1], "fields": ["job_id"]})["jobs"]
+    assert [j["jobId"] for j in rest] == every[2:]
+    assert api.get_jobs({"afterJobId": every[-1]}).get("jobs", []) == []
+
+
 def masked_calls(cluster: LocalCluster) -> dict[str, float]:
     with urllib.request.urlopen(f"http://{cluster.http_address}/metrics", timeout=10) as reply:
         text = reply.read().decode()
