@@ -55,3 +55,24 @@ def test_skip_drops_fields_without_touching_the_message() -> None:
     assert "events" not in out and "script" not in out["spec"]
     assert "environment" not in out["spec"] and out["spec"]["name"] == "x"
     assert job.events and job.spec.script
+
+
+def test_every_message_type_filled_maps_as_message_to_dict() -> None:
+    """Every message of the proto with every field set (a plan of few fields reads each
+    field, one of many lists the set ones: both paths), and each with one field only."""
+    from tests.unit.test_fieldmasks import fill
+
+    for desc in pb.DESCRIPTOR.message_types_by_name.values():
+        msg = getattr(pb, desc.name)()
+        fill(msg, 1)
+        assert message_to_json(msg) == json_format.MessageToDict(msg), desc.name
+        for fd in desc.fields:
+            one = getattr(pb, desc.name)()
+            if fd.message_type is not None or fd.is_repeated:
+                continue
+            setattr(one, fd.name, getattr(msg, fd.name))
+            assert message_to_json(one) == json_format.MessageToDict(one), (desc.name, fd.name)
+            if fd.has_presence:  # proto3 optional set to its default: shown
+                zero = getattr(pb, desc.name)()
+                setattr(zero, fd.name, type(getattr(msg, fd.name))())
+                assert message_to_json(zero) == json_format.MessageToDict(zero), fd.name
