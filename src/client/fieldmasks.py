@@ -155,7 +155,7 @@ SACCT_ROW = ("job_id", "array_job_id", "array_task_id", "state", "start_time")
 #: reads the step and its job's name, account, cluster, partition and user: below)
 SACCT_STEPS = ("spec.allocation_only", "steps")
 
-#: the job's own line (client/sacct_values.py ``job_values``, ``ettr_values``)
+#: the job's own line (client/sacct_values.py ``JOB_VALUES``)
 SACCT_JOB: dict[str, Fields] = {
     "Account": ("account",),
     "AllocCPUS": ("num_cpus",),
@@ -259,13 +259,13 @@ def _printed() -> tuple[frozenset[str], frozenset[str]]:
     """The fields the job's line prints a value for, and those its step lines do:
     the keys of the value functions themselves, so a field added there and not to the
     tables above sends no mask."""
-    from client.sacct_values import job_values, srun_step_values, step_values
+    from client.sacct_values import JOB_VALUES, srun_step_values, step_values
     from client.views.job import Job
     from client.views.step import Step
 
-    job = Job({"usage": {"maxRssKb": "1"}})
+    job = Job({"usage": {"maxRssKb": "1"}})  # with usage: its fields are on the line
     steps = {*step_values(job, 0.0), *srun_step_values(job, Step({}), 0.0)}
-    return frozenset(job_values(job, 0.0)), frozenset(steps)
+    return frozenset(JOB_VALUES), frozenset(steps)
 
 
 # ---------------------------------------------------------------- sinfo
