@@ -28,6 +28,7 @@ from client.squeue import DEFAULT_SORT, LONG_FORMAT, START_FORMAT, format_jobs, 
 from client.squeue_columns import COLUMNS, LONG_COLUMNS, sort_keys
 from corral.wire import corral_pb2 as pb
 from ctld.fieldmask import FieldMask
+from ctld.jsonmap import message_to_json
 
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "CANCELLED", "TIMEOUT", "FAILED")
 NODE_STATES = ("IDLE", "MIXED", "ALLOCATED", "DRAIN", "DOWN")
@@ -81,10 +82,11 @@ def scalar(fd: FieldDescriptor, seed: int) -> Any:
 
 
 def masked(msg: Message, desc: Descriptor, paths: list[str] | None) -> dict[str, Any]:
+    """``msg`` as a command reads it, masked to ``paths`` (protobuf's own FieldMask; the
+    fast JSON mapping, which test_jsonmap holds equal to MessageToDict)."""
     if paths is not None:
         msg = FieldMask(desc, paths, "test").apply(msg)
-    out: dict[str, Any] = json_format.MessageToDict(msg)
-    return out
+    return message_to_json(msg)
 
 
 def jobs(state: str, *, array: bool = True) -> list[pb.Job]:
@@ -266,3 +268,45 @@ def test_gateway_encoding_of_each_mask_is_the_masked_copys(state: str) -> None:
             assert skip is not None
             _ALIVE.append(skip)
             assert message_to_json(node, skip) == json_format.MessageToDict(mask.apply(node))
+
+
+def cleared_variants(state: str) -> Iterator[list[pb.Job]]:
+    """The filled jobs with one field (of the job or its spec) cleared in turn: a value
+    that falls back to another field when one is unset (``a or b``) reads both."""
+    for holder in ("", "spec"):
+        desc = pb.JobSpec.DESCRIPTOR if holder else pb.Job.DESCRIPTOR
+        for fd in desc.fields:
+            msgs = jobs(state)
+            for m in msgs:
+                (m.spec if holder else m).ClearField(fd.name)
+            yield msgs
+
+
+def cached_reply(
+    msgs: list[pb.Job], paths: list[str] | None, cache: dict[Any, Any]
+) -> dict[str, Any]:
+    key = tuple(paths) if paths is not None else None
+    if key not in cache:
+        jobs = [masked(m, pb.Job.DESCRIPTOR, paths) for m in msgs]
+        cache[key] = {"now": 1_700_050_000.0, "jobs": jobs}
+    out: dict[str, Any] = cache[key]
+    return out
+
+
+@pytest.mark.parametrize("state", ["PENDING", "RUNNING", "CANCELLED"])
+def test_each_column_with_each_field_unset_prints_the_same_masked(state: str) -> None:
+    squeue_masks = {k: squeue_fields([k], "") for k in SQUEUE if SQUEUE[k] is not None}
+    sacct_masks = {n: sacct_fields([n], steps=True, arrays=False) for n, _, _ in ACCT_FIELDS}
+    formats: dict[str, Any] = {k: f"%{k}" if len(k) == 1 else long_format(k) for k in SQUEUE}
+    for msgs in cleared_variants(state):
+        cache: dict[Any, Any] = {}
+        whole = cached_reply(msgs, None, cache)
+        for key, paths in squeue_masks.items():
+            part = cached_reply(msgs, paths, cache)
+            fmt = formats[key]
+            expected = format_jobs(whole, fmt, sort="", states=None)  # type: ignore[arg-type]
+            assert format_jobs(part, fmt, sort="", states=None) == expected, key  # type: ignore[arg-type]
+        for name, paths in sacct_masks.items():
+            part = cached_reply(msgs, paths, cache)
+            expected = format_accounting(whole, name, steps=True)  # type: ignore[arg-type]
+            assert format_accounting(part, name, steps=True) == expected, name  # type: ignore[arg-type]
