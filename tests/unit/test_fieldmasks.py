@@ -15,6 +15,7 @@ from google.protobuf.message import Message
 
 from client.fieldmasks import (
     SACCT_ROW,
+    SINFO,
     SQUEUE,
     SQUEUE_ROW,
     sacct_fields,
@@ -310,3 +311,23 @@ def test_each_column_with_each_field_unset_prints_the_same_masked(state: str) ->
             part = cached_reply(msgs, paths, cache)
             expected = format_accounting(whole, name, steps=True)  # type: ignore[arg-type]
             assert format_accounting(part, name, steps=True) == expected, name  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("state", ["IDLE", "DRAIN"])
+def test_sinfo_each_letter_with_each_node_field_unset_prints_the_same(state: str) -> None:
+    parts: Any = [{"name": "p", "nodes": "n[0-2]", "isDefault": True}]
+    letters = sorted(k for k in SINFO if SINFO[k] is not None)
+    for fd in pb.Node.DESCRIPTOR.fields:
+        msgs = nodes(state)
+        for m in msgs:
+            m.ClearField(fd.name)  # type: ignore[attr-defined]
+        if fd.name == "name":
+            continue  # a node without a name is in no partition: nothing to show
+        for letter in letters:
+            paths = sinfo_fields([letter])
+            outs = [
+                format_sinfo(parts, [masked(m, pb.Node.DESCRIPTOR, p) for m in msgs], 1.0, fmt=f)
+                for p in (None, paths)
+                for f in (f"%{letter}",)
+            ]
+            assert outs[0] == outs[1], (fd.name, letter)
