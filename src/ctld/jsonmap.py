@@ -92,7 +92,8 @@ def _plan(desc: Descriptor, skip: Skip) -> tuple[Plan, Kept | None]:
             for fd in desc.fields
             if (entry := plan[fd.name]) is not None
         ]
-        hit = _CACHE[key] = (plan, kept if len(kept) <= FEW else None)
+        few = len(kept) <= FEW and len(kept) < len(plan)  # a mask's few, not a small type
+        hit = _CACHE[key] = (plan, kept if few else None)
     return hit
 
 
