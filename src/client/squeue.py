@@ -268,12 +268,15 @@ def fetch_pages(api: Controller, request: t.GetJobsRequest) -> t.GetJobsResponse
     """Every job, ``PAGE`` a call (``CORRAL_SQUEUE_PAGE`` overrides), so ctld answers
     each call in bounded time at any depth; the rows are sorted once all are in (as
     Slurm's squeue sorts them), so nothing prints before the last page."""
-    page = int(os.environ.get("CORRAL_SQUEUE_PAGE") or PAGE)
+    text = os.environ.get("CORRAL_SQUEUE_PAGE", "")
+    page = int(text) if text.isdecimal() and int(text) > 0 else PAGE
     request["limit"] = page
     reply = api.get_jobs(request)
-    jobs = last = list(reply.get("jobs", []))
-    while len(last) >= page:
-        request["afterJobId"] = str(Job(last[-1]).job_id)
+    last = list(reply.get("jobs", []))
+    jobs, after = list(last), 0
+    while len(last) >= page and Job(last[-1]).job_id > after:  # each page further on
+        after = Job(last[-1]).job_id
+        request["afterJobId"] = str(after)
         last = list(api.get_jobs(request).get("jobs", []))
         jobs.extend(last)
     return {**reply, "jobs": jobs}

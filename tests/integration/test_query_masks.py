@@ -147,7 +147,7 @@ def test_sinfo_prints_the_same_with_the_mask(cluster: LocalCluster, args: list[s
     same_with_and_without(cluster, "sinfo", *args)
 
 
-@pytest.mark.parametrize("page", ["1", "2", "5000"])
+@pytest.mark.parametrize("page", ["1", "2", "5000", "0", "x"])
 def test_squeue_paged_prints_what_one_answer_prints(cluster: LocalCluster, page: str) -> None:
     args = ["squeue", "-t", "all", "-r", "-o", "%i %j %T %R"]
     paged = out(cluster, *args, env={"CORRAL_SQUEUE_PAGE": page})
