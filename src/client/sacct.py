@@ -12,6 +12,7 @@ import sys
 import time
 
 from client.common import client, run
+from client.fieldmasks import chosen, sacct_fields
 from client.fmt import (
     SLURM_ACCT_FIELDS,
     acct_lines,
@@ -78,8 +79,9 @@ def format_accounting(
     fields = parse_acct_fields(field_spec)
     now = float(reply.get("now") or 0)
     rows: list[list[str]] = []
+    names = [f.name for f in fields]
     for job in map(Job, reply.get("jobs", [])):
-        values = [job_values(job, now)]
+        values = [job_values(job, now, names)]
         if steps and started(job) and not job.spec.allocation_only:
             values.append(step_values(job, now))
         if steps:
@@ -234,6 +236,10 @@ def build_request(opts: dict[str, Any], me: str, uid: int, now: float) -> t.Quer
     return request
 
 
+# keep_matching's options and the fields they read
+MATCHED = (("accounts", "account"), ("partition", "partition"), ("name", "spec.name"))
+
+
 def keep_matching(
     reply: t.QueryAccountingResponse, opts: dict[str, Any]
 ) -> t.QueryAccountingResponse:
@@ -305,9 +311,19 @@ def main_body(argv: Sequence[str]) -> int:
     if rest:
         raise InvalidOption(f"Unknown arguments: {' '.join(rest)}")
     fields = field_spec(opts)
-    parse_acct_fields(fields)  # a bad field fails before the controller is asked
+    names = [f.name for f in parse_acct_fields(fields)]  # a bad field fails before the call
     api = client()
     request = build_request(opts, api.identity.user, api.identity.uid, time.time())
+    mask = chosen(
+        sacct_fields(
+            names,
+            steps=not opts.get("allocations"),
+            arrays=bool(opts.get("jobs")),
+            matching=[w for k, w in MATCHED if opts.get(k)],
+        )
+    )
+    if mask:
+        request["fields"] = mask
     parsable = "P" if opts.get("parsable2") else "p" if opts.get("parsable") else ""
     # page by page, each printed as it comes: the columns have fixed widths, so the
     # first lines of a long history show at once and memory stays one page

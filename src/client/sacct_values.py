@@ -11,6 +11,8 @@ from corral.slurmfmt import CPU, format_duration, format_elapsed, format_timesta
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
     from corral.wire import json_types as t
 
 ON_NODE = frozenset({"RUNNING", "COMPLETING"})
@@ -71,60 +73,79 @@ def timelimit(job: t.Job, raw: bool = False) -> str:
     return str(limit_minutes(limit) // 60) if raw else format_elapsed(limit_minutes(limit))
 
 
-def job_values(job: Job, now: float) -> dict[str, str]:
-    """The job (allocation) line, by sacct field name; fields not here print empty."""
-    spec = job.spec
-    state = job.state_name
-    ran = elapsed(job, now)
-    cpus = job.num_cpus
-    return {
-        "Account": job.account,
-        "AllocCPUS": str(cpus),
-        "AllocTRES": job_tres(job) if started(job) else "",
-        "Cluster": job.cluster,
-        "Comment": spec.comment,
-        "Constraints": spec.constraint,
-        "CPUTime": format_elapsed(ran * cpus),
-        "CPUTimeRAW": str(ran * cpus),
-        "DerivedExitCode": derived_exit_code(job),
-        "Elapsed": format_elapsed(ran),
-        "ElapsedRaw": str(ran),
-        "Eligible": format_timestamp(job.eligible_time),
-        "End": "Unknown" if state in ON_NODE else format_timestamp(job.end_time),
-        # Slurm's job line: 0:0 for a job ended by scancel or its time limit (the
-        # signal shows on its batch step, CANCELLED 0:15)
-        "ExitCode": "0:0" if state in ("CANCELLED", "TIMEOUT") else exit_code(job),
-        "GID": str(job.gid),
-        "Group": group_name(job.gid),
-        "JobID": job.ref,
-        "JobIDRaw": str(job.job_id),
-        "JobName": spec.name,
-        "NCPUS": str(cpus),
-        "NNodes": str(job.num_nodes),
-        "NodeList": job.nodelist if started(job) else "None assigned",
-        "Partition": job.partition,
-        "Priority": str(job.priority),
-        "QOS": job.qos or spec.qos or "normal",
-        "Reason": job.reason or "None",
-        "Restarts": str(job.restart_count),
-        "ReqCPUS": str(cpus),
-        "ReqMem": convert_mb(spec.mem_per_node_mb or spec.mem_per_cpu_mb),
-        "ReqNodes": str(job.num_nodes),
-        "ReqTRES": job_tres(job),
-        "Start": format_timestamp(job.start_time),
-        "State": f"CANCELLED by {cancelled_by(job)}" if state == "CANCELLED" else state,
-        "Submit": format_timestamp(job.submit_time),
-        "SubmitLine": spec.submit_line,
-        "Suspended": "00:00:00",
-        "Timelimit": timelimit(job.raw),
-        "TimelimitRaw": timelimit(job.raw, raw=True),
-        "UID": str(job.uid),
-        "User": job.user,
-        "WCKey": spec.wckey,
-        "WorkDir": spec.work_dir,
-        **{k: v for k, v in usage_values(job).items() if k.endswith("CPU")},
-        **ettr_values(job, now),
-    }
+def _ettr(name: str) -> Callable[[Job, float], str]:
+    return lambda j, now: ettr_values(j, now)[name]
+
+
+def _usage(name: str) -> Callable[[Job, float], str]:
+    return lambda j, now: usage_values(j).get(name, "")
+
+
+def _ran_cpus(j: Job, now: float) -> int:
+    return elapsed(j, now) * j.num_cpus
+
+
+# the job (allocation) line, by sacct field name, each computed only when printed (a
+# row of sacct -X's seven columns computes seven values, not fifty); fields not here
+# print empty
+JOB_VALUES: dict[str, Callable[[Job, float], str]] = {
+    "Account": lambda j, now: j.account,
+    "AllocCPUS": lambda j, now: str(j.num_cpus),
+    "AllocTRES": lambda j, now: job_tres(j) if started(j) else "",
+    "Cluster": lambda j, now: j.cluster,
+    "Comment": lambda j, now: j.spec.comment,
+    "Constraints": lambda j, now: j.spec.constraint,
+    "CPUTime": lambda j, now: format_elapsed(_ran_cpus(j, now)),
+    "CPUTimeRAW": lambda j, now: str(_ran_cpus(j, now)),
+    "DerivedExitCode": lambda j, now: derived_exit_code(j),
+    "Elapsed": lambda j, now: format_elapsed(elapsed(j, now)),
+    "ElapsedRaw": lambda j, now: str(elapsed(j, now)),
+    "Eligible": lambda j, now: format_timestamp(j.eligible_time),
+    "End": lambda j, now: "Unknown" if j.state_name in ON_NODE else format_timestamp(j.end_time),
+    # Slurm's job line: 0:0 for a job ended by scancel or its time limit (the signal
+    # shows on its batch step, CANCELLED 0:15)
+    "ExitCode": lambda j, now: "0:0" if j.state_name in ("CANCELLED", "TIMEOUT") else exit_code(j),
+    "GID": lambda j, now: str(j.gid),
+    "Group": lambda j, now: group_name(j.gid),
+    "JobID": lambda j, now: j.ref,
+    "JobIDRaw": lambda j, now: str(j.job_id),
+    "JobName": lambda j, now: j.spec.name,
+    "NCPUS": lambda j, now: str(j.num_cpus),
+    "NNodes": lambda j, now: str(j.num_nodes),
+    "NodeList": lambda j, now: j.nodelist if started(j) else "None assigned",
+    "Partition": lambda j, now: j.partition,
+    "Priority": lambda j, now: str(j.priority),
+    "QOS": lambda j, now: j.qos or j.spec.qos or "normal",
+    "Reason": lambda j, now: j.reason or "None",
+    "Restarts": lambda j, now: str(j.restart_count),
+    "ReqCPUS": lambda j, now: str(j.num_cpus),
+    "ReqMem": lambda j, now: convert_mb(j.spec.mem_per_node_mb or j.spec.mem_per_cpu_mb),
+    "ReqNodes": lambda j, now: str(j.num_nodes),
+    "ReqTRES": lambda j, now: job_tres(j),
+    "Start": lambda j, now: format_timestamp(j.start_time),
+    "State": lambda j, now: (
+        f"CANCELLED by {cancelled_by(j)}" if j.state_name == "CANCELLED" else j.state_name
+    ),
+    "Submit": lambda j, now: format_timestamp(j.submit_time),
+    "SubmitLine": lambda j, now: j.spec.submit_line,
+    "Suspended": lambda j, now: "00:00:00",
+    "Timelimit": lambda j, now: timelimit(j.raw),
+    "TimelimitRaw": lambda j, now: timelimit(j.raw, raw=True),
+    "UID": lambda j, now: str(j.uid),
+    "User": lambda j, now: j.user,
+    "WCKey": lambda j, now: j.spec.wckey,
+    "WorkDir": lambda j, now: j.spec.work_dir,
+    **{k: _usage(k) for k in ("TotalCPU", "UserCPU", "SystemCPU")},  # the batch step's
+    **{k: _ettr(k) for k in ("Interruptions", "InterruptCauses", "RestartOverhead")},
+    **{k: _ettr(k) for k in ("LostTime", "ETTR")},
+}
+
+
+def job_values(job: Job, now: float, names: Iterable[str] | None = None) -> dict[str, str]:
+    """The job (allocation) line, by sacct field name: ``names``' (all when None)."""
+    table = JOB_VALUES
+    wanted = table if names is None else [n for n in names if n in table]
+    return {name: table[name](job, now) for name in wanted}
 
 
 def cpu_time(seconds: float) -> str:

@@ -12,6 +12,7 @@ import sys
 
 from client import nodepower
 from client.common import client, run
+from client.fieldmasks import chosen, sinfo_fields
 from client.fmt import (
     Reported,
     Spec,
@@ -210,6 +211,13 @@ def node_filter(opts: dict[str, Any]) -> Callable[[t.Node], bool]:
     return keep
 
 
+def format_letters(fmt: str) -> list[str]:
+    """The letters ``fmt`` prints (its field mask's)."""
+    if fmt.lower() == "%all":
+        fmt = all_letters(columns(0), upper_suffix=" ")
+    return [s.letter for s in parse_format(fmt)[1]]
+
+
 def main_body(argv: Sequence[str]) -> int:
     parser = OptionParser(PROG, OPTIONS, usage=f"{PROG} [OPTIONS...]")
     opts = parse_command(parser, argv)
@@ -219,9 +227,14 @@ def main_body(argv: Sequence[str]) -> int:
     request: t.GetPartitionsRequest = {}
     if opts.get("partition"):
         request["names"] = split_list(opts["partition"])
+    view = choose_view(opts)
+    nodes_request: t.GetNodesRequest = {}
+    fields = chosen(sinfo_fields(format_letters(opts.get("format") or VIEWS[view][0])))
+    if fields:
+        nodes_request["fields"] = fields
     try:
         partitions = call(lambda: api.get_partitions(request), "slurm_load_partitions")
-        reply = call(lambda: api.get_nodes({}), "slurm_load_node")
+        reply = call(lambda: api.get_nodes(nodes_request), "slurm_load_node")
     except Reported as exc:
         sys.stderr.write(exc.message + "\n")
         return 1
@@ -231,7 +244,7 @@ def main_body(argv: Sequence[str]) -> int:
             reply.get("nodes", []),
             float(reply.get("now") or 0),
             fmt=opts.get("format"),
-            view=choose_view(opts),
+            view=view,
             header=not opts.get("noheader"),
             long_date=bool(opts.get("long")),
             keep=node_filter(opts),

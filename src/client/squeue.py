@@ -10,6 +10,7 @@ import os
 import sys
 
 from client.common import client, run
+from client.fieldmasks import SQUEUE_STEPS, chosen, squeue_fields
 from client.fmt import (
     Reported,
     Spec,
@@ -29,6 +30,7 @@ from client.fmt import (
 from client.options import COUNT, FLAG, Option, OptionParser, parse_command
 from client.squeue_columns import COLUMNS, LONG_COLUMNS, Row, long_format, sort_rows, time_limit
 from client.views.job import Job
+from corral.errors import InvalidOption
 from corral.slurmfmt import format_duration
 
 TYPE_CHECKING = False
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
     from typing import Any
 
+    from corral.api import Controller
     from corral.wire import json_types as t
 
 __all__ = ["ACTIVE_STATES", "Row", "build_filter", "format_jobs", "long_format", "main"]
@@ -45,6 +48,7 @@ PROG = "squeue"
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
 START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %.20Y %R"  # squeue --start
+PAGE = 5000  # jobs per GetJobs call
 DEFAULT_SORT = "P,t,-p"  # partition, state, priority (highest first)
 #: What squeue lists when no -t is given, as Slurm.
 ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT"})
@@ -220,8 +224,24 @@ def main_body(argv: Sequence[str]) -> int:
         return 0
     api = client()
     flt, states = build_filter(opts, api.identity.user)
+    long = bool(opts.get("long"))
+    fmt: str | list[Spec] = opts.get("format") or os.environ.get("SQUEUE_FORMAT") or ""
+    if not opts.get("format") and (opts.get("long_format") or os.environ.get("SQUEUE_FORMAT2")):
+        fmt = long_format(opts.get("long_format") or os.environ.get("SQUEUE_FORMAT2", ""))
+    default = START_FORMAT if opts.get("start") else LONG_FORMAT if long else DEFAULT_FORMAT
+    fmt = fmt or default
+    default_sort = "S" if opts.get("start") else DEFAULT_SORT
+    sort = opts.get("sort") or os.environ.get("SQUEUE_SORT") or default_sort
+    request: t.GetJobsRequest = {"filter": flt}
+    fields = chosen(
+        list(SQUEUE_STEPS)
+        if opts.get("steps")
+        else squeue_fields(format_keys(fmt), sort, nodelist=bool(opts.get("nodelist")))
+    )
+    if fields:
+        request["fields"] = fields
     try:
-        reply = call(lambda: api.get_jobs({"filter": flt}), "slurm_load_jobs error")
+        reply = call(lambda: fetch_pages(api, request), "slurm_load_jobs error")
     except Reported as exc:
         sys.stderr.write(exc.message + "\n")
         return 1
@@ -230,24 +250,48 @@ def main_body(argv: Sequence[str]) -> int:
     if opts.get("steps"):
         sys.stdout.write(format_steps(reply, header=not opts.get("noheader")))
         return 0
-    long = bool(opts.get("long"))
-    fmt: str | list[Spec] = opts.get("format") or os.environ.get("SQUEUE_FORMAT") or ""
-    if not opts.get("format") and (opts.get("long_format") or os.environ.get("SQUEUE_FORMAT2")):
-        fmt = long_format(opts.get("long_format") or os.environ.get("SQUEUE_FORMAT2", ""))
-    default = START_FORMAT if opts.get("start") else LONG_FORMAT if long else DEFAULT_FORMAT
-    default_sort = "S" if opts.get("start") else DEFAULT_SORT
     sys.stdout.write(
         format_jobs(
             reply,
-            fmt or default,
+            fmt,
             header=not opts.get("noheader"),
             states=states,
-            sort=opts.get("sort") or os.environ.get("SQUEUE_SORT") or default_sort,
+            sort=sort,
             long_date=long,
             expand_arrays=bool(opts.get("array")),
         )
     )
     return 0
+
+
+def fetch_pages(api: Controller, request: t.GetJobsRequest) -> t.GetJobsResponse:
+    """Every job, ``PAGE`` a call (``CORRAL_SQUEUE_PAGE`` overrides), so ctld answers
+    each call in bounded time at any depth; the rows are sorted once all are in (as
+    Slurm's squeue sorts them), so nothing prints before the last page."""
+    text = os.environ.get("CORRAL_SQUEUE_PAGE", "")
+    page = int(text) if text.isdecimal() and int(text) > 0 else PAGE
+    request["limit"] = page
+    reply = api.get_jobs(request)
+    last = list(reply.get("jobs", []))
+    jobs, after = list(last), 0
+    while len(last) >= page and Job(last[-1]).job_id > after:  # each page further on
+        after = Job(last[-1]).job_id
+        request["afterJobId"] = str(after)
+        last = list(api.get_jobs(request).get("jobs", []))
+        jobs.extend(last)
+    return {**reply, "jobs": jobs}
+
+
+def format_keys(fmt: str | list[Spec]) -> list[str]:
+    """The column keys ``fmt`` prints (its field mask's), none for a format that does
+    not parse (format_jobs reports it, after the call as before)."""
+    if isinstance(fmt, list):
+        return [s.letter for s in fmt]
+    try:
+        text = all_letters(COLUMNS) if fmt.lower() == "%all" else fmt
+        return [s.letter for s in parse_format(text)[1]]
+    except InvalidOption:
+        return ["?"]  # no such column: no mask
 
 
 def main() -> None:

@@ -1,8 +1,10 @@
 """Server-side field masks: the fields a query's answer carries (``fields``, 1200).
 
 GetJobs, QueryAccounting and GetNodes take the names of the fields their jobs or
-nodes should carry: proto field names (``job_id``, ``state``), a message field's own
-fields by a dotted path (``spec.name``; a repeated or map field goes whole). An empty
+nodes should carry: proto field names (``job_id``, ``state``) or their JSON names
+(``jobId``), a message field's own fields by a dotted path (``spec.name``; a repeated
+or map field goes whole). Through the gateway, ``?fields=jobId,state`` on the URL
+adds to the body's. An empty
 mask is every field, as before. A name the message does not have is refused
 (InvalidRequest, naming it), never ignored: a command that asks for a field that is not
 there learns so at once.
@@ -20,6 +22,7 @@ e.g. ``{"filter": {...}, "fields": ["job_id", "state", "spec.name"]}`` to
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,6 +47,10 @@ MASKED: dict[str, tuple[Descriptor, str]] = {
 
 Tree = dict[str, Any]  # field name -> its sub-tree, or None: the whole field
 
+# masked requests by method, since ctld started (corral_masked_queries_total): whether
+# the commands (client/fieldmasks.py) and the JSON API's callers send one
+MASKED_CALLS: Counter[str] = Counter()
+
 
 class FieldMask:
     """A checked mask over ``desc``; ``paths`` sorted, duplicates and covered paths out."""
@@ -62,13 +69,15 @@ class FieldMask:
             raise InvalidRequest(f"{method}: an empty or too long name in the field mask")
         desc, node = self.desc, self.tree
         parts = path.split(".")
-        for i, name in enumerate(parts):
-            fd = desc.fields_by_name.get(name)
+        for i, part in enumerate(parts):
+            # the proto name, or its JSON name (the JSON API's ``?fields=jobId,state``)
+            fd = desc.fields_by_name.get(part) or desc.fields_by_camelcase_name.get(part)
             if fd is None:
                 raise InvalidRequest(
                     f"{method}: unknown field {path!r} in the field mask "
-                    f"({desc.name} has no field {name!r})"
+                    f"({desc.name} has no field {part!r})"
                 )
+            name = fd.name
             last = i == len(parts) - 1
             if last:
                 node[name] = None  # the whole field (it covers any narrower path)
@@ -133,7 +142,19 @@ def of_request(method: str, request: Message) -> FieldMask | None:
     paths = list(getattr(request, "fields", ()))
     if not paths:
         return None
-    return FieldMask(target[0], paths, method)
+    mask = FieldMask(target[0], paths, method)
+    MASKED_CALLS[method] += 1
+    return mask
+
+
+def from_query(method: str, request: Any, value: str) -> None:
+    """Add the gateway's ``?fields=a,b`` to ``request``'s mask (checked when used)."""
+    if method not in MASKED:
+        raise InvalidRequest(f"{method} takes no field mask (?fields=)")
+    names = [n.strip() for n in value.split(",")]
+    if len(names) > MAX_PATHS:
+        raise InvalidRequest(f"{method}: a field mask of at most {MAX_PATHS} names")
+    request.fields.extend(n for n in names if n)
 
 
 # the RPCs whose handler makes only the mask's top-level fields (the transport still

@@ -28,6 +28,7 @@ from google.protobuf import json_format
 from corral.auth.peercred import peer_credentials
 from corral.errors import CorralError, InvalidRequest, TooLarge
 from corral.limits import MAX_REQUEST_BYTES
+from ctld import fieldmask
 from ctld.auth import Caller
 
 if TYPE_CHECKING:
@@ -133,6 +134,8 @@ def make_app(api: GatewayApi, guard: Guard | None = None) -> web.Application:
         except (json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
             return _error(InvalidRequest(f"malformed {req_type.__name__}: {exc}"))
         try:
+            if "fields" in request.query:  # the JSON API's ?fields=jobId,state
+                fieldmask.from_query(method, message, request.query["fields"])
             payload = await api.call_json(method, message, who)
         except CorralError as exc:
             return _error(exc)

@@ -69,27 +69,52 @@ def _converter(fd: FieldDescriptor, skip: Skip) -> Convert:
     return one
 
 
-_CACHE: dict[tuple[int, int], dict[str, tuple[str, Convert] | None]] = {}
+Plan = dict[str, tuple[str, Convert] | None]
+# a plan's kept fields read one by one, when few are kept (a field mask's: squeue's or
+# sacct's dozen of a job's fifty): (name, JSON name, convert, has presence, repeated)
+Kept = list[tuple[str, str, Convert, bool, bool]]
+FEW = 16  # kept fields up to which reading each beats ListFields (which reads all set)
+
+_CACHE: dict[tuple[int, int], tuple[Plan, Kept | None]] = {}
 
 
-def _plan(desc: Descriptor, skip: Skip) -> dict[str, tuple[str, Convert] | None]:
+def _plan(desc: Descriptor, skip: Skip) -> tuple[Plan, Kept | None]:
     key = (id(desc), id(skip))
-    plan = _CACHE.get(key)
-    if plan is None:
+    hit = _CACHE.get(key)
+    if hit is None:
         dropped = skip.get(desc.full_name, frozenset())
-        plan = {
+        plan: Plan = {
             fd.name: None if fd.name in dropped else (fd.json_name, _converter(fd, skip))
             for fd in desc.fields
         }
-        _CACHE[key] = plan
-    return plan
+        kept: Kept = [
+            (fd.name, entry[0], entry[1], fd.has_presence, fd.is_repeated)
+            for fd in desc.fields
+            if (entry := plan[fd.name]) is not None
+        ]
+        few = len(kept) <= FEW and len(kept) < len(plan)  # a mask's few, not a small type
+        hit = _CACHE[key] = (plan, kept if few else None)
+    return hit
 
 
 def message_to_json(msg: Message, skip: Skip = _NO_SKIP) -> dict[str, Any]:
     """``MessageToDict(msg)``, minus the fields ``skip`` names. ``skip`` should be a
     module-level constant: conversion plans are cached by its identity."""
-    plan = _plan(msg.DESCRIPTOR, skip)  # type: ignore[arg-type]  # upb's Descriptor
+    plan, kept = _plan(msg.DESCRIPTOR, skip)  # type: ignore[arg-type]  # upb's Descriptor
     out: dict[str, Any] = {}
+    if kept is not None:  # few fields kept: read each, not every set field
+        for name, json_name, convert, presence, repeated in kept:
+            if presence:
+                if msg.HasField(name):
+                    out[json_name] = convert(getattr(msg, name))
+                continue
+            value = getattr(msg, name)
+            if repeated:
+                if len(value):
+                    out[json_name] = convert(value)
+            elif value:  # proto3: a field at its default is not set, so not shown
+                out[json_name] = convert(value)
+        return out
     for fd, value in msg.ListFields():
         entry = plan[fd.name]
         if entry is not None:

@@ -26,6 +26,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from ctld import fieldmask
 from ctld import jobstate as js
 from ctld.metrics_ledger import Histogram
 from ctld.metrics_power import power_families
@@ -56,6 +57,7 @@ class ClusterCollector(Collector):
         yield from self._users()
         yield from self._store()
         yield from self._mail()
+        yield from self._queries()
         yield from power_families(self.cluster)
 
     # ------------------------------------------------------------ jobs
@@ -225,6 +227,16 @@ class ClusterCollector(Collector):
         yield GaugeMetricFamily(
             "corral_mail_queue", "Mails waiting to be sent", value=m.queue.qsize()
         )
+
+    def _queries(self) -> Iterator[Metric]:
+        masked = CounterMetricFamily(
+            "corral_masked_queries",
+            "GetJobs, QueryAccounting and GetNodes calls that sent a field mask, by method",
+            labels=["method"],
+        )
+        for method in sorted(fieldmask.MASKED):
+            masked.add_metric([method], fieldmask.MASKED_CALLS[method])
+        yield masked
 
 
 def _histogram(name: str, doc: str, by_part: dict[str, Histogram]) -> Metric:

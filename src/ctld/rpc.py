@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from itertools import islice
 from typing import Any
 
 import structlog
@@ -140,9 +141,7 @@ class ControllerApi:
         if mask is not None and cached:
             masks.add(paths)
         parts: list[bytes] = []
-        for job in sorted(self.cluster.select(req.filter), key=lambda j: j.job_id):
-            if not policy.may_see(who, job):
-                continue
+        for job in self._visible(req, who):
             own = policy.sees_spec(who, job)
             # others' jobs: scrubbed (Policy.shown; the cache key's "own")
             key = (req.with_events, req.with_spec and own, own, paths)
@@ -186,12 +185,17 @@ class ControllerApi:
     async def cancel_jobs(self, req: pb.CancelJobsRequest, who: Identity) -> pb.CancelJobsResponse:
         return pb.CancelJobsResponse(outcomes=await self.cluster.cancel(who, req))
 
+    def _visible(self, req: pb.GetJobsRequest, who: Identity) -> list[pb.Job]:
+        """The jobs ``who`` may see, by id: past ``after_job_id``, at most ``limit``."""
+        after, may_see = req.after_job_id, self.cluster.policy.may_see
+        jobs = [j for j in self.cluster.select(req.filter) if j.job_id > after]
+        jobs.sort(key=lambda j: j.job_id)
+        return list(islice((j for j in jobs if may_see(who, j)), req.limit or None))
+
     async def get_jobs(self, req: pb.GetJobsRequest, who: Identity) -> pb.GetJobsResponse:
         resp = pb.GetJobsResponse(now=self.cluster.clock())
         policy = self.cluster.policy
-        for job in sorted(self.cluster.select(req.filter), key=lambda j: j.job_id):
-            if not policy.may_see(who, job):
-                continue
+        for job in self._visible(req, who):
             out = resp.jobs.add()
             out.CopyFrom(policy.shown(who, self.cluster.whole(job) if req.with_spec else job))
             if not req.with_events:

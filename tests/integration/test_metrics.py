@@ -60,6 +60,7 @@ FAMILIES = {
     "corral_store_outages": "counter",
     "corral_mails": "counter",
     "corral_mail_queue": "gauge",
+    "corral_masked_queries": "counter",
     "corral_node_power_state": "gauge",
     "corral_node_powered_down_seconds": "counter",
     "corral_node_energy_saved_joules": "counter",

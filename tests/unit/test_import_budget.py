@@ -42,14 +42,18 @@ BUDGET: dict[str, set[str]] = {
     # corral.jobsyntax only with --array or --dependency; client.containeropts is the
     # table's --container-* entries (corral.containerspec only when one is given)
     "sbatch": {"client.containeropts", "client.jobopts", "client.options", "corral.slurmfmt"},
-    "squeue": QUERY | {"client.squeue_columns"},
-    "sacct": QUERY | {"client.ettr_fields", "client.sacct_values", "corral.ettr"},
+    "squeue": QUERY | {"client.fieldmasks", "client.squeue_columns"},
+    "sacct": QUERY
+    | {"client.ettr_fields", "client.fieldmasks", "client.sacct_values"}
+    | {"corral.ettr"},
     "sprio": QUERY,
     "sshare": QUERY,
     "sreport": QUERY | {"client.sreport_tree"},
     "sacctmgr": {"client.options"},
     # client.nodepower: power saving's state words (issue 27), standard library-free
-    "sinfo": QUERY | {"client.nodepower", "client.sinfo_columns", "corral.hostlist", "itertools"},
+    "sinfo": QUERY
+    | {"client.fieldmasks", "client.nodepower", "client.sinfo_columns", "corral.hostlist"}
+    | {"itertools"},
     "scontrol": QUERY
     | {"client.jobids", "client.nodepower", "client.scontrol_show", "client.scontrol_update"}
     | {"corral.patterns"},

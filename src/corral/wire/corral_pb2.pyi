@@ -2380,9 +2380,16 @@ class GetJobsRequest(_message.Message):
     WITH_EVENTS_FIELD_NUMBER: _builtins.int
     WITH_SPEC_FIELD_NUMBER: _builtins.int
     FIELDS_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    AFTER_JOB_ID_FIELD_NUMBER: _builtins.int
     with_events: _builtins.bool
     with_spec: _builtins.bool
     """include the script and environment"""
+    limit: _builtins.int
+    """paging, by job id: at most ``limit`` jobs (0: all), those with a larger id than
+    ``after_job_id``; fewer than ``limit`` means the last page (squeue at depth)
+    """
+    after_job_id: _builtins.int
     @_builtins.property
     def filter(self) -> Global___JobFilter: ...
     @_builtins.property
@@ -2398,10 +2405,12 @@ class GetJobsRequest(_message.Message):
         with_events: _builtins.bool = ...,
         with_spec: _builtins.bool = ...,
         fields: _abc.Iterable[_builtins.str] | None = ...,
+        limit: _builtins.int = ...,
+        after_job_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "filter", b"filter", "with_events", b"with_events", "with_spec", b"with_spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_job_id", b"after_job_id", "fields", b"fields", "filter", b"filter", "limit", b"limit", "with_events", b"with_events", "with_spec", b"with_spec"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

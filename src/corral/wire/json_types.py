@@ -507,6 +507,8 @@ class GetJobsRequest(TypedDict, total=False):
     withEvents: bool
     withSpec: bool
     fields: list[str]
+    limit: int
+    afterJobId: int | str
 
 
 class GetJobsResponse(TypedDict, total=False):
