@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import operator
 from collections.abc import Iterable
 
 from corral.jobspec import array_throttle
 from corral.wire import corral_pb2 as pb
 from ctld import deps, pending, power_plan
 from ctld import jobstate as js
-from ctld.nodes import NodeRecord
+from ctld.nodes import POWER_ON, NodeRecord
 from ctld.sched import (
     INFINITY,
     JobRequest,
@@ -87,6 +88,7 @@ class SnapshotBuilder:
         self._running: dict[int, tuple[int, int, RunningView]] = {}
         # node name -> (alloc_rev, resources, (schedulable, available_at), view): _node_view
         self._node_views: dict[str, tuple[int, pb.NodeResources, tuple[bool, float], NodeView]] = {}
+        self._last_nodes: tuple[NodeView, ...] = ()  # the last build's, kept while unchanged
         self._accounting_version = state.acct.version
         # the earliest --begin still ahead in the last build (a start at submit must
         # not take what such a job may have by then), and the queue's demand there
@@ -140,6 +142,14 @@ class SnapshotBuilder:
         # starts at submit, whose short queue does not show them
         self.demands = pending_demands(snap)
         return dataclasses.replace(snap, demands=self.demands) if self.demands else snap
+
+    def empty_queue(self) -> None:
+        """What ``build`` leaves behind for a queue with no pending job, without building
+        (the scheduler's pass skips the snapshot then: scheduling.py)."""
+        self.next_eligible = INFINITY
+        self.watching = False
+        self.demands = ()
+        self._queue, self._ordered = [], []
 
     def build_quick(self, job_ids: Iterable[int], reserved: Iterable[int]) -> Snapshot:
         """The cluster as it is now with only ``job_ids`` (new jobs) and ``reserved``
@@ -204,14 +214,7 @@ class SnapshotBuilder:
         demands: tuple[Demand, ...] = (),
     ) -> Snapshot:
         st = self.state
-        nodes = tuple(
-            self._node_view(
-                n,
-                n.schedulable or power_plan.plannable(n),
-                power_plan.available_at(n, st.config, now),
-            )
-            for n in st.nodes.values()
-        )
+        nodes = self._all_node_views(now)
         parts = tuple(
             PartitionView(
                 p.name,
@@ -244,18 +247,41 @@ class SnapshotBuilder:
             claims=book.claim_views(),
         )
 
+    def _all_node_views(self, now: float) -> tuple[NodeView, ...]:
+        """Every node's view; the last build's tuple itself when no view changed (the
+        core keeps what it derives from the nodes while they are the same objects:
+        sched/nodeindex.py)."""
+        st = self.state
+        config = st.config
+        memos = self._node_views
+        views: list[NodeView] = []
+        for n in st.nodes.values():
+            if n.power == POWER_ON:  # the usual case: nothing to plan on a power-up
+                schedulable, available_at = n.schedulable, 0.0
+            else:
+                schedulable = n.schedulable or power_plan.plannable(n)
+                available_at = power_plan.available_at(n, config, now)
+            memo = memos.get(n.name)
+            if (
+                memo is not None
+                and memo[0] == n.alloc_rev
+                and memo[1] is n.resources
+                and memo[2] == (schedulable, available_at)
+            ):
+                views.append(memo[3])
+            else:
+                views.append(self._node_view(n, schedulable, available_at))
+        last = self._last_nodes
+        if len(last) == len(views) and all(map(operator.is_, last, views)):
+            return last
+        self._last_nodes = nodes = tuple(views)
+        return nodes
+
     def _node_view(self, n: NodeRecord, schedulable: bool, available_at: float) -> NodeView:
         """The node as the core sees it, rebuilt only when its allocations (its
         ``alloc_rev``), its resources (a registration) or whether it is schedulable
-        changed: at 12,500 nodes, building every view every pass was most of a pass."""
-        memo = self._node_views.get(n.name)
-        if (
-            memo is not None
-            and memo[0] == n.alloc_rev
-            and memo[1] is n.resources
-            and memo[2] == (schedulable, available_at)
-        ):
-            return memo[3]
+        changed (``_all_node_views``): at 12,500 nodes, building every view every pass was
+        most of a pass."""
         view = NodeView(
             name=n.name,
             cpus_total=n.resources.cpus,
@@ -335,6 +361,8 @@ class SnapshotBuilder:
     def _preempting(self, view: RunningView, book: Preemptions) -> RunningView:
         """A job being preempted: no one's victim again, gone by its deadline (grace
         time + KillWait)."""
+        if not book.victims:
+            return view
         victim = book.victims.get(view.job_id)
         job = self.state.jobs.get(view.job_id)
         if victim is None or job is None or book.victim(job) is None:
