@@ -28,33 +28,10 @@ from ctld.sched.profile import Hold, NodeProfile, Release
 
 class Availability:
     def __init__(self, snap: Snapshot) -> None:
-        self.now = snap.now
-        self.predict = snap.settings.predict
         self.index: NodeIndex = node_index(snap.nodes)
         self.views = snap.nodes
-        self.made: dict[str, NodeProfile] = {}  # the profiles made so far
-        self.nodes = Profiles(self)
-        # jobs being preempted: their end is their preemption's deadline, not a prediction
-        self.preempted = {v for c in snap.claims for v in c.victims}
-        # what each node's profile is made with, by node, in the snapshot's order
-        self.runs: dict[str, list[tuple[RunningView, Placement]]] = {}
-        for run in snap.running:
-            for p in run.placements:
-                on = self.runs.get(p.node)
-                if on is None:
-                    self.runs[p.node] = [(run, p)]
-                else:
-                    on.append((run, p))
-        self.resvs: dict[str, list[ReservationView]] = {}
-        for resv in snap.reservations:
-            if resv.end > self.now:
-                for name in resv.nodes:
-                    self.resvs.setdefault(name, []).append(resv)
-        self.claims: dict[str, list[tuple[Claim, Placement, frozenset[int]]]] = {}
-        for claim in snap.claims:
-            victims = frozenset(claim.victims)
-            for p in claim.placements:
-                self.claims.setdefault(p.node, []).append((claim, p, victims))
+        self.nodes = Profiles(snap, self.index)
+        self.made = self.nodes.made  # the profiles made so far
         self.version = 0  # moved on by every take and hold
         # nodes by free GPU count: best fit looks at the fullest nodes first and stops
         # there, instead of scanning the whole cluster for every start; the index's
@@ -73,17 +50,95 @@ class Availability:
                 yield name
         yield from self.moved_to[free_gpus]
 
+    def take(
+        self,
+        node: NodeProfile,
+        cpus: int,
+        mem: int,
+        gpus: tuple[int, ...],
+        end: float,
+        job_id: int,
+        limit_end: float,
+        shards: int,
+    ) -> None:
+        """A start's part on ``node``, from now (see NodeProfile.take_now)."""
+        before = len(node.free_gpus)
+        node.take_now(cpus, mem, gpus, end, job_id, limit_end, shards)
+        if len(node.free_gpus) != before:
+            self.moved.add(node.name)
+            self.moved_to[before].pop(node.name, None)
+            self.moved_to[len(node.free_gpus)][node.name] = None
+        self.version += 1
+
+    def hold(self, node: NodeProfile, hold: Hold) -> None:
+        """Keep part of ``node`` for ``hold.owner`` over the hold's time."""
+        node.hold(hold)
+        self.version += 1
+
+
+class Profiles(Mapping[str, NodeProfile]):
+    """The pass's profiles by node name, each made on first look from what the snapshot
+    puts on the node. (It holds no reference back to its ``Availability``: the pass's
+    objects are then all freed by reference counting when it ends, not left to the
+    cyclic collector, which ctld pauses during a pass.)"""
+
+    def __init__(self, snap: Snapshot, index: NodeIndex) -> None:
+        self.now = snap.now
+        self.predict = snap.settings.predict
+        self.views = snap.nodes
+        self.position = index.position
+        self.made: dict[str, NodeProfile] = {}
+        # jobs being preempted: their end is their preemption's deadline, not a prediction
+        self.preempted = {v for c in snap.claims for v in c.victims}
+        # what each node's profile is made with, by node, in the snapshot's order. The
+        # running jobs' placements by node as plain numbers (run * width + placement):
+        # a container per node would be 12,500 more objects for the collector each pass
+        self.running = snap.running
+        self.width = max((len(r.placements) for r in snap.running), default=0) + 1
+        self.first_run: dict[str, int] = {}  # the first placement on each node
+        self.more_runs: dict[str, list[int]] = {}  # the others, in order
+        first, width = self.first_run, self.width
+        for i, run in enumerate(snap.running):
+            for k, p in enumerate(run.placements):
+                if p.node in first:
+                    self.more_runs.setdefault(p.node, []).append(i * width + k)
+                else:
+                    first[p.node] = i * width + k
+        self.resvs: dict[str, list[ReservationView]] = {}
+        for resv in snap.reservations:
+            if resv.end > self.now:
+                for name in resv.nodes:
+                    self.resvs.setdefault(name, []).append(resv)
+        self.claims: dict[str, list[tuple[Claim, Placement, frozenset[int]]]] = {}
+        for claim in snap.claims:
+            victims = frozenset(claim.victims)
+            for p in claim.placements:
+                self.claims.setdefault(p.node, []).append((claim, p, victims))
+
+    def __getitem__(self, name: str) -> NodeProfile:
+        made = self.made.get(name)
+        return made if made is not None else self.profile(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.position
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.position)
+
+    def __len__(self) -> int:
+        return len(self.position)
+
     def profile(self, name: str) -> NodeProfile:
         """``name``'s profile (made now if it is the first look at it; KeyError: no
         such node)."""
         made = self.made.get(name)
         if made is not None:
             return made
-        i = self.index.position[name]
+        i = self.position[name]
         view = self.views[i]
         node = self.made[name] = NodeProfile.from_view(view, i)
         now = node.clock = self.now
-        for run, p in self.runs.get(name, ()):
+        for run, p in self._runs_on(name):
             end = limit_end = max(run.end_time, now + 1.0)  # overrunning: about to end
             if self.predict and run.predicted_s > 0 and run.job_id not in self.preempted:
                 end = expected_end(run.start_time, run.predicted_s, run.end_time, now)
@@ -120,61 +175,27 @@ class Availability:
                 node.hold(h)
         return node
 
-    def take(
-        self,
-        node: NodeProfile,
-        cpus: int,
-        mem: int,
-        gpus: tuple[int, ...],
-        end: float,
-        job_id: int,
-        limit_end: float,
-        shards: int,
-    ) -> None:
-        """A start's part on ``node``, from now (see NodeProfile.take_now)."""
-        before = len(node.free_gpus)
-        node.take_now(cpus, mem, gpus, end, job_id, limit_end, shards)
-        if len(node.free_gpus) != before:
-            self.moved.add(node.name)
-            self.moved_to[before].pop(node.name, None)
-            self.moved_to[len(node.free_gpus)][node.name] = None
-        self.version += 1
-
-    def hold(self, node: NodeProfile, hold: Hold) -> None:
-        """Keep part of ``node`` for ``hold.owner`` over the hold's time."""
-        node.hold(hold)
-        self.version += 1
-
-
-class Profiles(Mapping[str, NodeProfile]):
-    """The pass's profiles by node name, each made on first look (``Availability``)."""
-
-    def __init__(self, avail: Availability) -> None:
-        self.avail = avail
-        self.position = avail.index.position
-
-    def __getitem__(self, name: str) -> NodeProfile:
-        made = self.avail.made.get(name)
-        return made if made is not None else self.avail.profile(name)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.position
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.position)
-
-    def __len__(self) -> int:
-        return len(self.position)
+    def _runs_on(self, name: str) -> list[tuple[RunningView, Placement]]:
+        """The running jobs' placements on ``name``, in the snapshot's order."""
+        code = self.first_run.get(name)
+        if code is None:
+            return []
+        width, running = self.width, self.running
+        return [
+            (running[c // width], running[c // width].placements[c % width])
+            for c in (code, *self.more_runs.get(name, ()))
+        ]
 
 
 class NodeSeq(Sequence[NodeProfile]):
     """Named nodes' profiles, in order, made as they are reached (a candidate's nodes)."""
 
-    __slots__ = ("names", "profiles")
+    __slots__ = ("every", "names", "profiles")
 
     def __init__(self, names: tuple[str, ...], profiles: Profiles) -> None:
         self.names = names
         self.profiles = profiles
+        self.every: tuple[NodeProfile, ...] | None = None  # all made: walked as a tuple
 
     @overload
     def __getitem__(self, i: int) -> NodeProfile: ...
@@ -186,9 +207,17 @@ class NodeSeq(Sequence[NodeProfile]):
         return self.profiles[self.names[i]]
 
     def __iter__(self) -> Iterator[NodeProfile]:
+        every = self.every
+        return iter(every) if every is not None else self._walk()
+
+    def _walk(self) -> Iterator[NodeProfile]:
         get = self.profiles.__getitem__
+        walked = []
         for name in self.names:
-            yield get(name)
+            node = get(name)
+            walked.append(node)
+            yield node
+        self.every = tuple(walked)  # (a profile, once made, is the pass's for good)
 
     def __len__(self) -> int:
         return len(self.names)
