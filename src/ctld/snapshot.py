@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import operator
 from collections.abc import Iterable
 
 from corral.jobspec import array_throttle
 from corral.wire import corral_pb2 as pb
-from ctld import deps, pending, power_plan
+from ctld import deps, pending
 from ctld import jobstate as js
-from ctld.nodes import POWER_ON, NodeRecord
+from ctld.node_views import NodeViews
 from ctld.sched import (
     INFINITY,
     JobRequest,
-    NodeView,
     PartitionView,
     Placement,
     RunningView,
@@ -86,9 +84,8 @@ class SnapshotBuilder:
         self._ordered: list[JobRequest] = []
         # running jobs' views: (revision, prediction, view)
         self._running: dict[int, tuple[int, int, RunningView]] = {}
-        # node name -> (alloc_rev, resources, (schedulable, available_at), view): _node_view
-        self._node_views: dict[str, tuple[int, pb.NodeResources, tuple[bool, float], NodeView]] = {}
-        self._last_nodes: tuple[NodeView, ...] = ()  # the last build's, kept while unchanged
+        # every node's view, made again for the nodes that changed (node_views.py)
+        self.node_views = NodeViews()
         self._accounting_version = state.acct.version
         # the earliest --begin still ahead in the last build (a start at submit must
         # not take what such a job may have by then), and the queue's demand there
@@ -214,7 +211,7 @@ class SnapshotBuilder:
         demands: tuple[Demand, ...] = (),
     ) -> Snapshot:
         st = self.state
-        nodes = self._all_node_views(now)
+        nodes = self.node_views.build(st.nodes, st.config, now)
         parts = tuple(
             PartitionView(
                 p.name,
@@ -246,63 +243,6 @@ class SnapshotBuilder:
             qos=st.acct.qos.views(),
             claims=book.claim_views(),
         )
-
-    def _all_node_views(self, now: float) -> tuple[NodeView, ...]:
-        """Every node's view; the last build's tuple itself when no view changed (the
-        core keeps what it derives from the nodes while they are the same objects:
-        sched/nodeindex.py)."""
-        st = self.state
-        config = st.config
-        memos = self._node_views
-        views: list[NodeView] = []
-        for n in st.nodes.values():
-            if n.power == POWER_ON:  # the usual case: nothing to plan on a power-up
-                schedulable, available_at = n.schedulable, 0.0
-            else:
-                schedulable = n.schedulable or power_plan.plannable(n)
-                available_at = power_plan.available_at(n, config, now)
-            memo = memos.get(n.name)
-            if (
-                memo is not None
-                and memo[0] == n.alloc_rev
-                and memo[1] is n.resources
-                and memo[2] == (schedulable, available_at)
-            ):
-                views.append(memo[3])
-            else:
-                views.append(self._node_view(n, schedulable, available_at))
-        last = self._last_nodes
-        if len(last) == len(views) and all(map(operator.is_, last, views)):
-            return last
-        self._last_nodes = nodes = tuple(views)
-        return nodes
-
-    def _node_view(self, n: NodeRecord, schedulable: bool, available_at: float) -> NodeView:
-        """The node as the core sees it, rebuilt only when its allocations (its
-        ``alloc_rev``), its resources (a registration) or whether it is schedulable
-        changed (``_all_node_views``): at 12,500 nodes, building every view every pass was
-        most of a pass."""
-        view = NodeView(
-            name=n.name,
-            cpus_total=n.resources.cpus,
-            mem_total_mb=n.resources.memory_mb,
-            gpus_total=len(n.resources.gpus),
-            cpus_free=max(0, n.resources.cpus - n.alloc_cpus),
-            mem_free_mb=max(0, n.resources.memory_mb - n.alloc_mem_mb),
-            gpus_free=tuple(
-                i for i in n.gpu_indices if i not in n.alloc_gpus and i not in n.alloc_shards
-            ),
-            gpu_type=n.gpu_type,
-            schedulable=schedulable,
-            idle=not n.job_ids,
-            gpu_indices=n.gpu_indices,
-            shards_per_gpu=n.config.gpus.shards_per_gpu,
-            shards_used=tuple(sorted(n.alloc_shards.items())),
-            features=n.features,  # from its resources: a registration makes a new view
-            available_at=available_at,  # power saving: busy until it boots (power_plan)
-        )
-        self._node_views[n.name] = (n.alloc_rev, n.resources, (schedulable, available_at), view)
-        return view
 
     def _in_priority_order(self, queue: list[JobRequest]) -> list[JobRequest]:
         """``queue`` highest priority first. The last order is reused when the queue is
