@@ -258,3 +258,26 @@ def test_the_kept_index_follows_changed_views_as_a_fresh_one() -> None:
     # a node drained: its candidates change, so the index starts over
     drained = (dataclasses.replace(nodes[0], schedulable=False), *nodes[1:])
     assert node_index(drained) is not index
+
+
+def test_kept_candidates_share_the_whole_partition_and_stay_bounded() -> None:
+    nodes = tuple(view(f"k{i:03d}") for i in range(300))
+    part = PartitionView("p", tuple(n.name for n in nodes))
+    # 300 needs (each -x one node) beside two that every node can hold
+    pending = [
+        JobRequest(10 + i, ("p",), gpus_per_node=1, exclude=(n.name,), time_limit_s=60)
+        for i, n in enumerate(nodes)
+    ]
+    pending += [JobRequest(1, ("p",), gpus_per_node=9, time_limit_s=60)]  # none can
+    pending += [JobRequest(2, ("p",), gpus_per_node=1, cpus_per_task=2, time_limit_s=60)]
+    pending += [JobRequest(3, ("p",), gpus_per_node=2, time_limit_s=60)]
+    snap = Snapshot(version=1, now=0.0, nodes=nodes, partitions=(part,), pending=tuple(pending))
+    schedule(snap)
+    kept = node_index(nodes).candidates
+    assert len(kept) <= 257  # the cap (256) and at most one entry past it
+    both = [
+        found
+        for key, (_, found) in kept.items()
+        if key[0] != "all" and not isinstance(found, str) and len(found[0]) == len(nodes)
+    ]
+    assert len(both) == 2 and both[0] is both[1]  # jobs 2 and 3: one copy

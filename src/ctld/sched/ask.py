@@ -160,7 +160,9 @@ class Asks:
                 found = kept[1]
             else:
                 found = self._nodes_of(req, shape, part, None)
-                if len(self.kept) > 10_000:  # many distinct needs: start over
+                # each entry may hold a partition's worth of names: a few hundred needs
+                # at most (more: they are made again, as they were in every pass)
+                if len(self.kept) >= 256:
                     self.kept.clear()
                 self.kept[key] = (part.nodes, found)
         if isinstance(found, str):
@@ -212,6 +214,14 @@ class Asks:
             if down and len(nodes) + len(down) >= shape.nodes:
                 return NODES_DOWN  # it would fit but for them (Slurm's words)
             return REQ_NODE_NOT_AVAIL if required or allowed is not None else RESOURCES
+        if len(nodes) == len(present) and allowed is None:
+            # every node of the partition (the usual need): one copy, shared by all
+            full = self.kept.get(("all", id(part.nodes)))
+            if full is not None and full[0] is part.nodes and full[1][0] == tuple(nodes):
+                return full[1]
+            shared: Found = (tuple(nodes), usable)
+            self.kept[("all", id(part.nodes))] = (part.nodes, shared)
+            return shared
         return tuple(nodes), usable
 
 
