@@ -8,6 +8,11 @@ pass: the priority refresh (due every 30 s: forced here), the snapshot, the core
 applier; and a pass that starts one job that fits (a 1-CPU job submitted just before).
 
     .venv/bin/python -m bench.ctld_pass [--pending 10000 50000] [--profile]
+    .venv/bin/python -m bench.ctld_pass --quick-path [1000 12500] [--pending 10000]
+
+``--quick-path`` (issue 29) prints the cost of a start at submit, of a pass with
+nothing pending and of a pass over a deep queue against the node count (N x 8 GPUs,
+half of them running an 8-GPU job for the first two, all for the last).
 """
 
 from __future__ import annotations
@@ -174,13 +179,138 @@ async def measure(pending: int, repeats: int, profile: bool) -> dict[str, float]
     return out
 
 
+# ------------------------------------------------ --quick-path: cost against the node count
+
+
+def _best(samples: list[float]) -> float:
+    return min(samples) * 1000
+
+
+async def _settle(c: Cluster) -> None:
+    while c._tasks:
+        await asyncio.gather(*list(c._tasks))
+
+
+async def measure_nodes(nodes: int, pending: int, repeats: int, profile: bool) -> dict[str, float]:
+    """At ``nodes`` x 8 GPUs, half running an 8-GPU job: a 1-GPU submit that starts at
+    submit (the quick path), a pass with nothing pending, and (the other half filled
+    too) a pass over ``pending`` waiting 8-GPU jobs. Thread CPU, best of ``repeats``."""
+    names = f"n[00001-{nodes:05d}]"
+    config = parse_config(
+        {
+            "nodes": [{"names": names}],
+            "partitions": [{"name": "gpu", "nodes": names, "default": True}],
+        }
+    )
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        c = make_cluster(
+            config,
+            f"sqlite:///{tmp}/ctld.db",
+            clock=ManualClock(),
+            dispatcher=RecordingDispatcher(),
+        )
+        await register_all(c, cpus=CPUS, memory_mb=512 * 1024, gpus=GPUS)
+        quick_on, c.scheduler.quick = c.scheduler.quick, None
+        for _ in range(nodes // 2):
+            await c.submit(USER, _spec(GPUS, limit=86400))
+        c.scheduler.quick = quick_on
+        await c.schedule_pass()  # half the nodes busy; the base a start at submit needs
+        await _settle(c)
+        rounds = []
+        for _ in range(repeats):
+            times = []
+            for _ in range(10):
+                t0 = time.thread_time()
+                job = await c.submit(USER, _spec(1))
+                times.append(time.thread_time() - t0)
+                assert job.state == js.RUNNING, "not started at submit"
+            rounds.append(statistics.median(times))
+        out["quick"] = _best(rounds)
+        if profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            await c.submit(USER, _spec(1))
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+        await _settle(c)
+        empty = []
+        for _ in range(repeats):
+            t0 = time.thread_time()
+            await c.schedule_pass()
+            empty.append(time.thread_time() - t0)
+        out["empty"] = _best(empty)
+        if profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            await c.schedule_pass()
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+        # the rest of the nodes filled, then a deep queue of 8-GPU jobs that wait
+        c.scheduler.quick = None
+        for _ in range(nodes - nodes // 2):
+            await c.submit(USER, _spec(GPUS, limit=86400))
+        await c.schedule_pass()
+        await _settle(c)
+        for _ in range(pending):
+            await c.submit(USER, _spec(GPUS, hold=True))
+        held = [j.job_id for j in c.jobs.values() if j.hold]
+        for i in range(0, len(held), 5000):
+            await c.update_hold(
+                USER, pb.UpdateJobRequest(job_ids=held[i : i + 5000], action=pb.JOB_UPDATE_RELEASE)
+            )
+        await c.schedule_pass()  # settle reasons and forecasts once
+        full = []
+        for _ in range(repeats):
+            t0 = time.thread_time()
+            await c.schedule_pass()
+            full.append(time.thread_time() - t0)
+        out["full"] = _best(full)
+        if profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            await c.schedule_pass()
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+        await _settle(c)
+        c.store.close()
+    return out
+
+
+def quick_path_table(node_counts: list[int], pending: int, repeats: int, profile: bool) -> None:
+    print(f"load average {os.getloadavg()[0]:.2f}; thread CPU, best of {repeats}\n")
+    print(
+        "| nodes | quick submit (1 GPU, starts at submit) | empty pass "
+        f"| full pass, {pending:,} pending (all nodes busy) |"
+    )
+    print("|---:|---:|---:|---:|")
+    for nodes in node_counts:
+        r = asyncio.run(measure_nodes(nodes, pending, repeats, profile))
+        print(
+            f"| {nodes:,} | {r['quick']:.1f} ms | {r['empty']:.1f} ms | {r['full']:.1f} ms |",
+            flush=True,
+        )
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pending", type=int, nargs="*", default=[10_000])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument(
+        "--quick-path",
+        type=int,
+        nargs="*",
+        metavar="NODES",
+        help="the table against the node count (default 1000 12500): start at submit, "
+        "empty pass, full pass over --pending[0] waiting jobs",
+    )
     args = ap.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    if args.quick_path is not None:
+        counts = args.quick_path or [1000, 12_500]
+        quick_path_table(counts, args.pending[0], min(args.repeats, 3), args.profile)
+        return 0
     print(f"{NODES} nodes x {GPUS} GPUs, each running an 8-GPU job; 8-GPU jobs pending\n")
     print("| pending | pass | snapshot + plan | refresh | snapshot | plan | apply |")
     print("|---|---|---:|---:|---:|---:|---:|")

@@ -104,6 +104,7 @@ class Cluster:
             quick=self.snapshots if config.scheduler.start_on_submit else None,
         )
         self.scheduler.after_plan = self.power.after_plan
+        self.scheduler.empty_queue = self.snapshots.empty_queue
         self.intake.quick_ready = self.scheduler.quick_ready
         self.intake.start_on_submit = self.scheduler.start_on_submit
         if config.scheduler.start_on_submit:

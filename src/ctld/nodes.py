@@ -16,6 +16,48 @@ POWERED_DOWN = pb.NODE_POWER_POWERED_DOWN
 POWERING_UP = pb.NODE_POWER_POWERING_UP
 POWERING_DOWN = pb.NODE_POWER_POWERING_DOWN
 
+# what the scheduler's view of a node is made of (node_views.py): setting one of these
+# logs the node's name in VIEW_CHANGES (its allocations move ``alloc_rev``)
+VIEW_INPUTS = frozenset(
+    {
+        "alloc_rev",
+        "resources",
+        "config",
+        "registered",
+        "responding",
+        "power",
+        "power_since",
+        "power_down_pending",
+        "drain",
+        "down",
+        "late",
+        "fencing",
+    }
+)
+
+
+class ViewChanges:
+    """The names of the nodes whose view inputs were set, in order, for every reader
+    (each remembers how far it read). Past ``LIMIT`` names the log starts over in a new
+    ``epoch``: a reader of an older one looks at every node again."""
+
+    LIMIT = 100_000
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.log: list[str] = []
+
+    def add(self, name: str) -> None:
+        if len(self.log) >= self.LIMIT:
+            self.log = []
+            self.epoch += 1
+        self.log.append(name)
+
+
+# one for the process: nodes of several clusters (tests) share it, harmlessly (a reader
+# looks again at a node of its own that has the same name)
+VIEW_CHANGES = ViewChanges()
+
 
 @dataclass(frozen=True)
 class NodeEvent:
@@ -119,6 +161,11 @@ class NodeRecord:
         """What it registered (NodeResources.features): "container" (its runtime)."""
         self._derive()
         return self._features
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        if name in VIEW_INPUTS:
+            VIEW_CHANGES.add(self.name)
 
     @property
     def schedulable(self) -> bool:

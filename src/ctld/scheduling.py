@@ -76,6 +76,9 @@ class Scheduler:
         self._arrived: list[int] = []  # submitted, to be decided by the next short pass
         self._batch: asyncio.Future[None] | None = None
         self.quick_starts_total = 0
+        # what an empty queue leaves the snapshot builder (SnapshotBuilder.empty_queue):
+        # set, a pass with nothing pending builds no snapshot; None: every pass does
+        self.empty_queue: Callable[[], None] | None = None
         # power saving's look at each plan (ctld/power.py): the jobs waiting for power-ups
         self.after_plan: Callable[[Plan], set[int]] = lambda plan: set()
 
@@ -125,16 +128,26 @@ class Scheduler:
         gc.disable()
         try:
             self.refresh_priorities()
-            self.state.preemptions.prune(self.state.jobs)
-            snap = self.snapshot()
-            plan = schedule(snap)
-            self._next_queue = snap.pending
+            st = self.state
+            st.preemptions.prune(st.jobs)
+            if self.empty_queue is not None and not st.index.pending and not st.preemptions.claims:
+                # nothing pending: the core would plan nothing (no start, reason,
+                # forecast or preemption), so no snapshot of every node is made for it
+                self.empty_queue()
+                plan = Plan(snapshot_version=st.versions.version)
+                self._next_queue = ()
+                held_back = 0
+            else:
+                snap = self.snapshot()
+                plan = schedule(snap)
+                self._next_queue = snap.pending
+                # jobs ctld held back are in the snapshot only to carry their reason
+                held_back = sum(1 for r in snap.pending if r.blocked_reason)
         finally:
             if collecting:
                 gc.enable()
         self.last_pass_s = time.perf_counter() - began
-        # jobs ctld held back are in the snapshot only to carry their reason
-        self.last_considered = plan.considered - sum(1 for r in snap.pending if r.blocked_reason)
+        self.last_considered = plan.considered - held_back
         await self.apply_plan(plan, pass_no=self.passes)
 
     def refresh_priorities(self) -> None:

@@ -21,13 +21,12 @@ from collections.abc import Iterable
 
 from corral.jobspec import array_throttle
 from corral.wire import corral_pb2 as pb
-from ctld import deps, pending, power_plan
+from ctld import deps, pending
 from ctld import jobstate as js
-from ctld.nodes import NodeRecord
+from ctld.node_views import NodeViews
 from ctld.sched import (
     INFINITY,
     JobRequest,
-    NodeView,
     PartitionView,
     Placement,
     RunningView,
@@ -85,8 +84,8 @@ class SnapshotBuilder:
         self._ordered: list[JobRequest] = []
         # running jobs' views: (revision, prediction, view)
         self._running: dict[int, tuple[int, int, RunningView]] = {}
-        # node name -> (alloc_rev, resources, (schedulable, available_at), view): _node_view
-        self._node_views: dict[str, tuple[int, pb.NodeResources, tuple[bool, float], NodeView]] = {}
+        # every node's view, made again for the nodes that changed (node_views.py)
+        self.node_views = NodeViews()
         self._accounting_version = state.acct.version
         # the earliest --begin still ahead in the last build (a start at submit must
         # not take what such a job may have by then), and the queue's demand there
@@ -140,6 +139,14 @@ class SnapshotBuilder:
         # starts at submit, whose short queue does not show them
         self.demands = pending_demands(snap)
         return dataclasses.replace(snap, demands=self.demands) if self.demands else snap
+
+    def empty_queue(self) -> None:
+        """What ``build`` leaves behind for a queue with no pending job, without building
+        (the scheduler's pass skips the snapshot then: scheduling.py)."""
+        self.next_eligible = INFINITY
+        self.watching = False
+        self.demands = ()
+        self._queue, self._ordered = [], []
 
     def build_quick(self, job_ids: Iterable[int], reserved: Iterable[int]) -> Snapshot:
         """The cluster as it is now with only ``job_ids`` (new jobs) and ``reserved``
@@ -204,14 +211,7 @@ class SnapshotBuilder:
         demands: tuple[Demand, ...] = (),
     ) -> Snapshot:
         st = self.state
-        nodes = tuple(
-            self._node_view(
-                n,
-                n.schedulable or power_plan.plannable(n),
-                power_plan.available_at(n, st.config, now),
-            )
-            for n in st.nodes.values()
-        )
+        nodes = self.node_views.build(st.nodes, st.config, now)
         parts = tuple(
             PartitionView(
                 p.name,
@@ -243,40 +243,6 @@ class SnapshotBuilder:
             qos=st.acct.qos.views(),
             claims=book.claim_views(),
         )
-
-    def _node_view(self, n: NodeRecord, schedulable: bool, available_at: float) -> NodeView:
-        """The node as the core sees it, rebuilt only when its allocations (its
-        ``alloc_rev``), its resources (a registration) or whether it is schedulable
-        changed: at 12,500 nodes, building every view every pass was most of a pass."""
-        memo = self._node_views.get(n.name)
-        if (
-            memo is not None
-            and memo[0] == n.alloc_rev
-            and memo[1] is n.resources
-            and memo[2] == (schedulable, available_at)
-        ):
-            return memo[3]
-        view = NodeView(
-            name=n.name,
-            cpus_total=n.resources.cpus,
-            mem_total_mb=n.resources.memory_mb,
-            gpus_total=len(n.resources.gpus),
-            cpus_free=max(0, n.resources.cpus - n.alloc_cpus),
-            mem_free_mb=max(0, n.resources.memory_mb - n.alloc_mem_mb),
-            gpus_free=tuple(
-                i for i in n.gpu_indices if i not in n.alloc_gpus and i not in n.alloc_shards
-            ),
-            gpu_type=n.gpu_type,
-            schedulable=schedulable,
-            idle=not n.job_ids,
-            gpu_indices=n.gpu_indices,
-            shards_per_gpu=n.config.gpus.shards_per_gpu,
-            shards_used=tuple(sorted(n.alloc_shards.items())),
-            features=n.features,  # from its resources: a registration makes a new view
-            available_at=available_at,  # power saving: busy until it boots (power_plan)
-        )
-        self._node_views[n.name] = (n.alloc_rev, n.resources, (schedulable, available_at), view)
-        return view
 
     def _in_priority_order(self, queue: list[JobRequest]) -> list[JobRequest]:
         """``queue`` highest priority first. The last order is reused when the queue is
@@ -335,6 +301,8 @@ class SnapshotBuilder:
     def _preempting(self, view: RunningView, book: Preemptions) -> RunningView:
         """A job being preempted: no one's victim again, gone by its deadline (grace
         time + KillWait)."""
+        if not book.victims:
+            return view
         victim = book.victims.get(view.job_id)
         job = self.state.jobs.get(view.job_id)
         if victim is None or job is None or book.victim(job) is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import pwd
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -257,28 +257,9 @@ class State:
             gone[job_id] = found[0] if found else None
         return gone[job_id]
 
-    def capacity(self) -> dict[str, NodeCapacity]:
-        # every submit asks: each node's entry is rebuilt only when it registered anew
-        cache = self._capacity
-        out = {}
-        for n in self.nodes.values():
-            hit = cache.get(n.name)
-            if hit is None or hit[0] is not n.resources:
-                res = n.resources
-                hit = (
-                    res,
-                    NodeCapacity(
-                        n.name,
-                        res.cpus,
-                        res.memory_mb,
-                        len(res.gpus),
-                        n.gpu_type,
-                        n.config.gpus.shards_per_gpu,
-                    ),
-                )
-                cache[n.name] = hit
-            out[n.name] = hit[1]
-        return out
+    def capacity(self) -> Capacities:
+        """What each node has (every submit asks, for the nodes it looks at)."""
+        return Capacities(self.nodes, self._capacity)
 
     # ------------------------------------------------------------ shared bookkeeping
 
@@ -292,6 +273,38 @@ class State:
 
     def remember_run(self, job: pb.Job) -> None:
         self.runs.remember(job)
+
+
+class Capacities(Mapping[str, NodeCapacity]):
+    """Each node's capacity, made when asked for and rebuilt only when it registered
+    anew: a submit looks at the nodes until enough fit, not at every node."""
+
+    def __init__(
+        self, nodes: dict[str, NodeRecord], cache: dict[str, tuple[pb.NodeResources, NodeCapacity]]
+    ) -> None:
+        self.nodes = nodes
+        self.cache = cache
+
+    def __getitem__(self, name: str) -> NodeCapacity:
+        n = self.nodes[name]
+        hit = self.cache.get(name)
+        if hit is None or hit[0] is not n.resources:
+            res = n.resources
+            capacity = NodeCapacity(
+                n.name, res.cpus, res.memory_mb, len(res.gpus), n.gpu_type,
+                n.config.gpus.shards_per_gpu,
+            )  # fmt: skip
+            hit = self.cache[name] = (res, capacity)
+        return hit[1]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.nodes
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
 
 
 def request_totals(spec: pb.JobSpec) -> js.Fields:

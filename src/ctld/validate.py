@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,7 +153,7 @@ def user_groups(user: str, gid: int) -> frozenset[str]:
 def validate_spec(
     spec: pb.JobSpec,
     config: ClusterConfig,
-    capacity: dict[str, NodeCapacity],
+    capacity: Mapping[str, NodeCapacity],
     groups: Callable[[], frozenset[str]] = frozenset,
 ) -> Accepted:
     """Check ``spec`` against the cluster and type its --signal, --array and
@@ -293,20 +293,22 @@ def check_container(container: pb.ContainerSpec, config: ClusterConfig) -> None:
 
 
 def _partition_can_ever_run(
-    part: PartitionConfig, req: JobRequest, shape: Shape, capacity: dict[str, NodeCapacity]
+    part: PartitionConfig, req: JobRequest, shape: Shape, capacity: Mapping[str, NodeCapacity]
 ) -> bool:
-    nodes = [capacity[n] for n in part.nodes if n in capacity and n not in req.exclude]
+    names: Iterable[str] = part.nodes
     if req.nodelist:
         if any(n not in part.nodes for n in req.nodelist):
             return False
-        nodes = [n for n in nodes if n.name in req.nodelist]
+        names = dict.fromkeys(req.nodelist)
     if part.max_nodes and shape.nodes > part.max_nodes:
         return True  # Slurm keeps it pending with PartitionNodeLimit
-    fitting = [
-        n
-        for n in nodes
-        if n.cpus == 0  # capacity unknown until it registers: give it the benefit of the doubt
-        or (
+    excluded = set(req.exclude)
+    fitting = 0
+    for name in names:  # until enough fit: a submit does not walk 12,500 nodes
+        if name not in capacity or name in excluded:
+            continue
+        n = capacity[name]
+        if n.cpus == 0 or (  # capacity unknown until it registers: the benefit of the doubt
             fits_empty(shape, n.cpus, n.mem_mb, n.gpus)
             and (not shape.shards_per_node or shape.shards_per_node <= n.shards_per_gpu)
             and (
@@ -314,6 +316,8 @@ def _partition_can_ever_run(
                 or not (shape.gpus_per_node or shape.shards_per_node)
                 or req.gpu_type == n.gpu_type
             )
-        )
-    ]
-    return len(fitting) >= shape.nodes
+        ):
+            fitting += 1
+            if fitting >= shape.nodes:
+                return True
+    return fitting >= shape.nodes

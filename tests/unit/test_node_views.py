@@ -43,3 +43,37 @@ def test_node_views_are_reused_until_the_node_changes(
     c.register_nodes([other])  # a registration brings new resources: a new view
     assert _views(c)[other] is not drained[other]
     assert c.cluster.nodes[other].state in (pb.NODE_STATE_DRAIN, pb.NODE_STATE_DRAINING)
+
+
+@pytest.mark.timeout(60)
+def test_the_views_kept_are_those_a_fresh_build_makes(
+    inprocess_cluster: InProcessCluster,
+) -> None:
+    """Only the nodes that named themselves changed are looked at again (node_views.py):
+    after each kind of change the views equal a build that looks at every node."""
+    from ctld.node_views import NodeViews
+
+    c = inprocess_cluster
+    st = c.cluster.state
+
+    def check() -> None:
+        kept = c.cluster.snapshot().nodes
+        fresh = NodeViews().build(st.nodes, st.config, st.clock())
+        assert kept == fresh
+
+    names = sorted(st.nodes)
+    check()
+    job_id = c.submit("#!/bin/sh\ntrue\n", gpusPerNode=1)
+    c.settle()
+    check()
+    c.client().call("UpdateNode", {"names": [names[0]], "state": "DRAIN", "reason": "x"})
+    check()
+    st.nodes[names[-1]].late = True  # a heartbeat overdue, as the check sets it
+    check()
+    st.nodes[names[-1]].late = False
+    c.exit(job_id)
+    c.settle()
+    check()
+    c.client().call("UpdateNode", {"names": [names[0]], "state": "RESUME"})
+    c.register_nodes([names[0]])
+    check()

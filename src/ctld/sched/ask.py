@@ -13,14 +13,15 @@ its claim's holds), and is never a class-mate.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corral.reasons import Reason
 from ctld.sched import preempt
-from ctld.sched.availability import Availability
+from ctld.sched.availability import Availability, NodeSeq
 from ctld.sched.limits import Admission
 from ctld.sched.model import INFINITY, JobRequest, PartitionView, Snapshot
-from ctld.sched.profile import NodeProfile
+from ctld.sched.profile import NodeProfile, could_ever_fit
 from ctld.sched.shape import Shape, job_shape
 
 # Slurm's pending reasons the core decides (the one list: corral/reasons.py)
@@ -36,13 +37,16 @@ BAD_CONSTRAINTS = Reason.BAD_CONSTRAINTS
 QOS_MAX_JOBS_PER_USER = Reason.QOS_MAX_JOBS_PER_USER
 UNAVAILABLE_NODES = f"{Reason.REQ_NODE_NOT_AVAIL}, UnavailableNodes:"  # + the nodes
 
+# a candidate's node names and the set of them, or the reason it has none
+Found = tuple[tuple[str, ...], frozenset[str]] | str
+
 
 @dataclass(frozen=True)
 class Candidate:
     """A partition where a job could run, and its nodes there that could ever hold it."""
 
     partition: PartitionView
-    nodes: tuple[NodeProfile, ...]
+    nodes: Sequence[NodeProfile]  # made as they are reached (availability.py)
     required: frozenset[str]  # -w nodes the allocation must include
     ignore: str  # the job's own reservation, which its holds do not block
     not_before: float  # a reservation's start
@@ -73,6 +77,9 @@ class Asks:
         self.partitions = {p.name: p for p in snap.partitions}
         self.reservations = {r.name: r for r in snap.reservations}
         self.nodes = avail.nodes
+        self.views, self.position = avail.views, avail.index.position
+        # the candidates without a reservation, kept with the node index (nodeindex.py)
+        self.kept: dict[tuple[object, ...], tuple[object, Found]] = avail.index.candidates  # type: ignore[assignment]
         self.admission = admission
         self.claimed = claimed
         self.candidates: dict[tuple[object, ...], Candidate | str] = {}
@@ -143,41 +150,63 @@ class Asks:
                 return RESERVATION
             ignore, not_before, not_after = f"resv:{resv.name}", resv.start, resv.end
             allowed = set(resv.nodes)
+            found = self._nodes_of(req, shape, part, allowed)
+        else:
+            # without a reservation, static node facts only: kept between passes by the
+            # node index (a new index when any of them changes)
+            key = (id(part.nodes), shape, req.gpu_type, req.nodelist, req.exclude, req.features)
+            kept = self.kept.get(key)
+            if kept is not None and kept[0] is part.nodes:
+                found = kept[1]
+            else:
+                found = self._nodes_of(req, shape, part, None)
+                # each entry may hold a partition's worth of names: a few hundred needs
+                # at most (more: they are made again, as they were in every pass)
+                if len(self.kept) >= 256:
+                    self.kept.clear()
+                self.kept[key] = (part.nodes, found)
+        if isinstance(found, str):
+            return found
+        names, usable = found
+        return Candidate(
+            part,
+            NodeSeq(names, self.nodes),
+            frozenset(req.nodelist),
+            ignore,
+            not_before,
+            not_after,
+            usable,
+        )
+
+    def _nodes_of(
+        self, req: JobRequest, shape: Shape, part: PartitionView, allowed: set[str] | None
+    ) -> Found:
+        """``part``'s nodes that could ever hold ``shape`` for ``req`` (by their views:
+        no profile is made), or the reason there are not enough."""
         members = set(part.nodes)
         required = frozenset(req.nodelist)
         if not required <= members or (allowed is not None and not required <= allowed):
             return REQ_NODE_NOT_AVAIL
+        views, position = self.views, self.position
+        present = [views[i] for name in part.nodes if (i := position.get(name)) is not None]
         excluded = set(req.exclude)
         if req.features:
-            featured = {
-                name
-                for name in part.nodes
-                if (node := self.nodes.get(name)) is not None
-                and node.view.features.issuperset(req.features)
-            }
+            featured = {v.name for v in present if v.features.issuperset(req.features)}
             if not featured:  # none, even down: nothing would do (Slurm's BadConstraints)
                 return BAD_CONSTRAINTS
             excluded |= members - featured
-        nodes = tuple(
-            node
-            for name in part.nodes
-            if (node := self.nodes.get(name)) is not None
-            and node.view.schedulable
-            and name not in excluded
-            and (allowed is None or name in allowed)
-            and node.could_ever_fit(shape, req.gpu_type)
-        )
-        usable = {n.name for n in nodes}
+        nodes: list[str] = []
+        down: list[str] = []
+        for v in present:
+            name = v.name
+            if (
+                name not in excluded
+                and (allowed is None or name in allowed)
+                and could_ever_fit(v, shape, req.gpu_type)
+            ):
+                (nodes if v.schedulable else down).append(name)
+        usable = frozenset(nodes)
         # down or drained nodes that would otherwise do: Slurm names the required ones
-        down = [
-            name
-            for name in part.nodes
-            if (node := self.nodes.get(name)) is not None
-            and not node.view.schedulable
-            and name not in excluded
-            and (allowed is None or name in allowed)
-            and node.could_ever_fit(shape, req.gpu_type)
-        ]
         if not required <= usable:
             unavailable = [n for n in down if n in required]
             return _unavailable(unavailable) if unavailable else REQ_NODE_NOT_AVAIL
@@ -185,7 +214,15 @@ class Asks:
             if down and len(nodes) + len(down) >= shape.nodes:
                 return NODES_DOWN  # it would fit but for them (Slurm's words)
             return REQ_NODE_NOT_AVAIL if required or allowed is not None else RESOURCES
-        return Candidate(part, nodes, required, ignore, not_before, not_after, frozenset(usable))
+        if len(nodes) == len(present) and allowed is None:
+            # every node of the partition (the usual need): one copy, shared by all
+            full = self.kept.get(("all", id(part.nodes)))
+            if full is not None and full[0] is part.nodes and full[1][0] == tuple(nodes):
+                return full[1]
+            shared: Found = (tuple(nodes), usable)
+            self.kept[("all", id(part.nodes))] = (part.nodes, shared)
+            return shared
+        return tuple(nodes), usable
 
 
 def _unavailable(names: list[str]) -> str:

@@ -125,14 +125,14 @@ class Placer:
     ) -> list[tuple[NodeProfile, Avail]] | None:
         fitting: list[tuple[NodeProfile, Avail]] = []
         free_now = 0
-        max_gpus, buckets = self.avail.max_gpus, self.avail.buckets
+        pool = self.avail
+        max_gpus, profiles, members = pool.max_gpus, pool.nodes, cand.members
         for free_gpus in range(shape.gpus_per_node, max_gpus + 1):
-            for node in buckets[free_gpus].values():
-                if (
-                    node.name not in cand.members
-                    or node.free_cpus < shape.cpus_per_node
-                    or node.free_mem < shape.mem_per_node_mb
-                ):
+            for name in pool.bucket(free_gpus):
+                if name not in members:
+                    continue  # (not looked at: no profile made)
+                node = profiles[name]
+                if node.free_cpus < shape.cpus_per_node or node.free_mem < shape.mem_per_node_mb:
                     continue
                 free_now += 1
                 now_avail = Avail(

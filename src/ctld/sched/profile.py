@@ -102,16 +102,7 @@ class NodeProfile:
         )
 
     def could_ever_fit(self, shape: Shape, gpu_type: str) -> bool:
-        shards = shape.shards_per_node
-        if gpu_type and (shape.gpus_per_node or shards) and self.view.gpu_type != gpu_type:
-            return False
-        if shards and shards > self.shards_per_gpu:
-            return False
-        return (
-            shape.cpus_per_node <= self.view.cpus_total
-            and shape.mem_per_node_mb <= self.view.mem_total_mb
-            and shape.gpus_per_node + (1 if shards else 0) <= len(self.all_gpus)
-        )
+        return could_ever_fit(self.view, shape, gpu_type)
 
     def _index(self) -> None:
         ordered = sorted(self.releases, key=lambda r: r.end)
@@ -295,6 +286,21 @@ class NodeProfile:
 
     def hold(self, hold: Hold) -> None:
         self.holds.append(hold)
+
+
+def could_ever_fit(view: NodeView, shape: Shape, gpu_type: str) -> bool:
+    """Whether ``view``'s node, empty, would hold ``shape`` (of GPU type ``gpu_type``)."""
+    shards = shape.shards_per_node
+    if gpu_type and (shape.gpus_per_node or shards) and view.gpu_type != gpu_type:
+        return False
+    if shards and shards > view.shards_per_gpu:
+        return False
+    gpus = len(view.gpu_indices) if view.gpu_indices is not None else view.gpus_total
+    return (
+        shape.cpus_per_node <= view.cpus_total
+        and shape.mem_per_node_mb <= view.mem_total_mb
+        and shape.gpus_per_node + (1 if shards else 0) <= gpus
+    )
 
 
 def _running_sums(
