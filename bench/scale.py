@@ -18,7 +18,8 @@ depth (pending jobs submitted held over gRPC, then released in one UpdateJob):
   jobs), p50 / p99 over sequential probes: from before SubmitJob is sent to ctld's
   recorded start_time;
 - ctld RSS, and RSS per pending job over the 0-pending baseline;
-- ``squeue`` / ``squeue -h -o "%i %T"`` / ``sacct -X`` wall time (fresh processes);
+- ``squeue`` / ``squeue -h -o "%i %T"`` / ``sacct -X`` / ``sinfo`` wall time (fresh
+  processes), and a scrape of ``/metrics``;
 - a ctld restart: time until every node has registered again (the storm).
 """
 
@@ -30,6 +31,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +197,17 @@ def _command_ms(cluster: BenchCluster, argv: list[str], runs: int = 3) -> str:
     return f"{sorted(samples)[len(samples) // 2] * 1000:.0f} ms"
 
 
+def _metrics_ms(cluster: BenchCluster, runs: int = 3) -> str:
+    """A Prometheus scrape of ctld's /metrics (the median of ``runs``) and its size."""
+    samples, size = [], 0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(f"http://{cluster.http_address}/metrics", timeout=60) as r:
+            size = len(r.read())
+        samples.append(time.perf_counter() - t0)
+    return f"{sorted(samples)[len(samples) // 2] * 1000:.0f} ms ({size / 1024:.0f} KiB)"
+
+
 def _nodes_up(cluster: BenchCluster) -> int:
     # the state alone (the field mask): polled through a storm
     nodes = cluster.client().call("GetNodes", {"fields": ["state"]}).get("nodes", [])
@@ -318,6 +331,8 @@ def run_nodes(
                 "`squeue`",
                 '`squeue -h -o "%i %T"`',
                 "`sacct -X`",
+                "`sinfo`",
+                "GET /metrics",
             ],
         )
         rows["0"] = {"idle_cpu": idle_cpu, "rss_mib": rss0}
@@ -340,11 +355,13 @@ def run_nodes(
             log(f"scale{nodes}: {sum(AT_SUBMIT)} of {len(lat)} probes started at submit")
             rss = cluster.rss_mib()
             per_job = (rss - rss0) * 1024 / level if level else 0.0
-            squeue = squeue_short = sacct = "not run"
+            squeue = squeue_short = sacct = sinfo = metrics = "not run"
             if commands:
                 squeue = _command_ms(cluster, ["squeue"])
                 squeue_short = _command_ms(cluster, ["squeue", "-h", "-o", "%i %T"])
                 sacct = _command_ms(cluster, ["sacct", "-X"])
+                sinfo = _command_ms(cluster, ["sinfo"])
+                metrics = _metrics_ms(cluster)
             p50, p99 = percentile(lat, 50), percentile(lat, 99)
             table.add(
                 level,
@@ -356,6 +373,8 @@ def run_nodes(
                 squeue,
                 squeue_short,
                 sacct,
+                sinfo,
+                metrics,
             )
             rows[str(level)] = {
                 "quiet_cpu": cpu,
@@ -368,6 +387,8 @@ def run_nodes(
                 "squeue": squeue,
                 "squeue_short": squeue_short,
                 "sacct": sacct,
+                "sinfo": sinfo,
+                "metrics": metrics,
             }
             log(f"scale{nodes}: {table.rows[-1]}")
         log(f"scale{nodes}: restarting ctld with {have} pending, {len(busy)} running")

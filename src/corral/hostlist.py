@@ -133,6 +133,8 @@ def compress(names: list[str]) -> str:
             continue
         prefix, digits = tail
         width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
+        if not width and (prefix, len(digits)) in runs:
+            width = len(digits)  # 1000 after 0999: the same width, one range (Slurm's)
         run = runs.get((prefix, width))
         if run is None:
             run = runs[(prefix, width)] = _Run(prefix, width, [])

@@ -37,6 +37,10 @@ def test_expand_refuses_huge_ranges() -> None:
         (["node1"], "node1"),
         (["gpu1", "gpu2", "login"], "gpu[1-2],login"),
         ([], ""),
+        # a padded range goes on past its padding at the same width, as Slurm's does
+        ([f"node{i:04d}" for i in range(998, 1002)], "node[0998-1001]"),
+        (["n09", "n10", "n11"], "n[09-11]"),
+        (["n1", "n01"], "n1,n01"),  # two hosts: 1 is not 01
     ],
 )
 def test_compress(names: list[str], expr: str) -> None:
