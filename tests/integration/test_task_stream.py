@@ -8,6 +8,7 @@ import os
 import pathlib
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -196,9 +197,11 @@ def test_a_frame_injected_after_start_ends_the_step_unheard(
 
 
 def test_srun_imports_neither_grpc_nor_protobuf(one: LocalCluster, tmp_path: pathlib.Path) -> None:
-    env = {**one.env(), "PYTHONPROFILEIMPORTTIME": "1"}
+    # -X importtime on the interpreter: the command's own script may start it with -I,
+    # which ignores PYTHONPROFILEIMPORTTIME (corral launchers)
+    env = one.env()
     out = subprocess.run(
-        [str(BIN / "srun"), "-n1", "echo", "hello"],
+        [sys.executable, "-X", "importtime", str(BIN / "srun"), "-n1", "echo", "hello"],
         env=env,
         cwd=tmp_path,
         capture_output=True,

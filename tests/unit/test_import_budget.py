@@ -65,7 +65,7 @@ BUDGET: dict[str, set[str]] = {
 # SHA-256 for the step credential's proof): no grpc, protobuf, asyncio or OpenSSL, and
 # none of socket, selectors or signal (with the enum each builds: ~5-10 ms). What it
 # imports only while running is checked by tests/integration/test_task_stream.py
-# (PYTHONPROFILEIMPORTTIME).
+# (-X importtime).
 SOCKET = {"array", "errno", "math", "select", "selectors", "socket"}
 ALLOCATING = BUDGET["sbatch"] | {"client.alloc", "corral.signals"}
 BUDGET["srun"] = ALLOCATING | {
