@@ -327,7 +327,8 @@ def main_body(argv: Sequence[str]) -> int:
     parsable = "P" if opts.get("parsable2") else "p" if opts.get("parsable") else ""
     # page by page, each printed as it comes: the columns have fixed widths, so the
     # first lines of a long history show at once and memory stays one page
-    fixed = int(os.environ.get("CORRAL_SACCT_PAGE") or 0)
+    text = os.environ.get("CORRAL_SACCT_PAGE", "")  # not a positive number: the default
+    fixed = int(text) if text.isdecimal() and int(text) > 0 else 0
     page_size = fixed or FIRST_PAGE  # a small first page: the first lines come quickly
     header = not opts.get("noheader")
     while True:

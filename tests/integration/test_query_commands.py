@@ -187,5 +187,16 @@ def test_sacct_after_jobs_end(cluster: LocalCluster) -> None:
     )
     whole = out(cluster, "sacct", "-j", f"{ok},{bad}", "-o", "JobID,State")
     assert paged.returncode == 0 and paged.stdout == whole
+    for bad_page in ("x", "0", "-3"):  # not a page size: the default, never a crash
+        odd = run(
+            cluster,
+            "sacct",
+            "-j",
+            f"{ok},{bad}",
+            "-o",
+            "JobID,State",
+            env={"CORRAL_SACCT_PAGE": bad_page},
+        )
+        assert odd.returncode == 0 and odd.stdout == whole, odd.stderr
     proc = run(cluster, "sacct", "-o", "JobID,NoSuchField")
     assert proc.returncode == 1 and 'Invalid field requested: "NoSuchField"' in proc.stderr
