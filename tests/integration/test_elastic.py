@@ -121,10 +121,11 @@ def steps_log(ckpt: pathlib.Path) -> list[dict[str, str]]:
     return [dict(part.split("=", 1) for part in line.split()) for line in lines if line]
 
 
-def test_a_drain_signals_the_job_which_saves_and_is_requeued_losing_no_step(
-    make_cluster: Any,
-) -> None:
-    cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false")
+def start_stopper(
+    cluster: LocalCluster, cmd: Any, out: str
+) -> tuple[str, dict[str, Any], pathlib.Path]:
+    """An elastic 2-3 node training that saves when warned and exits (--stop-on-signal),
+    running and five steps in: (its id, the job, its checkpoint directory)."""
     job_id = cmd(
         "sbatch",
         "--parsable",
@@ -133,13 +134,21 @@ def test_a_drain_signals_the_job_which_saves_and_is_requeued_losing_no_step(
         "--elastic",
         "--requeue",
         "-o",
-        "tr-%j.out",
+        f"{out}-%j.out",
         "--wrap",
         f"exec python3 {TRAIN} --steps 30 --step-time 0.2 --save-every 1000 --stop-on-signal",
     ).stdout.strip()
     job = cmd.wait_state(job_id, "RUNNING")
     ckpt = cluster.state_dir / "checkpoints" / job_id
     wait_for(lambda: len(steps_log(ckpt)) >= 5, 60, "five steps")
+    return job_id, job, ckpt
+
+
+def test_a_drain_signals_the_job_which_saves_and_is_requeued_losing_no_step(
+    make_cluster: Any,
+) -> None:
+    cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false")
+    job_id, job, ckpt = start_stopper(cluster, cmd, "tr")
     drained = next(n for n in cluster.node_names if n != job["batchHost"])
     began = time.monotonic()
     cmd("scontrol", "update", f"NodeName={drained}", "State=DRAIN", "Reason=swap a DIMM")
@@ -227,21 +236,7 @@ def test_a_maintenance_reservation_signals_the_job_which_saves_and_runs_elsewher
     make_cluster: Any,
 ) -> None:
     cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false")
-    job_id = cmd(
-        "sbatch",
-        "--parsable",
-        "-N",
-        "2-3",
-        "--elastic",
-        "--requeue",
-        "-o",
-        "mt-%j.out",
-        "--wrap",
-        f"exec python3 {TRAIN} --steps 30 --step-time 0.2 --save-every 1000 --stop-on-signal",
-    ).stdout.strip()
-    job = cmd.wait_state(job_id, "RUNNING")
-    ckpt = cluster.state_dir / "checkpoints" / job_id
-    wait_for(lambda: len(steps_log(ckpt)) >= 5, 60, "five steps")
+    job_id, job, ckpt = start_stopper(cluster, cmd, "mt")
     node = next(n for n in cluster.node_names if n != job["batchHost"])
     # a minute away, within the lead time (120 s): the job is warned at the monitor's tick
     cmd(
@@ -312,6 +307,11 @@ def test_a_spare_replaces_a_failed_node_within_one_pass(make_cluster: Any) -> No
 
 TORCH_PY = os.environ.get("CORRAL_TORCH_PYTHON", "")
 TORCH_JOB = pathlib.Path(__file__).resolve().parents[2] / "examples" / "torch-elastic.sh"
+TORCH_ENV = {
+    "TORCH_PYTHON": TORCH_PY,
+    "TORCH_SCRIPT": str(TORCH_JOB.parent / "torch-elastic.py"),
+    "STEPS": "40",
+}
 
 
 def _torch_done(cmd: Any, job_id: str, ckpt: pathlib.Path) -> dict[str, Any]:
@@ -332,12 +332,7 @@ def _torch_done(cmd: Any, job_id: str, ckpt: pathlib.Path) -> dict[str, Any]:
 @pytest.mark.skipif(not TORCH_PY, reason="set CORRAL_TORCH_PYTHON to a python with torch")
 def test_torch_ddp_resumes_at_world_size_two_after_a_node_dies(make_cluster: Any) -> None:
     cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false")
-    env = {
-        "TORCH_PYTHON": TORCH_PY,
-        "TORCH_SCRIPT": str(TORCH_JOB.parent / "torch-elastic.py"),
-        "STEPS": "40",
-    }
-    job_id = cmd("sbatch", "--parsable", str(TORCH_JOB), env=env).stdout.strip()
+    job_id = cmd("sbatch", "--parsable", str(TORCH_JOB), env=TORCH_ENV).stdout.strip()
     job = cmd.wait_state(job_id, "RUNNING")
     ckpt = cluster.state_dir / "checkpoints" / job_id
     # past its first checkpoint (every 5 steps) at world size 3
@@ -362,12 +357,7 @@ def test_torch_ddp_resumes_at_world_size_two_after_a_node_dies(make_cluster: Any
 @pytest.mark.skipif(not TORCH_PY, reason="set CORRAL_TORCH_PYTHON to a python with torch")
 def test_torch_ddp_saves_on_a_drain_and_resumes_at_world_size_two(make_cluster: Any) -> None:
     cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false")
-    env = {
-        "TORCH_PYTHON": TORCH_PY,
-        "TORCH_SCRIPT": str(TORCH_JOB.parent / "torch-elastic.py"),
-        "STEPS": "40",
-    }
-    job_id = cmd("sbatch", "--parsable", str(TORCH_JOB), env=env).stdout.strip()
+    job_id = cmd("sbatch", "--parsable", str(TORCH_JOB), env=TORCH_ENV).stdout.strip()
     job = cmd.wait_state(job_id, "RUNNING")
     ckpt = cluster.state_dir / "checkpoints" / job_id
     wait_for(lambda: len(steps_log(ckpt)) >= 3, 120, "three steps at world size 3")

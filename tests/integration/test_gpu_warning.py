@@ -15,7 +15,7 @@ import pytest
 from corral.testing import LocalCluster
 from corral.testing.cluster import ClusterFactory
 from tests.conftest import Commands, wait_for
-from tests.integration.test_elastic import TRAIN, steps_log
+from tests.integration.test_elastic import start_stopper, steps_log
 
 
 @pytest.fixture
@@ -48,22 +48,8 @@ def test_a_gpu_health_warning_drains_the_node_and_the_job_saves_and_is_requeued(
     make_cluster: Any,
 ) -> None:
     cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false")
-    job_id = cmd(
-        "sbatch",
-        "--parsable",
-        "-N",
-        "2-3",
-        "--elastic",
-        "--requeue",
-        "-o",
-        "tr-%j.out",
-        "--wrap",
-        f"exec python3 {TRAIN} --steps 30 --step-time 0.2 --save-every 1000 --stop-on-signal",
-    ).stdout.strip()
-    job = cmd.wait_state(job_id, "RUNNING")
+    job_id, job, ckpt = start_stopper(cluster, cmd, "tr")
     assert job["numNodes"] == 3
-    ckpt = cluster.state_dir / "checkpoints" / job_id
-    wait_for(lambda: len(steps_log(ckpt)) >= 5, 60, "five steps")
     warned = next(n for n in cluster.node_names if n != job["batchHost"])
     began = time.monotonic()
     inject(cluster, warned, [{"kind": "warning", "gpu": 0, "detail": "correctable ECC +500/poll"}])
