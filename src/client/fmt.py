@@ -11,6 +11,7 @@ output can be tested from JSON alone.
 
 from __future__ import annotations
 
+import functools
 import pwd
 import time
 
@@ -145,31 +146,31 @@ def render(prefix: str, specs: Sequence[Spec], columns: Mapping[str, Column], it
     return "".join(out)
 
 
-def renderer(
-    prefix: str, specs: Sequence[Spec], columns: Mapping[str, Column]
-) -> Callable[[Any], str]:
-    """``render`` for many items of one format: each field's column, width and
-    justification looked up once (squeue prints tens of thousands of rows)."""
-    fields = [
-        (columns[s.letter].value, s.width, s.right, columns[s.letter].cut, s.suffix) for s in specs
-    ]
+def render_rows(
+    prefix: str, specs: Sequence[Spec], columns: Mapping[str, Column], items: Sequence[Any]
+) -> list[str]:
+    """``render`` for many items of one format (squeue prints 100,000 rows): each column
+    computed down the items, then every line made by one ``str.format`` template.
+    ``{:>W.W}`` pads on the left and keeps the first W characters, as ``justify`` does;
+    ``{:<W.W}`` cuts, then pads on the right."""
+    parts = [_literal(prefix)]
+    for spec in specs:
+        col, width = columns[spec.letter], spec.width
+        if width <= 0:
+            parts.append("{}")
+        elif spec.right:
+            parts.append(f"{{:>{width}.{width}}}" if col.cut else f"{{:>{width}}}")
+        else:
+            parts.append(f"{{:<{width}.{width}}}")
+        parts.append(_literal(spec.suffix))
+    template = "".join(parts).format
+    values = [list(map(columns[s.letter].value, items)) for s in specs]
+    return list(map(template, *values)) if values else [template() for _ in items]
 
-    def line(item: Any) -> str:
-        out = [prefix]
-        for value, width, right, cut, suffix in fields:
-            text = value(item)
-            if width > 0:
-                if right:
-                    text = text.rjust(width)
-                    if cut:
-                        text = text[:width]
-                else:
-                    text = text[:width].ljust(width)
-            out.append(text)
-            out.append(suffix)
-        return "".join(out)
 
-    return line
+def _literal(text: str) -> str:
+    """``text`` as it reads inside a ``str.format`` template."""
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def with_width(specs: Sequence[Spec], letter: str, width: int) -> list[Spec]:
@@ -200,6 +201,12 @@ def squeue_secs(seconds: float) -> str:
     """squeue's TIME columns: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``; INVALID out of range."""
     if seconds < 0 or seconds > YEAR_S:
         return "INVALID"
+    return _squeue_duration(int(seconds))
+
+
+@functools.lru_cache(maxsize=4096)
+def _squeue_duration(seconds: int) -> str:
+    """Memoized: 100,000 pending rows all print ``0:00``, and many limits repeat."""
     return format_duration(seconds)
 
 

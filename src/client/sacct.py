@@ -356,7 +356,7 @@ def main_body(argv: Sequence[str]) -> int:
 
 
 def main() -> None:
-    run(PROG, lambda: main_body(sys.argv[1:]))
+    run(PROG, lambda: main_body(sys.argv[1:]), listing=True)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from client.fmt import (
     parse_states,
     parse_users,
     render,
-    renderer,
+    render_rows,
     split_list,
     wire_states,
 )
@@ -130,7 +130,7 @@ def format_jobs(
     lines = [ctime(now)] if long_date and header else []
     if header:
         lines.append(render(prefix, specs, columns, None))
-    lines.extend(map(renderer(prefix, specs, columns), rows))
+    lines.extend(render_rows(prefix, specs, columns, rows))
     return "".join(line + "\n" for line in lines)
 
 
@@ -295,7 +295,7 @@ def format_keys(fmt: str | list[Spec]) -> list[str]:
 
 
 def main() -> None:
-    run(PROG, lambda: main_body(sys.argv[1:]))
+    run(PROG, lambda: main_body(sys.argv[1:]), listing=True)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 import structlog
 
@@ -45,7 +45,7 @@ from ctld.outbox import Dispatcher, Outbox
 from ctld.power import PowerManager
 from ctld.preemption import Preempter
 from ctld.priorities import Priorities
-from ctld.queries import Queries, select
+from ctld.queries import Queries, page, select
 from ctld.reservations import Reservations
 from ctld.sacctmgr_ops import SacctmgrOps
 from ctld.sched import Plan, Snapshot
@@ -359,6 +359,11 @@ class Cluster:
 
     def select(self, flt: pb.JobFilter, *, strict: bool = True) -> list[pb.Job]:
         return select(self.state, flt, strict=strict)
+
+    def page_jobs(
+        self, flt: pb.JobFilter, after: int, limit: int, visible: Callable[[pb.Job], bool]
+    ) -> list[pb.Job]:
+        return page(self.state, flt, after, limit, visible)
 
     def job(self, job_id: int) -> pb.Job:
         return self.state.job(job_id)

@@ -252,6 +252,7 @@ class Change:
                 index.dequeue(job.job_id)
         for job in self._jobs.values():  # memory has changed already: count it now
             _count_active(st, job)
+            index.placed(job)
         # what each job went through in this change, for the observers (metrics, mail)
         told = [
             (job, job.events[st.index.saved_events.get(job.job_id, 0) :])

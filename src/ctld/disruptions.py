@@ -118,7 +118,7 @@ class Disruptions:
         maint = [r for r in st.reservations.views() if "MAINT" in r.flags and now < r.start]
         due = [
             j
-            for i in list(st.index.active_ids)
+            for i in list(st.index.on_node_ids)
             if (j := st.jobs.get(i)) is not None
             and j.state == js.RUNNING
             and 0 < j.disruption_deadline <= now
@@ -155,7 +155,7 @@ class Disruptions:
         st = self.state
         jobs = [
             j
-            for i in st.index.active_ids
+            for i in st.index.on_node_ids
             if (j := st.jobs.get(i)) is not None
             and j.state == js.RUNNING
             and j.spec.elastic

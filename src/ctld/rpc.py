@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from itertools import islice
 from typing import Any
 
 import structlog
@@ -187,10 +186,10 @@ class ControllerApi:
 
     def _visible(self, req: pb.GetJobsRequest, who: Identity) -> list[pb.Job]:
         """The jobs ``who`` may see, by id: past ``after_job_id``, at most ``limit``."""
-        after, may_see = req.after_job_id, self.cluster.policy.may_see
-        jobs = [j for j in self.cluster.select(req.filter) if j.job_id > after]
-        jobs.sort(key=lambda j: j.job_id)
-        return list(islice((j for j in jobs if may_see(who, j)), req.limit or None))
+        may_see = self.cluster.policy.may_see
+        return self.cluster.page_jobs(
+            req.filter, req.after_job_id, req.limit, lambda job: may_see(who, job)
+        )
 
     async def get_jobs(self, req: pb.GetJobsRequest, who: Identity) -> pb.GetJobsResponse:
         resp = pb.GetJobsResponse(now=self.cluster.clock())

@@ -189,11 +189,11 @@ class State:
 
     def on_node(self) -> list[pb.Job]:
         """The jobs holding resources on nodes (RUNNING or COMPLETING), by job id (the
-        order of ``jobs``: ids only grow)."""
+        order of ``jobs``: ids only grow); O(running), whatever the queue's depth."""
         jobs = self.jobs
         ids = sorted(
             i
-            for i in self.index.active_ids
+            for i in self.index.on_node_ids
             if (j := jobs.get(i)) is not None and j.state in js.ON_NODE
         )
         return [jobs[i] for i in ids]

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from corral.config import ClusterConfig
 from corral.wire import corral_pb2 as pb
 from ctld.accounting import Accounting
+from ctld.jobstate import ON_NODE
 from ctld.priorities import Priorities
 from ctld.qos import QosTable
 from ctld.sched import JobRequest
@@ -41,7 +42,15 @@ class JobIndex:
         # them without walking the finished jobs kept for min_job_age), and each
         # array's tasks in memory (scancel N, squeue -j N without a walk)
         self.active_ids: set[int] = set()
+        # ids of the jobs holding resources on nodes (RUNNING, COMPLETING):
+        # what each snapshot build, the monitor and the metrics read, without walking
+        # 100,000 pending ones
+        self.on_node_ids: set[int] = set()
         self.array_tasks: dict[int, set[int]] = {}
+        # every job id in memory, sorted, rebuilt after the map gained or lost a job:
+        # GetJobs pages past an id by bisection, not by sorting the map each page
+        self._ids_sorted: list[int] = []
+        self._ids_stale = True
         # job id -> revision, bumped on every change (persisted or not) to the job
         self.revisions: dict[int, int] = {}
         # how many of each job's events are in the store, and the runs of requeued jobs
@@ -56,8 +65,26 @@ class JobIndex:
     def add(self, job: pb.Job) -> None:
         if job.array_job_id:
             self.array_tasks.setdefault(job.array_job_id, set()).add(job.job_id)
+        self.placed(job)
+        self._ids_stale = True
+
+    def placed(self, job: pb.Job) -> None:
+        """Note whether ``job`` now holds resources on nodes (the commit step calls it
+        for every job a change touched)."""
+        if job.state in ON_NODE:
+            self.on_node_ids.add(job.job_id)
+        else:
+            self.on_node_ids.discard(job.job_id)
+
+    def ids_sorted(self, jobs: dict[int, pb.Job]) -> list[int]:
+        """Every id of ``jobs`` (the job map this index follows), ascending."""
+        if self._ids_stale:
+            self._ids_sorted, self._ids_stale = sorted(jobs), False
+        return self._ids_sorted
 
     def forget(self, job: pb.Job) -> None:
+        self._ids_stale = True
+        self.on_node_ids.discard(job.job_id)
         array_id = job.array_job_id
         if array_id and (tasks := self.array_tasks.get(array_id)) is not None:
             tasks.discard(job.job_id)

@@ -462,7 +462,10 @@ async def test_each_run_of_a_requeued_job_is_kept_for_sacct_duplicates(env) -> N
 
 
 def _on_node_by_walk(cluster: Cluster) -> list[int]:
-    return [j.job_id for j in cluster.jobs.values() if j.state in js.ON_NODE]
+    walked = [j.job_id for j in cluster.jobs.values() if j.state in js.ON_NODE]
+    # the index the snapshot, the monitor and the metrics read names exactly these
+    assert cluster.state.index.on_node_ids == set(walked)
+    return walked
 
 
 async def test_arrays_and_running_jobs_are_found_by_index_not_by_walk(env) -> None:  # type: ignore[no-untyped-def]
@@ -521,6 +524,7 @@ async def test_arrays_and_running_jobs_are_found_by_index_not_by_walk(env) -> No
     try:
         assert reloaded.state.index.array_tasks == {array_id: set(tasks[1:])}
         assert [j.job_id for j in reloaded.state.on_node()] == [plain.job_id]
+        assert reloaded.state.index.on_node_ids == {plain.job_id}
     finally:
         reloaded.store.close()
     clock.advance(CONFIG.controller.min_job_age_s + 1)
@@ -530,3 +534,34 @@ async def test_arrays_and_running_jobs_are_found_by_index_not_by_walk(env) -> No
         ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[array_id]))
     )
     assert not outcome.ok  # nothing of the array is left: an unknown job id
+
+
+async def test_get_jobs_pages_follow_filters_visibility_and_the_purge(env) -> None:  # type: ignore[no-untyped-def]
+    # GetJobs pages by bisecting the sorted ids: each page must be what a walk of the
+    # whole map gives, past the last id, with the filter and who may see what applied,
+    # and the ids must follow jobs added and purged between pages
+    cluster, clock, _, _ = env
+    for who in (ALICE, BOB, ALICE, BOB, ALICE):
+        await cluster.submit(who, spec(hold=True))
+
+    def walk(flt: pb.JobFilter, after: int, limit: int, seen: set[str]) -> list[int]:
+        ids = sorted(j.job_id for j in cluster.select(flt) if j.job_id > after and j.user in seen)
+        return ids[:limit] if limit else ids
+
+    def page(flt: pb.JobFilter, after: int, limit: int, seen: set[str]) -> list[int]:
+        jobs = cluster.page_jobs(flt, after, limit, lambda j: j.user in seen)
+        return [j.job_id for j in jobs]
+
+    every = sorted(cluster.jobs)
+    for flt in (pb.JobFilter(), pb.JobFilter(users=["alice"]), pb.JobFilter(job_ids=every[1:4])):
+        for seen in ({"alice", "bob"}, {"bob"}):
+            for after in (0, every[0], every[2], every[-1]):
+                for limit in (0, 1, 2):
+                    assert page(flt, after, limit, seen) == walk(flt, after, limit, seen)
+    newer = await cluster.submit(ALICE, spec(hold=True))
+    assert page(pb.JobFilter(), every[-1], 0, {"alice"}) == [newer.job_id]
+    await cluster.cancel(ALICE, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[every[0]])))
+    clock.advance(CONFIG.controller.min_job_age_s + 1)
+    cluster.purge_finished()
+    assert every[0] not in cluster.jobs
+    assert page(pb.JobFilter(), 0, 1, {"alice", "bob"}) == [every[1]]

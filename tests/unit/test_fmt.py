@@ -22,6 +22,7 @@ from client.fmt import (
     parse_job_ids,
     parse_states,
     render,
+    render_rows,
     split_list,
     squeue_secs,
     wire_states,
@@ -234,3 +235,28 @@ def test_limits_show_in_whole_minutes_rounded_up_and_gpu_tres_as_22_05() -> None
     assert timelimit({"timeLimitS": "90"}) == "00:02:00"
     assert timelimit({"timeLimitS": "90"}, raw=True) == "2"
     assert (gpu_tres(2), gpu_tres(1, "h100")) == ("gres:gpu:2", "gres:gpu:h100:1")
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        "%.5a %5b|%c",
+        "{x} %a}{%.3b %4c %0a",
+        "%10a%.10b%10c",
+        "%a",
+        "",
+    ],
+)
+def test_rows_render_as_each_line_alone(fmt: str) -> None:
+    # squeue makes 100,000 lines with one str.format template: each must be what the
+    # one-line render gives (cut or not, left or right, braces in the literal text)
+    columns = {
+        "a": Column("AAAA", lambda item: item[0]),
+        "b": Column("BB", lambda item: item[1], cut=False),
+        "c": Column("C", lambda item: item[2]),
+    }
+    prefix, specs = parse_format(fmt)
+    items = [("", "", ""), ("x", "yy", "z"), ("a-long-value", "another-long-one", "{}")]
+    assert render_rows(prefix, specs, columns, items) == [
+        render(prefix, specs, columns, item) for item in items
+    ]

@@ -96,6 +96,10 @@ class Interruption:
         return as_float(self.raw.get("nextStart"))
 
 
+#: Each wire state name met, as printed: several columns read it for every row.
+_STATE_NAMES: dict[str, str] = {}
+
+
 class Job:
     """A Job of a reply, read through typed properties."""
 
@@ -118,7 +122,11 @@ class Job:
     @property
     def state_name(self) -> str:
         """'PENDING', 'RUNNING', ... (the enum's name without its prefix)."""
-        return (as_str(self.raw.get("state")) or "JOB_STATE_PENDING").removeprefix("JOB_STATE_")
+        raw = as_str(self.raw.get("state"))
+        name = _STATE_NAMES.get(raw)
+        if name is None:
+            name = _STATE_NAMES[raw] = (raw or "JOB_STATE_PENDING").removeprefix("JOB_STATE_")
+        return name
 
     @property
     def job_id(self) -> int:
