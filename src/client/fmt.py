@@ -502,6 +502,23 @@ def acct_lines(
     if header:
         lines.append("".join(f.header() + " " for f in fields))
         lines.append("".join("-" * abs(f.width) + " " for f in fields))
+    # each column's cut (text marked ``+``, dates cut) is applied down the rows, then
+    # one str.format template pads every line: sacct prints 100,000 rows
+    template = "".join(
+        f"{{:>{f.width}}} " if f.width >= 0 else f"{{:<{-f.width}}} " for f in fields
+    ).format
+    cuts = [_cutter(f) for f in fields]
     for row in rows:
-        lines.append("".join(f.cell(v) + " " for f, v in zip(fields, row, strict=True)))
+        cells = [v if c is None else c(v) for c, v in zip(cuts, row, strict=True)]
+        lines.append(template(*cells))
     return lines
+
+
+def _cutter(field: AcctField) -> Callable[[str], str] | None:
+    """What ``AcctField.cell`` does to a value before padding it (None: nothing)."""
+    size = abs(field.width)
+    if field.kind == STR:
+        return lambda v: (v[: size - 1] + "+" if size else "") if len(v) > size else v
+    if field.kind == DATE:
+        return lambda v: v[:size]
+    return None

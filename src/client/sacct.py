@@ -26,7 +26,7 @@ from client.fmt import (
 from client.options import COUNT, FLAG, LIST, Option, OptionParser, answered
 from client.sacct_values import (
     cpu_time,
-    job_values,
+    job_row,
     srun_step_values,
     started,
     step_values,
@@ -81,12 +81,12 @@ def format_accounting(
     rows: list[list[str]] = []
     names = [f.name for f in fields]
     for job in map(Job, reply.get("jobs", [])):
-        values = [job_values(job, now, names)]
-        if steps and started(job) and not job.spec.allocation_only:
-            values.append(step_values(job, now))
-        if steps:
-            values.extend(srun_step_values(job, s, now) for s in job.steps)
-        rows.extend([v.get(f.name, "") for f in fields] for v in values)
+        rows.append(job_row(job, now, names))
+        if not steps:
+            continue
+        values = [step_values(job, now)] if started(job) and not job.spec.allocation_only else []
+        values.extend(srun_step_values(job, s, now) for s in job.steps)
+        rows.extend([v.get(name, "") for name in names] for v in values)
     lines = acct_lines(fields, rows, header=header, parsable=parsable, delimiter=delimiter)
     return "".join(line + "\n" for line in lines)
 

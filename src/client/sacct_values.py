@@ -11,7 +11,7 @@ from corral.slurmfmt import CPU, format_duration, format_elapsed, format_timesta
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Sequence
 
     from corral.wire import json_types as t
 
@@ -141,11 +141,11 @@ JOB_VALUES: dict[str, Callable[[Job, float], str]] = {
 }
 
 
-def job_values(job: Job, now: float, names: Iterable[str] | None = None) -> dict[str, str]:
-    """The job (allocation) line, by sacct field name: ``names``' (all when None)."""
+def job_row(job: Job, now: float, names: Sequence[str]) -> list[str]:
+    """The job (allocation) line's values in the order of ``names`` ("" for a field
+    that line leaves empty): a list, not a dict per row, for 100,000 rows."""
     table = JOB_VALUES
-    wanted = table if names is None else [n for n in names if n in table]
-    return {name: table[name](job, now) for name in wanted}
+    return [value(job, now) if (value := table.get(name)) else "" for name in names]
 
 
 def cpu_time(seconds: float) -> str:

@@ -7,6 +7,9 @@ from typing import Any
 import pytest
 
 from client.fmt import (
+    DATE,
+    NUM,
+    STR,
     AcctField,
     Column,
     Reported,
@@ -260,3 +263,26 @@ def test_rows_render_as_each_line_alone(fmt: str) -> None:
     assert render_rows(prefix, specs, columns, items) == [
         render(prefix, specs, columns, item) for item in items
     ]
+
+
+def test_acct_lines_print_each_cell_as_the_field_says() -> None:
+    # sacct's fixed columns are one template down 100,000 rows: each line must be the
+    # fields' cells (text cut and marked +, dates cut, numbers never cut) side by side
+    fields = [
+        AcctField("Name", 5, STR),
+        AcctField("Left", -4, STR),
+        AcctField("When", 4, DATE),
+        AcctField("N", 2, NUM),
+        AcctField("Zero", 0, STR),
+        AcctField("Whole", 0, NUM),
+    ]
+    rows = [
+        ["", "", "", "", "", ""],
+        ["abc", "ab", "2026", "7", "x", "1"],
+        ["abcdefgh", "abcdef", "2026-12-06", "12345", "long", "99999"],
+        ["{}", "{0}", "}{", "{", "}", "{x}"],
+    ]
+    expected = ["".join(f.cell(v) + " " for f, v in zip(fields, row, strict=True)) for row in rows]
+    assert acct_lines(fields, rows, header=False) == expected
+    with pytest.raises(ValueError):
+        acct_lines(fields, [["too", "few"]], header=False)
