@@ -377,8 +377,14 @@ class Cluster:
     def share_rows(self, accounts: Iterable[str], users: Iterable[str]) -> list[pb.ShareRow]:
         return self.queries.share_rows(accounts, users)
 
-    def node_list(self, names: Iterable[str], only: Collection[str] | None = None) -> list[pb.Node]:
-        return self.queries.node_list(names, only)
+    def node_list(
+        self,
+        names: Iterable[str],
+        only: Collection[str] | None = None,
+        *,
+        with_hidden: bool = False,
+    ) -> list[pb.Node]:
+        return self.queries.node_list(names, only, with_hidden=with_hidden)
 
     def partition_list(self, names: Iterable[str]) -> list[pb.Partition]:
         return self.queries.partition_list(names)

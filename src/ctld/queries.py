@@ -20,6 +20,7 @@ from ctld import jobstate as js
 from ctld import power_energy
 from ctld.explain import explain as explain_job
 from ctld.explain import history_ratios
+from ctld.nodes import POWERED_DOWN, NodeRecord
 from ctld.sched import INFINITY, Snapshot, schedule
 from ctld.snapshot import SnapshotBuilder
 from ctld.spares import spare_nodes
@@ -74,6 +75,11 @@ def page(
             if len(out) == limit:
                 break
     return out
+
+
+def _hidden_cloud(node: NodeRecord) -> bool:
+    """A cloud node that is powered down: not there, as far as a listing goes."""
+    return node.config.cloud and node.power == POWERED_DOWN
 
 
 def _job_id(job: pb.Job) -> int:
@@ -209,15 +215,24 @@ class Queries:
             )
         return out
 
-    def node_list(self, names: Iterable[str], only: Collection[str] | None = None) -> list[pb.Node]:
-        """GetNodes' nodes (of ``names``' hostlists, or all); ``only``: just these
-        top-level fields (a field mask's), the rest neither made nor computed."""
+    def node_list(
+        self,
+        names: Iterable[str],
+        only: Collection[str] | None = None,
+        *,
+        with_hidden: bool = False,
+    ) -> list[pb.Node]:
+        """GetNodes' nodes (of ``names``' hostlists, or all but the powered-down cloud
+        nodes unless ``with_hidden``); ``only``: just these top-level fields (a field
+        mask's), the rest neither made nor computed."""
         st = self.state
         wanted = list(names)
         if wanted:
             records = [st.node(n) for expr in wanted for n in hostlist.expand(expr)]
-        else:
+        elif with_hidden or "cloud" in st.config.controller.private_data:
             records = list(st.nodes.values())
+        else:  # Slurm's listings leave powered-down cloud nodes out (PrivateData=cloud)
+            records = [n for n in st.nodes.values() if not _hidden_cloud(n)]
         out = [r.to_wire(only) for r in records]
 
         def asked(*fields: str) -> bool:

@@ -262,7 +262,8 @@ class ControllerApi:
     async def get_nodes(self, req: pb.GetNodesRequest, who: Identity) -> pb.GetNodesResponse:
         only = fieldmask.top_level(req.fields)  # checked by the transport before this
         return pb.GetNodesResponse(
-            nodes=self.cluster.node_list(req.names, only), now=self.cluster.clock()
+            nodes=self.cluster.node_list(req.names, only, with_hidden=req.with_hidden),
+            now=self.cluster.clock(),
         )
 
     async def get_partitions(

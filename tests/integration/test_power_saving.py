@@ -79,8 +79,15 @@ def factory() -> Iterator[ClusterFactory]:
 
 
 def make(
-    factory: ClusterFactory, tmp_path: pathlib.Path, *, never: str = "", **power: Any
+    factory: ClusterFactory,
+    tmp_path: pathlib.Path,
+    *,
+    never: str = "",
+    cloud_shown: bool = True,
+    **power: Any,
 ) -> tuple[LocalCluster, Commands]:
+    """A cluster with two cloud nodes; ``cloud_shown``: with ``private_data = ["cloud"]``
+    (Slurm's PrivateData=cloud), so sinfo lists them while they are powered down."""
     state = factory.base / f"cluster{len(factory.started)}"
     state.mkdir(parents=True)
     programs = {}
@@ -115,7 +122,13 @@ resume_program = "{programs["resume"]}"
 suspend_program = "{programs["suspend"]}"
 suspend_exc_parts = ["debug"]
 """ + "".join(f"{k} = {v}\n" for k, v in keys.items())
-    c = factory(nodes=1, gpus_per_node=0, extra_config=extra, heartbeat_interval_s=1.0)
+    c = factory(
+        nodes=1,
+        gpus_per_node=0,
+        extra_config=extra,
+        heartbeat_interval_s=1.0,
+        controller_config='private_data = ["cloud"]' if cloud_shown else "",
+    )
     for name, addr in CLOUD.items():  # provisioned with its node certificate, as an image is
         issue(str(c.tls_dir), name, [addr])
     work = tmp_path / "work"
@@ -188,3 +201,20 @@ def test_powered_down_nodes_stay_so_across_a_ctld_restart(
     # and power saving goes on: a cloud job boots its node as before the restart
     job = cmd("sbatch", "--parsable", "-p", "cloud", "--wrap", "hostname").stdout.strip()
     assert c.wait_state(job, "COMPLETED", timeout=60)["batchHost"] in CLOUD
+
+
+def test_listings_leave_powered_down_cloud_nodes_out_unless_private_data_says_cloud(
+    factory: ClusterFactory, tmp_path: pathlib.Path
+) -> None:
+    # Slurm 22.05 (slurm.conf PrivateData): without "cloud", cloud nodes do not appear
+    # in sinfo's output unless powered on; a node named is still shown, and the energy
+    # report still counts what they save
+    c, cmd = make(factory, tmp_path, cloud_shown=False)
+    assert sinfo_states(cmd) == {"node01": "idle"}
+    assert "cloud1" not in cmd("scontrol", "show", "node").stdout
+    assert "State=IDLE+CLOUD+POWERED_DOWN" in cmd("scontrol", "show", "node", "cloud1").stdout
+    report = cmd("corral", "report", "--power").stdout
+    assert "cloud1 " in report and "cloud2 " in report, report
+    job = cmd("sbatch", "--parsable", "-p", "cloud", "--wrap", "hostname").stdout.strip()
+    ran = c.wait_state(job, "COMPLETED", timeout=60)
+    assert ran["batchHost"] in CLOUD

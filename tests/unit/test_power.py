@@ -46,11 +46,16 @@ def config(
     resume: str = "",
     cloud: bool = True,
     cloud_nodes: str = "c[1-2]",
+    private_data: tuple[str, ...] = (),
     **power: Any,
 ) -> Any:
     return parse_config(
         {
-            "controller": {"operators": ["daemon"], "administrators": ["daemon"]},
+            "controller": {
+                "operators": ["daemon"],
+                "administrators": ["daemon"],
+                "private_data": list(private_data),
+            },
             "heartbeat": {"interval_s": 1.0, "timeout_s": 10.0},
             "nodes": [
                 {"names": cloud_nodes, "cpus": 8, "memory_mb": 16384, **CLOUD[cloud]},
@@ -256,7 +261,8 @@ async def test_hours_and_energy_saved_in_getnodes_metrics_and_report(
 
     cluster, clock = await make(tmp_path, idle_watts=300, powered_down_watts=10)
     clock.advance(3600)  # the cloud nodes have been off for an hour since ctld started
-    wire = {n.name: n for n in cluster.queries.node_list([])}
+    # as corral report --power asks: with the powered-down cloud nodes listings leave out
+    wire = {n.name: n for n in cluster.queries.node_list([], with_hidden=True)}
     assert wire["c1"].powered_down_s == pytest.approx(3600)
     assert wire["c1"].energy_saved_j == pytest.approx(3600 * 290)
     assert wire["n1"].powered_down_s == 0
@@ -314,3 +320,27 @@ async def test_a_burst_wakes_a_node_for_each_job(tmp_path: pathlib.Path) -> None
     await tick(cluster)
     booting = [n for n, node in cluster.nodes.items() if node.power == POWERING_UP]
     assert len(booting) == 5 and calls(tmp_path, "resume") == ["c[01-05]"]
+
+
+async def test_listings_leave_powered_down_cloud_nodes_out(tmp_path: pathlib.Path) -> None:
+    # Slurm's PrivateData=cloud: without it, a cloud node is listed only while it is on
+    # (or powering up); named, or asked for with with_hidden, it is always answered
+    cluster, _ = await make(tmp_path)
+
+    def listed(**kw: Any) -> list[str]:
+        return [n.name for n in cluster.node_list([], **kw)]
+
+    assert listed() == ["n1"]
+    assert sorted(listed(with_hidden=True)) == ["c1", "c2", "n1"]
+    assert [n.name for n in cluster.node_list(["c[1-2]"])] == ["c1", "c2"]
+    job = await cluster.submit(ALICE, spec(nodes_min=2))
+    await settle(cluster)
+    await tick(cluster)  # the resume program runs: the nodes it wakes are listed again
+    waking = sorted(n for n in ("c1", "c2") if cluster.nodes[n].power == POWERING_UP)
+    assert waking and sorted(listed()) == sorted(["n1", *waking])
+    assert job.state == js.PENDING
+
+
+async def test_private_data_cloud_lists_powered_down_cloud_nodes(tmp_path: pathlib.Path) -> None:
+    cluster, _ = await make(tmp_path, private_data=("cloud",))
+    assert sorted(n.name for n in cluster.node_list([])) == ["c1", "c2", "n1"]

@@ -15,7 +15,7 @@ from corral.config.paths import (
 from corral.config.section import Section
 from corral.errors import ConfigError
 
-PRIVATE_DATA = ("jobs", "accounting")
+PRIVATE_DATA = ("jobs", "accounting", "cloud")
 # Slurm's AccountingStorageEnforce values corral knows (docs/config.md)
 ENFORCE = ("associations", "limits", "qos")
 
@@ -51,7 +51,8 @@ class ControllerConfig:
     sqlite_synchronous: str = "FULL"  # FULL survives power loss; NORMAL only process crash
     operators: tuple[str, ...] = ("root",)
     administrators: tuple[str, ...] = ("root",)
-    private_data: tuple[str, ...] = ()  # "jobs", "accounting": hide other users' jobs
+    # "jobs", "accounting": hide other users' jobs; "cloud": show powered-down cloud nodes
+    private_data: tuple[str, ...] = ()
     kill_wait_s: float = 30.0
     min_job_age_s: float = 300.0  # finished jobs stay visible to squeue this long
     purge_job_after_s: int = 0  # finished jobs leave the store after this; 0: never
@@ -187,7 +188,9 @@ def parse_controller(sec: Section) -> ControllerConfig:
             )
     for what in cfg.private_data:
         if what not in PRIVATE_DATA:
-            raise ConfigError(f"{sec.key('private_data')}: {what!r} is not jobs or accounting")
+            raise ConfigError(
+                f"{sec.key('private_data')}: {what!r} is not jobs, accounting or cloud"
+            )
     if cfg.socket and not (cfg.socket.startswith("@") or os.path.isabs(cfg.socket)):
         raise ConfigError(f"{sec.key('socket')}: an absolute path or @abstract-name")
     return cfg

@@ -2518,7 +2518,12 @@ class GetNodesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMES_FIELD_NUMBER: _builtins.int
+    WITH_HIDDEN_FIELD_NUMBER: _builtins.int
     FIELDS_FIELD_NUMBER: _builtins.int
+    with_hidden: _builtins.bool
+    """also the powered-down cloud nodes a listing leaves out, as Slurm's sinfo does
+    unless PrivateData=cloud (a node named in `names` is always answered)
+    """
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -2531,11 +2536,12 @@ class GetNodesRequest(_message.Message):
         self,
         *,
         names: _abc.Iterable[_builtins.str] | None = ...,
+        with_hidden: _builtins.bool = ...,
         fields: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "names", b"names"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "names", b"names", "with_hidden", b"with_hidden"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

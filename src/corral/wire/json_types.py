@@ -533,6 +533,7 @@ class QueryAccountingResponse(TypedDict, total=False):
 
 class GetNodesRequest(TypedDict, total=False):
     names: list[str]
+    withHidden: bool
     fields: list[str]
 
 
