@@ -322,6 +322,41 @@ async def test_a_burst_wakes_a_node_for_each_job(tmp_path: pathlib.Path) -> None
     assert len(booting) == 5 and calls(tmp_path, "resume") == ["c[01-05]"]
 
 
+async def test_a_burst_powers_up_at_resume_rate(tmp_path: pathlib.Path) -> None:
+    """resume_rate (Slurm's ResumeRate): at most that many nodes powered up in any
+    minute; the rest wait their turn, in the order the jobs asked for them."""
+    cfg = parse_config(
+        {
+            "nodes": [{"names": "c[01-20]", "cpus": 4, "memory_mb": 1000, "state": "cloud"}],
+            "partitions": [{"name": "p", "nodes": "c[01-20]", "default": True}],
+            "power": {
+                "resume_program": program(tmp_path, "resume"),
+                "resume_rate": 3,
+                "resume_timeout": 600,
+            },
+        }
+    )
+    clock = ManualClock()
+    cluster = make_cluster(cfg, f"sqlite:///{tmp_path}/c.db", clock=clock)
+    jobs = [await cluster.submit(ALICE, spec(exclusive=True)) for _ in range(5)]
+    await settle(cluster)
+    assert all(j.reason == Reason.POWERING_UP for j in jobs)
+
+    def booting() -> list[str]:
+        return sorted(n for n, node in cluster.nodes.items() if node.power == POWERING_UP)
+
+    await tick(cluster)
+    assert booting() == ["c01", "c02", "c03"] and calls(tmp_path, "resume") == ["c[01-03]"]
+    clock.advance(59)
+    await settle(cluster)
+    await tick(cluster)
+    assert len(booting()) == 3  # the minute is not over
+    clock.advance(2)
+    await tick(cluster)
+    assert booting() == ["c01", "c02", "c03", "c04", "c05"]
+    assert calls(tmp_path, "resume") == ["c[01-03]", "c[04-05]"]
+
+
 async def test_listings_leave_powered_down_cloud_nodes_out(tmp_path: pathlib.Path) -> None:
     # Slurm's PrivateData=cloud: without it, a cloud node is listed only while it is on
     # (or powering up); named, or asked for with with_hidden, it is always answered
