@@ -11,12 +11,10 @@ import os
 import sys
 import time
 
+from client.acctfields import SLURM_ACCT_FIELDS, acct_lines, parse_acct_fields
 from client.common import client, run
 from client.fieldmasks import chosen, sacct_fields
 from client.fmt import (
-    SLURM_ACCT_FIELDS,
-    acct_lines,
-    parse_acct_fields,
     parse_job_ids,
     parse_states,
     parse_users,

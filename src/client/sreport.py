@@ -14,8 +14,9 @@ from __future__ import annotations
 import sys
 import time
 
+from client.acctfields import AcctField, acct_lines
 from client.common import client, run
-from client.fmt import AcctField, acct_lines, split_list
+from client.fmt import split_list
 from client.options import COUNT, FLAG, LIST, Option, OptionParser, answered
 from client.sreport_tree import Usage, account_rows, add, user_rows
 from client.views.accounting import UsageRecord

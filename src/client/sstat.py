@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import sys
 
+from client.acctfields import AcctField, acct_lines
 from client.common import client, run
-from client.fmt import AcctField, acct_lines
 from client.options import COUNT, FLAG, LIST, Option, OptionParser, answered
 from client.views.step import StepStat
 from client.views.usage import LiveUsage

@@ -12,7 +12,6 @@ CorralError; each transport maps them with the class's own ``grpc_code`` or
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,6 +31,7 @@ from corral.wire.methods import CONTROLLER, NODE_CONTROLLER, PYTHON_NAMES, SERVI
 from ctld import fieldmask, step_views, usage_report
 from ctld.auth import Authenticator, Caller, StepCredentials
 from ctld.cluster import Cluster
+from ctld.jobs_json import JobsJson, dumps
 from ctld.jsonmap import Skip, message_to_json
 
 log = structlog.get_logger("ctld.rpc")
@@ -57,35 +57,6 @@ _CHANGES = frozenset(
 
 _NO_SKIP: Skip = {}
 MAX_BEATS = 20_000  # nodes in one HeartbeatBatch
-_HIDDEN_SPEC = frozenset({"script", "environment"})
-# (with_events, with_spec) -> fields a GetJobs reply leaves out; constants, so the
-# converter's plans are cached
-_JOB_SKIPS: dict[tuple[bool, bool], Skip] = {
-    (False, False): {"corral.v1.Job": frozenset({"events"}), "corral.v1.JobSpec": _HIDDEN_SPEC},
-    (True, False): {"corral.v1.JobSpec": _HIDDEN_SPEC},
-    (False, True): {"corral.v1.Job": frozenset({"events"})},
-    (True, True): {},
-}
-
-
-# one encoder for every answer: json.dumps with separators makes a new one per call,
-# which was a third of encoding a job for GetJobs' per-job cache
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
-
-
-def _dumps(value: object) -> bytes:
-    return _ENCODE(value).encode()
-
-
-def _job_encoder(skip: Skip, mask: fieldmask.FieldMask | None) -> Callable[[pb.Job], Any]:
-    """A job's JSON value without the ``skip`` fields, and only the mask's if one is
-    given (the mask's Skip made once for the call, not once per job)."""
-    if mask is None:
-        return lambda job: message_to_json(job, skip)
-    masked = mask.skip(skip)
-    if masked is None:  # a mask that cannot be a Skip: copy the fields, then encode
-        return lambda job: message_to_json(mask.apply(job), skip)
-    return lambda job: message_to_json(job, masked)
 
 
 class ControllerApi:
@@ -97,9 +68,7 @@ class ControllerApi:
         self.cluster = cluster
         self.auth = auth
         self.step_credentials = steps or StepCredentials()
-        # each job's JSON by encoding (see get_jobs_json), then job id: (revision, bytes)
-        self._job_json: dict[tuple[Any, ...], dict[int, tuple[int, bytes]]] = {}
-        self._masks_cached: set[tuple[str, ...]] = set()  # masks whose encodings are kept
+        self.jobs_json = JobsJson(cluster)
         # the web page's one-time logins (ctld/web); None: ctld serves no web page
         self.web_login: Callable[[Identity], pb.CreateWebLoginResponse] | None = None
         # one handler per RPC of the generated table (a missing one fails here, at start)
@@ -135,55 +104,18 @@ class ControllerApi:
         if method in _CHANGES:
             self.cluster.store.check_writable()
         if mask is None:
-            return _dumps(message_to_json(await handler(request, who)))
+            return dumps(message_to_json(await handler(request, who)))
         resp = await handler(fieldmask.for_handler(method, request), who)
         skip = mask.skip(_NO_SKIP)  # the fields outside the mask, skipped as encoded
         if skip is None:
-            return _dumps(message_to_json(fieldmask.apply_to(method, mask, resp)))
-        return _dumps(message_to_json(resp, skip))
+            return dumps(message_to_json(fieldmask.apply_to(method, mask, resp)))
+        return dumps(message_to_json(resp, skip))
 
     def get_jobs_json(
         self, req: pb.GetJobsRequest, who: Identity, mask: fieldmask.FieldMask | None = None
     ) -> bytes:
-        """GetJobs as JSON, each job encoded once per revision: squeue in a loop over
-        thousands of unchanged pending jobs re-encodes none of them (a masked request's
-        too, for the first few masks: a command's format asks the same each time)."""
-        policy = self.cluster.policy
-        revisions = self.cluster.revisions
-        masks = self._masks_cached
-        paths = mask.paths if mask is not None else ()
-        cached = mask is None or paths in masks or len(masks) < 8
-        if mask is not None and cached:
-            masks.add(paths)
-        # one table per encoding (events? script? own job? which mask), looked up once
-        # per call, then by job id: hashing the key with its mask for each of 100,000
-        # jobs cost as much as the cached answer itself
-        tables: dict[bool, tuple[bool, dict[int, tuple[int, bytes]], Callable[[Any], Any]]] = {}
-        parts: list[bytes] = []
-        for job in self._visible(req, who):
-            own = policy.sees_spec(who, job)
-            table = tables.get(own)
-            if table is None:
-                # others' jobs: scrubbed (Policy.shown; the key's "own")
-                key = (req.with_events, req.with_spec and own, own, paths)
-                kept = self._job_json.setdefault(key, {}) if cached else {}
-                table = tables[own] = (key[1], kept, _job_encoder(_JOB_SKIPS[key[:2]], mask))
-            whole, kept, encode = table
-            rev = revisions.get(job.job_id, 0)
-            hit = kept.get(job.job_id)
-            if hit is None or hit[0] != rev:
-                shown = policy.shown(who, self.cluster.whole(job) if whole else job)
-                hit = kept[job.job_id] = (rev, _dumps(encode(shown)))
-            parts.append(hit[1])
-        known = self.cluster.jobs
-        for _, kept, _ in tables.values():
-            if len(kept) > len(known) + 1024:  # drop the entries of purged jobs
-                for stale in [i for i in kept if i not in known]:
-                    del kept[stale]
-        now = _dumps(self.cluster.clock())
-        if not parts:
-            return b'{"now":' + now + b"}"
-        return b'{"jobs":[' + b",".join(parts) + b'],"now":' + now + b"}"
+        """GetJobs as JSON (``ctld/jobs_json.py``: each job encoded once per revision)."""
+        return self.jobs_json.answer(req, who, mask, self._visible(req, who))
 
     async def submit_job(self, req: pb.SubmitJobRequest, who: Identity) -> pb.SubmitJobResponse:
         if not req.HasField("spec"):

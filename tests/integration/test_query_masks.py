@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from client.acctfields import ACCT_FIELDS
 from client.fieldmasks import NO_MASK_ENV, SQUEUE
-from client.fmt import ACCT_FIELDS
 from client.squeue_columns import COLUMNS, LONG_COLUMNS
 from corral.identity import current_identity
 from corral.testing import LocalCluster

@@ -13,6 +13,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from client.acctfields import ACCT_FIELDS
 from client.fieldmasks import (
     SACCT_ROW,
     SINFO,
@@ -22,7 +23,7 @@ from client.fieldmasks import (
     sinfo_fields,
     squeue_fields,
 )
-from client.fmt import ACCT_FIELDS, parse_format
+from client.fmt import parse_format
 from client.sacct import format_accounting
 from client.sinfo import VIEWS, format_sinfo
 from client.squeue import DEFAULT_SORT, LONG_FORMAT, START_FORMAT, format_jobs, long_format

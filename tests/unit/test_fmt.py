@@ -6,21 +6,23 @@ from typing import Any
 
 import pytest
 
-from client.fmt import (
+from client.acctfields import (
     DATE,
     NUM,
     STR,
     AcctField,
+    acct_lines,
+    parse_acct_fields,
+)
+from client.fmt import (
     Column,
     Reported,
     Spec,
-    acct_lines,
     all_letters,
     call,
     check_format,
     convert_mb,
     justify,
-    parse_acct_fields,
     parse_format,
     parse_job_ids,
     parse_states,

@@ -44,11 +44,11 @@ BUDGET: dict[str, set[str]] = {
     "sbatch": {"client.containeropts", "client.jobopts", "client.options", "corral.slurmfmt"},
     "squeue": QUERY | {"client.fieldmasks", "client.squeue_columns"},
     "sacct": QUERY
-    | {"client.ettr_fields", "client.fieldmasks", "client.sacct_values"}
+    | {"client.acctfields", "client.ettr_fields", "client.fieldmasks", "client.sacct_values"}
     | {"corral.ettr"},
     "sprio": QUERY,
     "sshare": QUERY,
-    "sreport": QUERY | {"client.sreport_tree"},
+    "sreport": QUERY | {"client.acctfields", "client.sreport_tree"},
     "sacctmgr": {"client.options"},
     # client.nodepower: power saving's state words (issue 27), standard library-free
     "sinfo": QUERY
