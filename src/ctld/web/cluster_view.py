@@ -145,7 +145,7 @@ def _filters(ctx: Ctx, partitions: list[str]) -> Html:
 
 
 async def render(ctx: Ctx) -> tuple[str, Html]:
-    nodes = ctx.cluster.node_list([])
+    nodes = ctx.cluster.node_list([], with_hidden=True)  # every node: the operators' view
     hb = ctx.cluster.config.heartbeat
     max_age = max(3 * hb.interval_s, 30.0)  # an older sample says nothing about now
     state, part, name = ctx.arg("state").upper(), ctx.arg("partition"), ctx.arg("q")
