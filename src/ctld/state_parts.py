@@ -42,15 +42,16 @@ class JobIndex:
         # them without walking the finished jobs kept for min_job_age), and each
         # array's tasks in memory (scancel N, squeue -j N without a walk)
         self.active_ids: set[int] = set()
-        # ids of the jobs holding resources on nodes (RUNNING, COMPLETING):
-        # what each snapshot build, the monitor and the metrics read, without walking
-        # 100,000 pending ones
+        # ids of the jobs holding resources on nodes (RUNNING, COMPLETING): what each
+        # snapshot build and the monitor read, without walking 100,000 pending ones
         self.on_node_ids: set[int] = set()
         self.array_tasks: dict[int, set[int]] = {}
-        # every job id in memory, sorted, rebuilt after the map gained or lost a job:
-        # GetJobs pages past an id by bisection, not by sorting the map each page
+        # the job ids in memory, ascending: GetJobs pages past an id by bisection, not
+        # by sorting the map each page. A new id (the largest: ids only grow) is
+        # appended; a forgotten one stays until they are a quarter of the list
         self._ids_sorted: list[int] = []
         self._ids_stale = True
+        self._ids_gone = 0
         # job id -> revision, bumped on every change (persisted or not) to the job
         self.revisions: dict[int, int] = {}
         # how many of each job's events are in the store, and the runs of requeued jobs
@@ -66,7 +67,11 @@ class JobIndex:
         if job.array_job_id:
             self.array_tasks.setdefault(job.array_job_id, set()).add(job.job_id)
         self.placed(job)
-        self._ids_stale = True
+        ids = self._ids_sorted
+        if not self._ids_stale and (not ids or job.job_id > ids[-1]):
+            ids.append(job.job_id)
+        else:
+            self._ids_stale = True
 
     def placed(self, job: pb.Job) -> None:
         """Note whether ``job`` now holds resources on nodes (the commit step calls it
@@ -77,13 +82,14 @@ class JobIndex:
             self.on_node_ids.discard(job.job_id)
 
     def ids_sorted(self, jobs: dict[int, pb.Job]) -> list[int]:
-        """Every id of ``jobs`` (the job map this index follows), ascending."""
-        if self._ids_stale:
-            self._ids_sorted, self._ids_stale = sorted(jobs), False
+        """Every id of ``jobs`` (the job map this index follows), ascending, and perhaps
+        some forgotten since (a reader skips an id ``jobs`` no longer has)."""
+        if self._ids_stale or self._ids_gone > max(1024, len(self._ids_sorted) // 4):
+            self._ids_sorted, self._ids_stale, self._ids_gone = sorted(jobs), False, 0
         return self._ids_sorted
 
     def forget(self, job: pb.Job) -> None:
-        self._ids_stale = True
+        self._ids_gone += 1
         self.on_node_ids.discard(job.job_id)
         array_id = job.array_job_id
         if array_id and (tasks := self.array_tasks.get(array_id)) is not None:

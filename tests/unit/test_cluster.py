@@ -565,3 +565,19 @@ async def test_get_jobs_pages_follow_filters_visibility_and_the_purge(env) -> No
     cluster.purge_finished()
     assert every[0] not in cluster.jobs
     assert page(pb.JobFilter(), 0, 1, {"alice", "bob"}) == [every[1]]
+
+
+def test_the_sorted_ids_follow_adds_in_any_order_and_the_forgotten() -> None:
+    from ctld.state_parts import JobIndex
+
+    index, jobs = JobIndex(), {}
+    for job_id in (3, 1, 2):  # a load in any order
+        jobs[job_id] = pb.Job(job_id=job_id)
+        index.add(jobs[job_id])
+    assert index.ids_sorted(jobs) == [1, 2, 3]
+    for job_id in (10, 7):  # a new id is appended; a smaller one makes it sort again
+        jobs[job_id] = pb.Job(job_id=job_id)
+        index.add(jobs[job_id])
+        assert index.ids_sorted(jobs) == sorted(jobs)
+    index.forget(jobs.pop(2))  # a forgotten id may stay listed; readers skip it
+    assert [i for i in index.ids_sorted(jobs) if i in jobs] == [1, 3, 7, 10]
