@@ -103,3 +103,13 @@ class JobsJson:
         if not parts:
             return b'{"now":' + now + b"}"
         return b'{"jobs":[' + b",".join(parts) + b'],"now":' + now + b"}"
+
+    def runs(self, runs: Iterable[pb.Job], mask: fieldmask.FieldMask | None) -> bytes:
+        """QueryAccounting's answer for ``runs`` (already as their reader may see them):
+        without events, script or environment, as the gRPC answer, skipped as encoded."""
+        encode = job_encoder(_JOB_SKIPS[(False, False)], mask)
+        parts = [dumps(encode(run)) for run in runs]
+        now = dumps(self.cluster.clock())
+        if not parts:
+            return b'{"now":' + now + b"}"
+        return b'{"jobs":[' + b",".join(parts) + b'],"now":' + now + b"}"
