@@ -581,3 +581,49 @@ def test_the_sorted_ids_follow_adds_in_any_order_and_the_forgotten() -> None:
         assert index.ids_sorted(jobs) == sorted(jobs)
     index.forget(jobs.pop(2))  # a forgotten id may stay listed; readers skip it
     assert [i for i in index.ids_sorted(jobs) if i in jobs] == [1, 3, 7, 10]
+
+
+async def test_sacct_json_is_the_grpc_answer_mapped(env) -> None:  # type: ignore[no-untyped-def]
+    # the gateway encodes QueryAccounting's runs as read (a pending job's live record,
+    # skipping what the answer leaves out); it must be the gRPC answer, mapped to JSON,
+    # for every kind of run, with and without a mask, for the owner and for another user
+    import json
+
+    from google.protobuf.json_format import MessageToDict
+
+    from client.acctfields import parse_acct_fields
+    from client.fieldmasks import sacct_fields
+    from client.sacct import DEFAULT_FIELDS
+    from corral.config import AuthConfig
+    from ctld import fieldmask
+    from ctld.auth import ClusterAuthenticator
+    from ctld.rpc import ControllerApi
+
+    cluster, clock, *_ = env
+    requeued = await cluster.submit(ALICE, spec(gpus_per_node=2))
+    await drain(cluster)
+    clock.advance(30)
+    await cluster.register_node(registration(cluster, requeued.batch_host))  # it lost the job
+    await cluster.submit(ALICE, spec(hold=True, environment={"SECRET": "x"}))
+    await cluster.submit(BOB, spec(hold=True))
+    finished = await cluster.submit(BOB, spec())
+    await drain(cluster)
+    await cluster.cancel(BOB, pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[finished.job_id])))
+    api = ControllerApi(cluster, ClusterAuthenticator(AuthConfig()))
+    names = [f.name for f in parse_acct_fields(DEFAULT_FIELDS)]
+    for fields in ([], sacct_fields(names, steps=True, arrays=False) or [], ["job_id", "spec"]):
+        for duplicates in (False, True):
+            for who in (ALICE, BOB):
+                req = pb.QueryAccountingRequest(fields=fields, duplicates=duplicates)
+                body = json.loads(await api.call_json("QueryAccounting", req, who))
+                mask = fieldmask.of_request("QueryAccounting", req)  # as call() answers
+                if mask is None:
+                    answer = await api.query_accounting(req, who)
+                else:
+                    whole = await api.query_accounting(
+                        fieldmask.for_handler("QueryAccounting", req), who
+                    )
+                    answer = fieldmask.apply_to("QueryAccounting", mask, whole)
+                assert body == MessageToDict(answer), (fields, duplicates, who)
+                assert len(body["jobs"]) == 4 + duplicates
+                assert "SECRET" not in json.dumps(body) and "script" not in json.dumps(body)
