@@ -27,6 +27,7 @@ import signal
 import sys
 import time
 from datetime import timedelta
+from typing import NoReturn
 
 WANT_STOP = False
 
@@ -117,13 +118,24 @@ def main() -> int:
             checkpoint()
             if rank == 0:
                 print(f"warned: saved at step {step}, exiting to be requeued", flush=True)
-            dist.destroy_process_group()
-            return 0
+            leave_together()
     checkpoint()
     if rank == 0:
         print(f"done: {step} steps, loss {loss.item():.5f}", flush=True)
-    dist.destroy_process_group()
+    leave_together()
     return 0
+
+
+def leave_together() -> NoReturn:
+    """Every rank leaves together (a barrier: rank 0 may still be saving), then at once:
+    a gloo connection torn down by the peer that left first can abort a rank in its
+    teardown ("terminate called without an active exception"), failing a step whose
+    work was done. Nothing is left to write: the checkpoint is renamed in place and
+    the output flushed."""
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
