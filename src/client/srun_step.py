@@ -11,6 +11,7 @@ from client.alloc import say
 from client.jobopts import export_environment, with_umask
 from client.poller import EVENT_READ, EVENT_WRITE, Poller
 from client.srun_output import Output
+from client.srun_resume import Resumer
 from client.taskstream import NodeStream
 from client.views.job import Job
 from client.views.step import Step, StepNode
@@ -64,6 +65,12 @@ class JobStep:
         self.nodes: list[StepNode] = step.nodes
         self.ntasks = step.ntasks
         self.step_credential = reply.get("stepCredential", "")
+        self.resumer = Resumer(
+            self.step_credential,
+            int(job.job_id) if "jobId" in raw_job else int(self.job_id),
+            step.step_id,
+            reply.get("resumeWindowS"),
+        )
         if self.cli.get("pty"):
             self.cli["unbuffered"] = True  # Slurm: --pty implies -u
             self.cli.pop("label", None)
@@ -208,10 +215,13 @@ class JobStep:
             # a node whose every exit is in has sent all its output (exits come after
             # the pipes' end, in order): once DONE is written srun need not wait for
             # noded's clean-up to close the stream
-            while any(not c.closed and not (c.done and not c.wbuf) for c in self.streams.values()):
-                timeout = None
+            while self.resumer.pending or any(
+                not c.closed and not (c.done and not c.wbuf) for c in self.streams.values()
+            ):
+                timeout = self.resumer.due_in()
                 if self.wait_deadline:
-                    timeout = max(0.0, self.wait_deadline - time.monotonic())
+                    left = max(0.0, self.wait_deadline - time.monotonic())
+                    timeout = left if timeout is None else min(timeout, left)
                 for what, mask in sel.select(timeout):
                     if what is None:
                         self._signals(wake_r)
@@ -222,6 +232,8 @@ class JobStep:
                 if self.wait_deadline and time.monotonic() >= self.wait_deadline:
                     self.wait_deadline = 0.0
                     self._wait_expired()
+                if self.resumer.pending:
+                    self._resume_due(sel)
                 self._update(sel)
         finally:
             if restore is not None:
@@ -271,6 +283,10 @@ class JobStep:
                 self.output.write(rank, kind == ss.STDERR, payload[4:])
             elif kind == ss.EXIT:
                 rank, code, sig = ss.EXIT_FIELDS.unpack(payload)
+                if rank in self.exits:  # said again by a noded that resumed the stream
+                    if all(r in self.exits for r in conn.ranks):
+                        self._node_done(conn)
+                    continue
                 self.exits[rank] = (code, sig)
                 if all(r in self.exits for r in conn.ranks):
                     self._node_done(conn)
@@ -287,11 +303,29 @@ class JobStep:
     def _closed(self, conn: NodeStream, sel: Poller, quiet: bool = False) -> None:
         if conn.closed:
             return
-        if not quiet and not all(r in self.exits for r in conn.ranks):
-            why = "the connection to its noded was lost"
-            self._lost(conn.name, conn.ranks, why, node_failure=True)
         _unregister(sel, conn.sock)
         conn.close()
+        if quiet or all(r in self.exits for r in conn.ranks):
+            return
+        raw = next(n.raw for n in self.nodes if n.node == conn.name)
+        if conn.started and not conn.tampered and self.resumer.broke(conn.name, raw, conn.ranks):
+            return  # its noded may be restarting: srun reopens the stream (RESUME)
+        why = "the connection to its noded was lost"
+        self._lost(conn.name, conn.ranks, why, node_failure=True)
+
+    def _resume_due(self, sel: Poller) -> None:
+        back, lost = self.resumer.attempt()
+        for conn in back:
+            old = self.streams.get(conn.name)
+            self.streams[conn.name] = conn
+            if old in self.stdin_conns:
+                self.stdin_conns[self.stdin_conns.index(old)] = conn
+            else:
+                conn.send(ss.STDIN_EOF)
+            sel.register(conn.sock, self._events(conn), conn)
+            self._dispatch(conn, sel)  # what came with STARTED
+        for name, ranks, why in lost:
+            self._lost(name, ranks, why, node_failure=True)
 
     def _lost(self, node: str, ranks: list[int], why: object, node_failure: bool = False) -> None:
         self.failures.append(f"{node}: {why}")

@@ -148,6 +148,14 @@ class NodeStream:
             self.up, self.down = ss.FrameMac(up), ss.FrameMac(down)
         self.sock.setblocking(False)
 
+    def resume(self, credential: str, body: dict[str, Any]) -> None:
+        """RESUME instead of START: the step runs there, its stream broke."""
+        self.sock.sendall(ss.resume_frame(credential, self.nonce, body))
+        if not self.tls:
+            up, down = ss.session_keys(credential, self.nonce)
+            self.up, self.down = ss.FrameMac(up), ss.FrameMac(down)
+        self.sock.setblocking(False)
+
     def attach(self, credential: str, body: dict[str, Any]) -> None:
         """sattach: ATTACH instead of START (the step runs already)."""
         self.sock.sendall(ss.attach_frame(credential, self.nonce, body))
@@ -156,9 +164,9 @@ class NodeStream:
             self.up, self.down = ss.FrameMac(up), ss.FrameMac(down)
         self.sock.setblocking(False)
 
-    def await_started(self) -> tuple[int, bytes]:
+    def await_started(self, timeout: float | None = None) -> tuple[int, bytes]:
         """Block for the first answer to START: STARTED, or REFUSED with the reason."""
-        self.sock.setblocking(True)
+        self.sock.settimeout(timeout)
         try:
             kind, payload = self._read_frame()
         finally:

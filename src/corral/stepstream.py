@@ -14,6 +14,10 @@ frame is a 4-byte big-endian length (of what follows it), a 1-byte kind and a pa
                     instead of START, for a step that runs: noded answers STARTED
                     (JSON {"ranks"}), then the step's recent and new output and exits;
                     sattach sends STDIN, then DONE to detach (the step goes on)
+    srun -> noded   RESUME    32-byte proof + JSON body (job, step, node), instead of
+                    START, once its stream broke (noded restarted and took the step
+                    over): noded answers STARTED, then the output still in the tasks'
+                    pipes and every exit srun has not had (srun keeps the first of each)
 
 The first frame srun sends must be START, and nothing else is read before it is proven:
 its proof is HMAC-SHA256 keyed by the step's credential (the secret ctld gives the
@@ -88,6 +92,7 @@ SIGNAL = 75  # "K"
 WINDOW = 87  # "W"
 DONE = 68  # "D": srun has every exit from this node (gRPC's half-close)
 ATTACH = 84  # "T": sattach's first frame (instead of START)
+RESUME = 82  # "R": srun's first frame on a stream it reopens (instead of START)
 
 
 def frame(kind: int, payload: bytes = b"") -> bytes:
@@ -120,6 +125,16 @@ def proof(credential: str, nonce: bytes, body: bytes | bytearray) -> bytes:
 def attach_proof(credential: str, nonce: bytes, body: bytes) -> bytes:
     """What ATTACH carries (another domain than START's: neither passes for the other)."""
     return hmac_sha256(credential.encode(), b"corral-step-attach\0" + nonce + body)
+
+
+def resume_proof(credential: str, nonce: bytes, body: bytes | bytearray) -> bytes:
+    """What RESUME carries (its own domain: a START or ATTACH proof passes for neither)."""
+    return hmac_sha256(credential.encode(), b"corral-step-resume\0" + nonce + body)
+
+
+def resume_frame(credential: str, nonce: bytes, body: dict[str, object]) -> bytes:
+    raw = dumps(body).encode()
+    return frame(RESUME, resume_proof(credential, nonce, raw) + raw)
 
 
 def attach_frame(credential: str, nonce: bytes, body: dict[str, object]) -> bytes:

@@ -83,6 +83,9 @@ class NodeRecord:
     agent_address: str = ""  # where ctld reaches NodeAgent (mutual TLS); "": address
     stream_address: str = ""  # srun's framed task stream (noded/stream.py)
     instance: str = ""  # the registered noded's instance token (a new one each start)
+    # the registered noded took over all its predecessor ran (supervisors kept it): a
+    # new instance that did is no restart of the node's jobs
+    took_over: bool = False
     restarted_at: float = 0.0  # when another noded than the known one last registered
     registered: bool = False
     responding: bool = False
@@ -99,6 +102,7 @@ class NodeRecord:
     reason_change: NodeEvent | None = None  # the change that set ``reason``
     last_heartbeat: float = 0.0
     deaf_mark: float = 0.0  # ctld's stalled seconds (loopwatch) when last_heartbeat was set
+    heard_deaf_s: float = 0.0  # its last beat said it had not heard ctld this long
     boot_time: float = 0.0
     version: str = ""
     os: str = ""

@@ -50,7 +50,7 @@ IDLE_ON_SUSPEND = "idle_on_node_suspend"  # powered_down's reason: clear DRAIN a
 
 # what a registration brings (the rest of a registration is the machine's own)
 REGISTRATION = frozenset(
-    {"address", "agent_address", "stream_address", "instance", "resources"}
+    {"address", "agent_address", "stream_address", "instance", "took_over", "resources"}
     | {"boot_time", "version", "os"}
 )
 # the fields this machine owns: nothing else writes them (tests/unit/test_commit_path.py)
@@ -173,8 +173,8 @@ Effect = Callable[[NodeRecord, float, str, str, int, dict[str, object]], None]
 def _registered(
     n: NodeRecord, now: float, _r: str, _u: str, _i: int, reg: dict[str, object]
 ) -> None:
-    if n.instance and reg.get("instance", n.instance) != n.instance:
-        n.restarted_at = now  # it killed what its predecessor ran (noded/spool.py)
+    if n.instance and reg.get("instance", n.instance) != n.instance and not reg.get("took_over"):
+        n.restarted_at = now  # it killed what its predecessor ran (noded/recovery.py)
     for name, value in reg.items():
         setattr(n, name, value)
     if n.power != POWER_ON:

@@ -292,6 +292,7 @@ class ControllerApi:
             job=job,
             cluster=self.cluster.config.cluster_name,
             step_credential=self.step_credentials.issue(step.job_id, step.step_id),
+            resume_window_s=2 * self.cluster.config.heartbeat.timeout_s,
         )
 
     async def complete_step(
@@ -402,10 +403,13 @@ class NodeControllerApi:
 
     async def register_node(self, req: pb.RegisterNodeRequest) -> pb.RegisterNodeResponse:
         await self.cluster.register_node(req, certified=self.verify_nodes)
+        reports = self.cluster.node_reports
         return pb.RegisterNodeResponse(
             cluster=self.cluster.config.cluster_name,
             heartbeat_interval_s=self.cluster.config.heartbeat.interval_s,
             keep_job_ids=self.cluster.jobs_kept_by(req.name),
+            peers=reports.peers_of(req.name),
+            hold_needed=reports.verdicts.tell(req.name),
         )
 
     async def heartbeat(self, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
@@ -418,7 +422,9 @@ class NodeControllerApi:
             self.cluster.state.live.record(req)
         if known and req.health:
             await self.cluster.node_faults(self.cluster.nodes[req.name], req.health)
-        return pb.HeartbeatResponse(reregister=not known)
+        if not known:
+            return pb.HeartbeatResponse(reregister=True)
+        return pb.HeartbeatResponse(hold_needed=self.cluster.node_reports.verdicts.tell(req.name))
 
     async def heartbeats(self, req: pb.HeartbeatBatch) -> pb.HeartbeatBatchResponse:
         """Each beat as its own Heartbeat; a beat naming no node of the config is one to

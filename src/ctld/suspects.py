@@ -124,6 +124,8 @@ class Suspects:
                 continue
             if sus.instance and sus.instance == instance:
                 continue  # the noded that ran the step: alive (the stream broke)
+            if node.took_over and job_id in running:
+                continue  # a new noded took the job over: alive (its srun resumes)
             if not sus.instance and job_id in running:
                 continue  # which noded srun lost is not known, but this one runs it
             log.warning("suspect node restarted: a node failure", job_id=job_id, node=node.name)

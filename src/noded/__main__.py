@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         "--step-port", type=int, default=None, help="srun's port with TLS (0: any free)"
     )
     parser.add_argument(
+        "--stream-port", type=int, default=None, help="srun's task stream (0: any free)"
+    )
+    parser.add_argument(
         "--spool-dir", default="", help="per-job scripts (default noded.spool_dir/NAME)"
     )
     parser.add_argument("--log-json", action="store_true")
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             listen=args.listen,
             port=args.port,
             step_port=args.step_port,
+            stream_port=args.stream_port,
             spool_dir=args.spool_dir,
             ready_file=args.ready_file,
             node_cfg=node,

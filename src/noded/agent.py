@@ -28,6 +28,7 @@ from corral.wire import corral_pb2_grpc as pbg
 from noded import spool
 from noded.launcher import Launcher, LaunchError
 from noded.steps import StepRunner
+from noded.witness import Witness
 
 log = structlog.get_logger("noded")
 RPC_TIMEOUT_S = 10.0
@@ -45,6 +46,8 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
         self.launcher = launcher
         self.steps = steps
         self.controller_only = controller_only
+        # whether this node hears ctld, for a peer cut off from it (witness.py)
+        self.witness: Callable[[], pb.WitnessResponse] = pb.WitnessResponse
 
     async def _from_controller(self, context: aio.ServicerContext[Any, Any], what: str) -> None:
         if not self.controller_only:
@@ -97,6 +100,12 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.SignalJobResponse(found=found)
 
+    async def Witness(
+        self, request: pb.WitnessRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.WitnessResponse:
+        # any node of the cluster may ask (with TLS, its certificate is the cluster's)
+        return self.witness()
+
     async def RunTasks(
         self,
         request_iterator: AsyncIterator[pb.TaskInput],
@@ -137,6 +146,8 @@ class ControllerLink:
     ) -> None:
         self.name = name
         self.steps = steps
+        # asked before fencing: does most of the cluster not hear ctld either?
+        self.witness: Witness | None = None
         # cut off from ctld this long, its jobs are killed: ctld declares the node DOWN
         # (and requeues them) only later, so two copies never run at once (0: never)
         self.fence_after_s = fence_after_s
@@ -175,6 +186,8 @@ class ControllerLink:
             log.info("undelivered reports of an earlier noded", node=name, n=len(self.outbox))
             self._outbox_ready.set()
         self.registered = asyncio.Event()
+        # this noded took over all its predecessor ran (nothing lost): not a restart
+        self.took_over = False
         self._unreachable = False  # a beat failed and none has been answered since
         self.health: list[pb.NodeHealthEvent] = []  # until a heartbeat carried them
         # usage of what runs here and GPU status, for each heartbeat (noded/live.py)
@@ -253,9 +266,12 @@ class ControllerLink:
             agent_address=self.agent_address,
             stream_address=self.stream_address,
             instance=self.launcher.instance,  # ctld tells a restart from a re-registration
+            took_over=self.took_over,
         )
         reply = await self.stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
         self._contacted()
+        if self.witness is not None:
+            self.witness.learn(reply)
         del self.health[: len(req.health)]
         fenced = self.fence(set(reply.keep_job_ids))
         if fenced:
@@ -285,9 +301,12 @@ class ControllerLink:
                     health=list(self.health),
                     usage=usage,
                     gpus=gpus,
+                    deaf_s=time.monotonic() - self.last_contact,
                 )
                 reply = await self.stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
                 self._contacted()
+                if self.witness is not None:
+                    self.witness.heard(reply)
                 self._unreachable = False
                 if reply.reregister:
                     self.registered.clear()
@@ -318,6 +337,8 @@ class ControllerLink:
 
     def _contacted(self) -> None:
         self.last_contact = time.monotonic()
+        if self.witness is not None and self.witness.holding:
+            self.witness.release()
         if self.contact_file:
             try:
                 with open(self.contact_file, "a"):
@@ -327,13 +348,19 @@ class ControllerLink:
 
     async def run_self_fence(self) -> None:
         """Watch the time since ctld last answered, apart from the RPCs (which may hang
-        for their whole deadline on a cut link): past fence_after_s, kill every job."""
+        for their whole deadline on a cut link): past fence_after_s, kill every job,
+        unless most of the cluster does not hear ctld either (witness.py: then ctld
+        declares nobody DOWN, and the jobs run on)."""
         if self.fence_after_s <= 0:
             return
         while True:
             await asyncio.sleep(min(0.1, self.fence_after_s / 10))
             silent = time.monotonic() - self.last_contact
             if silent < self.fence_after_s:
+                continue
+            if self.witness is not None and await self.witness.ctld_lost_by_quorum():
+                if time.monotonic() - self.last_contact >= self.fence_after_s:
+                    await asyncio.sleep(self.interval)  # asked again each interval
                 continue
             fenced = self.fence(set())
             if fenced:

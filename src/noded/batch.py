@@ -30,12 +30,22 @@ from noded.env import batch_environment, job_umask
 from noded.gpu import GpuBackend, GpuDevice
 from noded.limits import CoreAllocator
 from noded.running import RunningJob
-from noded.spawn import Gated, Identity, identity_for, resolve_files, spawn_gated, write_script
+from noded.spawn import (
+    Gated,
+    Identity,
+    batch_key,
+    identity_for,
+    resolve_files,
+    spawn_gated,
+    write_script,
+)
+from noded.supervisor import JobSupervisors
 from noded.tracking import MARKER_VAR, PROGRESS_VAR, JobProcesses
 
 log = structlog.get_logger("noded")
 
 REAP_TIMEOUT_S = 10.0
+HOLDER = "batch"  # the batch run's hold on its job's supervisor (JobSupervisors)
 
 
 class LaunchPath(Protocol):
@@ -59,8 +69,10 @@ class BatchStarter:
         gpu_devices: list[GpuDevice] | None = None,
         cores: CoreAllocator | None = None,
         containers: Containers | None = None,
+        supervisors: JobSupervisors | None = None,
     ) -> None:
         self.node_name = node_name
+        self.supervisors = supervisors or JobSupervisors(spool_dir)
         self.spool_dir = spool_dir
         self.config = config
         self.cgroups = cgroups
@@ -97,7 +109,11 @@ class BatchStarter:
         if spec.HasField("container") and (spec.container.image or spec.container.name):
             argv = await self._in_container(running, who, argv, env, files.workdir)
         running.cgroup = self._make_cgroup(running)
+        supervisor = await self.supervisors.take(job.job_id, HOLDER)
+        running.supervisor = supervisor
         gated = await spawn_gated(
+            supervisor,
+            batch_key(job.restart_count),
             argv,
             who=who,
             env=env,
@@ -109,7 +125,7 @@ class BatchStarter:
         try:
             self._contain(running, gated)
         except OSError as exc:
-            gated.close()  # the shim exits at the closed gate without running anything
+            gated.discard()  # the shim exits at the closed gate without running anything
             await gated.process.wait()
             log.warning("confine failed", rc=gated.process.returncode, exc_info=True)
             raise LaunchError(f"cannot confine the job: {exc.strerror or exc}") from None
@@ -121,6 +137,7 @@ class BatchStarter:
             job_id=job.job_id,
             node=self.node_name,
             pid=gated.process.pid,
+            supervisor=supervisor.pid,
             user=job.user,
             uid=who.uid,
             cgroup=bool(running.cgroup),

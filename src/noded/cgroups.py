@@ -40,6 +40,11 @@ class JobCgroup:
     version: int
     dirs: dict[str, Path]
 
+    def job_id(self) -> int:
+        """Its job's id, from its name (``job_<id>``); -1 if it is not a job's."""
+        name = self._main.name
+        return int(name[4:]) if name.startswith("job_") and name[4:].isdigit() else -1
+
     @property
     def _main(self) -> Path:
         return self.dirs.get("") or self.dirs.get("memory") or next(iter(self.dirs.values()))

@@ -148,17 +148,46 @@ class FoundLost(RunEvent):
     """A new noded found this run of an earlier noded's here (and killed it)."""
 
 
-Event = Launch | RunEvent | Cancel | Signalled | Fence | Shutdown
+@dataclass(frozen=True, slots=True)
+class TakenOver:
+    """A run an earlier noded started, taken over by this one (its supervisor kept its
+    processes): running for ``elapsed_s`` since its batch shell passed the gate, or, with
+    ``rc`` (asyncio's return code), ended while no noded was here."""
+
+    request: pb.LaunchJobRequest
+    elapsed_s: float
+    rc: int | None = None
+    contained: bool = False
+
+
+Event = Launch | RunEvent | Cancel | Signalled | Fence | Shutdown | TakenOver
 
 # ------------------------------------------------------------ actions
 
 
 @dataclass(frozen=True, slots=True)
 class TakeOn:
-    """A new run: the launcher makes its record of the run's processes."""
+    """A new run: the launcher makes its record of the run's processes (and keeps the
+    request in the spool: a later noded takes the run over with it)."""
 
     job_id: int
     run: int
+    request: pb.LaunchJobRequest | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Adopt:
+    """A run taken over: the launcher's record of it is the one takeover.py made."""
+
+    job_id: int
+    run: int
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitExit:
+    """A taken-over run's batch shell runs: answer Exited when it ends."""
+
+    job_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +285,8 @@ class Log:
 
 Action = (
     TakeOn
+    | Adopt
+    | AwaitExit
     | SaveRecord
     | RunProlog
     | Spawn

@@ -1,15 +1,17 @@
 """The fence guard: kills a node's jobs once nothing has heard from ctld for too long.
 
 noded starts one guard per instance, in a session of its own, so it outlives a noded
-that is killed. noded touches ``<spool>/contact`` whenever ctld answers it. Once that
-file is older than ``fence_after_s`` (heartbeat.timeout_s - interval_s: before ctld
-declares the node DOWN and requeues its jobs elsewhere), the guard SIGKILLs every
-process carrying this noded instance's job marker that noded's records claim (the
-same marker, real uid and start time: records.py; a marker alone is anyone's to
-write), so a job never runs in two places, whether noded is cut off by the network
-or dead itself. It exits when its instance
-token leaves ``<spool>/instances`` (noded stopped cleanly, or a new noded took over),
-or when its noded is dead and none of its jobs' processes is left.
+that is killed or stopped (its jobs run on under their supervisors). noded touches
+``<spool>/contact`` whenever ctld answers it. Once that file is older than
+``fence_after_s`` (heartbeat.timeout_s - interval_s: before ctld declares the node
+DOWN and requeues its jobs elsewhere), the guard SIGKILLs every process noded's
+records claim (the same marker, real uid and start time: records.py; a marker alone
+is anyone's to write), so a job never runs in two places, whether noded is cut off by
+the network or dead itself, unless ``<spool>/hold`` is fresher than that: noded
+touches it while it finds most of the cluster not hearing ctld either (witness.py:
+then ctld declares nobody DOWN). A noded dead keeps no hold fresh. The guard exits
+when another noded's token is the last of ``<spool>/instances`` (it runs its own
+guard), or when its noded is dead and none of the jobs' processes is left.
 
 Its lines carry a UTC timestamp, as noded's own (they share noded's log).
 
@@ -27,36 +29,30 @@ from pathlib import Path
 
 from noded import records
 
-MARKER = records.MARKER_VAR.encode() + b"="
 CONTACT_FILE = "contact"
+HOLD_FILE = "hold"  # noded/witness.py touches it
 POLL_S = 0.2
 
 
-def marked(node: str, token: str) -> set[int]:
-    """Processes whose job marker is ``node:<job>:token``."""
-    found: set[int] = set()
-    prefix, suffix = f"{node}:".encode(), f":{token}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        for var in env.split(b"\0"):
-            if var.startswith(MARKER):
-                value = var[len(MARKER) :]
-                if value.startswith(prefix) and value.endswith(suffix):
-                    found.add(int(entry.name))
-                break
-    return found
+def jobs_processes(spool: Path) -> set[int]:
+    """Every process noded's records claim (this noded's jobs and those taken over)."""
+    return records.scan(records.load_claims(str(spool)))
 
 
-def still_listed(spool: Path, token: str) -> bool:
+def still_current(spool: Path, token: str) -> bool:
+    """This guard's noded is the last listed (a newer one runs its own guard)."""
     try:
-        return token in (spool / "instances").read_text().split()
+        tokens = (spool / "instances").read_text().split()
     except OSError:
         return False
+    return bool(tokens) and tokens[-1] == token
+
+
+def age(path: Path) -> float | None:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def alive(pid: int) -> bool:
@@ -79,26 +75,15 @@ def say(node: str, event: str, **fields: object) -> None:
     )
 
 
-def claimed(spool: Path, pids: set[int]) -> set[int]:
-    """Those of ``pids`` a record of noded's claims (marker, real uid, start time)."""
-    if not pids:
-        return pids
-    found = records.load_claims(str(spool))
-    return {pid for pid in pids if records.claimed(pid, found)}
-
-
 def run(spool: Path, node: str, token: str, fence_after_s: float, noded_pid: int) -> None:
-    contact = spool / CONTACT_FILE
     fenced = False
-    while still_listed(spool, token):
-        if not alive(noded_pid) and not marked(node, token):
+    while still_current(spool, token):
+        if not alive(noded_pid) and not jobs_processes(spool):
             return  # nothing left to guard
-        try:
-            silent = time.time() - contact.stat().st_mtime
-        except OSError:
-            silent = 0.0
-        if silent >= fence_after_s:
-            pids = claimed(spool, marked(node, token))
+        silent = age(spool / CONTACT_FILE) or 0.0
+        held = age(spool / HOLD_FILE)
+        if silent >= fence_after_s and (held is None or held >= fence_after_s):
+            pids = jobs_processes(spool)
             if pids and not fenced:
                 say(
                     node,

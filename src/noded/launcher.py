@@ -22,6 +22,7 @@ import contextlib
 import os
 import secrets
 import signal
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -31,7 +32,7 @@ from corral.clock import Clock, SystemClock
 from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import LaunchError
 from corral.wire import corral_pb2 as pb
-from noded import batch, jobdir, monitor, progress, recovery, spool
+from noded import batch, jobdir, monitor, progress, records, recovery, spool, takeover
 from noded.batch import REAP_TIMEOUT_S, BatchStarter, LaunchPath
 from noded.cgroups import CgroupManager
 from noded.containers import sweep
@@ -39,6 +40,8 @@ from noded.containers.runtime import Containers
 from noded.env import checkpoint_name
 from noded.events import (
     Action,
+    Adopt,
+    AwaitExit,
     Broke,
     Cancel,
     CancelTimers,
@@ -67,6 +70,7 @@ from noded.events import (
     Spawn,
     Spawned,
     SpawnFailed,
+    TakenOver,
     TakeOn,
 )
 from noded.gpu import GpuBackend, GpuDevice
@@ -75,6 +79,9 @@ from noded.limits import CoreAllocator
 from noded.machine import JobMachine
 from noded.running import RunningJob
 from noded.scripts import run_script, script_environment
+from noded.spawn import batch_key
+from noded.supervisor import JobSupervisors
+from noded.takeover import BatchTakeover, Takeover
 
 log = structlog.get_logger("noded")
 
@@ -102,6 +109,7 @@ class Launcher:
         clock: Clock | None = None,
         launch_path: LaunchPath | None = None,
         containers: Containers | None = None,
+        supervisors: JobSupervisors | None = None,
     ) -> None:
         self.node_name = node_name
         self.clock: Clock = clock or SystemClock()  # timers and windows (tests: ManualClock)
@@ -114,6 +122,8 @@ class Launcher:
         self.health = health or (lambda reason, detail: None)
         self.cores = cores or CoreAllocator()
         self.containers = containers
+        # each job's supervisor: the parent of its processes (supervise.py)
+        self.supervisors = supervisors or JobSupervisors(spool_dir)
         self.launch_path: LaunchPath = launch_path or BatchStarter(
             node_name,
             spool_dir,
@@ -123,6 +133,7 @@ class Launcher:
             gpu_devices=gpu_devices,
             cores=self.cores,
             containers=containers,
+            supervisors=self.supervisors,
         )
         self.instance = secrets.token_hex(6)  # tells this noded's jobs from any other's
         self.machine = JobMachine(
@@ -137,6 +148,7 @@ class Launcher:
         )
         # the runs being carried out (a run's record goes when its cleanup begins)
         self.jobs: dict[int, RunningJob] = {}
+        self._adopting: dict[int, BatchTakeover] = {}  # taken over, until the machine's Adopt
         self._tasks: set[asyncio.Task[None]] = set()
         os.makedirs(spool_dir, mode=0o755, exist_ok=True)
         if os.geteuid() == 0 and not _reachable_by_others(spool_dir):
@@ -172,10 +184,18 @@ class Launcher:
                 self.report(update)
             case Drain(reason, detail):
                 self.health(reason, detail)
-            case TakeOn(job_id):
+            case TakeOn(job_id, _, request):
                 state = self.machine.jobs[job_id]
                 marker = f"{self.node_name}:{job_id}:{self.instance}"
                 self.jobs[job_id] = RunningJob(state, marker)
+                if request is not None:  # a later noded takes the run over with it
+                    self._save_request(job_id, request)
+            case Adopt(job_id):
+                took = self._adopting.pop(job_id)
+                state = self.machine.jobs[job_id]
+                self.jobs[job_id] = takeover.adopted(took, state, self.cores)
+            case AwaitExit(job_id):
+                self._background(self.jobs[job_id], self._await_exit)
             case SaveRecord(job_id):
                 self._save_state(self.jobs[job_id])
             case RunProlog(job_id):
@@ -242,9 +262,14 @@ class Launcher:
         except LaunchError as exc:
             self.handle(SpawnFailed(job_id, run, str(exc)))
             return
+        running.spawned_at = time.time()
         self.handle(Spawned(job_id, run, contained=running.cgroup is not None))
+        await self._await_exit(running)
+
+    async def _await_exit(self, running: RunningJob) -> None:
         assert running.process is not None
-        self.handle(Exited(job_id, run, await running.process.wait()))
+        rc = await running.process.wait()
+        self.handle(Exited(running.job_id, running.restart_count, rc))
 
     async def _reap(self, running: RunningJob) -> None:
         await batch.reap(running)
@@ -259,6 +284,9 @@ class Launcher:
 
     async def _cleanup(self, running: RunningJob) -> None:
         try:
+            if running.supervisor is not None:  # the run's exit is had: it may go
+                await running.supervisor.forget(batch_key(running.restart_count))
+            await self.supervisors.release(running.job_id, batch.HOLDER)
             await batch.remove_cgroup(running)
             if self.containers is not None:  # the job's containers, named ones too
                 await self.containers.job_done(running.job_id)
@@ -295,8 +323,15 @@ class Launcher:
             timer.cancel()
         running.timers.clear()
 
+    def _save_request(self, job_id: int, request: pb.LaunchJobRequest) -> None:
+        try:
+            name = records.job_request_name(job_id)
+            records.save_request(self.spool_dir, name, request.SerializeToString())
+        except OSError as exc:
+            log.error("launch request not saved in the spool", job_id=job_id, error=str(exc))
+
     def _save_state(self, running: RunningJob) -> None:
-        procs, cgroup = running.procs, running.cgroup
+        procs, cgroup, sup = running.procs, running.cgroup, running.supervisor
         state = spool.JobState(
             job_id=running.job_id,
             restart_count=running.restart_count,
@@ -307,6 +342,13 @@ class Launcher:
             cgroup_version=cgroup.version if cgroup is not None else 0,
             cgroup_dirs={k: str(v) for k, v in cgroup.dirs.items()} if cgroup else {},
             since=running.since,
+            supervisor_pid=sup.pid if sup is not None else 0,
+            supervisor_path=sup.path if sup is not None else "",
+            spawned_at=running.spawned_at,
+            checkpoint_dir=running.checkpoint_dir,
+            progress_file=running.progress_file,
+            cores=list(self.cores.by_job.get(running.job_id, [])),
+            usage=takeover.usage_record(running),
         )
         try:
             spool.save(self.spool_dir, state)
@@ -360,19 +402,37 @@ class Launcher:
         if cores:
             os.sched_setaffinity(pid, cores)
 
-    async def recover(self) -> list[int]:
-        """Settle what an earlier noded left here (recovery.py); returns the jobs
-        reported lost. Runs before the first registration."""
-        lost = await recovery.recover(
+    async def recover(self) -> Takeover:
+        """Take over what an earlier noded left running here (takeover.py) and settle
+        the rest (recovery.py: killed, reported lost). Runs before the first
+        registration; the steps taken over are the step runner's to resume."""
+        took = await takeover.take_over(self.spool_dir)
+        await recovery.recover(
             self.spool_dir,
             self.instance,
             self.node_name,
             self.cgroups,
             lambda job_id, run: self.handle(FoundLost(job_id, run)),
+            took,
         )
+        kept = took.job_ids()
         if self.containers is not None:  # after the kills: nothing of theirs runs now
-            await asyncio.to_thread(sweep.sweep, self.containers.state)
-        return lost
+            await asyncio.to_thread(sweep.sweep, self.containers.state, kept)
+        now = time.time()
+        for batch_run in took.batches:
+            job_id = batch_run.record.job_id
+            self.supervisors.adopt(job_id, batch_run.supervisor, batch.HOLDER)
+            self._adopting[job_id] = batch_run
+            process = batch_run.found.process
+            self.handle(
+                TakenOver(
+                    batch_run.request,
+                    elapsed_s=max(0.0, now - batch_run.record.spawned_at),
+                    rc=process.returncode,
+                    contained=bool(batch_run.record.cgroup_dirs),
+                )
+            )
+        return took
 
     async def shutdown(self, kill_wait_s: float) -> None:
         """Stop every job (node shutdown): SIGTERM, then SIGKILL after kill_wait."""

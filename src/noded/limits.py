@@ -30,6 +30,14 @@ class CoreAllocator:
         self.by_job[job_id] = chosen
         return chosen
 
+    def claim(self, job_id: int, cores: Iterable[int]) -> list[int]:
+        """The cores a taken-over job was bound to (an earlier noded chose them)."""
+        chosen = sorted(c for c in set(cores) if c in self.load)
+        for c in chosen:
+            self.load[c] += 1
+        self.by_job[job_id] = chosen
+        return chosen
+
     def release(self, job_id: int) -> None:
         for c in self.by_job.pop(job_id, []):
             self.load[c] = max(0, self.load[c] - 1)

@@ -28,6 +28,8 @@ from corral.wire import corral_pb2 as pb
 from noded import stall
 from noded.events import (
     Action,
+    Adopt,
+    AwaitExit,
     Broke,
     Cancel,
     CancelTimers,
@@ -61,6 +63,7 @@ from noded.events import (
     Spawn,
     Spawned,
     SpawnFailed,
+    TakenOver,
     TakeOn,
     TimeLimit,
     WarnDue,
@@ -69,6 +72,11 @@ from noded.jobrun import LIVE, InvalidTransition, JobRun, MachineConfig, Phase
 
 Update = pb.JobStatusUpdate
 INTERNAL_ERROR = "noded internal error (see its log)"
+
+
+def _exit_of(rc: int) -> tuple[int, int]:
+    """(code, signal) of asyncio's return code (-N: killed by signal N)."""
+    return (0, -rc) if rc < 0 else (rc, 0)
 
 
 class JobMachine:
@@ -116,6 +124,8 @@ class JobMachine:
                 return self._shutdown(kill_wait_s)
             case FoundLost():
                 return self._found_lost(event, now)
+            case TakenOver():
+                return self._taken_over(event)
             case RunEvent():
                 run = self.jobs.get(event.job_id)
                 if run is None or run.run != event.run:
@@ -134,7 +144,7 @@ class JobMachine:
                 return self._failed(run, detail, Update.END_NONE, now)
             case Exited(rc=rc):
                 self._expect(run, event, "running")
-                run.phase, run.exit = "reaping", ((0, -rc) if rc < 0 else (rc, 0))
+                run.phase, run.exit = "reaping", _exit_of(rc)
                 return [CancelTimers(run.job_id), Reap(run.job_id)]
             case Reaped(oom_kills=oom_kills, usage=usage):
                 return self._reaped(run, oom_kills, usage, now)
@@ -193,11 +203,42 @@ class JobMachine:
         )
         self.jobs[job.job_id] = run
         # its record before anything runs: a new noded must find it
-        actions: list[Action] = [TakeOn(run.job_id, run.run), SaveRecord(run.job_id)]
+        actions: list[Action] = [TakeOn(run.job_id, run.run, request), SaveRecord(run.job_id)]
         if self.config.prolog:
             return [*actions, RunProlog(run.job_id)]
         run.phase = "starting"
         return [*actions, Spawn(run.job_id)]
+
+    def _taken_over(self, event: TakenOver) -> list[Action]:
+        """An earlier noded's run, kept by its supervisor: on from where it is, its
+        timers counted from its start (a limit passed meanwhile is due at once)."""
+        job, node = event.request.job, self.config.node
+        if job.job_id in self.jobs:
+            return []
+        alloc = next((a for a in job.allocations if a.node == node), None)
+        run = JobRun(
+            job=job,
+            cluster=event.request.cluster,
+            kill_wait_s=event.request.kill_wait_s or 30.0,
+            alloc=alloc or pb.NodeAllocation(node=node),
+            phase="running",
+            contained=event.contained,
+        )
+        self.jobs[job.job_id] = run
+        fields = {"job_id": run.job_id, "run": run.run, "node": node}
+        actions: list[Action] = [
+            Adopt(run.job_id, run.run),
+            Log("info", "job of an earlier noded taken over", fields),
+        ]
+        if event.rc is not None:  # it ended while no noded was here: on to its end
+            run.phase, run.exit = "reaping", _exit_of(event.rc)
+            return [*actions, Reap(run.job_id)]
+        return [
+            *actions,
+            SaveRecord(run.job_id),
+            *self._timers(run, event.elapsed_s),
+            AwaitExit(run.job_id),
+        ]
 
     def _supersede(self, current: JobRun, request: pb.LaunchJobRequest) -> list[Action]:
         """A requeued job's next run came while its earlier copy here still ends (its
@@ -242,13 +283,12 @@ class JobMachine:
                 actions.append(Signal(run.job_id, (signal.SIGKILL,)))
         return actions
 
-    def _timers(self, run: JobRun) -> list[Action]:
+    def _timers(self, run: JobRun, elapsed_s: float = 0.0) -> list[Action]:
         limit = run.job.time_limit_s
         if limit <= 0:
             return []
-        actions: list[Action] = [
-            SetTimer(run.job_id, "limit", limit, TimeLimit(run.job_id, run.run))
-        ]
+        due = max(0.0, limit - elapsed_s)
+        actions: list[Action] = [SetTimer(run.job_id, "limit", due, TimeLimit(run.job_id, run.run))]
         try:
             run.warn = warn_signal(run.job.spec)
         except CorralError as exc:
@@ -256,7 +296,9 @@ class JobMachine:
             return [*actions, Log("warning", "bad --signal ignored", fields)]
         if run.warn is None:
             return actions
-        at = max(0.0, limit - run.warn.seconds)
+        if elapsed_s > limit - run.warn.seconds:
+            return actions  # its warning was due while no noded was here: too late now
+        at = max(0.0, limit - run.warn.seconds - elapsed_s)
         return [*actions, SetTimer(run.job_id, "warn", at, WarnDue(run.job_id, run.run))]
 
     def _reaped(self, run: JobRun, oom_kills: int, usage: pb.JobUsage, now: float) -> list[Action]:

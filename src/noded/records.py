@@ -18,7 +18,7 @@ import json
 import os
 import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 MARKER_VAR = "CORRAL_JOB_MARKER"
 STEP_MARKER_VAR = "CORRAL_STEP_MARKER"
@@ -40,6 +40,14 @@ class JobState:
     cgroup_version: int = 0
     cgroup_dirs: dict[str, str] = field(default_factory=dict)
     since: float = 0.0  # made before any of the job's processes started
+    # what a new noded needs to take the run over (its supervisor keeps the processes)
+    supervisor_pid: int = 0
+    supervisor_path: str = ""
+    spawned_at: float = 0.0  # its batch shell past the gate (0: not yet: not taken over)
+    checkpoint_dir: str = ""
+    progress_file: str = ""
+    cores: list[int] = field(default_factory=list)
+    usage: dict[str, object] = field(default_factory=dict)  # the samples' sums so far
 
 
 @dataclass
@@ -49,6 +57,13 @@ class StepState:
     marker: str  # the step's marker (CORRAL_STEP_MARKER of its tasks)
     uid: int
     since: float = 0.0
+    # what a new noded needs to take the step over (see JobState)
+    supervisor_pid: int = 0
+    supervisor_path: str = ""
+    run: int = 0
+    started: bool = False  # every task here past its gate
+    master_port: int = 0
+    tasks: list[dict[str, object]] = field(default_factory=list)  # rank, key, progress, gpus
 
 
 @dataclass(frozen=True)
@@ -102,14 +117,44 @@ def save_step(spool: str, state: StepState) -> None:
     _write(_path(spool, _step_name(state.job_id, state.step_id)), asdict(state))
 
 
+def save_request(spool: str, name: str, data: bytes) -> None:
+    """A request a new noded needs to take work over (a LaunchJobRequest, a step's
+    RunTasksRequest with its credential), as its wire bytes, root's alone."""
+    path = _path(spool, name)
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def load_request(spool: str, name: str) -> bytes | None:
+    try:
+        fd = os.open(_path(spool, name), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def job_request_name(job_id: int) -> str:
+    return f"launch{job_id:08d}.pb"
+
+
+def step_request_name(job_id: int, step_id: int) -> str:
+    return f"tasks{job_id:08d}.{step_id}.pb"
+
+
 def remove_job(spool: str, job_id: int) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(_path(spool, _job_name(job_id)))
+    for name in (_job_name(job_id), job_request_name(job_id)):
+        with contextlib.suppress(OSError):
+            os.unlink(_path(spool, name))
 
 
 def remove_step(spool: str, job_id: int, step_id: int) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(_path(spool, _step_name(job_id, step_id)))
+    for name in (_step_name(job_id, step_id), step_request_name(job_id, step_id)):
+        with contextlib.suppress(OSError):
+            os.unlink(_path(spool, name))
 
 
 def _load(paths: Iterable[str]) -> Iterator[dict[str, object]]:
@@ -136,7 +181,7 @@ def load_jobs(spool: str) -> list[JobState]:
     found: list[JobState] = []
     for raw in _load(p for p in _listed(spool, "job") if p.endswith(".json")):
         with contextlib.suppress(TypeError):
-            found.append(JobState(**raw))  # type: ignore[arg-type]
+            found.append(JobState(**_known(JobState, raw)))  # type: ignore[arg-type]
     known = {s.job_id for s in found}
     found += [s for s in _legacy_jobs(spool) if s.job_id not in known]
     return found
@@ -146,8 +191,15 @@ def load_steps(spool: str) -> list[StepState]:
     found: list[StepState] = []
     for raw in _load(p for p in _listed(spool, "step") if p.endswith(".json")):
         with contextlib.suppress(TypeError):
-            found.append(StepState(**raw))  # type: ignore[arg-type]
+            found.append(StepState(**_known(StepState, raw)))  # type: ignore[arg-type]
     return found
+
+
+def _known(kind: type, raw: dict[str, object]) -> dict[str, object]:
+    """The fields this version knows: a record of a newer noded (a rollback) still
+    loads, and what it kills is still claimed by its marker, uid and time."""
+    names = {f.name for f in fields(kind)}
+    return {k: v for k, v in raw.items() if k in names}
 
 
 def _legacy_jobs(spool: str) -> list[JobState]:

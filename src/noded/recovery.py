@@ -1,10 +1,13 @@
-"""Settling what an earlier noded left here, before the first registration.
+"""Settling what an earlier noded left here and this one could not take over, before
+the first registration.
 
-Every process of an earlier noded's jobs and steps is killed, their cgroups removed and
-each batch job reported ended with END_NODE_FAIL (the job machine's FoundLost), so ctld
-requeues it: never relaunched beside the old copy. Only noded's own records (records.py,
-in a directory only root enters) say what to kill, and only a process whose marker, real
-uid and start time all agree with one is killed; a recorded root pid is used only if it
+What a new noded takes over (takeover.py: its supervisor still holds it) runs on.
+Every process of the other jobs and steps an earlier noded left is killed, their
+cgroups removed and each batch job reported ended with END_NODE_FAIL (the job
+machine's FoundLost), so ctld requeues it: never relaunched beside the old copy.
+Only noded's own records (records.py, in a directory only root enters) say what to
+kill, and only a process whose marker, real uid and start time all agree with one is
+killed; a recorded root pid is used only if it
 is still the process recorded (same start time, marker and uid). A cgroup is never taken
 from a record: only those under noded's own cgroup directory are emptied. The job
 directories are removed without following anything in them (jobdir.py), an older
@@ -25,6 +28,7 @@ import structlog
 
 from noded import jobdir, progress, records, spool
 from noded.cgroups import CgroupManager, JobCgroup
+from noded.takeover import Takeover
 
 log = structlog.get_logger("noded")
 
@@ -37,17 +41,20 @@ async def recover(
     node: str,
     cgroups: CgroupManager | None,
     lost: Callable[[int, int], object],
+    took: Takeover,
 ) -> list[int]:
-    """Kill and clean what earlier nodeds left, and tell ``lost`` (job id, run) of each
-    job, which reports it; returns the jobs reported lost."""
+    """Kill and clean what earlier nodeds left that ``took`` did not take over, and
+    tell ``lost`` (job id, run) of each such job, which reports it; returns the jobs
+    reported lost."""
     spool.take_instances(spool_dir, instance)
-    jobs = records.load_jobs(spool_dir)
-    steps = records.load_steps(spool_dir)
+    jobs, steps = took.lost_jobs, took.lost_steps
+    kept = took.job_ids()
     claims = records.claims(jobs, steps)
     roots = [p for p in (_root(j) for j in jobs) if p is not None]
-    stale = cgroups.stale() if cgroups is not None else []
+    stale = [cg for cg in cgroups.stale() if cg.job_id() not in kept] if cgroups else []
     killed = await _kill_all(claims, roots, stale)
-    progress.remove_step_files(spool_dir)  # every step of theirs is gone now
+    if not took.steps:
+        progress.remove_step_files(spool_dir)  # every step of theirs is gone now
     for cg in stale:
         deadline = time.monotonic() + 5.0
         while not cg.try_remove() and time.monotonic() < deadline:
@@ -57,8 +64,10 @@ async def recover(
         records.remove_job(spool_dir, st.job_id)
     for step in steps:
         records.remove_step(spool_dir, step.job_id, step.step_id)
-    _sweep_job_dirs(spool_dir)
-    spool.forget_instances(spool_dir, instance)
+    _sweep_job_dirs(spool_dir, kept)
+    await _let_go(took)
+    markers = [b.record.marker for b in took.batches] + [s.record.marker for s in took.steps]
+    spool.forget_instances(spool_dir, instance, [spool.marker_token(m) for m in markers])
     if jobs or killed or stale:
         log.info(
             "recovered from an earlier noded",
@@ -128,13 +137,27 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _sweep_job_dirs(spool_dir: str) -> None:
-    """Every job directory left (none of their jobs runs now), and any half-removed one."""
+async def _let_go(took: Takeover) -> None:
+    """The supervisors' children that were not taken over are dead now: forgotten, and a
+    supervisor with nothing taken over is closed (it exits)."""
+    for sup, keys in took.supervisors.values():
+        for key in [k for k in sup.processes if k not in keys]:
+            await sup.forget(key)
+        if not keys:
+            await sup.close()
+
+
+def _sweep_job_dirs(spool_dir: str, kept: set[int]) -> None:
+    """Every job directory left but those of jobs taken over (none of the others' jobs
+    runs now), and any half-removed one."""
     try:
         names = os.listdir(spool_dir)
     except OSError:
         return
+    keep = {os.path.basename(spool.job_dir(spool_dir, job_id)) for job_id in kept}
     for name in names:
+        if name in keep:
+            continue
         if name.startswith(("job", ".job")):
             try:
                 jobdir.discard(os.path.join(spool_dir, name))

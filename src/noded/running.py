@@ -6,7 +6,6 @@ holds what carries the decisions out. Its properties read the state, never set i
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -15,6 +14,7 @@ from corral.wire import corral_pb2 as pb
 from noded.cgroups import JobCgroup
 from noded.jobrun import JobRun
 from noded.limits import GpuStats
+from noded.supervisor import SupervisedProcess, Supervisor
 from noded.tracking import JobProcesses, Usage
 
 
@@ -22,7 +22,8 @@ from noded.tracking import JobProcesses, Usage
 class RunningJob:
     state: JobRun
     marker: str  # CORRAL_JOB_MARKER: tells this run's processes from any other's
-    process: asyncio.subprocess.Process | None = None  # the batch shell
+    process: SupervisedProcess | None = None  # the batch shell (its supervisor's child)
+    supervisor: Supervisor | None = None  # the job's supervisor here
     procs: JobProcesses | None = None  # every process of the job
     cgroup: JobCgroup | None = None
     usage: Usage = field(default_factory=Usage)
@@ -31,6 +32,7 @@ class RunningJob:
     progress_file: str = ""  # the opt-in progress heartbeat (CORRAL_PROGRESS_FILE)
     checkpoint_dir: str = ""  # CORRAL_CHECKPOINT_DIR: its last change is the last checkpoint
     since: float = field(default_factory=time.time)  # taken on: before any process of it
+    spawned_at: float = 0.0  # its batch shell passed the gate (wall time; 0: not yet)
 
     @property
     def job(self) -> pb.Job:

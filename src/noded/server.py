@@ -20,6 +20,7 @@ from corral.errors import GpuError
 from corral.limits import GRPC_SERVER_OPTIONS
 from corral.wire import corral_pb2_grpc as pbg
 from noded import spool as spool_mod
+from noded import steptakeover, witness
 from noded.address import advertised_host as address_of
 from noded.agent import ControllerLink, NodeAgentServicer
 from noded.cgroups import detect
@@ -32,6 +33,8 @@ from noded.live import LiveSampler
 from noded.resources import discover
 from noded.steps import StepRunner
 from noded.stream import StepStreamServer
+from noded.supervisor import JobSupervisors
+from noded.witness import Witness
 
 log = structlog.get_logger("noded")
 
@@ -44,6 +47,7 @@ async def serve(
     listen: str = "",
     port: int | None = None,
     step_port: int | None = None,
+    stream_port: int | None = None,
     spool_dir: str = "",
     ready_file: str = "",
     node_cfg: NodeConfig | None = None,  # a dynamic node's (noded --dynamic)
@@ -74,6 +78,7 @@ async def serve(
 
     link_ref: list[ControllerLink] = []
     containers = Containers(spool, config.containers, gpu_devices=found.devices)
+    supervisors = JobSupervisors(spool)
     launcher = Launcher(
         name,
         spool,
@@ -85,6 +90,7 @@ async def serve(
         gpu_devices=found.devices,
         health=lambda reason, detail: link_ref[0].report_health(reason, detail),
         containers=containers,
+        supervisors=supervisors,
     )
     server = aio.server(options=GRPC_SERVER_OPTIONS)
     steps = StepRunner(
@@ -99,10 +105,10 @@ async def serve(
         gpus=found.gpus,
         clock=launcher.clock,
         containers=containers,
+        supervisors=supervisors,
     )
-    pbg.add_NodeAgentServicer_to_server(
-        NodeAgentServicer(launcher, steps, controller_only=bool(tls_dir)), server
-    )
+    servicer = NodeAgentServicer(launcher, steps, controller_only=bool(tls_dir))
+    pbg.add_NodeAgentServicer_to_server(servicer, server)
     try:
         agent_bound, bound = _add_ports(server, config, name, bind_host, bind_port, step_port)
     except RuntimeError:  # grpcio raises where older versions returned 0
@@ -118,11 +124,10 @@ async def serve(
     with_tls = bool(tls_dir) and config.tls.clients
     stream = StepStreamServer(steps, tls.stream_server_context(tls_dir, name) if with_tls else None)
     try:
-        stream_bound = await stream.start(bind_host, config.noded.stream_port)
+        s_port = config.noded.stream_port if stream_port is None else stream_port
+        stream_bound = await stream.start(bind_host, s_port)
     except OSError as exc:
-        raise SystemExit(
-            f"noded: cannot listen on {bind_host}:{config.noded.stream_port}: {exc}"
-        ) from None
+        raise SystemExit(f"noded: cannot listen on {bind_host}:{s_port}: {exc}") from None
     advertised_host, _ = address_of(address, node_cfg.address, listen or config.noded.listen)
     advertised = f"{advertised_host}:{bound}"
     stream_address = ("tls://" if with_tls else "") + f"{advertised_host}:{stream_bound}"
@@ -145,12 +150,19 @@ async def serve(
         stream_address=stream_address,
     )
     link_ref.append(link)
+    link.witness = Witness(spool, name, hb.interval_s, tls_dir)
+    servicer.witness = lambda: witness.answer(name, link.last_contact, link.registered.is_set())
     live = LiveSampler(launcher, steps, found.gpus)
     live.gpu_indices = [d.index for d in found.devices]
     link.live = live.collect
-    # an earlier noded's jobs are settled (killed, reported lost) before ctld hears of us
-    await launcher.recover()
-    guard = _start_guard(spool, name, launcher.instance, fence_after_s)
+    # an earlier noded's jobs are taken over, or settled (killed, reported lost), before
+    # ctld hears of us
+    took = await launcher.recover()
+    resume_wait_s = max(steptakeover.RESUME_WAIT_S, 2 * config.heartbeat.timeout_s)
+    for step in took.steps:  # their sruns reopen their streams (RESUME)
+        steptakeover.take_over(steps, step, resume_wait_s)
+    link.took_over = not (took.lost_jobs or took.lost_steps)
+    _start_guard(spool, name, launcher.instance, fence_after_s)
     for reason, detail in startup_faults:
         link.report_health(reason, detail)
     log.info("noded listening", node=name, address=advertised, spool=spool)
@@ -170,15 +182,19 @@ async def serve(
     if ready_file:
         await link.registered.wait()
         with open(ready_file + ".tmp", "w") as fh:
-            fh.write(f"{os.getpid()} {advertised} {link.agent_address or advertised}\n")
+            agent = link.agent_address or advertised
+            fh.write(f"{os.getpid()} {advertised} {agent} {stream_address}\n")
         os.replace(ready_file + ".tmp", ready_file)
     await stop.wait()
-    log.info("noded stopping", node=name, running=len(launcher.jobs))
-    await steps.shutdown()
-    await launcher.shutdown(kill_wait_s=min(ctl.kill_wait_s, 10.0))
-    # give the outbox a moment to tell ctld how the jobs ended
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(_drained(link), timeout=3.0)
+    # the jobs run on (their supervisors keep them): a new noded takes them over, as
+    # slurmd leaves its slurmstepds; the guard goes on fencing while none is here
+    log.info(
+        "noded stopping: its jobs run on",
+        node=name,
+        running=len(launcher.jobs),
+        steps=len(steps.steps),
+    )
+    steps.detach()  # a step's stream closing now is no reason to kill its tasks
     for t in tasks:
         t.cancel()
     for t in tasks:
@@ -186,11 +202,9 @@ async def serve(
             await t
     await stream.close()
     await server.stop(grace=1)
+    # what ctld has not acknowledged yet stays in the spool for the next noded
     await link.close()
-    spool_mod.forget_instances(spool, "")  # clean stop: the guard has nothing left to fence
-    if guard is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            guard.wait(5)
+    supervisors.detach_all()
     found.gpus.close()
     if cgroups is not None:
         cgroups.close()
@@ -236,11 +250,6 @@ async def _watch_gpus(
         for event in gpus.poll_health():
             live.fault(event)
             link.report_health(event.reason(), f"{event.kind}: {event.detail}")
-
-
-async def _drained(link: ControllerLink) -> None:
-    while link.outbox:
-        await asyncio.sleep(0.05)
 
 
 def _add_ports(

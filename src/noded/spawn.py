@@ -20,8 +20,14 @@ from corral.errors import LaunchError
 from corral.patterns import batch_output_paths, expand_pattern
 from corral.wire import corral_pb2 as pb
 from noded.jobdir import create_for_user, make_dir
+from noded.supervisor import SupervisedProcess, Supervisor
 
 GATE_FAILED_EXIT = 111
+
+
+def batch_key(run: int) -> str:
+    """The batch shell's name in its job's supervisor (a requeued run's is another)."""
+    return f"batch.{run}"
 
 
 @dataclass(frozen=True)
@@ -157,21 +163,26 @@ exec "$@"
 
 @dataclass
 class Gated:
-    """A started shim waiting at the gate."""
+    """A started shim waiting at the gate (its supervisor's child, never noded's)."""
 
-    process: asyncio.subprocess.Process
+    process: SupervisedProcess
     gate_fd: int
+    early_fd: int = -1  # its stderr until it redirects it: errors opening its files
 
     async def open(self, timeout_s: float = 30.0) -> None:
         """Let it run; LaunchError if it could not open its files."""
         with contextlib.suppress(OSError):
             os.write(self.gate_fd, b"go\n")
         self.close()
-        assert self.process.stderr is not None
+        if self.early_fd < 0:
+            return
         try:
-            early = await asyncio.wait_for(self.process.stderr.read(), timeout_s)
+            early = await asyncio.wait_for(_read_to_end(self.early_fd), timeout_s)
         except TimeoutError:
             return  # a very slow file system: the job runs, its errors go to its own files
+        finally:
+            os.close(self.early_fd)
+            self.early_fd = -1
         if early:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.process.wait(), timeout_s)
@@ -183,58 +194,73 @@ class Gated:
             os.close(self.gate_fd)
         self.gate_fd = -1
 
+    def discard(self) -> None:
+        """Before it ran anything: the closed gate makes it exit."""
+        self.close()
+        if self.early_fd >= 0:
+            os.close(self.early_fd)
+            self.early_fd = -1
 
-class _ExitAware(asyncio.subprocess.SubprocessStreamProtocol):
-    """Knows when the process exits, not only when its pipes close: Process.wait() in
-    3.11 waits for both, and a background child can hold a pipe for hours."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=2**16, loop=loop)
-        self.exited: asyncio.Future[None] = loop.create_future()
-
-    def process_exited(self) -> None:
-        super().process_exited()
-        if not self.exited.done():
-            self.exited.set_result(None)
+async def _read_to_end(fd: int) -> bytes:
+    """Everything a pipe gives until every writer closed it (off the event loop)."""
+    loop = asyncio.get_running_loop()
+    readable = asyncio.Event()
+    os.set_blocking(fd, False)
+    loop.add_reader(fd, readable.set)
+    out = bytearray()
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                readable.clear()
+                await readable.wait()
+                continue
+            if not chunk:
+                return bytes(out)
+            out += chunk
+    finally:
+        loop.remove_reader(fd)
 
 
 async def start_gated(
+    supervisor: Supervisor,
+    key: str,
     shim_argv: list[str],
     *,
     who: Identity,
     env: dict[str, str],
     stdout: int,
+    stderr: int,
     what: str,
-    stderr: int = asyncio.subprocess.PIPE,
-) -> tuple[asyncio.subprocess.Process, int, asyncio.Future[None]]:
-    """Start ``/bin/sh -c SHIM ...`` as the user, in its own session, its stdin a pipe
-    whose other end (returned) is the gate. stderr is a pipe to noded unless given. Also
-    returns a future done when the process exits (its pipes may stay open)."""
-    loop = asyncio.get_running_loop()
-    protocol = _ExitAware(loop)
+    keep: dict[str, int] | None = None,
+    keep_gate: bool = False,
+) -> tuple[SupervisedProcess, int]:
+    """Start ``/bin/sh -c SHIM ...`` as the user, in its own session, as a child of the
+    job's ``supervisor``, its stdin a pipe whose other end (returned) is the gate;
+    ``keep``: descriptors the supervisor holds for a later noded (``keep_gate``: the
+    gate too, as ``gate``: a task's stdin, which a restarted noded writes on)."""
     read_fd, write_fd = os.pipe()
+    keep = dict(keep or {})
+    if keep_gate:
+        keep["gate"] = write_fd
     try:
-        transport, _ = await loop.subprocess_exec(
-            lambda: protocol,
-            "/bin/sh",
-            "-c",
-            *shim_argv,
-            stdin=read_fd,
-            stdout=stdout,
-            stderr=stderr,
-            cwd="/",
+        proc = await supervisor.spawn(
+            key,
+            ["/bin/sh", "-c", *shim_argv],
             env=env,
-            start_new_session=True,
-            user=who.uid if who.pw else None,
-            group=who.gid if who.pw else None,
-            extra_groups=who.groups if who.pw else None,
+            uid=who.uid,
+            gid=who.gid,
+            groups=who.groups if who.pw else [],
+            stdio=(read_fd, stdout, stderr),
+            keep=keep,
         )
-    except OSError as exc:
+    except LaunchError as exc:
         os.close(write_fd)
-        raise LaunchError(f"cannot start {what}: {exc.strerror}") from None
+        raise LaunchError(f"cannot start {what}: {exc}") from None
     finally:
         os.close(read_fd)
-    proc = asyncio.subprocess.Process(transport, protocol, loop)
     if who.rlimits:
         try:
             set_limits(proc.pid, who.rlimits)
@@ -242,10 +268,12 @@ async def start_gated(
             os.close(write_fd)  # the shim exits at the closed gate, having run nothing
             await proc.wait()
             raise LaunchError(f"cannot set the limits of {what}: {exc}") from None
-    return proc, write_fd, protocol.exited
+    return proc, write_fd
 
 
 async def spawn_gated(
+    supervisor: Supervisor,
+    key: str,
     argv: list[str],
     *,
     who: Identity,
@@ -256,21 +284,33 @@ async def spawn_gated(
 ) -> Gated:
     """Start ``argv`` in its own session, held at the gate until ``Gated.open``; ``umask``
     (octal, "": noded's own) applies to its files and every process it starts."""
-    proc, gate, _ = await start_gated(
-        [
-            _shim(),
-            "corral-shim",  # $0
-            files.stdout,
-            files.stderr,
-            files.stdin,
-            "append" if append else "truncate",
-            files.workdir,
-            umask,
-            *argv,
-        ],
-        who=who,
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        what="the batch script",
-    )
-    return Gated(proc, gate)
+    early_r, early_w = os.pipe()
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        proc, gate = await start_gated(
+            supervisor,
+            key,
+            [
+                _shim(),
+                "corral-shim",  # $0
+                files.stdout,
+                files.stderr,
+                files.stdin,
+                "append" if append else "truncate",
+                files.workdir,
+                umask,
+                *argv,
+            ],
+            who=who,
+            env=env,
+            stdout=null,
+            stderr=early_w,
+            what="the batch script",
+        )
+    except BaseException:
+        os.close(early_r)
+        raise
+    finally:
+        os.close(null)
+        os.close(early_w)
+    return Gated(proc, gate, early_r)

@@ -12,9 +12,9 @@ that ended while ctld was away has its record removed once its report is queued,
 so a noded restarted before ctld is back must still deliver that report (else ctld
 would find the job missing and run it again).
 
-A new noded cannot take the old processes over (they are not its children: their
-exit status is lost with the old noded), so it kills every one of them, removes their
-cgroups, and reports the jobs lost; ctld requeues them (or ends them NODE_FAIL).
+A new noded takes over what the old one's supervisors still hold (takeover.py); what
+they do not, it kills, removes their cgroups, and reports the jobs lost; ctld
+requeues them (or ends them NODE_FAIL).
 
 The spool itself must be noded's alone (``check_private``): root writes here.
 """
@@ -93,12 +93,29 @@ def take_instances(spool: str, mine: str) -> list[str]:
     return earlier
 
 
-def forget_instances(spool: str, mine: str) -> None:
-    """Once the earlier nodeds' processes are all gone, only this one's token remains."""
+def forget_instances(spool: str, mine: str, keep: Sequence[str] = ()) -> None:
+    """Once the earlier nodeds' processes are gone, only the tokens of what runs on are
+    listed (``keep``: the markers of work taken over), this noded's last."""
     path = os.path.join(spool, INSTANCES_FILE)
+    tokens = [t for t in dict.fromkeys(keep) if t and t != mine] + [mine]
     with open(path + ".tmp", "w") as fh:
-        fh.write(mine + "\n")
+        fh.write("\n".join(tokens) + "\n")
     os.replace(path + ".tmp", path)
+
+
+def current_instance(spool: str) -> str:
+    """The token of the noded that runs here now (the last one listed)."""
+    try:
+        with open(os.path.join(spool, INSTANCES_FILE)) as fh:
+            tokens = fh.read().split()
+    except OSError:
+        return ""
+    return tokens[-1] if tokens else ""
+
+
+def marker_token(marker: str) -> str:
+    """The instance token in a job's marker (``node:job:token``)."""
+    return marker.rpartition(":")[2].split(".")[0]
 
 
 def save_reports(path: str, updates: Sequence[pb.JobStatusUpdate]) -> None:

@@ -50,6 +50,7 @@ from noded.stepmachine import (
     Terminate,
     warning_for,
 )
+from noded.supervisor import JobSupervisors
 from noded.taskio import DRAIN_S, QUEUE_DEPTH, Chunk, RunningStep, Started, Task, to_event
 from noded.taskstart import TaskStarter
 
@@ -63,6 +64,11 @@ SUPERSEDED_KILL_WAIT_S = STALL_KILL_S  # an earlier run's step: SIGTERM, then SI
 SUPERSEDED_END_WAIT_S = SUPERSEDED_KILL_WAIT_S + DRAIN_S + HALF_CLOSE_WAIT_S + 5.0
 
 Verify = Callable[[int, int], Awaitable[tuple[pb.Job, pb.Step, str]]]
+
+
+def step_holder(run: int, step_id: int) -> str:
+    """A step's hold on its job's supervisor (JobSupervisors)."""
+    return f"step.{run}.{step_id}"
 
 
 class StepRunner:
@@ -80,7 +86,10 @@ class StepRunner:
         gpus: GpuBackend | None = None,
         clock: Clock | None = None,
         containers: Containers | None = None,
+        supervisors: JobSupervisors | None = None,
     ) -> None:
+        # each job's supervisor here: the parent of its tasks (supervise.py)
+        self.supervisors = supervisors or JobSupervisors(spool_dir or "/tmp")
         # progress heartbeats: each task's file lives under the spool ("": none)
         self.spool_dir = spool_dir
         self.noded = noded or NodedConfig()
@@ -104,6 +113,7 @@ class StepRunner:
         )
         self.steps: dict[tuple[int, int], RunningStep] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self.detaching = False  # noded is stopping: steps are left to the next one
 
     def marker(self, job_id: int) -> str:
         return self.job_marker.format(job_id=job_id)
@@ -169,34 +179,84 @@ class StepRunner:
             raise LaunchError(f"step {job.job_id}.{step.step_id} already runs on this node")
         timeout = stall.timeout_for(job, self.noded.progress_timeout_s)
         running = RunningStep(job.job_id, step.step_id, job.restart_count, timeout)
+        running.credential = credential
+        running.stdin_ranks = set(start.stdin_ranks)
         self.steps[key] = running
-        queue: asyncio.Queue[Chunk | None] = asyncio.Queue(QUEUE_DEPTH)
+        try:
+            holder = step_holder(job.restart_count, step.step_id)
+            running.supervisor = await self.supervisors.take(job.job_id, holder)
+            running.port = start.master_port or taskio.free_port(start.master_addr or "0.0.0.0")
+            await self.starter.start_all(start, here, running.port, running, running.supervisor)
+            start.step_credential = credential  # kept root-only: a resume is proven with it
+            self.starter.started(start, running)
+            running.warning = self.arm_warning(job, running)
+            yield Started(running.port, [t.process.pid for t in running.tasks])
+            self.watch(running)
+            async for item in self._serve(running, inputs):
+                yield item
+        finally:
+            if not self.detaching:  # noded stopping: the step runs on, to be resumed
+                await self.end(running)
+
+    async def resume(
+        self,
+        job_id: int,
+        step_id: int,
+        node: str,
+        check: Callable[[str], bool],
+        inputs: AsyncIterator[pb.TaskInput],
+    ) -> AsyncGenerator[Started | Chunk]:
+        """srun back after its stream broke (this noded took the step over from an
+        earlier one): proven with the step's credential as recorded (ctld may be away
+        too), the step's output goes on where the pipes hold it."""
+        running = self.steps.get((job_id, step_id))
+        if running is None or node != self.node_name or running.ended.is_set():
+            raise LaunchError(
+                f"step {job_id}.{step_id} runs no tasks on {self.node_name} "
+                "(its noded restarted and could not take it over)"
+            )
+        if not running.credential or not check(running.credential):
+            raise LaunchError(f"step {job_id}.{step_id}: the step credential does not match")
+        if running.attached:
+            raise LaunchError(f"step {job_id}.{step_id} is served to another srun connection")
+        if running.resume_timer is not None:
+            running.resume_timer.cancel()
+            running.resume_timer = None
+        log.info("srun resumed its step", job_id=job_id, step_id=step_id, node=self.node_name)
+        try:
+            yield Started(running.port, [t.process.pid for t in running.tasks])
+            async for item in self._serve(running, inputs):
+                yield item
+        finally:
+            if not self.detaching:
+                await self.end(running)
+
+    def watch(self, running: RunningStep) -> None:
+        """Read every task's pipes into the step's queue (its exit after its output)."""
 
         def exited(rank: int, rc: int) -> tuple[int, int]:
             self.handle(running, TaskExited(rank, rc))
             return running.exits[rank]
 
-        workers: list[asyncio.Task[None]] = []
-        warning: Timer | None = None
+        running.pending = len(running.tasks)
+        for task in running.tasks:
+            running.workers.append(asyncio.create_task(taskio.watch(task, running.queue, exited)))
+            if task.rank not in running.stdin_ranks:
+                taskio.close_gate(task)
+
+    async def _serve(
+        self, running: RunningStep, inputs: AsyncIterator[pb.TaskInput]
+    ) -> AsyncGenerator[Chunk]:
+        """One srun connection's part: the queue's output and exits out, its input in."""
+        running.attached = True
+        feeder = asyncio.create_task(
+            taskio.feed(inputs, running.tasks, running.stdin_ranks, running.signal)
+        )
         try:
-            port = start.master_port or taskio.free_port(start.master_addr or "0.0.0.0")
-            await self.starter.start_all(start, here, port, running)
-            warning = self._arm_warning(job, running)
-            yield Started(port, [t.process.pid for t in running.tasks])
-            stdin_ranks = set(start.stdin_ranks)
-            for task in running.tasks:
-                workers.append(asyncio.create_task(taskio.watch(task, queue, exited)))
-                if task.rank not in stdin_ranks:
-                    taskio.close_gate(task)
-            feeder = asyncio.create_task(
-                taskio.feed(inputs, running.tasks, stdin_ranks, running.signal)
-            )
-            workers.append(feeder)
-            pending = len(running.tasks)
-            while pending:
-                event = await queue.get()
+            while running.pending:
+                event = await running.queue.get()
                 if event is None:
-                    pending -= 1
+                    running.pending -= 1
                     continue
                 running.listeners.publish(event)
                 yield event
@@ -205,31 +265,51 @@ class StepRunner:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(feeder), HALF_CLOSE_WAIT_S)
         finally:
-            if warning is not None:
-                warning.cancel()
-            for w in workers:
-                w.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)  # before gates close
-            if running.kill_task is not None:
-                running.kill_task.cancel()
-            self.handle(running, StepOver())  # srun went away, or leftovers of ended tasks
-            await self._reap(running)
-            if self.containers is not None:  # its unnamed container goes (after a save)
-                await self.containers.step_done(job.job_id, step.step_id)
-            for task in running.tasks:
-                taskio.close_all(task)
-            self.steps.pop(key, None)
-            running.listeners.close()
-            if self.spool_dir:  # its tasks are gone: nothing left for a new noded to kill
-                records.remove_step(self.spool_dir, job.job_id, step.step_id)
-            running.ended.set()
-            for task in running.tasks:
-                if task.progress:
-                    with contextlib.suppress(OSError):
-                        os.unlink(task.progress)
-            self.handle(running, StepGone(len(running.tasks)))
+            feeder.cancel()
+            await asyncio.gather(feeder, return_exceptions=True)
+            running.attached = False
 
-    def _arm_warning(self, job: pb.Job, running: RunningStep) -> Timer | None:
+    async def end(self, running: RunningStep) -> None:
+        """The step is over here (its tasks ended and srun has them, or srun went away):
+        what is left is killed and reaped, and everything of it goes."""
+        job_id, step_id = running.job_id, running.step_id
+        for timer in (running.warning, running.resume_timer, running.kill_task):
+            if timer is not None:
+                timer.cancel()
+        for w in running.workers:
+            w.cancel()
+        await asyncio.gather(*running.workers, return_exceptions=True)  # before gates close
+        self.handle(running, StepOver())  # srun went away, or leftovers of ended tasks
+        await self._reap(running)
+        if self.containers is not None:  # its unnamed container goes (after a save)
+            await self.containers.step_done(job_id, step_id)
+        for task in running.tasks:
+            taskio.close_all(task)
+            if running.supervisor is not None:  # its exit is had: the supervisor lets go
+                await running.supervisor.forget(task.key)
+        await self.supervisors.release(job_id, step_holder(running.run, step_id))
+        self.steps.pop((job_id, step_id), None)
+        running.listeners.close()
+        if self.spool_dir:  # its tasks are gone: nothing left for a new noded to kill
+            records.remove_step(self.spool_dir, job_id, step_id)
+        running.ended.set()
+        for task in running.tasks:
+            if task.progress:
+                with contextlib.suppress(OSError):
+                    os.unlink(task.progress)
+        self.handle(running, StepGone(len(running.tasks)))
+
+    def keep(self, task: asyncio.Task[None]) -> None:
+        """A task of the runner's own (held until done)."""
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def detach(self) -> None:
+        """noded stops: every step runs on for the next noded to take over (its
+        supervisor keeps its tasks and pipes); nothing of them is ended here."""
+        self.detaching = True
+
+    def arm_warning(self, job: pb.Job, running: RunningStep) -> Timer | None:
         """--signal=SIG@T without B: each node's step signals its own tasks then."""
         warning = warning_for(job, self.clock())
         if warning is None:
@@ -328,9 +408,7 @@ class StepRunner:
                 found = True
                 self.handle(running, Terminate(kill_wait_s))
         if not job_here and self.containers is not None:
-            task = asyncio.create_task(self._containers_gone(job_id, kill_wait_s))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self.keep(asyncio.create_task(self._containers_gone(job_id, kill_wait_s)))
         return found
 
     async def _containers_gone(self, job_id: int, kill_wait_s: float) -> None:

@@ -251,16 +251,17 @@ class StepStreamServer:
             if kind == ss.ATTACH:
                 await self._attach(start, bytes(body), mac, nonce, tags, reader, writer, unproven)
                 return
+            prove = ss.resume_proof if kind == ss.RESUME else ss.proof
 
             def proven(credential: str) -> bool:
-                good = hmac.compare_digest(ss.proof(credential, nonce, body), mac)
+                good = hmac.compare_digest(prove(credential, nonce, body), mac)
                 if good:
                     unproven.release()  # a proven stream no longer counts
                     if tags is not None:
                         tags.key(credential, nonce)
                 return good
 
-            await self._serve(start, proven, tags, reader, writer)
+            await self._serve(start, proven, tags, reader, writer, resume=kind == ss.RESUME)
         finally:
             unproven.release()
             writer.close()
@@ -274,7 +275,7 @@ class StepStreamServer:
         header before a byte of it is read, and read into memory only once the unproven
         connections' budget has room for it."""
         length, kind = ss.HEADER.unpack(await reader.readexactly(ss.HEADER.size))
-        if kind not in (ss.START, ss.ATTACH):
+        if kind not in (ss.START, ss.ATTACH, ss.RESUME):
             raise Refused("the stream must begin with START and the step's credential")
         size = length - 1
         if size > ss.MAX_START:
@@ -385,6 +386,8 @@ class StepStreamServer:
         tags: Tags | None,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        *,
+        resume: bool = False,
     ) -> None:
         me = asyncio.current_task()
 
@@ -413,7 +416,12 @@ class StepStreamServer:
                 if me is not None:
                     me.cancel()
 
-        events = self.steps.events(start, inputs(), check=proven)
+        job_id, step_id = start.job.job_id, start.step.step_id
+        events = (
+            self.steps.resume(job_id, step_id, start.node, proven, inputs())
+            if resume
+            else self.steps.events(start, inputs(), check=proven)
+        )
         outbound = None
         try:
             async for event in events:

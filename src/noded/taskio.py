@@ -26,6 +26,7 @@ from corral.clock import Timer
 from corral.wire import corral_pb2 as pb
 from noded.attach import Listeners
 from noded.stepmachine import StepState
+from noded.supervisor import SupervisedProcess, Supervisor
 from noded.tracking import JobProcesses
 
 # a reader that falls behind reads bigger chunks (up to the pipe's size), so the cost
@@ -40,7 +41,7 @@ QUEUE_DEPTH = 64  # chunks in flight per node before readers wait for srun (<= 1
 @dataclass
 class Task:
     rank: int
-    process: asyncio.subprocess.Process
+    process: SupervisedProcess  # its supervisor's child (supervise.py), never noded's
     gate_fd: int
     exited: asyncio.Future[None]
     out_fds: tuple[int, int]  # read ends of its stdout and stderr pipes
@@ -48,6 +49,8 @@ class Task:
     tty: int = -1  # --pty: the terminal's master side, for input and window sizes
     progress: str = ""  # its own progress heartbeat file ("": none)
     gpus: list[int] = field(default_factory=list)  # the GPUs it sees (its idle test)
+    supervisor: Supervisor | None = None  # keeps copies of its pipes' noded ends
+    key: str = ""  # its name there
 
 
 @dataclass(slots=True)
@@ -77,6 +80,18 @@ class RunningStep(StepState):
     kill_task: Timer | None = None  # its SIGKILL, due after a grace
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     listeners: Listeners = field(default_factory=Listeners)  # sattach's copies (attach.py)
+    # the step's session, which outlives one srun connection (a noded restart resumes)
+    credential: str = ""  # ctld's step credential: a resuming srun proves it
+    port: int = 0  # MASTER_PORT
+    stdin_ranks: set[int] = field(default_factory=set)
+    queue: asyncio.Queue[Chunk | None] = field(default_factory=lambda: asyncio.Queue(QUEUE_DEPTH))
+    pending: int = 0  # tasks whose output and exit are not all sent yet
+    workers: list[asyncio.Task[None]] = field(default_factory=list)  # the pipes' readers
+    warning: Timer | None = None  # --signal's warning
+    supervisor: Supervisor | None = None
+    attached: bool = False  # an srun connection serves it now
+    resume_timer: Timer | None = None  # a step taken over: ended if srun does not resume
+    since: float = 0.0  # its record made, before any of its tasks started
 
     def signal(self, sig: int) -> None:
         """Each process of the step gets ``sig`` once (a task that counts its SIGUSR1s,
@@ -132,11 +147,19 @@ def free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
+_dropping: set[asyncio.Task[None]] = set()
+
+
 def close_gate(task: Task) -> None:
+    """The task's stdin ends: noded's copy of its write end, and the supervisor's."""
     if task.gate_fd >= 0:
         with contextlib.suppress(OSError):
             os.close(task.gate_fd)
         task.gate_fd = -1
+        if task.supervisor is not None and task.supervisor.alive():
+            drop = asyncio.get_running_loop().create_task(task.supervisor.drop(task.key, "gate"))
+            _dropping.add(drop)
+            drop.add_done_callback(_dropping.discard)
 
 
 def close_all(task: Task) -> None:

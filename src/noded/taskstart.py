@@ -26,6 +26,7 @@ from noded.containers.mounts import Mount
 from noded.containers.runtime import Container, Containers
 from noded.env import job_umask, step_environment
 from noded.spawn import Identity, identity_for, start_gated
+from noded.supervisor import Supervisor
 from noded.taskio import F_SETPIPE_SZ, PIPE_BYTES, RunningStep, Task, open_terminal
 from noded.tracking import MARKER_VAR, PROGRESS_VAR, STEP_MARKER_VAR, JobProcesses
 
@@ -47,6 +48,11 @@ PTY_SHIM = (
 )
 
 
+def task_key(run: int, step_id: int, rank: int) -> str:
+    """A task's name in its job's supervisor."""
+    return f"task.{run}.{step_id}.{rank}"
+
+
 class TaskStarter:
     def __init__(
         self,
@@ -65,7 +71,12 @@ class TaskStarter:
         self.containers = containers  # srun --container-image runs its tasks there
 
     async def start_all(
-        self, start: pb.RunTasksRequest, here: pb.StepNode, port: int, running: RunningStep
+        self,
+        start: pb.RunTasksRequest,
+        here: pb.StepNode,
+        port: int,
+        running: RunningStep,
+        supervisor: Supervisor,
     ) -> None:
         """Start the step's tasks here, each held at its gate until it is confined; set
         ``running.tasks`` as they start (a failure half-way leaves those found)."""
@@ -75,7 +86,10 @@ class TaskStarter:
         step_marker = f"{job_marker}.{step.step_id}"
         # before any task: a spawn that fails half-way still has its started tasks found
         running.procs = JobProcesses(-1, step_marker, None, STEP_MARKER_VAR, uid=who.uid)
-        self._record(records.StepState(job.job_id, step.step_id, step_marker, who.uid, time.time()))
+        running.since = time.time()
+        self._record(
+            records.StepState(job.job_id, step.step_id, step_marker, who.uid, running.since)
+        )
         master = start.master_addr or "127.0.0.1"
         ctr = await self._container(start, who)
         for local_id, rank in enumerate(here.ranks):
@@ -123,14 +137,22 @@ class TaskStarter:
             if rank == 0 and start.HasField("pty"):
                 tty, stdout, pts = open_terminal(start.pty, who.uid if who.pw else -1)
                 shim = [PTY_SHIM, "corral-task", mask, start.cwd or "/", pts]
+            key = task_key(job.restart_count, step.step_id, rank)
+            # the supervisor keeps a copy of each of noded's ends: a task never sees
+            # its reader go while noded restarts (output stays in the pipe meanwhile)
+            keep = {"out": out_r, "err": err_r} if tty < 0 else {"tty": tty}
             try:
-                proc, write_fd, exited = await start_gated(
+                proc, write_fd = await start_gated(
+                    supervisor,
+                    key,
                     [*shim, *argv],
                     who=who,
                     env=env,
                     stdout=stdout,
                     stderr=err_w,
                     what=f"task {rank}",
+                    keep=keep,
+                    keep_gate=True,  # srun's input follows the gate
                 )
             except BaseException:
                 os.close(out_r)
@@ -150,18 +172,19 @@ class TaskStarter:
                 self.contain(job.job_id, proc.pid)
             except OSError as exc:
                 log.warning("step task not confined", job_id=job.job_id, error=str(exc))
-            running.tasks.append(
-                Task(
-                    rank,
-                    proc,
-                    write_fd,
-                    exited,
-                    (out_r, err_r),
-                    tty=tty,
-                    progress=beat,
-                    gpus=list(gpus),
-                )
+            task = Task(
+                rank,
+                proc,
+                write_fd,
+                proc.exited,
+                (out_r, err_r),
+                tty=tty,
+                progress=beat,
+                gpus=list(gpus),
+                supervisor=supervisor,
+                key=key,
             )
+            running.tasks.append(task)
             with contextlib.suppress(OSError):
                 os.write(write_fd, b"go\n")
         log.info(
@@ -183,6 +206,38 @@ class TaskStarter:
             raise LaunchError("containers are not enabled on this node")
         return await self.containers.prepare(
             start.job, spec.container, who, step_id=start.step.step_id, cwd=start.cwd
+        )
+
+    def started(self, start: pb.RunTasksRequest, running: RunningStep) -> None:
+        """Every task here is past its gate: the step's record says what a later noded
+        needs to take it over (its supervisor, its tasks, the request and credential)."""
+        if not self.spool_dir or running.supervisor is None or running.procs is None:
+            return
+        job, step = start.job, start.step
+        tasks: list[dict[str, object]] = [
+            {"rank": t.rank, "progress": t.progress, "gpus": t.gpus, "tty": t.tty >= 0}
+            for t in running.tasks
+        ]
+        try:
+            name = records.step_request_name(job.job_id, step.step_id)
+            records.save_request(self.spool_dir, name, start.SerializeToString())
+        except OSError as exc:
+            log.error("step request not saved in the spool", job_id=job.job_id, error=str(exc))
+            return
+        self._record(
+            records.StepState(
+                job.job_id,
+                step.step_id,
+                running.procs.marker,
+                running.procs.uid if running.procs.uid is not None else -1,
+                running.since,
+                supervisor_pid=running.supervisor.pid,
+                supervisor_path=running.supervisor.path,
+                run=job.restart_count,
+                started=True,
+                master_port=running.port,
+                tasks=tasks,
+            )
         )
 
     def _record(self, state: records.StepState) -> None:

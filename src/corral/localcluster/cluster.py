@@ -30,6 +30,7 @@ from typing import Any, Self
 
 from corral.localcluster.containers import give_to_ctld
 from corral.localcluster.containers import remove_all as remove_containers
+from corral.localcluster.jobs import kill_jobs
 from corral.localcluster.layout import Layout, ctld_name
 from corral.localcluster.pidfiles import stop_by_pidfile
 from corral.localcluster.sockets import remove_sockets as remove_socket
@@ -40,6 +41,8 @@ PORT_ATTEMPTS = 3  # fresh ports for a ctld whose chosen port was taken meanwhil
 @dataclass
 class LocalCluster(Layout):
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # each node's (agent, step, stream) ports once started: a restart takes them again
+    node_ports: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
     # ------------------------------------------------------------ processes
 
@@ -88,9 +91,12 @@ class LocalCluster(Layout):
         self._wait_file(ready, name, timeout)
 
     def start_node(self, index: int, timeout: float = 30.0) -> None:
+        """Start node ``index``'s noded; started again, on the ports it had (as a real
+        node's are fixed: a restarted noded's sruns reopen their streams there)."""
         name = self.node_names[index]
         ready = self.state_dir / "run" / f"{name}.ready"
         ready.unlink(missing_ok=True)
+        agent, step, stream = self.node_ports.get(name, (0, 0, 0))
         self._spawn(
             name,
             [
@@ -103,13 +109,21 @@ class LocalCluster(Layout):
                 "--listen",
                 self.node_address(index),
                 "--port",
-                "0",
+                str(agent),
+                "--step-port",
+                str(step),
+                "--stream-port",
+                str(stream),
                 "--ready-file",
                 str(ready),
             ],
             wrap=self._in_namespace(index),
         )
         self._wait_file(ready, name, timeout)
+        fields = ready.read_text().split()
+        ports = [int(f.rpartition(":")[2]) for f in fields[1:4]]
+        if len(ports) == 3:  # (step, agent, stream) as it printed them
+            self.node_ports[name] = (ports[1], ports[0], ports[2])
 
     @property
     def sim_control_path(self) -> Path:
@@ -304,6 +318,10 @@ class LocalCluster(Layout):
                         found.add(int(entry.name))
         return found
 
+    def kill_jobs(self, index: int) -> None:
+        """Every process of the node's jobs, and their supervisors (a node that dies)."""
+        kill_jobs(self.state_dir, [self.node_names[index]])
+
     def kill_node(self, index: int, *, with_jobs: bool = True) -> None:
         """A node dies: SIGKILL its noded and (``with_jobs``) every process of its jobs.
 
@@ -313,12 +331,7 @@ class LocalCluster(Layout):
         """
         self.kill_process(self.node_names[index])
         if with_jobs and self.containers is None:
-            deadline = time.monotonic() + 10
-            while (pids := self.node_job_pids(index)) and time.monotonic() < deadline:
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                time.sleep(0.02)
+            self.kill_jobs(index)
 
     def cut_node(self, index: int, *, up: bool = False) -> None:
         """Take the node's network link down (``up=True`` heals it); netns clusters only."""
@@ -327,10 +340,14 @@ class LocalCluster(Layout):
         self.network.set_link(index, up)
 
     def stop(self) -> None:
-        """Stop nodes first (their jobs end), then ctld (the standbys first)."""
+        """Stop nodes first, then their jobs (a stopped noded leaves them running for the
+        next one to take over: a cluster taken down ends them), then ctld (the standbys
+        first)."""
         ctlds = [ctld_name(i) for i in reversed(range(self.controllers))]
         for name in [n for n in list(self.procs) if n not in ctlds]:
             self.stop_process(name)
+        if self.containers is None:
+            kill_jobs(self.state_dir, self.node_names)
         for name in ctlds:
             if name in self.procs:
                 self.stop_process(name)

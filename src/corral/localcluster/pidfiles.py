@@ -13,6 +13,7 @@ from pathlib import Path
 
 from corral.localcluster import netns
 from corral.localcluster.containers import remove_all as remove_containers
+from corral.localcluster.jobs import kill_jobs
 from corral.localcluster.netns import NodeNetwork
 from corral.localcluster.sockets import remove_sockets as remove_socket
 
@@ -58,6 +59,9 @@ def stop_state_dir(state_dir: Path) -> list[str]:
     names = list(daemon_names(state_dir))
     ctlds = sorted((n for n in names if n.startswith("ctld")), reverse=True)
     stopped = [n for n in names if n not in ctlds and stop_by_pidfile(state_dir, n)]
+    spool = state_dir / "spool"
+    if spool.is_dir():  # their jobs ran on under their supervisors: ended with the cluster
+        kill_jobs(state_dir, [p.name for p in spool.iterdir()])
     stopped += [n for n in ctlds if stop_by_pidfile(state_dir, n)]
     remove_socket(state_dir)
     if netns.available()[0]:  # containers, namespaces and bridge of a netns cluster

@@ -1314,10 +1314,16 @@ class CreateStepResponse(_message.Message):
     JOB_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
     STEP_CREDENTIAL_FIELD_NUMBER: _builtins.int
+    RESUME_WINDOW_S_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
     step_credential: _builtins.str
     """Shown to each node in RunTasks: only the caller (the job's owner) gets it, so
     nobody else can start the step's tasks with an environment of their own.
+    """
+    resume_window_s: _builtins.float
+    """How long srun keeps reopening a node's broken task stream (a noded restarting
+    takes the step over and srun resumes it) before it calls the node lost: past
+    ctld's verdict on a node that is really gone (twice heartbeat.timeout_s)
     """
     @_builtins.property
     def step(self) -> Global___Step: ...
@@ -1332,10 +1338,11 @@ class CreateStepResponse(_message.Message):
         job: Global___Job | None = ...,
         cluster: _builtins.str = ...,
         step_credential: _builtins.str = ...,
+        resume_window_s: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "step", b"step"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "job", b"job", "step", b"step", "step_credential", b"step_credential"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "job", b"job", "resume_window_s", b"resume_window_s", "step", b"step", "step_credential", b"step_credential"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3621,6 +3628,7 @@ class RegisterNodeRequest(_message.Message):
     AGENT_ADDRESS_FIELD_NUMBER: _builtins.int
     STREAM_ADDRESS_FIELD_NUMBER: _builtins.int
     INSTANCE_FIELD_NUMBER: _builtins.int
+    TOOK_OVER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port where its NodeAgent listens"""
@@ -3635,7 +3643,11 @@ class RegisterNodeRequest(_message.Message):
     """srun's framed task stream (noded/stream.py), host:port ("tls://" in front with TLS)"""
     instance: _builtins.str
     """this noded's instance token (a new one each start): a registration with another
-    token than before is a restarted noded, which killed what its predecessor ran
+    token than before is a restarted noded, which killed what its predecessor ran...
+    """
+    took_over: _builtins.bool
+    """...unless it took its predecessor's work over (its jobs' supervisors kept them):
+    then what it runs goes on, and what it could not take over it reported lost
     """
     @_builtins.property
     def resources(self) -> Global___NodeResources: ...
@@ -3668,14 +3680,40 @@ class RegisterNodeRequest(_message.Message):
         agent_address: _builtins.str = ...,
         stream_address: _builtins.str = ...,
         instance: _builtins.str = ...,
+        took_over: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_address", b"agent_address", "boot_time", b"boot_time", "health", b"health", "instance", b"instance", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "stream_address", b"stream_address", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_address", b"agent_address", "boot_time", b"boot_time", "health", b"health", "instance", b"instance", "name", b"name", "os", b"os", "resources", b"resources", "running_job_ids", b"running_job_ids", "stream_address", b"stream_address", "took_over", b"took_over", "unreported", b"unreported", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RegisterNodeRequest: _TypeAlias = RegisterNodeRequest  # noqa: Y015
+
+@_typing.final
+class NodePeer(_message.Message):
+    """Another node of the cluster, for the witness check (noded/witness.py)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    AGENT_ADDRESS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    agent_address: _builtins.str
+    """host:port of its NodeAgent (with TLS: its agent port)"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        agent_address: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_address", b"agent_address", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodePeer: _TypeAlias = NodePeer  # noqa: Y015
 
 @_typing.final
 class RegisterNodeResponse(_message.Message):
@@ -3683,9 +3721,20 @@ class RegisterNodeResponse(_message.Message):
 
     CLUSTER_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _builtins.int
+    PEERS_FIELD_NUMBER: _builtins.int
+    HOLD_NEEDED_FIELD_NUMBER: _builtins.int
     KEEP_JOB_IDS_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
     heartbeat_interval_s: _builtins.float
+    hold_needed: _builtins.int
+    @_builtins.property
+    def peers(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodePeer]:
+        """What a node cut off from ctld weighs before it fences its jobs (reliability.md):
+        ctld declares silent nodes DOWN only while fewer than ``hold_needed`` nodes are
+        silent, so a node that finds that many (itself included) not hearing ctld keeps
+        its jobs running; it asks its ``peers`` (0: no hold: it fences as before)
+        """
+
     @_builtins.property
     def keep_job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Fencing: the jobs this node may keep. noded kills every other job it still runs
@@ -3698,11 +3747,13 @@ class RegisterNodeResponse(_message.Message):
         *,
         cluster: _builtins.str = ...,
         heartbeat_interval_s: _builtins.float = ...,
+        peers: _abc.Iterable[Global___NodePeer] | None = ...,
+        hold_needed: _builtins.int = ...,
         keep_job_ids: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "heartbeat_interval_s", b"heartbeat_interval_s", "keep_job_ids", b"keep_job_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "heartbeat_interval_s", b"heartbeat_interval_s", "hold_needed", b"hold_needed", "keep_job_ids", b"keep_job_ids", "peers", b"peers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3715,9 +3766,14 @@ class HeartbeatRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     RUNNING_JOB_IDS_FIELD_NUMBER: _builtins.int
     HEALTH_FIELD_NUMBER: _builtins.int
+    DEAF_S_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    deaf_s: _builtins.float
+    """how long before this beat the node had last heard ctld: a node whose beats arrive
+    but whose answers are lost counts as silent (the witness rule's symmetry)
+    """
     @_builtins.property
     def running_job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -3740,12 +3796,13 @@ class HeartbeatRequest(_message.Message):
         name: _builtins.str = ...,
         running_job_ids: _abc.Iterable[_builtins.int] | None = ...,
         health: _abc.Iterable[Global___NodeHealthEvent] | None = ...,
+        deaf_s: _builtins.float = ...,
         usage: _abc.Iterable[Global___LiveUsage] | None = ...,
         gpus: _abc.Iterable[Global___GpuStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "health", b"health", "name", b"name", "running_job_ids", b"running_job_ids", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deaf_s", b"deaf_s", "gpus", b"gpus", "health", b"health", "name", b"name", "running_job_ids", b"running_job_ids", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3868,16 +3925,20 @@ class HeartbeatResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REREGISTER_FIELD_NUMBER: _builtins.int
+    HOLD_NEEDED_FIELD_NUMBER: _builtins.int
     reregister: _builtins.bool
     """ctld does not know this node as up: register again"""
+    hold_needed: _builtins.int
+    """as RegisterNodeResponse's, now"""
     def __init__(
         self,
         *,
         reregister: _builtins.bool = ...,
+        hold_needed: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reregister", b"reregister"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hold_needed", b"hold_needed", "reregister", b"reregister"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -4627,3 +4688,51 @@ class TaskExit(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TaskExit: _TypeAlias = TaskExit  # noqa: Y015
+
+@_typing.final
+class WitnessRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    """who asks"""
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node", b"node"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WitnessRequest: _TypeAlias = WitnessRequest  # noqa: Y015
+
+@_typing.final
+class WitnessResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    DEAF_S_FIELD_NUMBER: _builtins.int
+    REGISTERED_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    """who answers"""
+    deaf_s: _builtins.float
+    """how long since it last heard ctld (0: it hears ctld now)"""
+    registered: _builtins.bool
+    """it has registered with ctld since it started"""
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        deaf_s: _builtins.float = ...,
+        registered: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deaf_s", b"deaf_s", "node", b"node", "registered", b"registered"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WitnessResponse: _TypeAlias = WitnessResponse  # noqa: Y015

@@ -1356,6 +1356,11 @@ class NodeAgentStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.TaskInput.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.TaskEvent.FromString,
                 _registered_method=True)
+        self.Witness = channel.unary_unary(
+                '/corral.v1.NodeAgent/Witness',
+                request_serializer=corral_dot_v1_dot_corral__pb2.WitnessRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.WitnessResponse.FromString,
+                _registered_method=True)
 
 
 class NodeAgentServicer:
@@ -1379,6 +1384,14 @@ class NodeAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Witness(self, request, context):
+        """Another node asks whether this one hears ctld (a node cut off from ctld asks its
+        peers before it fences: noded/witness.py). Any node of the cluster may ask.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1396,6 +1409,11 @@ def add_NodeAgentServicer_to_server(servicer, server):
                     servicer.RunTasks,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.TaskInput.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.TaskEvent.SerializeToString,
+            ),
+            'Witness': grpc.unary_unary_rpc_method_handler(
+                    servicer.Witness,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.WitnessRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.WitnessResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1479,6 +1497,33 @@ class NodeAgent:
             '/corral.v1.NodeAgent/RunTasks',
             corral_dot_v1_dot_corral__pb2.TaskInput.SerializeToString,
             corral_dot_v1_dot_corral__pb2.TaskEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Witness(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.NodeAgent/Witness',
+            corral_dot_v1_dot_corral__pb2.WitnessRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.WitnessResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -337,6 +337,10 @@ class NodeAgentStub:
     LaunchJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.LaunchJobRequest, _corral_pb2.LaunchJobResponse]
     SignalJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.SignalJobRequest, _corral_pb2.SignalJobResponse]
     RunTasks: _grpc.StreamStreamMultiCallable[_corral_pb2.TaskInput, _corral_pb2.TaskEvent]
+    Witness: _grpc.UnaryUnaryMultiCallable[_corral_pb2.WitnessRequest, _corral_pb2.WitnessResponse]
+    """Another node asks whether this one hears ctld (a node cut off from ctld asks its
+    peers before it fences: noded/witness.py). Any node of the cluster may ask.
+    """
 
 @_typing.type_check_only
 class NodeAgentAsyncStub(NodeAgentStub):
@@ -344,6 +348,10 @@ class NodeAgentAsyncStub(NodeAgentStub):
     LaunchJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.LaunchJobRequest, _corral_pb2.LaunchJobResponse]  # type: ignore[assignment]
     SignalJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.SignalJobRequest, _corral_pb2.SignalJobResponse]  # type: ignore[assignment]
     RunTasks: _aio.StreamStreamMultiCallable[_corral_pb2.TaskInput, _corral_pb2.TaskEvent]  # type: ignore[assignment]
+    Witness: _aio.UnaryUnaryMultiCallable[_corral_pb2.WitnessRequest, _corral_pb2.WitnessResponse]  # type: ignore[assignment]
+    """Another node asks whether this one hears ctld (a node cut off from ctld asks its
+    peers before it fences: noded/witness.py). Any node of the cluster may ask.
+    """
 
 class NodeAgentServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -366,5 +374,15 @@ class NodeAgentServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_corral_pb2.TaskInput],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_corral_pb2.TaskEvent], _abc.AsyncIterator[_corral_pb2.TaskEvent]]: ...
+
+    @_abc_1.abstractmethod
+    def Witness(
+        self,
+        request: _corral_pb2.WitnessRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.WitnessResponse, _abc.Awaitable[_corral_pb2.WitnessResponse]]:
+        """Another node asks whether this one hears ctld (a node cut off from ctld asks its
+        peers before it fences: noded/witness.py). Any node of the cluster may ask.
+        """
 
 def add_NodeAgentServicer_to_server(servicer: NodeAgentServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -269,6 +269,7 @@ class CreateStepResponse(TypedDict, total=False):
     job: Job
     cluster: str
     stepCredential: str
+    resumeWindowS: float
 
 
 class CompleteStepRequest(TypedDict, total=False):
@@ -755,11 +756,19 @@ class RegisterNodeRequest(TypedDict, total=False):
     agentAddress: str
     streamAddress: str
     instance: str
+    tookOver: bool
+
+
+class NodePeer(TypedDict, total=False):
+    name: str
+    agentAddress: str
 
 
 class RegisterNodeResponse(TypedDict, total=False):
     cluster: str
     heartbeatIntervalS: float
+    peers: list[NodePeer]
+    holdNeeded: int
     keepJobIds: list[str]
 
 
@@ -767,6 +776,7 @@ class HeartbeatRequest(TypedDict, total=False):
     name: str
     runningJobIds: list[str]
     health: list[NodeHealthEvent]
+    deafS: float
     usage: list[LiveUsage]
     gpus: list[GpuStatus]
 
@@ -798,6 +808,7 @@ class NodeHealthEvent(TypedDict, total=False):
 
 class HeartbeatResponse(TypedDict, total=False):
     reregister: bool
+    holdNeeded: int
 
 
 class HeartbeatBatch(TypedDict, total=False):
@@ -933,3 +944,13 @@ class TaskExit(TypedDict, total=False):
     exitCode: int
     exitSignal: int
     error: str
+
+
+class WitnessRequest(TypedDict, total=False):
+    node: str
+
+
+class WitnessResponse(TypedDict, total=False):
+    node: str
+    deafS: float
+    registered: bool

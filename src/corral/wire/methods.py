@@ -49,6 +49,7 @@ SERVICES: dict[str, dict[str, tuple[str, str, bool, bool]]] = {
         "LaunchJob": ("LaunchJobRequest", "LaunchJobResponse", False, False),
         "SignalJob": ("SignalJobRequest", "SignalJobResponse", False, False),
         "RunTasks": ("TaskInput", "TaskEvent", True, True),
+        "Witness": ("WitnessRequest", "WitnessResponse", False, False),
     },
 }
 
@@ -86,4 +87,5 @@ PYTHON_NAMES: dict[str, str] = {
     "LaunchJob": "launch_job",
     "SignalJob": "signal_job",
     "RunTasks": "run_tasks",
+    "Witness": "witness",
 }

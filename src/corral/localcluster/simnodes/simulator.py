@@ -399,6 +399,13 @@ class _Servicer(pbg.NodeAgentServicer):
     ) -> pb.SignalJobResponse:
         return pb.SignalJobResponse(found=self.sim.signal(request))
 
+    async def Witness(
+        self, request: pb.WitnessRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.WitnessResponse:
+        # no witness: a real node that asks counts no confirmation here (it fences)
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "simulated nodes are no witnesses")
+        return pb.WitnessResponse()  # pragma: no cover - abort raises
+
     async def RunTasks(
         self,
         request_iterator: AsyncIterator[pb.TaskInput],
