@@ -45,9 +45,10 @@ class Liveness(Enum):
 def liveness(
     node: NodeRecord, now: float, hb: HeartbeatConfig, since: float, deaf: float = 0.0
 ) -> Liveness:
-    """How the node stands; ``since`` is ctld's start (a node never heard of is timed from
-    it); ``deaf``: seconds of that silence ctld's own loop was stalled (ctld.loopwatch)."""
-    last = node.last_heartbeat or since
+    """How the node stands; ``since`` is ctld's start, or when it last heard most nodes
+    again (a node is timed from it at the earliest: ctld/liveness.py); ``deaf``: seconds
+    of that silence ctld's own loop was stalled (ctld.loopwatch)."""
+    last = max(node.last_heartbeat, since)
     silent = now - last - max(0.0, deaf)
     if silent > hb.timeout_s:
         return Liveness.DEAD

@@ -22,6 +22,7 @@ from ctld.commit import Change, liveness
 from ctld.disruptions import Disruptions
 from ctld.endings import NO_REQUEUE, Endings, requeue_when_gone
 from ctld.gpu_samples import holders
+from ctld.liveness import Verdicts
 from ctld.loopwatch import LoopWatch
 from ctld.nodes import POWER_ON, POWERING_DOWN, NodeRecord
 from ctld.outbox import Outbox
@@ -53,6 +54,7 @@ class NodeReports:
         self._maint_warned: set[tuple[int, int, str]] = set()  # (job, run, reservation)
         self.disruptions = Disruptions(state, outbox)  # drains and maintenance warn first
         self.watch = LoopWatch()  # ctld's own stalls are not the nodes' silence
+        self.verdicts = Verdicts(state)  # most nodes silent at once: ctld holds
 
     async def register_node(self, req: pb.RegisterNodeRequest) -> NodeRecord:
         st = self.state
@@ -77,12 +79,14 @@ class NodeReports:
                 agent_address=req.agent_address,
                 stream_address=req.stream_address,
                 instance=req.instance,
+                took_over=req.took_over,
                 resources=req.resources,
                 boot_time=req.boot_time,
                 version=req.version,
                 os=req.os,
             )
         node.last_heartbeat, node.deaf_mark = now, self.watch.tick()
+        node.heard_deaf_s = 0.0
         log.info(
             "node registered",
             node=node.name,
@@ -106,6 +110,14 @@ class NodeReports:
             log.warning("node back with jobs it may not keep: fencing", node=node.name)
         st.wake()
         return node
+
+    def peers_of(self, name: str) -> list[pb.NodePeer]:
+        """The other nodes a node asks before it fences (noded/witness.py)."""
+        return [
+            pb.NodePeer(name=n.name, agent_address=n.agent_address or n.address)
+            for n in self.state.nodes.values()
+            if n.name != name and n.registered and (n.agent_address or n.address)
+        ]
 
     def jobs_kept_by(self, name: str) -> list[int]:
         """The jobs a registering node may keep running (it kills every other)."""
@@ -172,6 +184,7 @@ class NodeReports:
         if not node.registered or (node.down and not node.admin_down):
             return False  # a node back from DOWN registers again, and is fenced then
         node.last_heartbeat, node.deaf_mark = self.state.clock(), self.watch.tick()
+        node.heard_deaf_s = req.deaf_s
         if req.gpus:  # each GPU now, and the series of the jobs on them (the web page)
             st = self.state
             on_node = (st.jobs[j] for j in node.job_ids if j in st.jobs)
@@ -212,10 +225,15 @@ class NodeReports:
         hb = st.config.heartbeat
         now = st.clock()
         deaf = self.watch.tick()  # a stall just ended is counted before anyone is judged
+        since = self.verdicts.check(now)  # most nodes silent: nobody is DOWN for it
         for node in st.nodes.values():
             if node.down or node.power != POWER_ON:  # power saving judges those (power.py)
+                self.verdicts.forget(node.name)
                 continue
-            state = failures.liveness(node, now, hb, st.start_time, deaf - node.deaf_mark)
+            state = failures.liveness(node, now, hb, since, deaf - node.deaf_mark)
+            if state is failures.Liveness.DEAD and self.verdicts.holding:
+                # NOT_RESPONDING at most, its jobs untouched
+                state = failures.Liveness.LATE if node.registered else failures.Liveness.OK
             if state is failures.Liveness.DEAD:
                 log.warning(
                     "node not responding: DOWN",

@@ -127,6 +127,9 @@ class ControllerConfig:
 class HeartbeatConfig:
     interval_s: float = 10.0
     timeout_s: float = 60.0
+    # this share of the nodes silent at once is ctld's own outage, not theirs: no node is
+    # declared DOWN, and nodes keep their jobs (ctld/liveness.py; 0: off, as before)
+    hold_fraction: float = 0.55
 
 
 def parse_controller(sec: Section) -> ControllerConfig:
@@ -254,8 +257,11 @@ def parse_heartbeat(sec: Section) -> HeartbeatConfig:
     cfg = HeartbeatConfig(
         interval_s=sec.positive("interval_s", d.interval_s, allow_zero=False),
         timeout_s=sec.positive("timeout_s", d.timeout_s, allow_zero=False),
+        hold_fraction=sec.positive("hold_fraction", d.hold_fraction),
     )
     sec.done()
     if cfg.timeout_s <= cfg.interval_s:
         raise ConfigError(f"{sec.key('timeout_s')}: must be larger than heartbeat.interval_s")
+    if cfg.hold_fraction > 1:
+        raise ConfigError(f"{sec.key('hold_fraction')}: a share of the nodes, 0 to 1")
     return cfg
