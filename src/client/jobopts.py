@@ -80,6 +80,13 @@ def _array(value: str) -> str:
     return value
 
 
+def _mail_user(value: str) -> str:
+    """ctld's own check, made first (a clear message before anything is sent)."""
+    from corral.mailaddress import check_mail_user  # only when --mail-user is given
+
+    return check_mail_user(value) if value else value
+
+
 def _gres(value: str) -> tuple[str | None, int | None, int | None]:
     gpu_type, gpus, shards = parse_gres(value)
     return (gpu_type if gpus else None), (gpus or None), (shards or None)
@@ -107,7 +114,8 @@ _SIZE = "MiB, or a number with `K`, `M`, `G`, `T`"
 JOB_OPTIONS = (
     JobOption("J", "job-name", "job_name", help="name of the job", metavar="NAME",
               env="SBATCH_JOB_NAME", fields=("name",),
-              doc="job name. Default: the script's file name, `wrap` for `--wrap`, `sbatch` "
+              doc="job name, one line (a control character is refused). Default: the "
+              "script's file name, `wrap` for `--wrap`, `sbatch` "
               "for stdin"),
     JobOption("o", "output", "output", help="stdout file pattern (%j %x %u %N %A %a)",
               metavar="PATTERN", fields=("stdoutPattern",),
@@ -264,7 +272,9 @@ JOB_OPTIONS = (
               doc="mail when the job begins, ends, fails, ... (below); "
               "refused while the cluster's `[mail]` is off"),
     JobOption("", "mail-user", "mail_user", help="who gets the mail (default: you)",
-              metavar="USER", fields=("mailUser",), doc="who gets the mail. Default: you"),
+              metavar="USER", fields=("mailUser",), put=_mail_user,
+              doc="who gets the mail: a user name or an address, several separated by "
+              "commas. Default: you"),
     JobOption("k", "no-kill", "no_kill", FLAG, help="do not kill the job when a node fails",
               fields=("noKill",), doc="stored without effect"),
     *CONTAINER_OPTIONS,
@@ -444,7 +454,9 @@ def to_spec(
         work_dir = os.path.normpath(os.path.join(cwd, work_dir))
     spec["workDir"] = work_dir
     spec["submitDir"] = cwd
-    spec["name"] = g.get("job_name") or default_name
+    from corral.textcheck import check_one_line  # ctld's own check, made first
+
+    spec["name"] = check_one_line(g.get("job_name") or default_name, "job name")
     spec["argv"] = argv
     spec["export"] = g.get("export", "ALL")
     spec["environment"] = with_umask(export_environment(spec["export"], environ), environ)

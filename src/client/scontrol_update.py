@@ -73,7 +73,17 @@ def _hold(action: str, word: str) -> list[t.CancelOutcome]:
     return outcomes + bad
 
 
-UPDATE_KEYS = {"timelimit", "partition", "priority", "nice", "numnodes", "name", "jobname"}
+UPDATE_KEYS = {
+    "timelimit",
+    "partition",
+    "priority",
+    "nice",
+    "numnodes",
+    "name",
+    "jobname",
+    "mailuser",
+    "mailtype",
+}
 
 
 def update_request(words: Sequence[str]) -> tuple[t.UpdateJobRequest, list[t.CancelOutcome]]:
@@ -104,7 +114,15 @@ def update_request(words: Sequence[str]) -> tuple[t.UpdateJobRequest, list[t.Can
         elif lower == "partition":
             request["partitions"] = split_list(value)
         elif lower in ("name", "jobname"):
-            request["name"] = value
+            from corral.textcheck import check_one_line  # ctld's own check, made first
+
+            request["name"] = check_one_line(value, "job name")
+        elif lower == "mailuser":
+            from corral.mailaddress import check_mail_user  # ctld's own check, made first
+
+            request["mailUser"] = check_mail_user(value) if value else value
+        elif lower == "mailtype":
+            request["mailType"] = value
         elif lower in ("priority", "nice", "numnodes"):
             if not value.lstrip("-").isdigit():
                 raise Reported(f"Invalid {key} value: {value}")

@@ -34,7 +34,14 @@ from ctld.outbox import Outbox
 from ctld.priorities import apply_factors
 from ctld.queries import select
 from ctld.state import State
-from ctld.validate import Accepted, totals, user_groups, validate_spec
+from ctld.validate import (
+    Accepted,
+    check_job_name,
+    check_mail,
+    totals,
+    user_groups,
+    validate_spec,
+)
 
 log = structlog.get_logger("ctld")
 
@@ -382,10 +389,19 @@ class Intake:
             spec.nice = req.nice
             changes.append(f"Nice={req.nice}")
         if req.HasField("name"):
-            if not req.name or len(req.name) > 256:
+            if not req.name:
                 raise InvalidRequest("Invalid job name")
+            check_job_name(req.name)
             spec.name = req.name
             changes.append(f"JobName={req.name}")
+        if req.HasField("mail_user"):
+            spec.mail_user = req.mail_user
+            changes.append(f"MailUser={req.mail_user}")
+        if req.HasField("mail_type"):
+            spec.mail_type = req.mail_type
+            changes.append(f"MailType={req.mail_type}")
+        if req.HasField("mail_user") or req.HasField("mail_type"):
+            check_mail(spec, st.config)  # as submit checks it, for a running job too
         if req.HasField("priority"):
             if not operator and req.priority > job.priority:
                 raise PermissionDenied(

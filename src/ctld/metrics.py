@@ -218,14 +218,27 @@ class ClusterCollector(Collector):
         m = self.cluster.mailer
         mails = CounterMetricFamily(
             "corral_mails",
-            "Job mails, by outcome (sent, failed after retries, dropped)",
+            "Job mails, by outcome (sent; failed: every try failed or refused for good; "
+            "dropped: queue full; invalid: recipient no mail address, never passed on)",
             labels=["outcome"],
         )
-        for outcome, n in (("sent", m.sent), ("failed", m.failed), ("dropped", m.dropped)):
+        for outcome, n in (
+            ("sent", m.sent),
+            ("failed", m.failed),
+            ("dropped", m.dropped),
+            ("invalid", m.invalid),
+        ):
             mails.add_metric([outcome], n)
         yield mails
+        yield CounterMetricFamily(
+            "corral_mail_attempts_failed",
+            "Tries to send a job mail that failed, the ones tried again included",
+            value=m.attempts_failed,
+        )
         yield GaugeMetricFamily(
-            "corral_mail_queue", "Mails waiting to be sent", value=m.queue.qsize()
+            "corral_mail_queue",
+            "Mails taken and not yet sent or given up (waiting for a try or a retry)",
+            value=m.queued,
         )
 
     def _queries(self) -> Iterator[Metric]:

@@ -26,8 +26,10 @@ from corral.errors import (
 from corral.jobspec import Parsed, type_spec
 from corral.jobsyntax import ArraySpec, parse_array, parse_dependency, parse_warn_signal
 from corral.limits import MAX_ENV_BYTES, MAX_SCRIPT_BYTES, MAX_SUBMIT_LINE
+from corral.mailaddress import check_mail_user
 from corral.mailtypes import parse_mail_types
 from corral.slurmfmt import UNLIMITED
+from corral.textcheck import check_one_line
 from corral.wire import corral_pb2 as pb
 from ctld.sched import JobRequest, job_shape
 from ctld.sched.shape import Shape, fits_empty
@@ -64,6 +66,29 @@ def _check_text(value: str, what: str, limit: int) -> None:
         raise InvalidOption(f"{what} is longer than {limit} characters")
     if "\x00" in value:
         raise InvalidOption(f"{what} contains a NUL byte")
+
+
+def check_job_name(name: str) -> None:
+    """A job name is one line of text: it reaches mail subjects, squeue's columns, a
+    terminal and ``%x`` in file names (Slurm bounds only its length; corral refuses
+    control characters too, docs/security.md "Job mail")."""
+    _check_text(name, "job name", MAX_NAME)
+    check_one_line(name, "job name")
+
+
+def check_mail(spec: pb.JobSpec, config: ClusterConfig) -> None:
+    """--mail-type known (and mail on, if any is asked for), --mail-user mail addresses;
+    at submit and at ``scontrol update MailType=/MailUser=``."""
+    if spec.mail_type:
+        _check_text(spec.mail_type, "--mail-type", 256)
+        if parse_mail_types(spec.mail_type) and not config.mail.enabled:
+            raise InvalidOption(
+                f"--mail-type={spec.mail_type}: this cluster sends no mail (no [mail] "
+                "smtp_host or program in its config); submit without --mail-type"
+            )
+    _check_text(spec.mail_user, "--mail-user", 256)
+    if spec.mail_user:
+        check_mail_user(spec.mail_user)
 
 
 # JobRequest's fields named as JobSpec's are copied from the spec: a new scheduling
@@ -171,7 +196,7 @@ def validate_spec(
         raise InvalidOption(f"Batch script is larger than {MAX_SCRIPT_BYTES} bytes")
     if "\x00" in script:
         raise InvalidOption("Batch script contains a NUL character")
-    _check_text(spec.name, "job name", MAX_NAME)
+    check_job_name(spec.name)
     for what, value in (
         ("working directory", spec.work_dir),
         ("--output", spec.stdout_pattern),
@@ -215,14 +240,7 @@ def validate_spec(
         raise InvalidOption("--mem and --mem-per-cpu are mutually exclusive")
     if spec.time_limit_s < UNLIMITED:
         raise InvalidOption("Requested time limit is invalid (missing or exceeds some limit)")
-    if spec.mail_type:
-        _check_text(spec.mail_type, "--mail-type", 256)
-        if parse_mail_types(spec.mail_type) and not config.mail.enabled:
-            raise InvalidOption(
-                f"--mail-type={spec.mail_type}: this cluster sends no mail (no [mail] "
-                "smtp_host or program in its config); submit without --mail-type"
-            )
-    _check_text(spec.mail_user, "--mail-user", 256)
+    check_mail(spec, config)
     check_container(spec.container, config)
     deps = parse_dependency(spec.dependency) if spec.dependency else None
     array = parse_array(spec.array) if spec.array else None

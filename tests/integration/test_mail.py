@@ -1,6 +1,7 @@
 """Job mail end to end (issue 26): real ctld and nodeds, a real SMTP server (aiosmtpd,
-on a free port of this host), Slurm's subjects; a MailProg called as Slurm calls it;
-a mail server that is down costs retries and a log line, never the job's state."""
+on a free port of this host), Slurm's subjects; a MailProg called as Slurm calls it
+(the recipient after "--"); a mail server that is down costs retries and a log line,
+never the job's state. Hostile values: test_mail_security.py."""
 
 from __future__ import annotations
 
@@ -101,15 +102,15 @@ def test_mail_reaches_a_real_smtp_server_with_slurms_subjects(
     assert to[failed] == ["root"]  # no --mail-user: the job's owner
 
 
-def test_a_mail_prog_is_called_as_slurm_calls_it(
+def test_a_mail_prog_is_called_as_slurm_calls_it_the_recipient_after_the_options(
     tmp_path: pathlib.Path, cluster_factory: ClusterFactory
 ) -> None:
     log = tmp_path / "mails"
     prog = tmp_path / "mailprog"
     prog.write_text(
         "#!/bin/sh\n"
-        f'printf "%s|%s|%s|%s|%s|%s\\n" "$1" "$2" "$3" "$SLURM_JOB_ID" "$SLURM_JOB_MAIL_TYPE" '
-        f'"$SLURM_JOB_STATE" >> {log}\n'
+        f'printf "%s|%s|%s|%s|%s|%s|%s\\n" "$1" "$2" "$3" "$4" "$SLURM_JOB_ID" '
+        f'"$SLURM_JOB_MAIL_TYPE" "$SLURM_JOB_STATE" >> {log}\n'
     )
     prog.chmod(prog.stat().st_mode | stat.S_IEXEC)
     c = cluster_factory(nodes=1, gpus_per_node=0, extra_config=mail_config(program=str(prog)))
@@ -121,8 +122,9 @@ def test_a_mail_prog_is_called_as_slurm_calls_it(
     wait_for(lambda: log.exists() and len(log.read_text().splitlines()) == 2, 30, "two calls")
     lines = sorted(log.read_text().splitlines())
     first, second = (line.split("|") for line in lines)
-    assert first[0] == "-s" and first[2] == "root" and first[3] == job
-    assert {first[4], second[4]} == {"Began", "Ended"}
+    # Slurm's PROGRAM -s SUBJECT USER, with "--" (mail.options_end) before the user
+    assert first[0] == "-s" and first[2:4] == ["--", "root"] and first[4] == job
+    assert {first[5], second[5]} == {"Began", "Ended"}
     assert any(x[1].endswith(", COMPLETED, ExitCode 0") for x in (first, second))
 
 

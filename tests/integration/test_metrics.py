@@ -59,6 +59,7 @@ FAMILIES = {
     "corral_store_up": "gauge",
     "corral_store_outages": "counter",
     "corral_mails": "counter",
+    "corral_mail_attempts_failed": "counter",
     "corral_mail_queue": "gauge",
     "corral_masked_queries": "counter",
     "corral_node_power_state": "gauge",

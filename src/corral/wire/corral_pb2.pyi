@@ -2629,6 +2629,8 @@ class UpdateJobRequest(_message.Message):
     NICE_FIELD_NUMBER: _builtins.int
     NUM_NODES_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
+    MAIL_USER_FIELD_NUMBER: _builtins.int
+    MAIL_TYPE_FIELD_NUMBER: _builtins.int
     action: Global___JobUpdateAction.ValueType
     time_limit_s: _builtins.int
     """-- JOB_UPDATE_FIELDS (field numbers 100+) --
@@ -2641,6 +2643,10 @@ class UpdateJobRequest(_message.Message):
     num_nodes: _builtins.int
     name: _builtins.str
     """JobName=/Name=: pending or running"""
+    mail_user: _builtins.str
+    """MailUser=: pending or running ("": the owner)"""
+    mail_type: _builtins.str
+    """MailType=: pending or running"""
     @_builtins.property
     def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -2658,11 +2664,17 @@ class UpdateJobRequest(_message.Message):
         nice: _builtins.int | None = ...,
         num_nodes: _builtins.int | None = ...,
         name: _builtins.str | None = ...,
+        mail_user: _builtins.str | None = ...,
+        mail_type: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_name", b"_name", "_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "name", b"name", "nice", b"nice", "num_nodes", b"num_nodes", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_mail_type", b"_mail_type", "_mail_user", b"_mail_user", "_name", b"_name", "_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "mail_type", b"mail_type", "mail_user", b"mail_user", "name", b"name", "nice", b"nice", "num_nodes", b"num_nodes", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_name", b"_name", "_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "action", b"action", "job_ids", b"job_ids", "name", b"name", "nice", b"nice", "num_nodes", b"num_nodes", "partitions", b"partitions", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_mail_type", b"_mail_type", "_mail_user", b"_mail_user", "_name", b"_name", "_nice", b"_nice", "_num_nodes", b"_num_nodes", "_priority", b"_priority", "_time_limit_s", b"_time_limit_s", "action", b"action", "job_ids", b"job_ids", "mail_type", b"mail_type", "mail_user", b"mail_user", "name", b"name", "nice", b"nice", "num_nodes", b"num_nodes", "partitions", b"partitions", "priority", b"priority", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__mail_type: _TypeAlias = _typing.Literal["mail_type"]  # noqa: Y015
+    _WhichOneofArgType__mail_type: _TypeAlias = _typing.Literal["_mail_type", b"_mail_type"]  # noqa: Y015
+    _WhichOneofReturnType__mail_user: _TypeAlias = _typing.Literal["mail_user"]  # noqa: Y015
+    _WhichOneofArgType__mail_user: _TypeAlias = _typing.Literal["_mail_user", b"_mail_user"]  # noqa: Y015
     _WhichOneofReturnType__name: _TypeAlias = _typing.Literal["name"]  # noqa: Y015
     _WhichOneofArgType__name: _TypeAlias = _typing.Literal["_name", b"_name"]  # noqa: Y015
     _WhichOneofReturnType__nice: _TypeAlias = _typing.Literal["nice"]  # noqa: Y015
@@ -2673,6 +2685,10 @@ class UpdateJobRequest(_message.Message):
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
     _WhichOneofReturnType__time_limit_s: _TypeAlias = _typing.Literal["time_limit_s"]  # noqa: Y015
     _WhichOneofArgType__time_limit_s: _TypeAlias = _typing.Literal["_time_limit_s", b"_time_limit_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mail_type) -> _WhichOneofReturnType__mail_type | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mail_user) -> _WhichOneofReturnType__mail_user | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__name) -> _WhichOneofReturnType__name | None: ...
     @_typing.overload

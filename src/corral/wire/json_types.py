@@ -560,6 +560,8 @@ class UpdateJobRequest(TypedDict, total=False):
     nice: int
     numNodes: int
     name: str
+    mailUser: str
+    mailType: str
 
 
 class UpdateJobResponse(TypedDict, total=False):
