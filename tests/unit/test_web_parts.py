@@ -7,6 +7,7 @@ import asyncio
 import os
 import pathlib
 import pwd
+import re
 import time
 
 import pytest
@@ -18,6 +19,7 @@ from ctld.web import output
 from ctld.web.html import Html, el
 from ctld.web.live import Renders, sse
 from ctld.web.session import KEY_FILE, Logins, Sessions, load_key
+from tests.ssestream import events
 
 NOBODY = pwd.getpwnam("nobody")
 
@@ -46,6 +48,39 @@ def test_text_and_attributes_are_escaped_markup_is_not() -> None:
 
 def test_an_event_keeps_each_line_in_its_own_data_field() -> None:
     assert sse("view", "a\nb") == b"event: view\ndata: a\ndata: b\n\n"
+    assert sse("view", "a\rb\r\nc") == b"event: view\ndata: a\ndata: b\ndata: c\n\n"
+
+
+# what a job name may carry into a live page: every line end the format knows, the
+# fields' own words, and characters that end lines elsewhere but not in an event stream
+HOSTILE = (
+    "a\nb",
+    "a\rb",
+    "a\r\nb",
+    "x\r\revent: logout\rdata: forged\r\r",
+    "x\r\n\r\nevent: logout\r\ndata: forged\r\n\r\n",
+    "x\n\nevent: logout\ndata: forged\n\n",
+    "\r",
+    "\n\r",
+    "",
+    ": a comment\rid: 7\rretry: 1",
+    "nul\x00byte",
+    "line\u2028para\u2029nel\x85vt\x0bff\x0c",
+    " leading space",
+)
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_any_text_arrives_as_one_events_data(text: str) -> None:
+    """As a browser's EventSource parses the stream: one event of the writer's type,
+    whose data is the text (a CR or CRLF read back as LF, as HTML reads it anyway)."""
+    assert events(sse("view", text).decode()) == [("view", re.sub(r"\r\n?", "\n", text))]
+
+
+@pytest.mark.parametrize("name", ["", "view\nevent: logout", "view\r", "Logout", "a b", "x" * 40])
+def test_an_event_name_is_a_plain_word(name: str) -> None:
+    with pytest.raises(ValueError):
+        sse(name, "data")
 
 
 # ---------------------------------------------------------------- sessions and logins
