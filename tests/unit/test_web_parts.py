@@ -8,6 +8,8 @@ import os
 import pathlib
 import pwd
 import re
+import stat
+import threading
 import time
 
 import pytest
@@ -19,6 +21,7 @@ from ctld.web import output
 from ctld.web.html import Html, el
 from ctld.web.live import Renders, sse
 from ctld.web.session import KEY_FILE, Logins, Sessions, load_key
+from tests.openwatch import OpenWatch
 from tests.ssestream import events
 
 NOBODY = pwd.getpwnam("nobody")
@@ -158,6 +161,48 @@ def test_an_output_file_is_shown_only_if_the_jobs_user_owns_it(tmp_path: pathlib
     os.link(own, hard)
     assert output.tail(str(hard), NOBODY.pw_uid)[0] == ""  # nor a second name of a file
     assert output.tail("relative.out", NOBODY.pw_uid)[1] == "no output file"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a device node and a file of root's")
+@pytest.mark.timeout(30)
+def test_a_fifo_a_device_or_roots_file_behind_a_link_is_never_opened(
+    tmp_path: pathlib.Path,
+) -> None:
+    """What a user may name with -o: each is checked before anything opens it (no FIFO
+    or device open, no file of root's opened or read), and the answer comes at once."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    device = tmp_path / "device"
+    os.mknod(device, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+    secret = tmp_path / "private" / "slurm-1.out"
+    secret.parent.mkdir(mode=0o700)
+    secret.write_text("root's secret\n")
+    hers = tmp_path / "hers"
+    hers.mkdir()
+    os.symlink(secret.parent, hers / "dir")  # a link above the file, not at its end
+    os.symlink(secret, hers / "link.out")
+    watch = OpenWatch()
+    for path in (fifo, device, secret):
+        watch.add(str(path))
+    # a writer waits for a reader to open the FIFO: one would let it through
+    writer = threading.Thread(target=lambda: os.close(os.open(fifo, os.O_WRONLY)), daemon=True)
+    writer.start()
+    try:
+        started = time.monotonic()
+        for path in (fifo, device, hers / "dir" / "slurm-1.out", hers / "link.out"):
+            text, why = output.tail(str(path), NOBODY.pw_uid)
+            assert text == "" and why.startswith("not shown"), (path, why)
+        assert time.monotonic() - started < 2
+        assert watch.touched() == []
+        assert writer.is_alive()  # no reader ever opened the FIFO
+    finally:
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # lets the writer go
+        writer.join(5)
+        watch.close()
+    mine = tmp_path / "mine.out"  # the job user's own file is shown
+    mine.write_text("hers\n")
+    os.chown(mine, NOBODY.pw_uid, NOBODY.pw_gid)
+    assert output.tail(str(mine), NOBODY.pw_uid) == ("hers\n", "")
 
 
 # ---------------------------------------------------------------- GPU series
