@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -24,15 +23,14 @@ import psutil
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import bench_cluster, log, ms, percentile
+from bench.common import BenchCluster, bench_cluster, log, ms, percentile
 from bench.scale import _release, _spec, _submit
 from corral.testing.harness import wait_for
 
 
-def scrape(url: str) -> tuple[float, bytes]:
+def scrape(c: BenchCluster) -> tuple[float, bytes]:
     t0 = time.perf_counter()
-    with urllib.request.urlopen(url, timeout=60) as reply:
-        body = reply.read()
+    body = c.scrape(timeout=60).encode()
     return time.perf_counter() - t0, body
 
 
@@ -46,12 +44,11 @@ def run(nodes: int, pending: int, scrapes: int) -> None:
         heartbeat_interval_s=10.0,
         heartbeat_timeout_s=60.0,
     ) as c:
-        url = f"http://{c.http_address}/metrics"
         busy = _spec(c, runtime=3600, gpus=8, limit=7200, hold=False)
         log(f"metrics: filling {nodes} nodes")
         asyncio.run(_submit(c, busy, nodes))
         wait_for(
-            lambda: f'corral_jobs{{state="RUNNING"}} {nodes}.0' in scrape(url)[1].decode(),
+            lambda: f'corral_jobs{{state="RUNNING"}} {nodes}.0' in scrape(c)[1].decode(),
             300,
             "every node busy",
         )
@@ -59,7 +56,7 @@ def run(nodes: int, pending: int, scrapes: int) -> None:
         asyncio.run(_release(c, ids))
         # every node's GPUs in the heartbeats' figures (one heartbeat interval at most)
         wait_for(
-            lambda: scrape(url)[1].count(b"corral_gpu_utilization_ratio{") == nodes * 8,
+            lambda: scrape(c)[1].count(b"corral_gpu_utilization_ratio{") == nodes * 8,
             60,
             "every GPU's figures",
         )
@@ -68,7 +65,7 @@ def run(nodes: int, pending: int, scrapes: int) -> None:
         body = b""
         for _ in range(scrapes):
             before = sum(proc.cpu_times()[:2])
-            wall, body = scrape(url)
+            wall, body = scrape(c)
             cpu += sum(proc.cpu_times()[:2]) - before
             walls.append(wall)
         series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))

@@ -31,7 +31,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -202,8 +201,7 @@ def _metrics_ms(cluster: BenchCluster, runs: int = 3) -> str:
     samples, size = [], 0
     for _ in range(runs):
         t0 = time.perf_counter()
-        with urllib.request.urlopen(f"http://{cluster.http_address}/metrics", timeout=60) as r:
-            size = len(r.read())
+        size = len(cluster.scrape(timeout=60).encode())
         samples.append(time.perf_counter() - t0)
     return f"{sorted(samples)[len(samples) // 2] * 1000:.0f} ms ({size / 1024:.0f} KiB)"
 

@@ -93,7 +93,11 @@ class Check:
 
     def metrics(self) -> str:
         http = self.env["CORRAL_CTLD_HTTP"].split(",")[0]
-        with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as reply:
+        token = (self.state / "metrics.token").read_text().strip()  # corral up made it
+        request = urllib.request.Request(
+            f"http://{http}/metrics", headers={"Authorization": f"Bearer {token}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as reply:
             return str(reply.read().decode())
 
     def step(self, name: str, body: Callable[[], str]) -> None:

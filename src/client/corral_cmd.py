@@ -92,6 +92,10 @@ def _up(args: argparse.Namespace) -> int:
             else f"{args.gpus_per_node} fake GPU(s) each"
         )
     )
+    print(
+        f'corral: metrics: curl -H "Authorization: Bearer $(cat {cluster.metrics_token_path})" '
+        f"{cluster.metrics_url()}"
+    )
     if simulated:
         print(
             "corral: simulated nodes run no processes: a job lasts its '#SIM runtime=S' "

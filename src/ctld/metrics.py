@@ -1,7 +1,9 @@
 """Prometheus metrics of ctld, read off its state when scraped (nothing on hot paths).
 
 Served as ``GET /metrics`` on the HTTP gateway's port, and on ``controller.metrics_port``
-too when that is set (a port a firewall can open to the monitoring host alone).
+too when that is set (a port a firewall can open to the monitoring host alone), to a
+scrape with the bearer token of ``controller.metrics_token_file`` only; the series by
+user and account only without ``private_data`` jobs or accounting (metrics_access.py).
 
 Names follow Prometheus's conventions: base units in the name (``_seconds``,
 ``_bytes``, ``_ratio``), ``_total`` on counters, which only go up (from ctld's start:
@@ -28,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from ctld import fieldmask
 from ctld import jobstate as js
+from ctld.metrics_access import CHALLENGE, HIDES_USERS, MetricsAccess
 from ctld.metrics_ledger import Histogram
 from ctld.metrics_power import power_families
 from ctld.metrics_text import PerNodeText, exposition, node_state
@@ -35,6 +38,7 @@ from ctld.metrics_text import PerNodeText, exposition, node_state
 if TYPE_CHECKING:
     from ctld.cluster import Cluster
     from ctld.nodes import NodeRecord
+    from ctld.unproven import Guard
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _ACTIVE = ("PENDING", "RUNNING", "COMPLETING")
@@ -54,7 +58,8 @@ class ClusterCollector(Collector):
         yield from self._scheduler()
         yield from self._nodes()
         yield from self._gpus()
-        yield from self._users()
+        if not HIDES_USERS & self.cluster.policy.private_data:  # as squeue and sacct would
+            yield from self._users()
         yield from self._store()
         yield from self._mail()
         yield from self._queries()
@@ -259,8 +264,19 @@ def _histogram(name: str, doc: str, by_part: dict[str, Histogram]) -> Metric:
     return family
 
 
-def add_metrics_route(app: web.Application, registry: CollectorRegistry) -> None:
+def add_metrics_route(
+    app: web.Application,
+    registry: CollectorRegistry,
+    access: MetricsAccess,
+    guard: Guard | None = None,
+) -> None:
     async def metrics(request: web.Request) -> web.Response:
+        if not access.allows(request.headers.get("Authorization", "")):
+            return web.Response(
+                status=401, text=access.refusal, headers={"WWW-Authenticate": CHALLENGE}
+            )
+        if guard is not None:  # Prometheus keeps its connection between scrapes
+            guard.proven(request.transport)
         return web.Response(body=exposition(registry), headers={"Content-Type": CONTENT_TYPE})
 
     app.router.add_get("/metrics", metrics)

@@ -12,6 +12,10 @@ refused stops ctld at once, naming the file or package, instead of ctld logging
   installed. munged itself not answering is only a warning (returned): systemd may
   start it after ctld, the Unix socket and tokens still work meanwhile, and each
   refused credential names the cause.
+- ``controller.metrics_token_file`` set: the token file must be readable, owner-only
+  (root's or ctld's user's), and long enough (ctld/metrics_access.py), else
+  ``ConfigError`` naming the file and how to make one; not set: a warning (every
+  scrape of ``/metrics`` is refused).
 """
 
 from __future__ import annotations
@@ -56,4 +60,22 @@ def check_auth(config: ClusterConfig) -> list[str]:
             f'auth.type = "munge" but munged does not answer at {socket} ({exc}): commands '
             "on other hosts are refused until it runs (systemctl enable --now munge)"
         ]
+    return []
+
+
+def check_metrics(config: ClusterConfig) -> list[str]:
+    """Raise ConfigError for a metrics token file that cannot be used; a warning when
+    there is none (``/metrics`` then refuses every scrape)."""
+    from ctld.metrics_access import how_to_make, read_token
+
+    path = config.controller.metrics_token_file
+    if not path:
+        return [
+            "controller.metrics_token_file is not set: /metrics answers 401 to every "
+            "scrape (docs/admin-guide.md, Metrics)"
+        ]
+    try:
+        read_token(path)
+    except ConfigError as exc:
+        raise ConfigError(f"controller.metrics_token_file: {exc} ({how_to_make(path)})") from None
     return []

@@ -34,7 +34,8 @@ from ctld.gateway import make_app
 from ctld.grpc_service import service_handler
 from ctld.lease import Holder, Lease, keep
 from ctld.metrics import ClusterCollector, add_metrics_route
-from ctld.preflight import check_auth
+from ctld.metrics_access import MetricsAccess
+from ctld.preflight import check_auth, check_metrics
 from ctld.rpc import ControllerApi, NodeControllerApi
 from ctld.sockdir import prepare
 from ctld.standby import Switch
@@ -63,7 +64,7 @@ async def serve(config: ClusterConfig, *, ready_file: str = "", controller: int 
             "share it. Failover is not offered on SQLite: list one controller, or move "
             "the store to PostgreSQL"
         )
-    for warning in check_auth(config):  # refuses (ConfigError) before it listens
+    for warning in check_auth(config) + check_metrics(config):  # ConfigError: no start
         log.warning(warning)
     os.makedirs(ctl.state_dir, mode=0o700, exist_ok=True)
     stop = asyncio.Event()
@@ -211,7 +212,8 @@ async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegi
 
     guard = Guard()  # TCP connections before a request on them authenticated
     app = make_app(switch, guard)
-    add_metrics_route(app, registry)
+    access = MetricsAccess(config)  # /metrics: the bearer token of metrics_token_file
+    add_metrics_route(app, registry, access, guard)
     page = web_page.mount(app, switch, config, guard)  # the web page (docs/web.md)
     switch.web_login = page.issue_login if page is not None else None
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_S)
@@ -229,15 +231,22 @@ async def _listen(config: ClusterConfig, switch: Switch, registry: CollectorRegi
         if not ctl.socket.startswith("@"):
             os.chmod(ctl.socket, 0o666)  # anyone may connect: the kernel says who they are
     runners = [runner]
-    if ctl.metrics_port:
+    if ctl.metrics_port:  # the same token, TLS and bound on unproven connections
         metrics_app = web.Application()
-        add_metrics_route(metrics_app, registry)
-        metrics_runner = web.AppRunner(metrics_app, access_log=None)
+        metrics_guard = Guard()
+        add_metrics_route(metrics_app, registry, access, metrics_guard)
+        metrics_runner = web.AppRunner(metrics_app, access_log=None, keepalive_timeout=KEEPALIVE_S)
         await metrics_runner.setup()
-        await web.TCPSite(
-            metrics_runner, ctl.bind_host, ctl.metrics_port, reuse_address=True
-        ).start()
         runners.append(metrics_runner)
+        metrics_site = GuardedSite(
+            metrics_runner, ctl.bind_host, ctl.metrics_port, metrics_guard, ssl_context
+        )
+        try:
+            await metrics_site.start()
+        except OSError as exc:
+            raise SystemExit(
+                f"ctld: cannot listen on {ctl.bind_host}:{ctl.metrics_port}: {exc.strerror or exc}"
+            ) from None
     log.info(
         "ctld listening",
         grpc=f"{ctl.bind_host}:{grpc_port}",

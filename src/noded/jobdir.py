@@ -18,6 +18,8 @@ import stat
 
 import structlog
 
+from corral.userfile import NotUsersFile, open_users_file
+
 log = structlog.get_logger("noded")
 
 JOB_DIR_MODE = 0o711  # the user reaches her script by name; nobody lists or adds
@@ -118,22 +120,12 @@ def discard_users_dir(root: str, name: str, uid: int) -> bool:
 
 def append_to_users_file(path: str, uid: int, text: str) -> bool:
     """Append ``text`` to ``path`` only if it is a regular file of ``uid``'s, reached
-    without a final link, and never create one. The path is resolved without opening
-    the file (O_PATH: no device or FIFO is ever opened by root), checked, then that
-    very inode is opened for writing."""
+    without a final link, and never create one: checked before it is opened
+    (corral/userfile.py: no device or FIFO is ever opened by root)."""
     try:
-        pfd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
-    except OSError:
+        fd = open_users_file(path, uid, append=True)
+    except NotUsersFile:
         return False
-    try:
-        st = os.fstat(pfd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
-            return False
-        fd = os.open(f"/proc/self/fd/{pfd}", os.O_WRONLY | os.O_APPEND | os.O_NOCTTY)
-    except OSError:
-        return False
-    finally:
-        os.close(pfd)
     try:
         os.write(fd, text.encode())
     except OSError:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import urllib.error
 import urllib.request
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from corral.testing import LocalCluster
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.timeout(240)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "corral-dashboard.json"
+PROMETHEUS = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 
 # every family ctld exports, and its type
 FAMILIES = {
@@ -75,9 +78,8 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), 
 
 
 def scrape(c: LocalCluster) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://{c.http_address}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    return {f.name: f for f in text_string_to_metric_families(text)}
+    """As Prometheus scrapes: with the bearer token of controller.metrics_token_file."""
+    return {f.name: f for f in text_string_to_metric_families(c.scrape())}
 
 
 def value(families: dict[str, Any], name: str, **labels: str) -> float | None:
@@ -109,6 +111,22 @@ def test_every_metric_from_a_real_ctld(
     c = cluster_factory(
         nodes=2, gpus_per_node=4, controller_config="min_job_age_s = 1.0", heartbeat_interval_s=1.0
     )
+    # Prometheus sends the token of controller.metrics_token_file (c.scrape); a scrape
+    # without it is refused before a series is read
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://{c.http_address}/metrics", timeout=10)
+    assert refused.value.code == 401
+    assert refused.value.headers["WWW-Authenticate"].startswith("Bearer")
+    # deploy/'s Prometheus example scrapes as ctld expects: its type, the file's token
+    job = yaml.safe_load(PROMETHEUS.read_text())["scrape_configs"][0]
+    auth = job["authorization"]
+    assert auth["credentials_file"] and job.get("metrics_path", "/metrics") == "/metrics"
+    token = c.metrics_token_path.read_text().strip()  # Prometheus trims the file's content
+    request = urllib.request.Request(
+        f"http://{c.http_address}/metrics", headers={"Authorization": f"{auth['type']} {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        assert reply.status == 200 and b"corral_nodes" in reply.read()
     work = tmp_path / "work"
     work.mkdir()
     cmd = Commands(c, work)

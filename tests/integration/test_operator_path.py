@@ -87,6 +87,22 @@ def test_ctld_refuses_to_start_without_its_jwt_key(tmp_path: pathlib.Path) -> No
     assert "listening" not in proc.stderr, proc.stderr
 
 
+def test_ctld_refuses_a_metrics_token_others_may_read(tmp_path: pathlib.Path) -> None:
+    token = tmp_path / "metrics.token"
+    conf = write_config(tmp_path, 'type = "local"')
+    key = f'metrics_token_file = "{token}"\n\n[auth]'
+    conf.write_text(conf.read_text().replace("[auth]", key))
+    token.write_text(os.urandom(32).hex())
+    token.chmod(0o644)
+    proc = run_daemon([PY, "-m", "ctld", "-f", str(conf)])
+    assert proc.returncode == 1, proc.stderr
+    assert "listening" not in proc.stderr, proc.stderr
+    assert f"controller.metrics_token_file: {token}: the metrics token must be readable by its" in (
+        proc.stderr
+    )
+    assert "openssl rand -hex 32" in proc.stderr  # how to make one
+
+
 def _libmunge_file() -> str:
     found = [
         os.path.realpath(p)

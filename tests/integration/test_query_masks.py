@@ -9,7 +9,6 @@ import pathlib
 import re
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -166,8 +165,7 @@ def test_get_jobs_pages_by_job_id(cluster: LocalCluster) -> None:
 
 
 def masked_calls(cluster: LocalCluster) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://{cluster.http_address}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
+    text = cluster.scrape()
     found = re.findall(r'corral_masked_queries_total\{method="(\w+)"\} (\S+)', text)
     return {method: float(n) for method, n in found}
 

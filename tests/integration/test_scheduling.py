@@ -170,13 +170,11 @@ def test_update_job_and_shares(cluster: LocalCluster, cmd: Commands) -> None:
 
 
 def test_metrics_endpoint(cluster: LocalCluster, cmd: Commands) -> None:
-    import urllib.request
 
     running = submit(cmd, "--gres=gpu:3", "--wrap", "sleep 30")
     held = submit(cmd, "-H", "--wrap", "true")
     cmd.wait_state(running, "RUNNING")
-    with urllib.request.urlopen(f"http://{cluster.http_address}/metrics", timeout=10) as resp:
-        body = resp.read().decode()
+    body = cluster.scrape()
     assert 'corral_jobs{state="RUNNING"} 1.0' in body
     assert 'corral_jobs_pending{reason="JobHeldUser"} 1.0' in body
     assert 'corral_gpus{partition="debug",use="allocated"} 3.0' in body

@@ -15,8 +15,10 @@ import os
 import pathlib
 import pwd
 import shutil
+import ssl
 import subprocess
 import sys
+import urllib.request
 from typing import Any
 
 import grpc
@@ -26,7 +28,7 @@ from corral.auth import CONTROLLER_CN
 from corral.auth import tls as ctls
 from corral.errors import CorralError
 from corral.testing import LocalCluster
-from corral.testing.cluster import ClusterFactory
+from corral.testing.cluster import ClusterFactory, free_port
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from tests.conftest import wait_for
@@ -600,8 +602,22 @@ def test_only_the_srun_that_created_a_step_starts_its_tasks(
 
 
 def test_client_ports_speak_tls_when_configured(cluster_factory: ClusterFactory) -> None:
-    c = cluster_factory(nodes=1, gpus_per_node=0, tls_clients=True)
+    metrics_port = free_port()
+    c = cluster_factory(
+        nodes=1,
+        gpus_per_node=0,
+        tls_clients=True,
+        controller_config=f"metrics_port = {metrics_port}",
+    )
     ca = str(c.tls_dir / "ca.crt")
+    assert "corral_nodes" in c.scrape()  # https, with the metrics token
+    request = urllib.request.Request(
+        f"https://{c.controller_host}:{metrics_port}/metrics",
+        headers={"Authorization": f"Bearer {c.metrics_token_path.read_text().strip()}"},
+    )
+    tls = ssl.create_default_context(cafile=ca)
+    with urllib.request.urlopen(request, timeout=10, context=tls) as reply:
+        assert b"corral_nodes" in reply.read()  # the metrics port speaks TLS too
     token = c.token(pwd.getpwuid(os.getuid()).pw_name)
     os.environ["CORRAL_CTLD_CA"] = ca
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pathlib
 import sys
-import urllib.request
 
 import pytest
 
@@ -99,8 +98,7 @@ def test_idle_nodes_power_down_and_a_burst_wakes_what_it_needs(
 
 
 def metric(c: LocalCluster, name: str) -> float:
-    with urllib.request.urlopen(f"http://{c.http_address}/metrics", timeout=10) as reply:
-        for line in reply.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
+    for line in c.scrape().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
     raise AssertionError(f"{name} not exported")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pathlib
 import threading
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -18,8 +17,7 @@ from tests.conftest import Commands, wait_for
 
 
 def metrics(c: LocalCluster) -> str:
-    with urllib.request.urlopen(f"http://{c.http_address}/metrics", timeout=10) as resp:
-        return str(resp.read().decode())
+    return c.scrape()
 
 
 @pytest.fixture

@@ -7,6 +7,9 @@ import asyncio
 import os
 import pathlib
 import pwd
+import re
+import stat
+import threading
 import time
 
 import pytest
@@ -18,6 +21,8 @@ from ctld.web import output
 from ctld.web.html import Html, el
 from ctld.web.live import Renders, sse
 from ctld.web.session import KEY_FILE, Logins, Sessions, load_key
+from tests.openwatch import OpenWatch
+from tests.ssestream import events
 
 NOBODY = pwd.getpwnam("nobody")
 
@@ -46,6 +51,39 @@ def test_text_and_attributes_are_escaped_markup_is_not() -> None:
 
 def test_an_event_keeps_each_line_in_its_own_data_field() -> None:
     assert sse("view", "a\nb") == b"event: view\ndata: a\ndata: b\n\n"
+    assert sse("view", "a\rb\r\nc") == b"event: view\ndata: a\ndata: b\ndata: c\n\n"
+
+
+# what a job name may carry into a live page: every line end the format knows, the
+# fields' own words, and characters that end lines elsewhere but not in an event stream
+HOSTILE = (
+    "a\nb",
+    "a\rb",
+    "a\r\nb",
+    "x\r\revent: logout\rdata: forged\r\r",
+    "x\r\n\r\nevent: logout\r\ndata: forged\r\n\r\n",
+    "x\n\nevent: logout\ndata: forged\n\n",
+    "\r",
+    "\n\r",
+    "",
+    ": a comment\rid: 7\rretry: 1",
+    "nul\x00byte",
+    "line\u2028para\u2029nel\x85vt\x0bff\x0c",
+    " leading space",
+)
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_any_text_arrives_as_one_events_data(text: str) -> None:
+    """As a browser's EventSource parses the stream: one event of the writer's type,
+    whose data is the text (a CR or CRLF read back as LF, as HTML reads it anyway)."""
+    assert events(sse("view", text).decode()) == [("view", re.sub(r"\r\n?", "\n", text))]
+
+
+@pytest.mark.parametrize("name", ["", "view\nevent: logout", "view\r", "Logout", "a b", "x" * 40])
+def test_an_event_name_is_a_plain_word(name: str) -> None:
+    with pytest.raises(ValueError):
+        sse(name, "data")
 
 
 # ---------------------------------------------------------------- sessions and logins
@@ -123,6 +161,48 @@ def test_an_output_file_is_shown_only_if_the_jobs_user_owns_it(tmp_path: pathlib
     os.link(own, hard)
     assert output.tail(str(hard), NOBODY.pw_uid)[0] == ""  # nor a second name of a file
     assert output.tail("relative.out", NOBODY.pw_uid)[1] == "no output file"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a device node and a file of root's")
+@pytest.mark.timeout(30)
+def test_a_fifo_a_device_or_roots_file_behind_a_link_is_never_opened(
+    tmp_path: pathlib.Path,
+) -> None:
+    """What a user may name with -o: each is checked before anything opens it (no FIFO
+    or device open, no file of root's opened or read), and the answer comes at once."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    device = tmp_path / "device"
+    os.mknod(device, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+    secret = tmp_path / "private" / "slurm-1.out"
+    secret.parent.mkdir(mode=0o700)
+    secret.write_text("root's secret\n")
+    hers = tmp_path / "hers"
+    hers.mkdir()
+    os.symlink(secret.parent, hers / "dir")  # a link above the file, not at its end
+    os.symlink(secret, hers / "link.out")
+    watch = OpenWatch()
+    for path in (fifo, device, secret):
+        watch.add(str(path))
+    # a writer waits for a reader to open the FIFO: one would let it through
+    writer = threading.Thread(target=lambda: os.close(os.open(fifo, os.O_WRONLY)), daemon=True)
+    writer.start()
+    try:
+        started = time.monotonic()
+        for path in (fifo, device, hers / "dir" / "slurm-1.out", hers / "link.out"):
+            text, why = output.tail(str(path), NOBODY.pw_uid)
+            assert text == "" and why.startswith("not shown"), (path, why)
+        assert time.monotonic() - started < 2
+        assert watch.touched() == []
+        assert writer.is_alive()  # no reader ever opened the FIFO
+    finally:
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # lets the writer go
+        writer.join(5)
+        watch.close()
+    mine = tmp_path / "mine.out"  # the job user's own file is shown
+    mine.write_text("hers\n")
+    os.chown(mine, NOBODY.pw_uid, NOBODY.pw_gid)
+    assert output.tail(str(mine), NOBODY.pw_uid) == ("hers\n", "")
 
 
 # ---------------------------------------------------------------- GPU series

@@ -46,6 +46,9 @@ class ControllerConfig:
     # by themselves or by this user ("": root)
     user: str = ""
     metrics_port: int = 0  # 0: /metrics only on http_port
+    # the bearer token Prometheus sends for /metrics (a file of ctld's user alone); "":
+    # every scrape is refused (docs/admin-guide.md, "Metrics")
+    metrics_token_file: str = ""
     state_dir: str = "/var/lib/corral"
     store_url: str = ""  # empty: sqlite:///<state_dir>/corral.db
     sqlite_synchronous: str = "FULL"  # FULL survives power loss; NORMAL only process crash
@@ -146,6 +149,7 @@ def parse_controller(sec: Section) -> ControllerConfig:
         socket=sec.get("socket", str, d.socket),
         user=sec.get("user", str, d.user),
         metrics_port=sec.port("metrics_port", 0),
+        metrics_token_file=sec.get("metrics_token_file", str, d.metrics_token_file),
         state_dir=sec.get("state_dir", str, d.state_dir),
         store_url=sec.get("store_url", str, d.store_url),
         sqlite_synchronous=synchronous,
@@ -194,6 +198,8 @@ def parse_controller(sec: Section) -> ControllerConfig:
             raise ConfigError(
                 f"{sec.key('private_data')}: {what!r} is not jobs, accounting or cloud"
             )
+    if cfg.metrics_token_file and not os.path.isabs(cfg.metrics_token_file):
+        raise ConfigError(f"{sec.key('metrics_token_file')}: an absolute path")
     if cfg.socket and not (cfg.socket.startswith("@") or os.path.isabs(cfg.socket)):
         raise ConfigError(f"{sec.key('socket')}: an absolute path or @abstract-name")
     return cfg

@@ -83,7 +83,8 @@ class LocalCluster(Layout):
         if ctrs is not None:
             self.ctld_dir.mkdir(mode=0o700, exist_ok=True)
             run = self.state_dir / "run"
-            keys = [self.jwt_key_path, self.tls_dir / "ctld.key", self.tls_dir / "ctld.crt"]
+            keys = [self.jwt_key_path, self.metrics_token_path]
+            keys += [self.tls_dir / "ctld.key", self.tls_dir / "ctld.crt"]
             give_to_ctld([self.ctld_dir, run, Path(self.socket).parent, *keys])
         self._spawn(
             name, args, wrap=(lambda argv, env: ctrs.wrap_ctld(argv, env)) if ctrs else None

@@ -40,6 +40,7 @@ state_dir = "{self.ctld_dir}"
 store_url = "{self.store_url}"
 kill_wait_s = {self.kill_wait_s}
 sched_interval_s = 2.0
+metrics_token_file = "{self.metrics_token_path}"
 {hosts_config(self)}{self.controller_config}
 
 [auth]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import secrets
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -177,6 +178,30 @@ class Layout:
         return self.state_dir / "jwt.key"
 
     @property
+    def metrics_token_path(self) -> Path:
+        """controller.metrics_token_file: the bearer token a scrape of /metrics sends."""
+        return self.state_dir / "metrics.token"
+
+    def metrics_url(self) -> str:
+        scheme = "https" if self.tls and self.tls_clients else "http"
+        return f"{scheme}://{self.http_address}/metrics"
+
+    def scrape(self, timeout: float = 10.0) -> str:
+        """/metrics as Prometheus scrapes it: with the token (and the cluster's CA)."""
+        import ssl
+        import urllib.request
+
+        token = self.metrics_token_path.read_text().strip()
+        request = urllib.request.Request(
+            self.metrics_url(), headers={"Authorization": f"Bearer {token}"}
+        )
+        tls = None
+        if self.tls and self.tls_clients:
+            tls = ssl.create_default_context(cafile=str(self.tls_dir / "ca.crt"))
+        with urllib.request.urlopen(request, timeout=timeout, context=tls) as reply:
+            return str(reply.read().decode())
+
+    @property
     def grpc_address(self) -> str:
         return f"{self.controller_host}:{self.grpc_port}"
 
@@ -250,7 +275,8 @@ class Layout:
         return [("authorization", f"Bearer {self.token(name)}")]
 
     def make_credentials(self) -> None:
-        """The cluster CA, ctld's and every node's certificate, and the JWT key."""
+        """The cluster CA, ctld's and every node's certificate, the JWT key and the
+        metrics token."""
         from corral.auth.tls import create_cluster_certs
         from corral.auth.tokens import write_key
 
@@ -260,6 +286,10 @@ class Layout:
             )
         if not self.jwt_key_path.exists():
             write_key(str(self.jwt_key_path))
+        if not self.metrics_token_path.exists():
+            fd = os.open(self.metrics_token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_hex(32) + "\n")
 
     def grpc_client(self, user: str = "") -> GrpcController:
         """The typed Controller client over gRPC, with a token for ``user`` (default:

@@ -21,6 +21,7 @@ from ctld.web.page import Ctx, badge, elapsed, gib, job_link, job_state, table, 
 from ctld.web.queue_view import reason_words
 
 MAX_LINES = 8  # GPUs drawn one line each; more are drawn as their mean and peak
+OUTPUT_WAIT_S = 2.0  # an output file's tail, at most, before the page goes without it
 ACTIVE = (pb.JOB_STATE_PENDING, pb.JOB_STATE_RUNNING, pb.JOB_STATE_COMPLETING)
 
 
@@ -241,7 +242,12 @@ async def _private(ctx: Ctx, job: pb.Job) -> Html:
     ]
     paths = dict.fromkeys(p for p in (job.stdout_path, job.stderr_path) if p)
     for path in paths:
-        text, why = await asyncio.to_thread(output.tail, path, job.uid)
+        try:  # a path on a hung network file system: the page answers, the thread waits
+            text, why = await asyncio.wait_for(
+                asyncio.to_thread(output.tail, path, job.uid), OUTPUT_WAIT_S
+            )
+        except TimeoutError:
+            text, why = "", f"not shown: not read within {OUTPUT_WAIT_S:g} s"
         parts += [
             el("h3", f"Output: {path}"),
             el("pre", text, class_="output") if not why else el("p", why, class_="muted"),

@@ -16,6 +16,7 @@ changes, the page costs ctld at most that; beyond it, pages update less often.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
@@ -105,7 +106,20 @@ class Renders:
         return sum(c for _, c in self._costs) < BUDGET
 
 
+# the Server-Sent Events format's line ends: CRLF, a lone CR and a lone LF all end a
+# line (WHATWG HTML, "Parsing an event stream"): splitting on "\n" alone would let a CR
+# in a job name end a data line and start a field of its own (an event of its choosing)
+LINE_END = re.compile(r"\r\n|\r|\n")
+EVENT_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
+
+
 def sse(event: str, data: str) -> bytes:
-    """One Server-Sent Event; every line of ``data`` gets its own ``data:`` field."""
-    lines = data.split("\n")
-    return (f"event: {event}\n" + "".join(f"data: {line}\n" for line in lines) + "\n").encode()
+    """One Server-Sent Event; every line of ``data`` gets its own ``data:`` field, so any
+    text (a job name with CR, LF or CRLF in it) arrives as data, in this one event (a
+    browser joins the fields with LF: a CR or CRLF comes back as LF, as HTML reads it
+    anyway). The name is the caller's constant, never text a user chose."""
+    if not EVENT_NAME.fullmatch(event):
+        raise ValueError(f"not an event name: {event!r}")
+    lines = LINE_END.split(data)
+    text = f"event: {event}\n" + "".join(f"data: {line}\n" for line in lines) + "\n"
+    return text.encode("utf-8", errors="replace")  # a lone surrogate: "?", not a crash

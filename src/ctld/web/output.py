@@ -1,16 +1,18 @@
 """The tail of a job's output file, for its owner's job page.
 
-ctld may run as root and the path is the user's to choose (and to swap for a link
-later), so a file is shown only if it is a regular file that the job's user owns,
-opened without following a link at the end (a symlink or a hard link to someone
-else's file shows nothing): what it shows, the user could read anyway. A file on a
-node's local disk, not shared with ctld's host, is simply not there.
+ctld may run as root and the path is the user's to choose (and to swap for a FIFO, a
+device or a link later), so a file is shown only if it is a regular file that the
+job's user owns, with one name, reached without a link at the end: it is checked
+before it is opened (corral/userfile.py: a FIFO or a device is never opened, a link
+to root's file never followed), so what the page shows the user could read anyway. A
+file on a node's local disk, not shared with ctld's host, is simply not there.
 """
 
 from __future__ import annotations
 
 import os
-import stat
+
+from corral.userfile import NotUsersFile, open_users_file
 
 TAIL_BYTES = 64 * 1024
 
@@ -20,16 +22,15 @@ def tail(path: str, uid: int, limit: int = TAIL_BYTES) -> tuple[str, str]:
     if not path or not os.path.isabs(path):
         return "", "no output file"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError as exc:
-        return "", f"not readable from ctld's host ({exc.strerror})"
+        fd = open_users_file(path, uid, one_name=True)
+    except NotUsersFile as exc:
+        return "", f"not shown: {exc}"
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_nlink != 1:
-            return "", "not shown: not a regular file of the job's user"
-        start = max(0, st.st_size - limit)
-        os.lseek(fd, start, os.SEEK_SET)
-        data = os.read(fd, limit)
+        size = os.fstat(fd).st_size
+        start = max(0, size - limit)
+        data = os.pread(fd, limit, start)
+    except OSError as exc:
+        return "", f"not shown: not read ({exc.strerror})"
     finally:
         os.close(fd)
     text = data.decode("utf-8", errors="replace")
