@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import time
 
+from client import srun_terminal
 from client.alloc import say
 from client.jobopts import export_environment, with_umask
 from client.poller import EVENT_READ, EVENT_WRITE, Poller
 from client.srun_output import Output
-from client.srun_resume import Resumer
 from client.taskstream import NodeStream
 from client.views.job import Job
 from client.views.step import Step, StepNode
@@ -23,6 +23,7 @@ TYPE_CHECKING = False  # typing costs start-up time; srun is about start-up
 if TYPE_CHECKING:
     from typing import Any
 
+    from client.srun_resume import Resumer
     from corral.api import Controller
     from corral.wire import json_types as t
 
@@ -65,12 +66,8 @@ class JobStep:
         self.nodes: list[StepNode] = step.nodes
         self.ntasks = step.ntasks
         self.step_credential = reply.get("stepCredential", "")
-        self.resumer = Resumer(
-            self.step_credential,
-            int(job.job_id) if "jobId" in raw_job else int(self.job_id),
-            step.step_id,
-            reply.get("resumeWindowS"),
-        )
+        self.resume_window_s = reply.get("resumeWindowS")
+        self.resumer: Resumer | None = None  # made when a stream first breaks
         if self.cli.get("pty"):
             self.cli["unbuffered"] = True  # Slurm: --pty implies -u
             self.cli.pop("label", None)
@@ -132,7 +129,7 @@ class JobStep:
     def _run_streams(self, cluster: str) -> tuple[int, int]:
         environ = dict(os.environ)
         env = with_umask(export_environment(self.cli.get("export", "ALL"), environ), environ)
-        stdin_ranks = self._stdin_ranks()
+        stdin_ranks = srun_terminal.stdin_ranks(self.cli, self.ntasks)
         first = self.nodes[0]
         master_addr = first.address.rpartition(":")[0] or first.node
         timeout = self.api.timeout
@@ -150,7 +147,7 @@ class JobStep:
                 "cluster": cluster,
             }
             if self.cli.get("pty") and 0 in node.ranks:
-                rows, cols = self._window()
+                rows, cols = srun_terminal.window()
                 out["pty"] = {"rows": rows, "cols": cols}
             return out
 
@@ -199,7 +196,7 @@ class JobStep:
         forwarded = (*FORWARDED, signals.SIGINT, signals.SIGWINCH)
         saved = {sig: signals.set_handler(sig, _noted) for sig in forwarded}
         old_wakeup = signals.set_wakeup_fd(wake_w)
-        restore = self._raw_terminal() if self.cli.get("pty") else None
+        restore = srun_terminal.raw_terminal() if self.cli.get("pty") else None
         try:
             sel.register(wake_r, EVENT_READ, None)
             for conn in self.streams.values():
@@ -215,10 +212,10 @@ class JobStep:
             # a node whose every exit is in has sent all its output (exits come after
             # the pipes' end, in order): once DONE is written srun need not wait for
             # noded's clean-up to close the stream
-            while self.resumer.pending or any(
+            while (self.resumer and self.resumer.pending) or any(
                 not c.closed and not (c.done and not c.wbuf) for c in self.streams.values()
             ):
-                timeout = self.resumer.due_in()
+                timeout = self.resumer.due_in() if self.resumer else None
                 if self.wait_deadline:
                     left = max(0.0, self.wait_deadline - time.monotonic())
                     timeout = left if timeout is None else min(timeout, left)
@@ -232,7 +229,7 @@ class JobStep:
                 if self.wait_deadline and time.monotonic() >= self.wait_deadline:
                     self.wait_deadline = 0.0
                     self._wait_expired()
-                if self.resumer.pending:
+                if self.resumer and self.resumer.pending:
                     self._resume_due(sel)
                 self._update(sel)
         finally:
@@ -308,13 +305,23 @@ class JobStep:
         if quiet or all(r in self.exits for r in conn.ranks):
             return
         raw = next(n.raw for n in self.nodes if n.node == conn.name)
-        if conn.started and not conn.tampered and self.resumer.broke(conn.name, raw, conn.ranks):
+        if conn.started and not conn.tampered and self._resumer().broke(conn.name, raw, conn.ranks):
             return  # its noded may be restarting: srun reopens the stream (RESUME)
         why = "the connection to its noded was lost"
         self._lost(conn.name, conn.ranks, why, node_failure=True)
 
+    def _resumer(self) -> Resumer:
+        if self.resumer is None:
+            from client.srun_resume import Resumer  # only once a stream broke
+
+            job_id = self.job.job_id or int(self.job_ref)
+            self.resumer = Resumer(
+                self.step_credential, job_id, self.step.step_id, self.resume_window_s
+            )
+        return self.resumer
+
     def _resume_due(self, sel: Poller) -> None:
-        back, lost = self.resumer.attempt()
+        back, lost = self._resumer().attempt()
         for conn in back:
             old = self.streams.get(conn.name)
             self.streams[conn.name] = conn
@@ -391,44 +398,13 @@ class JobStep:
             if not conn.done:
                 conn.send(ss.STDIN_EOF)
 
-    def _window(self) -> tuple[int, int]:
-        try:
-            cols, rows = os.get_terminal_size(0)
-        except OSError:
-            cols, rows = 80, 24
-        return rows, cols
-
     def _resized(self) -> None:
         """--pty: the task's terminal follows srun's."""
         if not self.cli.get("pty"):
             return
         for conn in self.streams.values():
             if 0 in conn.ranks and not conn.done:
-                conn.send(ss.WINDOW, ss.WINDOW_FIELDS.pack(*self._window()))
-
-    def _raw_terminal(self) -> Any:
-        """--pty: srun's terminal passes every key through (Ctrl-C, Ctrl-Z reach the
-        task's terminal, where they become its signals). Returns what restores it."""
-        if not os.isatty(0):
-            return None
-        import termios
-        import tty
-
-        saved = termios.tcgetattr(0)
-        tty.setraw(0)
-        return lambda: termios.tcsetattr(0, termios.TCSADRAIN, saved)
-
-    def _stdin_ranks(self) -> set[int]:
-        if self.cli.get("pty"):
-            return {0}
-        mode = str(self.cli.get("input", "all")).lower()
-        if mode == "none":
-            return set()
-        if mode.isdigit():
-            return {int(mode)}
-        if mode != "all":
-            raise InvalidOption(f"Invalid --input: {mode} (all, none or a task id)")
-        return set(range(self.ntasks))
+                conn.send(ss.WINDOW, ss.WINDOW_FIELDS.pack(*srun_terminal.window()))
 
     def _report_exit(self, node: str, rank: int, code: int, sig: int) -> None:
         if sig:
@@ -486,9 +462,9 @@ class JobStep:
         running = sorted(r for r in ranks if r not in self.exits)
         done = sorted(self.exits)
         if running:
-            say(PROG, f"{self.name} tasks {_ranges(running)}: running")
+            say(PROG, f"{self.name} tasks {srun_terminal.ranges(running)}: running")
         if done:
-            say(PROG, f"{self.name} tasks {_ranges(done)}: exited")
+            say(PROG, f"{self.name} tasks {srun_terminal.ranges(done)}: exited")
 
     def _result(self) -> tuple[int, int]:
         code, first_signal = 0, 0
@@ -512,16 +488,3 @@ def _unregister(sel: Poller, what: Any) -> None:
 
 def _noted(signum: int, frame: object) -> None:
     """The signal's number reaches srun's loop through the wake-up pipe."""
-
-
-def _ranges(ranks: list[int]) -> str:
-    out: list[str] = []
-    start = prev = ranks[0]
-    for r in [*ranks[1:], None]:
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if r is not None:
-            start = prev = r
-    return ",".join(out)

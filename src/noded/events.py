@@ -172,7 +172,7 @@ class TakeOn:
 
     job_id: int
     run: int
-    request: pb.LaunchJobRequest | None = None
+    request: pb.LaunchJobRequest | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ import signal
 from corral.errors import CorralError
 from corral.jobspec import warn_signal
 from corral.wire import corral_pb2 as pb
-from noded import stall
+from noded import samplerules, stall
 from noded.events import (
     Action,
     Adopt,
@@ -167,11 +167,11 @@ class JobMachine:
                 run.killed = True
                 return [Signal(run.job_id, (signal.SIGKILL,))]
             case MemoryUsed(rss_kb=rss_kb):
-                return self._memory(run, rss_kb)
+                return samplerules.memory(run, rss_kb)
             case GpuUse(utils=utils):
-                return self._gpus(run, utils, now)
+                return samplerules.gpus(self.config, run, utils, now)
             case Heartbeat(silent_s=silent_s):
-                return self._heartbeat(run, silent_s)
+                return samplerules.progress(self.config, run, silent_s, self._terminate)
         raise TypeError(f"not an event of a run: {event!r}")
 
     @staticmethod
@@ -465,63 +465,4 @@ class JobMachine:
         return [
             Log("warning", "job of an earlier noded killed and reported lost", fields),
             Report(update),
-        ]
-
-    # ------------------------------------------------------------ samples
-
-    def _memory(self, run: JobRun, rss_kb: int) -> list[Action]:
-        """Without a cgroup nothing else holds it to its memory limit."""
-        limit = run.mem_limit_kb
-        if run.phase != "running" or run.contained or not limit or rss_kb <= limit:
-            return []
-        if run.end_reason != Update.END_NONE:
-            return []
-        fields = {"job_id": run.job_id, "rss_kb": rss_kb, "limit_kb": limit}
-        run.end_reason = Update.END_OUT_OF_MEMORY
-        return [
-            Log("warning", "job over its memory limit: killed", fields),
-            Signal(run.job_id, (signal.SIGKILL,)),
-        ]
-
-    def _gpus(self, run: JobRun, utils: tuple[float, ...], now: float) -> list[Action]:
-        """The idle-GPU policy's window: reported once it passed, cleared when they work."""
-        if run.phase != "running":
-            return []
-        run.gpu_utils = utils
-        window, threshold = self.config.idle_window_s, self.config.idle_threshold_pct
-        if window <= 0 or not utils:
-            return []
-        idle = Update(job_id=run.job_id, kind=Update.KIND_IDLE_GPUS, time=0)
-        if max(utils) >= threshold:
-            actions: list[Action] = [Report(idle)] if run.idle_reported else []
-            run.idle_since, run.idle_reported = 0.0, False
-            return actions
-        if not run.idle_since:
-            run.idle_since = now
-        if run.idle_reported or now - run.idle_since < window:
-            return []
-        run.idle_reported = True
-        idle.time = run.idle_since
-        fields = {"job_id": run.job_id, "since": run.idle_since, "threshold_pct": threshold}
-        return [Log("warning", "job's GPUs idle", fields), Report(idle)]
-
-    def _heartbeat(self, run: JobRun, silent_s: float | None) -> list[Action]:
-        """A job that opted in (touched its progress file) and then stopped touching it
-        for its stall timeout, while its GPUs idle, is stalled: killed, reported
-        END_STALLED with the node and rank, and requeued by ctld."""
-        timeout = stall.timeout_for(run.job, self.config.progress_timeout_s)
-        if timeout <= 0 or run.stall or run.phase != "running":
-            return []
-        if silent_s is None or silent_s < timeout:
-            return []  # never touched (not opted in), or recent
-        busy = stall.gpus_busy(run.gpu_utils, self.config.idle_threshold_pct)
-        if run.alloc.gpu_indices and (busy or not run.gpu_utils):
-            return []  # GPUs at work (or not sampled yet): slow, not hung
-        node = self.config.node
-        run.stall = stall.stall_detail(node, 0, "batch script", silent_s)
-        run.end_reason = Update.END_STALLED
-        fields = {"job_id": run.job_id, "node": node, "rank": 0, "silent_s": round(silent_s)}
-        return [
-            Log("error", "job stalled: killed to be requeued", fields),
-            *self._terminate(run, run.kill_wait_s),
         ]

@@ -64,6 +64,10 @@ class Takeover:
     def taken(self, path: str, key: str) -> None:
         self.supervisors[path][1].add(key)
 
+    def lost_job_ids(self) -> list[int]:
+        """The batch jobs reported lost (recovery.py killed what was left of them)."""
+        return [j.job_id for j in self.lost_jobs]
+
     def job_ids(self) -> set[int]:
         """Jobs with anything taken over here (their cgroups and directories stay)."""
         return {b.record.job_id for b in self.batches} | {s.record.job_id for s in self.steps}

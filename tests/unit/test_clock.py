@@ -146,12 +146,19 @@ async def test_heartbeat_monitor_marks_a_silent_node_not_responding(env) -> None
 
 async def test_one_heartbeat_check_is_a_step_a_test_can_take(env) -> None:  # type: ignore[no-untyped-def]
     cluster, clock = env
-    clock.advance(59)
+    for _ in range(3):  # n1 heartbeats every 10 s; n2 is silent alone
+        clock.advance(10)
+        assert cluster.heartbeat(pb.HeartbeatRequest(name="n1"))
+        await cluster.check_heartbeats()
+    clock.advance(29)
+    assert cluster.heartbeat(pb.HeartbeatRequest(name="n1"))
     await cluster.check_heartbeats()
     assert all(n.responding for n in cluster.nodes.values())
     clock.advance(2)
+    assert cluster.heartbeat(pb.HeartbeatRequest(name="n1"))
     await cluster.check_heartbeats()
-    assert not any(n.responding for n in cluster.nodes.values())
+    assert cluster.nodes["n1"].responding
+    assert not cluster.nodes["n2"].responding
 
 
 async def test_allocation_time_limit_on_the_manual_clock(env) -> None:  # type: ignore[no-untyped-def]

@@ -71,6 +71,7 @@ ALLOCATING = BUDGET["sbatch"] | {"client.alloc", "corral.signals"}
 BUDGET["srun"] = ALLOCATING | {
     "client.srun_output",
     "client.srun_step",
+    "client.srun_terminal",
     "client.views",
     "client.views.job",
     "client.views.spec",

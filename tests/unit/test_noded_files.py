@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import signal
 import stat
 import subprocess
+import sys
 import time
 
 import pytest
@@ -172,13 +174,15 @@ def test_the_fence_guard_kills_only_claimed_processes_and_says_when(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     env = {**os.environ, records.MARKER_VAR: "n1:3:tok"}
+    st = records.JobState(
+        job_id=3, restart_count=0, marker="n1:3:tok", uid=os.getuid(), since=time.time()
+    )
+    records.save_job(str(tmp_path), st)
     claimed = _sleep(env)
     forged = _sleep({**env, records.MARKER_VAR: "n1:4:tok"})
     try:
-        st = records.JobState(job_id=3, restart_count=0, marker="n1:3:tok", uid=os.getuid())
-        records.save_job(str(tmp_path), st)
-        assert guard.marked("n1", "tok") >= {claimed.pid, forged.pid}
-        assert guard.claimed(tmp_path, {claimed.pid, forged.pid}) == {claimed.pid}
+        # only what a record claims (its marker, uid and time), whatever the token
+        assert guard.jobs_processes(tmp_path) == {claimed.pid}
     finally:
         for p in (claimed, forged):
             p.kill()
@@ -187,6 +191,39 @@ def test_the_fence_guard_kills_only_claimed_processes_and_says_when(
     line = capsys.readouterr().err
     assert re.match(r"timestamp=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z level=warning ", line)
     assert 'event="ctld not heard from"' in line and "node=n1 processes=2" in line
+
+
+def test_the_guard_fences_past_its_time_unless_a_fresh_hold_says_ctld_is_lost_to_most(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The guard's one rule (witness.py keeps ``hold`` fresh while most of the cluster
+    does not hear ctld): a dead noded's hold goes stale and the guard fences."""
+    env = {**os.environ, records.MARKER_VAR: "n1:3:tok"}
+    st = records.JobState(3, 0, "n1:3:tok", uid=os.getuid(), since=time.time())
+    records.save_job(str(tmp_path), st)
+    (tmp_path / "instances").write_text("tok\n")
+    contact, hold = tmp_path / guard.CONTACT_FILE, tmp_path / guard.HOLD_FILE
+    job = _sleep(env)
+    try:
+        contact.touch()
+        os.utime(contact, (time.time() - 30, time.time() - 30))  # ctld silent 30 s
+        hold.touch()  # ... but most nodes do not hear it either, as of now
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "noded.guard", str(tmp_path), "n1", "tok", "5", "999999"]
+        )
+        try:
+            time.sleep(1.0)  # the guard polls every 0.2 s: five looks at a fresh hold
+            assert job.poll() is None, "a fresh hold must keep the job"
+            os.utime(hold, (time.time() - 6, time.time() - 6))  # no noded refreshes it
+            job.wait(10)
+            assert job.returncode == -signal.SIGKILL
+        finally:
+            (tmp_path / "instances").write_text("other\n")  # a newer noded: it exits
+            runner.wait(10)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait(10)
 
 
 @pytest.mark.parametrize(

@@ -69,7 +69,7 @@ def test_recover_kills_an_earlier_nodeds_jobs_and_reports_them_lost(
         spool.take_instances(spool_dir, "oldtoken")
         reports: list[pb.JobStatusUpdate] = []
         launcher = Launcher("n1", spool_dir, reports.append)
-        lost = asyncio.run(asyncio.wait_for(launcher.recover(), 30))
+        lost = asyncio.run(asyncio.wait_for(launcher.recover(), 30)).lost_job_ids()
         assert lost == [5]
         assert batch.wait(10) == -9 and step_task.wait(10) == -9
         assert unrecorded.poll() is None
@@ -107,7 +107,7 @@ def test_recovery_kills_only_what_marker_uid_and_start_time_all_claim(
         reports: list[pb.JobStatusUpdate] = []
         lost = asyncio.run(
             asyncio.wait_for(Launcher("n1", spool_dir, reports.append).recover(), 30)
-        )
+        ).lost_job_ids()
         assert sorted(lost) == [4, 5, 6, 8]  # reported lost all the same: ctld requeues
         for p in (bystander, marked, older):
             assert p.poll() is None
@@ -137,7 +137,8 @@ def test_an_older_nodeds_state_file_counts_only_if_root_made_it(tmp_path: pathli
         forged_file.write_text(json.dumps(forged))
         os.chown(forged_file, 4242, 4242)  # as a user would have written it
         assert [s.job_id for s in records.load_jobs(str(spool_dir))] == [5]
-        lost = asyncio.run(asyncio.wait_for(Launcher("n1", str(spool_dir), print).recover(), 30))
+        launcher = Launcher("n1", str(spool_dir), print)
+        lost = asyncio.run(asyncio.wait_for(launcher.recover(), 30)).lost_job_ids()
         assert lost == [5] and batch.wait(10) == -9 and victim.poll() is None
         assert not list(spool_dir.glob("*job*"))  # both directories gone, links unfollowed
     finally:
@@ -149,7 +150,7 @@ def test_an_older_nodeds_state_file_counts_only_if_root_made_it(tmp_path: pathli
 def test_a_clean_spool_recovers_nothing(tmp_path: pathlib.Path) -> None:
     reports: list[pb.JobStatusUpdate] = []
     launcher = Launcher("n1", str(tmp_path), reports.append)
-    assert asyncio.run(launcher.recover()) == [] and reports == []
+    assert asyncio.run(launcher.recover()).lost_job_ids() == [] and reports == []
 
 
 def test_a_stale_job_cgroup_is_never_shared(tmp_path: pathlib.Path) -> None:
