@@ -3,10 +3,10 @@
 A noded that restarts (crashed, stopped, upgraded) takes its steps over from their
 supervisors and waits for their sruns: srun connects again and sends RESUME with the
 step credential's proof, and the output still in the tasks' pipes and the exits it
-has not had follow. It tries every ``RETRY_S`` until ctld's window (twice the
-heartbeat timeout: past ctld's verdict on a node that is really gone) runs out, or
-the node refuses (its noded could not take the step over): then the node is lost,
-as before (Slurm's "Node failure").
+has not had follow. It tries every ``RETRY_S`` until ctld declares the node DOWN (as
+Slurm's srun hears of a node failure from slurmctld), ctld's window (twice the
+heartbeat timeout) runs out, or the node refuses (its noded could not take the step
+over): then the node is lost, as before (Slurm's "Node failure").
 """
 
 from __future__ import annotations
@@ -19,11 +19,14 @@ from corral.errors import CorralError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
+    from corral.api import Controller
     from corral.wire import json_types as t
 
 RETRY_S = 0.5
+ASK_CTLD_S = 1.0  # between questions to ctld: is the node DOWN?
 CONNECT_TIMEOUT_S = 2.0
 DEFAULT_WINDOW_S = 60.0  # a ctld that gives none
 
@@ -32,12 +35,21 @@ class Reopening:
     def __init__(self, raw: t.StepNode, ranks: list[int], deadline: float) -> None:
         self.raw, self.ranks, self.deadline = raw, ranks, deadline
         self.next_try = 0.0
+        self.next_ask = 0.0
         self.why = "the connection to its noded was lost"
 
 
 class Resumer:
-    def __init__(self, credential: str, job_id: int, step_id: int, window_s: float | None) -> None:
+    def __init__(
+        self,
+        credential: str,
+        job_id: int,
+        step_id: int,
+        window_s: float | None,
+        is_down: Callable[[str], bool],
+    ) -> None:
         self.credential = credential
+        self.is_down = is_down  # ctld's word on a node (False when ctld cannot say)
         self.job_id, self.step_id = job_id, step_id
         self.window_s = DEFAULT_WINDOW_S if window_s is None else window_s
         self.pending: dict[str, Reopening] = {}
@@ -73,6 +85,13 @@ class Resumer:
                 continue
             except (CorralError, OSError) as exc:
                 reopening.why = f"the connection to its noded was lost ({exc})"
+                now = time.monotonic()
+                if now >= reopening.next_ask:  # ctld's verdict ends the wait at once
+                    reopening.next_ask = now + ASK_CTLD_S
+                    if self.is_down(name):
+                        del self.pending[name]
+                        lost.append((name, reopening.ranks, f"node {name} is DOWN"))
+                        continue
                 if time.monotonic() >= reopening.deadline:
                     del self.pending[name]
                     lost.append((name, reopening.ranks, reopening.why))
@@ -104,3 +123,13 @@ class Resumer:
 
 class _Refused(Exception):
     pass
+
+
+def node_down(api: Controller, name: str) -> bool:
+    """ctld says the node is DOWN (False when it cannot be asked)."""
+    try:
+        reply = api.get_nodes({"names": [name], "fields": ["state"]})
+    except (CorralError, OSError):
+        return False
+    nodes = reply.get("nodes", [])
+    return bool(nodes) and nodes[0].get("state") == "NODE_STATE_DOWN"

@@ -312,11 +312,15 @@ class JobStep:
 
     def _resumer(self) -> Resumer:
         if self.resumer is None:
-            from client.srun_resume import Resumer  # only once a stream broke
+            from client.srun_resume import Resumer, node_down  # once a stream broke
 
             job_id = self.job.job_id or int(self.job_ref)
             self.resumer = Resumer(
-                self.step_credential, job_id, self.step.step_id, self.resume_window_s
+                self.step_credential,
+                job_id,
+                self.step.step_id,
+                self.resume_window_s,
+                lambda name: node_down(self.api, name),
             )
         return self.resumer
 

@@ -25,6 +25,8 @@ from ctld.state import State, request_totals
 
 Update = pb.JobStatusUpdate
 log = structlog.get_logger("ctld")
+# a node failure's requeue waits this long for the kills sent to the job's healthy nodes
+HEALTHY_KILL_GRACE_S = 1.0
 
 
 class Endings:
@@ -361,6 +363,7 @@ class Endings:
         # operator took DOWN still answers (a dead one does not: fencing finishes it)
         for part, kill in self.outbox.terminate_everywhere(job):
             kill.kill_wait_s = 0.0
+            kill.node_failure = True
             ch.signal(part, kill)
         self.end_running_steps(ch, job, js.NODE_FAIL)
         if node.name not in job.failed_nodes:
@@ -377,6 +380,10 @@ class Endings:
         # its fence guard kills them (before timeout_s from the loss): not again before
         timeout = self.state.config.heartbeat.timeout_s
         others = [s.since + timeout for s in job.suspect_nodes if s.node != node.name]
+        if any(a.node != node.name for a in job.allocations):
+            # its parts on healthy nodes were told to die just now (their ranks ran on
+            # while srun waited for the lost node): not again before the kills landed
+            others.append(self.state.clock() + HEALTHY_KILL_GRACE_S)
         self.requeue(
             ch,
             job,

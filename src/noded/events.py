@@ -119,6 +119,7 @@ class Cancel:
 
     job_id: int
     kill_wait_s: float
+    why: str = ""  # the CANCELLED line's end (" DUE TO NODE FAILURE")
 
 
 @dataclass(frozen=True, slots=True)

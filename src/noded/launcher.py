@@ -378,7 +378,8 @@ class Launcher:
         if req.job_id not in self.jobs:
             return False
         if req.terminate:
-            self.handle(Cancel(req.job_id, req.kill_wait_s))
+            why = " DUE TO NODE FAILURE" if req.node_failure else ""
+            self.handle(Cancel(req.job_id, req.kill_wait_s, why))
             return True
         if not 0 < req.signal < signal.NSIG:
             raise LaunchError(f"invalid signal {req.signal}")

@@ -114,8 +114,8 @@ class JobMachine:
         match event:
             case Launch(request):
                 return self._launch(request)
-            case Cancel(job_id, kill_wait_s):
-                return self._cancel(job_id, kill_wait_s)
+            case Cancel(job_id, kill_wait_s, why):
+                return self._cancel(job_id, kill_wait_s, why)
             case Signalled():
                 return self._signalled(event)
             case Fence(keep):
@@ -414,11 +414,11 @@ class JobMachine:
             actions.append(Signal(run.job_id, (warn.signal,), batch_only=True))
         return actions
 
-    def _cancel(self, job_id: int, kill_wait_s: float) -> list[Action]:
+    def _cancel(self, job_id: int, kill_wait_s: float, why: str = "") -> list[Action]:
         run = self.jobs.get(job_id)
         if run is None or run.phase == "cleanup":
             return []
-        actions: list[Action] = [] if run.cancel_requested else [Notice(job_id)]
+        actions: list[Action] = [] if run.cancel_requested else [Notice(job_id, why)]
         run.cancel_requested = True
         return actions + self._terminate(run, kill_wait_s)
 

@@ -340,6 +340,13 @@ class LocalCluster(Layout):
             raise RuntimeError("cutting a node off needs isolation='netns'")
         self.network.set_link(index, up)
 
+    def cut_controller(self, *, up: bool = False) -> None:
+        """Cut ctld off from every node, the nodes still reaching one another (``up=True``
+        heals it); netns clusters only."""
+        if self.network is None:
+            raise RuntimeError("cutting ctld off needs isolation='netns'")
+        self.network.set_controller_link(up)
+
     def stop(self) -> None:
         """Stop nodes first, then their jobs (a stopped noded leaves them running for the
         next one to take over: a cluster taken down ends them), then ctld (the standbys

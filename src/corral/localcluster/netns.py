@@ -86,6 +86,13 @@ class NodeNetwork:
         """Cut a node off the network (its link down) or heal it: a network partition."""
         _ip("link", "set", self._veth(index), "up" if up else "down")
 
+    def set_controller_link(self, up: bool) -> None:
+        """Cut every node off the host (where ctld runs) while they still reach one
+        another over the bridge, or heal it: ctld cut off from all its nodes."""
+        verb = "del" if up else "replace"
+        for i in range(len(self.nodes)):
+            _ip("-n", self.namespace(i), "route", verb, "blackhole", f"{self.bridge_ip}/32")
+
     def destroy(self) -> list[str]:
         """Remove the namespaces and the bridge (their veths go with them); what was removed."""
         gone: list[str] = []

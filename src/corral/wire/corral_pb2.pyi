@@ -4363,6 +4363,7 @@ class SignalJobRequest(_message.Message):
     STEP_ID_FIELD_NUMBER: _builtins.int
     FULL_FIELD_NUMBER: _builtins.int
     RUN_FIELD_NUMBER: _builtins.int
+    NODE_FAILURE_FIELD_NUMBER: _builtins.int
     REMOVE_CHECKPOINT_FIELD_NUMBER: _builtins.int
     ARRAY_JOB_ID_FIELD_NUMBER: _builtins.int
     ARRAY_TASK_ID_FIELD_NUMBER: _builtins.int
@@ -4381,6 +4382,10 @@ class SignalJobRequest(_message.Message):
     run: _builtins.int
     """The run (restart_count) the signal is for: a node ignores it for another run of the
     job, so a late kill meant for a requeued job's earlier copy never hits the new one.
+    """
+    node_failure: _builtins.bool
+    """terminate: the job is stopped for a node failure (its CANCELLED line says so, in
+    slurmstepd's words: "DUE TO NODE FAILURE")
     """
     remove_checkpoint: _builtins.bool
     """-- checkpoints (field numbers 1000+): the job has ended for good (no requeue), so its
@@ -4402,6 +4407,7 @@ class SignalJobRequest(_message.Message):
         step_id: _builtins.int | None = ...,
         full: _builtins.bool = ...,
         run: _builtins.int | None = ...,
+        node_failure: _builtins.bool = ...,
         remove_checkpoint: _builtins.bool = ...,
         array_job_id: _builtins.int = ...,
         array_task_id: _builtins.int | None = ...,
@@ -4409,7 +4415,7 @@ class SignalJobRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id", "_run", b"_run", "_step_id", b"_step_id", "array_task_id", b"array_task_id", "run", b"run", "step_id", b"step_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id", "_run", b"_run", "_step_id", b"_step_id", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_only", b"batch_only", "full", b"full", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "remove_checkpoint", b"remove_checkpoint", "run", b"run", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id", "_run", b"_run", "_step_id", b"_step_id", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_only", b"batch_only", "full", b"full", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "node_failure", b"node_failure", "remove_checkpoint", b"remove_checkpoint", "run", b"run", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__array_task_id: _TypeAlias = _typing.Literal["array_task_id"]  # noqa: Y015
     _WhichOneofArgType__array_task_id: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id"]  # noqa: Y015

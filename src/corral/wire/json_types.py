@@ -887,6 +887,7 @@ class SignalJobRequest(TypedDict, total=False):
     stepId: int
     full: bool
     run: int
+    nodeFailure: bool
     removeCheckpoint: bool
     arrayJobId: int | str
     arrayTaskId: int
