@@ -7,10 +7,11 @@ A real ctld (bench/ctld_probe.py) and one simulator process playing every node
 (heartbeats every 10 s, each carrying its 8 GPUs' samples). Every node runs one 8-GPU
 job; the rest of the jobs wait (8 GPUs each, so every pass weighs them all). Then:
 
-- time to first render of each view: the HTTP response (ctld renders the page anew:
-  a job was submitted just before, so no rendering is cached) and again at once (the
-  shared rendering), its size; with Chromium present, the browser's first contentful
-  paint of a page load (navigation start to FCP);
+- time to first render of each view: the view's HTTP response (``/view/...``; ctld
+  renders it anew: a job was submitted just before, so no rendering is cached) and
+  again at once (the shared rendering), its size; with Chromium present, a page load
+  until the view is in the page (navigation start to the shell's script having
+  fetched and shown it);
 - an update's latency: a page's live stream open on the queue (newest first); a job is
   submitted over gRPC; the time from just before SubmitJob to the stream's event that
   shows the job (p50 / p99 over sequential probes);
@@ -62,14 +63,13 @@ def _users(n: int) -> list[str]:
 
 
 async def _session(http: Any, cluster: BenchCluster, user: str) -> str:
-    """Sign ``user`` in as a browser would: their web-login URL, then the POST."""
+    """Sign ``user`` in as the page's script does: their web-login URL's token (in its
+    fragment), traded by a POST for the session token."""
     url = cluster.tcp_client(cluster.token(user)).call("CreateWebLogin", {})["url"]
-    token = url.split("token=", 1)[1]
-    async with http.post(
-        f"{url.split('/login')[0]}/login", data={"token": token}, allow_redirects=False
-    ) as resp:
-        assert resp.status == 303, resp.status
-        return str(resp.cookies["corral_session"].value)
+    token = url.split("#token=", 1)[1]
+    async with http.post(f"{url.split('/login')[0]}/login", json={"token": token}) as resp:
+        assert resp.status == 200, resp.status
+        return str((await resp.json())["session"])
 
 
 def _cpu_s(pid: int) -> float:
@@ -101,9 +101,9 @@ async def _window(cluster: BenchCluster, seconds: float) -> float:
     return share
 
 
-async def _stream(http: Any, base: str, cookie: str, view: str, seen: list[str]) -> None:
+async def _stream(http: Any, base: str, session: str, view: str, seen: list[str]) -> None:
     """A page's live stream: each event's data appended to ``seen``."""
-    headers = {"Cookie": f"corral_session={cookie}"}
+    headers = {"Authorization": f"Bearer {session}"}
     async with http.get(
         f"{base}/events", params={"view": view}, headers=headers, timeout=None
     ) as resp:
@@ -118,20 +118,20 @@ async def _stream(http: Any, base: str, cookie: str, view: str, seen: list[str])
                 data = []
 
 
-async def _renders(http: Any, base: str, cookie: str, cluster: BenchCluster, job: int) -> Table:
+async def _renders(http: Any, base: str, session: str, cluster: BenchCluster, job: int) -> Table:
     table = Table(
-        "Time to first render (HTTP response; ctld renders anew, then shared)",
+        "Time to first render (the view's HTTP response; ctld renders anew, then shared)",
         ["view", "anew", "shared", "size"],
     )
     spec = _spec(cluster, runtime=60, gpus=GPUS, limit=3600, hold=True)
-    headers = {"Cookie": f"corral_session={cookie}"}
+    headers = {"Authorization": f"Bearer {session}"}
     for view in (*VIEWS, f"/job/{job}"):
         anew, shared, size = [], [], 0
         for _ in range(5):
             await _submit(cluster, spec, 1, inflight=1)  # a change: nothing cached is current
             for out in (anew, shared):
                 t0 = time.perf_counter()
-                async with http.get(base + view, headers=headers) as resp:
+                async with http.get(f"{base}/view{view}", headers=headers) as resp:
                     body = await resp.read()
                     assert resp.status == 200, (view, resp.status)
                 out.append(time.perf_counter() - t0)
@@ -142,8 +142,9 @@ async def _renders(http: Any, base: str, cookie: str, cluster: BenchCluster, job
     return table
 
 
-def _browser(base: str, cookie: str, job: int) -> Table | None:
-    """First contentful paint in Chromium, when it is here."""
+def _browser(base: str, session: str, job: int) -> Table | None:
+    """The view in Chromium's page (the shell, its script, the view's fetch), when
+    Chromium is here."""
     try:
         from tests.integration.browser import _found, chromium
     except ImportError:
@@ -151,24 +152,25 @@ def _browser(base: str, cookie: str, job: int) -> Table | None:
     if isinstance(_found(), str):
         return None
     table = Table(
-        "Time to first render in Chromium (navigation start to first contentful paint)",
-        ["view", "FCP", "DOM ready"],
+        "Time to first render in Chromium (navigation start to the view in the page)",
+        ["view", "view shown", "DOM ready"],
     )
     with chromium() as driver:
-        driver.get(base + "/livez")
-        driver.add_cookie({"name": "corral_session", "value": cookie, "path": "/"})
+        driver.get(base + "/livez")  # the origin's storage, where the page keeps its session
+        driver.execute_script("localStorage.setItem('corral-session', arguments[0])", session)
         for view in (*VIEWS, f"/job/{job}"):
             fcp, ready = [], []
             for _ in range(3):
                 driver.get(base + view)
                 paint = wait_for(
                     lambda: driver.execute_script(
-                        "const p = performance.getEntriesByName('first-contentful-paint')[0];"
+                        "const shown = document.getElementById('view').dataset.updated;"
                         "const n = performance.getEntriesByType('navigation')[0];"
-                        "return p ? [p.startTime, n.domContentLoadedEventEnd] : null;"
+                        "return shown ? [shown - performance.timeOrigin,"
+                        " n.domContentLoadedEventEnd] : null;"
                     ),
                     5,
-                    "the first contentful paint",
+                    "the view in the page",
                 )
                 fcp.append(paint[0] / 1000)
                 ready.append(paint[1] / 1000)
@@ -177,10 +179,10 @@ def _browser(base: str, cookie: str, job: int) -> Table | None:
 
 
 async def _latency(
-    http: Any, base: str, cookie: str, cluster: BenchCluster, probes: int
+    http: Any, base: str, session: str, cluster: BenchCluster, probes: int
 ) -> list[float]:
     seen: list[str] = []
-    reader = asyncio.create_task(_stream(http, base, cookie, "/queue?sort=-id", seen))
+    reader = asyncio.create_task(_stream(http, base, session, "/queue?sort=-id", seen))
     await asyncio.sleep(2)
     import grpc
 
@@ -234,12 +236,12 @@ async def _measure(
     await asyncio.sleep(HEARTBEAT_S + 2)  # every node's GPU samples are in
     async with aiohttp.ClientSession() as http:
         users = _users(10)
-        cookies = [await _session(http, cluster, u) for u in users]
-        result.tables.append(await _renders(http, base, cookies[0], cluster, busy[0]))
-        painted = await asyncio.to_thread(_browser, base, cookies[0], busy[0])
+        sessions = [await _session(http, cluster, u) for u in users]
+        result.tables.append(await _renders(http, base, sessions[0], cluster, busy[0]))
+        painted = await asyncio.to_thread(_browser, base, sessions[0], busy[0])
         if painted is not None:
             result.tables.append(painted)
-        lat = await _latency(http, base, cookies[0], cluster, probes)
+        lat = await _latency(http, base, sessions[0], cluster, probes)
         t = Table(
             "An update's latency (submit over gRPC -> the live stream's event showing it)",
             ["view", "p50", "p99", "probes"],
@@ -252,7 +254,7 @@ async def _measure(
         seen: list[list[str]] = [[] for _ in views]
         streams = [
             asyncio.create_task(_stream(http, base, c, v, s))
-            for c, v, s in zip(cookies, views, seen, strict=True)
+            for c, v, s in zip(sessions, views, seen, strict=True)
         ]
         await asyncio.sleep(3)
         loaded = await _window(cluster, WINDOW_S)

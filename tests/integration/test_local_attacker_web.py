@@ -3,14 +3,16 @@ attacker"): what bob's job name may do to another viewer's live page, who may sc
 /metrics and what it shows under private_data, and what root opens when bob views his
 own job page whose -o names a FIFO, a device or a file of root's.
 
-One cluster, with private_data = ["jobs", "accounting"] and op its operator. Pages are
+One cluster, with private_data = ["jobs", "accounting"] and op its operator. Views are
 read over plain HTTP with the session a real ``corral web-login`` (run as the user)
-starts: no browser needed for what a stream or a page carries.
+starts, as the page's script reads them: no browser needed for what a stream or a view
+carries.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pathlib
 import pwd
@@ -23,7 +25,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from http.client import HTTPConnection, HTTPException
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -60,26 +62,28 @@ def lab(users: Users, module_cluster_factory: ClusterFactory) -> LocalCluster:
 
 
 def session(c: LocalCluster, pw: pwd.struct_passwd) -> dict[str, str]:
-    """The headers of a web session ``pw`` started with her own ``corral web-login``."""
+    """The headers of a web session ``pw`` started with her own ``corral web-login``:
+    the login token (after '#') traded for a session token, as the page's script does."""
     code, out, err = command(c, pw, "corral_cmd", "web-login", "--url-only")
     assert code == 0, err
-    token = parse_qs(urlsplit(out.strip()).query)["token"][0]
+    token = parse_qs(urlsplit(out.strip()).fragment)["token"][0]
     conn = HTTPConnection(c.http_address, timeout=10)
-    form = {"Content-Type": "application/x-www-form-urlencoded"}
-    conn.request("POST", "/login", body=urlencode({"token": token}), headers=form)
+    body = json.dumps({"token": token})
+    conn.request("POST", "/login", body=body, headers={"Content-Type": "application/json"})
     reply = conn.getresponse()
-    assert reply.status == 303, reply.read()
-    cookie = reply.headers["Set-Cookie"].split(";")[0]
+    said = reply.read()
+    assert reply.status == 200, said
     conn.close()
-    return {"Cookie": cookie}
+    return {"Authorization": f"Bearer {json.loads(said)['session']}"}
 
 
-def get(c: LocalCluster, path: str, headers: dict[str, str]) -> tuple[int, str]:
+def view(c: LocalCluster, path: str, headers: dict[str, str]) -> tuple[int, str]:
+    """A page's view as its script gets it: (status, the HTML of its <main>)."""
     conn = HTTPConnection(c.http_address, timeout=20)
     try:
-        conn.request("GET", path, headers=headers)
+        conn.request("GET", f"/view{path}", headers=headers)
         reply = conn.getresponse()
-        return reply.status, reply.read().decode()
+        return reply.status, str(json.loads(reply.read())["html"])
     finally:
         conn.close()
 
@@ -248,7 +252,7 @@ def test_root_opens_no_fifo_device_or_roots_file_that_bobs_output_names(
         pages: dict[str, str] = {}
         for what, job_id in jobs.items():
             started = time.monotonic()
-            status, page = get(lab, f"/job/{job_id}", headers)
+            status, page = view(lab, f"/job/{job_id}", headers)
             took = time.monotonic() - started
             assert status == 200, (what, page[-500:])
             assert took < 5, f"{what}: the page took {took:.1f} s"

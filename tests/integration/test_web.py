@@ -58,21 +58,19 @@ def base(cluster: LocalCluster) -> str:
 
 
 def login_url(cluster: LocalCluster, pw: pwd.struct_passwd) -> str:
-    """What ``corral web-login --url-only`` prints when ``pw`` runs it."""
+    """What ``corral web-login --url-only`` prints when ``pw`` runs it: the token in
+    the fragment, which no browser sends to a server."""
     code, out, err = command(cluster, pw, "corral_cmd", "web-login", "--url-only")
     assert code == 0, err
     url = out.strip()
-    assert url.startswith(base(cluster) + "/login?token="), url
+    assert url.startswith(base(cluster) + "/login#token="), url
     return url
 
 
 def sign_in(driver: Any, cluster: LocalCluster, pw: pwd.struct_passwd) -> None:
-    from selenium.webdriver.common.by import By
-
     driver.get(login_url(cluster, pw))
-    button = driver.find_element(By.ID, "signin")
-    assert button.text == f"Sign in as {pw.pw_name}"
-    button.click()
+    wait_for(lambda: text_of(driver, "signin") == f"Sign in as {pw.pw_name}", 15, "the button")
+    click(driver, "#signin")
     wait_for(lambda: "Log out" in text_of(driver, tag="nav"), 15, "signed in")
 
 
@@ -142,13 +140,16 @@ def http(
     cluster: LocalCluster,
     path: str,
     *,
-    cookie: str = "",
+    token: str = "",
     data: bytes | None = None,
     headers: dict[str, str] | None = None,
+    method: str | None = None,
 ) -> tuple[int, dict[str, str], str]:
-    req = urllib.request.Request(base(cluster) + path, data=data, headers=headers or {})
-    if cookie:
-        req.add_header("Cookie", f"corral_session={cookie}")
+    req = urllib.request.Request(
+        base(cluster) + path, data=data, headers=headers or {}, method=method
+    )
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, dict(resp.headers), resp.read().decode()
@@ -156,8 +157,9 @@ def http(
         return exc.code, dict(exc.headers), exc.read().decode()
 
 
-def session_cookie(driver: Any) -> str:
-    return str(driver.get_cookie("corral_session")["value"])
+def session_token(driver: Any) -> str:
+    """The session token the page keeps in its origin's localStorage."""
+    return str(driver.execute_script("return localStorage.getItem('corral-session')"))
 
 
 def set_gpus(
@@ -176,48 +178,84 @@ def set_gpus(
 
 # ---------------------------------------------------------------- no session: the login page
 
+API = ("/view/", "/view/queue", "/view/mine", "/view/usage", "/view/reservations", "/view/job/1")
+SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
 
-def test_unauthenticated_requests_get_the_login_page(
-    web: LocalCluster, shots: pathlib.Path
+
+def test_without_a_session_pages_are_an_empty_shell_and_the_api_answers_401(
+    web: LocalCluster, users: Users, shots: pathlib.Path
 ) -> None:
-    for path in PAGES:
+    for path in PAGES:  # the same shell for anyone, with nothing of anyone's
         status, headers, body = http(web, path)
-        assert status == 401, path
-        assert "corral web-login" in body and "Sign in" in body, path
+        assert status == 200, path
+        assert "corral web-login" in body and "/static/page.js" in body, path
         assert "default-src 'none'" in headers["Content-Security-Policy"]
-        assert headers["X-Frame-Options"] == "DENY"
+        assert "frame-ancestors 'none'" in headers["Content-Security-Policy"]
+        assert SECURITY_HEADERS.items() <= headers.items(), headers
+        assert "Access-Control-Allow-Origin" not in headers
+    forged = "v2.0.1.99999999999.abc.AAAA"  # root's uid in a token signed by nobody
+    for path in API:
+        for token in ("", forged, "x" * 5000):
+            status, headers, body = http(web, path, token=token)
+            assert status == 401 and "Access-Control-Allow-Origin" not in headers, path
+            assert json.loads(body) == {"error": "sign in first"}
     assert http(web, "/events?view=/")[0] == 401
-    assert http(web, "/job/1/cancel", data=b"csrf=x")[0] == 401
-    forged = "v1.0.1.99999999999.abc.AAAA"  # root's uid in a cookie signed by nobody
-    assert http(web, "/queue", cookie=forged)[0] == 401
+    assert http(web, "/job/1/cancel", data=b"")[0] == 401
+    assert http(web, "/logout", data=b"")[0] == 401
+    # a preflight for another origin's fetch() with a header: no CORS, ever
+    status, headers, _ = http(
+        web,
+        "/view/queue",
+        headers={
+            "Origin": "http://127.0.0.1:1",
+            "Access-Control-Request-Method": "GET",
+            "Access-Control-Request-Headers": "authorization",
+        },
+        method="OPTIONS",
+    )
+    assert status in (403, 405)
+    assert "Access-Control-Allow-Origin" not in headers
     assert http(web, "/livez")[0] == 200
     status, _, body = http(web, "/readyz")
     assert (status, body) == (200, "ok\n")
     with chromium() as driver:
         driver.get(base(web) + "/queue")
-        assert "Sign in" in view_text(driver)
+        wait_for(lambda: "Sign in" in view_text(driver), 15, "the sign-in text")
+        assert "corral web-login" in view_text(driver)
+        assert not driver.find_element("tag name", "nav").is_displayed()
         driver.save_screenshot(str(shots / "web-login.png"))
 
 
-def test_a_login_url_works_once_and_makes_a_strict_httponly_cookie(
+def test_a_login_url_works_once_and_its_session_is_no_cookie(
     web: LocalCluster, users: Users
 ) -> None:
-    from selenium.webdriver.common.by import By
-
     url = login_url(web, users.alice)
+    token = url.split("#token=", 1)[1]
     with chromium() as driver:
         driver.get(url)
-        driver.find_element(By.ID, "signin").click()
+        wait_for(lambda: text_of(driver, "signin").startswith("Sign in as"), 15, "the button")
+        assert "token" not in driver.current_url  # out of the address bar at once
+        click(driver, "#signin")
         wait_for(lambda: "Log out" in text_of(driver, tag="nav"), 15, "in")
-        cookie = driver.get_cookie("corral_session")
-        assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
-        assert cookie["secure"] is False  # plain HTTP here; Secure when served over TLS
-        driver.delete_all_cookies()
+        assert driver.get_cookies() == []  # nothing a browser would send on its own
+        session = session_token(driver)
+        assert session.startswith("v2.")
+        assert http(web, "/view/mine", token=session)[0] == 200
         driver.get(url)  # the same URL again: used up
-        assert "expired or was used" in view_text(driver)
-    token = url.split("token=", 1)[1]
-    status, _, body = http(web, "/login", data=f"token={token}".encode())
-    assert status == 403 and "expired or was used" in body
+        wait_for(lambda: "expired or was used" in view_text(driver), 15, "the refusal")
+    body = json.dumps({"token": token}).encode()
+    status, _, said = http(web, "/login", data=body, headers={"Content-Type": "application/json"})
+    assert status == 403 and "expired or was used" in said
+    # another origin's page may not trade a token it got hold of
+    fresh = login_url(web, users.alice).split("#token=", 1)[1]
+    evil = {"Content-Type": "application/json", "Origin": "http://127.0.0.1:1"}
+    status, _, said = http(web, "/login", data=json.dumps({"token": fresh}).encode(), headers=evil)
+    assert status == 403
 
 
 # ---------------------------------------------------------------- every view, real state
@@ -323,10 +361,10 @@ def test_a_live_stream_outlives_the_gateways_unproven_deadline(
 ) -> None:
     # the gateway cuts a TCP connection still unproven 10 s after its accept (issue 22);
     # a signed-in browser's session proves it, so a page's live stream stays open
-    cookie = session_cookie(alice_browser)
+    token = session_token(alice_browser)
     host, _, port = web.http_address.rpartition(":")
     conn = HTTPConnection(host, int(port), timeout=30)
-    conn.request("GET", "/events?view=/mine", headers={"Cookie": f"corral_session={cookie}"})
+    conn.request("GET", "/events?view=/mine", headers={"Authorization": f"Bearer {token}"})
     resp = conn.getresponse()
     assert resp.status == 200
     opened = time.monotonic()
@@ -341,6 +379,45 @@ def test_a_live_stream_outlives_the_gateways_unproven_deadline(
         seen += chunk
     conn.close()
     assert name.encode() in seen
+
+
+STREAM_READER = r"""
+const done = arguments[arguments.length - 1];
+import("/static/stream.js").then(async ({ follow }) => {
+  const bytes = (text) => new TextEncoder().encode(text);
+  const accent = bytes("data: \u00e9t\u00e9\n\n");  // split inside a character
+  const chunks = [bytes("event: view\r"), bytes("\ndata: a\rdata: b\r\n"),
+    bytes("data:c\n\n: ping\n\nevent: x\ndata\n\n"), accent.slice(0, 7),
+    accent.slice(7), bytes("data: never sent")];
+  const real = window.fetch;
+  window.fetch = async () => new Response(new ReadableStream({
+    start(c) { for (const chunk of chunks) c.enqueue(chunk); c.close(); } }));
+  const got = [];
+  try {
+    got.push(await follow("/nowhere", {}, (name, data) => got.push([name, data])));
+  } finally {
+    window.fetch = real;
+  }
+  done(got);
+});
+"""
+
+
+def test_the_stream_reader_splits_events_as_the_standard_says(
+    web: LocalCluster, alice_browser: Any
+) -> None:
+    # the live stream is read by fetch() (EventSource sends no Authorization header):
+    # lines end in CR, LF or CR LF, split across chunks too; comments are skipped; an
+    # event ends at a blank line, one left unfinished is dropped
+    open_page(alice_browser, web, "/mine", "My jobs")
+    got = alice_browser.execute_async_script(STREAM_READER)
+    assert got == [
+        ["open", ""],
+        ["view", "a\nb\nc"],
+        ["x", ""],
+        ["message", "\u00e9t\u00e9"],
+        0,
+    ]
 
 
 # ---------------------------------------------------------------- another user's secrets
@@ -378,8 +455,9 @@ def test_another_users_job_hides_its_script_environment_and_output(
     assert "Hidden: only the job's owner and operators see them." in text
     assert "--export=<hidden>" in text  # Policy.shown's scrubbed submit line
     # the live stream of that page carries the same scrubbed page
-    status, _, body = http(web, f"/job/{job}", cookie=session_cookie(alice_browser))
-    assert status == 200 and secret not in body and said not in body
+    status, _, body = http(web, f"/view/job/{job}", token=session_token(alice_browser))
+    assert status == 200 and "bobs-job" in body
+    assert secret not in body and said not in body
     web.client().call("CancelJobs", {"filter": {"jobIds": [str(job)]}})
 
 
@@ -398,50 +476,44 @@ def test_a_job_name_is_text_never_markup(
 # ---------------------------------------------------------------- changes need the token
 
 
-def test_a_cancel_needs_the_sessions_token_and_the_commands_rights(
+def test_a_cancel_needs_the_session_token_and_the_commands_rights(
     web: LocalCluster, users: Users, alice_browser: Any, bob_browser: Any
 ) -> None:
-    job = submit_as(web, users, users.alice, "-J", "csrf-web", "--wrap", "sleep 120")
+    job = submit_as(web, users, users.alice, "-J", "cancel-web", "--wrap", "sleep 120")
     web.wait_state(job, "RUNNING")
-    cookie = session_cookie(alice_browser)
+    token = session_token(alice_browser)
     form = {"Content-Type": "application/x-www-form-urlencoded"}
-    # a forged cross-site form carries the cookie but not the token
-    assert http(web, f"/job/{job}/cancel", cookie=cookie, data=b"csrf=", headers=form)[0] == 403
-    assert (
-        http(web, f"/job/{job}/cancel", cookie=cookie, data=b"csrf=guess", headers=form)[0] == 403
-    )
-    assert http(web, f"/job/{job}/cancel", cookie=cookie)[0] == 405  # no GET changes anything
+    # a form another page posts carries no token (there is no cookie to ride along)
+    assert http(web, f"/job/{job}/cancel", data=b"csrf=", headers=form)[0] == 401
+    assert http(web, f"/job/{job}/cancel", token="guess", data=b"")[0] == 401
+    assert http(web, f"/job/{job}/cancel", token=token)[0] == 405  # no GET changes anything
+    # ... and a request from another origin is refused whatever it carries
+    evil = {"Origin": "http://evil.example"}
+    assert http(web, f"/job/{job}/cancel", token=token, data=b"", headers=evil)[0] == 403
     assert web.job(job)["state"] == "JOB_STATE_RUNNING"
-    # bob's own token, on alice's job: the authorization table says no
-    open_page(bob_browser, web, f"/job/{job}", "csrf-web")
+    # bob's own session, on alice's job: the authorization table says no
+    open_page(bob_browser, web, f"/job/{job}", "cancel-web")
     assert not bob_browser.find_elements("css selector", "form.actions button")
-    bobs = bob_browser.find_element("css selector", "form.logout input[name=csrf]")
-    data = f"csrf={bobs.get_attribute('value')}".encode()
-    status, _, body = http(
-        web, f"/job/{job}/cancel", cookie=session_cookie(bob_browser), data=data, headers=form
-    )
+    status, _, body = http(web, f"/job/{job}/cancel", token=session_token(bob_browser), data=b"")
     assert status == 403 and "Not cancelled" in body, body
-    # ... and a form posted from another site is refused whatever it carries
-    status, _, _ = http(
-        web,
-        f"/job/{job}/cancel",
-        cookie=cookie,
-        data=data,
-        headers={**form, "Origin": "http://evil.example"},
-    )
-    assert status == 403
     assert web.job(job)["state"] == "JOB_STATE_RUNNING"
-    # alice's button: her token, her job
-    open_page(alice_browser, web, f"/job/{job}", "csrf-web")
+    # alice's button: her session, her job
+    open_page(alice_browser, web, f"/job/{job}", "cancel-web")
     click(alice_browser, "form.actions button")
     web.wait_state(job, "CANCELLED")
+    shows(alice_browser, "CANCELLED")  # the page follows without a reload
 
 
-def test_signing_out_ends_the_session(web: LocalCluster, users: Users) -> None:
-    with chromium() as driver:
+def test_signing_out_ends_the_users_sessions(web: LocalCluster, users: Users) -> None:
+    with chromium() as driver, chromium() as other:
         sign_in(driver, web, users.op)
-        cookie = session_cookie(driver)
-        assert http(web, "/queue", cookie=cookie)[0] == 200
+        sign_in(other, web, users.op)  # the same user in another browser
+        token, others = session_token(driver), session_token(other)
+        assert http(web, "/view/queue", token=token)[0] == 200
         click(driver, "form.logout button")
-        wait_for(lambda: "Sign in" in view_text(driver), 10, "the login page")
-        assert http(web, "/queue", cookie=cookie)[0] == 401
+        wait_for(lambda: "Sign in" in view_text(driver), 10, "the sign-in text")
+        assert driver.execute_script("return localStorage.length") == 0
+        assert http(web, "/view/queue", token=token)[0] == 401
+        assert http(web, "/view/queue", token=others)[0] == 401  # a sign-out ends them all
+        # the other browser's open page learns it from its live stream
+        wait_for(lambda: "Sign in" in view_text(other), 10, "the other browser signed out")

@@ -1,9 +1,13 @@
-"""The web page's parts without daemons: escaping, sessions, login tokens, the session
-key's file, output tails, the GPU series' bound, shared renderings (docs/web.md)."""
+"""The web page's parts without daemons: escaping, sessions, login tokens and their
+per-user limit, sign-outs (durable, bounded), the session key's file, output tails, the
+GPU series' bound, shared renderings (docs/web.md)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
 import os
 import pathlib
 import pwd
@@ -20,7 +24,8 @@ from ctld.gpu_samples import MAX_POINTS, GpuSamples, Series, holders
 from ctld.web import output
 from ctld.web.html import Html, el
 from ctld.web.live import Renders, sse
-from ctld.web.session import KEY_FILE, Logins, Sessions, load_key
+from ctld.web.session import KEY_FILE, MAX_LOGINS_PER_USER, Logins, Sessions, load_key
+from ctld.web.signouts import COMPACT_SLACK, SignOuts
 from tests.openwatch import OpenWatch
 from tests.ssestream import events
 
@@ -89,25 +94,112 @@ def test_an_event_name_is_a_plain_word(name: str) -> None:
 # ---------------------------------------------------------------- sessions and logins
 
 
-def test_a_session_cookie_is_signed_expires_and_can_be_revoked() -> None:
+def sessions_in(path: pathlib.Path, clock: Clock, lifetime_s: int = 3600) -> Sessions:
+    signouts = SignOuts(str(path / "web.signouts"), lifetime_s, clock, durable=False)
+    return Sessions(b"k" * 32, lifetime_s, signouts, clock)
+
+
+def test_a_session_token_is_signed_and_expires(tmp_path: pathlib.Path) -> None:
     clock = Clock()
-    sessions = Sessions(b"k" * 32, 3600, clock)
-    cookie, s = sessions.issue(1001)
-    assert sessions.check(cookie) == s and s.uid == 1001
-    forged = cookie.replace("v1.1001.", "v1.0.", 1)  # root's uid, the same signature
+    sessions = sessions_in(tmp_path, clock)
+    token, s = sessions.issue(1001)
+    assert sessions.check(token) == s and s.uid == 1001 and token.startswith("v2.")
+    forged = token.replace("v2.1001.", "v2.0.", 1)  # root's uid, the same signature
     assert sessions.check(forged) is None
-    assert Sessions(b"x" * 32, 3600, clock).check(cookie) is None  # another key
-    assert sessions.check(cookie + "x") is None and sessions.check("garbage") is None
-    assert sessions.check(cookie[:-1] + "é") is None  # not ASCII: a mismatch, no error
-    assert not sessions.csrf_ok(s, "é")
-    other, s2 = sessions.issue(1001)
-    assert sessions.csrf(s) != sessions.csrf(s2)  # one token per session
-    assert sessions.csrf_ok(s, sessions.csrf(s)) and not sessions.csrf_ok(s, sessions.csrf(s2))
-    assert not sessions.csrf_ok(s, "")
-    sessions.revoke(s)
-    assert sessions.check(cookie) is None and sessions.check(other) == s2
+    other_key = Sessions(b"x" * 32, 3600, sessions.signouts, clock)
+    assert other_key.check(token) is None
+    assert sessions.check(token + "x") is None and sessions.check("garbage") is None
+    assert sessions.check(token[:-1] + "é") is None  # not ASCII: a mismatch, no error
+    assert sessions.check("v2." + "1" * 10_000) is None
+    # a token made when web.session was longer counts no longer than it is now
+    assert sessions_in(tmp_path, clock, lifetime_s=60).check(token) is None
     clock.now += 3600
-    assert sessions.check(other) is None  # expired
+    assert sessions.check(token) is None  # expired
+
+
+def test_a_session_of_the_previous_version_counts_for_nothing(tmp_path: pathlib.Path) -> None:
+    clock = Clock()
+    sessions = sessions_in(tmp_path, clock)
+    payload = f"v1.1001.{int(clock.now)}.{int(clock.now) + 3600}.abcdefgh"
+    mac = hmac.new(b"k" * 32, b"corral web session\0" + payload.encode(), hashlib.sha256)
+    cookie = f"{payload}.{base64.urlsafe_b64encode(mac.digest()).rstrip(b'=').decode()}"
+    assert sessions.check(cookie) is None
+
+
+def test_a_sign_out_ends_the_users_sessions_and_outlives_a_restart(
+    tmp_path: pathlib.Path,
+) -> None:
+    clock = Clock()
+    sessions = sessions_in(tmp_path, clock)
+    token, s = sessions.issue(1001)
+    other, s2 = sessions.issue(1001)  # the same user in another browser
+    bobs, _ = sessions.issue(1002)
+    sessions.sign_out(s)
+    assert sessions.check(token) is None and sessions.check(other) is None
+    assert not sessions.alive(s2)  # an open page's stream ends too
+    assert sessions.check(bobs) is not None  # another user's session goes on
+    again, s3 = sessions.issue(1001)  # in the same millisecond: still a new session
+    assert sessions.check(again) == s3
+    restarted = sessions_in(tmp_path, clock)  # a new ctld reads the file
+    assert restarted.check(token) is None and restarted.check(other) is None
+    assert restarted.check(again) == s3 and restarted.check(bobs) is not None
+    clock.now -= 600  # the clock set back: a new session is still newer than the sign-out
+    later, _ = restarted.issue(1001)
+    assert restarted.check(later) is not None
+
+
+def test_the_sign_outs_stay_bounded_by_the_users_who_signed_out_lately(
+    tmp_path: pathlib.Path,
+) -> None:
+    # 100,000 sign-outs by ten users over 100 days (one every 86 s): what is kept, in
+    # memory and in the file, is an entry per user who signed out within a session
+    # lifetime, and the work done (entries looked at, lines written) is a constant per
+    # sign-out: never a scan of all entries per sign-out
+    clock = Clock()
+    lifetime_s = 12 * 3600
+    path = tmp_path / "web.signouts"
+    signouts = SignOuts(str(path), lifetime_s, clock, durable=False)
+    n = 100_000
+    largest_file = 0
+    for i in range(n):
+        clock.now += 86.4
+        signouts.sign_out(i % 10, int(clock.now * 1000))
+        if i % 1000 == 0:
+            largest_file = max(largest_file, len(path.read_bytes().splitlines()))
+    assert len(signouts) == 10
+    assert largest_file <= 2 * 10 + COMPACT_SLACK + 1
+    assert signouts.work <= 4 * n
+    # users who signed out once and never again: dropped once their sessions expired
+    for uid in range(1000, 6000):
+        signouts.sign_out(uid, int(clock.now * 1000))
+    assert len(signouts) == 5010
+    clock.now += lifetime_s + 1
+    signouts.sign_out(1, int(clock.now * 1000))
+    assert len(signouts) == 1 and signouts.not_before(1000) == 0
+    assert len(path.read_bytes().splitlines()) <= 2 * 1 + COMPACT_SLACK + 1
+    reread = SignOuts(str(path), lifetime_s, clock, durable=False)
+    assert len(reread) == 1 and reread.not_before(1) == int(clock.now * 1000)
+
+
+def test_the_sign_outs_file_is_ctlds_own_and_a_torn_line_is_skipped(
+    tmp_path: pathlib.Path,
+) -> None:
+    clock = Clock()
+    path = tmp_path / "web.signouts"
+    path.write_text(f"1001 {int(clock.now * 1000)}\n1002 12")  # a crash cut the last line
+    path.chmod(0o600)
+    signouts = SignOuts(str(path), 3600, clock, durable=False)
+    assert signouts.not_before(1001) == int(clock.now * 1000)
+    assert (path.stat().st_mode & 0o777) == 0o600
+    signouts.sign_out(1003, int(clock.now * 1000) + 5)  # not glued to the cut line
+    assert SignOuts(str(path), 3600, clock).not_before(1003) == int(clock.now * 1000) + 5
+    path.chmod(0o644)
+    with pytest.raises(ConfigError, match="mode 0600"):
+        SignOuts(str(path), 3600, clock)
+    path.unlink()
+    os.symlink("/etc/hostname", path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        SignOuts(str(path), 3600, clock)
 
 
 def test_a_login_token_works_once_and_only_briefly() -> None:
@@ -121,7 +213,20 @@ def test_a_login_token_works_once_and_only_briefly() -> None:
     late, _ = logins.issue(1002)
     clock.now += 121
     assert logins.use(late) is None
-    assert logins.use("made-up") is None
+    assert logins.use("made-up") is None and logins.peek("é") is None
+
+
+def test_one_users_login_tokens_never_crowd_out_anothers() -> None:
+    clock = Clock()
+    logins = Logins(120, clock)
+    first, _ = logins.issue(1002)
+    for _ in range(100_000):  # bob asks and asks: he holds his newest few
+        last, _ = logins.issue(1002)
+    assert len(logins) == MAX_LOGINS_PER_USER
+    assert logins.peek(first) is None and logins.peek(last) == 1002
+    alices, _ = logins.issue(1001)
+    assert logins.use(alices) == 1001
+    assert logins.use(last) == 1002
 
 
 def test_the_session_key_is_made_0600_and_refused_when_others_may_read_it(

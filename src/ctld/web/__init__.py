@@ -29,11 +29,15 @@ def mount(
     r.add_get("/livez", site.livez)
     r.add_get("/readyz", site.readyz)
     r.add_get("/static/{name}", site.static_file)
-    r.add_get("/login", site.login_form)
-    r.add_post("/login", site.login)
-    r.add_post("/logout", site.logout)
+    # the pages: a shell for anyone, whose script fetches the rest with the session
+    for path in ("/", "/queue", "/mine", "/usage", "/reservations", "/job/{job_id:[0-9]{1,19}}"):
+        r.add_get(path, site.page)
+    r.add_get("/login", site.page)
+    # what needs a session token (Authorization: Bearer), or a login token
+    r.add_post("/login/who", site.signin.who)
+    r.add_post("/login", site.signin.login)
+    r.add_post("/logout", site.signin.logout)
+    r.add_get("/view/{path:.*}", site.view)
     r.add_get("/events", site.events)
     r.add_post("/job/{job_id:[0-9]{1,19}}/cancel", site.cancel)
-    for path in ("/", "/queue", "/mine", "/usage", "/reservations", "/job/{job_id:[0-9]{1,19}}"):
-        r.add_get(path, site.view)
     return site

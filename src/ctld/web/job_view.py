@@ -255,12 +255,12 @@ async def _private(ctx: Ctx, job: pb.Job) -> Html:
     return el("section", *parts, id="private")
 
 
-def _actions(ctx: Ctx, job: pb.Job, csrf: str) -> Html | None:
+def _actions(ctx: Ctx, job: pb.Job) -> Html | None:
+    """The page's script posts it with the session token (CancelJobs checks again)."""
     if job.state not in ACTIVE or not (job.uid == ctx.who.uid or ctx.policy.is_operator(ctx.who)):
         return None
     return el(
         "form",
-        el("input", type="hidden", name="csrf", value=csrf),
         el("button", f"Cancel job {job.job_id}", type="submit", class_="danger"),
         method="post",
         action=f"/job/{job.job_id}/cancel",
@@ -268,7 +268,7 @@ def _actions(ctx: Ctx, job: pb.Job, csrf: str) -> Html | None:
     )
 
 
-async def render(ctx: Ctx, job_id: int, csrf: str) -> tuple[str, Html]:
+async def render(ctx: Ctx, job_id: int) -> tuple[str, Html]:
     job = await find(ctx, job_id)
     runs: list[pb.Job] = []
     if job.restart_count:
@@ -280,7 +280,7 @@ async def render(ctx: Ctx, job_id: int, csrf: str) -> tuple[str, Html]:
     body = el(
         "div",
         el("h1", title, " ", el("span", job.spec.name, class_="jobname")),
-        _actions(ctx, job, csrf),
+        _actions(ctx, job),
         _summary(ctx, job),
         await _why(ctx, job),
         _story(ctx, job, runs),

@@ -55,25 +55,40 @@ class Ctx:
         return min(max(value, low), high)
 
 
-def shell(
-    title: str, body: Html, *, who: Identity | None, csrf: str, path: str, cluster: str
-) -> Html:
-    """The whole page: head, navigation, the view in <main>, the one script."""
-    nav = []
-    if who is not None:
-        links = [
-            el("a", label, href=href, aria_current="page" if href == path else None)
-            for href, label in NAV
-        ]
-        logout = el(
-            "form",
-            el("input", type="hidden", name="csrf", value=csrf),
-            el("button", f"Log out {who.user}", type="submit", class_="link"),
-            method="post",
-            action="/logout",
-            class_="logout",
-        )
-        nav = [el("nav", el("span", cluster, class_="brand"), *links, logout)]
+def shell(*, path: str, cluster: str, session_hours: int) -> Html:
+    """The page at every URL: head, navigation, an empty <main>, the one script. It is
+    the same for everyone and holds nothing of anyone's: the script (static/page.js)
+    fetches the view with the session token, fills <main> and the user's name, and
+    shows the sign-in text (the template) when there is no session."""
+    links = [
+        el("a", label, href=href, aria_current="page" if href == path else None)
+        for href, label in NAV
+    ]
+    logout = el(
+        "form",
+        el("button", "Log out ", el("span", id="user"), type="submit", class_="link"),
+        method="post",
+        action="/logout",
+        class_="logout",
+    )
+    sign_in = el(
+        "div",
+        el("h1", "Sign in"),
+        el("p", class_="notice", id="signin-note", hidden=True),
+        el(
+            "p",
+            "Run ",
+            el("code", "corral web-login"),
+            " in a shell on a host of the cluster and open the URL it prints. It signs "
+            "you in as the user who ran it, for ",
+            f"{session_hours} hours.",
+        ),
+        el("button", type="button", id="signin", hidden=True),
+        class_="login",
+    )
+    needs_script = el(
+        "noscript", el("p", "This page needs JavaScript: the session lives in the page.")
+    )
     return Html(
         "<!doctype html>"
         + el(
@@ -82,21 +97,16 @@ def shell(
                 "head",
                 el("meta", charset="utf-8"),
                 el("meta", name="viewport", content="width=device-width, initial-scale=1"),
-                el("title", f"{title} - {cluster}"),
+                el("title", cluster),
                 el("link", rel="stylesheet", href="/static/app.css"),
                 el("link", rel="icon", href="/static/favicon.svg", type="image/svg+xml"),
-                el("script", type="module", src="/static/live.js"),
+                el("script", type="module", src="/static/page.js"),
             ),
             el(
                 "body",
-                *nav,
-                el(
-                    "main",
-                    body,
-                    id="view",
-                    data_live="1" if who is not None else None,
-                    data_digest=digest_of(body),
-                ),
+                el("nav", el("span", cluster, class_="brand"), *links, logout, hidden=True),
+                el("main", needs_script, id="view", data_cluster=cluster),
+                el("template", sign_in, id="signin-template"),
             ),
             lang="en",
         )

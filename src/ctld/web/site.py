@@ -1,9 +1,12 @@
-"""The web page's routes on ctld's HTTP port: the login, the views, live updates.
+"""The web page's routes on ctld's HTTP port: the pages, their views, live updates.
 
-Only the login page, ``/livez``, ``/readyz`` and the static files answer without a
-session; every other route answers 401 with the login page. A view runs as the
-session's user through the same ControllerApi handlers and ``Policy`` the commands use,
-so the page can show exactly what that user's commands could.
+Every page's URL (``/``, ``/queue``, ``/job/7``, ``/login``...) answers the same small
+shell without a session: it holds nothing of anyone's. Its script (``static/page.js``)
+fetches the view, ``GET /view/<page's path and query>``, with the session token in an
+``Authorization`` header (``signin.py``), follows it live (``GET /events``) and posts
+the page's actions the same way; those routes answer 401 without a valid token. A view
+runs as the session's user through the same ControllerApi handlers and ``Policy`` the
+commands use, so the page can show exactly what that user's commands could.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from urllib.parse import urlsplit
 import structlog
 from aiohttp import web
 
-from corral.auth.users import identity_of
 from corral.config import ClusterConfig
 from corral.errors import CorralError, InvalidJobId
 from corral.identity import Identity
@@ -30,17 +32,19 @@ from ctld.web import cluster_view, job_view, queue_view, resv_view, usage_view
 from ctld.web.html import Html, el
 from ctld.web.live import PING_S, TICK_S, Generation, Rendering, Renders, sse
 from ctld.web.page import Ctx, digest_of, shell
-from ctld.web.session import COOKIE, Logins, Session, Sessions, load_key
+from ctld.web.responses import Responder
+from ctld.web.session import Session
+from ctld.web.signin import SignIn
 
 log = structlog.get_logger("ctld.web")
 
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
-MAX_FORM_BYTES = 4096
 MAX_STREAMS_PER_USER = 16
-STATIC = {"app.css": "text/css", "live.js": "text/javascript", "favicon.svg": "image/svg+xml"}
+STATIC = {
+    "app.css": "text/css",
+    "page.js": "text/javascript",
+    "stream.js": "text/javascript",
+    "favicon.svg": "image/svg+xml",
+}
 
 View = Callable[[Ctx], Awaitable[tuple[str, Html]]]
 
@@ -63,7 +67,7 @@ VIEWS: dict[str, tuple[View, str, bool]] = {
 @dataclass(frozen=True)
 class Route:
     path: str
-    kind: str  # who shares a rendering (VIEWS)
+    kind: str  # who shares a rendering (VIEWS; "user": each user has one)
     samples: bool  # it shows GPU samples: refreshed as heartbeats bring them
     render: Callable[[Ctx, Session], Awaitable[tuple[str, Html]]]
 
@@ -72,15 +76,14 @@ class Site:
     def __init__(self, config: ClusterConfig, switch: Switch, guard: Guard | None = None) -> None:
         self.config = config
         self.switch = switch
-        self.guard = guard
         web_cfg = config.web
-        self.sessions = Sessions(load_key(config.controller.state_dir), web_cfg.session_s)
-        self.logins = Logins(web_cfg.login_ttl_s)
         self.renders = Renders(web_cfg.refresh_s)
         ctl = config.controller
         scheme = "https" if config.tls.clients else "http"
         self.base_url = web_cfg.url or f"{scheme}://{ctl.host}:{ctl.http_port}"
-        self.secure = config.tls.clients or self.base_url.startswith("https://")
+        self.respond = Responder(config.tls.clients or self.base_url.startswith("https://"))
+        self.signin = SignIn(config, self.respond, guard)
+        self.sessions = self.signin.sessions
         self.streams: dict[int, int] = {}  # uid -> open live streams
         pkg = resources.files("ctld.web") / "static"
         self.static = {name: (pkg / name).read_bytes() for name in STATIC}
@@ -88,107 +91,30 @@ class Site:
     # ------------------------------------------------------------ logins
 
     def issue_login(self, who: Identity) -> pb.CreateWebLoginResponse:
-        """CreateWebLogin: a one-time URL for ``who`` (authenticated like any command)."""
-        token, expires = self.logins.issue(who.uid)
+        """CreateWebLogin: a one-time URL for ``who`` (authenticated like any command).
+        The token is in the fragment: no browser sends it to a server or in a Referer."""
+        token, expires = self.signin.logins.issue(who.uid)
         log.info("web login issued", user=who.user)
         return pb.CreateWebLoginResponse(
-            url=f"{self.base_url}/login?token={token}", user=who.user, expires=expires
+            url=f"{self.base_url}/login#token={token}", user=who.user, expires=expires
         )
 
     # ------------------------------------------------------------ plumbing
 
-    def _headers(self, resp: web.StreamResponse) -> web.StreamResponse:
-        h = resp.headers
-        h["Content-Security-Policy"] = CSP
-        h["X-Content-Type-Options"] = "nosniff"
-        h["X-Frame-Options"] = "DENY"
-        # not no-referrer: with it a browser sends "Origin: null" on a same-site POST
-        h["Referrer-Policy"] = "same-origin"
-        h.setdefault("Cache-Control", "no-store")
-        if self.secure:
-            h["Strict-Transport-Security"] = "max-age=31536000"
-        return resp
-
-    def _html(self, page: Html, status: int = 200) -> web.Response:
-        resp = web.Response(text=page, status=status, content_type="text/html", charset="utf-8")
-        # never compressed: a page holds a CSRF token beside text others choose (job
-        # names), which compression would let an observer of sizes guess (BREACH)
-        self._headers(resp)
-        return resp
-
-    def _session(self, request: web.Request) -> tuple[Session, Identity] | None:
-        cookie = request.cookies.get(COOKIE, "")
-        s = self.sessions.check(cookie) if cookie else None
-        if s is None:
-            return None
-        try:
-            found = s, identity_of(s.uid)
-        except CorralError:  # the user is gone from the user database
-            return None
-        if self.guard is not None:  # a signed-in browser's connection holds no place
-            self.guard.proven(request.transport)
-        return found
-
     def _api(self) -> ControllerApi | None:
         return self.switch.api
 
-    def _page(
-        self, title: str, body: Html, who: Identity | None, s: Session | None, path: str
-    ) -> Html:
-        csrf = self.sessions.csrf(s) if s is not None else ""
-        return shell(title, body, who=who, csrf=csrf, path=path, cluster=self.config.cluster_name)
-
-    def _message(
-        self,
-        title: str,
-        text: str,
-        status: int,
-        who: Identity | None = None,
-        s: Session | None = None,
-    ) -> web.Response:
-        body = el("div", el("h1", title), el("p", text))
-        return self._html(self._page(title, body, who, s, ""), status)
-
-    def _login_page(self, note: str = "", status: int = 401) -> web.Response:
-        body = el(
-            "div",
-            el("h1", "Sign in"),
-            el("p", note, class_="notice") if note else None,
-            el(
-                "p",
-                "Run ",
-                el("code", "corral web-login"),
-                " in a shell on a host of the cluster and open the URL it prints. It signs "
-                "you in as the user who ran it, for ",
-                f"{self.config.web.session_s // 3600} hours.",
-            ),
-            class_="login",
-        )
-        return self._html(self._page("Sign in", body, None, None, "/login"), status)
-
-    def _origin_ok(self, request: web.Request) -> bool:
-        """A POST's Origin, when the browser sends one, must be this site."""
-        origin = request.headers.get("Origin")
-        return origin is None or urlsplit(origin).netloc == request.host
-
-    async def _form(self, request: web.Request) -> dict[str, str] | None:
-        size = request.content_length
-        if size is None or size > MAX_FORM_BYTES:  # a form is small, and says its size
-            return None
-        data = await request.post()
-        return {k: v for k, v in data.items() if isinstance(v, str)}
-
-    # ------------------------------------------------------------ unauthenticated routes
+    # ------------------------------------------------------------ without a session
 
     async def livez(self, request: web.Request) -> web.Response:
-        return self._headers(web.Response(text="ok\n"))  # type: ignore[return-value]
+        return self.respond.headers(web.Response(text="ok\n"))  # type: ignore[return-value]
 
     async def readyz(self, request: web.Request) -> web.Response:
         if self._api() is None:
             resp = web.Response(text=f"not ready: {self.switch.refusal()}\n", status=503)
         else:
             resp = web.Response(text="ok\n")
-        return self._headers(resp)  # type: ignore[return-value]
+        return self.respond.headers(resp)  # type: ignore[return-value]
 
     async def static_file(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -196,83 +122,27 @@ class Site:
             raise web.HTTPNotFound()
         resp = web.Response(body=self.static[name], content_type=STATIC[name])
         resp.headers["Cache-Control"] = "max-age=300"
-        return self._headers(resp)  # type: ignore[return-value]
+        return self.respond.headers(resp)  # type: ignore[return-value]
 
-    async def login_form(self, request: web.Request) -> web.Response:
-        token = request.query.get("token", "")
-        if not token:
-            return self._login_page(status=200)
-        uid = self.logins.peek(token)
-        if uid is None:
-            return self._login_page(
-                "This login link has expired or was used: run corral web-login again.", 403
+    async def page(self, request: web.Request) -> web.Response:
+        """Every page's URL: the shell, the same for everyone (its script brings the
+        view, with the session token)."""
+        web_cfg = self.config.web
+        return self.respond.html(
+            shell(
+                path=request.path,
+                cluster=self.config.cluster_name,
+                session_hours=max(1, web_cfg.session_s // 3600),
             )
-        try:
-            user = identity_of(uid).user
-        except CorralError:
-            return self._login_page("This login link's user is unknown here.", 403)
-        body = el(
-            "div",
-            el("h1", "Sign in"),
-            el(
-                "form",
-                el("input", type="hidden", name="token", value=token),
-                el("button", f"Sign in as {user}", type="submit", id="signin"),
-                method="post",
-                action="/login",
-            ),
-            class_="login",
         )
-        return self._html(self._page("Sign in", body, None, None, "/login"))
-
-    async def login(self, request: web.Request) -> web.Response:
-        if not self._origin_ok(request):
-            return self._login_page("This sign-in came from another site.", 403)
-        form = await self._form(request)
-        uid = self.logins.use(form.get("token", "")) if form else None
-        if uid is None:
-            return self._login_page(
-                "This login link has expired or was used: run corral web-login again.", 403
-            )
-        cookie, s = self.sessions.issue(uid)
-        resp = web.HTTPSeeOther("/")
-        resp.set_cookie(
-            COOKIE,
-            cookie,
-            max_age=int(s.expires - s.issued),
-            path="/",
-            httponly=True,
-            samesite="Strict",
-            secure=self.secure,
-        )
-        self._headers(resp)
-        log.info("web session started", uid=uid)
-        raise resp
-
-    async def logout(self, request: web.Request) -> web.Response:
-        found = self._session(request)
-        form = await self._form(request) if self._origin_ok(request) else None
-        if (
-            found is None
-            or form is None
-            or not self.sessions.csrf_ok(found[0], form.get("csrf", ""))
-        ):
-            return self._message("Not signed out", "The request lacked this session's token.", 403)
-        self.sessions.revoke(found[0])
-        resp = web.HTTPSeeOther("/login")
-        resp.del_cookie(COOKIE, path="/")
-        self._headers(resp)
-        raise resp
 
     # ------------------------------------------------------------ views
 
-    def _viewer(self, kind: str, who: Identity, s: Session, api: ControllerApi) -> str:
+    def _viewer(self, kind: str, who: Identity, api: ControllerApi) -> str:
         """Who else would see the same page: the cache shares a rendering among them."""
         policy = api.cluster.policy
         if kind == "user":
             return f"u{who.uid}"
-        if kind == "session":
-            return f"s{s.sid}"
         if kind and kind in policy.private_data and not policy.is_operator(who):
             return f"u{who.uid}"
         return "all"
@@ -296,12 +166,8 @@ class Site:
             return Route(path, kind, samples, lambda ctx, s: view(ctx))
         if path.startswith("/job/") and path[5:].isdigit() and len(path) < 30:
             job_id = int(path[5:])
-            return Route(
-                path,
-                "session",  # it carries the session's CSRF token
-                True,
-                lambda ctx, s: job_view.render(ctx, job_id, self.sessions.csrf(s)),
-            )
+            # whose job it is and who may cancel it: each user has a rendering
+            return Route(path, "user", True, lambda ctx, s: job_view.render(ctx, job_id))
         return None
 
     async def _render(
@@ -317,72 +183,84 @@ class Site:
         route = self._route(request_path)
         assert route is not None
         ctx = Ctx(who=who, api=api, now=api.cluster.clock(), query=query, path=route.path)
-        key = (f"{route.path}?{sorted(query.items())}", self._viewer(route.kind, who, s, api))
+        key = (f"{route.path}?{sorted(query.items())}", self._viewer(route.kind, who, api))
         generation = self._generation(api, route)
         return await self.renders.get(key, generation, lambda: route.render(ctx, s), live=live)
 
     async def view(self, request: web.Request) -> web.Response:
-        found = self._session(request)
+        """GET /view/<a page's path>?<its query>: that page's view, as JSON (its title,
+        its <main> as HTML, the digest its live stream starts from, who is signed in)."""
+        found = self.signin.session(request)
         if found is None:
-            return self._login_page()
+            return self.respond.unauthorized()
         s, who = found
+        path = "/" + request.match_info["path"]
         api = self._api()
         if api is None:
-            return self._message("Not the primary", self.switch.refusal(), 503, who, s)
-        if self._route(request.path) is None:
-            return self._message("Not found", "There is no such page.", 404, who, s)
+            return self.respond.message("Not the primary", self.switch.refusal(), 503, who.user)
+        if self._route(path) is None:
+            return self.respond.message("Not found", "There is no such page.", 404, who.user)
         query = {k: v for k, v in request.query.items()}
         try:
-            made = await self._render(request.path, query, s, who, api)
+            made = await self._render(path, query, s, who, api)
         except InvalidJobId:
-            return self._message("No such job", "Invalid job id specified", 404, who, s)
+            return self.respond.message("No such job", "Invalid job id specified", 404, who.user)
         except CorralError as exc:
-            return self._message("Error", exc.message, exc.http_status, who, s)
-        return self._html(self._page(made.title, made.html, who, s, request.path))
+            return self.respond.message("Error", exc.message, exc.http_status, who.user)
+        return self.respond.json(
+            {
+                "title": made.title,
+                "html": made.html,
+                "digest": digest_of(made.html),
+                "user": who.user,
+            }
+        )
 
     async def cancel(self, request: web.Request) -> web.Response:
-        found = self._session(request)
+        """POST /job/N/cancel, by the page's script with the session token: a form of
+        another origin cannot send the header (and its Origin is refused too)."""
+        found = self.signin.session(request)
         if found is None:
-            return self._login_page()
-        s, who = found
-        form = await self._form(request) if self._origin_ok(request) else None
-        if form is None or not self.sessions.csrf_ok(s, form.get("csrf", "")):
-            return self._message("Refused", "The request lacked this session's token.", 403, who, s)
+            return self.respond.unauthorized()
+        _, who = found
+        if not self.signin.origin_ok(request):
+            return self.respond.message("Refused", "This came from another site.", 403, who.user)
         api = self._api()
         if api is None:
-            return self._message("Not the primary", self.switch.refusal(), 503, who, s)
+            return self.respond.message("Not the primary", self.switch.refusal(), 503, who.user)
         job_id = int(request.match_info["job_id"])
         try:
             api.cluster.store.check_writable()
             req = pb.CancelJobsRequest(filter=pb.JobFilter(job_ids=[job_id]))
             outcomes = (await api.cancel_jobs(req, who)).outcomes
         except CorralError as exc:
-            return self._message("Not cancelled", exc.message, exc.http_status, who, s)
+            return self.respond.message("Not cancelled", exc.message, exc.http_status, who.user)
         failed = [o for o in outcomes if not o.ok]
         if failed:
-            return self._message("Not cancelled", failed[0].message, 403, who, s)
-        raise self._headers(web.HTTPSeeOther(f"/job/{job_id}"))  # type: ignore[misc]
+            return self.respond.message("Not cancelled", failed[0].message, 403, who.user)
+        return self.respond.json({"ok": True})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         """The live stream of one page: ``view`` is its path and query."""
-        found = self._session(request)
+        found = self.signin.session(request)
         if found is None:
-            return self._headers(web.Response(status=401, text="sign in first\n"))
+            return self.respond.unauthorized()
         s, who = found
         target = urlsplit(request.query.get("view", "/"))
         route = self._route(target.path)
         api = self._api()
         if route is None or api is None:
-            return self._headers(web.Response(status=404 if api else 503, text="no such view\n"))
+            text = "no such view\n"
+            return self.respond.headers(web.Response(status=404 if api else 503, text=text))
         if self.streams.get(who.uid, 0) >= MAX_STREAMS_PER_USER:
-            return self._headers(web.Response(status=429, text="too many open pages\n"))
+            return self.respond.headers(web.Response(status=429, text="too many open pages\n"))
         from urllib.parse import parse_qsl
 
         query = dict(parse_qsl(target.query))
         resp = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
         )
-        self._headers(resp)
+        self.respond.headers(resp)
         await resp.prepare(request)
         self.streams[who.uid] = self.streams.get(who.uid, 0) + 1
         try:
