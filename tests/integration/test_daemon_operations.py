@@ -209,7 +209,5 @@ def test_every_node_cut_off_from_a_live_ctld_for_three_timeouts_costs_nothing(
 ) -> None:
     _scenario(
         cluster,
-        lambda c: _away(
-            c, lambda: c.cut_controller(), lambda: c.cut_controller(up=True)
-        ),
+        lambda c: _away(c, lambda: c.cut_controller(), lambda: c.cut_controller(up=True)),
     )

@@ -15,11 +15,9 @@ from __future__ import annotations
 import os
 import pathlib
 import pwd
-import sqlite3
 import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from email import message_from_bytes, policy
 from typing import Any
 
@@ -29,9 +27,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from corral.testing import LocalCluster
 from corral.testing.cluster import ClusterFactory, free_port
-from corral.wire import corral_pb2 as pb
 from tests.conftest import wait_for
 from tests.integration.realusers import Users, can_make_users, command, raw, submit_as
+from tests.integration.stored import rewrite_stored
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -114,20 +112,9 @@ def submit_raw(c: LocalCluster, users: Users, pw: pwd.struct_passwd, **spec: Any
     return raw(c, pw, "SubmitJob", {"spec": full})
 
 
-def rewrite_stored(c: LocalCluster, job_id: int, change: Callable[[pb.JobSpec], None]) -> None:
-    """Change a job's stored record as a ctld before these checks could have stored it
-    (ctld stopped meanwhile)."""
-    with sqlite3.connect(c.state_dir / "corral.db") as conn:
-        (data,) = conn.execute("SELECT data FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-        job = pb.Job.FromString(data)
-        change(job.spec)
-        conn.execute("UPDATE jobs SET data = ? WHERE job_id = ?", (job.SerializeToString(), job_id))
-
-
 def mails_counted(c: LocalCluster) -> dict[str, float]:
     """corral_mails_total by outcome, the failed tries and the queue, from /metrics."""
-    with urllib.request.urlopen(f"http://{c.http_address}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
+    text = c.scrape()
     counted: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
