@@ -178,24 +178,36 @@ def test_noded_dies_jobs_survive_node_returns_fenced(make_cluster: Any) -> None:
     assert not stale, f"the old copy ran on after its node came back: {stale}"
 
 
-def test_noded_restart_kills_and_requeues_never_twice(make_cluster: Any) -> None:
+def test_noded_restart_takes_the_job_over_and_it_runs_once(make_cluster: Any) -> None:
+    """kill -9 noded and start it again before the timeout (issue 35): the new noded takes
+    the job over from its supervisor (it ran on meanwhile), so it is neither killed nor
+    requeued, ends with its own exit status, and ran exactly once."""
     cluster, cmd = make_cluster(nodes=2)
     _skip_in_a_container(cluster)
     job_id = submit_training(cmd, steps=30, step_time=0.2)
     host = cmd.wait_state(job_id, "RUNNING")["batchHost"]
     index = cluster.node_names.index(host)
     wait_steps(cluster, job_id, 4)
+    before = cluster.node_job_pids(index)
     cluster.kill_node(index, with_jobs=False)
-    cluster.start_node(index)  # before the timeout: the new noded settles the old one's job
-    wait_for(lambda: cmd.job(job_id).get("restartCount") == 1, 20, "the job requeued")
-    job = cmd.job(job_id)
-    lost = [e for e in job["events"] if e["event"] == "requeued"]
-    assert "restarted" in lost[0]["detail"]
-    cmd.wait_state(job_id, "COMPLETED", timeout=90)
+    cluster.start_node(index)  # before the timeout
+    log = (cluster.state_dir / "log" / f"{host}.log").read_text()
+    assert "job of an earlier noded taken over" in log, log[-2000:]
+    assert before <= cluster.node_job_pids(index) | _gone(before)  # the same processes
+    done = cmd.wait_state(job_id, "COMPLETED", timeout=90)
+    assert "restartCount" not in done and not [
+        e for e in done["events"] if e["event"] == "requeued"
+    ]
+    assert {e["run"] for e in steps_log(cluster, job_id)} == {"0"}
     assert_ran_once(cluster, job_id, 30)
     root = _cgroup_root(cluster)
     if root is not None:  # no cgroup of any run is left behind
-        assert not list(root.glob("**/job_*")), list(root.glob("**/job_*"))
+        wait_for(lambda: not list(root.glob("**/job_*")), 10, "the job's cgroup removed")
+
+
+def _gone(pids: set[int]) -> set[int]:
+    """Those of ``pids`` that ended meanwhile (a step of the training is a process)."""
+    return {p for p in pids if not pathlib.Path(f"/proc/{p}").exists()}
 
 
 def _skip_in_a_container(cluster: LocalCluster) -> None:
