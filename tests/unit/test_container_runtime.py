@@ -16,7 +16,7 @@ from noded.containers import bundle, mounts
 from noded.containers.cache import Image, ImageCache, entry_key
 from noded.containers.errors import ContainerError
 from noded.containers.refs import is_path, parse_registry
-from noded.containers.runtime import _exists_inside
+from noded.containers.runtime import Containers, _exists_inside
 from noded.containers.sanitize import sanitize
 from noded.spawn import Identity
 
@@ -164,6 +164,37 @@ def test_an_older_cache_is_emptied_and_made_root_only(tmp_path: pathlib.Path) ->
     _install(cache, key, 1024)
     ImageCache(str(root), 1 << 30)  # this version's: kept as it is
     assert cache.lookup(key) is not None
+
+
+@needs_root
+def test_containers_a_restarted_noded_took_over_keep_their_images(
+    tmp_path: pathlib.Path,
+) -> None:
+    spool = tmp_path / "spool"
+    settings = ContainersConfig(cache_size_bytes=64 * 1024)
+    first = Containers(str(spool), settings)
+    kept = _install(first.cache, entry_key("file", "sha256:" + "d" * 64), 40 * 1024)
+    # what an older noded left beside it: moved aside, not removed while jobs are kept
+    pathlib.Path(first.cache.root, "VERSION").unlink()
+    job = spool / "containers" / "data" / "job_5" / "c_step0"
+    job.mkdir(parents=True)
+    (job / "key").write_text(kept.key)
+    again = Containers(str(spool), settings)
+    again.open_cache({5})
+    assert [n for n in os.listdir(again.cache.root + "/staging") if n.startswith("old-")]
+    (spool / "containers" / "cache" / "VERSION").write_text("")  # older once more
+    third = Containers(str(spool), settings)
+    third.open_cache(set())  # nothing kept: the older entries go now
+    assert os.listdir(third.cache.root + "/staging") == []
+    held = _install(third.cache, entry_key("file", "sha256:" + "e" * 64), 40 * 1024)
+    (job / "key").write_text(held.key)
+    fourth = Containers(str(spool), settings)
+    fourth.open_cache({5})
+    assert fourth.cache.in_use == {held.key: 1}
+    _install(fourth.cache, entry_key("file", "sha256:" + "f" * 64), 40 * 1024)
+    assert fourth.cache.lookup(held.key) is not None  # over the cap, yet kept: in use
+    asyncio.run(fourth.job_done(5))
+    assert fourth.cache.in_use == {} and not job.exists()
 
 
 @needs_root
