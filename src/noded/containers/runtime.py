@@ -17,7 +17,8 @@ State, under noded's spool (root's)::
         crun/                       the user's, 0700: crun's --root
         c_<name>/                   root's, 0755; in it the user's (0700): upper/ work/
                                     rootfs/ (the mount) tmp/; lower/ (0500) holding
-                                    image/, root's read-only bind of the cached image
+                                    image/, root's read-only bind of the cached image;
+                                    key (root's): that image's cache key
         b_<name>_<step>_<rank>/     root's, 0711: config.json of one task, the user's 0400
 """
 
