@@ -5,12 +5,12 @@ checked against their digests (ociconfig.py). On real files; devices need root."
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
 import os
 import pathlib
-import socket
 import stat
 import tarfile
 
@@ -35,13 +35,16 @@ def test_an_unpacked_tree_keeps_no_device_socket_setid_bit_or_xattr(
     os.mknod(root / "opt" / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     os.mknod(root / "opt" / "disk", 0o666 | stat.S_IFBLK, os.makedev(7, 0))
     os.mkfifo(root / "opt" / "fifo", 0o666)
-    with socket.socket(socket.AF_UNIX) as s:
-        s.bind(str(root / "opt" / "sock"))
+    os.mknod(root / "opt" / "sock", 0o666 | stat.S_IFSOCK)
     for name, mode in (("suid", 0o4777), ("sgid", 0o2755)):
         (root / "opt" / name).write_text("x")
         (root / "opt" / name).chmod(mode)
         os.chown(root / "opt" / name, 1234, 1234)
-    os.setxattr(root / "opt" / "suid", "user.corral", b"1")
+    try:  # a file system without user xattrs (tmpfs before 6.6) has none to strip
+        os.setxattr(root / "opt" / "suid", "user.corral", b"1")
+    except OSError as exc:
+        if exc.errno != errno.EOPNOTSUPP:
+            raise
     (root / "opt" / "sub").chmod(0o2777)
     os.symlink(host, root / "opt" / "escape")  # a link out: never followed
     assert sanitize(str(root), "test") > 0
