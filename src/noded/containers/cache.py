@@ -254,7 +254,7 @@ def _root_only(path: str, *, follow: bool = False) -> None:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     fd = os.open(path, flags)
     try:
-        os.chown(fd, 0, 0)
+        os.chown(fd, os.geteuid(), os.getegid())  # root's (a noded run by a user: its own)
         os.chmod(fd, 0o700)
     finally:
         os.close(fd)

@@ -109,7 +109,11 @@ class Containers:
             return
         found = {job_id: _kept_keys(os.path.join(self.state, f"job_{job_id}")) for job_id in kept}
         running = any(os.path.isdir(os.path.join(self.state, f"job_{j}")) for j in kept)
-        self._cache = ImageCache(path, self.settings.cache_size_bytes, keep_old=running)
+        try:
+            self._cache = ImageCache(path, self.settings.cache_size_bytes, keep_old=running)
+        except OSError as exc:  # the node runs on; its first container says why again
+            log.error("container image cache unusable", path=path, error=str(exc))
+            return
         for job_id, keys in found.items():
             for key in keys:
                 self._cache.hold(key)

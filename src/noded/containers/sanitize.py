@@ -23,11 +23,12 @@ import stat
 from noded.containers.errors import container_error
 
 DROPPED = (stat.S_IFCHR, stat.S_IFBLK, stat.S_IFSOCK)
+OWNER = (os.geteuid(), os.getegid())  # root (a noded run by a user: that user)
 
 
 def _fix_dir(dir_fd: int, st: os.stat_result) -> None:
     """The directory open as ``dir_fd``: root's, searchable by root, no privilege bits."""
-    os.chown(dir_fd, 0, 0)
+    os.chown(dir_fd, *OWNER)
     for attr in os.listxattr(dir_fd):
         os.removexattr(dir_fd, attr)
     os.chmod(dir_fd, (stat.S_IMODE(st.st_mode) & ~0o6022) | 0o700)
@@ -35,7 +36,7 @@ def _fix_dir(dir_fd: int, st: os.stat_result) -> None:
 
 def _fix_entry(dir_fd: int, name: str, st: os.stat_result) -> None:
     """``name`` in the directory ``dir_fd``, never followed if a link."""
-    os.chown(name, 0, 0, dir_fd=dir_fd, follow_symlinks=False)
+    os.chown(name, *OWNER, dir_fd=dir_fd, follow_symlinks=False)
     # the *xattr calls take no dir_fd: the directory's descriptor, by /proc, stands in
     path = f"/proc/self/fd/{dir_fd}/{name}"
     for attr in os.listxattr(path, follow_symlinks=False):
