@@ -419,6 +419,7 @@ class Launcher:
         kept = took.job_ids()
         if self.containers is not None:  # after the kills: nothing of theirs runs now
             await asyncio.to_thread(sweep.sweep, self.containers.state, kept)
+            await asyncio.to_thread(self.containers.open_cache, kept)
         now = time.time()
         for batch_run in took.batches:
             job_id = batch_run.record.job_id

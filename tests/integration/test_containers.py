@@ -18,33 +18,12 @@ import pytest
 from corral.localcluster.layout import free_port
 from corral.testing import LocalCluster
 from corral.testing.cluster import ClusterFactory
-from corral.testing.images import BuiltImages, build, missing_tools, runtime_blocker
+from corral.testing.images import BuiltImages
 from tests.conftest import BIN, wait_for
+from tests.integration.conftest import skip_or_fail
 from tests.integration.realusers import Users, command, job, open_dir, submit_as
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _skip_or_fail(reason: str) -> None:
-    # .ci/run installs the tools and sets the host up: there a missing piece is a failure
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"containers cannot run here under CI: {reason}")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def images() -> Iterator[BuiltImages]:
-    missing = missing_tools()
-    if missing:
-        _skip_or_fail(f"missing {', '.join(missing)} (apt: crun fuse-overlayfs ...)")
-    blocker = runtime_blocker()
-    if blocker:
-        _skip_or_fail(blocker)
-    base = open_dir("corral-images-")
-    try:
-        yield build(str(base / "img"))
-    finally:
-        subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +38,18 @@ def _srun(
 
 
 def _spool_mounts(lab: LocalCluster) -> list[str]:
-    """fuse-overlayfs mounts under the cluster's directories."""
+    """Container mounts (overlays, image binds) under the cluster's directories."""
     with open("/proc/self/mountinfo") as f:
         targets = [line.split()[4] for line in f]
     return [t for t in targets if t.startswith(str(lab.state_dir))]
+
+
+def _overlays(lab: LocalCluster) -> list[str]:
+    """The containers' overlays (each has a read-only bind of its image beside it)."""
+    mounts = _spool_mounts(lab)
+    overlays = [m for m in mounts if m.endswith("/rootfs")]
+    assert len(mounts) == 2 * len(overlays), mounts
+    return overlays
 
 
 def _state_of(lab: LocalCluster, job_id: int) -> list[pathlib.Path]:
@@ -276,7 +263,7 @@ def test_scancel_leaves_no_process_and_no_mount(
             return "sleep 300" in names and "sleep 301" in names
 
         wait_for(sleeping, 30, "the batch script and the step to run in their containers")
-        assert len(_spool_mounts(lab)) == 2
+        assert len(_overlays(lab)) == 2
         code, _, err = command(lab, alice, "scancel", str(job_id))
         assert code == 0, err
         lab.wait_state(job_id, "CANCELLED", timeout=60)
@@ -406,7 +393,7 @@ def test_a_named_container_goes_on_every_node_of_the_job(
         cwd=users.home(alice),
     )
     assert code == 0, err
-    assert len(_spool_mounts(c)) == 2  # one per node, kept for the job
+    assert len(_overlays(c)) == 2  # one per node, kept for the job
     code, _, err = command(c, alice, "scancel", str(job_id))
     assert code == 0, err
     c.wait_state(job_id, "CANCELLED", timeout=60)
@@ -420,7 +407,7 @@ def registry(images: BuiltImages, tmp_path: pathlib.Path) -> Iterator[str]:
     """A local registry (docker-registry, plain HTTP) holding the test image as
     corral/busybox:1; noded's skopeo is told it is insecure (CONTAINERS_REGISTRIES_CONF)."""
     if shutil.which("docker-registry") is None:
-        _skip_or_fail("needs docker-registry (the distribution registry)")
+        skip_or_fail("needs docker-registry (the distribution registry)")
     port = free_port()
     config = tmp_path / "registry.yml"
     config.write_text(

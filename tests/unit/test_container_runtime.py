@@ -7,15 +7,17 @@ import os
 import pathlib
 import pwd
 import shutil
+import stat
 
 import pytest
 
 from corral.config import ContainersConfig
 from noded.containers import bundle, mounts
-from noded.containers.cache import ImageCache, key_of
+from noded.containers.cache import Image, ImageCache, entry_key
 from noded.containers.errors import ContainerError
 from noded.containers.refs import is_path, parse_registry
-from noded.containers.runtime import _exists_inside
+from noded.containers.runtime import Containers, _exists_inside
+from noded.containers.sanitize import sanitize
 from noded.spawn import Identity
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the cache chowns to root")
@@ -89,43 +91,110 @@ def test_the_workdir_is_the_jobs_where_the_container_has_it(tmp_path: pathlib.Pa
     assert not _exists_inside("/escape", rootfs, binds)  # the image's link is not followed
 
 
-def _staged(cache: ImageCache, size: int) -> str:
+def _staged(cache: ImageCache, size: int) -> tuple[str, int]:
     stage = os.path.join(cache.root, "staging", os.urandom(4).hex())
     os.makedirs(os.path.join(stage, "rootfs", "bin"))
     with open(os.path.join(stage, "rootfs", "bin", "blob"), "wb") as f:
         f.write(os.urandom(size))
     os.chmod(os.path.join(stage, "rootfs", "bin", "blob"), 0o4777)
-    return os.path.join(stage, "rootfs")
+    rootfs = os.path.join(stage, "rootfs")
+    return rootfs, sanitize(rootfs, "test")
+
+
+def _install(cache: ImageCache, key: str, size: int) -> Image:
+    rootfs, used = _staged(cache, size)
+    return cache.install(
+        key,
+        rootfs,
+        used,
+        digest="sha256:" + "0" * 64,
+        source="t",
+        env=[],
+        entrypoint=[],
+        workdir="",
+    )
 
 
 @needs_root
 def test_the_cache_strips_setuid_and_evicts_the_least_recently_used(tmp_path: pathlib.Path) -> None:
     cache = ImageCache(str(tmp_path / "cache"), cap_bytes=300 * 1024)
-    digests = [f"sha256:{i:064x}" for i in range(3)]
-    first = cache.install(
-        digests[0], _staged(cache, 100 * 1024), source="a", env=[], entrypoint=[], workdir=""
-    )
+    keys = [entry_key("file", f"sha256:{i:064x}") for i in range(3)]
+    first = _install(cache, keys[0], 100 * 1024)
     mode = os.stat(os.path.join(first.rootfs, "bin", "blob")).st_mode
     assert mode & 0o6022 == 0  # no setuid, no group/other write
-    cache.install(
-        digests[1], _staged(cache, 100 * 1024), source="b", env=[], entrypoint=[], workdir=""
-    )
-    os.utime(os.path.join(cache.root, "images", key_of(digests[1]), "meta.json"), (1, 1))
+    meta = os.path.join(cache.root, "images", keys[0], "meta.json")
+    assert stat.S_IMODE(os.stat(meta).st_mode) == 0o600  # root's alone, as every file here
+    _install(cache, keys[1], 100 * 1024)
+    os.utime(os.path.join(cache.root, "images", keys[1], "meta.json"), (1, 1))
     cache.hold(first.key)
-    cache.install(
-        digests[2], _staged(cache, 150 * 1024), source="c", env=[], entrypoint=[], workdir=""
-    )
-    assert cache.lookup(digests[1]) is None  # least recently used, not held
-    assert cache.lookup(digests[0]) is not None and cache.lookup(digests[2]) is not None
+    _install(cache, keys[2], 150 * 1024)
+    assert cache.lookup(keys[1]) is None  # least recently used, not held
+    assert cache.lookup(keys[0]) is not None and cache.lookup(keys[2]) is not None
     with pytest.raises(ContainerError, match="more than the node's whole image cache"):
-        cache.install(
-            f"sha256:{9:064x}",
-            _staged(cache, 400 * 1024),
-            source="d",
-            env=[],
-            entrypoint=[],
-            workdir="",
-        )
+        _install(cache, entry_key("file", f"sha256:{9:064x}"), 400 * 1024)
+
+
+def test_a_registry_entry_is_its_registry_and_repositorys_alone() -> None:
+    digest = "sha256:" + "a" * 64
+    here = entry_key("registry", digest, "registry.local/team/img")
+    assert here == entry_key("registry", digest, "registry.local/team/img")
+    # the same manifest from another registry, a layout or a file is another entry
+    assert here != entry_key("registry", digest, "evil.example/team/img")
+    assert len({here, entry_key("layout", digest), entry_key("file", digest)}) == 3
+    for bad in ("sha256:xyz", "md5:" + "a" * 64, "sha256:" + "A" * 64):
+        with pytest.raises(ContainerError):
+            entry_key("file", bad)
+
+
+@needs_root
+def test_an_older_cache_is_emptied_and_made_root_only(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "cache"
+    old = root / "images" / ("sha256-" + "b" * 64)
+    (old / "rootfs").mkdir(parents=True)
+    (old / "meta.json").write_text("{}")
+    (root / "memo").mkdir()
+    for path in (root, root / "images", old, root / "memo"):
+        path.chmod(0o711)
+    cache = ImageCache(str(root), 1 << 30)
+    assert not old.exists() and os.listdir(root / "staging") == []
+    for sub in ("", "images", "locks", "memo", "staging"):
+        st = os.stat(root / sub)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o700), sub
+    key = entry_key("file", "sha256:" + "c" * 64)
+    _install(cache, key, 1024)
+    ImageCache(str(root), 1 << 30)  # this version's: kept as it is
+    assert cache.lookup(key) is not None
+
+
+@needs_root
+def test_containers_a_restarted_noded_took_over_keep_their_images(
+    tmp_path: pathlib.Path,
+) -> None:
+    spool = tmp_path / "spool"
+    settings = ContainersConfig(cache_size_bytes=64 * 1024)
+    first = Containers(str(spool), settings)
+    kept = _install(first.cache, entry_key("file", "sha256:" + "d" * 64), 40 * 1024)
+    # what an older noded left beside it: moved aside, not removed while jobs are kept
+    pathlib.Path(first.cache.root, "VERSION").unlink()
+    job = spool / "containers" / "data" / "job_5" / "c_step0"
+    job.mkdir(parents=True)
+    (job / "key").write_text(kept.key)
+    again = Containers(str(spool), settings)
+    again.open_cache({5})
+    assert [n for n in os.listdir(again.cache.root + "/staging") if n.startswith("old-")]
+    (spool / "containers" / "cache" / "VERSION").write_text("")  # older once more
+    third = Containers(str(spool), settings)
+    third.open_cache(set())  # nothing kept: the older entries go now
+    assert os.listdir(third.cache.root + "/staging") == []
+    held = _install(third.cache, entry_key("file", "sha256:" + "e" * 64), 40 * 1024)
+    (job / "key").write_text(held.key)
+    fourth = Containers(str(spool), settings)
+    fourth.open_cache({5})
+    assert fourth.cache.in_use == {held.key: 1}
+    _install(fourth.cache, entry_key("file", "sha256:" + "f" * 64), 40 * 1024)
+    assert fourth.cache.lookup(held.key) is not None  # over the cap, yet kept: in use
+    asyncio.run(fourth.job_done(5))
+    assert fourth.cache.in_use == {} and not job.exists()
 
 
 @needs_root
@@ -141,9 +210,9 @@ def test_two_jobs_asking_for_one_image_import_it_once(tmp_path: pathlib.Path) ->
     unpacked: list[str] = []
 
     class Counting(Importer):
-        async def _unsquash(self, blob: str, stage: str, digest: str, source: str):  # type: ignore[no-untyped-def]
+        async def _unsquash(self, blob: str, stage: str, key: str, digest: str, source: str):  # type: ignore[no-untyped-def]
             unpacked.append(digest)
-            return await super()._unsquash(blob, stage, digest, source)
+            return await super()._unsquash(blob, stage, key, digest, source)
 
     cache = ImageCache(str(tmp_path / "cache"), 1 << 30)
     me = pwd.getpwuid(os.getuid())

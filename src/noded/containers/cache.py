@@ -1,17 +1,23 @@
-"""The per-node image cache: one read-only root filesystem per image digest.
+"""The per-node image cache: one read-only root filesystem per image.
 
-Layout, all root's (the directories 0711, so a job's user reaches an image's files
-only through the path noded gives crun, and lists nothing)::
+Layout, all root's and root's alone (directories 0700, files 0600): a job's user
+reaches an image only through the read-only bind noded makes in her container's
+private directory (runtime.py), never through a path here::
 
-    <cache>/images/<key>/rootfs     the unpacked image, root-owned, no setuid bits
+    <cache>/VERSION                 the layout's version: another is emptied at start
+    <cache>/images/<key>/rootfs     the unpacked image, made safe (sanitize.py)
     <cache>/images/<key>/meta.json  digest, size, source, the image's env/entrypoint
     <cache>/locks/<key>.lock        flock'd while <key> is imported: one import at a time
-    <cache>/memo/<stat key>         a local file's digest, by (dev, inode, size, times)
+    <cache>/memo/<stat key hash>    the key a local file (or layout) was imported as
     <cache>/staging/<random>/       an import in progress (removed whatever happens)
+    <cache>/staging/old-*/          an older noded's entries, removed at the first start
+                                    that takes over no container that may read them
 
-An entry is renamed into images/ only once complete, so a reader never sees half an
-image. The size cap is kept by removing the least recently used entries (meta.json's
-mtime, touched on each use) that no running container holds.
+A key says what proved the image (entry_key): a file's own sha256, a layout's manifest
+digest once every blob of it was checked, or a registry's manifest digest for that
+registry and repository only. An entry is renamed into images/ only once complete, so
+a reader never sees half an image. The size cap is kept by removing the least recently
+used entries (meta.json's mtime, touched on each use) that no running container holds.
 """
 
 from __future__ import annotations
@@ -25,7 +31,6 @@ import json
 import os
 import secrets
 import shutil
-import stat
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -37,6 +42,8 @@ from noded.containers.errors import container_error
 log = structlog.get_logger("noded")
 
 IMAGES, LOCKS, MEMO, STAGING = "images", "locks", "memo", "staging"
+VERSION = "corral image cache 2\n"  # 1 (no file): directories 0711, keys by digest alone
+_KINDS = {"file": "f", "layout": "l", "registry": "r"}
 
 
 @dataclass(frozen=True)
@@ -52,11 +59,16 @@ class Image:
     workdir: str = ""
 
 
-def key_of(digest: str) -> str:
+def entry_key(kind: str, digest: str, scope: str = "") -> str:
+    """The entry of an image of ``kind`` ("file", "layout" or "registry") with
+    ``digest``; a registry's scoped to ``scope`` (registry/repository): another
+    registry serving the same manifest proves nothing about having its layers."""
     algo, _, hexpart = digest.partition(":")
     if algo != "sha256" or len(hexpart) != 64 or not all(c in "0123456789abcdef" for c in hexpart):
         raise container_error(f"bad image digest {digest!r}")
-    return f"sha256-{hexpart}"
+    if kind == "registry":
+        hexpart = _hash(f"{scope}@{digest}")
+    return f"{_KINDS[kind]}-{hexpart}"
 
 
 @dataclass
@@ -64,20 +76,34 @@ class ImageCache:
     root: str
     cap_bytes: int
     in_use: dict[str, int] = field(default_factory=dict)  # key -> containers holding it
+    keep_old: bool = False  # containers taken over may read an older noded's entries
 
     def __post_init__(self) -> None:
-        for sub in ("", IMAGES, LOCKS, MEMO, STAGING):
+        os.makedirs(self.root, mode=0o700, exist_ok=True)
+        _root_only(self.root, follow=True)  # first: nothing below is reachable now
+        staging = os.path.join(self.root, STAGING)
+        os.makedirs(staging, mode=0o700, exist_ok=True)
+        _root_only(staging)
+        old = _read(os.path.join(self.root, "VERSION")) != VERSION
+        for sub in (IMAGES, LOCKS, MEMO):
             path = os.path.join(self.root, sub)
-            os.makedirs(path, mode=0o711, exist_ok=True)
-            os.chmod(path, 0o700 if sub in (LOCKS, MEMO, STAGING) else 0o711)
+            if old and os.path.lexists(path):
+                # an older noded's: its entries were made with less care (device nodes
+                # kept, keys a user could name) and are imported again when asked for
+                os.rename(path, os.path.join(staging, f"old-{sub}-{secrets.token_hex(4)}"))
+                log.warning("container image cache of an older noded emptied", path=path)
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            _root_only(path)
         # an import a crash cut short leaves only staging: it is never an entry
-        for name in os.listdir(os.path.join(self.root, STAGING)):
-            shutil.rmtree(os.path.join(self.root, STAGING, name), ignore_errors=True)
+        for name in os.listdir(staging):
+            if not (self.keep_old and name.startswith("old-")):
+                shutil.rmtree(os.path.join(staging, name), ignore_errors=True)
+        if old:
+            _write(os.path.join(self.root, "VERSION"), VERSION)
 
     # ------------------------------------------------------------ lookups
 
-    def lookup(self, digest: str) -> Image | None:
-        key = key_of(digest)
+    def lookup(self, key: str) -> Image | None:
         entry = os.path.join(self.root, IMAGES, key)
         try:
             with open(os.path.join(entry, "meta.json"), encoding="utf-8") as f:
@@ -96,26 +122,20 @@ class ImageCache:
         )
 
     def memo_get(self, stat_key: str) -> str:
-        try:
-            with open(os.path.join(self.root, MEMO, _hash(stat_key)), encoding="utf-8") as f:
-                return f.read().strip()
-        except OSError:
-            return ""
+        """The entry key remembered for ``stat_key`` ("" when none)."""
+        return _read(os.path.join(self.root, MEMO, _hash(stat_key))).strip()
 
-    def memo_put(self, stat_key: str, digest: str) -> None:
+    def memo_put(self, stat_key: str, key: str) -> None:
         with contextlib.suppress(OSError):
-            path = os.path.join(self.root, MEMO, _hash(stat_key))
-            with open(path + ".tmp", "w", encoding="utf-8") as f:
-                f.write(digest)
-            os.replace(path + ".tmp", path)
+            _write(os.path.join(self.root, MEMO, _hash(stat_key)), key)
 
     # ------------------------------------------------------------ imports
 
     @contextlib.asynccontextmanager
-    async def locked(self, digest: str) -> AsyncIterator[None]:
-        """Held while ``digest`` is imported: a second import of it waits, then finds it."""
+    async def locked(self, key: str) -> AsyncIterator[None]:
+        """Held while ``key`` is imported: a second import of it waits, then finds it."""
         fd = os.open(
-            os.path.join(self.root, LOCKS, key_of(digest) + ".lock"),
+            os.path.join(self.root, LOCKS, key + ".lock"),
             os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
             0o600,
         )
@@ -136,26 +156,26 @@ class ImageCache:
 
     def install(
         self,
-        digest: str,
+        key: str,
         staged_rootfs: str,
+        size: int,
         *,
+        digest: str,
         source: str,
         env: list[str],
         entrypoint: list[str],
         workdir: str,
     ) -> Image:
-        """Make ``staged_rootfs`` (root's own copy) the entry for ``digest``: owned by
-        root, no setuid/setgid bits, no group/other write; then keep the size cap."""
-        size = normalize(staged_rootfs)
+        """Make ``staged_rootfs`` (root's own copy, made safe: sanitize.py, ``size``
+        bytes) the entry ``key``; then keep the size cap."""
         if size > self.cap_bytes:
             raise container_error(
                 f"image {source} needs {size >> 20} MiB, more than the node's whole "
                 f"image cache ({self.cap_bytes >> 20} MiB)"
             )
-        key = key_of(digest)
         entry = os.path.join(os.path.dirname(staged_rootfs), "entry")
-        os.mkdir(entry, 0o711)
-        os.chmod(staged_rootfs, 0o755)
+        os.mkdir(entry, 0o700)
+        os.chmod(staged_rootfs, 0o755)  # the image's /, whatever mode its maker gave it
         os.rename(staged_rootfs, os.path.join(entry, "rootfs"))
         meta = {
             "digest": digest,
@@ -166,9 +186,7 @@ class ImageCache:
             "workdir": workdir,
             "imported": time.time(),
         }
-        with open(os.path.join(entry, "meta.json"), "w", encoding="utf-8") as f:
-            json.dump(meta, f)
-        os.chmod(os.path.join(entry, "meta.json"), 0o644)
+        _write(os.path.join(entry, "meta.json"), json.dumps(meta))
         final = os.path.join(self.root, IMAGES, key)
         if os.path.exists(final):  # imported meanwhile by a noded before a crash
             shutil.rmtree(final, ignore_errors=True)
@@ -178,7 +196,7 @@ class ImageCache:
             self.evict()
         finally:
             self.release(key)
-        image = self.lookup(digest)
+        image = self.lookup(key)
         assert image is not None
         return image
 
@@ -230,22 +248,33 @@ class ImageCache:
         return removed
 
 
-def normalize(rootfs: str) -> int:
-    """Root owns every file; setuid/setgid and group/other write bits go (a user's image
-    never gives anyone a privilege on the host). Returns the bytes it takes on disk."""
-    total = 0
-    for dirpath, dirnames, filenames in os.walk(rootfs):
-        for name in [*dirnames, *filenames, ""]:
-            path = os.path.join(dirpath, name) if name else dirpath
-            st = os.lstat(path)
-            total += st.st_blocks * 512
-            os.lchown(path, 0, 0)
-            if not stat.S_ISLNK(st.st_mode):
-                mode = stat.S_IMODE(st.st_mode) & ~0o6022
-                if stat.S_ISDIR(st.st_mode):
-                    mode |= 0o700
-                os.chmod(path, mode)
-    return total
+def _root_only(path: str, *, follow: bool = False) -> None:
+    """The directory ``path`` (a link only where ``follow``: the cache_dir an admin
+    named) is root's, 0700."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        os.chown(fd, os.geteuid(), os.getegid())  # root's (a noded run by a user: its own)
+        os.chmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _write(path: str, text: str) -> None:
+    """``text`` into ``path`` at once (a reader sees the old file or the new), 0600."""
+    tmp = f"{path}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def disk_full(exc: OSError) -> bool:

@@ -4,28 +4,35 @@ directory, an OCI or docker archive, or a registry reference (refs.py).
 A user's path is read by a process of the user's (``cat``/``tar``), streamed into a
 staging copy of root's, then unpacked there by maintained tools: ``unsquashfs``,
 ``skopeo`` (archives, registries) and ``umoci`` (OCI layers, which checks every blob's
-digest). Nothing the user can still change is unpacked or cached.
+digest). Nothing the user can still change is unpacked or cached, and nothing of the
+image is trusted: the unpacked tree is made safe (sanitize.py) before root reads a
+file of it, and that read stays inside the image (beneath.py).
+
+Every use of a cached image proves the user may have it, as her: her process opens
+the file or the layout's files again (the stat keys remembered with the entry's key),
+or the registry names that digest for that repository. A digest alone gives nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import tarfile
 
 from corral.config import ContainersConfig
-from noded.containers import asuser, ociconfig
-from noded.containers.cache import Image, ImageCache, disk_full
+from noded.containers import asuser, beneath, layouttar, ociconfig
+from noded.containers.cache import Image, ImageCache, disk_full, entry_key
 from noded.containers.errors import container_error
 from noded.containers.refs import RegistryRef, is_path, parse_registry
+from noded.containers.sanitize import sanitize
 from noded.spawn import Identity
 
 SQUASHFS_MAGIC = b"hsqs"
 TAG = "corral-import"
 PEEK_S = 30.0  # a stat or a registry inspect
 IMPORT_TIMEOUT_S = 1800.0  # one import, a pull of a large image included
+MAX_ENVIRONMENT = 1 << 20  # an /etc/environment larger than this is not read further
 
 # sh run as the user: open the path (the user's own rights) and stat what was opened
 _FMT = "%F|%d:%i:%s:%.9Y:%.9Z"
@@ -79,11 +86,10 @@ class Importer:
             return await self._from_layout_dir(path, who)
         if kind not in ("regular file", "regular empty file"):
             raise container_error(f"image {path}: not an image (a {kind})")
-        digest = self.cache.memo_get(stat_key)
-        if digest:
-            found = self.cache.lookup(digest)
-            if found is not None:
-                return found
+        key = self.cache.memo_get(stat_key)
+        found = self.cache.lookup(key) if key else None
+        if found is not None:
+            return found
         with self.cache.staging() as stage:
             blob = os.path.join(stage, "blob")
             res = await self._copy_as_user(
@@ -95,46 +101,45 @@ class Importer:
                 head = f.read(4)
             kind = "squashfs" if head == SQUASHFS_MAGIC else _archive_kind(blob, path)
             self._allowed("squashfs" if kind == "squashfs" else "archive", path)
-            async with self.cache.locked(digest):
-                found = self.cache.lookup(digest)
+            key = entry_key("file", digest)  # the file's own bytes: whoever has them may
+            async with self.cache.locked(key):
+                found = self.cache.lookup(key)
                 if found is None:
                     if kind == "squashfs":
-                        found = await self._unsquash(blob, stage, digest, path)
+                        found = await self._unsquash(blob, stage, key, digest, path)
                     else:
                         layout = os.path.join(stage, "layout")
                         await self._skopeo(f"{kind}:{blob}", layout, path, local=True)
-                        found = await self._unpack_layout(layout, stage, digest, path)
+                        config = ociconfig.tag_layout(layout, TAG, path)
+                        found = await self._unpack_layout(layout, stage, key, config, path)
             if len(seen) == 2 and seen[0] == seen[1]:  # the file did not change while read
-                self.cache.memo_put(seen[0], digest)
+                self.cache.memo_put(seen[0], key)
             return found
 
     async def _from_layout_dir(self, path: str, who: Identity) -> Image:
         # a cached image is found by the stat keys of the layout's files, each opened by
         # the user: only someone who can read exactly those files gets it from the cache
         listing = await self._layout_listing(path, who)
-        digest = self.cache.memo_get(listing)
-        found = self.cache.lookup(digest) if digest else None
+        key = self.cache.memo_get(listing)
+        found = self.cache.lookup(key) if key else None
         if found is not None:
             return found
         with self.cache.staging() as stage:
             tar = os.path.join(stage, "layout.tar")
             await self._copy_as_user(["tar", "-C", path, "-cf", "-", "."], tar, who, path)
             layout = os.path.join(stage, "layout")
-            try:
-                with tarfile.open(tar) as t:
-                    t.extractall(layout, filter="data")  # no links out, no devices, no owners
-            except (tarfile.TarError, OSError) as exc:
-                if isinstance(exc, OSError) and disk_full(exc):
-                    raise
-                raise container_error(f"image {path}: not an OCI image layout ({exc})") from None
+            await asyncio.to_thread(layouttar.extract, tar, layout, path)
             os.unlink(tar)
-            digest = _layout_digest(layout, path)
-            async with self.cache.locked(digest):
-                found = self.cache.lookup(digest)
-                if found is None:
-                    found = await self._unpack_layout(layout, stage, digest, path)
+            config = ociconfig.tag_layout(layout, TAG, path)  # its manifest checked
+            key = entry_key("layout", config.manifest)
+            async with self.cache.locked(key):
+                found = self.cache.lookup(key)
+                if found is None:  # umoci checks every layer as it unpacks
+                    found = await self._unpack_layout(layout, stage, key, config, path)
+                else:  # the user's copy holds the whole image, not only its name
+                    await asyncio.to_thread(ociconfig.check_layers, layout, config, path)
             if await self._layout_listing(path, who) == listing:  # unchanged while copied
-                self.cache.memo_put(listing, digest)
+                self.cache.memo_put(listing, key)
             return found
 
     async def _layout_listing(self, path: str, who: Identity) -> str:
@@ -190,22 +195,25 @@ class Importer:
         digest = res.stdout.decode().strip()
         if ref.digest and digest != ref.digest:
             raise container_error(f"image {image}: digest mismatch (the registry has {digest})")
-        found = self.cache.lookup(digest)
+        # this registry's repository names this digest now (asked at every use)
+        key = entry_key("registry", digest, f"{ref.registry}/{ref.image}")
+        found = self.cache.lookup(key)
         if found is not None:
             return found
-        async with self.cache.locked(digest):
-            found = self.cache.lookup(digest)
+        async with self.cache.locked(key):
+            found = self.cache.lookup(key)
             if found is not None:
                 return found
             with self.cache.staging() as stage:
                 layout = os.path.join(stage, "layout")
                 pinned = RegistryRef(ref.registry, ref.image, "", digest)
                 await self._skopeo(pinned.skopeo(), layout, image, local=False)
-                return await self._unpack_layout(layout, stage, digest, image)
+                config = ociconfig.tag_layout(layout, TAG, image)
+                return await self._unpack_layout(layout, stage, key, config, image)
 
     # ------------------------------------------------------------ unpacking
 
-    async def _unsquash(self, blob: str, stage: str, digest: str, source: str) -> Image:
+    async def _unsquash(self, blob: str, stage: str, key: str, digest: str, source: str) -> Image:
         rootfs = os.path.join(stage, "rootfs")
         res = await self._tool(
             ["unsquashfs", "-no-xattrs", "-quiet", "-no-progress", "-d", rootfs, blob],
@@ -215,23 +223,30 @@ class Importer:
         if res.rc != 0:
             self._raise_tool(res, source, "squashfs")
         os.unlink(blob)
-        env, workdir = _enroot_env(rootfs)
+        size = await asyncio.to_thread(sanitize, rootfs, source)
+        env = await asyncio.to_thread(_enroot_env, rootfs)
         return self.cache.install(
-            digest, rootfs, source=source, env=env, entrypoint=[], workdir=workdir
+            key, rootfs, size, digest=digest, source=source, env=env, entrypoint=[], workdir=""
         )
 
     async def _skopeo(self, src: str, layout: str, source: str, *, local: bool) -> None:
         argv = [*_skopeo(), "copy", "--quiet"]
         if local:  # a file the user gave: no registry signature policy applies
             argv.insert(1, "--insecure-policy")
-        res = await self._tool([*argv, src, f"oci:{layout}:{TAG}"], IMPORT_TIMEOUT_S, source)
+        # what it unpacks on the way (an oci-archive's files) stays in root's staging
+        tmp = os.path.join(os.path.dirname(layout), "tmp")
+        os.mkdir(tmp, 0o700)
+        res = await self._tool(
+            [*argv, src, f"oci:{layout}:{TAG}"], IMPORT_TIMEOUT_S, source, {"TMPDIR": tmp}
+        )
         if res.rc != 0:
             if not local:
                 raise container_error(f"image {source}: registry unreachable ({res.reason()})")
             self._raise_tool(res, source, "OCI or docker archive")
 
-    async def _unpack_layout(self, layout: str, stage: str, digest: str, source: str) -> Image:
-        config = ociconfig.tag_layout(layout, TAG, source)
+    async def _unpack_layout(
+        self, layout: str, stage: str, key: str, config: ociconfig.ImageConfig, source: str
+    ) -> Image:
         rootfs = os.path.join(stage, "rootfs")
         res = await self._tool(
             ["umoci", "raw", "unpack", "--rootless", "--image", f"{layout}:{TAG}", rootfs],
@@ -240,18 +255,26 @@ class Importer:
         )
         if res.rc != 0:
             self._raise_tool(res, source, "OCI image")
+        size = await asyncio.to_thread(sanitize, rootfs, source)
         return self.cache.install(
-            digest,
+            key,
             rootfs,
+            size,
+            digest=config.manifest,
             source=source,
             env=config.env,
             entrypoint=config.entrypoint,
             workdir=config.workdir,
         )
 
-    async def _tool(self, argv: list[str], timeout_s: float, source: str) -> asuser.Result:
+    async def _tool(
+        self, argv: list[str], timeout_s: float, source: str, env: dict[str, str] | None = None
+    ) -> asuser.Result:
+        base = {"PATH": asuser.SAFE_PATH, "LC_ALL": "C"}
         try:
-            return await asuser.run(argv, who=None, timeout_s=timeout_s, what="import")
+            return await asuser.run(
+                argv, who=None, timeout_s=timeout_s, what="import", env={**base, **(env or {})}
+            )
         except TimeoutError:
             raise container_error(f"image {source}: {argv[0]} timed out") from None
 
@@ -303,24 +326,13 @@ def _archive_kind(blob: str, source: str) -> str:
     )
 
 
-def _layout_digest(layout: str, source: str) -> str:
-    try:
-        with open(os.path.join(layout, "index.json"), encoding="utf-8") as f:
-            index = json.load(f)
-        digest = str(index["manifests"][0]["digest"])
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        raise container_error(f"image {source}: not an image (no OCI index.json)") from None
-    return digest
-
-
-def _enroot_env(rootfs: str) -> tuple[list[str], str]:
-    """An enroot squashfs keeps the image's env in /etc/environment (KEY=VALUE lines)."""
+def _enroot_env(rootfs: str) -> list[str]:
+    """An enroot squashfs keeps the image's env in /etc/environment (KEY=VALUE lines),
+    read as the image resolves it: its /etc may be a link, never to the host's."""
+    data = beneath.read_file(rootfs, "etc/environment", MAX_ENVIRONMENT)
     env: list[str] = []
-    path = os.path.join(rootfs, "etc", "environment")
-    if os.path.isfile(path) and not os.path.islink(path):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                line = line.strip()
-                if "=" in line and not line.startswith("#"):
-                    env.append(line.removeprefix("export ").replace('"', ""))
-    return env, ""
+    for line in (data or b"").decode("utf-8", errors="replace").splitlines():
+        line = line.strip()
+        if "=" in line and not line.startswith("#"):
+            env.append(line.removeprefix("export ").replace('"', ""))
+    return env

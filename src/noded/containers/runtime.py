@@ -3,19 +3,23 @@ its tasks run in it through crun, torn down at the step's end, or the job's end 
 named one (--container-name).
 
 One container is one root filesystem: the cached image (read-only, shared by every
-job) under a fuse-overlayfs mount the job's user makes, whose upper layer is the
-container's own. Every task of the step on this node runs in that filesystem, with
-the same /tmp and /dev/shm; each task is its own ``crun run`` (a rootless crun, as the
-user, ``--cgroup-manager=disabled``: the task stays in the job's cgroup, under its
-limits and accounting, and carries the job's markers, so noded's signals, kills and
-usage see it as any other task).
+job, bound where only the job's user reaches it: bindmount.py) under a fuse-overlayfs
+mount the job's user makes, whose upper layer is the container's own. Every task of
+the step on this node runs in that filesystem, with the same /tmp and /dev/shm; each
+task is its own ``crun run`` (a rootless crun, as the user,
+``--cgroup-manager=disabled``: the task stays in the job's cgroup, under its limits
+and accounting, and carries the job's markers, so noded's signals, kills and usage
+see it as any other task).
 
 State, under noded's spool (root's)::
 
     <data_dir>/job_<id>/            root 0711 ([containers] data_dir)
         crun/                       the user's, 0700: crun's --root
-        c_<name>/                   the user's, 0700: upper/ work/ rootfs/ (the mount) tmp/
-        b_<name>_<step>_<rank>/     root's, 0755: config.json of one task
+        c_<name>/                   root's, 0755; in it the user's (0700): upper/ work/
+                                    rootfs/ (the mount) tmp/; lower/ (0500) holding
+                                    image/, root's read-only bind of the cached image;
+                                    key (root's): that image's cache key
+        b_<name>_<step>_<rank>/     root's, 0711: config.json of one task, the user's 0400
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import structlog
 
 from corral.config import ContainersConfig
 from corral.wire import corral_pb2 as pb
-from noded.containers import asuser, bundle, hostcheck, mounts, unmount
+from noded.containers import asuser, bindmount, bundle, hostcheck, mounts, unmount
 from noded.containers.cache import Image, ImageCache
 from noded.containers.errors import ContainerError, container_error
 from noded.containers.gpu import GpuEdits, edits_for
@@ -42,6 +46,9 @@ from noded.spawn import Identity
 log = structlog.get_logger("noded")
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+LOWER = "lower/image"  # in a container's directory: the image's read-only bind
+KEY_FILE = "key"  # in a container's directory: its image's cache key (root's)
+IMAGE_KEY = re.compile(r"^[flr]-[0-9a-f]{64}$")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MOUNT_S = 30.0
 
@@ -80,6 +87,7 @@ class Containers:
         self.spool_dir = spool_dir
         self._cache: ImageCache | None = None
         self.live: dict[tuple[int, str], Container] = {}
+        self._kept: dict[int, list[str]] = {}  # job -> images its taken-over containers hold
         self._locks: dict[tuple[int, str], asyncio.Lock] = {}
 
     @property
@@ -89,6 +97,28 @@ class Containers:
                 self.settings.cache_path(self.spool_dir), self.settings.cache_size_bytes
             )
         return self._cache
+
+    def open_cache(self, kept: set[int]) -> None:
+        """At start: a cache already here (an older noded's too) is made root's alone
+        and brought to this version now, not when a container first asks for it. The
+        containers of the jobs taken over (``kept``) hold their images, so none is
+        evicted under them; an older noded's entries are kept aside (unreachable)
+        while any such container may still read them."""
+        path = self.settings.cache_path(self.spool_dir)
+        if not os.path.isdir(path):
+            return
+        found = {job_id: _kept_keys(os.path.join(self.state, f"job_{job_id}")) for job_id in kept}
+        running = any(os.path.isdir(os.path.join(self.state, f"job_{j}")) for j in kept)
+        try:
+            self._cache = ImageCache(path, self.settings.cache_size_bytes, keep_old=running)
+        except OSError as exc:  # the node runs on; its first container says why again
+            log.error("container image cache unusable", path=path, error=str(exc))
+            return
+        for job_id, keys in found.items():
+            for key in keys:
+                self._cache.hold(key)
+            if keys:
+                self._kept[job_id] = keys
 
     def missing(self) -> str:
         """Why containers cannot run here ("" when they can)."""
@@ -139,11 +169,12 @@ class Containers:
         self.cache.hold(image.key)
         directory = os.path.join(self._job_dir(job.job_id, who), f"c_{name}")
         try:
-            _make_container_dir(directory, who)
-            await self._mount(image, directory, who)
+            _make_container_dir(directory, who, image.key)
+            _bind_image(image, directory, who)
+            await self._mount(directory, who)
         except BaseException:
             self.cache.release(image.key)
-            _remove(directory)
+            _unmount_and_remove(directory)
             raise
         log.info("container made", job_id=job.job_id, name=name, image=spec.image)
         return Container(job.job_id, name, bool(spec.name), directory, image, who, spec, wanted)
@@ -156,12 +187,12 @@ class Containers:
             _make_user_dir(os.path.join(path, "crun"), who)
         return path
 
-    async def _mount(self, image: Image, directory: str, who: Identity) -> None:
+    async def _mount(self, directory: str, who: Identity) -> None:
         # squash_to: every file of the image is the user's inside (as enroot's own
         # per-user copy would be); what they write lands in upper/, theirs on the host
         options = ",".join(
             [
-                f"lowerdir={image.rootfs}",
+                f"lowerdir={directory}/{LOWER}",
                 f"upperdir={directory}/upper",
                 f"workdir={directory}/work",
                 f"squash_to_uid={who.uid}",
@@ -226,7 +257,7 @@ class Containers:
             gpu=gpu,
         )
         bdir = os.path.join(os.path.dirname(ctr.directory), f"b_{ctr.name}_{step_id}_{rank}")
-        _write_config(bdir, bundle.config(task))
+        _write_config(bdir, bundle.config(task), ctr.who)
         job_dir = os.path.dirname(ctr.directory)
         return [
             hostcheck.runtime_path(self.settings) or self.settings.runtime,
@@ -269,10 +300,15 @@ class Containers:
         """The job ended here: every container of its goes, and its state directory."""
         for key in [k for k in self.live if k[0] == job_id]:
             await self._remove(key)
+        for image_key in self._kept.pop(job_id, []):
+            self.cache.release(image_key)
         path = os.path.join(self.state, f"job_{job_id}")
         if os.path.isdir(path):
             await asyncio.to_thread(unmount.unmount_job, self.state, f"job_{job_id}")
-            _remove(path)
+            if unmount.container_mounts(self.state, f"job_{job_id}"):
+                log.error("container state still mounted: kept", job_id=job_id, path=path)
+            else:
+                _remove(path)
 
     async def _save(self, ctr: Container, path: str) -> None:
         """--container-save=PATH: the container's filesystem as squashfs, written by
@@ -303,8 +339,7 @@ class Containers:
         self._locks.pop(key, None)
         if ctr is None:
             return
-        await asyncio.to_thread(unmount.detach, ctr.rootfs)
-        _remove(ctr.directory)
+        await asyncio.to_thread(_unmount_and_remove, ctr.directory)
         self.cache.release(ctr.image.key)
         log.info("container removed", job_id=ctr.job_id, name=ctr.name)
 
@@ -320,19 +355,65 @@ def _make_user_dir(path: str, who: Identity) -> None:
         os.chown(path, who.uid, who.gid)
 
 
-def _make_container_dir(path: str, who: Identity) -> None:
+def _make_container_dir(path: str, who: Identity, image_key: str) -> None:
     """The container's directory stays root's (its mount point cannot be swapped for a
-    link: unmount.py); its layers, mount point and /tmp are the user's."""
+    link: unmount.py); its layers, mount point and /tmp are the user's; lower/ is
+    root's until the image is bound in it (_bind_image); ``key`` names the image's
+    cache entry for a noded that takes the container over (open_cache)."""
     os.mkdir(path, 0o755)
     for sub in ("upper", "work", "rootfs", "tmp"):
         _make_user_dir(os.path.join(path, sub), who)
-
-
-def _write_config(bdir: str, config: dict[str, object]) -> None:
-    os.mkdir(bdir, 0o755)
-    path = os.path.join(bdir, "config.json")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    os.mkdir(os.path.join(path, "lower"), 0o700)
+    os.mkdir(os.path.join(path, LOWER), 0o755)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    fd = os.open(os.path.join(path, KEY_FILE), flags, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(image_key)
+
+
+def _kept_keys(job_dir: str) -> list[str]:
+    """The image keys of the containers in ``job_dir`` (a job taken over)."""
+    keys = []
+    for entry in sorted(os.listdir(job_dir)) if os.path.isdir(job_dir) else []:
+        if entry.startswith("c_"):
+            try:
+                with open(os.path.join(job_dir, entry, KEY_FILE), encoding="utf-8") as f:
+                    key = f.read().strip()
+            except OSError:
+                continue  # an older noded's container: no key recorded
+            if IMAGE_KEY.match(key):
+                keys.append(key)
+    return keys
+
+
+def _bind_image(image: Image, directory: str, who: Identity) -> None:
+    """The cached image, read-only at lower/image; then lower/ is the user's alone
+    (0500): what her fuse-overlayfs shows in ps is a path only she can open."""
+    bindmount.bind_readonly(image.rootfs, os.path.join(directory, LOWER))
+    lower = os.path.join(directory, "lower")
+    if who.pw is not None:
+        os.chown(lower, who.uid, who.gid)
+    os.chmod(lower, 0o500)
+
+
+def _unmount_and_remove(directory: str) -> None:
+    unmount.detach_container(directory)
+    left = unmount.still_mounted(directory)
+    if left:  # removing through the image's bind would remove the cached image
+        log.error("container still mounted: its directory is kept", mounts=left)
+        return
+    _remove(directory)
+
+
+def _write_config(bdir: str, config: dict[str, object], who: Identity) -> None:
+    """config.json holds the task's environment: the user's alone (her crun reads it),
+    in a directory of root's other users cannot list."""
+    os.mkdir(bdir, 0o711)
+    path = os.path.join(bdir, "config.json")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o400)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        if who.pw is not None:
+            os.fchown(f.fileno(), who.uid, who.gid)
         json.dump(config, f)
 
 

@@ -15,7 +15,7 @@ import shutil
 
 import structlog
 
-from noded.containers.unmount import unmount_job
+from noded.containers.unmount import container_mounts, unmount_job
 
 log = structlog.get_logger("noded")
 
@@ -34,6 +34,10 @@ def sweep(state_dir: str, keep: set[int] | None = None) -> list[int]:
             continue
         path = os.path.join(state_dir, entry)
         mounts = unmount_job(state_dir, entry)
+        left = container_mounts(state_dir, entry)
+        if left:  # removing through the image's bind would remove the cached image
+            log.error("container leftovers still mounted: kept", job_id=job_id, mounts=left)
+            continue
         shutil.rmtree(path, ignore_errors=True)
         swept.append(job_id)
         log.info("container leftovers removed", job_id=job_id, mounts=len(mounts))

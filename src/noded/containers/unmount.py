@@ -1,10 +1,12 @@
-"""Unmounting a container's filesystem as root, without being led elsewhere.
+"""Unmounting a container's filesystems as root, without being led elsewhere.
 
-A container's mount is ``<data_dir>/job_<id>/c_<name>/rootfs``: every directory above
-it is root's, so no user can swap one for a link, and the mount point itself is never
-followed (UMOUNT_NOFOLLOW). Mounts a user made in their own directories (their upper
-layer, their /tmp) are not ours to remove and are never touched: root never unmounts a
-path a user could have redirected.
+A container has two mounts: ``<data_dir>/job_<id>/c_<name>/rootfs`` (the user's
+fuse-overlayfs) and ``c_<name>/lower/image`` (root's read-only bind of the cached
+image, bindmount.py). Every directory above each is root's but ``lower/``, the
+user's, whose ``image`` she cannot rename or replace while it is mounted; the mount
+point itself is never followed (UMOUNT_NOFOLLOW). Mounts a user made in their own
+directories (their upper layer, their /tmp) are not ours to remove and are never
+touched: root never unmounts a path a user could have redirected.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ MNT_DETACH = 2  # lazy: a task still dying inside does not hold it
 UMOUNT_NOFOLLOW = 8
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _OCTAL = re.compile(r"\\([0-7]{3})")
-_OURS = re.compile(r"^job_[0-9]+/c_[A-Za-z0-9_.-]+/rootfs$")
+_OURS = re.compile(r"^job_[0-9]+/c_[A-Za-z0-9_.-]+/(rootfs|lower/image)$")
+# a container's mounts, the overlay first (it reads the image through the other)
+MOUNTS = ("rootfs", "lower/image")
 
 
 def detach(path: str) -> bool:
@@ -45,7 +49,21 @@ def container_mounts(state_dir: str, job_dir: str = "") -> list[str]:
 
 def unmount_job(state_dir: str, job_dir: str = "") -> list[str]:
     """Detach every container mount of the job (or of every job); returns them."""
-    gone = container_mounts(state_dir, job_dir)
+    gone = sorted(container_mounts(state_dir, job_dir), key=lambda t: t.endswith("/image"))
     for target in gone:
         detach(target)
     return gone
+
+
+def detach_container(directory: str) -> None:
+    """Detach both mounts of the container at ``directory`` (those that are there)."""
+    for sub in MOUNTS:
+        detach(os.path.join(directory, sub))
+
+
+def still_mounted(directory: str) -> list[str]:
+    """Our mount points under ``directory`` the kernel still has: while the image's
+    bind is there, removing the directory would remove the cached image's files."""
+    base = os.path.realpath(directory)
+    ours = {os.path.join(base, sub) for sub in MOUNTS}
+    return [t for t in _mount_points() if t in ours]
