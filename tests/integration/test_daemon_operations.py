@@ -131,7 +131,7 @@ def _start_jobs(cmd: Commands) -> tuple[str, str]:
 def _check(cmd: Commands, tail: Tail, batch: str, steps: str, outage: tuple[float, float]) -> None:
     for job_id in (batch, steps):
         job = cmd.wait_state(job_id, "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", timeout=120)
-        assert job["state"] == "COMPLETED", f"job {job_id}: {job.get('state')} {job}"
+        assert job["state"] == "JOB_STATE_COMPLETED", f"job {job_id}: {job}"
         assert int(job.get("restartCount", 0)) == 0, f"job {job_id} restarted"
         runs = cmd("sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,Start")
         rows = [r for r in runs.stdout.splitlines() if r]
