@@ -76,10 +76,12 @@ def _sqlite(engine: Engine, dest: str) -> Header:
         raise StoreError(f"{database}: no such store")
     directory = os.path.dirname(os.path.abspath(dest))
     try:
-        fd, snap = tempfile.mkstemp(prefix=".corral-snapshot.", dir=directory)
+        # a private directory: SQLite makes files beside the copy (its journal), which a
+        # link planted in a shared directory could otherwise redirect
+        work = tempfile.mkdtemp(prefix=".corral-backup.", dir=directory)
     except OSError as exc:
         raise StoreError(f"{dest}: cannot write there: {exc.strerror}") from None
-    os.close(fd)
+    snap = os.path.join(work, "snapshot.db")
     try:
         # read-only: a backup never writes the store, nor creates one at a wrong path
         source = sqlite3.connect(
@@ -103,9 +105,7 @@ def _sqlite(engine: Engine, dest: str) -> Header:
         with open(snap, "rb") as f:
             return backup_file.write(dest, header, lambda out: backup_file.copy_payload(f, out))
     finally:
-        for leftover in (snap, snap + "-journal", snap + "-wal", snap + "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(leftover)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def quoted(name: str) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
 import tempfile
 import time
@@ -79,8 +80,11 @@ def _sqlite(engine: Engine, header: Header, payload: IO[bytes]) -> Restored:
     if not os.path.isdir(directory):
         raise StoreError(f"{directory}: no such directory")
     with storelock.FileHold(database, "corral db restore"):
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(database)}.restore.", dir=directory)
+        # checked in a private directory (SQLite may make files beside it), then renamed
+        work = tempfile.mkdtemp(prefix=f".{os.path.basename(database)}.restore.", dir=directory)
         try:
+            tmp = os.path.join(work, "store.db")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "wb") as out:
                 backup_file.copy_payload(payload, out)
                 out.flush()
@@ -99,8 +103,7 @@ def _sqlite(engine: Engine, header: Header, payload: IO[bytes]) -> Restored:
             os.rename(tmp, database)
             backup_file.sync_dir(directory)
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+            shutil.rmtree(work, ignore_errors=True)
     return Restored(header, replaced)
 
 
