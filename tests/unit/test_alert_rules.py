@@ -44,6 +44,12 @@ def alerts() -> list[dict[str, Any]]:
     return [rule for group in doc["groups"] for rule in group["rules"]]
 
 
+def test_the_example_prometheus_config_loads_the_rules() -> None:
+    config = yaml.safe_load((RULES.parent / "prometheus.yml").read_text())
+    assert RULES.name in config["rule_files"]
+    assert {job["job_name"] for job in config["scrape_configs"]} == {"corral"}  # as `up` reads
+
+
 def test_promtool_checks_the_rules_and_passes_their_tests() -> None:
     tool = promtool()
     check = subprocess.run(
