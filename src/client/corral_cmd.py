@@ -13,6 +13,8 @@ corral certs --revoke NAME [--dir DIR]                        revoke a daemon's 
 corral token --user U [--lifetime 7d]                         a JWT for a user (admins)
 corral sim TRACE [--policy P] [--jobs N] [--procs N]          replay an SWF trace
 corral db upgrade|current [-f CONFIG] [--url URL]            migrate the store's schema
+corral db backup|restore FILE [-f CONFIG] [--url URL]        back the store up, restore it
+corral db verify FILE | corral db check                      a backup's, the store's soundness
 corral launchers [--dir DIR]                                  fast-starting Slurm commands
 """
 
@@ -302,7 +304,9 @@ def main_args(argv: list[str]) -> int:
     sub.add_parser("report", help="GPU-hours per account per day: corral report [--plot F]")
     sub.add_parser("web-login", help="a one-time URL that signs you in to the web page")
     sub.add_parser("sim", help="replay a workload trace through the scheduler (corral sim -h)")
-    sub.add_parser("db", help="the store's schema: corral db upgrade|current [--url URL]")
+    sub.add_parser(
+        "db", help="the store: corral db upgrade|current|backup|restore|verify|check (-h)"
+    )
     sub.add_parser("launchers", help="the Slurm commands started without site (python -IS)")
     from client.credentials import add_parsers, certs, token
 

@@ -14,6 +14,8 @@ account, never per job (docs/admin-guide.md, "Metrics"). What counts over time l
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -34,6 +36,7 @@ from ctld.metrics_access import CHALLENGE, HIDES_USERS, MetricsAccess
 from ctld.metrics_ledger import Histogram
 from ctld.metrics_power import power_families
 from ctld.metrics_text import PerNodeText, exposition, node_state
+from ctld.storelock import sqlite_file
 
 if TYPE_CHECKING:
     from ctld.cluster import Cluster
@@ -218,6 +221,16 @@ class ClusterCollector(Collector):
             "Times the store went down since ctld started",
             value=store.outages,
         )
+        free = GaugeMetricFamily(
+            "corral_store_free_bytes",
+            "Bytes free on the filesystem of a SQLite store (a full one stops every change)",
+        )
+        database = sqlite_file(store.engine.url)
+        if database is not None:  # PostgreSQL's disk is its server's: watch it there
+            with contextlib.suppress(OSError):
+                fs = os.statvfs(os.path.dirname(database))
+                free.add_metric([], fs.f_bavail * fs.f_frsize)
+        yield free
 
     def _mail(self) -> Iterator[Metric]:
         m = self.cluster.mailer

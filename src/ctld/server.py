@@ -25,7 +25,7 @@ from corral.errors import ConfigError, CorralError
 from corral.limits import GRPC_SERVER_OPTIONS
 from corral.wire.methods import CONTROLLER, NODE_CONTROLLER
 from ctld import jobstate as js
-from ctld import standby
+from ctld import standby, storelock
 from ctld import web as web_page
 from ctld.auth import ClusterAuthenticator, StepCredentials
 from ctld.cluster import Cluster
@@ -67,6 +67,18 @@ async def serve(config: ClusterConfig, *, ready_file: str = "", controller: int 
     for warning in check_auth(config) + check_metrics(config):  # ConfigError: no start
         log.warning(warning)
     os.makedirs(ctl.state_dir, mode=0o700, exist_ok=True)
+    # a SQLite store is this process's alone while it runs (ctld.storelock)
+    database = storelock.sqlite_file(sa.engine.make_url(normalize_url(ctl.effective_store_url)))
+    held = storelock.FileHold(database, "ctld") if database else None
+    try:
+        await _serve(config, me, ready_file)
+    finally:
+        if held is not None:
+            held.release()
+
+
+async def _serve(config: ClusterConfig, me: str, ready_file: str) -> None:
+    ctl = config.controller
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

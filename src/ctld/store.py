@@ -39,7 +39,7 @@ import structlog
 from sqlalchemy.engine import Connection, Engine
 
 from corral.errors import NotPrimary, StoreError, StoreUnavailable
-from ctld import migrate
+from ctld import migrate, storelock
 from ctld.store_queries import StoreQueries, describe, is_trouble
 from ctld.store_rows import (
     NodeDrain,
@@ -135,9 +135,11 @@ class Store(StoreQueries):
 
             return engine
         # a short connect timeout: a down store must answer "down" quickly, not hang
-        return sa.create_engine(
+        engine = sa.create_engine(
             url, pool_pre_ping=True, pool_size=4, connect_args={"connect_timeout": 5}
         )
+        storelock.name_sessions(engine)  # `corral db restore` sees that a ctld holds it
+        return engine
 
     def open(self) -> None:
         try:

@@ -61,6 +61,7 @@ FAMILIES = {
     "corral_store_commits": "counter",
     "corral_store_up": "gauge",
     "corral_store_outages": "counter",
+    "corral_store_free_bytes": "gauge",
     "corral_mails": "counter",
     "corral_mail_attempts_failed": "counter",
     "corral_mail_queue": "gauge",
@@ -170,6 +171,7 @@ def test_every_metric_from_a_real_ctld(
     assert value(f, "corral_gpu_healthy", node="node02", gpu="3") == 0  # lost: fault
     assert value(f, "corral_gpus", partition="debug", use="allocated") == 2
     assert value(f, "corral_store_up") == 1
+    assert (value(f, "corral_store_free_bytes") or 0) > 0  # SQLite: its filesystem's space
     first = value(f, "corral_user_gpu_seconds_total", user="root", account="")
     assert first is not None and first > 0
 
