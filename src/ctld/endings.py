@@ -25,8 +25,6 @@ from ctld.state import State, request_totals
 
 Update = pb.JobStatusUpdate
 log = structlog.get_logger("ctld")
-# a node failure's requeue waits this long for the kills sent to the job's healthy nodes
-HEALTHY_KILL_GRACE_S = 1.0
 
 
 class Endings:
@@ -380,10 +378,6 @@ class Endings:
         # its fence guard kills them (before timeout_s from the loss): not again before
         timeout = self.state.config.heartbeat.timeout_s
         others = [s.since + timeout for s in job.suspect_nodes if s.node != node.name]
-        if any(a.node != node.name for a in job.allocations):
-            # its parts on healthy nodes were told to die just now (their ranks ran on
-            # while srun waited for the lost node): not again before the kills landed
-            others.append(self.state.clock() + HEALTHY_KILL_GRACE_S)
         self.requeue(
             ch,
             job,

@@ -299,7 +299,8 @@ def listen(path: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     old = os.umask(0o177)
     try:
-        sock.bind(path)
+        with supproto.ShortPath(path) as short:
+            sock.bind(short)
     finally:
         os.umask(old)
     sock.listen(8)

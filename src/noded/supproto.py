@@ -35,11 +35,33 @@ def socket_pair() -> tuple[socket.socket, socket.socket]:
     return a, b
 
 
+class ShortPath:
+    """A Unix socket's path as ``/proc/self/fd/N/NAME`` (its directory held open): the
+    kernel takes at most 107 bytes, and a spool can be deeper than that."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = -1
+
+    def __enter__(self) -> str:
+        if len(self.path.encode()) < 100:
+            return self.path
+        directory, name = os.path.split(self.path)
+        self.fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        return f"/proc/self/fd/{self.fd}/{name}"
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 def connect(path: str) -> socket.socket:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE)
-        s.connect(path)
+        with ShortPath(path) as short:
+            s.connect(short)
     except OSError:
         s.close()
         raise

@@ -169,8 +169,15 @@ def assert_requeued_and_ran_once(
         return job.get("restartCount") == 1 and job["state"] != "JOB_STATE_PENDING"
 
     wait_for(started_again, 90, "the requeued run to start")
-    left = run_pids(cluster, job_id, 0)
-    assert not left, f"the first run's processes outlived the requeue: {describe(left)}"
+    # the first run's parts on healthy nodes were told to die with the requeue (srun kept
+    # them running while it waited for the lost node: issue 35): gone at once, and before
+    # the second run's first step (a node runs a job's next run only once its last is
+    # gone, and the next run's batch host is the old one while it is healthy)
+    try:
+        wait_for(lambda: not run_pids(cluster, job_id, 0), 5, "the first run's processes gone")
+    except AssertionError:
+        left = run_pids(cluster, job_id, 0)
+        raise AssertionError(f"the first run outlived the requeue: {describe(left)}") from None
     wait_for(lambda: taken(cluster, job_id, "1") >= 1, 60, "the requeued run's first step")
     assert not run_pids(cluster, job_id, 0)
     job = cmd.job(job_id)
