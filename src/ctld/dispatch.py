@@ -7,6 +7,7 @@ from grpc import aio
 
 from corral.auth import CONTROLLER_CN, tls
 from corral.errors import CorralError, NodeUnreachable
+from corral.limits import GRPC_RECONNECT_OPTIONS
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from ctld.nodes import NodeRecord
@@ -31,10 +32,10 @@ class GrpcDispatcher:
             channel = aio.secure_channel(
                 address,
                 tls.channel_credentials(self.tls_dir, CONTROLLER_CN),
-                options=tls.channel_options(node.name),
+                options=[*tls.channel_options(node.name), *GRPC_RECONNECT_OPTIONS],
             )
         else:
-            channel = aio.insecure_channel(address)
+            channel = aio.insecure_channel(address, options=GRPC_RECONNECT_OPTIONS)
         stub = pbg.NodeAgentStub(channel)
         self._channels[node.name] = (address, channel, stub)
         return stub

@@ -19,6 +19,7 @@ from __future__ import annotations
 import structlog
 
 from corral.quorum import hold_needed
+from corral.wire import corral_pb2 as pb
 from ctld.nodes import POWER_ON, NodeRecord
 from ctld.state import State
 
@@ -35,6 +36,28 @@ class Verdicts:
         self.holding = False
         self.regained = 0.0  # when ctld last heard most nodes again after a hold
         self.told: dict[str, int] = {}  # the hold_needed each node was last told
+        # the peers each node was told (registration, heartbeats): told again on a change
+        self.peers_rev = 0
+        self.peers_told: dict[str, int] = {}
+
+    def peers_changed(self) -> None:
+        """A node registered (it is there, at its address): every node's peers change."""
+        self.peers_rev += 1
+
+    def peers_of(self, name: str) -> list[pb.NodePeer]:
+        """The other nodes a node asks before it fences (noded/witness.py)."""
+        self.peers_told[name] = self.peers_rev
+        return [
+            pb.NodePeer(name=n.name, agent_address=n.agent_address or n.address)
+            for n in self.state.nodes.values()
+            if n.name != name and n.registered and (n.agent_address or n.address)
+        ]
+
+    def new_peers_of(self, name: str) -> list[pb.NodePeer]:
+        """A node's peers if they changed since it was last told (else none)."""
+        if self.peers_told.get(name) == self.peers_rev:
+            return []
+        return self.peers_of(name)
 
     def _expected(self) -> list[NodeRecord]:
         return [n for n in self.state.nodes.values() if not n.down and n.power == POWER_ON]

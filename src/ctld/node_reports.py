@@ -87,6 +87,7 @@ class NodeReports:
             )
         node.last_heartbeat, node.deaf_mark = now, self.watch.tick()
         node.heard_deaf_s = 0.0
+        self.verdicts.peers_changed()  # its address, and its being there
         log.info(
             "node registered",
             node=node.name,
@@ -110,14 +111,6 @@ class NodeReports:
             log.warning("node back with jobs it may not keep: fencing", node=node.name)
         st.wake()
         return node
-
-    def peers_of(self, name: str) -> list[pb.NodePeer]:
-        """The other nodes a node asks before it fences (noded/witness.py)."""
-        return [
-            pb.NodePeer(name=n.name, agent_address=n.agent_address or n.address)
-            for n in self.state.nodes.values()
-            if n.name != name and n.registered and (n.agent_address or n.address)
-        ]
 
     def jobs_kept_by(self, name: str) -> list[int]:
         """The jobs a registering node may keep running (it kills every other)."""

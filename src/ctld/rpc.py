@@ -408,7 +408,7 @@ class NodeControllerApi:
             cluster=self.cluster.config.cluster_name,
             heartbeat_interval_s=self.cluster.config.heartbeat.interval_s,
             keep_job_ids=self.cluster.jobs_kept_by(req.name),
-            peers=reports.peers_of(req.name),
+            peers=reports.verdicts.peers_of(req.name),
             hold_needed=reports.verdicts.tell(req.name),
         )
 
@@ -424,7 +424,11 @@ class NodeControllerApi:
             await self.cluster.node_faults(self.cluster.nodes[req.name], req.health)
         if not known:
             return pb.HeartbeatResponse(reregister=True)
-        return pb.HeartbeatResponse(hold_needed=self.cluster.node_reports.verdicts.tell(req.name))
+        reports = self.cluster.node_reports
+        return pb.HeartbeatResponse(
+            hold_needed=reports.verdicts.tell(req.name),
+            peers=reports.verdicts.new_peers_of(req.name),
+        )
 
     async def heartbeats(self, req: pb.HeartbeatBatch) -> pb.HeartbeatBatchResponse:
         """Each beat as its own Heartbeat; a beat naming no node of the config is one to

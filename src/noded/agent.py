@@ -22,6 +22,7 @@ from grpc import aio
 from corral import __version__
 from corral.auth import CONTROLLER_CN, tls
 from corral.errors import CorralError
+from corral.limits import GRPC_RECONNECT_OPTIONS
 from corral.rpccodes import TRANSIENT
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
@@ -169,10 +170,10 @@ class ControllerLink:
                 channel = aio.secure_channel(
                     target,
                     tls.channel_credentials(tls_dir, name),
-                    options=tls.channel_options(CONTROLLER_CN),
+                    options=[*tls.channel_options(CONTROLLER_CN), *GRPC_RECONNECT_OPTIONS],
                 )
             else:
-                channel = aio.insecure_channel(target)
+                channel = aio.insecure_channel(target, options=GRPC_RECONNECT_OPTIONS)
             self.channels.append(channel)
         self.stubs = [pbg.NodeControllerStub(c) for c in self.channels]
         self.current = 0  # the controller the link talks to
@@ -353,14 +354,20 @@ class ControllerLink:
         declares nobody DOWN, and the jobs run on)."""
         if self.fence_after_s <= 0:
             return
+        # the peers are asked from an interval before the fence time on, so the hold is in
+        # place (<spool>/hold) before the guard would fence
+        ask_after = max(2 * self.interval, self.fence_after_s - self.interval)
         while True:
             await asyncio.sleep(min(0.1, self.fence_after_s / 10))
             silent = time.monotonic() - self.last_contact
-            if silent < self.fence_after_s:
+            if silent < min(ask_after, self.fence_after_s):
                 continue
             if self.witness is not None and await self.witness.ctld_lost_by_quorum():
-                if time.monotonic() - self.last_contact >= self.fence_after_s:
+                if time.monotonic() - self.last_contact >= ask_after:
                     await asyncio.sleep(self.interval)  # asked again each interval
+                continue
+            if time.monotonic() - self.last_contact < self.fence_after_s:
+                await asyncio.sleep(min(0.5, self.interval / 2))  # ask again before fencing
                 continue
             fenced = self.fence(set())
             if fenced:

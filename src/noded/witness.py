@@ -39,6 +39,7 @@ import structlog
 from grpc import aio
 
 from corral.auth import tls
+from corral.limits import GRPC_RECONNECT_OPTIONS
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from noded.guard import HOLD_FILE
@@ -77,8 +78,9 @@ class Witness:
         self._keep(Quorum(peers, reply.hold_needed))
 
     def heard(self, reply: pb.HeartbeatResponse) -> None:
-        """A heartbeat's answer: ctld's hold_needed now."""
-        self._keep(Quorum(self.quorum.peers, reply.hold_needed))
+        """A heartbeat's answer: ctld's hold_needed now, and the peers if they changed."""
+        peers = [(p.name, p.agent_address) for p in reply.peers if p.name != self.name]
+        self._keep(Quorum(peers or self.quorum.peers, reply.hold_needed))
 
     def _keep(self, quorum: Quorum) -> None:
         """Kept in the spool too: a noded restarted while ctld is away still knows."""
@@ -138,10 +140,10 @@ class Witness:
                 channel = aio.secure_channel(
                     address,
                     tls.channel_credentials(self.tls_dir, self.name),
-                    options=tls.channel_options(name),
+                    options=[*tls.channel_options(name), *GRPC_RECONNECT_OPTIONS],
                 )
             else:
-                channel = aio.insecure_channel(address)
+                channel = aio.insecure_channel(address, options=GRPC_RECONNECT_OPTIONS)
             self._channels[address] = channel
         try:
             reply: pb.WitnessResponse = await pbg.NodeAgentStub(channel).Witness(

@@ -21,7 +21,7 @@ import pytest
 
 from corral.localcluster.netns import available as netns_available
 from corral.testing import LocalCluster
-from corral.testing.cluster import ClusterFactory, print_logs
+from corral.testing.cluster import ClusterFactory
 from corral.testing.harness import wait_for
 from tests.conftest import Commands
 
@@ -91,9 +91,7 @@ def cluster() -> Iterator[tuple[LocalCluster, Commands]]:
         work.chmod(0o777)
         yield c, Commands(c, work)
     finally:
-        factory.close(logs=False)
-        if factory.started:
-            print_logs(factory.started[0])
+        factory.close()  # their logs printed: pytest shows them with a failure
 
 
 def _start_jobs(cmd: Commands) -> tuple[str, str]:

@@ -3942,19 +3942,27 @@ class HeartbeatResponse(_message.Message):
 
     REREGISTER_FIELD_NUMBER: _builtins.int
     HOLD_NEEDED_FIELD_NUMBER: _builtins.int
+    PEERS_FIELD_NUMBER: _builtins.int
     reregister: _builtins.bool
     """ctld does not know this node as up: register again"""
     hold_needed: _builtins.int
     """as RegisterNodeResponse's, now"""
+    @_builtins.property
+    def peers(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodePeer]:
+        """the node's peers, when they changed since it was last told (a node registered, or
+        came back at another address); empty: as before
+        """
+
     def __init__(
         self,
         *,
         reregister: _builtins.bool = ...,
         hold_needed: _builtins.int = ...,
+        peers: _abc.Iterable[Global___NodePeer] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hold_needed", b"hold_needed", "reregister", b"reregister"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hold_needed", b"hold_needed", "peers", b"peers", "reregister", b"reregister"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

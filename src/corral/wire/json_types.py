@@ -811,6 +811,7 @@ class NodeHealthEvent(TypedDict, total=False):
 class HeartbeatResponse(TypedDict, total=False):
     reregister: bool
     holdNeeded: int
+    peers: list[NodePeer]
 
 
 class HeartbeatBatch(TypedDict, total=False):
