@@ -111,6 +111,7 @@ class Supervisor:
         sup = cls(mine, proc.pid, path)
         # reap it while this noded lives (a later noded is not its parent: init reaps)
         sup._reaper = asyncio.create_task(proc.wait())
+        await sup._ask({"op": "ping"})  # it listens at ``path`` once it answers
         return sup
 
     @classmethod
@@ -208,6 +209,17 @@ class Supervisor:
 
     def alive(self) -> bool:
         return not self.gone.done()
+
+    async def exited(self, timeout: float) -> bool:
+        """Wait for the supervisor process to exit, if this noded started it (its
+        child: reaped here); True once it has."""
+        if self._reaper is None:
+            return False
+        try:
+            await asyncio.wait_for(asyncio.shield(self._reaper), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     async def _ask(
         self, message: dict[str, Any], fds: list[int] | None = None
