@@ -72,7 +72,9 @@ class Check:
         return str(
             self.wait(
                 f"job {job} to end",
-                lambda: (s := self.state_of(job)) not in ("", "PENDING", "RUNNING") and s,
+                lambda: (
+                    (s := self.state_of(job)) not in ("", "PENDING", "RUNNING", "COMPLETING") and s
+                ),
                 timeout,
             )
         )
@@ -168,6 +170,52 @@ class Check:
         seff = self.sh("seff", job)
         assert "GPU Utilization:" in seff, seff
         return f"{str(stat).strip()}\n{tres.strip()}\n{seff.strip()}"
+
+    def noded_restart(self) -> str:
+        """A GPU job keeps its GPU, its cgroup's device rules and its accounting samples
+        through a noded restart (issue 35): noded is killed and started again under it."""
+        load = f"HOLD_GB=4 python3 {HERE / 'gpu' / 'burn.py'} 25" if self.real else "sleep 25"
+        job = self.sbatch("--gres=gpu:1", "-t", "5", "-o", "gpur-%j.out", "--wrap", load)
+        self.fake_load(70.0, 4096.0)
+        self.wait(f"job {job} to run", lambda: self.state_of(job) == "RUNNING", 60)
+        self.wait("a first sample", lambda: "K" in self._sstat(job), 30)
+        before = self._job_pids(job)
+        devices = self._devices(job)
+        restart_noded(self.state, "node01")
+        after = self._job_pids(job)
+        assert before and before <= after | {p for p in before if not _alive(p)}, (before, after)
+        assert self._devices(job) == devices, "the job's cgroup device rules changed"
+        samples = self.wait("samples after the restart", lambda: "K" in self._sstat(job), 30)
+        state = self.ended(job)
+        self.fake_load(0.0, 0.0)
+        assert state == "COMPLETED", state
+        shown = self.sh("scontrol", "show", "job", job)
+        assert "Restarts=0" in shown, shown
+        tres = self.sh("sacct", "-j", job, "-n", "-P", "-o", "JobID,TRESUsageInMax")
+        util = re.search(r"gres/gpuutil=(\d+)", tres)
+        assert util and int(util.group(1)) > 10, tres
+        return f"pids {sorted(before)} kept; {str(samples).strip()}; {tres.strip()}"
+
+    def _sstat(self, job: str) -> str:
+        return self.sh("sstat", "-a", "-n", "-P", "-j", job, "-o", "JobID,MaxRSS", check=False)
+
+    def _job_pids(self, job: str) -> set[int]:
+        found = set()
+        for entry in pathlib.Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    env = (entry / "environ").read_bytes()
+                except OSError:
+                    continue
+                if f"\0SLURM_JOB_ID={job}\0".encode() in b"\0" + env:
+                    found.add(int(entry.name))
+        return found
+
+    def _devices(self, job: str) -> str:
+        """The job's cgroup v1 device rules ("" without a devices controller)."""
+        for path in pathlib.Path("/sys/fs/cgroup/devices").glob(f"**/job_{job}/devices.list"):
+            return path.read_text()
+        return ""
 
     def srun(self) -> str:
         if self.real:
@@ -276,6 +324,7 @@ class Check:
             for name, body in (
                 ("discovery", self.discovery),
                 ("a GPU job's accounting (sacct, sstat, seff)", self.gpu_job),
+                ("a GPU job through a noded restart", self.noded_restart),
                 ("srun" + (" with NCCL" if self.real else " (2 tasks)"), self.srun),
                 ("two shard jobs at once on one GPU", self.shards),
                 ("cgroup memory limit (OOM)", self.oom),
@@ -297,6 +346,41 @@ class Check:
                     shutil.copy(log, dest / log.name)
         print(f"\n{'FAILED: ' + ', '.join(self.failed) if self.failed else 'every step passed'}")
         return len(self.failed)
+
+
+def _alive(pid: int) -> bool:
+    return pathlib.Path(f"/proc/{pid}").exists()
+
+
+def restart_noded(state: pathlib.Path, node: str, timeout: float = 60) -> None:
+    """kill -9 the node's noded (a crash) and start it again as it was started (its
+    command line, environment and working directory, from /proc)."""
+    pid = int((state / "run" / f"{node}.pid").read_text())
+    argv = [a.decode() for a in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    env = dict(
+        item.decode().split("=", 1)
+        for item in pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        if b"=" in item
+    )
+    cwd = os.readlink(f"/proc/{pid}/cwd")
+    ready = state / "run" / f"{node}.ready"
+    ready.unlink(missing_ok=True)
+    os.kill(pid, 9)
+    log = (state / "log" / f"{node}.log").open("ab")
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    (state / "run" / f"{node}.pid").write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        assert time.monotonic() < deadline, f"{node}'s noded did not come back"
+        time.sleep(0.1)
 
 
 def main() -> int:

@@ -25,6 +25,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
@@ -171,6 +172,46 @@ class Check:
         assert "devices=1 " in out.stdout, out.stdout
         return out.stdout.strip()
 
+    def through_restart(self) -> str:
+        """A container job with --gres=gpu:1 keeps its GPU through a noded restart (its
+        container's processes under the job's supervisor; issue 35)."""
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+        from gpu_check import restart_noded
+
+        script = (
+            "nvidia-smi -L; sleep 12; nvidia-smi -L"
+            if self.args.image
+            else "ls /dev | grep -c nvidia; sleep 12; ls /dev | grep -c nvidia"
+        )
+        out_file = self.state / "ctr-restart.out"
+        submit = self.sh(
+            "sbatch",
+            "--parsable",
+            "--gres=gpu:1",
+            f"--container-image={self.image}",
+            *self.mounts(),
+            "-o",
+            str(out_file),
+            "--wrap",
+            script,
+        )
+        assert submit.returncode == 0, submit.stderr
+        job = submit.stdout.strip()
+        deadline = time.monotonic() + 60
+        while "RUNNING" not in self.sh("squeue", "-h", "-j", job, "-o", "%T").stdout:
+            assert time.monotonic() < deadline, f"job {job} did not start"
+            time.sleep(0.2)
+        restart_noded(self.state / "cluster", "node01")
+        while self.sh("squeue", "-h", "-j", job, "-o", "%T").stdout.strip():
+            assert time.monotonic() < deadline + 60, f"job {job} did not end"
+            time.sleep(0.5)
+        acct = self.sh("sacct", "-X", "-n", "-P", "-j", job, "-o", "State,Restarts").stdout
+        assert acct.strip().startswith("COMPLETED"), acct
+        text = out_file.read_text()
+        halves = [ln for ln in text.splitlines() if ln.strip()]
+        assert len(halves) >= 2 and halves[0] == halves[-1], text
+        return f"{acct.strip()}; the container saw the same GPU before and after: {halves[0]}"
+
     def down(self) -> None:
         self.sh("corral", "down", "--state-dir", str(self.state / "cluster"))
 
@@ -193,6 +234,7 @@ def main() -> int:
         check.step("the image", check.build)
         check.step("nvidia-smi -L in a container sees exactly the job's GPU", check.smi)
         check.step("a CUDA computation in a container", check.compute)
+        check.step("a GPU container job through a noded restart", check.through_restart)
     finally:
         check.down()
     print(f"\n{len(check.failed)} failed: {', '.join(check.failed) or '-'}")
