@@ -19,7 +19,9 @@ def main(argv: list[str] | None = None) -> int:
         "-f", "--config", help="cluster config (default $CORRAL_CONF or /etc/corral/corral.toml)"
     )
     parser.add_argument("--log-json", action="store_true", help="log JSON lines")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-level", default=None, help="the log level (default: controller.log_level, info)"
+    )
     parser.add_argument(
         "--ready-file", default="", help="write 'pid grpc_port http_port' here once listening"
     )
@@ -37,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     except CorralError as exc:
         print(f"ctld: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    setup_logging("ctld", json=args.log_json or config.controller.log_json, level=args.log_level)
+    setup_logging(
+        "ctld",
+        json=args.log_json or config.controller.log_json,
+        level=args.log_level or config.controller.log_level,
+    )
     from ctld.server import serve  # grpc and the store load only once the config is good
 
     try:

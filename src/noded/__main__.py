@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         "--spool-dir", default="", help="per-job scripts (default noded.spool_dir/NAME)"
     )
     parser.add_argument("--log-json", action="store_true")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-level", default=None, help="the log level (default: noded.log_level, info)"
+    )
     parser.add_argument("--ready-file", default="")
     parser.add_argument(
         "-Z",
@@ -71,7 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if problem:  # the operator chose it: maybe a tunnel; say what it costs
         print(f"noded: warning: {problem}", file=sys.stderr)
-    setup_logging("noded", json=args.log_json or config.noded.log_json, level=args.log_level)
+    setup_logging(
+        "noded",
+        json=args.log_json or config.noded.log_json,
+        level=args.log_level or config.noded.log_level,
+    )
     from noded.server import serve
 
     asyncio.run(

@@ -14,6 +14,7 @@ from corral.config.paths import (
 )
 from corral.config.section import Section
 from corral.errors import ConfigError
+from corral.loglevels import level_of
 
 PRIVATE_DATA = ("jobs", "accounting", "cloud")
 # Slurm's AccountingStorageEnforce values corral knows (docs/config.md)
@@ -62,6 +63,7 @@ class ControllerConfig:
     archive_dir: str = ""  # purged jobs are appended here (JSON lines) first; "": not kept
     sched_interval_s: float = 5.0  # periodic pass besides event-driven wake-ups
     log_json: bool = False
+    log_level: str = "info"  # Slurm's SlurmctldDebug (--log-level wins at start)
     job_requeue: bool = True  # Slurm's JobRequeue: a node failure requeues jobs by default
     requeue_delay_s: float = 0.0  # a requeued job waits this long (reason BeginTime)
     # a batch job's checkpoint directory (noded.checkpoint_dir/<id>) is removed by its
@@ -162,6 +164,7 @@ def parse_controller(sec: Section) -> ControllerConfig:
         archive_dir=sec.get("archive_dir", str, d.archive_dir),
         sched_interval_s=sec.positive("sched_interval_s", d.sched_interval_s, allow_zero=False),
         log_json=sec.get("log_json", bool, d.log_json),
+        log_level=log_level(sec, d.log_level),
         job_requeue=sec.get("job_requeue", bool, d.job_requeue),
         requeue_delay_s=sec.positive("requeue_delay_s", d.requeue_delay_s),
         checkpoint_cleanup=sec.get("checkpoint_cleanup", bool, d.checkpoint_cleanup),
@@ -203,6 +206,16 @@ def parse_controller(sec: Section) -> ControllerConfig:
     if cfg.socket and not (cfg.socket.startswith("@") or os.path.isabs(cfg.socket)):
         raise ConfigError(f"{sec.key('socket')}: an absolute path or @abstract-name")
     return cfg
+
+
+def log_level(sec: Section, default: str) -> str:
+    """A ``log_level`` key: a level word (info, debug, Slurm's verbose, ...), lower case."""
+    value: str = sec.get("log_level", str, default).lower()
+    try:
+        level_of(value)
+    except ValueError as exc:
+        raise ConfigError(f"{sec.key('log_level')}: {exc}") from None
+    return value
 
 
 def controller_hosts(sec: Section, base: ControllerConfig) -> tuple[ControllerHost, ...]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from corral.config.controller import log_level
 from corral.config.paths import DEFAULT_NODED_PORT
 from corral.config.power import suspend_time
 from corral.config.section import Section
@@ -20,6 +21,7 @@ class NodedConfig:
     stream_port: int = DEFAULT_NODED_PORT + 4  # srun's framed task stream (noded/stream.py)
     spool_dir: str = "/var/spool/corral"
     log_json: bool = False
+    log_level: str = "info"  # Slurm's SlurmdDebug (--log-level wins at start)
     cgroups: str = "auto"  # "auto", "v2", "v1" or "none" (psutil monitoring only)
     cgroup_root: str = "corral"  # directory made under each controller's hierarchy
     sample_interval_s: float = 5.0  # process and GPU sampling for limits and accounting
@@ -90,6 +92,7 @@ def parse_noded(sec: Section) -> NodedConfig:
         stream_port=sec.port("stream_port", d.stream_port),
         spool_dir=sec.get("spool_dir", str, d.spool_dir),
         log_json=sec.get("log_json", bool, d.log_json),
+        log_level=log_level(sec, d.log_level),
         cgroups=sec.get("cgroups", str, d.cgroups),
         cgroup_root=sec.get("cgroup_root", str, d.cgroup_root),
         sample_interval_s=sec.positive("sample_interval_s", d.sample_interval_s, allow_zero=False),
