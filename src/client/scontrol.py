@@ -183,6 +183,10 @@ def dispatch(words: Sequence[str], one_liner: bool) -> int:
         from client import nodepower
 
         return nodepower.power(words[1:])
+    if len(command) >= 5 and "reconfigure".startswith(command):  # Slurm takes "reconfig"
+        from client.scontrol_reconfig import reconfigure
+
+        return reconfigure(words[1:])
     if command == "ping":
         from client.ping import ping_all, ping_lines
 

@@ -50,6 +50,7 @@ TABLE: dict[str, str | Role] = {
     "manage partitions": Role.ADMIN,  # the config file only
     "changing the accounting database": Role.OPERATOR,  # sacctmgr add/modify/delete
     "issue tokens": Role.ADMIN,
+    "reconfigure": Role.ADMIN,  # scontrol reconfigure: Slurm's super user (AdminLevel=Admin)
 }
 
 _SECRET_OPTIONS = ("export", "wrap")  # values that may carry secrets or the script
@@ -66,11 +67,23 @@ class Policy:
         private_data: Iterable[str] = (),
         admin_level: Callable[[str], str] | None = None,
     ) -> None:
-        self.operator_uids = uids_of(frozenset(operators))
-        self.admin_uids = uids_of(frozenset(administrators)) | {0}
-        self.private_data = frozenset(private_data)
+        self.operator_uids, self.admin_uids, self.private_data = self.lists(
+            operators, administrators, private_data
+        )
         # the accounting database's AdminLevel of a user name (sacctmgr ... AdminLevel=)
         self.admin_level = admin_level
+
+    @staticmethod
+    def lists(
+        operators: Iterable[str], administrators: Iterable[str], private_data: Iterable[str]
+    ) -> tuple[frozenset[int], frozenset[int], frozenset[str]]:
+        """The config's lists as the policy holds them: uids (root always an
+        administrator), and private_data's words."""
+        return (
+            uids_of(frozenset(operators)),
+            uids_of(frozenset(administrators)) | {0},
+            frozenset(private_data),
+        )
 
     def role(self, who: Identity) -> Role:
         if who.uid in self.admin_uids:

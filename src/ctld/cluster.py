@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Callable, Collection, Iterable
+import contextlib
+from collections.abc import Callable, Collection, Coroutine, Iterable
+from typing import Any
 
 import structlog
 
@@ -46,6 +48,7 @@ from ctld.power import PowerManager
 from ctld.preemption import Preempter
 from ctld.priorities import Priorities
 from ctld.queries import Queries, page, select
+from ctld.reconfig import Reconfigurer
 from ctld.reservations import Reservations
 from ctld.sacctmgr_ops import SacctmgrOps
 from ctld.sched import Plan, Snapshot
@@ -118,6 +121,9 @@ class Cluster:
         self.mail = MailEvents(st, self.mailer)
         if config.mail.enabled:
             st.observers.append(self.mail)
+        # scontrol reconfigure and SIGHUP (ctld/reconfig.py); set when a config applies
+        self.reconfigurer = Reconfigurer(self, config)
+        self._applied = asyncio.Event()
 
     # ------------------------------------------------------------ state, as attributes
 
@@ -223,17 +229,44 @@ class Cluster:
         await self.scheduler.run()
 
     async def run_mail(self) -> None:
-        """The time-limit warnings and INVALID_DEPEND mails (when [mail] is on)."""
-        if self.config.mail.enabled:
-            await self.mail.run()
+        """The time-limit warnings and INVALID_DEPEND mails (while [mail] is on)."""
+        await self._while(lambda: self.config.mail.enabled, self.mail.run)
 
     async def run_heartbeat_monitor(self) -> None:
         await self.node_reports.run_monitor()
 
     async def run_power(self) -> None:
-        """Power saving's loop (when [power] is set): suspends, resumes, timeouts."""
-        if self.config.power.resume_program:
-            await self.power.run()
+        """Power saving's loop (while [power] is set): suspends, resumes, timeouts."""
+        await self._while(lambda: bool(self.config.power.resume_program), self.power.run)
+
+    async def _while(
+        self, enabled: Callable[[], bool], run: Callable[[], Coroutine[Any, Any, None]]
+    ) -> None:
+        """``run`` while ``enabled()`` holds: started and stopped as reconfigures turn it
+        on and off."""
+        task: asyncio.Task[None] | None = None
+        try:
+            while True:
+                if enabled() and task is None:
+                    task = asyncio.create_task(run())
+                elif not enabled() and task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                    task = None
+                await self._applied.wait()
+        finally:
+            if task is not None:
+                task.cancel()
+
+    def config_applied(self) -> None:
+        """A reconfigure applied a config: the loops above look again."""
+        done, self._applied = self._applied, asyncio.Event()
+        done.set()
+
+    async def reconfigure(self, who: Identity, *, source: str) -> pb.ReconfigureResponse:
+        """scontrol reconfigure (``source`` "scontrol") and SIGHUP (ctld/reconfig.py)."""
+        return await self.reconfigurer.reconfigure(who, source=source)
 
     async def run_purge(self, interval_s: float) -> None:
         """Forget old finished jobs and expired reservations every ``interval_s``."""

@@ -53,6 +53,14 @@ class GrpcDispatcher:
             raise _unreachable(node, exc) from None
         return bool(reply.found)
 
+    async def reconfigure(self, node: NodeRecord) -> pb.Reconfigured:
+        try:
+            return await self._stub(node).Reconfigure(
+                pb.ReconfigureRequest(), timeout=RPC_TIMEOUT_S
+            )
+        except grpc.RpcError as exc:
+            raise _unreachable(node, exc) from None
+
     async def close(self) -> None:
         for _addr, channel, _stub in self._channels.values():
             await channel.close(None)

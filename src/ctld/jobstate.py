@@ -11,6 +11,7 @@ InvalidTransition: that is a bug in ctld, never a user error.
                           |                    +--launch_failed--> FAILED
                           |                       +--cancel_requested--> COMPLETING --exited--^
                           +--cancelled--> CANCELLED
+                          +--partition_removed--> NODE_FAIL (a reconfigure took its every partition)
     held / released / signalled / recovered / updated keep the state and only add to the story.
 """
 
@@ -50,6 +51,8 @@ EVENTS: dict[str, tuple[frozenset[int], frozenset[int]]] = {
     "released": (frozenset({PENDING}), _SAME),
     "started": (frozenset({PENDING}), frozenset({RUNNING})),
     "cancelled": (frozenset({PENDING}), frozenset({CANCELLED})),
+    # Slurm's reconfigure ends a pending job whose partition is gone NODE_FAIL
+    "partition_removed": (frozenset({PENDING}), frozenset({NODE_FAIL})),
     "cancel_requested": (frozenset({RUNNING}), frozenset({COMPLETING})),
     "signalled": (ON_NODE, _SAME),
     "exited": (ON_NODE, FINISHED),

@@ -194,7 +194,6 @@ class NodeReports:
         return True
 
     async def run_monitor(self) -> None:
-        hb = self.state.config.heartbeat
         # on the real clock only: a test's ManualClock never stalls
         watching = asyncio.create_task(self.watch.run()) if _real(self.state.clock) else None
         try:
@@ -203,6 +202,7 @@ class NodeReports:
                 await self.check_heartbeats()
                 await self.warn_maintenance()
                 await self.disruptions.check()
+                hb = self.state.config.heartbeat  # as it is now: a reconfigure changes it
                 await self.state.clock.sleep(min(hb.interval_s / 2, hb.timeout_s / 4))
         finally:
             if watching is not None:

@@ -29,6 +29,9 @@ class Dispatcher(Protocol):
 
     async def signal(self, node: NodeRecord, request: pb.SignalJobRequest) -> bool: ...
 
+    # scontrol reconfigure: the node's noded reads its config again (its answer)
+    async def reconfigure(self, node: NodeRecord) -> pb.Reconfigured: ...
+
 
 class Outbox:
     def __init__(self, state: State, dispatcher: Dispatcher) -> None:

@@ -48,6 +48,16 @@ class Priorities:
         self.last_calc = -1e18
         self.cluster_cpus = 0
 
+    def reconfigure(self, config: ClusterConfig) -> None:
+        """The weights and partition tiers of ``config`` (a reconfigure), used from the next
+        recalculation on, which is due at once; QOSes and the tree come with the
+        accounting database (``set_qos``, ``set_tree``)."""
+        self.config = config
+        self.weights = weights_of(config)
+        self.tiers = {p.name: p.priority_tier for p in config.partitions}
+        self.max_tier = max(self.tiers.values(), default=1)
+        self.last_calc = -1e18
+
     @staticmethod
     def _tree(config: ClusterConfig) -> list[AccountShare]:
         accounts = [AccountShare(a.name, a.parent, a.shares, a.users) for a in config.accounts]

@@ -52,6 +52,7 @@ _CHANGES = frozenset(
         "DeleteReservation",
         "UpdateNode",
         "CreateStep",
+        "Reconfigure",
     }
 )
 
@@ -323,6 +324,11 @@ class ControllerApi:
         step = step_views.attach(self.cluster.state, who, req)
         credential = self.step_credentials.issue(step.job_id, step.step_id)
         return pb.AttachStepResponse(step=step, step_credential=credential)
+
+    async def reconfigure(
+        self, req: pb.ReconfigureRequest, who: Identity
+    ) -> pb.ReconfigureResponse:
+        return await self.cluster.reconfigure(who, source="scontrol")
 
     async def update_node(self, req: pb.UpdateNodeRequest, who: Identity) -> pb.UpdateNodeResponse:
         await self.cluster.update_node(who, req)

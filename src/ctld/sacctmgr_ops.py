@@ -54,7 +54,8 @@ class SacctmgrOps:
         self.state = state
         self.policy = policy
         # one change at a time: each works on a copy of the database as it is installed
-        self._lock = asyncio.Lock()
+        # (a reconfigure, which seeds it again from the config, takes it too)
+        self.lock = asyncio.Lock()
 
     async def execute(self, who: Identity, req: pb.SacctmgrRequest) -> pb.SacctmgrResponse:
         entity = req.entity.lower()
@@ -69,7 +70,7 @@ class SacctmgrOps:
         if action == "list":
             return pb.SacctmgrResponse(records=self.records(who, entity, parsed))
         self.policy.check_operator(who, "changing the accounting database")
-        async with self._lock:
+        async with self.lock:
             return await self._change(action, entity, parsed)
 
     async def _change(self, action: str, entity: str, parsed: Parsed) -> pb.SacctmgrResponse:

@@ -84,8 +84,8 @@ class Scheduler:
 
     async def run(self) -> None:
         st = self.state
-        interval = st.config.controller.sched_interval_s
         while True:
+            interval = st.config.controller.sched_interval_s  # a reconfigure changes it
             # a preempted job's grace time ends on time, not at the next periodic pass
             grace_end = st.preemptions.next_grace_end()
             wait = interval if grace_end is None else min(interval, grace_end - st.clock())

@@ -36,6 +36,7 @@ from ctld.lease import Holder, Lease, keep
 from ctld.metrics import ClusterCollector, add_metrics_route
 from ctld.metrics_access import MetricsAccess
 from ctld.preflight import check_auth, check_metrics
+from ctld.reconfig import ROOT
 from ctld.rpc import ControllerApi, NodeControllerApi
 from ctld.sockdir import prepare
 from ctld.standby import Switch
@@ -92,13 +93,21 @@ async def _serve(config: ClusterConfig, me: str, ready_file: str) -> None:
         switch = Switch(lambda: f"{me}: ctld is starting (loading its state from the store)")
     registry = CollectorRegistry(auto_describe=False)
     listening = await _listen(config, switch, registry)
+    loop.add_signal_handler(signal.SIGHUP, lambda: _hangup(switch))
     try:
         if lease is None:
-            await run_primary(config, stop, switch, registry, ready=_ready(ready_file, listening))
+            await run_primary(
+                config,
+                stop,
+                switch,
+                registry,
+                ready=_ready(ready_file, listening),
+                controller=controller,
+            )
         else:
             log.info("ctld starting as a standby", me=me, lease_s=ctl.lease_s)
             _ready(ready_file, listening)()
-            await _run_failover(config, stop, switch, registry, lease)
+            await _run_failover(config, stop, switch, registry, lease, controller)
     finally:
         await listening.close()
         if lease is not None:
@@ -111,6 +120,7 @@ async def _run_failover(
     switch: Switch,
     registry: CollectorRegistry,
     lease: Lease,
+    controller: int,
 ) -> None:
     """Standby until the lease is ours, primary until it is lost, and again (ctld.lease)."""
     poll_s = max(0.05, lease.lease_s / 5)
@@ -138,7 +148,9 @@ async def _run_failover(
         lease.on_lost = _threadsafe(asyncio.get_running_loop(), on_lost)
         keeper = asyncio.create_task(keep(lease, on_lost))
         try:
-            await run_primary(config, stop, switch, registry, lease=lease, lost=lost)
+            await run_primary(
+                config, stop, switch, registry, lease=lease, lost=lost, controller=controller
+            )
         except BaseException:  # cannot serve (a store it cannot open): let another try
             with contextlib.suppress(sa.exc.SQLAlchemyError):
                 await asyncio.to_thread(lease.release)
@@ -296,6 +308,7 @@ async def run_primary(
     lease: Lease | None = None,
     lost: asyncio.Event | None = None,
     ready: Callable[[], None] = lambda: None,
+    controller: int = 0,
 ) -> None:
     """The controller in charge: rebuild the state from the store (as after a restart),
     answer, schedule; until ``stop``, or ``lost`` (another controller has the lease)."""
@@ -309,6 +322,7 @@ async def run_primary(
     tls_dir = config.tls.dir
     dispatcher = GrpcDispatcher(tls_dir)
     cluster = Cluster(config, store, dispatcher, clock=SystemClock())
+    cluster.reconfigurer.controller_index = controller  # the file is read as it sees it
     await asyncio.to_thread(cluster.load)
     step_credentials = StepCredentials(step_key(tls_dir))
     api = ControllerApi(cluster, make_authenticator(config), step_credentials)
@@ -328,21 +342,23 @@ async def run_primary(
     )
 
     async def retention() -> None:
-        """Finished jobs older than purge_job_after leave the store (archived first)."""
-        while ctl.purge_job_after_s:
-            if store.available:
+        """Finished jobs older than purge_job_after leave the store (archived first);
+        the keys as they are at each round (a reconfigure changes them)."""
+        while True:
+            now = cluster.config.controller
+            if now.purge_job_after_s and store.available:
                 try:
                     purged = await asyncio.to_thread(
                         store.purge_jobs,
-                        ended_before=cluster.clock() - ctl.purge_job_after_s,
+                        ended_before=cluster.clock() - now.purge_job_after_s,
                         finished_states=js.FINISHED,
-                        archive_dir=ctl.archive_dir,
+                        archive_dir=now.archive_dir,
                     )
                 except (CorralError, OSError) as exc:
                     log.error("job purge failed", error=str(exc))
                 else:
                     if purged:
-                        log.info("jobs purged", jobs=purged, archive_dir=ctl.archive_dir or None)
+                        log.info("jobs purged", jobs=purged, archive_dir=now.archive_dir or None)
             await cluster.clock.sleep(RETENTION_INTERVAL_S)
 
     tasks = [
@@ -374,6 +390,21 @@ async def run_primary(
     await dispatcher.close()
     await asyncio.to_thread(store.close)  # drains the writer: every queued commit durable or failed
     log.info("ctld stopped" if stop.is_set() else "ctld is a standby again")
+
+
+def _hangup(switch: Switch) -> None:
+    """SIGHUP: what scontrol reconfigure does (its outcome, or why not, is logged). A
+    standby has nothing to apply it to (it holds no state until it takes over)."""
+    if switch.api is None:
+        log.warning("SIGHUP ignored: this ctld is not the primary")
+        return
+    cluster = switch.api.cluster
+
+    async def reconfigure() -> None:
+        with contextlib.suppress(CorralError):  # refused: logged with the reason
+            await cluster.reconfigure(ROOT, source="SIGHUP")
+
+    cluster.state.spawn(reconfigure())
 
 
 def step_key(tls_dir: str) -> bytes | None:

@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from corral.clock import Clock
-from corral.config import ClusterConfig
+from corral.config import ClusterConfig, NodeConfig
 from corral.errors import InvalidJobId, InvalidNodeName
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
@@ -30,7 +30,7 @@ from ctld.nodes import NodeRecord
 from ctld.reservations import Reservations
 from ctld.sched import job_shape
 from ctld.state_parts import AccountingView, JobIndex, RunHistory, Versions
-from ctld.store import NodeDrain, Store
+from ctld.store import NodeDrain, NodePower, Store
 from ctld.validate import NodeCapacity, request_from_spec, totals
 from ctld.victims import Preemptions
 
@@ -54,11 +54,7 @@ class State:
         self.nodes: dict[str, NodeRecord] = {}
         for entry in config.nodes:
             for name in entry.names:
-                parts = [p.name for p in config.partitions if name in p.nodes]
-                node = self.nodes[name] = NodeRecord(name=name, config=entry, partitions=parts)
-                if entry.cloud:  # off until a job needs it (Slurm's State=CLOUD)
-                    row = NodeDrain(name, "", self.start_time, 0, "config:cloud")
-                    nodestate.restore(node, "cloud", row, "root")
+                self.nodes[name] = self._new_node(name, entry, config)
         self._capacity: dict[str, tuple[pb.NodeResources, NodeCapacity]] = {}
         self.index = JobIndex()
         self.versions = Versions()
@@ -73,6 +69,49 @@ class State:
         # (metrics' counters and histograms, mail): they must not raise or block
         self.observers: list[Callable[[pb.Job, Sequence[pb.JobEvent]], None]] = []
         self.install_accounting(self.acct.accounting)
+
+    def _new_node(self, name: str, entry: NodeConfig, config: ClusterConfig) -> NodeRecord:
+        parts = [p.name for p in config.partitions if name in p.nodes]
+        node = NodeRecord(name=name, config=entry, partitions=parts)
+        if entry.cloud:  # off until a job needs it (Slurm's State=CLOUD)
+            row = NodeDrain(name, "", self.clock(), 0, "config:cloud")
+            nodestate.restore(node, "cloud", row, "root")
+        return node
+
+    def install_nodes(self, config: ClusterConfig, kept: StoredNodes) -> None:
+        """The nodes of ``config`` (a reconfigure; ctld/reconfig_apply.py): a node gone
+        from it leaves the map (it holds no job: the reconfigure refused otherwise); a
+        new one comes in as a start makes it, with what the store keeps for its name (a
+        drain, an operator's DOWN, its power state: ``kept``); the others take their
+        partitions and their entry. Dynamic nodes stay (their partitions are in
+        ``config`` already)."""
+        entries = {name: entry for entry in config.nodes for name in entry.names}
+        for name in [n for n, node in self.nodes.items() if n not in entries and not node.dynamic]:
+            del self.nodes[name]
+            self._capacity.pop(name, None)
+            self.live.forget(name)
+            self.gpu_samples.latest.pop(name, None)
+        for name, entry in entries.items():
+            node = self.nodes.get(name)
+            if node is None:
+                node = self.nodes[name] = self._new_node(name, entry, config)
+                self._restore(node, kept)
+            elif node.config != entry:
+                node.config = entry
+        for node in self.nodes.values():
+            parts = [p.name for p in config.partitions if node.name in p.nodes]
+            if parts != node.partitions:
+                node.partitions = parts
+
+    def _restore(self, node: NodeRecord, kept: StoredNodes) -> None:
+        """What the store keeps of ``node`` read back into it, as ``load`` does."""
+        for event, rows in (("drained", kept.drains), ("downed", kept.downs)):
+            for row in rows:
+                if row.name == node.name:
+                    nodestate.restore(node, event, row, user_name(row.reason_uid))
+        for power in kept.power:
+            if power.name == node.name:
+                nodestate.restore_power(node, power)
 
     def _usage_factor(self, qos: str) -> float:
         return next((q.usage_factor for q in self.config.qos if q.name == qos), 1.0)
@@ -126,16 +165,9 @@ class State:
                         )
         self.reservations.load(self.store.load_reservations())
         # a drain and an operator's DOWN outlive a restart, with their cause
-        for event, rows in (
-            ("drained", self.store.load_drains()),
-            ("downed", self.store.load_downs()),
-        ):
-            for row in rows:
-                if (node := self.nodes.get(row.name)) is not None:
-                    nodestate.restore(node, event, row, user_name(row.reason_uid))
-        for power in self.store.load_power():  # powered down stays so (not judged silent)
-            if (node := self.nodes.get(power.name)) is not None:
-                nodestate.restore_power(node, power)
+        kept = self.stored_nodes()
+        for node in self.nodes.values():  # powered down stays so (not judged silent)
+            self._restore(node, kept)
         horizon = now - 10 * self.config.priority.decay_half_life_s  # older adds < 0.1%
         for job in sorted(self.store.finished_since(horizon), key=lambda j: j.end_time):
             self.acct.ledger.add_finished(job)
@@ -146,6 +178,11 @@ class State:
         self.compact(list(self.jobs))  # nothing holds the loaded records yet
         log.info("state loaded", jobs=len(loaded), next_job_id=self.next_job_id)
         self.wake()
+
+    def stored_nodes(self) -> StoredNodes:
+        """What the store keeps of nodes: drains, operators' DOWNs, power states."""
+        st = self.store
+        return StoredNodes(st.load_drains(), st.load_downs(), st.load_power())
 
     def forget_finished(self) -> None:
         """Forget finished jobs older than min_job_age (they stay in the store for sacct);
@@ -273,6 +310,16 @@ class State:
 
     def remember_run(self, job: pb.Job) -> None:
         self.runs.remember(job)
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredNodes:
+    """What the store keeps of nodes beyond a restart (read back at load, and for a node
+    a reconfigure adds)."""
+
+    drains: Sequence[NodeDrain] = ()
+    downs: Sequence[NodeDrain] = ()
+    power: Sequence[NodePower] = ()
 
 
 class Capacities(Mapping[str, NodeCapacity]):

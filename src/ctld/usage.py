@@ -36,6 +36,16 @@ class UsageLedger:
         self._value: dict[Key, float] = {}
         self._as_of: dict[Key, float] = {}
 
+    def set_priority(self, priority: PriorityConfig, now: float) -> None:
+        """Charge by ``priority``'s TRES weights and decay with its half-life from ``now``
+        on (a reconfigure): the usage so far is decayed to ``now`` first, so the new
+        half-life does not reach back."""
+        for key in self._value:
+            self._value[key] = self._decayed(key, now)
+            self._as_of[key] = now
+        self.priority = priority
+        self.half_life = float(priority.decay_half_life_s)
+
     def _decayed(self, key: Key, now: float) -> float:
         value = self._value.get(key, 0.0)
         if not value:

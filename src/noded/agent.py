@@ -12,7 +12,7 @@ import contextlib
 import os
 import platform
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -49,6 +49,8 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
         self.controller_only = controller_only
         # whether this node hears ctld, for a peer cut off from it (witness.py)
         self.witness: Callable[[], pb.WitnessResponse] = pb.WitnessResponse
+        # scontrol reconfigure, relayed by ctld (noded/reconfig.py; set by server.py)
+        self.reconfigure: Callable[[str], Awaitable[pb.Reconfigured]] | None = None
 
     async def _from_controller(self, context: aio.ServicerContext[Any, Any], what: str) -> None:
         if not self.controller_only:
@@ -68,6 +70,15 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
         await self._from_controller(context, "LaunchJob")
         await self.launcher.launch(request)
         return pb.LaunchJobResponse()
+
+    async def Reconfigure(
+        self, request: pb.ReconfigureRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.Reconfigured:
+        await self._from_controller(context, "Reconfigure")
+        if self.reconfigure is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "noded is starting")
+        assert self.reconfigure is not None
+        return await self.reconfigure("ctld")
 
     async def SignalJob(
         self, request: pb.SignalJobRequest, context: aio.ServicerContext[Any, Any]

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 
 import structlog
@@ -18,6 +19,7 @@ from corral.auth import tls
 from corral.config import ClusterConfig, GpuConfig, NodeConfig
 from corral.errors import GpuError
 from corral.limits import GRPC_SERVER_OPTIONS
+from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from noded import spool as spool_mod
 from noded import steptakeover, witness
@@ -30,6 +32,7 @@ from noded.gpu import GpuBackend
 from noded.guard import CONTACT_FILE
 from noded.launcher import Launcher
 from noded.live import LiveSampler
+from noded.reconfig import NodedReconfig
 from noded.resources import discover
 from noded.steps import StepRunner
 from noded.stream import StepStreamServer
@@ -152,6 +155,9 @@ async def serve(
     link_ref.append(link)
     link.witness = Witness(spool, name, hb.interval_s, tls_dir)
     servicer.witness = lambda: witness.answer(name, link.last_contact, link.registered.is_set())
+    dynamic = name not in config.node_names  # noded --dynamic
+    reconfig = NodedReconfig(config, name, launcher, steps, link, dynamic=dynamic)
+    servicer.reconfigure = reconfig.reconfigure
     live = LiveSampler(launcher, steps, found.gpus)
     live.gpu_indices = [d.index for d in found.devices]
     link.live = live.collect
@@ -171,13 +177,23 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    hangups: set[asyncio.Task[pb.Reconfigured]] = set()
+
+    def hangup() -> None:  # SIGHUP: read the config file again (noded/reconfig.py)
+        task = asyncio.create_task(reconfig.reconfigure("SIGHUP"))
+        hangups.add(task)
+        task.add_done_callback(hangups.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, hangup)
     tasks = [
         asyncio.create_task(link.run_heartbeats()),
         asyncio.create_task(link.run_outbox()),
         asyncio.create_task(link.run_self_fence()),
         asyncio.create_task(launcher.run_monitor()),
         asyncio.create_task(steps.run_monitor()),
-        asyncio.create_task(_watch_gpus(found.gpus, link, config.noded.health_interval_s, live)),
+        asyncio.create_task(
+            _watch_gpus(found.gpus, link, lambda: reconfig.config.noded.health_interval_s, live)
+        ),
     ]
     if ready_file:
         await link.registered.wait()
@@ -242,11 +258,12 @@ def _start_guard(
 
 
 async def _watch_gpus(
-    gpus: GpuBackend, link: ControllerLink, interval_s: float, live: LiveSampler
+    gpus: GpuBackend, link: ControllerLink, interval_s: Callable[[], float], live: LiveSampler
 ) -> None:
-    """Poll GPU health; each new fault (XID, ECC, lost GPU) drains the node."""
+    """Poll GPU health (every ``interval_s()``: a reconfigure changes it); each new fault
+    (XID, ECC, lost GPU) drains the node."""
     while True:
-        await asyncio.sleep(interval_s)
+        await asyncio.sleep(interval_s())
         for event in gpus.poll_health():
             live.fault(event)
             link.report_health(event.reason(), f"{event.kind}: {event.detail}")

@@ -98,6 +98,7 @@ def _requests(held: int, running: int, bob: str) -> dict[str, list[dict[str, Any
         "StepNodeLost": [{"jobId": str(running), "stepId": 0, "node": "node01"}],
         "GetStepStats": [{"jobId": str(running)}, {"jobId": str(running), "step": "0"}],
         "AttachStep": [{"jobId": str(running), "stepId": 0}],
+        "Reconfigure": [{}],  # refused him: an administrator's
     }
 
 

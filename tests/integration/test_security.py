@@ -503,6 +503,9 @@ def test_noded_takes_launch_and_signal_from_ctld_only(
                     stub.LaunchJob(pb.LaunchJobRequest(job=forged), timeout=5)
                 )
                 out[f"signal, {label}"] = await _code(stub.SignalJob(kill, timeout=5))
+                out[f"reconfigure, {label}"] = await _code(
+                    stub.Reconfigure(pb.ReconfigureRequest(), timeout=5)
+                )
         return out
 
     codes = asyncio.run(attempts())
@@ -517,6 +520,12 @@ def test_noded_takes_launch_and_signal_from_ctld_only(
     assert codes["signal, step port, forged ctld cert"] == S.UNAUTHENTICATED
     assert codes["launch, step port, plaintext"] == S.UNAVAILABLE  # TLS only
     assert codes["signal, step port, plaintext"] == S.UNAVAILABLE
+    # noded's Reconfigure (scontrol reconfigure relayed) is ctld's alone as well
+    assert codes["reconfigure, agent port, node cert"] == S.PERMISSION_DENIED
+    assert codes["reconfigure, agent port, no cert"] == S.UNAVAILABLE
+    assert codes["reconfigure, step port"] == S.UNAUTHENTICATED
+    assert codes["reconfigure, step port, forged ctld cert"] == S.UNAUTHENTICATED
+    assert codes["reconfigure, step port, plaintext"] == S.UNAVAILABLE
     assert not marker.exists()
     assert job(secure, victim)["state"] == "JOB_STATE_RUNNING"
     secure.client().call("CancelJobs", {"filter": {"jobIds": [str(victim)]}})

@@ -62,6 +62,7 @@ class RecordingDispatcher:
 
     launched: list[tuple[str, pb.LaunchJobRequest]] = field(default_factory=list)
     signalled: list[tuple[str, pb.SignalJobRequest]] = field(default_factory=list)
+    reconfigured: list[str] = field(default_factory=list)  # nodes asked to reconfigure
     fail_launch: bool = False
     hold_launches: bool = False
     launch_gate: asyncio.Event = field(default_factory=asyncio.Event)
@@ -76,6 +77,10 @@ class RecordingDispatcher:
     async def signal(self, node: NodeRecord, request: pb.SignalJobRequest) -> bool:
         self.signalled.append((node.name, request))
         return True
+
+    async def reconfigure(self, node: NodeRecord) -> pb.Reconfigured:
+        self.reconfigured.append(node.name)
+        return pb.Reconfigured(daemon=node.name)
 
 
 class InProcessController(Controller):

@@ -118,3 +118,7 @@ class ControllerCalls:
     def attach_step(self, request: t.AttachStepRequest) -> t.AttachStepResponse:
         reply: t.AttachStepResponse = self.call("AttachStep", request)
         return reply
+
+    def reconfigure(self, request: t.ReconfigureRequest) -> t.ReconfigureResponse:
+        reply: t.ReconfigureResponse = self.call("Reconfigure", request)
+        return reply

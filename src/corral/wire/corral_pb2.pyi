@@ -2856,7 +2856,105 @@ class ShareRow(_message.Message):
 Global___ShareRow: _TypeAlias = ShareRow  # noqa: Y015
 
 @_typing.final
+class ReconfigureRequest(_message.Message):
+    """scontrol reconfigure (and SIGHUP): the daemon reads its config file again and applies
+    what changed without a restart; the keys only a restart applies are named, unapplied
+    (docs/admin-guide.md#reconfigure). A file that does not parse or validate is refused
+    (the call fails with the reason) and nothing changes. Nothing in the request: the file
+    is the one the daemon was started with.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReconfigureRequest: _TypeAlias = ReconfigureRequest  # noqa: Y015
+
+@_typing.final
+class Reconfigured(_message.Message):
+    """One daemon's answer: its keys as the file names them ("partitions.gpu.max_time",
+    "partitions.extra (added)").
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DAEMON_FIELD_NUMBER: _builtins.int
+    APPLIED_FIELD_NUMBER: _builtins.int
+    RESTART_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    daemon: _builtins.str
+    """"ctld", or the node's name"""
+    error: _builtins.str
+    """a node's: refused (with the reason) or unreachable"""
+    @_builtins.property
+    def applied(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """changed and applied now"""
+
+    @_builtins.property
+    def restart(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """changed, but applied only by a restart"""
+
+    def __init__(
+        self,
+        *,
+        daemon: _builtins.str = ...,
+        applied: _abc.Iterable[_builtins.str] | None = ...,
+        restart: _abc.Iterable[_builtins.str] | None = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "daemon", b"daemon", "error", b"error", "restart", b"restart"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Reconfigured: _TypeAlias = Reconfigured  # noqa: Y015
+
+@_typing.final
+class ReconfigureResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CTLD_FIELD_NUMBER: _builtins.int
+    ENDED_JOB_IDS_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ctld(self) -> Global___Reconfigured: ...
+    @_builtins.property
+    def ended_job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """pending jobs none of whose partitions is left: ended NODE_FAIL, as Slurm's
+        reconfigure ends them
+        """
+
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Reconfigured]:
+        """each registered node's noded, asked in turn"""
+
+    def __init__(
+        self,
+        *,
+        ctld: Global___Reconfigured | None = ...,
+        ended_job_ids: _abc.Iterable[_builtins.int] | None = ...,
+        nodes: _abc.Iterable[Global___Reconfigured] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ctld", b"ctld"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ctld", b"ctld", "ended_job_ids", b"ended_job_ids", "nodes", b"nodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReconfigureResponse: _TypeAlias = ReconfigureResponse  # noqa: Y015
+
+@_typing.final
 class Reservation(_message.Message):
+    """---------------------------------------------------------------- advance reservations"""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int

@@ -155,6 +155,11 @@ class ControllerStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.AttachStepRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.AttachStepResponse.FromString,
                 _registered_method=True)
+        self.Reconfigure = channel.unary_unary(
+                '/corral.v1.Controller/Reconfigure',
+                request_serializer=corral_dot_v1_dot_corral__pb2.ReconfigureRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.ReconfigureResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -304,6 +309,12 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Reconfigure(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -426,6 +437,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.AttachStep,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.AttachStepRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.AttachStepResponse.SerializeToString,
+            ),
+            'Reconfigure': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reconfigure,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.ReconfigureRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.ReconfigureResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1086,6 +1102,33 @@ class Controller:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def Reconfigure(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/Reconfigure',
+            corral_dot_v1_dot_corral__pb2.ReconfigureRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.ReconfigureResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class NodeControllerStub:
     """Missing associated documentation comment in .proto file."""
@@ -1356,6 +1399,11 @@ class NodeAgentStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.TaskInput.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.TaskEvent.FromString,
                 _registered_method=True)
+        self.Reconfigure = channel.unary_unary(
+                '/corral.v1.NodeAgent/Reconfigure',
+                request_serializer=corral_dot_v1_dot_corral__pb2.ReconfigureRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.Reconfigured.FromString,
+                _registered_method=True)
         self.Witness = channel.unary_unary(
                 '/corral.v1.NodeAgent/Witness',
                 request_serializer=corral_dot_v1_dot_corral__pb2.WitnessRequest.SerializeToString,
@@ -1380,6 +1428,13 @@ class NodeAgentServicer:
 
     def RunTasks(self, request_iterator, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Reconfigure(self, request, context):
+        """from ctld only
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -1409,6 +1464,11 @@ def add_NodeAgentServicer_to_server(servicer, server):
                     servicer.RunTasks,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.TaskInput.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.TaskEvent.SerializeToString,
+            ),
+            'Reconfigure': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reconfigure,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.ReconfigureRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.Reconfigured.SerializeToString,
             ),
             'Witness': grpc.unary_unary_rpc_method_handler(
                     servicer.Witness,
@@ -1497,6 +1557,33 @@ class NodeAgent:
             '/corral.v1.NodeAgent/RunTasks',
             corral_dot_v1_dot_corral__pb2.TaskInput.SerializeToString,
             corral_dot_v1_dot_corral__pb2.TaskEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reconfigure(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.NodeAgent/Reconfigure',
+            corral_dot_v1_dot_corral__pb2.ReconfigureRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.Reconfigured.FromString,
             options,
             channel_credentials,
             insecure,

@@ -68,6 +68,7 @@ class ControllerStub:
     StepNodeLost: _grpc.UnaryUnaryMultiCallable[_corral_pb2.StepNodeLostRequest, _corral_pb2.StepNodeLostResponse]
     GetStepStats: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetStepStatsRequest, _corral_pb2.GetStepStatsResponse]
     AttachStep: _grpc.UnaryUnaryMultiCallable[_corral_pb2.AttachStepRequest, _corral_pb2.AttachStepResponse]
+    Reconfigure: _grpc.UnaryUnaryMultiCallable[_corral_pb2.ReconfigureRequest, _corral_pb2.ReconfigureResponse]
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -96,6 +97,7 @@ class ControllerAsyncStub(ControllerStub):
     StepNodeLost: _aio.UnaryUnaryMultiCallable[_corral_pb2.StepNodeLostRequest, _corral_pb2.StepNodeLostResponse]  # type: ignore[assignment]
     GetStepStats: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetStepStatsRequest, _corral_pb2.GetStepStatsResponse]  # type: ignore[assignment]
     AttachStep: _aio.UnaryUnaryMultiCallable[_corral_pb2.AttachStepRequest, _corral_pb2.AttachStepResponse]  # type: ignore[assignment]
+    Reconfigure: _aio.UnaryUnaryMultiCallable[_corral_pb2.ReconfigureRequest, _corral_pb2.ReconfigureResponse]  # type: ignore[assignment]
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -266,6 +268,13 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_corral_pb2.AttachStepResponse, _abc.Awaitable[_corral_pb2.AttachStepResponse]]: ...
 
+    @_abc_1.abstractmethod
+    def Reconfigure(
+        self,
+        request: _corral_pb2.ReconfigureRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.ReconfigureResponse, _abc.Awaitable[_corral_pb2.ReconfigureResponse]]: ...
+
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class NodeControllerStub:
@@ -337,6 +346,8 @@ class NodeAgentStub:
     LaunchJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.LaunchJobRequest, _corral_pb2.LaunchJobResponse]
     SignalJob: _grpc.UnaryUnaryMultiCallable[_corral_pb2.SignalJobRequest, _corral_pb2.SignalJobResponse]
     RunTasks: _grpc.StreamStreamMultiCallable[_corral_pb2.TaskInput, _corral_pb2.TaskEvent]
+    Reconfigure: _grpc.UnaryUnaryMultiCallable[_corral_pb2.ReconfigureRequest, _corral_pb2.Reconfigured]
+    """from ctld only"""
     Witness: _grpc.UnaryUnaryMultiCallable[_corral_pb2.WitnessRequest, _corral_pb2.WitnessResponse]
     """Another node asks whether this one hears ctld (a node cut off from ctld asks its
     peers before it fences: noded/witness.py). Any node of the cluster may ask.
@@ -348,6 +359,8 @@ class NodeAgentAsyncStub(NodeAgentStub):
     LaunchJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.LaunchJobRequest, _corral_pb2.LaunchJobResponse]  # type: ignore[assignment]
     SignalJob: _aio.UnaryUnaryMultiCallable[_corral_pb2.SignalJobRequest, _corral_pb2.SignalJobResponse]  # type: ignore[assignment]
     RunTasks: _aio.StreamStreamMultiCallable[_corral_pb2.TaskInput, _corral_pb2.TaskEvent]  # type: ignore[assignment]
+    Reconfigure: _aio.UnaryUnaryMultiCallable[_corral_pb2.ReconfigureRequest, _corral_pb2.Reconfigured]  # type: ignore[assignment]
+    """from ctld only"""
     Witness: _aio.UnaryUnaryMultiCallable[_corral_pb2.WitnessRequest, _corral_pb2.WitnessResponse]  # type: ignore[assignment]
     """Another node asks whether this one hears ctld (a node cut off from ctld asks its
     peers before it fences: noded/witness.py). Any node of the cluster may ask.
@@ -374,6 +387,14 @@ class NodeAgentServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_corral_pb2.TaskInput],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_corral_pb2.TaskEvent], _abc.AsyncIterator[_corral_pb2.TaskEvent]]: ...
+
+    @_abc_1.abstractmethod
+    def Reconfigure(
+        self,
+        request: _corral_pb2.ReconfigureRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.Reconfigured, _abc.Awaitable[_corral_pb2.Reconfigured]]:
+        """from ctld only"""
 
     @_abc_1.abstractmethod
     def Witness(

@@ -596,6 +596,23 @@ class ShareRow(TypedDict, total=False):
     fairshare: float
 
 
+class ReconfigureRequest(TypedDict, total=False):
+    pass
+
+
+class Reconfigured(TypedDict, total=False):
+    daemon: str
+    applied: list[str]
+    restart: list[str]
+    error: str
+
+
+class ReconfigureResponse(TypedDict, total=False):
+    ctld: Reconfigured
+    endedJobIds: list[str]
+    nodes: list[Reconfigured]
+
+
 class Reservation(TypedDict, total=False):
     name: str
     startTime: float

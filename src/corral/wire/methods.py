@@ -37,6 +37,7 @@ SERVICES: dict[str, dict[str, tuple[str, str, bool, bool]]] = {
         "StepNodeLost": ("StepNodeLostRequest", "StepNodeLostResponse", False, False),
         "GetStepStats": ("GetStepStatsRequest", "GetStepStatsResponse", False, False),
         "AttachStep": ("AttachStepRequest", "AttachStepResponse", False, False),
+        "Reconfigure": ("ReconfigureRequest", "ReconfigureResponse", False, False),
     },
     NODE_CONTROLLER: {
         "GetStep": ("GetStepRequest", "GetStepResponse", False, False),
@@ -49,6 +50,7 @@ SERVICES: dict[str, dict[str, tuple[str, str, bool, bool]]] = {
         "LaunchJob": ("LaunchJobRequest", "LaunchJobResponse", False, False),
         "SignalJob": ("SignalJobRequest", "SignalJobResponse", False, False),
         "RunTasks": ("TaskInput", "TaskEvent", True, True),
+        "Reconfigure": ("ReconfigureRequest", "Reconfigured", False, False),
         "Witness": ("WitnessRequest", "WitnessResponse", False, False),
     },
 }
@@ -79,6 +81,7 @@ PYTHON_NAMES: dict[str, str] = {
     "StepNodeLost": "step_node_lost",
     "GetStepStats": "get_step_stats",
     "AttachStep": "attach_step",
+    "Reconfigure": "reconfigure",
     "GetStep": "get_step",
     "RegisterNode": "register_node",
     "Heartbeat": "heartbeat",
@@ -87,5 +90,6 @@ PYTHON_NAMES: dict[str, str] = {
     "LaunchJob": "launch_job",
     "SignalJob": "signal_job",
     "RunTasks": "run_tasks",
+    "Reconfigure": "reconfigure",
     "Witness": "witness",
 }

@@ -406,6 +406,12 @@ class _Servicer(pbg.NodeAgentServicer):
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "simulated nodes are no witnesses")
         return pb.WitnessResponse()  # pragma: no cover - abort raises
 
+    async def Reconfigure(
+        self, request: pb.ReconfigureRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.Reconfigured:
+        # a simulated node reads nothing of the config after its start: nothing to apply
+        return pb.Reconfigured(daemon="simulated nodes")
+
     async def RunTasks(
         self,
         request_iterator: AsyncIterator[pb.TaskInput],
