@@ -9,8 +9,9 @@ reconfigure one at a time):
 2. the plan (``corral.config.reload``): the changes by key, each live or restart-only;
    the restart-only ones keep their running value and are reported by key;
 3. what a running ctld refuses: a node removed while it holds jobs (drain it and let
-   them end first: running jobs are never touched by a reconfigure), a node removed
-   that a reservation names, a new config node named as a dynamic node that joined;
+   them end first: running jobs are never touched by a reconfigure), or while it is
+   being powered up or down, or that a reservation names; a new config node named as
+   a dynamic node that joined;
 4. ``reconfig_apply.prepare`` makes what the new config needs (may fail: nothing
    changed yet), then applies it at once on the event loop;
 5. pending jobs none of whose partitions is left end NODE_FAIL (reason NodeDown), as
@@ -37,7 +38,7 @@ from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld.commit import Change
-from ctld.nodes import POWER_ON, NodeRecord
+from ctld.nodes import POWER_ON, POWERING_DOWN, POWERING_UP, NodeRecord
 from ctld.reconfig_apply import prepare, running_config
 from ctld.state import StoredNodes
 
@@ -119,6 +120,12 @@ class Reconfigurer:
                 f"it (scontrol update NodeName={node.name} State=DRAIN Reason=...), let its "
                 "jobs end, then reconfigure"
             )
+        moving = [n for n in gone if n.power in (POWERING_UP, POWERING_DOWN)]
+        if moving:  # its power program is running and will report on it
+            raise ConfigError(
+                f"node {moving[0].name} is removed from the config but is being powered "
+                "up or down: reconfigure once it is on or off"
+            )
         now = st.clock()
         for resv in st.reservations.by_name.values():
             held = set(hostlist.expand(resv.nodes)) if resv.nodes else set()
@@ -131,8 +138,8 @@ class Reconfigurer:
         dynamic = sorted(n.name for n in st.nodes.values() if n.dynamic and n.name in wanted)
         if dynamic:
             raise ConfigError(
-                f"node {dynamic[0]} is in [[nodes]] but joined as a dynamic node: stop its "
-                "noded first (a dynamic node is not in the config)"
+                f"node {dynamic[0]} is in [[nodes]] but joined as a dynamic node: it becomes "
+                "a node of the config only at ctld's restart"
             )
 
     async def _apply(self, reload: Reload) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from corral.errors import ConfigError, InvalidNodeName, PermissionDenied
+from corral.errors import AccountingPolicy, ConfigError, InvalidNodeName, PermissionDenied
 from corral.identity import Identity
 from corral.testing.inprocess import InProcessCluster
 from corral.wire import corral_pb2 as pb
@@ -164,6 +164,12 @@ def test_priority_weights_qos_and_operators_apply(c: InProcessCluster) -> None:
     assert c.job(job)["priorityFactors"]["qos"] == 1.0  # the top QOS
     assert int(c.job(job)["priority"]) == 50000 + 1000  # QOS, and the partition's 1,000
     assert c.cluster.policy.is_operator(Identity("daemon", 1, 1))  # a uid of this host
+    # a QOS changed: its new limit holds from the next submit
+    c.submit(qos="urgent", timeLimitS=600)
+    edit(c, "priority = 100", 'priority = 100\nmax_wall = "00:05:00"')
+    assert reconfigure(c)["ctld"]["applied"] == ["qos.urgent.max_wall"]
+    with pytest.raises(AccountingPolicy):
+        c.submit(qos="urgent", timeLimitS=600)
 
 
 def test_only_an_administrator_reconfigures(c: InProcessCluster) -> None:
