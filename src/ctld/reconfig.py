@@ -31,7 +31,7 @@ import structlog
 
 from corral import hostlist
 from corral.config import ClusterConfig, load_config
-from corral.config.liveness import CTLD
+from corral.config.keyclasses import CTLD
 from corral.config.reload import Reload, plan
 from corral.errors import ConfigError, CorralError
 from corral.identity import Identity

@@ -22,12 +22,11 @@ import structlog
 
 from corral.config import ClusterConfig, load_config
 from corral.config.diff import REMOVED, Changed
-from corral.config.liveness import NODED
+from corral.config.keyclasses import NODED
 from corral.config.reload import plan
 from corral.errors import ConfigError
 from corral.log import set_level
 from corral.wire import corral_pb2 as pb
-from noded.agent import ControllerLink
 from noded.batch import BatchStarter
 from noded.launcher import Launcher
 from noded.steps import StepRunner
@@ -42,7 +41,6 @@ class NodedReconfig:
         name: str,
         launcher: Launcher,
         steps: StepRunner,
-        link: ControllerLink,
         *,
         dynamic: bool = False,
         loader: Callable[[str], ClusterConfig] = load_config,
@@ -52,7 +50,6 @@ class NodedReconfig:
         self.name = name
         self.launcher = launcher
         self.steps = steps
-        self.link = link
         self.dynamic = dynamic
         self.loader = loader
         self._lock = asyncio.Lock()  # SIGHUP and ctld's call: one at a time
@@ -109,7 +106,5 @@ class NodedReconfig:
             idle_threshold_pct=config.idle_gpus.threshold_pct,
             progress_timeout_s=config.noded.progress_timeout_s,
         )
-        if config.heartbeat.interval_s != old.heartbeat.interval_s:
-            self.link.interval = config.heartbeat.interval_s
         if config.noded.log_level != old.noded.log_level:
             set_level(config.noded.log_level)  # else --log-level's stays

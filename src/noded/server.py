@@ -156,7 +156,7 @@ async def serve(
     link.witness = Witness(spool, name, hb.interval_s, tls_dir)
     servicer.witness = lambda: witness.answer(name, link.last_contact, link.registered.is_set())
     dynamic = name not in config.node_names  # noded --dynamic
-    reconfig = NodedReconfig(config, name, launcher, steps, link, dynamic=dynamic)
+    reconfig = NodedReconfig(config, name, launcher, steps, dynamic=dynamic)
     servicer.reconfigure = reconfig.reconfigure
     live = LiveSampler(launcher, steps, found.gpus)
     live.gpu_indices = [d.index for d in found.devices]

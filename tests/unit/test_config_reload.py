@@ -1,5 +1,5 @@
 """A reconfigure's plan, pure: what changed by key (corral/config/diff.py), each key's
-class per daemon (liveness.py), and the config kept (reload.py): restart-only keys at
+class per daemon (keyclasses.py), and the config kept (reload.py): restart-only keys at
 their running values. docs/config.md's table is checked against the code's."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from corral.config import parse_config
 from corral.config.diff import ADDED, REMOVED, REORDERED, diff, patterns
-from corral.config.liveness import CTLD, LIVE, NODED, RESTART, UNUSED, class_of, classify
+from corral.config.keyclasses import CTLD, LIVE, NODED, RESTART, UNUSED, class_of, classify
 from corral.config.reload import plan
 
 BASE: dict[str, Any] = {

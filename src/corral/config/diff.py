@@ -6,7 +6,7 @@ and every partition, QOS, account or node added or removed (``partitions.debug``
 ``kind`` "added"). A named entry is matched by its name, not its place in the file;
 a ``[[nodes]]`` entry is compared node by node (its hostlist may be split or merged
 without a change). ``pattern`` is the key with the name as ``*``: what
-corral/config/liveness.py classes.
+corral/config/keyclasses.py classes.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ SECTION_TYPES = _section_types()
 
 def patterns() -> list[str]:
     """Every key pattern a diff can name (each leaf field, each entry added or removed,
-    the entries reordered): what the liveness table must class, every one."""
+    the entries reordered): what corral/config/keyclasses.py must class, every one."""
     out = list(SCALARS)
 
     def leaves(section: str, item: str, cls: type, names: tuple[str, ...]) -> None:

@@ -1,5 +1,5 @@
 """A reconfigure's plan for one daemon: what changed (corral/config/diff.py), which of
-it applies live and which needs a restart (corral/config/liveness.py), and the config
+it applies live and which needs a restart (corral/config/keyclasses.py), and the config
 to run with from now on: the new file's, with every restart-only key kept at the value
 the daemon runs with (so the next reconfigure reports it again until a restart).
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from corral.config.cluster import ClusterConfig
 from corral.config.diff import CHANGED, Changed, diff
-from corral.config.liveness import classify
+from corral.config.keyclasses import classify
 from corral.config.nodes import NodeConfig
 
 

@@ -37,11 +37,13 @@ CLASSES: tuple[tuple[str, tuple[str, str]], ...] = (
     ("controller.sqlite_synchronous", (_R, _U)),
     ("controller.log_json", (_R, _U)),
     ("controller.lease_s", (_R, _U)),
-    ("controller.kill_wait_s", (_L, _L)),
+    ("controller.metrics_token_file", (_R, _U)),  # read once, as TLS and auth files are
     ("controller.", (_L, _U)),
-    # noded's self-fence guard is started with its deadline (timeout - interval)
-    ("heartbeat.interval_s", (_L, _L)),
+    # noded's self-fence guard and its witness run with the deadline they started with
+    # (timeout - interval; a noded takes ctld's interval at its next registration)
+    ("heartbeat.interval_s", (_L, _R)),
     ("heartbeat.timeout_s", (_L, _R)),
+    ("heartbeat.hold_fraction", (_L, _U)),
     ("noded.listen", (_U, _R)),
     ("noded.port", (_U, _R)),
     ("noded.step_port", (_U, _R)),
@@ -85,7 +87,7 @@ def class_of(pattern: str, daemon: str) -> str:
     for prefix, classes in CLASSES:
         if pattern == prefix or (prefix.endswith(".") and pattern.startswith(prefix)):
             return classes[column]
-    raise KeyError(f"{pattern}: no reconfigure class (corral/config/liveness.py)")
+    raise KeyError(f"{pattern}: no reconfigure class (corral/config/keyclasses.py)")
 
 
 def classify(changes: Iterable[Changed], daemon: str) -> tuple[list[Changed], list[Changed]]:
