@@ -345,20 +345,20 @@ async def run_primary(
         """Finished jobs older than purge_job_after leave the store (archived first);
         the keys as they are at each round (a reconfigure changes them)."""
         while True:
-            now = cluster.config.controller
-            if now.purge_job_after_s and store.available:
+            keys = cluster.config.controller
+            if keys.purge_job_after_s and store.available:
                 try:
                     purged = await asyncio.to_thread(
                         store.purge_jobs,
-                        ended_before=cluster.clock() - now.purge_job_after_s,
+                        ended_before=cluster.clock() - keys.purge_job_after_s,
                         finished_states=js.FINISHED,
-                        archive_dir=now.archive_dir,
+                        archive_dir=keys.archive_dir,
                     )
                 except (CorralError, OSError) as exc:
                     log.error("job purge failed", error=str(exc))
                 else:
                     if purged:
-                        log.info("jobs purged", jobs=purged, archive_dir=now.archive_dir or None)
+                        log.info("jobs purged", jobs=purged, archive_dir=keys.archive_dir or None)
             await cluster.clock.sleep(RETENTION_INTERVAL_S)
 
     tasks = [
