@@ -72,13 +72,13 @@ async def serve(config: ClusterConfig, *, ready_file: str = "", controller: int 
     database = storelock.sqlite_file(sa.engine.make_url(normalize_url(ctl.effective_store_url)))
     held = storelock.FileHold(database, "ctld") if database else None
     try:
-        await _serve(config, me, ready_file)
+        await _serve(config, me, ready_file, controller)
     finally:
         if held is not None:
             held.release()
 
 
-async def _serve(config: ClusterConfig, me: str, ready_file: str) -> None:
+async def _serve(config: ClusterConfig, me: str, ready_file: str, controller: int) -> None:
     ctl = config.controller
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
