@@ -84,9 +84,14 @@ fi
 "$PY" -m pip wheel --quiet --wheel-dir "$WORK/wheels" . >&2
 
 echo "build-image.sh: rootfs (mmdebstrap $SUITE minbase + $PACKAGES)" >&2
+# /run/corral, ctld's socket directory, is corral's and 0755 in the image itself: a ctld
+# started as corral (Kubernetes' runAsUser) cannot make it, and ctld binds only in a
+# directory of its own that no one else may write (src/ctld/sockdir.py), which no
+# Kubernetes volume is (an emptyDir is 0777)
 mmdebstrap --quiet --variant=minbase --include="$PACKAGES" \
     --customize-hook="chroot \"\$1\" useradd --system --uid $CORRAL_UID --user-group --home-dir /var/lib/corral --create-home --shell /usr/sbin/nologin corral" \
     --customize-hook='mkdir -p "$1/tmp/wheels" "$1/etc/corral" "$1/var/spool/corral"' \
+    --customize-hook='chroot "$1" install -d -o corral -g corral -m 0755 /run/corral' \
     --customize-hook="sync-in $WORK/wheels /tmp/wheels" \
     --customize-hook='chroot "$1" python3 -m venv /opt/corral' \
     --customize-hook='chroot "$1" /opt/corral/bin/pip install --quiet --no-index --no-compile --find-links /tmp/wheels corral' \

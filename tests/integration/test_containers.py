@@ -15,12 +15,11 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from corral.localcluster.layout import free_port
 from corral.testing import LocalCluster
 from corral.testing.cluster import ClusterFactory
 from corral.testing.images import BuiltImages
 from tests.conftest import BIN, wait_for
-from tests.integration.conftest import skip_or_fail
+from tests.integration.conftest import local_registry
 from tests.integration.realusers import Users, command, job, open_dir, submit_as
 
 pytestmark = pytest.mark.timeout(180)
@@ -404,56 +403,8 @@ def test_a_named_container_goes_on_every_node_of_the_job(
 
 @pytest.fixture
 def registry(images: BuiltImages, tmp_path: pathlib.Path) -> Iterator[str]:
-    """A local registry (docker-registry, plain HTTP) holding the test image as
-    corral/busybox:1; noded's skopeo is told it is insecure (CONTAINERS_REGISTRIES_CONF)."""
-    if shutil.which("docker-registry") is None:
-        skip_or_fail("needs docker-registry (the distribution registry)")
-    port = free_port()
-    config = tmp_path / "registry.yml"
-    config.write_text(
-        f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
-        f"    rootdirectory: {tmp_path / 'data'}\nhttp:\n  addr: 127.0.0.1:{port}\n"
-    )
-    proc = subprocess.Popen(
-        ["docker-registry", "serve", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        address = f"127.0.0.1:{port}"
-
-        def pushed() -> bool:
-            return (
-                subprocess.run(
-                    [
-                        "skopeo",
-                        "copy",
-                        "--insecure-policy",
-                        "--dest-tls-verify=false",
-                        f"oci:{images.layout}:test",
-                        f"docker://{address}/corral/busybox:1",
-                    ],
-                    capture_output=True,
-                ).returncode
-                == 0
-            )
-
-        wait_for(pushed, 30, "the test image in the local registry")
-        conf = tmp_path / "registries.conf"
-        conf.write_text(f'[[registry]]\nlocation = "{address}"\ninsecure = true\n')
-        conf.chmod(0o644)
-        old = os.environ.get("CONTAINERS_REGISTRIES_CONF")
-        os.environ["CONTAINERS_REGISTRIES_CONF"] = str(conf)  # the daemons inherit it
-        try:
-            yield address
-        finally:
-            if old is None:
-                os.environ.pop("CONTAINERS_REGISTRIES_CONF", None)
-            else:
-                os.environ["CONTAINERS_REGISTRIES_CONF"] = old
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with local_registry(images, tmp_path) as address:
+        yield address
 
 
 def test_a_registry_image_is_pulled_once_and_a_wrong_digest_refused(

@@ -126,24 +126,27 @@ DEPLOY = pathlib.Path(__file__).resolve().parents[2] / "deploy"
 
 
 def test_podman_kube_play_runs_the_pod_yaml(tmp_path: pathlib.Path) -> None:
-    """deploy/podman/corral-pod.yaml, played by podman as Kubernetes would run the Pod:
-    ctld (as uid 990) and two nodes in one pod; a job submitted inside ctld's container
-    completes on a node."""
+    """deploy/podman/corral-pod.yaml and corral.toml as shipped, played by podman as
+    Kubernetes would run the Pod, with the directories its header names made as it says:
+    ctld (as uid 990) and two nodes in one pod; a two-node batch job submitted inside
+    ctld's container runs an srun step on both nodes, whose output and exit are its own
+    (an srun that could not reach ctld once failed there while the job still ended
+    COMPLETED: issue 36)."""
     image = _image_or_skip()
     from corral.auth.tls import create_cluster_certs
     from corral.auth.tokens import write_key
 
     base = tmp_path / "srv"
-    etc, state, shared = base / "etc", base / "state", base / "shared"
-    for d in (etc, state, shared):
+    etc, state, run, shared = base / "etc", base / "state", base / "run", base / "shared"
+    for d in (etc, state, run, shared):
         d.mkdir(parents=True)
     (etc / "corral.toml").write_text((DEPLOY / "podman" / "corral.toml").read_text())
     create_cluster_certs(str(etc / "tls"), "pod", ["node01", "node02"], ["127.0.0.1"])
     write_key(str(etc / "jwt.key"))
     uid = containers.CTLD_UID
-    for path in (state, shared, etc / "jwt.key", etc / "tls" / "ctld.key"):
+    for path in (state, run, shared, etc / "jwt.key", etc / "tls" / "ctld.key"):
         os.chown(path, uid, uid)
-    for path in (tmp_path, base, etc):
+    for path in (tmp_path, base, etc, run):
         path.chmod(0o755)
     pod = (DEPLOY / "podman" / "corral-pod.yaml").read_text()
     pod = pod.replace("/srv/corral", str(base)).replace("localhost/corral:dev", image)
@@ -161,6 +164,10 @@ def test_podman_kube_play_runs_the_pod_yaml(tmp_path: pathlib.Path) -> None:
             ["podman", *argv], env=env, capture_output=True, text=True, check=check, timeout=120
         )
 
+    def sacct(job: str, *fields: str) -> list[str]:
+        out = podman("exec", ctld, "sacct", "-n", "-P", "-j", job, "-o", ",".join(fields))
+        return out.stdout.split()
+
     try:
         podman("kube", "play", str(tmp_path / "pod.yaml"))
         ctld = f"{name}-ctld"
@@ -170,6 +177,10 @@ def test_podman_kube_play_runs_the_pod_yaml(tmp_path: pathlib.Path) -> None:
             return out.split() == ["idle"] or sorted(out.split()) == ["idle", "idle"]
 
         wait_for(nodes_up, 90, "both nodes idle in sinfo")
+        script = (
+            "srun -N2 --ntasks-per-node=1 sh -c 'echo task=$SLURM_PROCID "
+            "node=$SLURMD_NODENAME' >steps 2>step-errors; echo srun-exit=$?; id -un"
+        )
         sub = podman(
             "exec",
             "-w",
@@ -181,25 +192,28 @@ def test_podman_kube_play_runs_the_pod_yaml(tmp_path: pathlib.Path) -> None:
             "-o",
             "out",
             "--wrap",
-            "srun hostname; id -un",
+            script,
         )
         job_id = sub.stdout.strip()
         wait_for(
-            lambda: (shared / "out").exists() and "corral" in (shared / "out").read_text(),
-            60,
-            f"job {job_id}'s output",
-        )
-        state_of = podman("exec", ctld, "sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State")
-        wait_for(
             lambda: (
-                podman(
-                    "exec", ctld, "sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State"
-                ).stdout.strip()
-                == "COMPLETED"
+                "COMPLETED" in sacct(job_id, "State")[:1] or "FAILED" in sacct(job_id, "State")[:1]
             ),
-            30,
-            f"job {job_id} COMPLETED ({state_of.stdout.strip()})",
+            90,
+            f"job {job_id} to end",
         )
+        errors = (shared / "step-errors").read_text()
+        assert (shared / "out").read_text().split() == ["srun-exit=0", "corral"], errors
+        assert sorted((shared / "steps").read_text().splitlines()) == [
+            "task=0 node=node01",
+            "task=1 node=node02",
+        ], errors
+        # the job and its step, each as sacct has it
+        assert sacct(job_id, "JobID", "State", "ExitCode") == [
+            f"{job_id}|COMPLETED|0:0",
+            f"{job_id}.batch|COMPLETED|0:0",
+            f"{job_id}.0|COMPLETED|0:0",
+        ]
     finally:
         logs = podman("pod", "logs", name, check=False)
         podman("kube", "down", str(tmp_path / "pod.yaml"), check=False)
