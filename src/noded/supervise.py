@@ -316,9 +316,12 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         os.chdir("/")
+    fd = int(argv[1])
+    os.closerange(3, fd)  # nothing else of noded's is ours to hold
+    os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
     first = None
     with contextlib.suppress(OSError):
-        first = socket.socket(fileno=int(argv[1]))  # the pair noded started us with
+        first = socket.socket(fileno=fd)  # the pair noded started us with
     listener = listen(argv[0])
     try:
         Supervisor(listener, first).run()

@@ -79,7 +79,9 @@ class Supervisor:
         self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[tuple[dict[str, Any], list[int]]]] = {}
-        self._reaper: asyncio.Task[int] | None = None  # the started one's exit, reaped
+        # started by this noded: its child, reaped here once it closes its end (a later
+        # noded is not its parent: init reaps it then)
+        self.child = False
         sock.setblocking(False)
         asyncio.get_running_loop().add_reader(sock.fileno(), self._readable)
 
@@ -92,25 +94,14 @@ class Supervisor:
         path = os.path.join(directory, f"job{job_id:08d}-{secrets.token_hex(4)}.sock")
         mine, theirs = supproto.socket_pair()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "noded.supervise",
-                path,
-                str(theirs.fileno()),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,  # noded's signals and its group's are not its
-            )
+            pid = _spawn(path, theirs.fileno())
         except OSError as exc:
             mine.close()
             raise LaunchError(f"cannot start the job's supervisor: {exc.strerror}") from None
         finally:
             theirs.close()
-        sup = cls(mine, proc.pid, path)
-        # reap it while this noded lives (a later noded is not its parent: init reaps)
-        sup._reaper = asyncio.create_task(proc.wait())
+        sup = cls(mine, pid, path)
+        sup.child = True
         await sup._ask({"op": "ping"})  # it listens at ``path`` once it answers
         return sup
 
@@ -211,15 +202,25 @@ class Supervisor:
         return not self.gone.done()
 
     async def exited(self, timeout: float) -> bool:
-        """Wait for the supervisor process to exit, if this noded started it (its
-        child: reaped here); True once it has."""
-        if self._reaper is None:
+        """Wait for the supervisor process to exit, if this noded started it (its child:
+        reaped here); True once it has."""
+        if not self.child:
             return False
-        try:
-            await asyncio.wait_for(asyncio.shield(self._reaper), timeout)
-        except TimeoutError:
-            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self._reap():
+            if loop.time() > deadline:
+                return False
+            await asyncio.sleep(0.02)
         return True
+
+    def _reap(self) -> bool:
+        """Reap the supervisor if it is this noded's child and has exited."""
+        try:
+            pid, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return True  # reaped already, or not ours
+        return pid != 0
 
     async def _ask(
         self, message: dict[str, Any], fds: list[int] | None = None
@@ -276,6 +277,8 @@ class Supervisor:
         if self.gone.done():
             return
         self.gone.set_result(None)
+        if self.child and why != "noded let go":  # it exits as its socket closes
+            asyncio.get_running_loop().create_task(self.exited(10.0))
         for waiter in self._waiting.values():
             if not waiter.done():
                 waiter.set_exception(LaunchError(f"the job's supervisor: {why}"))
@@ -284,6 +287,27 @@ class Supervisor:
                 if proc.returncode is None:
                     log.error("supervisor gone under a running process", key=proc.key, pid=proc.pid)
                     proc.ended(None, {})
+
+
+def _spawn(path: str, fd: int) -> int:
+    """``python -m noded.supervise PATH FD`` in a session of its own (noded's signals and
+    its group's are not its), its stdin and stdout /dev/null, ``fd`` its end of the pair.
+    posix_spawn, not asyncio's subprocess: nothing of asyncio watches it, so a noded that
+    exits leaves it running with no transport to close (and nothing kills it then)."""
+    os.set_inheritable(fd, True)
+    try:
+        return os.posix_spawn(
+            sys.executable,
+            [sys.executable, "-m", "noded.supervise", path, str(fd)],
+            os.environ,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+            ],
+            setsid=True,
+        )
+    finally:
+        os.set_inheritable(fd, False)
 
 
 def socket_dir(spool: str) -> str:
