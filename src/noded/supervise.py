@@ -292,6 +292,10 @@ def _start_time(pid: int) -> float:
         return 0.0
 
 
+def _ignore(signum: int, frame: object) -> None:
+    """A signal the supervisor takes and drops (reset to its default in a child's exec)."""
+
+
 def listen(path: str) -> socket.socket:
     """The supervisor's socket at ``path`` (its directory is root's alone)."""
     with contextlib.suppress(FileNotFoundError):
@@ -312,8 +316,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m noded.supervise SOCKET FD (FD: noded's end)", file=sys.stderr)
         return 2
     os.umask(0o077)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for noded is not ours
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # a Ctrl-C or hang-up meant for noded is not ours: caught and dropped, not ignored
+    # (an ignored signal stays ignored across exec: a task's Ctrl-C would never reach it)
+    signal.signal(signal.SIGINT, _ignore)
+    signal.signal(signal.SIGHUP, _ignore)
     with contextlib.suppress(OSError):
         os.chdir("/")
     fd = int(argv[1])

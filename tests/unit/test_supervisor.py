@@ -191,3 +191,17 @@ async def _reaped(sup: Supervisor, _job: int) -> None:
         if done:
             return
         await asyncio.sleep(0.02)
+
+
+async def test_a_child_gets_every_signal_as_the_default_takes_it(tmp_path: pathlib.Path) -> None:
+    """The supervisor drops SIGINT and SIGHUP meant for noded's group; its children must
+    not inherit them ignored (an srun --pty task's Ctrl-C would never arrive)."""
+    sup = await Supervisor.start(_spool(tmp_path), 13)
+    out_r, in_w = await _spawn(sup, "t", "grep SigIgn /proc/self/status")
+    os.close(in_w)
+    ignored = int(os.read(out_r, 200).split()[-1], 16)
+    assert not ignored & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGHUP - 1)), hex(ignored)
+    os.close(out_r)
+    assert await asyncio.wait_for(sup.processes["t"].wait(), 10) == 0
+    await sup.close()
+    assert await sup.exited(10)
