@@ -36,7 +36,7 @@ from ctld.sched import (
 from ctld.sched.frag import pending_demands
 from ctld.sched.model import Demand
 from ctld.sched.quick import priority_order, quick_queue
-from ctld.spares import spares_ok
+from ctld.spares import reclaim, spares_ok
 from ctld.state import State
 from ctld.validate import node_lists, request_from_spec
 from ctld.victims import Preemptions
@@ -316,6 +316,7 @@ class SnapshotBuilder:
         until the job changes."""
         spec = job.spec
         nodelist, exclude = node_lists(spec)
+        reclaimed, until = reclaim(job, self.state.config.heartbeat.timeout_s)
         return request_from_spec(
             spec,
             job.job_id,
@@ -330,8 +331,11 @@ class SnapshotBuilder:
             submit_time=job.submit_time,
             eligible_time=max(job.eligible_time, job.submit_time),
             predicted_s=self.state.runs.predictor.predict(job.user, job.time_limit_s),
-            prefer=tuple(job.previous_nodes) if spec.elastic else (),
+            # an elastic job's healthy nodes, or those a requeued job claims back, first
+            prefer=tuple(job.previous_nodes) if spec.elastic else reclaimed,
             spares_ok=spares_ok(job),
+            reclaim=reclaimed,
+            reclaim_until=until,
         )
 
     def _avoided(

@@ -284,6 +284,11 @@ def test_a_spare_replaces_a_failed_node_within_one_pass(make_cluster: Any) -> No
     sinfo = cmd("sinfo", "-h", "-N", "-o", "%N %t").stdout.split("\n")
     assert "node04 spare" in sinfo, sinfo
     wait_for(lambda: cmd.job(other).get("reason") == "Resources", 20, "the other job waits")
+    # the queued job comes first in the queue: in the pass of the requeue it would take
+    # a node the failed job kept, but for that job's claim on them
+    above = int(cmd.job(job_id).get("priority", 0)) + 1000
+    cmd("scontrol", "update", f"JobId={other}", f"Priority={above}")
+    assert int(cmd.job(other)["priority"]) == above
     ckpt = cluster.state_dir / "checkpoints" / job_id
     wait_for(lambda: len(steps_log(ckpt)) >= 3, 60, "three steps")
     cluster.kill_node(1, with_jobs=True)  # node02

@@ -21,6 +21,7 @@ from ctld.sched import (
     Snapshot,
     backfill,
     preempt,
+    reclaim,
     schedule,
 )
 from ctld.sched import availability as availability_mod
@@ -75,7 +76,8 @@ def test_a_start_makes_profiles_only_of_the_nodes_it_looked_at() -> None:
 def _mixed(seed: int) -> Snapshot:
     """A small cluster with every kind of node a pass meets: drained and down nodes,
     partly allocated ones, two GPU types, shards, powered-down ones, a reservation, a
-    preemptor's claim; and a queue of mixed shapes over two partitions."""
+    preemptor's claim, a requeued job's claim; and a queue of mixed shapes over two
+    partitions."""
     rng = random.Random(seed)
     nodes = []
     for i in range(24):
@@ -120,6 +122,10 @@ def _mixed(seed: int) -> Snapshot:
                 gpu_type=rng.choice(("", "", "a100")),
                 submit_time=float(j),
                 exclusive=rng.random() < 0.1,
+                # a job requeued after a node failure, claiming back its two nodes
+                reclaim=(names[12], names[13]) if j == 7 else (),
+                reclaim_until=60.0 if j == 7 else 0.0,
+                spares_ok=j == 7,
             )
         )
     pending.sort(key=lambda r: (-r.priority, r.submit_time, r.job_id))
@@ -144,11 +150,11 @@ def _mixed(seed: int) -> Snapshot:
 class MadeFirst(availability_mod.Availability):
     """The availability as it was before profiles were made lazily (issue 29): every
     node's profile up front, the running jobs' releases on all of them, then the power
-    holds, the reservations' and the claims'; buckets of profiles, a take moving the
+    holds, the reservations', the claims' and the reclaims'; buckets of profiles, a take moving the
     node to the end of its new bucket. The reference the lazy one must agree with."""
 
-    def __init__(self, snap: Snapshot) -> None:
-        super().__init__(snap)
+    def __init__(self, snap: Snapshot, reclaimers: tuple[JobRequest, ...] = ()) -> None:
+        super().__init__(snap, reclaimers)
         now = snap.now
         nodes = {v.name: NodeProfile.from_view(v, i) for i, v in enumerate(snap.nodes)}
         for profile in nodes.values():
@@ -204,6 +210,11 @@ class MadeFirst(availability_mod.Availability):
                         node, owner, p.cpus, p.mem_mb, p.gpu_indices, victims, now
                     ):
                         node.hold(h)
+        for req in reclaimers:
+            for name in req.reclaim:
+                node = nodes.get(name)
+                if node is not None:
+                    node.hold(reclaim.hold(req, node.view, node.free_gpus, now))
         self.nodes.made = self.made = nodes
         self.by_count: list[dict[str, NodeProfile]] = [{} for _ in range(self.max_gpus + 1)]
         for node in nodes.values():

@@ -6,8 +6,9 @@ it names (static node facts only, so computed once per pass for each distinct ne
 An ``Ask`` is the one value the pass's stages read (placing, preempting,
 forecasting), given with the request it is for. It depends on nothing of the request
 but its class (``JobRequest.klass``), so the class-mates of a job that found no start
-are handed that job's Ask; a job with a claim is the exception (its candidates ignore
-its claim's holds), and is never a class-mate.
+are handed that job's Ask; a job with a claim (a preemptor's, or a requeued job's on
+its healthy nodes) is the exception (its candidates ignore its claim's holds), and is
+never a class-mate.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corral.reasons import Reason
-from ctld.sched import preempt
+from ctld.sched import preempt, reclaim
 from ctld.sched.availability import Availability, NodeSeq
 from ctld.sched.limits import Admission
 from ctld.sched.model import INFINITY, JobRequest, PartitionView, Snapshot
@@ -71,6 +72,7 @@ class Asks:
         avail: Availability,
         admission: Admission,
         claimed: frozenset[int],
+        reclaiming: frozenset[int] = frozenset(),
     ) -> None:
         self.now = snap.now
         self.predict = snap.settings.predict
@@ -82,6 +84,7 @@ class Asks:
         self.kept: dict[tuple[object, ...], tuple[object, Found]] = avail.index.candidates  # type: ignore[assignment]
         self.admission = admission
         self.claimed = claimed
+        self.reclaiming = reclaiming
         self.candidates: dict[tuple[object, ...], Candidate | str] = {}
 
     def of(self, req: JobRequest) -> Ask | str:
@@ -103,6 +106,9 @@ class Asks:
             return reason
         if req.job_id in self.claimed:  # what was freed for it is its own
             owner = preempt.claim_owner(req.job_id)
+            candidates = [dataclasses.replace(c, ignore=owner) for c in candidates]
+        elif req.job_id in self.reclaiming:  # so are the nodes its last run kept
+            owner = reclaim.owner(req.job_id)
             candidates = [dataclasses.replace(c, ignore=owner) for c in candidates]
         return Ask(shape, tuple(candidates), duration, expected)
 

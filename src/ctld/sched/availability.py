@@ -7,11 +7,11 @@ the pass makes, a claim), each of which moves ``version`` on, so that what was
 searched for at one version (the forecaster's cache) is known stale at the next.
 
 A node's profile is made when the pass first looks at the node (``nodes[name]``), from
-its view, the running jobs placed on it, its power state, the reservations and the
-claims on it, in that order, exactly as if every profile were made up front: a pass
-that starts one job on a 12,500-node cluster makes the profiles of the nodes it
-looked at only. The lookups by name and by free GPU count come from the snapshot's
-``NodeIndex`` (nodeindex.py), kept between passes.
+its view, the running jobs placed on it, its power state, the reservations, the
+claims and a requeued job's claim (reclaim.py) on it, in that order, exactly as if
+every profile were made up front: a pass that starts one job on a 12,500-node cluster
+makes the profiles of the nodes it looked at only. The lookups by name and by free GPU
+count come from the snapshot's ``NodeIndex`` (nodeindex.py), kept between passes.
 """
 
 from __future__ import annotations
@@ -19,18 +19,27 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import overload
 
-from ctld.sched import preempt
-from ctld.sched.model import Claim, Placement, ReservationView, RunningView, Snapshot
+from ctld.sched import preempt, reclaim
+from ctld.sched.model import (
+    Claim,
+    JobRequest,
+    Placement,
+    ReservationView,
+    RunningView,
+    Snapshot,
+)
 from ctld.sched.nodeindex import NodeIndex, node_index
 from ctld.sched.predict import expected_end
 from ctld.sched.profile import Hold, NodeProfile, Release
 
 
 class Availability:
-    def __init__(self, snap: Snapshot) -> None:
+    def __init__(self, snap: Snapshot, reclaimers: tuple[JobRequest, ...] = ()) -> None:
         self.index: NodeIndex = node_index(snap.nodes)
         self.views = snap.nodes
-        self.nodes = Profiles(snap, self.index)
+        self.nodes = Profiles(snap, self.index, reclaimers)
+        # the nodes requeued jobs claim back (reclaim.py): never a partition's spares
+        self.reclaimed = frozenset(self.nodes.reclaims)
         self.made = self.nodes.made  # the profiles made so far
         self.version = 0  # moved on by every take and hold
         # nodes by free GPU count: best fit looks at the fullest nodes first and stops
@@ -82,7 +91,9 @@ class Profiles(Mapping[str, NodeProfile]):
     objects are then all freed by reference counting when it ends, not left to the
     cyclic collector, which ctld pauses during a pass.)"""
 
-    def __init__(self, snap: Snapshot, index: NodeIndex) -> None:
+    def __init__(
+        self, snap: Snapshot, index: NodeIndex, reclaimers: tuple[JobRequest, ...] = ()
+    ) -> None:
         self.now = snap.now
         self.predict = snap.settings.predict
         self.views = snap.nodes
@@ -114,6 +125,11 @@ class Profiles(Mapping[str, NodeProfile]):
             victims = frozenset(claim.victims)
             for p in claim.placements:
                 self.claims.setdefault(p.node, []).append((claim, p, victims))
+        self.reclaims: dict[str, list[JobRequest]] = {}
+        for req in reclaimers:
+            for name in req.reclaim:
+                if name in self.position:
+                    self.reclaims.setdefault(name, []).append(req)
 
     def __getitem__(self, name: str) -> NodeProfile:
         made = self.made.get(name)
@@ -173,6 +189,8 @@ class Profiles(Mapping[str, NodeProfile]):
             gpus = p.gpu_indices
             for h in preempt.claim_holds(node, owner, p.cpus, p.mem_mb, gpus, victims, now):
                 node.hold(h)
+        for req in self.reclaims.get(name, ()):
+            node.hold(reclaim.hold(req, view, node.free_gpus, now))
         return node
 
     def _runs_on(self, name: str) -> list[tuple[RunningView, Placement]]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ctld.sched import reclaim
 from ctld.sched.ask import (
     PARTITION_DOWN,
     PARTITION_NODE_LIMIT,
@@ -74,12 +75,19 @@ class _Pass:
         self.snap = snap
         self.now = snap.now
         self.settings = snap.settings
-        avail = Availability(snap)
+        # requeued jobs claiming back their healthy nodes (reclaim.py): first in the pass
+        claims = frozenset(c.job_id for c in snap.claims)
+        self.reclaimers = reclaim.reclaiming(snap.pending, snap.now, claims)
+        reclaiming = frozenset(r.job_id for r in self.reclaimers)
+        avail = Availability(snap, self.reclaimers)
         self.admission = Admission(snap)
         self.placer = Placer(snap, avail)
         self.preemptor = Preemptor(snap, avail, MAX_PREEMPT_SEARCHES)
         self.claimed = self.preemptor.claimed  # jobs with resources kept for them alone
-        self.asks = Asks(snap, avail, self.admission, self.claimed)
+        self.asks = Asks(snap, avail, self.admission, self.claimed, reclaiming)
+        # jobs planned their own way, never as a class-mate: a claim's candidates are
+        # its owner's alone
+        self.own_way = self.claimed | reclaiming
         self.forecaster = Forecaster(snap, avail, self.placer)
         # the plan so far
         self.starts: list[Start] = []
@@ -106,6 +114,7 @@ class _Pass:
             pending, self.starving = starving_first(
                 pending, self.now - self.settings.starve_after_s
             )
+        pending = reclaim.first(pending, self.reclaimers)
         shortest = self.settings.backfill_order == "shortest" and self.settings.backfill
         for i, req in enumerate(pending):
             if shortest and self.reserved >= self.settings.reserve_depth:
@@ -172,7 +181,7 @@ class _Pass:
     def attempt(self, req: JobRequest) -> Ask | None:
         """Start ``req`` if it can; else its Ask, for preemption and blocked() (None:
         decided, its reason set, or past ``max_job_test`` and left out of the plan)."""
-        own_way = req.job_id in self.starving or req.job_id in self.claimed
+        own_way = req.job_id in self.starving or req.job_id in self.own_way
         dead = None if own_way else self.dead.get(req.klass)
         return self.class_mate(req, dead) if dead is not None else self.tried(req)
 
@@ -196,7 +205,7 @@ class _Pass:
             self.admission.started(req, ask.shape)
             return None  # a start is no try: the limit bounds fruitless work only
         self.tests += 1
-        if req.job_id not in self.claimed:  # a claim's candidates are its owner's alone
+        if req.job_id not in self.own_way:  # a claim's candidates are its owner's alone
             self.dead[req.klass] = ("", ask, ask.shape)
         return ask
 

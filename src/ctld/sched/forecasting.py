@@ -139,9 +139,13 @@ class Forecaster:
         times = sorted(t for t in events if t > first)
         with_holds = [n for n in cand.nodes if n.holds]
         fitting: dict[str, tuple[NodeProfile, Avail]] = {}
+        # the hot spares are kept as they are now (placing.py): planned for no one else
+        spares = self.placer.spares(cand) if not req.spares_ok else frozenset()
 
         def check(nodes: Iterable[NodeProfile], t: float) -> None:
             for node in nodes:
+                if node.name in spares:
+                    continue
                 if not req.exclusive and not node.may_fit_at(t, shape, limits):
                     fitting.pop(node.name, None)  # holds only take away: no fit either
                     continue

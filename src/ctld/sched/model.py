@@ -184,6 +184,10 @@ class JobRequest:
     elastic: bool = False
     prefer: tuple[str, ...] = ()
     spares_ok: bool = False  # requeued after a node failure: may take a partition's spares
+    # requeued after a node failure: the nodes its run kept healthy, claimed for it until
+    # ``reclaim_until`` (no other job starts there meanwhile: sched/reclaim.py)
+    reclaim: tuple[str, ...] = ()
+    reclaim_until: float = 0.0
     # everything the core reads of a job but its id, priority, age and blocked reason,
     # as a small number (equal for equal classes): jobs of one class that cannot start
     # now leave their later class-mates unable too (a pass only takes resources away),

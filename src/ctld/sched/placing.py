@@ -113,11 +113,13 @@ class Placer:
         return self.choose(fitting, shape, cand, self.now, job_end, req.prefer)
 
     def spares(self, cand: Candidate) -> frozenset[str]:
-        """The partition's hot spares now: its last ``spare_nodes`` idle nodes."""
+        """The partition's hot spares now: its last ``spare_nodes`` idle nodes, but
+        those a requeued job claims back (reclaim.py)."""
         count = cand.partition.spare_nodes
         if not count:
             return frozenset()
-        idle = [node.name for node in cand.nodes if not node.busy]
+        claimed = self.avail.reclaimed
+        idle = [node.name for node in cand.nodes if not node.busy and node.name not in claimed]
         return frozenset(idle[-count:])
 
     def _fit_now_packed(
