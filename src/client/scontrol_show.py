@@ -17,6 +17,7 @@ from client.fmt import (
 from client.views.job import Job
 from client.views.node import Node, Partition
 from client.views.spec import Spec
+from corral import nodewords
 from corral.patterns import expand_pattern
 from corral.slurmfmt import format_elapsed, format_timestamp
 
@@ -255,17 +256,12 @@ def complete_state(raw: t.Node) -> str:
     node = Node(raw)
     state = node.state_name
     busy = "ALLOCATED" if node.alloc_cpus >= node.resources.cpus else "MIXED"
-    if node.reservation:
-        state += "+MAINT+RESERVED" if node.maint else "+RESERVED"
-    if node.not_responding and state not in ("UNKNOWN", "DOWN"):
-        state += "+NOT_RESPONDING"
-    return {
-        "UNKNOWN": "UNKNOWN+NOT_RESPONDING",
-        "DOWN": "DOWN+NOT_RESPONDING",
-        "DRAIN": "IDLE+DRAIN",
-        "DRAINING": f"{busy}+DRAIN",
-        "FAIL": "IDLE+FAIL",
-    }.get(state, state) + nodepower.flags(node)
+    words = {"DRAIN": "IDLE+DRAIN", "DRAINING": f"{busy}+DRAIN", "FAIL": "IDLE+FAIL"}
+    # its reservation after +DRAIN, as Slurm's IDLE+DRAIN+MAINTENANCE+RESERVED
+    out = words.get(state, state) + nodewords.state_flags(node.reservation, node.maint)
+    if node.not_responding or state in ("UNKNOWN", "DOWN"):
+        out += "+NOT_RESPONDING"
+    return out + nodepower.flags(node)
 
 
 def node_tres(cpus: int, mem_mb: int, gpus: int, billing: bool, shards: int = 0) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from client import nodepower
 from client.fmt import Column, node_gres
 from client.views.node import Node, Partition
-from corral import hostlist
+from corral import hostlist, nodewords
 from corral.slurmfmt import format_duration, format_timestamp
 
 TYPE_CHECKING = False
@@ -77,19 +77,16 @@ def sct(node: Node) -> str:
     return f"{r.sockets}:{r.cores_per_socket}:{r.threads_per_core}"
 
 
-def _reserved(node: Node) -> tuple[str, str] | None:
-    """An idle node in an active reservation: Slurm's maint / resv; a hot spare: spare."""
-    if node.state_name != "IDLE" or not (node.reservation or node.spare):
-        return None
-    kind = "maint" if node.maint else "resv" if node.reservation else "spare"
-    return kind, {"resv": "reserved"}.get(kind, kind)
-
-
 def _state_word(node: Node, form: int) -> str:
     """Short (0) or long (1), with Slurm's '*' for a late heartbeat (idle*, mix*), or
-    the power suffix in its place (idle~, down~: client/nodepower.py)."""
-    reserved = _reserved(node)
-    name = str((reserved or STATES.get(node.state_name, ("unk", "unknown", 0)))[form])
+    the power suffix in its place (idle~, down~: client/nodepower.py), or '$' in a
+    MAINT reservation (mix$); an idle node in a reservation, or a spare, in its own
+    words (maint, resv, spare: corral/nodewords.py)."""
+    state = node.state_name
+    reserved = nodewords.reserved_state(state, node.reservation, node.maint, node.spare)
+    name = str((reserved or STATES.get(state, ("unk", "unknown", 0)))[form])
+    if nodewords.maint_marked(state, node.reservation, node.maint):
+        return name.rstrip("*") + nodewords.MAINT_SUFFIX
     late = name + "*" if node.not_responding and not name.endswith("*") else name
     return nodepower.suffixed(node, name, late)
 

@@ -16,6 +16,7 @@ class Reason(StrEnum):
     RESOURCES = "Resources"
     PRIORITY = "Priority"
     PARTITION_DOWN = "PartitionDown"
+    PARTITION_INACTIVE = "PartitionInactive"
     PARTITION_TIME_LIMIT = "PartitionTimeLimit"
     PARTITION_NODE_LIMIT = "PartitionNodeLimit"
     REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
@@ -26,6 +27,11 @@ class Reason(StrEnum):
         "partitions"
     )
     RESERVATION = "Reservation"
+    # advance reservations leave too few of its nodes for its time limit (Slurm 22.05's
+    # words, code ReqNodeNotAvail): a MAINT one among them, or only others (these say
+    # "UnavailableNodes:" instead when nodes of its partition are down or drained)
+    RESERVED_FOR_MAINTENANCE = "ReqNodeNotAvail, Reserved for maintenance"
+    MAY_BE_RESERVED = "ReqNodeNotAvail, May be reserved for other job"
     # no node of its partitions offers a feature it needs (a container runtime)
     BAD_CONSTRAINTS = "BadConstraints"
     # power saving (ctld/pending.py): the nodes it will run on are being powered up
@@ -56,6 +62,13 @@ class Reason(StrEnum):
 
 
 HELD = frozenset({Reason.JOB_HELD_USER, Reason.JOB_HELD_ADMIN})
+# the detail Slurm puts after ReqNodeNotAvail when it names the nodes: "..., UnavailableNodes:n1"
+UNAVAILABLE_NODES = f"{Reason.REQ_NODE_NOT_AVAIL}, UnavailableNodes:"
+# reasons of a job that waits its turn for resources (not for a fix by anyone): its start
+# is the plan's, and unknown beyond the plan's depth
+WAITS_ITS_TURN = frozenset(
+    {Reason.RESOURCES, Reason.PRIORITY, Reason.RESERVED_FOR_MAINTENANCE, Reason.MAY_BE_RESERVED}
+)
 
 # ``corral why``'s words for each reason (every member has an entry: a unit test checks)
 EXPLAINED: dict[str, str] = {
@@ -69,10 +82,14 @@ EXPLAINED: dict[str, str] = {
     Reason.PARTITION_TIME_LIMIT: "its time limit is above the partition's MaxTime",
     Reason.PARTITION_NODE_LIMIT: "it asks for more nodes than the partition allows",
     Reason.PARTITION_DOWN: "its partition is down",
+    Reason.PARTITION_INACTIVE: "its partition is inactive",
     Reason.REQ_NODE_NOT_AVAIL: "a node it requires (-w, or its reservation's) is not available",
     Reason.NODES_DOWN: "too few of the nodes it could run on are up: the others are down or "
     "drained",
     Reason.RESERVATION: "it waits for its reservation to begin",
+    Reason.RESERVED_FOR_MAINTENANCE: "a maintenance reservation holds the nodes it needs "
+    "for its time limit",
+    Reason.MAY_BE_RESERVED: "an advance reservation holds the nodes it needs for its time limit",
     Reason.BAD_CONSTRAINTS: "no node of its partition offers a feature it needs (a job "
     "with --container-image needs the `container` feature: sinfo -o '%N %f')",
     Reason.POWERING_UP: "the nodes it will run on are being powered up (resume_program); "
@@ -94,3 +111,13 @@ EXPLAINED: dict[str, str] = {
     Reason.QOS_MAX_WALL: "its time limit is above its QOS's MaxWall",
     Reason.JOB_ARRAY_TASK_LIMIT: "its array already runs as many tasks as its %N limit allows",
 }
+
+
+def reason_words(reason: str) -> str:
+    """A pending reason in plain words: what squeue's reason means (``corral why``'s
+    first line and the web queue say the same). A reason Slurm details with the nodes
+    (ReqNodeNotAvail, UnavailableNodes:NODES) names them."""
+    if reason.startswith(UNAVAILABLE_NODES):
+        nodes = reason.removeprefix(UNAVAILABLE_NODES)
+        return f"nodes it needs are not available: {nodes} down or drained"
+    return EXPLAINED.get(reason, reason)

@@ -6,8 +6,8 @@ ctld's web page shows the same words on a job's page, so the two never disagree.
 
 from __future__ import annotations
 
-from corral import ettr
-from corral.reasons import EXPLAINED, Reason
+from corral import ettr, nodewords
+from corral.reasons import EXPLAINED, WAITS_ITS_TURN, reason_words
 from corral.slurmfmt import format_elapsed, format_timestamp
 
 TYPE_CHECKING = False
@@ -44,15 +44,18 @@ def job_state(job: Json) -> str:
 
 
 def _when(epoch: float, now: float) -> str:
+    """A time with how far it is from now: "in 5 min", or "3 min ago" once past."""
     if epoch <= 0:
         return "unknown"
-    delta = max(epoch - now, 0)
-    if delta < 90:
-        rel = f"in {int(delta)} s"
-    elif delta < 5400:
-        rel = f"in {round(delta / 60)} min"
+    delta = epoch - now
+    far = abs(delta)
+    if far < 90:
+        span = f"{int(far)} s"
+    elif far < 5400:
+        span = f"{round(far / 60)} min"
     else:
-        rel = f"in {delta / 3600:.1f} h"
+        span = f"{far / 3600:.1f} h"
+    rel = f"{span} ago" if delta < -0.5 else f"in {span}"
     return f"{format_timestamp(epoch)} ({rel})"
 
 
@@ -67,13 +70,11 @@ def explain_text(reply: Json) -> str:
         ended = text(job, "reason") if state not in ("RUNNING", "COMPLETED") else ""
         why = f": {ended}" if ended and ended != "None" else ""  # a launch's failure
         return f"Job {job_id} is not pending: it is {state}{where}{why}.\n" + requeued
+    # squeue's reason, in the words the web queue uses too (corral/reasons.py)
     reason = text(job, "reason") or "None"
-    key, _, nodes = reason.partition(", UnavailableNodes:")
-    meaning = REASONS.get(key, key)
-    if nodes:
-        meaning = f"the nodes it could run on are down or drained ({nodes})"
     lines = [
-        f"Job {job_id} ({text(job.get('spec') or {}, 'name')}) is pending: {meaning} [{reason}]."
+        f"Job {job_id} ({text(job.get('spec') or {}, 'name')}) is pending: "
+        f"{reason_words(reason)} [{reason}]."
     ]
     if num(reply, "rank"):
         lines.append(
@@ -110,7 +111,7 @@ def explain_text(reply: Json) -> str:
                 f"likely {_when(real(reply, 'likelyStart'), now)}, possibly as early as "
                 f"{_when(real(reply, 'earliestStart'), now)}."
             )
-    elif reason in (Reason.RESOURCES, Reason.PRIORITY):
+    elif reason in WAITS_ITS_TURN:
         lines.append("No start time is forecast yet (it is beyond the backfill plan's depth).")
     alternatives = reply.get("alternatives") or []
     if alternatives:
@@ -132,9 +133,11 @@ def _reservations(reply: Json, job: Json, now: float) -> list[str]:
             out.append(f"It waits for its reservation {name} to begin: {_when(start, now)}.")
             continue
         until = f"until {_when(end, now)}" if end else "with no end"
+        since = "since" if start <= now else "from"
+        kind = " (maintenance)" if "MAINT" in (r.get("flags") or []) else ""
         out.append(
-            f"Reservation {name} holds {nodes} from {_when(start, now)} {until}: without it, "
-            "it would start sooner."
+            f"Reservation {name}{kind} holds {nodes} {since} {_when(start, now)} {until}: "
+            "without it, it would start sooner."
         )
     return out
 
@@ -198,10 +201,21 @@ def node_state(node: Json) -> str:
 
 
 def node_text(node: Json) -> str:
-    """Why a node is as it is: state, reason (Slurm's, with who and when), last change."""
+    """Why a node is as it is: state (with the reservation it is in, as scontrol and
+    sinfo say it: corral/nodewords.py), reason (Slurm's, with who and when), last
+    change."""
     name, state = text(node, "name"), node_state(node)
     star = "*" if node.get("notResponding") else ""
-    lines = [f"Node {name} is {state}{star}."]
+    resv, maint = text(node, "reservation"), bool(node.get("maint"))
+    flags = nodewords.state_flags(resv, maint)
+    lines = [f"Node {name} is {state}{star}{flags}."]
+    if resv:
+        kind = "maintenance reservation" if maint else "advance reservation"
+        lines.append(f"It is in {kind} {resv}: only that reservation's jobs start there.")
+    elif node.get("spare"):
+        lines.append(
+            "It is a hot spare of its partition: kept for a job requeued after a node failure."
+        )
     why = node.get("reasonChange") or {}
     if text(node, "reason"):
         who = text(node, "reasonUser") or "root"

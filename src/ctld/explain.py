@@ -17,7 +17,7 @@ import dataclasses
 import statistics
 from collections.abc import Callable, Sequence
 
-from corral.reasons import Reason
+from corral.reasons import WAITS_ITS_TURN, Reason
 from corral.slurmfmt import HOURS, format_duration
 from ctld.sched import INFINITY, JobRequest, Plan, Snapshot, schedule
 from ctld.sched.model import Forecast, ReservationView
@@ -125,13 +125,14 @@ def _own_start(
 ) -> float | None:
     """What a change must beat: its likely start; INFINITY when it cannot run as it is
     (a partition's limit, a node it requires: any start is sooner); None when it waits
-    its turn without a forecast (beyond the plan's depth, or an accounting limit): then
-    its start is unknown, and only a change that starts it at once is surely sooner."""
+    its turn without a forecast (beyond the plan's depth, an advance reservation in its
+    way, or an accounting limit): then its start is unknown, and only a change that
+    starts it at once is surely sooner."""
     if starts_now:
         return now
     if forecast is not None:
         return likely
-    if reason in (Reason.RESOURCES, Reason.PRIORITY) or reason.startswith(("Assoc", "QOS")):
+    if reason in WAITS_ITS_TURN or reason.startswith(("Assoc", "QOS")):
         return None
     return INFINITY
 

@@ -175,6 +175,7 @@ class Queries:
                 start_time=r.start,
                 end_time=r.end if r.end != INFINITY else 0,
                 nodes=hostlist.compress(list(r.nodes)),
+                flags=r.flags,
             )
         return resp
 

@@ -3,8 +3,10 @@ forecasts in squeue --start, reasons, sprio/sshare, dependencies, updates."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 import time
+import urllib.request
 
 import pytest
 
@@ -145,7 +147,7 @@ def test_why_names_array_tasks_reservations_and_how_it_plans(
         big = submit(cmd, "-N2", "--gres=gpu:8", "-t", "30:00", "--wrap", "true")
         wait_for(lambda: cmd.job(big).get("expectedStart"), 30, "the job's forecast")
         why = cmd("corral", "why", big).stdout
-        assert "Reservation maint holds node[01-02] from " in why, why
+        assert "Reservation maint (maintenance) holds node[01-02] from " in why, why
         assert "without it, it would start sooner" in why
         assert "planned with the run times predicted" in why
         assert "whole time limit" not in why
@@ -154,6 +156,81 @@ def test_why_names_array_tasks_reservations_and_how_it_plans(
         cmd("scancel", big)
     finally:
         cmd("scontrol", "delete", "ReservationName=maint")
+
+
+def _web_view(cluster: LocalCluster, cmd: Commands, path: str) -> str:
+    """A page of ctld's web page as a signed-in root sees it (the HTML of its view)."""
+    url = cmd("corral", "web-login", "--url-only").stdout.strip()
+    token = url.split("#token=", 1)[1]
+    base = f"http://{cluster.http_address}"
+    signin = urllib.request.Request(
+        base + "/login",
+        data=json.dumps({"token": token}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(signin, timeout=10) as resp:
+        session = json.loads(resp.read())["session"]
+    view = urllib.request.Request(base + "/view" + path)
+    view.add_header("Authorization", f"Bearer {session}")
+    with urllib.request.urlopen(view, timeout=10) as resp:
+        return str(json.loads(resp.read())["html"])
+
+
+def test_a_reservation_in_the_way_is_the_reason_in_every_view(
+    cluster: LocalCluster, cmd: Commands
+) -> None:
+    # issue 36: a job held off an idle cluster by a maintenance reservation showed
+    # Resources (squeue, the web queue, corral why's first line); Slurm 22.05 says
+    # "ReqNodeNotAvail, Reserved for maintenance", and "ReqNodeNotAvail, May be
+    # reserved for other job" for another reservation. Its nodes read as sinfo's
+    # maint everywhere (scontrol IDLE+MAINTENANCE+RESERVED, corral why NODE, the web
+    # page's counts), and a reservation that began is said to hold them since then
+    from corral.identity import current_identity
+
+    me = current_identity().user
+    create = ("scontrol", "create", "reservation", "StartTime=now", "Duration=60")
+    cmd(*create, "ReservationName=maint", "Nodes=node[01-02]", f"Users={me}", "Flags=MAINT")
+    job = submit(cmd, "-t", "10:00", "--wrap", "true")
+    maint = "ReqNodeNotAvail, Reserved for maintenance"
+
+    def squeue(fmt: str) -> str:
+        return str(cmd("squeue", "-h", "-j", job, "-o", fmt).stdout.strip())
+
+    wait_for(lambda: squeue("%r") == maint, 30, "squeue's reason")
+    assert squeue("%R") == f"({maint})"
+    assert cmd("sacct", "-n", "-P", "-X", "-j", job, "-o", "Reason").stdout.strip() == maint
+    shown = cmd("scontrol", "show", "job", job).stdout
+    assert "Reason=ReqNodeNotAvail,_Reserved_for_maintenance " in shown, shown
+    words = "a maintenance reservation holds the nodes it needs for its time limit"
+    # once a second has gone by since the reservation began, it is past
+    wait_for(lambda: " s ago) until " in cmd("corral", "why", job).stdout, 10, "a past start")
+    why = cmd("corral", "why", job).stdout
+    assert why.startswith(f"Job {job} (wrap) is pending: {words} [{maint}].\n"), why
+    assert "Reservation maint (maintenance) holds node[01-02] since " in why, why
+    assert "in 0 s" not in why and "busy" not in why
+    sinfo = cmd("sinfo", "-h", "-N", "-o", "%N %t %T").stdout.splitlines()
+    assert sinfo == ["node01 maint maint", "node02 maint maint"], sinfo
+    assert "State=IDLE+MAINTENANCE+RESERVED " in cmd("scontrol", "show", "node", "node01").stdout
+    node_why = cmd("corral", "why", "node01").stdout
+    assert node_why.startswith(
+        "Node node01 is IDLE+MAINTENANCE+RESERVED.\n"
+        "It is in maintenance reservation maint: only that reservation's jobs start there.\n"
+    ), node_why
+    queue = _web_view(cluster, cmd, "/queue")
+    assert words in queue and maint in queue and "resources it asks for are busy" not in queue
+    nodes = _web_view(cluster, cmd, "/")
+    assert '<span class="badge maint">MAINT</span> 2</li>' in nodes, nodes
+    assert 'class="badge idle"' not in nodes
+
+    cmd("scontrol", "hold", job)  # (it would start between the two reservations)
+    cmd("scontrol", "delete", "ReservationName=maint")
+    cmd(*create, "ReservationName=other", "Nodes=node[01-02]", f"Users={me}")
+    cmd("scontrol", "release", job)
+    other = "ReqNodeNotAvail, May be reserved for other job"
+    wait_for(lambda: squeue("%r") == other, 30, "squeue's reason for another reservation")
+    assert cmd("sinfo", "-h", "-N", "-o", "%t").stdout.split() == ["resv", "resv"]
+    cmd("scancel", job)
+    cmd("scontrol", "delete", "ReservationName=other")
 
 
 def test_update_job_and_shares(cluster: LocalCluster, cmd: Commands) -> None:

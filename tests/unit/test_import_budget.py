@@ -50,13 +50,14 @@ BUDGET: dict[str, set[str]] = {
     "sshare": QUERY,
     "sreport": QUERY | {"client.acctfields", "client.sreport_tree"},
     "sacctmgr": {"client.options"},
-    # client.nodepower: power saving's state words (issue 27), standard library-free
+    # client.nodepower: power saving's state words (issue 27), corral.nodewords: the
+    # reservation's (issue 36), both standard library-free
     "sinfo": QUERY
     | {"client.fieldmasks", "client.nodepower", "client.sinfo_columns", "corral.hostlist"}
-    | {"itertools"},
+    | {"corral.nodewords", "itertools"},
     "scontrol": QUERY
     | {"client.jobids", "client.nodepower", "client.scontrol_show", "client.scontrol_update"}
-    | {"corral.patterns"},
+    | {"corral.nodewords", "corral.patterns"},
     "scancel": QUERY | {"corral.signals"},
 }
 # srun and salloc allocate (sbatch's options) and handle signals (corral.signals, over

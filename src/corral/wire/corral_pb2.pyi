@@ -3330,7 +3330,7 @@ class ExplainJobResponse(_message.Message):
     @_builtins.property
     def reservations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Reservation]:
         """advance reservations it waits for: its own (to begin), or others on nodes it needs
-        without which it would start sooner (name, start_time, end_time, nodes only)
+        without which it would start sooner (name, start_time, end_time, nodes, flags only)
         """
 
     def __init__(

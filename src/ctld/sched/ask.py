@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from corral.reasons import UNAVAILABLE_NODES as NODES_NAMED
 from corral.reasons import Reason
 from ctld.sched import preempt, reclaim
 from ctld.sched.availability import Availability, NodeSeq
@@ -29,6 +30,7 @@ from ctld.sched.shape import Shape, job_shape
 RESOURCES = Reason.RESOURCES
 PRIORITY = Reason.PRIORITY
 PARTITION_DOWN = Reason.PARTITION_DOWN
+PARTITION_INACTIVE = Reason.PARTITION_INACTIVE
 PARTITION_TIME_LIMIT = Reason.PARTITION_TIME_LIMIT
 PARTITION_NODE_LIMIT = Reason.PARTITION_NODE_LIMIT
 REQ_NODE_NOT_AVAIL = Reason.REQ_NODE_NOT_AVAIL
@@ -36,7 +38,7 @@ NODES_DOWN = Reason.NODES_DOWN
 RESERVATION = Reason.RESERVATION
 BAD_CONSTRAINTS = Reason.BAD_CONSTRAINTS
 QOS_MAX_JOBS_PER_USER = Reason.QOS_MAX_JOBS_PER_USER
-UNAVAILABLE_NODES = f"{Reason.REQ_NODE_NOT_AVAIL}, UnavailableNodes:"  # + the nodes
+UNAVAILABLE_NODES = NODES_NAMED  # + the nodes
 
 # a candidate's node names and the set of them, or the reason it has none
 Found = tuple[tuple[str, ...], frozenset[str]] | str
@@ -123,9 +125,13 @@ class Asks:
     def candidate(self, req: JobRequest, shape: Shape, part_name: str) -> Candidate | str:
         part = self.partitions.get(part_name)
         # DRAIN refuses new submissions (at submit) but still runs its queue; DOWN and
-        # INACTIVE keep their queue waiting
+        # INACTIVE keep their queue waiting, each with its own reason (as Slurm's)
         if part is None or part.state not in ("UP", "DRAIN"):
-            return PARTITION_DOWN
+            return (
+                PARTITION_INACTIVE
+                if part is not None and part.state == "INACTIVE"
+                else PARTITION_DOWN
+            )
         if part.max_time_s >= 0 and (req.time_limit_s < 0 or req.time_limit_s > part.max_time_s):
             return PARTITION_TIME_LIMIT
         if part.max_nodes and shape.nodes > part.max_nodes:

@@ -8,9 +8,10 @@ the first ``reserve_depth`` such jobs get a reservation at the earliest time the
 treated as running forever. Everything is a function of the snapshot alone, so a plan
 is reproducible and the simulator runs the very same code.
 
-This module is the pass's order (priority, the starvation guard, shortest-first
-backfill, classes of like jobs, the reason a job left waiting gets). It wires the
-parts, each with one job, and hands them a job with its ``Ask`` (ask.py):
+This module is the pass's order (priority, the starvation guard, a requeued job's
+claim first (reclaim.py), shortest-first backfill, classes of like jobs, the reason a
+job left waiting gets, with reserved.py for advance reservations in its way). It
+wires the parts, each with one job, and hands them a job with its ``Ask`` (ask.py):
 ``Availability`` (availability.py: the nodes over the pass, its one mutable picture of
 them), ``Asks`` (ask.py: what a job asks, with ``Admission``, limits.py: whether the
 limits let it run), ``Placer`` (placing.py: where it fits now), ``Preemptor``
@@ -41,6 +42,7 @@ from ctld.sched.limits import Admission
 from ctld.sched.model import Forecast, JobRequest, Plan, Snapshot, Start
 from ctld.sched.placing import Placer
 from ctld.sched.preempting import Preemptor
+from ctld.sched.reserved import Reserved
 from ctld.sched.shape import Shape, job_shape
 
 # the reasons are the one enum's (corral/reasons.py), named here as the core's
@@ -89,6 +91,7 @@ class _Pass:
         # its owner's alone
         self.own_way = self.claimed | reclaiming
         self.forecaster = Forecaster(snap, avail, self.placer)
+        self.reserved_nodes = Reserved(snap, avail)
         # the plan so far
         self.starts: list[Start] = []
         self.reasons: dict[int, str] = {}
@@ -269,6 +272,8 @@ class _Pass:
         candidates = ask.candidates
         queued_behind = any(c.partition.name in self.blocked_partitions for c in candidates)
         waiting_for_resv = all(self.now < c.not_before for c in candidates)
+        # others' advance reservations leave it too few nodes: Slurm names them first
+        held_off = "" if waiting_for_resv else self.reserved_nodes.reason(req, ask)
         self.blocked_partitions.update(c.partition.name for c in candidates)
         if not settings.backfill:
             self.fcfs_blocked = True
@@ -284,12 +289,14 @@ class _Pass:
                     self.forecasted += 1
         if waiting_for_resv:
             self.reasons[req.job_id] = RESERVATION
+        elif held_off:
+            self.reasons[req.job_id] = held_off
         elif queued_behind:
             self.reasons[req.job_id] = PRIORITY
         else:
             self.reasons[req.job_id] = RESOURCES
         # its class-mates queue behind it: their partitions are blocked from now on
-        self.later[req.klass] = RESERVATION if waiting_for_resv else PRIORITY
+        self.later[req.klass] = RESERVATION if waiting_for_resv else held_off or PRIORITY
 
 
 def starving_first(

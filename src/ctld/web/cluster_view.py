@@ -1,14 +1,20 @@
 """The cluster: every node and every GPU, with its state, utilization and memory now,
-the job and user on it, and why a node is drained or down."""
+the job and user on it, and why a node is drained or down. An idle node in a
+reservation, or a hot spare, is counted and shown as sinfo words it (MAINT, RESERVED,
+SPARE: corral/nodewords.py), not as idle."""
 
 from __future__ import annotations
 
+from corral import nodewords
 from corral.wire import corral_pb2 as pb
 from ctld.web.html import Html, el
 from ctld.web.page import Ctx, badge, gib, job_link, node_state, pager, when
 
 PER_PAGE = 50  # nodes (400 GPUs) a page: ~70 KiB of HTML
-STATES = ("IDLE", "MIXED", "ALLOCATED", "DRAIN", "DRAINING", "DOWN", "FAIL", "UNKNOWN")
+STATES = (
+    *("IDLE", "MIXED", "ALLOCATED", "DRAIN", "DRAINING", "DOWN", "FAIL", "UNKNOWN"),
+    *("MAINT", "RESERVED", "SPARE"),
+)
 TROUBLE = frozenset({"DOWN", "DRAIN", "DRAINING", "FAIL"})
 
 
@@ -51,8 +57,14 @@ def _allocated(ctx: Ctx, node: pb.Node) -> set[int]:
     return set(record.alloc_gpus) | set(record.alloc_shards) if record is not None else set()
 
 
+def shown_state(node: pb.Node) -> str:
+    """The state a node is shown and counted under: sinfo's (MAINT for an idle node in
+    a maintenance reservation, RESERVED in another, SPARE; else its state)."""
+    return nodewords.summary_state(node_state(node.state), node.reservation, node.maint, node.spare)
+
+
 def _node(ctx: Ctx, node: pb.Node, max_age: float) -> Html:
-    state = node_state(node.state)
+    state = shown_state(node)
     fresh = ctx.cluster.state.gpu_samples.now(node.name, max_age, ctx.now)
     holders = _holders(ctx, node)
     res = node.resources
@@ -60,7 +72,8 @@ def _node(ctx: Ctx, node: pb.Node, max_age: float) -> Html:
     if node.not_responding:
         title.append(badge("NOT RESPONDING", "down"))
     if node.reservation:
-        title.append(badge(f"resv {node.reservation}", "resv"))
+        kind = "maint" if node.maint else "resv"
+        title.append(badge(f"{kind} {node.reservation}", "resv"))
     lines = [
         el(
             "p",
@@ -106,7 +119,7 @@ def _node(ctx: Ctx, node: pb.Node, max_age: float) -> Html:
 def _summary(nodes: list[pb.Node], ctx: Ctx, max_age: float) -> Html:
     counts: dict[str, int] = {}
     for n in nodes:
-        s = node_state(n.state)
+        s = shown_state(n)
         counts[s] = counts.get(s, 0) + 1
     total = sum(len(n.resources.gpus) for n in nodes)
     used = sum(n.alloc_gpus for n in nodes)
@@ -154,7 +167,7 @@ async def render(ctx: Ctx) -> tuple[str, Html]:
         for n in nodes
         if (
             not state
-            or node_state(n.state) == state
+            or shown_state(n) == state
             or (state == "TROUBLE" and node_state(n.state) in TROUBLE)
         )
         and (not part or part in n.partitions)

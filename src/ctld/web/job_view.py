@@ -9,6 +9,7 @@ import asyncio
 
 from corral.efficiency import job_efficiency, lines
 from corral.errors import InvalidJobId
+from corral.reasons import reason_words
 from corral.slurmfmt import format_duration, format_timestamp
 from corral.whytext import explain_text
 from corral.wire import corral_pb2 as pb
@@ -18,7 +19,6 @@ from ctld.web import output
 from ctld.web.charts import line_chart
 from ctld.web.html import Html, el
 from ctld.web.page import Ctx, badge, elapsed, gib, job_link, job_state, table, when
-from ctld.web.queue_view import reason_words
 
 MAX_LINES = 8  # GPUs drawn one line each; more are drawn as their mean and peak
 OUTPUT_WAIT_S = 2.0  # an output file's tail, at most, before the page goes without it

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 from urllib.parse import urlencode
 
-from corral.reasons import EXPLAINED
+from corral.reasons import reason_words
 from corral.wire import corral_pb2 as pb
 from ctld.web.html import Html, el
 from ctld.web.page import Ctx, badge, elapsed, job_link, job_state, pager, table, when
@@ -24,14 +24,6 @@ SORTS: dict[str, Callable[[pb.Job], object]] = {
     "state": lambda j: (j.state, j.job_id),
     "name": lambda j: (j.spec.name, j.job_id),
 }
-
-
-def reason_words(reason: str) -> str:
-    """A pending reason as ``corral why`` words it (Slurm's name kept beside it)."""
-    key, _, nodes = reason.partition(", UnavailableNodes:")
-    if nodes:
-        return f"the nodes it could run on are down or drained ({nodes})"
-    return EXPLAINED.get(key, key)
 
 
 def _why(job: pb.Job, ctx: Ctx) -> Html:
