@@ -2,8 +2,8 @@
 
 A pending job's reason is decided in two places, one per layer:
 
-- here, ``blocked_reason``: what ctld itself holds a job back for (a hold, a --begin
-  time or a requeue's delay, a dependency, its array's %N throttle). The snapshot
+- here, ``blocked_reason``: what ctld itself holds a job back for (a hold, a
+  dependency, a --begin time or a requeue's delay, its array's %N throttle). The snapshot
   (``snapshot.py``) asks it for every pending job and hands the answer to the core as
   ``JobRequest.blocked_reason``; the commit step asks it too (``settle``);
 - in the core (``ctld/sched``): everything else (Resources, Priority, partition
@@ -40,21 +40,22 @@ def blocked_reason(
     dependency: DependencyCheck | None = None,
     throttled: Callable[[pb.Job], bool] | None = None,
 ) -> str:
-    """Why ctld holds pending ``job`` back ("" if it does not), in this order: a hold, a
-    --begin time (or a requeue's delay) still ahead, a dependency (``dependency``: the
-    snapshot's verdict on the jobs it names), its array's %N throttle (``throttled``:
-    whether the array runs as many tasks as it may). Without the two checks, only what
-    the job itself says (the commit step's case)."""
+    """Why ctld holds pending ``job`` back ("" if it does not), in Slurm 22.05's order: a
+    hold, a dependency (``dependency``: the snapshot's verdict on the jobs it names),
+    a --begin time (or a requeue's delay) still ahead, its array's %N throttle
+    (``throttled``: whether the array runs as many tasks as it may). (Slurm tests the
+    dependency before the begin time: a job with both waits for Dependency.) Without
+    the two checks, only what the job itself says (the commit step's case)."""
     if job.hold:
         return Reason.JOB_HELD_ADMIN if job.hold == pb.HOLD_ADMIN else Reason.JOB_HELD_USER
-    if job.eligible_time > now:
-        return Reason.BEGIN_TIME
     if dependency is not None and job.spec.dependency:
         verdict = dependency(job)
         if verdict is DepState.WAITING:
             return Reason.DEPENDENCY
         if verdict is DepState.NEVER:
             return Reason.DEPENDENCY_NEVER_SATISFIED
+    if job.eligible_time > now:
+        return Reason.BEGIN_TIME
     if throttled is not None and job.array_job_id and throttled(job):
         return Reason.JOB_ARRAY_TASK_LIMIT
     return ""

@@ -95,7 +95,11 @@ def test_dependencies_hold_until_met_and_never_satisfied(
     first = submit(cmd, "--wrap", "sleep 1; exit 3")
     ok = submit(cmd, f"--dependency=afterok:{first}", "--wrap", "true")
     notok = submit(cmd, f"--dependency=afternotok:{first}", "--wrap", "true")
+    # a --begin time too: Slurm 22.05 names the dependency first
+    later = submit(cmd, f"--dependency=afterok:{first}", "--begin=now+3600", "--wrap", "true")
     wait_for(lambda: cmd.job(ok).get("reason") == "Dependency", 30, "Dependency reason")
+    assert cmd("squeue", "-h", "-o", "%r", "-j", later).stdout == "Dependency\n"
+    cmd("scancel", later)
     cmd.wait_state(first, "FAILED")
     cmd.wait_state(notok, "COMPLETED")
     wait_for(

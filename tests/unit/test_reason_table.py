@@ -218,3 +218,17 @@ def test_the_class_mates_of_a_job_held_off_by_maintenance_get_its_reason() -> No
         settings=Settings(reserve_depth=1, forecast_depth=0),
     )
     assert set(schedule(snap).reasons.values()) == {MAINT}
+
+
+def test_a_dependency_is_named_before_a_begin_time() -> None:
+    # Slurm 22.05 (on this machine): --dependency and --begin both unmet: Dependency
+    from corral.wire import corral_pb2 as pb
+    from ctld.deps import DepState
+    from ctld.pending import blocked_reason
+
+    job = pb.Job(eligible_time=1000.0, spec=pb.JobSpec(dependency="afterok:1"))
+    assert blocked_reason(job, 0.0, lambda j: DepState.WAITING) == Reason.DEPENDENCY
+    assert blocked_reason(job, 0.0, lambda j: DepState.NEVER) == (Reason.DEPENDENCY_NEVER_SATISFIED)
+    assert blocked_reason(job, 0.0, lambda j: DepState.MET) == Reason.BEGIN_TIME
+    job.hold = pb.HOLD_USER
+    assert blocked_reason(job, 0.0, lambda j: DepState.WAITING) == Reason.JOB_HELD_USER
