@@ -237,6 +237,30 @@ def test_a_reservation_in_the_way_is_the_reason_in_every_view(
     cmd("scontrol", "delete", "ReservationName=other")
 
 
+def test_an_inactive_partition_holds_its_queue_with_slurms_reason(
+    cluster: LocalCluster, cmd: Commands
+) -> None:
+    # Slurm 22.05: PartitionInactive for an INACTIVE partition (corral said
+    # PartitionDown), PartitionDown for a DOWN one; a DRAIN one runs its queue
+    queued = submit(cmd, "-H", "--wrap", "true")
+    config = cluster.config_path.read_text()
+    for state, reason in (("INACTIVE", "PartitionInactive"), ("DOWN", "PartitionDown")):
+        cluster.config_path.write_text(
+            config.replace('max_time = "1-00:00:00"', f'max_time = "1-00:00:00"\nstate = "{state}"')
+        )
+        cmd("scontrol", "reconfigure")
+        cmd("scontrol", "release", queued)
+        wait_for(lambda: cmd.job(queued).get("reason") == reason, 30, reason)  # noqa: B023
+        assert cmd("squeue", "-h", "-o", "%r", "-j", queued).stdout == f"{reason}\n"
+        cmd("scontrol", "hold", queued)
+    cluster.config_path.write_text(
+        config.replace('max_time = "1-00:00:00"', 'max_time = "1-00:00:00"\nstate = "DRAIN"')
+    )
+    cmd("scontrol", "reconfigure")
+    cmd("scontrol", "release", queued)
+    cmd.wait_state(queued, "COMPLETED")
+
+
 def test_update_job_and_shares(cluster: LocalCluster, cmd: Commands) -> None:
     held = submit(cmd, "-H", "-t", "10", "--wrap", "true")
     cmd("scontrol", "update", "job", held, "TimeLimit=5", "Nice=10")
