@@ -126,6 +126,7 @@ async def serve(
     # client ports have it, and always the step credential's proof first (stream.py)
     with_tls = bool(tls_dir) and config.tls.clients
     stream = StepStreamServer(steps, tls.stream_server_context(tls_dir, name) if with_tls else None)
+    stream.ready.clear()  # until the steps of an earlier noded are taken over (below)
     try:
         s_port = config.noded.stream_port if stream_port is None else stream_port
         stream_bound = await stream.start(bind_host, s_port)
@@ -167,6 +168,7 @@ async def serve(
     resume_wait_s = max(steptakeover.RESUME_WAIT_S, 2 * config.heartbeat.timeout_s)
     for step in took.steps:  # their sruns reopen their streams (RESUME)
         steptakeover.take_over(steps, step, resume_wait_s)
+    stream.ready.set()
     link.took_over = not (took.lost_jobs or took.lost_steps)
     _start_guard(spool, name, launcher.instance, fence_after_s)
     for reason, detail in startup_faults:

@@ -199,6 +199,10 @@ class StepStreamServer:
         self.server: asyncio.Server | None = None
         self.places = Places(UNPROVEN_PER_PEER, UNPROVEN_TOTAL)
         self.budget = _Budget(UNPROVEN_BYTES_PER_PEER, UNPROVEN_BYTES)
+        # cleared while noded takes over the steps an earlier noded ran: a RESUME (or
+        # anything) that comes meanwhile waits, instead of being told the step is not here
+        self.ready = asyncio.Event()
+        self.ready.set()
 
     async def start(self, host: str, port: int) -> int:
         self.server = await asyncio.start_server(
@@ -247,6 +251,11 @@ class StepStreamServer:
                 await self._refuse(writer, str(exc) or "no START in time")
                 return
 
+            try:
+                await asyncio.wait_for(self.ready.wait(), AUTH_TIMEOUT_S)
+            except TimeoutError:
+                await self._refuse(writer, "noded is still starting: try again")
+                return
             tags = None if self.tls is not None else Tags()
             if kind == ss.ATTACH:
                 await self._attach(start, bytes(body), mac, nonce, tags, reader, writer, unproven)
