@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
+from corral.checkpoints import checkpoint_name
 from corral.wire import corral_pb2 as pb
 from ctld import jobstate as js
 from ctld import nodestate as ns
@@ -389,7 +390,11 @@ def _checkpoint_removals(
         ):
             continue
         req = pb.SignalJobRequest(
-            job_id=job.job_id, remove_checkpoint=True, array_job_id=job.array_job_id, uid=job.uid
+            job_id=job.job_id,
+            remove_checkpoint=True,
+            array_job_id=job.array_job_id,
+            uid=job.uid,
+            checkpoint_name=checkpoint_name(job),
         )
         if job.HasField("array_task_id"):
             req.array_task_id = job.array_task_id

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import structlog
 
+from corral.checkpoints import new_unique_id
 from corral.errors import (
     CorralError,
     DependencyProblem,
@@ -131,6 +132,7 @@ class Intake:
             eligible_time=max(now, spec.begin_time),
             cluster=self.state.config.cluster_name,
             qos=qos,
+            unique_id=new_unique_id(),  # its checkpoint directory's name (corral/checkpoints.py)
         )
         job.spec.partitions[:] = accepted.partitions
         for name, value in totals(job.spec, accepted.shape).items():

@@ -22,7 +22,7 @@ import structlog
 from corral.config import NodedConfig
 from corral.errors import LaunchError
 from corral.wire import corral_pb2 as pb
-from noded import jobdir, progress, spool
+from noded import checkpoints, jobdir, progress, spool
 from noded.cgroups import CgroupManager, CgroupUnavailable, JobCgroup
 from noded.containers.mounts import Mount
 from noded.containers.runtime import Containers
@@ -95,11 +95,14 @@ class BatchStarter:
             default_path=self.config.default_path,
             checkpoint_root=self.config.checkpoint_dir,
         )
-        if self.config.checkpoint_dir:  # the default, in the user's submit dir, is theirs
-            try:
-                jobdir.make_user_dir(env["CORRAL_CHECKPOINT_DIR"], who.uid, who.gid)
-            except OSError as exc:  # the job sees it missing: its own to report
-                log.warning("checkpoint directory not made", job_id=job.job_id, error=str(exc))
+        # made under the operator's root; the default, in the user's submit dir, is theirs
+        await asyncio.to_thread(
+            checkpoints.prepare,
+            env["CORRAL_CHECKPOINT_DIR"],
+            who.uid,
+            who.gid,
+            make=bool(self.config.checkpoint_dir),
+        )
         running.checkpoint_dir = env["CORRAL_CHECKPOINT_DIR"]
         path = os.path.join(job_dir, "progress")
         running.progress_file = path if progress.make_file(path, who.uid, who.gid) else ""

@@ -10,6 +10,7 @@ import os
 import pwd
 from collections.abc import Mapping
 
+from corral.checkpoints import checkpoint_name
 from corral.jobspec import array_tasks, tasks_per_node
 from corral.jobsyntax import array_environment
 from corral.slurmfmt import compress_counts
@@ -52,15 +53,10 @@ def login_basics(pw: pwd.struct_passwd | None, default_path: str) -> dict[str, s
 
 
 def checkpoint_dir(job: pb.Job, root: str) -> str:
-    """The job's checkpoint directory: the same for every run of the job, on any node."""
+    """The job's checkpoint directory: the same for every run of the job, on any node,
+    and no other job's (corral/checkpoints.py names it)."""
     base = root or os.path.join(job.spec.work_dir or "/tmp", ".checkpoints")
-    task = job.array_task_id if job.HasField("array_task_id") else None
-    return os.path.join(base, checkpoint_name(job.job_id, job.array_job_id, task))
-
-
-def checkpoint_name(job_id: int, array_job_id: int, array_task_id: int | None) -> str:
-    """Its name under the root: the job's id (an array task's: ARRAYID_TASK)."""
-    return str(array_job_id or job_id) + (f"_{array_task_id}" if array_task_id is not None else "")
+    return os.path.join(base, checkpoint_name(job))
 
 
 def batch_environment(

@@ -78,10 +78,13 @@ def create_for_user(
     os.close(fd)
 
 
-def make_user_dir(path: str, uid: int, gid: int) -> None:
+def make_user_dir(
+    path: str, uid: int, gid: int, *, first_file: tuple[str, bytes] | None = None
+) -> bool:
     """``path``'s last part made a directory of uid:gid, unless something is there
-    already (then left as it is: never handed over). Its parent is the operator's
-    (noded.checkpoint_dir), made root's if missing."""
+    already (then left as it is: never handed over; False). Its parent is the
+    operator's (noded.checkpoint_dir), made root's if missing. ``first_file`` (a name and
+    its bytes) is written in it, the user's too, before the directory is handed over."""
     parent, name = os.path.split(os.path.normpath(path))
     os.makedirs(parent, mode=0o755, exist_ok=True)
     pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
@@ -89,16 +92,32 @@ def make_user_dir(path: str, uid: int, gid: int) -> None:
         try:
             os.mkdir(name, 0o755, dir_fd=pfd)
         except FileExistsError:
-            return
+            return False
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=pfd)
         try:
             st = os.fstat(fd)
-            if st.st_uid == os.geteuid() and _as_root():  # the one made above, not a swap
+            ours = st.st_uid == os.geteuid()  # the one made above, not a swap
+            if first_file is not None and ours:
+                _create_at(fd, first_file[0], first_file[1], uid, gid)
+            if ours and _as_root():
                 os.fchown(fd, uid, gid)
         finally:
             os.close(fd)
     finally:
         os.close(pfd)
+    return True
+
+
+def _create_at(dir_fd: int, name: str, data: bytes, uid: int, gid: int) -> None:
+    """A new read-only file ``name`` in the directory ``dir_fd``, given to uid:gid."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444, dir_fd=dir_fd)
+    try:
+        os.write(fd, data)
+        os.fchmod(fd, 0o444)
+        if _as_root():
+            os.fchown(fd, uid, gid)
+    finally:
+        os.close(fd)
 
 
 def discard_users_dir(root: str, name: str, uid: int) -> bool:

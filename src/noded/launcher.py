@@ -28,16 +28,16 @@ from typing import Any
 
 import structlog
 
+from corral.checkpoints import job_label
 from corral.clock import Clock, SystemClock
 from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import LaunchError
 from corral.wire import corral_pb2 as pb
-from noded import batch, jobdir, monitor, progress, records, recovery, spool, takeover
+from noded import batch, checkpoints, jobdir, monitor, progress, records, recovery, spool, takeover
 from noded.batch import REAP_TIMEOUT_S, BatchStarter, LaunchPath
 from noded.cgroups import CgroupManager
 from noded.containers import sweep
 from noded.containers.runtime import Containers
-from noded.env import checkpoint_name
 from noded.events import (
     Action,
     Adopt,
@@ -368,8 +368,9 @@ class Launcher:
         if not root:
             return False
         task = req.array_task_id if req.HasField("array_task_id") else None
-        name = checkpoint_name(req.job_id, req.array_job_id, task)
-        removed = await asyncio.to_thread(jobdir.discard_users_dir, root, name, req.uid)
+        # an older ctld names no directory: the job's from before unique ids
+        name = req.checkpoint_name or job_label(req.job_id, req.array_job_id, task)
+        removed = await asyncio.to_thread(checkpoints.remove, root, name, req.uid)
         if removed:
             log.info("checkpoint directory removed", job_id=req.job_id, name=name)
         return removed

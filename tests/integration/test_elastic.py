@@ -74,7 +74,7 @@ def test_elastic_job_loses_a_node_and_runs_on_at_two_at_once(make_cluster: Any) 
         str(script),
     ).stdout.strip()
     job = cmd.wait_state(job_id, "RUNNING")
-    ckpt = cluster.state_dir / "checkpoints" / job_id
+    ckpt = cluster.state_dir / "checkpoints" / cluster.checkpoint_name(job_id)
     wait_for(lambda: (ckpt / "ranks.0").exists(), 60, "the first run's ranks")
     first = batch_env(ckpt / "batch.0")
     assert first["SLURM_NNODES"] == "3" and first["SLURM_NTASKS"] == "3"
@@ -139,7 +139,7 @@ def start_stopper(
         f"exec python3 {TRAIN} --steps 30 --step-time 0.2 --save-every 1000 --stop-on-signal",
     ).stdout.strip()
     job = cmd.wait_state(job_id, "RUNNING")
-    ckpt = cluster.state_dir / "checkpoints" / job_id
+    ckpt = cluster.state_dir / "checkpoints" / cluster.checkpoint_name(job_id)
     wait_for(lambda: len(steps_log(ckpt)) >= 5, 60, "five steps")
     return job_id, job, ckpt
 
@@ -203,7 +203,7 @@ def test_with_growth_on_a_shrunk_job_returns_to_three_at_its_next_checkpoint(
     ).stdout.strip()
     job = cmd.wait_state(job_id, "RUNNING")
     assert job["numNodes"] == 3
-    ckpt = cluster.state_dir / "checkpoints" / job_id
+    ckpt = cluster.state_dir / "checkpoints" / cluster.checkpoint_name(job_id)
     wait_for(lambda: len(steps_log(ckpt)) >= 3, 60, "three steps")
     dead = next(n for n in cluster.node_names if n != job["batchHost"])
     index = cluster.node_names.index(dead)
@@ -289,7 +289,7 @@ def test_a_spare_replaces_a_failed_node_within_one_pass(make_cluster: Any) -> No
     above = int(cmd.job(job_id).get("priority", 0)) + 1000
     cmd("scontrol", "update", f"JobId={other}", f"Priority={above}")
     assert int(cmd.job(other)["priority"]) == above
-    ckpt = cluster.state_dir / "checkpoints" / job_id
+    ckpt = cluster.state_dir / "checkpoints" / cluster.checkpoint_name(job_id)
     wait_for(lambda: len(steps_log(ckpt)) >= 3, 60, "three steps")
     cluster.kill_node(1, with_jobs=True)  # node02
     wait_for(
@@ -339,7 +339,7 @@ def test_torch_ddp_resumes_at_world_size_two_after_a_node_dies(make_cluster: Any
     cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false")
     job_id = cmd("sbatch", "--parsable", str(TORCH_JOB), env=TORCH_ENV).stdout.strip()
     job = cmd.wait_state(job_id, "RUNNING")
-    ckpt = cluster.state_dir / "checkpoints" / job_id
+    ckpt = cluster.state_dir / "checkpoints" / cluster.checkpoint_name(job_id)
     # past its first checkpoint (every 5 steps) at world size 3
     wait_for(lambda: len(steps_log(ckpt)) >= 7, 120, "seven steps at world size 3")
     assert {e["world"] for e in steps_log(ckpt)} == {"3"}
@@ -364,7 +364,7 @@ def test_torch_ddp_saves_on_a_drain_and_resumes_at_world_size_two(make_cluster: 
     cluster, cmd = make_cluster(controller_config="checkpoint_cleanup = false")
     job_id = cmd("sbatch", "--parsable", str(TORCH_JOB), env=TORCH_ENV).stdout.strip()
     job = cmd.wait_state(job_id, "RUNNING")
-    ckpt = cluster.state_dir / "checkpoints" / job_id
+    ckpt = cluster.state_dir / "checkpoints" / cluster.checkpoint_name(job_id)
     wait_for(lambda: len(steps_log(ckpt)) >= 3, 120, "three steps at world size 3")
     drained = next(n for n in cluster.node_names if n != job["batchHost"])
     cmd("scontrol", "update", f"NodeName={drained}", "State=DRAIN", "Reason=ecc")

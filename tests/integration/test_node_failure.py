@@ -64,7 +64,7 @@ def submit_training(cmd: Commands, *args: str, steps: int = 40, step_time: float
 
 
 def steps_log(cluster: LocalCluster, job_id: str) -> list[dict[str, str]]:
-    path = cluster.state_dir / "checkpoints" / job_id / "steps.log"
+    path = cluster.state_dir / "checkpoints" / cluster.checkpoint_name(job_id) / "steps.log"
     try:
         lines = path.read_text().splitlines()
     except OSError:
@@ -308,7 +308,6 @@ def test_requeue_and_operator_down_survive_a_ctld_restart(make_cluster: Any) -> 
     and an operator's State=DOWN, both outlive a kill -9 of ctld."""
     # a long timeout: neither self-fencing nor DOWN may stand in for what is tested
     cluster, cmd = make_cluster(nodes=2, kill_wait_s=5.0, heartbeat_timeout_s=60.0)
-    ckpt = cluster.state_dir / "checkpoints"
     # the batch shell takes its time to stop (SIGKILL after kill_wait ends it): ctld dies
     # in between, so the new ctld alone hears how the run ended
     job_id = cmd(
@@ -317,13 +316,14 @@ def test_requeue_and_operator_down_survive_a_ctld_restart(make_cluster: Any) -> 
         "-o",
         "train-%j.out",
         "--wrap",
-        f'trap "touch {ckpt}/$SLURM_JOB_ID/term-$SLURM_RESTART_COUNT; sleep 60" TERM\n'
+        f'trap "touch $CORRAL_CHECKPOINT_DIR/term-$SLURM_RESTART_COUNT; sleep 60" TERM\n'
         f"python3 {TRAIN} --steps 80 --step-time 0.1 & wait; wait",
     ).stdout.strip()
     cmd.wait_state(job_id, "RUNNING")
     wait_steps(cluster, job_id, 3)
     cmd("scontrol", "requeue", job_id)
-    wait_for(lambda: (ckpt / job_id / "term-0").exists(), 20, "the batch shell to get SIGTERM")
+    ckpt = cluster.state_dir / "checkpoints" / cluster.checkpoint_name(job_id)
+    wait_for(lambda: (ckpt / "term-0").exists(), 20, "the batch shell to get SIGTERM")
     cluster.kill_process("ctld")
     cluster.start_ctld()
     wait_steps(cluster, job_id, 1, run="1")  # requeued, not CANCELLED

@@ -72,7 +72,7 @@ def cmd(preempting: LocalCluster, tmp_path: pathlib.Path) -> Commands:
 
 
 def log_lines(cluster: LocalCluster, job_id: str) -> list[str]:
-    path = cluster.state_dir / "checkpoints" / job_id / "log"
+    path = cluster.state_dir / "checkpoints" / cluster.checkpoint_name(job_id) / "log"
     try:
         return path.read_text().splitlines()
     except OSError:
@@ -81,7 +81,12 @@ def log_lines(cluster: LocalCluster, job_id: str) -> list[str]:
 
 def steps(cluster: LocalCluster, job_id: str) -> int:
     try:
-        return int((cluster.state_dir / "checkpoints" / job_id / "step").read_text() or 0)
+        return int(
+            (
+                cluster.state_dir / "checkpoints" / cluster.checkpoint_name(job_id) / "step"
+            ).read_text()
+            or 0
+        )
     except (OSError, ValueError):
         return 0
 

@@ -72,7 +72,7 @@ def submit(cmd: Commands, nodes: int, *args: str, steps: int = 40, step_time: fl
 
 
 def steps_log(cluster: LocalCluster, job_id: str) -> list[dict[str, str]]:
-    path = cluster.state_dir / "checkpoints" / job_id / "steps.log"
+    path = cluster.state_dir / "checkpoints" / cluster.checkpoint_name(job_id) / "steps.log"
     try:
         lines = path.read_text().splitlines()
     except OSError:
@@ -93,7 +93,8 @@ def run_pids(cluster: LocalCluster, job_id: str, run: int) -> set[int]:
     srun, ranks), whichever noded started it: the job's checkpoint directory (under
     this cluster's state directory: other clusters on the machine have jobs of the same
     id) and that run's SLURM_RESTART_COUNT in its environment."""
-    ckpt = f"CORRAL_CHECKPOINT_DIR={cluster.state_dir / 'checkpoints' / job_id}".encode()
+    path = cluster.state_dir / "checkpoints" / cluster.checkpoint_name(job_id)
+    ckpt = f"CORRAL_CHECKPOINT_DIR={path}".encode()
     count = f"SLURM_RESTART_COUNT={run}".encode()
     found = set()
     for entry in pathlib.Path("/proc").iterdir():

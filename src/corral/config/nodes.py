@@ -31,8 +31,9 @@ class NodedConfig:
     prolog_timeout_s: float = 60.0
     epilog_timeout_s: float = 60.0
     default_path: str = "/usr/local/bin:/usr/bin:/bin"  # PATH for --export=NONE jobs
-    # CORRAL_CHECKPOINT_DIR is <checkpoint_dir>/<job id>; shared storage lets a requeued
-    # job find its files on another node. Empty: <the job's submit dir>/.checkpoints
+    # CORRAL_CHECKPOINT_DIR is <checkpoint_dir>/<cluster>-<job id>-<unique id>
+    # (corral/checkpoints.py); shared storage lets a requeued job find its files on
+    # another node. Empty: <the job's submit dir>/.checkpoints
     checkpoint_dir: str = ""
     # cut off from ctld for heartbeat.timeout_s - interval_s, noded kills its jobs (ctld
     # requeues them at the timeout): no job runs twice across a network partition

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from corral.api import Controller
+from corral.checkpoints import directory_name
 
 T = TypeVar("T")
 
@@ -60,6 +61,18 @@ class Harness:
         if not jobs:
             raise AssertionError(f"job {job_id} is unknown to the controller")
         return dict(jobs[0])
+
+    def checkpoint_name(self, job_id: int | str) -> str:
+        """The job's checkpoint directory's name under its root (corral/checkpoints.py)."""
+        job = self.job(job_id)
+        task = job.get("arrayTaskId")
+        return directory_name(
+            job.get("cluster", ""),
+            int(job["jobId"]),
+            int(job.get("arrayJobId", 0)),
+            None if task is None else int(task),
+            job.get("uniqueId", ""),
+        )
 
     def state(self, job_id: int | str) -> str:
         """``PENDING``, ``RUNNING``, ... of one job."""

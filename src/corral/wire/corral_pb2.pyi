@@ -829,6 +829,7 @@ class Job(_message.Message):
     DISRUPTION_DEADLINE_FIELD_NUMBER: _builtins.int
     INTERRUPTIONS_FIELD_NUMBER: _builtins.int
     FIRST_START_TIME_FIELD_NUMBER: _builtins.int
+    UNIQUE_ID_FIELD_NUMBER: _builtins.int
     EXPECTED_START_FIELD_NUMBER: _builtins.int
     FORECAST_NODES_FIELD_NUMBER: _builtins.int
     WAITS_FOR_FIELD_NUMBER: _builtins.int
@@ -893,6 +894,12 @@ class Job(_message.Message):
     """
     disruption_deadline: _builtins.float
     first_start_time: _builtins.float
+    unique_id: _builtins.str
+    """minted at submit, kept across requeues and restarts: with the cluster's name it tells
+    this job from any other numbered the same (another cluster's, or one from before a
+    reinstall); its checkpoint directory is named by it (corral/checkpoints.py). Empty:
+    submitted before it existed (the directory keeps its old name)
+    """
     expected_start: _builtins.float
     """-- the scheduler's view of a pending job (field numbers 100+) --
     forecast start (squeue --start); 0: none
@@ -1012,6 +1019,7 @@ class Job(_message.Message):
         disruption_deadline: _builtins.float = ...,
         interruptions: _abc.Iterable[Global___Interruption] | None = ...,
         first_start_time: _builtins.float = ...,
+        unique_id: _builtins.str = ...,
         expected_start: _builtins.float = ...,
         forecast_nodes: _builtins.str = ...,
         waits_for: _abc.Iterable[_builtins.int] | None = ...,
@@ -1028,7 +1036,7 @@ class Job(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "admin_priority", b"admin_priority", "array_task_id", b"array_task_id", "cancelled_by_uid", b"cancelled_by_uid", "held_end", b"held_end", "priority_factors", b"priority_factors", "spec", b"spec", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "disruption", b"disruption", "disruption_deadline", b"disruption_deadline", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "first_start_time", b"first_start_time", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "held_end", b"held_end", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "interruptions", b"interruptions", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "previous_nodes", b"previous_nodes", "previous_num_nodes", b"previous_num_nodes", "previous_num_tasks", b"previous_num_tasks", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "requeue_hold", b"requeue_hold", "requeue_on_exit", b"requeue_on_exit", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "suspect_nodes", b"suspect_nodes", "time_limit_s", b"time_limit_s", "uid", b"uid", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority", "_array_task_id", b"_array_task_id", "_cancelled_by_uid", b"_cancelled_by_uid", "account", b"account", "admin_priority", b"admin_priority", "allocations", b"allocations", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_host", b"batch_host", "cancelled_by_uid", b"cancelled_by_uid", "cluster", b"cluster", "disruption", b"disruption", "disruption_deadline", b"disruption_deadline", "eligible_time", b"eligible_time", "end_time", b"end_time", "events", b"events", "exit_code", b"exit_code", "exit_signal", b"exit_signal", "expected_start", b"expected_start", "failed_nodes", b"failed_nodes", "first_start_time", b"first_start_time", "forecast_nodes", b"forecast_nodes", "forecast_reserved", b"forecast_reserved", "gid", b"gid", "held_end", b"held_end", "hold", b"hold", "idle_gpus_since", b"idle_gpus_since", "interruptions", b"interruptions", "job_id", b"job_id", "mem_mb", b"mem_mb", "next_step_id", b"next_step_id", "nodelist", b"nodelist", "num_cpus", b"num_cpus", "num_gpus", b"num_gpus", "num_nodes", b"num_nodes", "num_tasks", b"num_tasks", "partition", b"partition", "previous_nodes", b"previous_nodes", "previous_num_nodes", b"previous_num_nodes", "previous_num_tasks", b"previous_num_tasks", "priority", b"priority", "priority_factors", b"priority_factors", "qos", b"qos", "reason", b"reason", "requeue_hold", b"requeue_hold", "requeue_on_exit", b"requeue_on_exit", "restart_count", b"restart_count", "spec", b"spec", "start_time", b"start_time", "state", b"state", "stderr_path", b"stderr_path", "stdout_path", b"stdout_path", "steps", b"steps", "submit_time", b"submit_time", "suspect_nodes", b"suspect_nodes", "time_limit_s", b"time_limit_s", "uid", b"uid", "unique_id", b"unique_id", "usage", b"usage", "user", b"user", "waits_for", b"waits_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__admin_priority: _TypeAlias = _typing.Literal["admin_priority"]  # noqa: Y015
     _WhichOneofArgType__admin_priority: _TypeAlias = _typing.Literal["_admin_priority", b"_admin_priority"]  # noqa: Y015
@@ -4474,6 +4482,7 @@ class SignalJobRequest(_message.Message):
     ARRAY_JOB_ID_FIELD_NUMBER: _builtins.int
     ARRAY_TASK_ID_FIELD_NUMBER: _builtins.int
     UID_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_NAME_FIELD_NUMBER: _builtins.int
     job_id: _builtins.int
     signal: _builtins.int
     terminate: _builtins.bool
@@ -4502,6 +4511,10 @@ class SignalJobRequest(_message.Message):
     array_task_id: _builtins.int
     uid: _builtins.int
     """its owner: a directory of anyone else's is left"""
+    checkpoint_name: _builtins.str
+    """the directory's name (corral/checkpoints.py); empty from an older ctld: the name
+    above. Removed only if its marker names this very directory (or it has none).
+    """
     def __init__(
         self,
         *,
@@ -4518,10 +4531,11 @@ class SignalJobRequest(_message.Message):
         array_job_id: _builtins.int = ...,
         array_task_id: _builtins.int | None = ...,
         uid: _builtins.int = ...,
+        checkpoint_name: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id", "_run", b"_run", "_step_id", b"_step_id", "array_task_id", b"array_task_id", "run", b"run", "step_id", b"step_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id", "_run", b"_run", "_step_id", b"_step_id", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_only", b"batch_only", "full", b"full", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "node_failure", b"node_failure", "remove_checkpoint", b"remove_checkpoint", "run", b"run", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id", "_run", b"_run", "_step_id", b"_step_id", "array_job_id", b"array_job_id", "array_task_id", b"array_task_id", "batch_only", b"batch_only", "checkpoint_name", b"checkpoint_name", "full", b"full", "job_id", b"job_id", "kill_wait_s", b"kill_wait_s", "node_failure", b"node_failure", "remove_checkpoint", b"remove_checkpoint", "run", b"run", "signal", b"signal", "step_id", b"step_id", "terminate", b"terminate", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__array_task_id: _TypeAlias = _typing.Literal["array_task_id"]  # noqa: Y015
     _WhichOneofArgType__array_task_id: _TypeAlias = _typing.Literal["_array_task_id", b"_array_task_id"]  # noqa: Y015

@@ -190,6 +190,7 @@ class Job(TypedDict, total=False):
     disruptionDeadline: float
     interruptions: list[Interruption]
     firstStartTime: float
+    uniqueId: str
     expectedStart: float
     forecastNodes: str
     waitsFor: list[str]
@@ -910,6 +911,7 @@ class SignalJobRequest(TypedDict, total=False):
     arrayJobId: int | str
     arrayTaskId: int
     uid: int
+    checkpointName: str
 
 
 class SignalJobResponse(TypedDict, total=False):
