@@ -160,6 +160,7 @@ OPTIONS = (
     Option("a", "allusers", "allusers", FLAG, help="jobs of every user"),
     Option("A", "accounts", "accounts", LIST, help="only these accounts"),
     Option("b", "brief", "brief", FLAG, help="jobid, state and exit code only"),
+    Option("B", "batch-script", "batch_script", FLAG, help="each job's batch script (-j)"),
     Option("", "delimiter", "delimiter", help="field separator of -p/-P (default |)"),
     Option("e", "helpformat", "helpformat", FLAG, help="list the fields -o takes"),
     Option("E", "endtime", "endtime", help="jobs submitted before this time"),
@@ -308,6 +309,12 @@ def main_body(argv: Sequence[str]) -> int:
         return 0
     if rest:
         raise InvalidOption(f"Unknown arguments: {' '.join(rest)}")
+    if opts.get("batch_script"):
+        if not opts.get("jobs"):
+            raise InvalidOption("--batch-script requires --jobs (-j)")
+        from client.batchscript import print_batch_scripts
+
+        return print_batch_scripts(opts["jobs"])
     fields = field_spec(opts)
     names = [f.name for f in parse_acct_fields(fields)]  # a bad field fails before the call
     api = client()

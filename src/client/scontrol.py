@@ -179,6 +179,12 @@ def dispatch(words: Sequence[str], one_liner: bool) -> int:
         return 0
     if command == "top":
         return top(words[1:])
+    if command == "write":  # scontrol write batch_script JOBID [FILE]
+        if len(words) < 2 or words[1].lower() != "batch_script":
+            raise Reported(f"invalid write entity: {' '.join(words[1:2]) or '(none)'}")
+        from client.batchscript import write_batch_script
+
+        return write_batch_script(words[2:])
     if command == "power":  # scontrol power up|down [asap|force] NODELIST
         from client import nodepower
 

@@ -16,7 +16,7 @@ from client.common import client, run
 from client.options import COUNT, FLAG, LIST, Option, OptionParser, answered
 from client.views.step import StepStat
 from client.views.usage import LiveUsage
-from corral.errors import CorralError, InvalidOption
+from corral.errors import CorralError, InvalidJobId, InvalidOption
 from corral.slurmfmt import format_elapsed
 
 TYPE_CHECKING = False
@@ -314,7 +314,7 @@ def main_body(argv: Sequence[str]) -> int:
         try:
             reply = api.get_step_stats({"jobId": str(job_id), "step": step})
         except CorralError as exc:
-            errors.append(f"couldn't get steps for job {job_id}: {exc.message}")
+            errors.append(_refused(job_id, exc))
             continue
         replies.append((job_id, step, reply))
     parsable = "P" if opts.get("parsable2") else "p" if opts.get("parsable") else ""
@@ -322,14 +322,24 @@ def main_body(argv: Sequence[str]) -> int:
         replies,
         fields,
         all_steps=bool(opts.get("allsteps")),
-        header=not opts.get("noheader"),
+        # nothing to show but refusals: no header above the error (Slurm 22.05 prints one)
+        header=not opts.get("noheader") and bool(replies or not errors),
         parsable=parsable,
     )
     sys.stdout.write(out)
     sys.stdout.flush()
     for line in (*errors, *more):
         sys.stderr.write(f"{PROG}: error: {line}\n")
-    return 0  # as Slurm's sstat: a job it cannot stat is an error line, not an exit code
+    # a job that does not run is a line, as Slurm's; one that is not there, or not
+    # the caller's to see, is an error (Slurm 22.05 exits 0 there, and says it twice)
+    return 1 if errors else 0
+
+
+def _refused(job_id: int, exc: CorralError) -> str:
+    """ctld's answer once, in Slurm's words (its own message names the job already)."""
+    if isinstance(exc, InvalidJobId):
+        return f"couldn't get steps for job {job_id}"
+    return exc.message
 
 
 def main() -> None:

@@ -292,11 +292,14 @@ class Accounting:
         return "associations" in self.enforce and (len(self.assocs) > 1 or bool(self.users))
 
     def submit_account(self, user: str, account: str) -> str:
-        """The account a job is charged to: its -A, else the user's DefaultAccount; refused
-        (Slurm's message) when associations are enforced and the user has none there."""
+        """The account a job is charged to: its -A, else the user's DefaultAccount, else
+        root; refused (Slurm's message) when associations are enforced and the user has
+        no association there."""
         if not account:
             u = self.users.get(user)
-            account = u.default_account if u else ""
+            # a user with no DefaultAccount is charged to root (fair-share, sshare and
+            # the reports put her there): the job says so too, in every view
+            account = (u.default_account if u else "") or ROOT
         if self.enforces_associations() and (
             not account or assoc_key(account, user) not in self.assocs
         ):

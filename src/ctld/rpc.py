@@ -28,7 +28,7 @@ from corral.errors import (
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from corral.wire.methods import CONTROLLER, NODE_CONTROLLER, PYTHON_NAMES, SERVICES
-from ctld import fieldmask, step_views, usage_report
+from ctld import batch_scripts, fieldmask, step_views, usage_report
 from ctld.auth import Authenticator, Caller, StepCredentials
 from ctld.cluster import Cluster
 from ctld.jobs_json import JobsJson, dumps
@@ -329,6 +329,11 @@ class ControllerApi:
         self, req: pb.ReconfigureRequest, who: Identity
     ) -> pb.ReconfigureResponse:
         return await self.cluster.reconfigure(who, source="scontrol")
+
+    async def get_batch_script(
+        self, req: pb.GetBatchScriptRequest, who: Identity
+    ) -> pb.GetBatchScriptResponse:
+        return await batch_scripts.batch_script(self.cluster, who, req.job_id)
 
     async def update_node(self, req: pb.UpdateNodeRequest, who: Identity) -> pb.UpdateNodeResponse:
         await self.cluster.update_node(who, req)

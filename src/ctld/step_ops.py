@@ -176,7 +176,8 @@ class StepOps:
         cancelled: bool,
         reason: str = "",
     ) -> None:
-        if cancelled:
+        if cancelled or job.state == js.COMPLETING:
+            # a step the job's cancel killed is CANCELLED, however its tasks died (Slurm)
             final = js.CANCELLED
         elif max(0, min(exit_code, 255)) or max(0, min(exit_signal, 64)):
             final = js.FAILED

@@ -99,6 +99,7 @@ def _requests(held: int, running: int, bob: str) -> dict[str, list[dict[str, Any
         "GetStepStats": [{"jobId": str(running)}, {"jobId": str(running), "step": "0"}],
         "AttachStep": [{"jobId": str(running), "stepId": 0}],
         "Reconfigure": [{}],  # refused him: an administrator's
+        "GetBatchScript": [{"jobId": i} for i in ids],  # her --wrap script: her own
     }
 
 
@@ -174,6 +175,16 @@ def test_the_commands_show_another_user_no_secret(
         assert not any(s in out + err for s in SECRETS), (argv, out)
     code, out, _ = command(lab, users.bob, "sacct", "-j", str(running), "-P", "-o", "SubmitLine")
     assert "srun --export=<hidden> env" in out
+    # her batch scripts (the --wrap secret is one): refused, in Slurm's words
+    for argv in (
+        ("scontrol", "write", "batch_script", str(held), "-"),
+        ("sacct", "--batch-script", "-j", ids),
+    ):
+        code, out, err = command(lab, users.bob, *argv, cwd=users.home(users.bob))
+        assert code == 1 and "Invalid user id" in err, (argv, out, err)
+        assert not any(s in out + err for s in SECRETS), (argv, out)
+    code, out, err = command(lab, users.alice, "sacct", "-B", "-j", str(held))
+    assert code == 0 and WRAPPED in out, err
 
 
 def test_a_user_may_only_lower_her_own_time_limit(

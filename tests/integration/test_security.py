@@ -566,6 +566,16 @@ def test_private_data_hides_other_users_jobs(users: Users, cluster_factory: Clus
         assert (str(mine) in out.split()) is visible, (pw.pw_name, out)
     code, out, _ = command(c, users.bob, "sacct", "-X", "-n", "-P", "-o", "JobID", "-a")
     assert str(mine) not in out.split()
+    # her batch script: no such job to bob (not even "Invalid user id", which says it is)
+    write = ("scontrol", "write", "batch_script", str(mine), "-")
+    code, out, err = command(c, users.bob, *write)
+    assert (code, out, err) == (1, "", "job script retrieval failed: Invalid job id specified\n")
+    for pw in (users.alice, users.op):
+        code, out, err = command(c, pw, *write)
+        assert (code, out) == (
+            0,
+            "#!/bin/sh\n# This script was created by sbatch --wrap.\n\ntrue\n",
+        )
 
 
 def test_only_the_srun_that_created_a_step_starts_its_tasks(

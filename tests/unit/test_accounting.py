@@ -246,7 +246,7 @@ def test_by_default_an_account_must_be_a_users_once_the_database_names_anyone(
 ) -> None:
     # a fresh cluster (root alone) takes any -A, and jobs without one (corral up, demo)
     assert lab.job(submit(lab, BOB, account="anything"))["account"] == "anything"
-    assert lab.job(submit(lab, BOB)).get("account", "") == ""
+    assert lab.job(submit(lab, BOB))["account"] == "root"  # no DefaultAccount: root
     # once it has accounts, limits are kept per association: no -A escapes them
     setup_vision(lab)
     sm(lab, "modify", "user", "alice", "set", "GrpTRES=gres/gpu=4")

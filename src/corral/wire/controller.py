@@ -122,3 +122,7 @@ class ControllerCalls:
     def reconfigure(self, request: t.ReconfigureRequest) -> t.ReconfigureResponse:
         reply: t.ReconfigureResponse = self.call("Reconfigure", request)
         return reply
+
+    def get_batch_script(self, request: t.GetBatchScriptRequest) -> t.GetBatchScriptResponse:
+        reply: t.GetBatchScriptResponse = self.call("GetBatchScript", request)
+        return reply

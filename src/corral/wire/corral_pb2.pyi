@@ -1697,6 +1697,53 @@ class AttachStepResponse(_message.Message):
 Global___AttachStepResponse: _TypeAlias = AttachStepResponse  # noqa: Y015
 
 @_typing.final
+class GetBatchScriptRequest(_message.Message):
+    """scontrol write batch_script, sacct --batch-script: a job's script, for its owner and
+    operators only (another user's: "Invalid user id", or an unknown job under
+    private_data). The job's whole life and after, as long as the store keeps its row.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetBatchScriptRequest: _TypeAlias = GetBatchScriptRequest  # noqa: Y015
+
+@_typing.final
+class GetBatchScriptResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    SCRIPT_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.int
+    script: _builtins.str
+    """empty: the job has none (salloc, srun)"""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.int = ...,
+        script: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "script", b"script"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetBatchScriptResponse: _TypeAlias = GetBatchScriptResponse  # noqa: Y015
+
+@_typing.final
 class JobUsage(_message.Message):
     """What a job used, measured by noded (sampled every noded.sample_interval_s)."""
 

@@ -160,6 +160,11 @@ class ControllerStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.ReconfigureRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.ReconfigureResponse.FromString,
                 _registered_method=True)
+        self.GetBatchScript = channel.unary_unary(
+                '/corral.v1.Controller/GetBatchScript',
+                request_serializer=corral_dot_v1_dot_corral__pb2.GetBatchScriptRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.GetBatchScriptResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -315,6 +320,12 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetBatchScript(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -442,6 +453,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.Reconfigure,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.ReconfigureRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.ReconfigureResponse.SerializeToString,
+            ),
+            'GetBatchScript': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBatchScript,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.GetBatchScriptRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.GetBatchScriptResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1119,6 +1135,33 @@ class Controller:
             '/corral.v1.Controller/Reconfigure',
             corral_dot_v1_dot_corral__pb2.ReconfigureRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.ReconfigureResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBatchScript(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Controller/GetBatchScript',
+            corral_dot_v1_dot_corral__pb2.GetBatchScriptRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.GetBatchScriptResponse.FromString,
             options,
             channel_credentials,
             insecure,

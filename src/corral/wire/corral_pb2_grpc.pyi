@@ -69,6 +69,7 @@ class ControllerStub:
     GetStepStats: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetStepStatsRequest, _corral_pb2.GetStepStatsResponse]
     AttachStep: _grpc.UnaryUnaryMultiCallable[_corral_pb2.AttachStepRequest, _corral_pb2.AttachStepResponse]
     Reconfigure: _grpc.UnaryUnaryMultiCallable[_corral_pb2.ReconfigureRequest, _corral_pb2.ReconfigureResponse]
+    GetBatchScript: _grpc.UnaryUnaryMultiCallable[_corral_pb2.GetBatchScriptRequest, _corral_pb2.GetBatchScriptResponse]
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -98,6 +99,7 @@ class ControllerAsyncStub(ControllerStub):
     GetStepStats: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetStepStatsRequest, _corral_pb2.GetStepStatsResponse]  # type: ignore[assignment]
     AttachStep: _aio.UnaryUnaryMultiCallable[_corral_pb2.AttachStepRequest, _corral_pb2.AttachStepResponse]  # type: ignore[assignment]
     Reconfigure: _aio.UnaryUnaryMultiCallable[_corral_pb2.ReconfigureRequest, _corral_pb2.ReconfigureResponse]  # type: ignore[assignment]
+    GetBatchScript: _aio.UnaryUnaryMultiCallable[_corral_pb2.GetBatchScriptRequest, _corral_pb2.GetBatchScriptResponse]  # type: ignore[assignment]
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -274,6 +276,13 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _corral_pb2.ReconfigureRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_corral_pb2.ReconfigureResponse, _abc.Awaitable[_corral_pb2.ReconfigureResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetBatchScript(
+        self,
+        request: _corral_pb2.GetBatchScriptRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_corral_pb2.GetBatchScriptResponse, _abc.Awaitable[_corral_pb2.GetBatchScriptResponse]]: ...
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -350,6 +350,15 @@ class AttachStepResponse(TypedDict, total=False):
     stepCredential: str
 
 
+class GetBatchScriptRequest(TypedDict, total=False):
+    jobId: int | str
+
+
+class GetBatchScriptResponse(TypedDict, total=False):
+    jobId: int | str
+    script: str
+
+
 class JobUsage(TypedDict, total=False):
     maxRssKb: int | str
     aveRssKb: int | str

@@ -38,6 +38,7 @@ SERVICES: dict[str, dict[str, tuple[str, str, bool, bool]]] = {
         "GetStepStats": ("GetStepStatsRequest", "GetStepStatsResponse", False, False),
         "AttachStep": ("AttachStepRequest", "AttachStepResponse", False, False),
         "Reconfigure": ("ReconfigureRequest", "ReconfigureResponse", False, False),
+        "GetBatchScript": ("GetBatchScriptRequest", "GetBatchScriptResponse", False, False),
     },
     NODE_CONTROLLER: {
         "GetStep": ("GetStepRequest", "GetStepResponse", False, False),
@@ -82,6 +83,7 @@ PYTHON_NAMES: dict[str, str] = {
     "GetStepStats": "get_step_stats",
     "AttachStep": "attach_step",
     "Reconfigure": "reconfigure",
+    "GetBatchScript": "get_batch_script",
     "GetStep": "get_step",
     "RegisterNode": "register_node",
     "Heartbeat": "heartbeat",

@@ -9,6 +9,7 @@ import asyncio
 
 from corral.efficiency import job_efficiency, lines
 from corral.errors import InvalidJobId
+from corral.ettr import Interrupted, ettr
 from corral.reasons import reason_words
 from corral.slurmfmt import format_duration, format_timestamp
 from corral.whytext import explain_text
@@ -54,21 +55,41 @@ def _summary(ctx: Ctx, job: pb.Job) -> Html:
         ("Submitted", when(job.submit_time, ctx.now)),
         ("Started", when(job.start_time, ctx.now)),
         ("Ended", when(job.end_time, ctx.now)),
-        ("Elapsed / limit", f"{elapsed(job, ctx.now)} / {limit}"),
+        ("Elapsed / limit", f"{elapsed(job, ctx.now)} / {limit}"),  # this run's
         (
             "Size",
             f"{job.num_nodes} node(s), {job.num_cpus} CPUs, {gib(job.mem_mb)}, {job.num_gpus} GPUs",
         ),
-        ("Nodes", job.nodelist or job.forecast_nodes),
+        # a pending job has no nodes yet: the forecast's are its planned ones (below)
+        ("Nodes", job.nodelist if job.state != pb.JOB_STATE_PENDING else ""),
         ("Exit", f"{job.exit_code}:{job.exit_signal}" if job.end_time else ""),
         ("Restarts", str(job.restart_count) if job.restart_count else ""),
+        ("Effective training time", _ettr(job, ctx.now)),
         ("Submit line", spec.submit_line),
         ("Work dir", spec.work_dir),
     ]
     if job.state == pb.JOB_STATE_PENDING and job.expected_start:
         rows.append(("Expected start", when(job.expected_start, ctx.now)))
+    if job.state == pb.JOB_STATE_PENDING and job.forecast_nodes:
+        rows.append(("Planned nodes", f"{job.forecast_nodes} (the forecast's, not held)"))
     items = [[el("dt", k), el("dd", v)] for k, v in rows if v]
     return el("dl", items, class_="facts")
+
+
+def _ettr(job: pb.Job, now: float) -> str:
+    """A requeued job's ETTR as sacct's field has it (from its first start; Elapsed is
+    the current run's, as Slurm's): shown once the job was interrupted."""
+    if not job.interruptions:
+        return ""
+    items = [Interrupted(i.time, i.lost_s, i.next_start) for i in job.interruptions]
+    figures = ettr(job.first_start_time, job.end_time, items, now)
+    if figures.ratio is None:
+        return ""
+    return (
+        f"ETTR {100 * figures.ratio:.1f}% over {format_duration(figures.wall_s)} since the "
+        f"first start; lost {format_duration(figures.lost_s)}, restarts "
+        f"{format_duration(figures.overhead_s)} ({figures.interruptions} interruption(s))"
+    )
 
 
 async def _why(ctx: Ctx, job: pb.Job) -> Html | None:
