@@ -26,13 +26,10 @@ from noded import jobdir
 log = structlog.get_logger("noded")
 
 
-class NotThisJobs(LaunchError):
-    """The directory is there and belongs to another job (or to nobody we can tell)."""
-
-
 def prepare(path: str, uid: int, gid: int, *, make: bool) -> None:
     """Before the job starts: ``path`` is this job's checkpoint directory or absent
-    (``make``: made now, with its marker); NotThisJobs otherwise."""
+    (``make``: made now, with its marker); LaunchError (the job fails to start, saying
+    why) when it is another job's, or nobody's we can tell."""
     name = os.path.basename(path)
     if make:
         try:
@@ -47,7 +44,7 @@ def prepare(path: str, uid: int, gid: int, *, make: bool) -> None:
         _check_owner(path, uid)
     owner = read_marker(path, uid)
     if owner is not None and owner != name:
-        raise NotThisJobs(
+        raise LaunchError(
             f"checkpoint directory belongs to another job ({MARKER} names "
             f"{owner or 'nothing of ours'}): {path}; move it away to run this job"
         )
@@ -55,7 +52,7 @@ def prepare(path: str, uid: int, gid: int, *, make: bool) -> None:
 
 def read_marker(path: str, uid: int) -> str | None:
     """The directory name the marker in ``path`` records; None when there is no marker
-    (or no directory, or nothing root may look at); NotThisJobs when the marker is not
+    (or no directory, or nothing root may look at); LaunchError when the marker is not
     a regular file of uid's."""
     marker = os.path.join(path, MARKER)
     try:
@@ -65,7 +62,7 @@ def read_marker(path: str, uid: int) -> str | None:
     try:
         fd = open_users_file(marker, uid, one_name=True)
     except NotUsersFile as exc:
-        raise NotThisJobs(f"checkpoint directory's {MARKER} is {exc}: {path}") from None
+        raise LaunchError(f"checkpoint directory's {MARKER} is {exc}: {path}") from None
     try:
         text = os.read(fd, MARKER_MAX).decode("utf-8", "replace")
     finally:
@@ -77,9 +74,9 @@ def _check_owner(path: str, uid: int) -> None:
     try:
         st = os.lstat(path)
     except OSError as exc:
-        raise NotThisJobs(f"checkpoint directory not reachable ({exc.strerror}): {path}") from None
+        raise LaunchError(f"checkpoint directory not reachable ({exc.strerror}): {path}") from None
     if not stat.S_ISDIR(st.st_mode) or (os.geteuid() == 0 and st.st_uid != uid):
-        raise NotThisJobs(f"checkpoint directory is not a directory of the job's user: {path}")
+        raise LaunchError(f"checkpoint directory is not a directory of the job's user: {path}")
 
 
 def remove(root: str, name: str, uid: int) -> bool:
@@ -89,7 +86,7 @@ def remove(root: str, name: str, uid: int) -> bool:
         return False
     try:
         owner = read_marker(os.path.join(root, name), uid)
-    except NotThisJobs:
+    except LaunchError:
         owner = ""
     if owner is not None and owner != name:
         log.warning("checkpoint directory of another job kept", root=root, name=name, owner=owner)

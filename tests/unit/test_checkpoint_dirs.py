@@ -10,6 +10,7 @@ import pathlib
 import pytest
 
 from corral.checkpoints import MARKER, checkpoint_name, new_unique_id
+from corral.errors import LaunchError
 from corral.wire import corral_pb2 as pb
 from noded import checkpoints
 
@@ -48,12 +49,10 @@ def test_a_directory_whose_marker_names_another_job_is_refused(
     path.mkdir()
     (path / "checkpoint.json").write_text('{"step": 40}')
     (path / MARKER).write_text("lab-1-old\n")
-    with pytest.raises(
-        checkpoints.NotThisJobs, match=r"another job \(\.corral-job names lab-1-old\)"
-    ):
+    with pytest.raises(LaunchError, match=r"another job \(\.corral-job names lab-1-old\)"):
         checkpoints.prepare(str(path), me, me, make=make)
     (path / MARKER).write_text("\n")
-    with pytest.raises(checkpoints.NotThisJobs, match="names nothing of ours"):
+    with pytest.raises(LaunchError, match="names nothing of ours"):
         checkpoints.prepare(str(path), me, me, make=make)
     (path / MARKER).unlink()
     checkpoints.prepare(str(path), me, me, make=make)  # none: made by this job itself
@@ -66,11 +65,11 @@ def test_a_marker_that_is_a_link_or_a_fifo_is_not_read(tmp_path: pathlib.Path) -
     elsewhere = tmp_path / "elsewhere"
     elsewhere.write_text("lab-1-abc\n")
     (path / MARKER).symlink_to(elsewhere)
-    with pytest.raises(checkpoints.NotThisJobs, match="not a regular file"):
+    with pytest.raises(LaunchError, match="not a regular file"):
         checkpoints.prepare(str(path), me, me, make=False)
     (path / MARKER).unlink()
     os.mkfifo(path / MARKER)  # never opened: an open would wait for a writer
-    with pytest.raises(checkpoints.NotThisJobs, match="not a regular file"):
+    with pytest.raises(LaunchError, match="not a regular file"):
         checkpoints.prepare(str(path), me, me, make=False)
 
 
@@ -79,7 +78,7 @@ def test_a_directory_of_another_user_under_the_root_is_refused(tmp_path: pathlib
     path = tmp_path / "lab-4-abc"
     path.mkdir()
     os.chown(path, OTHER + 1, OTHER + 1)
-    with pytest.raises(checkpoints.NotThisJobs, match="not a directory of the job's user"):
+    with pytest.raises(LaunchError, match="not a directory of the job's user"):
         checkpoints.prepare(str(path), OTHER, OTHER, make=True)
 
 
