@@ -1,5 +1,6 @@
 # corral's entry points; CI and people run the same targets.
-PYTHON ?= python3
+# as root, a Python every user can run (their jobs run the venv's commands): scripts/shared_python.py
+PYTHON ?= $(shell python3 scripts/shared_python.py || echo python3)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin

@@ -21,6 +21,22 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
 
 
+def warn_if_private() -> None:
+    """As root, the cluster runs every user's jobs as them, and their scripts call this
+    venv's commands: say so, and what to do, when its Python is root's alone."""
+    from shared_python import blocked_at
+
+    blocked = blocked_at(sys.executable) if os.geteuid() == 0 else ""
+    if blocked:
+        print(
+            f"demo: warning: other users cannot run this venv's Python ({sys.executable}: "
+            f"{blocked} is not searchable by them), so their jobs' srun and scontrol fail. "
+            "`rm -rf .venv && make demo` builds it again from a Python every user can run",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def sh(env: dict[str, str], *argv: str, cwd: pathlib.Path) -> str:
     print(f"$ {' '.join(argv)}", flush=True)
     out = subprocess.run(
@@ -43,6 +59,7 @@ def main() -> int:
     parser.add_argument("--state-dir", default=str(ROOT / ".state" / "demo"))
     args = parser.parse_args()
     state = pathlib.Path(args.state_dir).resolve()
+    warn_if_private()
     subprocess.run(
         [str(BIN / "corral"), "down", "--state-dir", str(state)], check=False, capture_output=True
     )

@@ -333,6 +333,40 @@ def test_each_view_shows_the_clusters_real_state(
     web.client().call("CancelJobs", {"filter": {"jobIds": [str(job)]}})
 
 
+# the last cell of a queue row, where it is on the screen (a narrow phone's viewport)
+REASON_CELL = """
+const row = [...document.querySelectorAll('table.jobs tbody tr')]
+  .find(r => r.textContent.includes(arguments[0]));
+if (!row) return null;
+const cell = row.lastElementChild, box = cell.getBoundingClientRect();
+return {left: box.left, right: box.right, width: box.width, inner: window.innerWidth,
+        display: getComputedStyle(cell).display, text: cell.textContent,
+        header: document.querySelector('table.jobs thead tr').lastElementChild.textContent};
+"""
+
+
+def test_at_400_px_the_queue_shows_each_jobs_reason(
+    web: LocalCluster, users: Users, alice_browser: Any, shots: pathlib.Path
+) -> None:
+    """A phone 400 px wide: the queue's "Why / where" column, a pending job's reason in
+    words, is on the screen, not scrolled off to the right of the table."""
+    driver = alice_browser
+    name = "narrow_web_run_named_with_one_long_word"  # no break in it: it must not push
+    job = submit_as(web, users, users.alice, "-H", "-J", name, "--wrap", "true")
+    driver.set_window_size(400, 844)
+    try:
+        open_page(driver, web, "/queue", name)
+        cell = wait_for(lambda: driver.execute_script(REASON_CELL, name), 10, "the row")
+        assert cell["header"].startswith("Why / where"), cell
+        assert cell["display"] != "none" and cell["width"] > 40, cell
+        assert cell["left"] >= 0 and cell["right"] <= cell["inner"], cell
+        assert "held it" in cell["text"], cell
+        driver.save_screenshot(str(shots / "web-queue-400px.png"))
+    finally:
+        driver.set_window_size(1100, 850)
+        web.client().call("CancelJobs", {"filter": {"jobIds": [str(job)]}})
+
+
 def test_a_submitted_job_appears_and_changes_state_without_a_reload(
     web: LocalCluster, users: Users, alice_browser: Any
 ) -> None:
