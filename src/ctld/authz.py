@@ -181,10 +181,11 @@ def scrub_submit_line(line: str) -> str:
 def scrub_job(job: pb.Job) -> None:
     """What of a job others may not see, removed in place: the script, the environment,
     ``--export`` values and ``--wrap`` text, the job's and each step's (srun's submit
-    line carries its own ``--export``)."""
+    line carries its own ``--export``), and its unique id."""
     spec = job.spec
     spec.ClearField("script")
     spec.ClearField("environment")
+    job.ClearField("unique_id")  # names its checkpoint directory: nobody else's to plant
     spec.submit_line = scrub_submit_line(spec.submit_line)
     if "=" in spec.export:  # NAME=value pairs: values only the owner sees
         spec.export = HIDDEN

@@ -29,7 +29,7 @@ log = structlog.get_logger("noded")
 def prepare(path: str, uid: int, gid: int, *, make: bool) -> None:
     """Before the job starts: ``path`` is this job's checkpoint directory or absent
     (``make``: made now, with its marker); LaunchError (the job fails to start, saying
-    why) when it is another job's, or nobody's we can tell."""
+    why) when it is another job's, another user's, or nobody's we can tell."""
     name = os.path.basename(path)
     if make:
         try:
@@ -41,7 +41,19 @@ def prepare(path: str, uid: int, gid: int, *, make: bool) -> None:
             return
         if made:
             return
-        _check_owner(path, uid)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return  # the job makes it (in its submit directory)
+    except OSError as exc:
+        if make:
+            raise LaunchError(
+                f"checkpoint directory not reachable ({exc.strerror}): {path}"
+            ) from None
+        return  # root may not look (a root-squashed share): the job's own to see
+    # one planted by another user (a submit dir others may write in, as /tmp) is not hers
+    if not stat.S_ISDIR(st.st_mode) or (os.geteuid() == 0 and st.st_uid != uid):
+        raise LaunchError(f"checkpoint directory is not a directory of the job's user: {path}")
     owner = read_marker(path, uid)
     if owner is not None and owner != name:
         raise LaunchError(
@@ -68,15 +80,6 @@ def read_marker(path: str, uid: int) -> str | None:
     finally:
         os.close(fd)
     return marker_owner(text)
-
-
-def _check_owner(path: str, uid: int) -> None:
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        raise LaunchError(f"checkpoint directory not reachable ({exc.strerror}): {path}") from None
-    if not stat.S_ISDIR(st.st_mode) or (os.geteuid() == 0 and st.st_uid != uid):
-        raise LaunchError(f"checkpoint directory is not a directory of the job's user: {path}")
 
 
 def remove(root: str, name: str, uid: int) -> bool:

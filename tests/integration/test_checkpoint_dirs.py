@@ -10,6 +10,7 @@ followed, no FIFO opened.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 from typing import Any
@@ -20,7 +21,7 @@ from corral.checkpoints import MARKER
 from corral.testing import LocalCluster
 from corral.testing.cluster import ClusterFactory
 from tests.conftest import Commands, wait_for
-from tests.integration.realusers import Users, as_user, can_make_users, command, submit_as
+from tests.integration.realusers import Users, as_user, can_make_users, command, raw, submit_as
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -153,3 +154,37 @@ def test_a_marker_a_user_plants_is_never_followed_nor_opened(
     assert (path / "runs").read_text() == "run 0\n"
     after = submit_as(cluster, users, alice, "--wrap", "true")
     cluster.wait_state(after, "COMPLETED", timeout=60)
+
+
+@pytest.mark.skipif(not can_make_users(), reason="needs root and useradd")
+def test_a_directory_another_user_plants_in_a_shared_submit_dir_is_never_resumed(
+    plain: LocalCluster, users: Users
+) -> None:
+    """Alice submits from a directory everyone may write in (sticky, as /tmp). Bob,
+    who knows her job's directory name (he may not read it from ctld: the unique id is
+    hers alone), plants it with a checkpoint of his before her job starts: the job
+    fails to start, naming the directory, and never loads his checkpoint."""
+    alice, bob = users.alice, users.bob
+    shared = users.base / "shared"
+    shared.mkdir(mode=0o1777)
+    shared.chmod(0o1777)
+    script = shared / "train.sh"
+    script.write_text(REQUEUED)
+    os.chown(script, alice.pw_uid, alice.pw_gid)
+    job_id = submit_as(plain, users, alice, "-H", "-D", str(shared), "-o", "a.out", str(script))
+    name = plain.checkpoint_name(job_id)  # (as root: the test knows it)
+    seen = raw(plain, bob, "GetJobs", {"filter": {"jobIds": [str(job_id)]}})["ok"]["jobs"][0]
+    assert "uniqueId" not in seen and name.split("-")[-1] not in json.dumps(seen)
+
+    def plant() -> None:
+        planted = shared / ".checkpoints" / name
+        planted.mkdir(parents=True)
+        (planted / "checkpoint.json").write_text('{"step": 999, "loss": 0.0}')
+
+    code, _, err = as_user(bob, plant)
+    assert code == 0, err
+    code, _, err = command(plain, alice, "scontrol", "release", str(job_id), cwd=users.home(alice))
+    assert code == 0, err
+    ended = plain.wait_state(job_id, "FAILED", timeout=60)
+    assert "checkpoint directory is not a directory of the job's user" in ended["reason"], ended
+    assert not (shared / ".checkpoints" / name / "runs").exists()  # the script never ran

@@ -74,12 +74,18 @@ def test_a_marker_that_is_a_link_or_a_fifo_is_not_read(tmp_path: pathlib.Path) -
 
 
 @as_root
-def test_a_directory_of_another_user_under_the_root_is_refused(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("make", [True, False])
+def test_a_directory_of_another_user_is_refused(tmp_path: pathlib.Path, make: bool) -> None:
+    # under the operator's root, or planted in a submit dir others may write in (/tmp)
     path = tmp_path / "lab-4-abc"
     path.mkdir()
     os.chown(path, OTHER + 1, OTHER + 1)
     with pytest.raises(LaunchError, match="not a directory of the job's user"):
-        checkpoints.prepare(str(path), OTHER, OTHER, make=True)
+        checkpoints.prepare(str(path), OTHER, OTHER, make=make)
+    path.rmdir()
+    path.symlink_to(tmp_path)  # a link in its place: not followed, not hers
+    with pytest.raises(LaunchError, match="not a directory of the job's user"):
+        checkpoints.prepare(str(path), OTHER, OTHER, make=make)
 
 
 def test_removal_keeps_a_directory_marked_for_another_job(tmp_path: pathlib.Path) -> None:
