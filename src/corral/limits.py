@@ -36,11 +36,12 @@ GRPC_SERVER_OPTIONS = (
 )
 # The daemons' long-lived channels to each other: gRPC's own reconnect backoff grows to
 # 120 s by default, so a node whose ctld was away for a minute would wait up to two
-# more to reach it again (and ctld a restarted noded): at most 2 s here.
+# more to reach it again (and ctld a restarted noded): at most 1 s here (a node whose
+# peers hear ctld again must reach it within a heartbeat interval: noded/agent.py).
 GRPC_RECONNECT_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.min_reconnect_backoff_ms", 200),
-    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 )
 
 # fields with their own string bound (message.field)

@@ -343,9 +343,13 @@ class ControllerLink:
                 # again after every failed beat made an overloaded ctld's load feed itself:
                 # a registration costs it far more than the beat that timed out.
                 if self._move_on():  # every controller tried: wait before the next round
-                    await asyncio.sleep(backoff)
-                    limit = MAX_BACKOFF_S if len(self.stubs) == 1 else self.interval
-                    backoff = min(backoff * 2, limit)
+                    self._beat_now.clear()
+                    try:  # a wake-up (ctld is back, say the peers) cuts the wait short
+                        await asyncio.wait_for(self._beat_now.wait(), backoff)
+                        backoff = 0.2
+                    except TimeoutError:
+                        limit = MAX_BACKOFF_S if len(self.stubs) == 1 else self.interval
+                        backoff = min(backoff * 2, limit)
 
     def _contacted(self) -> None:
         self.last_contact = time.monotonic()
@@ -373,10 +377,13 @@ class ControllerLink:
             silent = time.monotonic() - self.last_contact
             if silent < min(ask_after, self.fence_after_s):
                 continue
+            holding = self.witness is not None and self.witness.holding
             if self.witness is not None and await self.witness.ctld_lost_by_quorum():
                 if time.monotonic() - self.last_contact >= ask_after:
                     await asyncio.sleep(self.interval)  # asked again each interval
                 continue
+            if holding and await self._reached_within(self.interval):
+                continue  # ctld is back (the peers hear it) and answered this node too
             if time.monotonic() - self.last_contact < self.fence_after_s:
                 await asyncio.sleep(min(0.5, self.interval / 2))  # ask again before fencing
                 continue
@@ -388,6 +395,19 @@ class ControllerLink:
                     silent_s=round(silent, 1),
                     jobs=fenced,
                 )
+
+    async def _reached_within(self, seconds: float) -> bool:
+        """The peers hear ctld again: beat now (no backoff left to wait) and say whether
+        ctld answers within ``seconds``. ctld times a silent node a whole timeout_s from
+        hearing most nodes again, so this node still fences well before that if not."""
+        heard = self.last_contact
+        self._beat_now.set()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.last_contact != heard:
+                return True
+            await asyncio.sleep(0.05)
+        return self.last_contact != heard
 
     async def run_outbox(self) -> None:
         backoff = 0.2
