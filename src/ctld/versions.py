@@ -43,7 +43,7 @@ SAME, WINDOW, OLDER, NEWER, NEWER_MAJOR, UNKNOWN = (
 def parse(text: str) -> Version | None:
     """``1.1.0`` (or ``1.2.0rc1``, ``1.1``): its major, minor and patch; None if no
     version can be read from it."""
-    match = _LEADING.match(text.strip())
+    match = _LEADING.match(text[:64].strip())  # what a caller sends is any text
     if match is None:
         return None
     major, minor, patch = match.groups()
@@ -110,33 +110,33 @@ class CommandVersions:
 
     def __init__(self, own: str = __version__) -> None:
         self.own = own
-        self.warned: set[str] = set()
+        # (major, minor) warned about, None for any version that cannot be read: a
+        # caller may send anything, so the log holds at most MAX_WARNED such lines
+        self.warned: set[tuple[int, int] | None] = set()
 
     def check(self, metadata: Mapping[str, str], method: str) -> None:
         version = metadata.get(VERSION_KEY, "")
         if not version:  # a command of 1.0 or older: it says nothing
             return
+        version = version[:64]
         verdict = judge(version, self.own)
         if verdict == NEWER_MAJOR:
             raise VersionMismatch(refusal("this command", version, self.own))
-        if verdict in (SAME, WINDOW) or version in self.warned:
+        parsed = parse(version)
+        key = parsed[:2] if parsed is not None else None
+        if verdict in (SAME, WINDOW) or key in self.warned:
             return
         if len(self.warned) < MAX_WARNED:
-            self.warned.add(version[:64])
+            self.warned.add(key)
             log.warning(
                 "a command's version is outside ctld's window",
-                version=version[:64],
+                version=version,
                 method=method,
                 verdict=verdict,
                 ctld_version=self.own,
                 window=window(self.own),
                 hint=_hint(verdict),
             )
-
-    def newer(self, metadata: Mapping[str, str]) -> str:
-        """The caller's version when it is newer than this ctld, else ""."""
-        version = metadata.get(VERSION_KEY, "")
-        return version[:64] if judge(version, self.own) in (NEWER, NEWER_MAJOR) else ""
 
 
 def _hint(verdict: str) -> str:

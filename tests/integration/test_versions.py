@@ -10,8 +10,11 @@ with ``corral.__version__`` set otherwise before anything reads it.
 from __future__ import annotations
 
 import pathlib
+import shlex
+import socket
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -20,7 +23,9 @@ import corral.rest
 from corral import __version__
 from corral.errors import InvalidRequest, VersionMismatch
 from corral.testing.cluster import ClusterFactory
+from ctld import versions
 from tests.conftest import Commands, wait_for
+from tests.integration.realusers import Users, as_user, command
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -143,3 +148,58 @@ def test_a_newer_command_whose_request_this_ctld_cannot_read_is_told_to_upgrade_
     assert f"the command is corral {newer}, ctld {__version__}: upgrade ctld first" in str(
         err.value
     )
+
+
+def _post_as(c: Any, pw: Any, version: str, request: bytes = b"{}") -> tuple[int, str]:
+    """GetClusterInfo on ctld's socket as user ``pw``, saying ``version``: (status, body)."""
+
+    def body() -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(c.socket)
+            s.sendall(
+                b"POST /corral.v1.Controller/GetClusterInfo HTTP/1.1\r\nHost: ctld\r\n"
+                + f"Content-Type: application/json\r\nContent-Length: {len(request)}\r\n".encode()
+                + f"x-corral-version: {version}\r\n".encode()
+                + b"Connection: close\r\n\r\n"
+                + request
+            )
+            reply = b""
+            while chunk := s.recv(65536):
+                reply += chunk
+        head, _, rest = reply.partition(b"\r\n\r\n")
+        print(head.split()[1].decode(), rest.decode(errors="replace"))
+
+    code, out, err = as_user(pw, body)
+    assert code == 0, err
+    status, _, text = out.partition(" ")
+    return int(status), text
+
+
+def test_what_a_second_user_says_as_a_version_costs_only_that_user(
+    cmd: Commands, users: Users
+) -> None:
+    c = cmd.cluster
+    status, text = _post_as(c, users.bob, NEXT_MAJOR)
+    assert status == 409 and "VersionMismatch" in text, text
+    hostile = [
+        'x" event=forged level=error',  # a log field of its own
+        "9" * 4400 + ".1.0",  # past int()'s digit limit
+        "1." + "9" * 60 + ".0",
+        "-1.-1.0",
+        "\u00e9\u00e9.1",
+    ]
+    hostile += [f"0.{n}.0" for n in range(200)]  # more versions than the log's bound
+    for version in hostile:
+        for request in (b"{}", b'{"unknownField": 1}'):  # the second: a parse error's hint
+            status, text = _post_as(c, users.bob, version, request)
+            assert status in (200, 400), (version[:80], status, text)  # 400: aiohttp's limits
+    assert int(_post_as(c, users.bob, __version__)[0]) == 200
+    code, _, err = command(c, users.alice, "sbatch", "--parsable", "--wrap", "true")
+    assert code == 0, err  # nobody else noticed
+    lines = (c.state_dir / "log" / "ctld.log").read_text().splitlines()
+    fields = [shlex.split(ln) for ln in lines if "forged" in ln]
+    assert fields and not [f for f in fields if "event=forged" in f], fields  # quoted, whole
+    warned = [ln for ln in lines if "outside ctld's window" in ln]
+    assert 1 <= len(warned) <= versions.MAX_WARNED, len(warned)
+    assert not [ln for ln in lines if "Traceback" in ln or "internal error" in ln]
