@@ -3,4 +3,4 @@
 Kept import-light: the short-lived commands import parts of it on every call.
 """
 
-__version__ = "0.1.0"
+__version__ = "1.1.0"

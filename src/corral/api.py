@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 
+from corral import __version__
 from corral.errors import (
     ERROR_METADATA_KEY,
     ControllerUnavailable,
@@ -32,6 +33,7 @@ from corral.identity import Identity, current_identity
 from corral.rest import (
     DEFAULT_TIMEOUT_S,
     TIMEOUT_ENV,
+    VERSION_KEY,
     controller_socket,
     controller_targets,
     credential_headers,
@@ -63,6 +65,10 @@ class Controller(ControllerCalls):
     def headers(self, method: str) -> list[tuple[str, str]]:
         """The one place a request's credentials are attached."""
         return credential_headers(method, self.token)
+
+    def metadata(self, method: str) -> tuple[tuple[str, str], ...]:
+        """gRPC metadata: the credentials and the version (HTTP: corral.rest sends it)."""
+        return (*self.headers(method), (VERSION_KEY, __version__))
 
 
 class HttpController(Controller):
@@ -220,7 +226,7 @@ class GrpcController(Controller):
             response_deserializer=resp_type.FromString,
         )
         try:
-            reply = stub(message, metadata=tuple(self.headers(method)), timeout=self.timeout)
+            reply = stub(message, metadata=self.metadata(method), timeout=self.timeout)
         except self._grpc.RpcError as exc:
             error = error_from_rpc(exc, target)
             raise with_unsent_note(error) if isinstance(error, Unauthenticated) else error from None

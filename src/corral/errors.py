@@ -28,6 +28,7 @@ ctld, noded, the gateway and the commands agree without a lookup table elsewhere
     │   └── AllocationRevoked      FAILED_PRECONDITION  409  1  salloc: the allocation ended first
     ├── LaunchError                FAILED_PRECONDITION  409  1  noded: a job or step cannot start
     │   └── ContainerError         FAILED_PRECONDITION  409  1  noded: its container not made
+    ├── VersionMismatch            FAILED_PRECONDITION  409  1  a newer major version than ctld's
     ├── StepBusy                   RESOURCE_EXHAUSTED   429  1  other steps hold what a step needs
     ├── InvalidTransition          INTERNAL             500  1  state-machine bug (impossible move)
     ├── StoreError                 UNAVAILABLE          503  1  the durable store failed
@@ -186,6 +187,13 @@ class LaunchError(CorralError):
 class ContainerError(LaunchError):
     """The step's container could not be prepared (noded/containers); ``str()`` is the
     reason sacct and ``corral why`` show (``container: ...``, noded's container_error)."""
+
+    grpc_code = "FAILED_PRECONDITION"
+
+
+class VersionMismatch(CorralError):
+    """A noded or a command of a newer major version than ctld's: the wire contract may
+    have changed between majors, so ctld refuses it (ctld/versions.py)."""
 
     grpc_code = "FAILED_PRECONDITION"
 

@@ -9,7 +9,8 @@ Who calls is never stated: over ctld's Unix socket the kernel tells ctld
 (``auth.type = "local"``); over TCP the request carries a credential
 (``credential_headers``): a token from ``SLURM_JWT`` (or the owner-only file
 ``CORRAL_TOKEN_FILE``), else a MUNGE credential when the cluster uses munge
-(docs/security.md).
+(docs/security.md). Every request says which corral sent it (``VERSION_KEY``): ctld
+judges it against its compatibility window (ctld/versions.py, docs/upgrading.md).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import _socket
 import os
 import sys
 
+from corral import __version__
 from corral.cjson import dumps, loads
 from corral.errors import ControllerUnavailable, CorralError, NotPrimary, TooLarge, from_wire
 
@@ -37,6 +39,8 @@ TIMEOUT_ENV = "CORRAL_TIMEOUT"
 CTLD_USER_ENV = "CORRAL_CTLD_USER"  # who runs ctld (controller.user), besides root
 DEFAULT_TIMEOUT_S = 30.0
 MAX_REQUEST_BYTES = 8 * 1024 * 1024  # corral.limits.MAX_REQUEST_BYTES (not imported: slow)
+# the sender's corral version: an HTTP header, or gRPC metadata (the same lower-case key)
+VERSION_KEY = "x-corral-version"
 
 
 def _config() -> dict[str, Any]:
@@ -315,6 +319,7 @@ def _exchange(
         f"Host: {host}\r\n"
         "Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n"
+        f"{VERSION_KEY}: {__version__}\r\n"
         f"{extra}"
         "Connection: close\r\n\r\n"
     ).encode()

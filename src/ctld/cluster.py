@@ -33,6 +33,7 @@ from corral.clock import Clock
 from corral.config import ClusterConfig
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
+from ctld import versions
 from ctld.authz import Policy
 from ctld.commit import Change
 from ctld.dynamic import admit
@@ -323,7 +324,8 @@ class Cluster:
         self, req: pb.RegisterNodeRequest, *, certified: bool = False
     ) -> NodeRecord:
         """``certified``: the call came with the node's certificate (a dynamic node may
-        join only then: ctld/dynamic.py)."""
+        join only then: ctld/dynamic.py); one of a newer major version is refused."""
+        versions.check_node(req.name, req.version)
         admit(self.state, req, certified=certified)
         return await self.node_reports.register_node(req)
 

@@ -25,10 +25,12 @@ import structlog
 from aiohttp import web
 from google.protobuf import json_format
 
+from corral import __version__
 from corral.auth.peercred import peer_credentials
 from corral.errors import CorralError, InvalidRequest, TooLarge
 from corral.limits import MAX_REQUEST_BYTES
-from ctld import fieldmask
+from corral.rest import VERSION_KEY
+from ctld import fieldmask, versions
 from ctld.auth import Caller
 
 if TYPE_CHECKING:
@@ -132,7 +134,8 @@ def make_app(api: GatewayApi, guard: Guard | None = None) -> web.Application:
         try:
             message = await parsing.parse(req_type, raw, who.uid)
         except (json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
-            return _error(InvalidRequest(f"malformed {req_type.__name__}: {exc}"))
+            why = f"malformed {req_type.__name__}: {exc}"
+            return _error(InvalidRequest(why + _newer_hint(request.headers.get(VERSION_KEY))))
         try:
             if "fields" in request.query:  # the JSON API's ?fields=jobId,state
                 fieldmask.from_query(method, message, request.query["fields"])
@@ -147,6 +150,14 @@ def make_app(api: GatewayApi, guard: Guard | None = None) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post("/corral.v1.Controller/{method}", handle)
     return app
+
+
+def _newer_hint(version: str | None) -> str:
+    """Why a newer command's request may not parse here: it uses a field this ctld
+    does not know (docs/upgrading.md: ctld is upgraded first)."""
+    if not version or versions.judge(version) not in (versions.NEWER, versions.NEWER_MAJOR):
+        return ""
+    return f" (the command is corral {version[:64]}, ctld {__version__}: upgrade ctld first)"
 
 
 def _too_large(size: int) -> TooLarge:

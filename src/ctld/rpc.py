@@ -33,6 +33,7 @@ from ctld.auth import Authenticator, Caller, StepCredentials
 from ctld.cluster import Cluster
 from ctld.jobs_json import JobsJson, dumps
 from ctld.jsonmap import Skip, message_to_json
+from ctld.versions import CommandVersions
 
 log = structlog.get_logger("ctld.rpc")
 
@@ -70,6 +71,7 @@ class ControllerApi:
         self.auth = auth
         self.step_credentials = steps or StepCredentials()
         self.jobs_json = JobsJson(cluster)
+        self.versions = CommandVersions()  # a newer major refused, others judged
         # the web page's one-time logins (ctld/web); None: ctld serves no web page
         self.web_login: Callable[[Identity], pb.CreateWebLoginResponse] | None = None
         # one handler per RPC of the generated table (a missing one fails here, at start)
@@ -79,7 +81,7 @@ class ControllerApi:
         }
 
     async def call(self, method: str, request: Message, caller: Caller) -> Message:
-        who = self.auth.identify(caller)
+        who = self.identify(caller)
         limits.check(request)
         _, handler = self.methods[method]
         if method in _CHANGES:
@@ -91,7 +93,9 @@ class ControllerApi:
         return await handler(request, who)
 
     def identify(self, caller: Caller) -> Identity:
-        """Who calls, from the transport alone (the gateway asks before reading a body)."""
+        """Who calls, from the transport alone (the gateway asks before reading a body);
+        a command of a newer major version than ctld's is refused first."""
+        self.versions.check(caller.metadata, caller.method)
         return self.auth.identify(caller)
 
     async def call_json(self, method: str, request: Message, who: Identity) -> bytes:

@@ -330,7 +330,8 @@ class ControllerLink:
             except grpc.RpcError as exc:
                 if not self._unreachable:
                     log.warning(
-                        "ctld unreachable",
+                        # refused: its message says why (a version ctld does not serve)
+                        "ctld unreachable" if exc.code() in TRANSIENT else "ctld refused",
                         node=self.name,
                         controller=self.addresses[self.current],
                         error=_details(exc),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes  # noqa: F401  (libmunge is loaded before a child becomes another user)
+import gc
 import grp  # (also imported early: commands import it lazily, a child user may not read it)
 import json
 import os
@@ -127,6 +128,9 @@ def as_user(
     """Run ``body`` in a child that is ``pw`` (uid, gid, groups): (exit, stdout, stderr)."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    # what the child inherits stays uncollected there: a gRPC object of an earlier test
+    # finalized in a forked child (whose fork handlers gRPC skipped) crashes it
+    gc.freeze()
     pid = os.fork()
     if pid == 0:  # the child: become the user, run, never return
         code = 99
@@ -153,6 +157,7 @@ def as_user(
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
+    gc.unfreeze()
     os.close(out_w)
     os.close(err_w)
     with open(out_r) as fo, open(err_r) as fe:

@@ -43,6 +43,10 @@ class LocalCluster(Layout):
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # each node's (agent, step, stream) ports once started: a restart takes them again
     node_ports: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    # a daemon's own interpreter, by process name ("ctld", "node01"): another corral's
+    # venv, as in a rolling upgrade (tests/integration/test_rolling_upgrade.py); the
+    # others run ``python``
+    interpreters: dict[str, str] = field(default_factory=dict)
 
     # ------------------------------------------------------------ processes
 
@@ -56,7 +60,7 @@ class LocalCluster(Layout):
         env = dict(os.environ)
         env["CORRAL_CONF"] = str(self.config_path)
         env["PYTHONUNBUFFERED"] = "1"
-        argv = [self.python, *args]
+        argv = [self.interpreters.get(name, self.python), *args]
         proc = subprocess.Popen(
             wrap(argv, env) if wrap else argv,
             stdin=subprocess.DEVNULL,
@@ -91,9 +95,10 @@ class LocalCluster(Layout):
         )
         self._wait_file(ready, name, timeout)
 
-    def start_node(self, index: int, timeout: float = 30.0) -> None:
+    def start_node(self, index: int, timeout: float = 30.0, *, wait: bool = True) -> None:
         """Start node ``index``'s noded; started again, on the ports it had (as a real
-        node's are fixed: a restarted noded's sruns reopen their streams there)."""
+        node's are fixed: a restarted noded's sruns reopen their streams there). Ready
+        once registered; ``wait=False``: started, whether ctld takes it or not."""
         name = self.node_names[index]
         ready = self.state_dir / "run" / f"{name}.ready"
         ready.unlink(missing_ok=True)
@@ -120,6 +125,8 @@ class LocalCluster(Layout):
             ],
             wrap=self._in_namespace(index),
         )
+        if not wait:
+            return
         self._wait_file(ready, name, timeout)
         fields = ready.read_text().split()
         ports = [int(f.rpartition(":")[2]) for f in fields[1:4]]

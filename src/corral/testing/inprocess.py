@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from google.protobuf import json_format
 
+from corral import __version__
 from corral.api import Controller
 from corral.clock import ManualClock
 from corral.config import ClusterConfig, load_config
@@ -165,7 +166,9 @@ def registration(
     for g in range(gpus):
         res.gpus.add(index=g, model=gpu_model, memory_mb=81559)
     index = list(cluster.nodes).index(name)
-    return pb.RegisterNodeRequest(name=name, address=f"127.0.0.{index + 2}:1", resources=res)
+    return pb.RegisterNodeRequest(
+        name=name, address=f"127.0.0.{index + 2}:1", resources=res, version=__version__
+    )
 
 
 async def register_all(
