@@ -36,10 +36,12 @@ GRPC_SERVER_OPTIONS = (
 )
 # The daemons' long-lived channels to each other: gRPC's own reconnect backoff grows to
 # 120 s by default, so a node whose ctld was away for a minute would wait up to two
-# more to reach it again (and ctld a restarted noded): at most 2 s here.
+# more to reach it again (and ctld a restarted noded): at most 2 s here. Not
+# grpc.min_reconnect_backoff_ms: gRPC takes it as the connection attempt's timeout
+# (20 s by default), and at 200 ms a peer busy for a moment (a ctld in a registration
+# storm, a loaded noded) failed the call: a launch failed and its job was requeued.
 GRPC_RECONNECT_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 200),
-    ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2000),
 )
 
