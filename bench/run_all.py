@@ -4,6 +4,7 @@
     .venv/bin/python bench/run_all.py --quick          # smoke run, well under a minute
     .venv/bin/python bench/run_all.py --phases cli,queue
     .venv/bin/python bench/run_all.py --phases profile # py-spy / cProfile hot spots
+    .venv/bin/python bench/run_all.py --phases restarts  # noded / ctld restarted under jobs
 
 Each phase starts its own LocalCluster in a private temp dir (set CORRAL_BENCH_KEEP=1
 to keep them) and writes bench/results/<phase>-<stamp>.json; the whole run's tables
@@ -36,6 +37,7 @@ PHASES: dict[str, str] = {
     "auth": "bench.auth_cost",
     "attacker": "bench.local_attacker",
     "containers": "bench.containers",
+    "restarts": "bench.daemon_restarts",
 }
 DEFAULT = ["cli", "submit", "latency", "e2e", "queue", "srun"]
 
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         "--phases",
         default=",".join(DEFAULT),
         help=f"comma-separated, from {', '.join(PHASES)} (default: {','.join(DEFAULT)}; "
-        "'all' adds profile)",
+        "'all': every phase, profile included)",
     )
     parser.add_argument("--quick", action="store_true", help="fewer samples, smaller runs")
     args = parser.parse_args(argv)

@@ -37,10 +37,12 @@ GRPC_SERVER_OPTIONS = (
 # The daemons' long-lived channels to each other: gRPC's own reconnect backoff grows to
 # 120 s by default, so a node whose ctld was away for a minute would wait up to two
 # more to reach it again (and ctld a restarted noded): at most 1 s here (a node whose
-# peers hear ctld again must reach it within a heartbeat interval: noded/agent.py).
+# peers hear ctld again must reach it soon: noded/agent.py). Not
+# grpc.min_reconnect_backoff_ms: gRPC takes it as the connection attempt's timeout
+# (20 s by default), and at 200 ms a peer busy for a moment (a ctld in a registration
+# storm, a loaded noded) failed the call: a launch failed and its job was requeued.
 GRPC_RECONNECT_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 200),
-    ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
 

@@ -33,6 +33,7 @@ from noded.witness import Witness
 
 log = structlog.get_logger("noded")
 RPC_TIMEOUT_S = 10.0
+RECONNECT_S = 2.0  # gRPC reconnects within a second (corral/limits.py), with a margin
 MAX_BACKOFF_S = 5.0
 
 
@@ -383,7 +384,7 @@ class ControllerLink:
                 if time.monotonic() - self.last_contact >= ask_after:
                     await asyncio.sleep(self.interval)  # asked again each interval
                 continue
-            if holding and await self._reached_within(self.interval):
+            if holding and await self._reached_within(max(self.interval, RECONNECT_S)):
                 continue  # ctld is back (the peers hear it) and answered this node too
             if time.monotonic() - self.last_contact < self.fence_after_s:
                 await asyncio.sleep(min(0.5, self.interval / 2))  # ask again before fencing

@@ -129,7 +129,9 @@ async def serve(
     stream.ready.clear()  # until the steps of an earlier noded are taken over (below)
     try:
         s_port = config.noded.stream_port if stream_port is None else stream_port
-        stream_bound = await stream.start(bind_host, s_port)
+        # bound now (a port taken fails the start), served once the earlier noded's
+        # steps are ours: a RESUME before that would find no step, and srun end it
+        stream_bound = await stream.start(bind_host, s_port, serving=False)
     except OSError as exc:
         raise SystemExit(f"noded: cannot listen on {bind_host}:{s_port}: {exc}") from None
     advertised_host, _ = address_of(address, node_cfg.address, listen or config.noded.listen)
@@ -170,6 +172,7 @@ async def serve(
         steptakeover.take_over(steps, step, resume_wait_s)
     stream.ready.set()
     link.took_over = not (took.lost_jobs or took.lost_steps)
+    await stream.serve()  # srun's RESUME finds its step now (it retried until here)
     _start_guard(spool, name, launcher.instance, fence_after_s)
     for reason, detail in startup_faults:
         link.report_health(reason, detail)

@@ -204,7 +204,9 @@ class StepStreamServer:
         self.ready = asyncio.Event()
         self.ready.set()
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, *, serving: bool = True) -> int:
+        """Bind the port (its number returned); take connections now, or (``serving``
+        False) from ``serve()``: until then a connection is refused, as if no noded ran."""
         self.server = await asyncio.start_server(
             self.handle,
             host,
@@ -212,8 +214,13 @@ class StepStreamServer:
             ssl=self.tls,
             limit=READ_LIMIT,
             ssl_handshake_timeout=AUTH_TIMEOUT_S if self.tls is not None else None,
+            start_serving=serving,  # asyncio listens only once serving
         )
         return int(self.server.sockets[0].getsockname()[1])
+
+    async def serve(self) -> None:
+        if self.server is not None:
+            await self.server.start_serving()
 
     async def close(self) -> None:
         if self.server is not None:

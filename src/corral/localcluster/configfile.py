@@ -50,7 +50,7 @@ jwt_key = "{self.jwt_key_path}"
 [heartbeat]
 interval_s = {self.heartbeat_interval_s}
 timeout_s = {self.heartbeat_timeout_s}
-
+{self.heartbeat_config}
 [noded]
 port = 0
 step_port = 0

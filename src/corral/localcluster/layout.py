@@ -55,6 +55,7 @@ class Layout:
     extra_config: str = ""  # appended at the end (new tables)
     noded_config: str = ""  # more keys of the [noded] table
     controller_config: str = ""  # more keys of the [controller] table
+    heartbeat_config: str = ""  # more keys of the [heartbeat] table
     sample_interval_s: float = 1.0
     grpc_port: int = 0
     http_port: int = 0

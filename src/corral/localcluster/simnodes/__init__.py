@@ -23,6 +23,12 @@ The simulator also checks what a real node would feel: a launch that would give 
 node more CPUs, memory or GPUs than it has, or a GPU another job holds, is counted
 as an oversubscription (``stats()``), so tests can assert ctld never does it.
 
+Each run of a job is its own (its exit is reported with its run number), and a node
+that registers kills the jobs ctld no longer places there (``keep_job_ids``: those
+requeued while it was DOWN), as noded fences. While ctld is away the nodes keep their
+jobs and retry their beats (0.2 s doubling to 5 s; the channel reconnects within 2 s,
+as noded's), then register with them.
+
 Failure on command (``crash``, ``revive``, ``fault``): a crashed node stops
 heartbeating and answering, and forgets its jobs (as a noded restart would); a revived
 one registers again; a fault is a health event (GPU XID, ...) that ctld drains the

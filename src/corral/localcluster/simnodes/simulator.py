@@ -14,6 +14,7 @@ import grpc
 from grpc import aio
 
 from corral import __version__, hostlist
+from corral.limits import GRPC_RECONNECT_OPTIONS
 from corral.localcluster.simnodes.beats import HeartbeatBatcher
 from corral.localcluster.simnodes.nodes import SimJob, SimNode, gpu_status, resources
 from corral.localcluster.simnodes.script import parse_script
@@ -57,6 +58,7 @@ class SimulatedNodes:
             "signalled": 0,
             "oversubscribed": 0,
             "registrations": 0,
+            "fenced": 0,
             "heartbeats": 0,
             "reports": 0,
             "gpus_in_use": 0,
@@ -84,7 +86,9 @@ class SimulatedNodes:
         await server.start()
         self._server = server
         self.address = f"{self.listen}:{bound}"
-        self._channel = aio.insecure_channel(self.ctld_address)
+        # as noded's: back within 2 s of a ctld that was away (gRPC's own backoff grows
+        # to 120 s, and the nodes would come back long after real ones)
+        self._channel = aio.insecure_channel(self.ctld_address, options=GRPC_RECONNECT_OPTIONS)
         self._stub = pbg.NodeControllerStub(self._channel)
         count = max(1, len(self.nodes))
         for i, node in enumerate(self.nodes.values()):
@@ -201,7 +205,13 @@ class SimulatedNodes:
             util = sim.script.gpu_util or 75.0
             usage.gpu_util_max, usage.gpu_util_mean = min(100.0, util * 1.2), util
             usage.gpu_mem_max_mb, usage.gpu_mem_mean_mb = 40000.0, 30000.0
-        update = Update(job_id=job_id, kind=Update.KIND_EXITED, time=time.time(), usage=usage)
+        update = Update(
+            job_id=job_id,
+            kind=Update.KIND_EXITED,
+            time=time.time(),
+            usage=usage,
+            restart_count=job.restart_count,  # which run ended: ctld ignores an earlier one's
+        )
         if how == "exit":
             update.exit_code = sim.script.exit_code
         else:
@@ -211,6 +221,13 @@ class SimulatedNodes:
                 update.end_reason = Update.END_TIMEOUT
         self.counters["finished"] += 1
         self._report(host, update)
+
+    def _fence(self, node: SimNode, keep: set[int]) -> None:
+        """As noded on registering: what ctld no longer places here (requeued while the
+        node was DOWN) is killed before the node takes new work."""
+        for job_id in sorted(node.jobs - keep):
+            self.counters["fenced"] += 1
+            self._end(job_id, "signal", signal.SIGKILL)
 
     def _count_gpus(self, delta: int) -> None:
         c = self.counters
@@ -260,8 +277,9 @@ class SimulatedNodes:
                 if not node.registered:
                     req = self._request(node)
                     async with self._registering:  # a storm at ctld's pace, not all at once
-                        await stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
+                        reply = await stub.RegisterNode(req, timeout=RPC_TIMEOUT_S)
                     del node.health[: len(req.health)]
+                    self._fence(node, set(reply.keep_job_ids))
                     node.registered = True
                     self.counters["registrations"] += 1
                 node.beat_now.clear()
