@@ -9,7 +9,7 @@ STATE  ?= $(CURDIR)/.state/demo
 .PHONY: venv proto proto-check docs lint typecheck test test-fast demo down bench clean
 
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)  # an existing venv keeps its Python
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
 	$(BIN)/corral launchers  # the Slurm commands as python -IS scripts over pip's
