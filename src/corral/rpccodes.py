@@ -1,8 +1,15 @@
-"""gRPC status codes as the daemons' retry loops read them."""
+"""gRPC status codes: how the daemons' retry loops read them, and how a CorralError
+leaves a servicer (ctld's and noded's alike: its class's status, its name in the
+trailing metadata, so the caller rebuilds the same class, corral/errors.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
+from grpc import aio
+
+from corral.errors import ERROR_METADATA_KEY, CorralError, from_wire
 
 # a call that failed so was lost in transit or in an overloaded peer: try it again as it
 # was; any other code is the peer's answer (refused, unknown), and retrying alone won't fix it
@@ -14,3 +21,26 @@ TRANSIENT = frozenset(
         grpc.StatusCode.CANCELLED,
     }
 )
+
+
+def status_of(exc: CorralError) -> grpc.StatusCode:
+    """The gRPC status ``exc`` travels as (its class's ``grpc_code``)."""
+    code: grpc.StatusCode = getattr(grpc.StatusCode, exc.grpc_code)
+    return code
+
+
+async def abort(context: aio.ServicerContext[Any, Any], exc: CorralError) -> None:
+    """End the call with ``exc``: its status and message, its class name in the trailing
+    metadata (raises, as ``context.abort`` does)."""
+    context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
+    await context.abort(status_of(exc), exc.message)
+
+
+def sent_error(exc: grpc.RpcError, message: str) -> CorralError | None:
+    """The CorralError a peer's servicer ended the call with, rebuilt with ``message``;
+    None when the peer named none (the call failed on its way, or an older peer)."""
+    trailing = getattr(exc, "trailing_metadata", None)
+    for key, value in (trailing() if callable(trailing) else None) or ():
+        if key == ERROR_METADATA_KEY and isinstance(value, str):
+            return from_wire(value, message)
+    return None

@@ -8,6 +8,7 @@ from grpc import aio
 from corral.auth import CONTROLLER_CN, tls
 from corral.errors import CorralError, NodeUnreachable
 from corral.limits import GRPC_RECONNECT_OPTIONS
+from corral.rpccodes import sent_error
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from ctld.nodes import NodeRecord
@@ -74,4 +75,6 @@ def _unreachable(node: NodeRecord, exc: grpc.RpcError) -> CorralError:
     details = exc.details() if call else str(exc)
     if code == grpc.StatusCode.UNAVAILABLE or code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return NodeUnreachable(f"node {node.name} ({node.address}) unreachable: {details}")
-    return CorralError(f"node {node.name} refused: {details}")
+    # noded's refusal is a class of the error tree: the caller gets that class
+    message = f"node {node.name} refused: {details}"
+    return sent_error(exc, message) or CorralError(message)

@@ -15,7 +15,8 @@ import structlog
 from google.protobuf.message import DecodeError, Message
 
 from corral.auth.tls import peer_name
-from corral.errors import ERROR_METADATA_KEY, CorralError, InvalidRequest
+from corral.errors import CorralError, InvalidRequest
+from corral.rpccodes import abort
 from corral.wire import corral_pb2 as pb
 from corral.wire.methods import SERVICES
 from ctld.auth import Caller
@@ -28,11 +29,6 @@ def grpc_caller(context: grpc.aio.ServicerContext[Any, Any], method: str) -> Cal
     certificate, if any; TCP gives no kernel identity."""
     md = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
     return Caller(metadata=md, method=method, peer_cert=peer_name(context))
-
-
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: CorralError) -> None:
-    context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
-    await context.abort(getattr(grpc.StatusCode, exc.grpc_code), exc.message)
 
 
 class _Garbled:
@@ -65,11 +61,11 @@ def _behavior(name: str, call: Call) -> Callable[..., Awaitable[Message]]:
                 raise request.error
             return await call(name, request, grpc_caller(context, name))
         except CorralError as exc:
-            await _abort(context, exc)
+            await abort(context, exc)
             raise  # unreachable: abort raises
         except Exception:
             log.exception("rpc handler failed", method=name)
-            await _abort(context, CorralError("internal error in ctld (see its log)"))
+            await abort(context, CorralError("internal error in ctld (see its log)"))
             raise
 
     return behavior

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import platform
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import structlog
@@ -21,9 +23,15 @@ from grpc import aio
 
 from corral import __version__
 from corral.auth import CONTROLLER_CN, tls
-from corral.errors import CorralError
+from corral.errors import (
+    CorralError,
+    InvalidRequest,
+    NodeUnreachable,
+    PermissionDenied,
+    Unauthenticated,
+)
 from corral.limits import GRPC_RECONNECT_OPTIONS
-from corral.rpccodes import TRANSIENT
+from corral.rpccodes import TRANSIENT, abort
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from noded import spool
@@ -35,6 +43,32 @@ log = structlog.get_logger("noded")
 RPC_TIMEOUT_S = 10.0
 RECONNECT_S = 2.0  # gRPC reconnects within a second (corral/limits.py), with a margin
 MAX_BACKOFF_S = 5.0
+
+Servicer = TypeVar("Servicer")
+Reply = TypeVar("Reply")
+Method = Callable[[Servicer, Any, aio.ServicerContext[Any, Any]], Awaitable[Reply]]
+
+
+def answers_errors(method: Method[Servicer, Reply]) -> Method[Servicer, Reply]:
+    """A NodeAgent method whose CorralError leaves as its class's status, named in the
+    trailing metadata (as ctld's do: ctld rebuilds the class); anything else is a bug
+    of noded's, logged and answered as an internal error."""
+
+    @functools.wraps(method)
+    async def answering(
+        self: Servicer, request: Any, context: aio.ServicerContext[Any, Any]
+    ) -> Reply:
+        try:
+            return await method(self, request, context)
+        except CorralError as exc:
+            await abort(context, exc)
+            raise  # unreachable: abort raises
+        except Exception:
+            log.exception("NodeAgent call failed", call=method.__name__)
+            await abort(context, CorralError("internal error in noded (see its log)"))
+            raise
+
+    return answering
 
 
 class NodeAgentServicer(pbg.NodeAgentServicer):
@@ -53,66 +87,64 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
         # scontrol reconfigure, relayed by ctld (noded/reconfig.py; set by server.py)
         self.reconfigure: Callable[[str], Awaitable[pb.Reconfigured]] | None = None
 
-    async def _from_controller(self, context: aio.ServicerContext[Any, Any], what: str) -> None:
+    def _from_controller(self, context: aio.ServicerContext[Any, Any], what: str) -> None:
         if not self.controller_only:
             return
         name = tls.peer_name(context)
         if name == CONTROLLER_CN:
             return
         log.warning("NodeAgent call refused", call=what, certificate=name, peer=context.peer())
-        await context.abort(
-            grpc.StatusCode.PERMISSION_DENIED if name else grpc.StatusCode.UNAUTHENTICATED,
-            f"Access/permission denied: {what} is taken from the controller only",
-        )
+        refusal = PermissionDenied if name else Unauthenticated
+        raise refusal(f"Access/permission denied: {what} is taken from the controller only")
 
+    @answers_errors
     async def LaunchJob(
         self, request: pb.LaunchJobRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.LaunchJobResponse:
-        await self._from_controller(context, "LaunchJob")
+        self._from_controller(context, "LaunchJob")
         await self.launcher.launch(request)
         return pb.LaunchJobResponse()
 
+    @answers_errors
     async def Reconfigure(
         self, request: pb.ReconfigureRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.Reconfigured:
-        await self._from_controller(context, "Reconfigure")
+        self._from_controller(context, "Reconfigure")
         if self.reconfigure is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "noded is starting")
-        assert self.reconfigure is not None
+            raise NodeUnreachable("noded is starting")
         return await self.reconfigure("ctld")
 
+    @answers_errors
     async def SignalJob(
         self, request: pb.SignalJobRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.SignalJobResponse:
-        await self._from_controller(context, "SignalJob")
+        self._from_controller(context, "SignalJob")
         if request.remove_checkpoint:  # the job ended for good: nothing to signal
             return pb.SignalJobResponse(found=await self.launcher.remove_checkpoint(request))
+        if not request.terminate and not 0 <= request.signal < signal.NSIG:
+            raise InvalidRequest(f"invalid signal {request.signal}")
         run = request.run if request.HasField("run") else None
         batch = self.launcher.jobs.get(request.job_id)
         if run is not None and batch is not None and batch.job.restart_count != run:
             # meant for another run of a requeued job (a late kill of its earlier copy)
             log.info("signal for another run ignored", job_id=request.job_id, run=run)
             return pb.SignalJobResponse(found=False)
-        try:
-            if request.HasField("step_id"):
-                found = self.steps.signal(request.job_id, request.step_id, request.signal, run)
-            elif request.terminate:
-                found = self.launcher.signal(request)
-                here = request.job_id in self.launcher.jobs
-                found = (
-                    self.steps.terminate_job(
-                        request.job_id, request.kill_wait_s, run, job_here=here
-                    )
-                    or found
-                )
-            else:
-                found = self.launcher.signal(request)
-                if not request.batch_only:
-                    found = self.steps.signal(request.job_id, None, request.signal, run) or found
-        except CorralError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if request.HasField("step_id"):
+            found = self.steps.signal(request.job_id, request.step_id, request.signal, run)
+        elif request.terminate:
+            found = self.launcher.signal(request)
+            here = request.job_id in self.launcher.jobs
+            found = (
+                self.steps.terminate_job(request.job_id, request.kill_wait_s, run, job_here=here)
+                or found
+            )
+        else:
+            found = self.launcher.signal(request)
+            if not request.batch_only:
+                found = self.steps.signal(request.job_id, None, request.signal, run) or found
         return pb.SignalJobResponse(found=found)
 
+    @answers_errors
     async def Witness(
         self, request: pb.WitnessRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.WitnessResponse:
@@ -124,15 +156,14 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
         request_iterator: AsyncIterator[pb.TaskInput],
         context: aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[pb.TaskEvent]:
-        first = await anext(aiter(request_iterator), None)
-        if first is None or first.WhichOneof("what") != "start":
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "RunTasks must begin with start")
-            return
         try:
+            first = await anext(aiter(request_iterator), None)
+            if first is None or first.WhichOneof("what") != "start":
+                raise InvalidRequest("RunTasks must begin with start")
             async for event in self.steps.run(first.start, request_iterator):
                 yield event
         except CorralError as exc:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            await abort(context, exc)
 
 
 class ControllerLink:

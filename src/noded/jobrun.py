@@ -13,10 +13,6 @@ Phase = Literal["prolog", "starting", "running", "reaping", "epilog", "cleanup"]
 LIVE: tuple[Phase, ...] = ("starting", "running")  # its processes may exist
 
 
-class InvalidTransition(RuntimeError):
-    """An event of a run's own life came in a phase it cannot come in: a bug of noded's."""
-
-
 @dataclass(frozen=True, slots=True)
 class MachineConfig:
     node: str

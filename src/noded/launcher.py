@@ -31,7 +31,7 @@ import structlog
 from corral.checkpoints import job_label
 from corral.clock import Clock, SystemClock
 from corral.config import IdleGpuConfig, NodedConfig
-from corral.errors import LaunchError
+from corral.errors import InvalidRequest, LaunchError
 from corral.wire import corral_pb2 as pb
 from noded import batch, checkpoints, jobdir, monitor, progress, records, recovery, spool, takeover
 from noded.batch import REAP_TIMEOUT_S, BatchStarter, LaunchPath
@@ -383,7 +383,7 @@ class Launcher:
             self.handle(Cancel(req.job_id, req.kill_wait_s, why))
             return True
         if not 0 < req.signal < signal.NSIG:
-            raise LaunchError(f"invalid signal {req.signal}")
+            raise InvalidRequest(f"invalid signal {req.signal}")
         self.handle(Signalled(req.job_id, req.signal, req.batch_only, req.full))
         return True
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import signal
 
-from corral.errors import CorralError
+from corral.errors import CorralError, InvalidTransition
 from corral.jobspec import warn_signal
 from corral.wire import corral_pb2 as pb
 from noded import samplerules, stall
@@ -68,7 +68,7 @@ from noded.events import (
     TimeLimit,
     WarnDue,
 )
-from noded.jobrun import LIVE, InvalidTransition, JobRun, MachineConfig, Phase
+from noded.jobrun import LIVE, JobRun, MachineConfig, Phase
 
 Update = pb.JobStatusUpdate
 INTERNAL_ERROR = "noded internal error (see its log)"

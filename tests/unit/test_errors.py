@@ -71,6 +71,18 @@ def test_no_error_class_lives_outside_the_tree() -> None:
                 assert obj.__module__ == "corral.errors", f"{rel}: {name} is outside the tree"
 
 
+def test_no_class_elsewhere_shares_a_name_of_the_tree() -> None:
+    """Two classes of one name (noded once had its own InvalidTransition, a RuntimeError)
+    are two errors to catch and to word: the tree's is the one."""
+    pattern = re.compile(r"^class (\w+)\b", re.M)
+    for path in SRC.rglob("*.py"):
+        if path.is_relative_to(SRC / "corral" / "wire") or path == SRC / "corral" / "errors.py":
+            continue
+        for name in pattern.findall(path.read_text()):
+            rel = path.relative_to(SRC)
+            assert name not in errors.BY_NAME, f"{rel}: {name} is the error tree's name"
+
+
 def test_unknown_names_fall_back_to_the_base() -> None:
     err = from_wire("NoSuchError", "boom")
     assert type(err) is CorralError and err.message == "boom"

@@ -13,6 +13,7 @@ import signal
 
 import pytest
 
+from corral.errors import InvalidTransition
 from corral.wire import corral_pb2 as pb
 from noded.events import (
     Action,
@@ -51,7 +52,7 @@ from noded.events import (
     TimeLimit,
     WarnDue,
 )
-from noded.jobrun import InvalidTransition, MachineConfig
+from noded.jobrun import MachineConfig
 from noded.machine import JobMachine
 
 pytestmark = pytest.mark.timeout(30)
