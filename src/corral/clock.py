@@ -1,13 +1,16 @@
 """Time, injected: the one clock ctld's and noded's timers read, sleep and wait on.
 
 A ``Clock`` is called for the time (seconds since the epoch, like ``time.time()``),
-has an awaitable ``sleep`` (ctld's loops: the scheduler, the heartbeat check, the
-outbox's retries, mail) and ``call_later``, a callback after a delay that returns a
-cancellable ``Timer`` (noded's time limits, ``--signal`` warnings, kill grace times).
-Daemons get ``SystemClock``; tests get ``ManualClock``, whose time moves only when the
-test calls ``advance``, which runs every timer and wakes every sleeper that falls due
-on the way, in time order. So a test of a timer (a heartbeat timeout, a time limit)
-runs without waiting in real time.
+has ``monotonic()`` for durations that must not jump with the wall clock (how long
+noded has not heard ctld: a stepped clock must not fence a node), an awaitable
+``sleep`` (ctld's loops: the scheduler, the heartbeat check, the outbox's retries,
+mail; noded's: heartbeats, its outbox, the self-fence watch, the samplers) and
+``call_later``, a callback after a delay that returns a cancellable ``Timer`` (noded's
+time limits, ``--signal`` warnings, kill grace times); ``wait_event`` waits for an
+event or a time on it. Daemons get ``SystemClock``; tests get ``ManualClock``, whose
+time moves only when the test calls ``advance``, which runs every timer and wakes
+every sleeper that falls due on the way, in time order. So a test of a timer (a
+heartbeat timeout, a time limit, a self-fence) runs without waiting in real time.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ class Timer(Protocol):
 class Clock(Protocol):
     def __call__(self) -> float: ...
 
+    def monotonic(self) -> float: ...
+
     async def sleep(self, seconds: float) -> None: ...
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Timer: ...
@@ -38,6 +43,9 @@ class SystemClock:
 
     def __call__(self) -> float:
         return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -71,6 +79,9 @@ class ManualClock:
 
     def __call__(self) -> float:
         return self.now
+
+    def monotonic(self) -> float:
+        return self.now  # it never jumps: only ``advance`` or the test moves it
 
     async def sleep(self, seconds: float) -> None:
         if seconds <= 0:
@@ -120,3 +131,19 @@ class ManualClock:
             self.advance(min(step, end - self.now))
             for _ in range(10):  # let woken tasks run, and what they await in turn
                 await asyncio.sleep(0)
+
+
+async def wait_event(clock: Clock, event: asyncio.Event, seconds: float) -> bool:
+    """Wait until ``event`` is set or ``seconds`` pass on ``clock``, whichever is first:
+    True when the event was set (``asyncio.wait_for`` on the clock)."""
+    if event.is_set():
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    timeout = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        await asyncio.wait((waiter, timeout), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (waiter, timeout):
+            task.cancel()
+        await asyncio.gather(waiter, timeout, return_exceptions=True)
+    return event.is_set()

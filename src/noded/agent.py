@@ -8,12 +8,10 @@ ctld has acknowledged them (ctld makes them durable before it answers).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
 import platform
 import signal
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -23,6 +21,7 @@ from grpc import aio
 
 from corral import __version__
 from corral.auth import CONTROLLER_CN, tls
+from corral.clock import Clock, SystemClock, wait_event
 from corral.errors import (
     CorralError,
     InvalidRequest,
@@ -187,8 +186,11 @@ class ControllerLink:
         tls_dir: str = "",
         agent_address: str = "",
         stream_address: str = "",
+        clock: Clock | None = None,
     ) -> None:
         self.name = name
+        # the loops' time and sleeps (the launcher's clock; tests: a ManualClock)
+        self.clock: Clock = clock or SystemClock()
         self.steps = steps
         # asked before fencing: does most of the cluster not hear ctld either?
         self.witness: Witness | None = None
@@ -196,13 +198,14 @@ class ControllerLink:
         # (and requeues them) only later, so two copies never run at once (0: never)
         self.fence_after_s = fence_after_s
         self.contact_file = contact_file  # touched on each answer: the fence guard reads it
-        self.last_contact = time.monotonic()
+        self.last_contact = self.clock.monotonic()
+        self.contacts = 0  # ctld's answers so far
         self._contacted()
         self.address = address
         self.resources = resources
         self.launcher = launcher
         self.interval = heartbeat_interval_s
-        self.boot_time = time.time()
+        self.boot_time = self.clock()
         self.agent_address = agent_address
         self.stream_address = stream_address
         self.addresses = [ctld_address] if isinstance(ctld_address, str) else list(ctld_address)
@@ -293,7 +296,7 @@ class ControllerLink:
     def report_health(self, reason: str, detail: str) -> None:
         """A fault that should drain this node: sent with the next (immediate) heartbeat."""
         log.error("node fault", node=self.name, reason=reason, detail=detail)
-        self.health.append(pb.NodeHealthEvent(reason=reason, detail=detail, time=time.time()))
+        self.health.append(pb.NodeHealthEvent(reason=reason, detail=detail, time=self.clock()))
         self._beat_now.set()
 
     async def register(self) -> None:
@@ -345,7 +348,7 @@ class ControllerLink:
                     health=list(self.health),
                     usage=usage,
                     gpus=gpus,
-                    deaf_s=time.monotonic() - self.last_contact,
+                    deaf_s=self.deaf_s(),
                 )
                 reply = await self.stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
                 self._contacted()
@@ -357,8 +360,7 @@ class ControllerLink:
                     continue
                 del self.health[: len(beat.health)]
                 backoff = 0.2
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._beat_now.wait(), self.interval)
+                await wait_event(self.clock, self._beat_now, self.interval)
             except grpc.RpcError as exc:
                 if not self._unreachable:
                     log.warning(
@@ -377,15 +379,20 @@ class ControllerLink:
                 # a registration costs it far more than the beat that timed out.
                 if self._move_on():  # every controller tried: wait before the next round
                     self._beat_now.clear()
-                    try:  # a wake-up (ctld is back, say the peers) cuts the wait short
-                        await asyncio.wait_for(self._beat_now.wait(), backoff)
+                    # a wake-up (ctld is back, say the peers) cuts the wait short
+                    if await wait_event(self.clock, self._beat_now, backoff):
                         backoff = 0.2
-                    except TimeoutError:
+                    else:
                         limit = MAX_BACKOFF_S if len(self.stubs) == 1 else self.interval
                         backoff = min(backoff * 2, limit)
 
+    def deaf_s(self) -> float:
+        """How long since ctld last answered (on the clock's monotonic time)."""
+        return max(0.0, self.clock.monotonic() - self.last_contact)
+
     def _contacted(self) -> None:
-        self.last_contact = time.monotonic()
+        self.last_contact = self.clock.monotonic()
+        self.contacts += 1  # an answer, even where the clock stood still since the last
         if self.witness is not None and self.witness.holding:
             self.witness.release()
         if self.contact_file:
@@ -406,19 +413,19 @@ class ControllerLink:
         # place (<spool>/hold) before the guard would fence
         ask_after = max(2 * self.interval, self.fence_after_s - self.interval)
         while True:
-            await asyncio.sleep(min(0.1, self.fence_after_s / 10))
-            silent = time.monotonic() - self.last_contact
+            await self.clock.sleep(min(0.1, self.fence_after_s / 10))
+            silent = self.deaf_s()
             if silent < min(ask_after, self.fence_after_s):
                 continue
             holding = self.witness is not None and self.witness.holding
             if self.witness is not None and await self.witness.ctld_lost_by_quorum():
-                if time.monotonic() - self.last_contact >= ask_after:
-                    await asyncio.sleep(self.interval)  # asked again each interval
+                if self.deaf_s() >= ask_after:
+                    await self.clock.sleep(self.interval)  # asked again each interval
                 continue
             if holding and await self._reached_within(max(self.interval, RECONNECT_S)):
                 continue  # ctld is back (the peers hear it) and answered this node too
-            if time.monotonic() - self.last_contact < self.fence_after_s:
-                await asyncio.sleep(min(0.5, self.interval / 2))  # ask again before fencing
+            if self.deaf_s() < self.fence_after_s:
+                await self.clock.sleep(min(0.5, self.interval / 2))  # ask again before fencing
                 continue
             fenced = self.fence(set())
             if fenced:
@@ -433,14 +440,14 @@ class ControllerLink:
         """The peers hear ctld again: beat now (no backoff left to wait) and say whether
         ctld answers within ``seconds``. ctld times a silent node a whole timeout_s from
         hearing most nodes again, so this node still fences well before that if not."""
-        heard = self.last_contact
+        heard = self.contacts
         self._beat_now.set()
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.last_contact != heard:
+        deadline = self.clock.monotonic() + seconds
+        while self.clock.monotonic() < deadline:
+            if self.contacts != heard:
                 return True
-            await asyncio.sleep(0.05)
-        return self.last_contact != heard
+            await self.clock.sleep(0.05)
+        return self.contacts != heard
 
     async def run_outbox(self) -> None:
         backoff = 0.2
@@ -458,7 +465,7 @@ class ControllerLink:
                     updates=len(batch),
                     error=_details(exc),
                 )
-                await asyncio.sleep(backoff)
+                await self.clock.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
             backoff = 0.2

@@ -9,7 +9,6 @@ MemoryUsed, GpuUse and Heartbeat.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 import structlog
@@ -25,9 +24,10 @@ log = structlog.get_logger("noded")
 
 
 async def run(launcher: Launcher) -> None:
-    """Sample every running job each interval: accounting, memory limit, idle GPUs, stalls."""
+    """Sample every running job each interval (of the launcher's clock): accounting,
+    memory limit, idle GPUs, stalls."""
     while True:
-        await asyncio.sleep(launcher.noded.sample_interval_s)
+        await launcher.clock.sleep(launcher.noded.sample_interval_s)
         for running in list(launcher.jobs.values()):
             try:
                 sample(launcher, running)

@@ -16,6 +16,7 @@ import structlog
 from grpc import aio
 
 from corral.auth import tls
+from corral.clock import Clock
 from corral.config import ClusterConfig, GpuConfig, NodeConfig
 from corral.errors import GpuError
 from corral.limits import GRPC_SERVER_OPTIONS
@@ -154,10 +155,11 @@ async def serve(
         tls_dir=tls_dir,
         agent_address=f"{advertised_host}:{agent_bound}" if tls_dir else "",
         stream_address=stream_address,
+        clock=launcher.clock,
     )
     link_ref.append(link)
     link.witness = Witness(spool, name, hb.interval_s, tls_dir)
-    servicer.witness = lambda: witness.answer(name, link.last_contact, link.registered.is_set())
+    servicer.witness = lambda: witness.answer(name, link.deaf_s(), link.registered.is_set())
     dynamic = name not in config.node_names  # noded --dynamic
     reconfig = NodedReconfig(config, name, launcher, steps, dynamic=dynamic)
     servicer.reconfigure = reconfig.reconfigure
@@ -197,7 +199,13 @@ async def serve(
         asyncio.create_task(launcher.run_monitor()),
         asyncio.create_task(steps.run_monitor()),
         asyncio.create_task(
-            _watch_gpus(found.gpus, link, lambda: reconfig.config.noded.health_interval_s, live)
+            _watch_gpus(
+                found.gpus,
+                link,
+                lambda: reconfig.config.noded.health_interval_s,
+                live,
+                launcher.clock,
+            )
         ),
     ]
     if ready_file:
@@ -263,12 +271,16 @@ def _start_guard(
 
 
 async def _watch_gpus(
-    gpus: GpuBackend, link: ControllerLink, interval_s: Callable[[], float], live: LiveSampler
+    gpus: GpuBackend,
+    link: ControllerLink,
+    interval_s: Callable[[], float],
+    live: LiveSampler,
+    clock: Clock,
 ) -> None:
-    """Poll GPU health (every ``interval_s()``: a reconfigure changes it); each new fault
-    (XID, ECC, lost GPU) drains the node."""
+    """Poll GPU health (every ``interval_s()`` of the clock: a reconfigure changes it);
+    each new fault (XID, ECC, lost GPU) drains the node."""
     while True:
-        await asyncio.sleep(interval_s())
+        await clock.sleep(interval_s())
         for event in gpus.poll_health():
             live.fault(event)
             link.report_health(event.reason(), f"{event.kind}: {event.detail}")

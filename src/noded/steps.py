@@ -330,9 +330,9 @@ class StepRunner:
     # ------------------------------------------------------------ hung ranks
 
     async def run_monitor(self) -> None:
-        """Check every step's progress heartbeats each sample interval."""
+        """Check every step's progress heartbeats each sample interval (of the clock)."""
         while True:
-            await asyncio.sleep(self.noded.sample_interval_s)
+            await self.clock.sleep(self.noded.sample_interval_s)
             try:
                 self.check_progress(self.clock())
             except Exception:

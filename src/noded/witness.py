@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import json
 import os
-import time
 from dataclasses import dataclass, field
 
 import grpc
@@ -176,11 +175,10 @@ class Witness:
             await channel.close(None)
 
 
-def answer(name: str, last_contact: float, registered: bool) -> pb.WitnessResponse:
-    """This node's answer to a peer: how long since it heard ctld (monotonic clock)."""
-    return pb.WitnessResponse(
-        node=name, deaf_s=max(0.0, time.monotonic() - last_contact), registered=registered
-    )
+def answer(name: str, deaf_s: float, registered: bool) -> pb.WitnessResponse:
+    """This node's answer to a peer: how long since it heard ctld (``deaf_s``, on the
+    link's clock)."""
+    return pb.WitnessResponse(node=name, deaf_s=deaf_s, registered=registered)
 
 
 def _load(path: str) -> Quorum:

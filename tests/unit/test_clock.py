@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from corral.clock import Clock, ManualClock, SystemClock
+from corral.clock import Clock, ManualClock, SystemClock, wait_event
 from corral.config import parse_config
 from corral.identity import Identity
 from corral.testing.inprocess import RecordingDispatcher, make_cluster, register_all
@@ -223,3 +223,23 @@ async def test_the_scheduler_loop_runs_on_wake_ups_and_on_its_interval(env) -> N
         assert cluster.passes == passes + 2  # the periodic pass (the next is 60 s on)
     finally:
         loop.cancel()
+
+
+async def test_wait_event_ends_at_the_event_or_at_the_clocks_time() -> None:
+    clock = ManualClock(now=0.0)
+    event = asyncio.Event()
+    waiting = asyncio.ensure_future(wait_event(clock, event, 10))
+    await asyncio.sleep(0)
+    event.set()
+    assert await asyncio.wait_for(waiting, 10) is True  # the event, the clock unmoved
+    event.clear()
+    waiting = asyncio.ensure_future(wait_event(clock, event, 10))
+    for _ in range(10):  # until it sleeps on the clock
+        await asyncio.sleep(0)
+    assert clock.sleepers == 1
+    clock.advance(9.5)
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    clock.advance(0.5)
+    assert await asyncio.wait_for(waiting, 10) is False  # its time passed on the clock
+    assert clock.sleepers == 0 and clock.monotonic() == clock() == 10.0
