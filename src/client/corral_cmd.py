@@ -7,6 +7,7 @@ corral down [--state-dir DIR]                                 stop exactly that 
 corral ctld [ctld options]                                    run the controller
 corral noded [noded options]                                  run a node agent
 corral why JOBID|NODE                                         why a job is pending, a node out
+corral history JOBID|NODE                                     a job's story, a node's changes
 corral web-login                                              a one-time URL to the web page
 corral certs [--dir DIR]                                      the cluster CA and certificates
 corral certs --revoke NAME [--dir DIR]                        revoke a daemon's certificate
@@ -249,6 +250,10 @@ def main_args(argv: list[str]) -> int:
         from client.why import main_args as why
 
         return why(argv[1:])
+    if argv and argv[0] == "history":
+        from client.history import main_args as history
+
+        return history(argv[1:])
     if argv and argv[0] == "web-login":
         from client.weblogin import main_args as web_login
 
@@ -301,6 +306,7 @@ def main_args(argv: list[str]) -> int:
     sub.add_parser("ctld", help="run the controller in the foreground (see corral ctld -h)")
     sub.add_parser("noded", help="run a node agent in the foreground (see corral noded -h)")
     sub.add_parser("why", help="why a job is pending, or a node out: corral why JOBID|NODE")
+    sub.add_parser("history", help="a job's story, a node's changes: corral history JOBID|NODE")
     sub.add_parser("report", help="GPU-hours per account per day: corral report [--plot F]")
     sub.add_parser("web-login", help="a one-time URL that signs you in to the web page")
     sub.add_parser("sim", help="replay a workload trace through the scheduler (corral sim -h)")

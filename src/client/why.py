@@ -7,8 +7,9 @@ the user could change to start sooner (only changes that really are sooner), the
 advance reservations in its way, and when it is expected to start: by predicted run
 times (the default) or, by limits, as a range corrected by history.
 For a node (and for the nodes a pending job waits for): its state, Slurm's reason and
-who set it, and its last change with its cause (ctld's node state machine: the event,
-the RPC, report or monitor that made it, when).
+who set it, its last change with its cause (ctld's node state machine: the event,
+the RPC, report or monitor that made it, when), and its recent changes before it
+(``corral history NODE`` prints every one ctld keeps).
 The words are corral/whytext.py's (ctld's web page shows the same).
 """
 
@@ -22,6 +23,7 @@ from client.common import client
 from client.fmt import Reported, call, parse_job_ids
 from client.jobids import task_job_ids, task_key
 from corral.errors import InvalidOption
+from corral.storytext import recent_changes
 from corral.whytext import REASONS, explain_text, node_text, unavailable_nodes
 
 __all__ = ["REASONS", "explain_text", "main_args", "node_text"]
@@ -43,8 +45,8 @@ def _job_id(value: str) -> str:
     return found[key]
 
 
-def _nodes(names: list[str]) -> list[Json]:
-    reply = call(lambda: client().get_nodes({"names": names}), "corral why")
+def _nodes(names: list[str], history: bool = False) -> list[Json]:
+    reply = call(lambda: client().get_nodes({"names": names, "withHistory": history}), "corral why")
     return list(reply.get("nodes") or [])
 
 
@@ -63,7 +65,8 @@ def main_args(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         if not args.job[:1].isdigit():  # a node's name (job ids begin with a digit)
-            sys.stdout.write("".join(node_text(n) for n in _nodes([args.job])))
+            nodes = _nodes([args.job], history=True)
+            sys.stdout.write("".join(node_text(n) + recent_changes(n) for n in nodes))
             return 0
         job_id = _job_id(args.job)
         reply = call(lambda: client().explain_job({"jobId": job_id}), "corral why")

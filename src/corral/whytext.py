@@ -193,6 +193,14 @@ NODE_EVENTS = {
     "undrained": "an operator resumed it from its drain",
     "fencing": "back with jobs it may not keep: fenced until they are gone",
     "fenced": "only its own jobs run there again",
+    "powering_down": "power saving powers it down",
+    "powered_down": "powered down",
+    "powering_up": "powered up for a job (it registers when it is up)",
+    "resume_failed": "not up within ResumeTimeout: DOWN",
+    "suspend_failed": "could not be powered down: DOWN",
+    "power_down_asked": "to be powered down once idle",
+    "power_down_cancelled": "its power down was called off",
+    "cloud": "a cloud node: powered down until a job needs it",
 }
 
 

@@ -418,8 +418,11 @@ class Cluster:
         only: Collection[str] | None = None,
         *,
         with_hidden: bool = False,
+        with_history: bool = False,
     ) -> list[pb.Node]:
-        return self.queries.node_list(names, only, with_hidden=with_hidden)
+        return self.queries.node_list(
+            names, only, with_hidden=with_hidden, with_history=with_history
+        )
 
     def partition_list(self, names: Iterable[str]) -> list[pb.Partition]:
         return self.queries.partition_list(names)

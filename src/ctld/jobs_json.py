@@ -104,10 +104,13 @@ class JobsJson:
             return b'{"now":' + now + b"}"
         return b'{"jobs":[' + b",".join(parts) + b'],"now":' + now + b"}"
 
-    def runs(self, runs: Iterable[pb.Job], mask: fieldmask.FieldMask | None) -> bytes:
+    def runs(
+        self, runs: Iterable[pb.Job], mask: fieldmask.FieldMask | None, with_events: bool = False
+    ) -> bytes:
         """QueryAccounting's answer for ``runs`` (already as their reader may see them):
-        without events, script or environment, as the gRPC answer, skipped as encoded."""
-        encode = job_encoder(_JOB_SKIPS[(False, False)], mask)
+        without script or environment (and events unless asked), as the gRPC answer,
+        skipped as encoded."""
+        encode = job_encoder(_JOB_SKIPS[(with_events, False)], mask)
         parts = [dumps(encode(run)) for run in runs]
         now = dumps(self.cluster.clock())
         if not parts:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from corral.config import NodeConfig
 from corral.gres import gpu_type_from_model
+from corral.storytext import NODE_HISTORY
 from corral.wire import corral_pb2 as pb
 
 NS = pb.NodeState
@@ -15,6 +17,7 @@ POWER_ON = pb.NODE_POWER_ON
 POWERED_DOWN = pb.NODE_POWER_POWERED_DOWN
 POWERING_UP = pb.NODE_POWER_POWERING_UP
 POWERING_DOWN = pb.NODE_POWER_POWERING_DOWN
+HISTORY = NODE_HISTORY  # a node's recent changes kept, in memory (corral history NODE)
 
 # what the scheduler's view of a node is made of (node_views.py): setting one of these
 # logs the node's name in VIEW_CHANGES (its allocations move ``alloc_rev``)
@@ -100,6 +103,10 @@ class NodeRecord:
     reason_uid: int = 0
     last: NodeEvent | None = None  # its last change, with its cause (nodestate.py)
     reason_change: NodeEvent | None = None  # the change that set ``reason``
+    # its recent changes, oldest first (nodestate.py appends each, ``last`` included)
+    history: deque[NodeEvent] = field(
+        default_factory=lambda: deque(maxlen=HISTORY), compare=False, repr=False
+    )
     last_heartbeat: float = 0.0
     deaf_mark: float = 0.0  # ctld's stalled seconds (loopwatch) when last_heartbeat was set
     heard_deaf_s: float = 0.0  # its last beat said it had not heard ctld this long

@@ -2,11 +2,13 @@
 
 Beside ``jobstate`` (the job's), and applied like it only by the commit step
 (``ctld/commit.py``): every change is a named event with a cause (the RPC, report or
-monitor that made it), kept as the node's last change, and as the change that set
-its reason (a drain's or a DOWN's cause is stored with its row): ``corral why NODE``
-shows both. An event applied where it cannot apply raises InvalidTransition: that is
-a bug in ctld, never a user error (callers that take a request, e.g. scontrol's
-RESUME of a node that is up, check first).
+monitor that made it), kept as the node's last change, in its recent history (the
+last ``nodes.HISTORY``, in memory: ``corral history NODE``), and as the change that
+set its reason (a drain's or a DOWN's cause is stored with its row, and comes back
+first in the history after a restart): ``corral why NODE`` shows them. An event
+applied where it cannot apply raises InvalidTransition: that is a bug in ctld, never
+a user error (callers that take a request, e.g. scontrol's RESUME of a node that is
+up, check first).
 
     UNKNOWN --registered--> up (IDLE, MIXED, ALLOCATED: by its jobs)
     up --late--> up* (NOT_RESPONDING) --heard--> up
@@ -57,7 +59,7 @@ REGISTRATION = frozenset(
 FIELDS = REGISTRATION | frozenset(
     {"registered", "responding", "down", "late", "admin_down", "fencing", "drain"}
     | {"reason", "reason_time", "reason_user", "reason_uid", "restarted_at", "last"}
-    | {"reason_change"}
+    | {"reason_change", "history"}
     | {"power", "power_since", "power_down_pending", "powered_down_s", "dynamic"}
 )
 
@@ -115,9 +117,10 @@ def transition(
         raise InvalidTransition(f"node {node.name}: {event!r} cannot set {sorted(registration)}")
     had = (node.reason, node.reason_time)
     _EFFECTS[event](node, now, reason, user, uid, registration)
-    node.last = NodeEvent(event, cause, now, detail)
+    _record(node, NodeEvent(event, cause, now, detail))
     if (node.reason, node.reason_time) != had:  # what ``corral why NODE`` shows with it
         node.reason_change = node.last if node.reason else None
+    assert node.last is not None
     return node.last
 
 
@@ -140,7 +143,13 @@ def restore_power(node: NodeRecord, row: NodePower) -> None:
     node.power_down_pending = row.pending
     node.powered_down_s = row.powered_down_s
     event = _POWER_EVENTS[row.power] if row.power != POWER_ON else "power_down_asked"
-    node.last = NodeEvent(event, row.cause, row.since, "kept across a ctld restart")
+    _record(node, NodeEvent(event, row.cause, row.since, "kept across a ctld restart"))
+
+
+def _record(node: NodeRecord, change: NodeEvent) -> None:
+    """``change`` is the node's last, and the newest of its kept history."""
+    node.last = change
+    node.history.append(change)
 
 
 def restore(node: NodeRecord, event: str, row: NodeDrain, user: str) -> None:

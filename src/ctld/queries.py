@@ -222,10 +222,12 @@ class Queries:
         only: Collection[str] | None = None,
         *,
         with_hidden: bool = False,
+        with_history: bool = False,
     ) -> list[pb.Node]:
         """GetNodes' nodes (of ``names``' hostlists, or all but the powered-down cloud
         nodes unless ``with_hidden``); ``only``: just these top-level fields (a field
-        mask's), the rest neither made nor computed."""
+        mask's), the rest neither made nor computed; each node's recent changes only
+        ``with_history`` (or when the mask names them)."""
         st = self.state
         wanted = list(names)
         if wanted:
@@ -259,6 +261,9 @@ class Queries:
                 wire.reservation, wire.maint = holder.name, "MAINT" in holder.flags
             if record.name in spares:
                 wire.spare = True
+        if with_history or (only is not None and "history" in only):
+            for i, record in enumerate(records):
+                out[i].history.extend(change.to_wire() for change in record.history)
         return out
 
     def partition_list(self, names: Iterable[str]) -> list[pb.Partition]:

@@ -166,7 +166,8 @@ class ControllerApi:
         for run in await self._accounting_runs(req, who):
             shown = resp.jobs.add()
             shown.CopyFrom(run)  # a copy: a pending job's record is ctld's own
-            del shown.events[:]
+            if not req.with_events:
+                del shown.events[:]
             shown.spec.ClearField("script")
             shown.spec.ClearField("environment")
         return resp
@@ -177,7 +178,7 @@ class ControllerApi:
         """QueryAccounting as JSON: each run encoded as it is read, the fields the answer
         leaves out skipped, not copied and cleared (sacct over 100,000 jobs)."""
         runs = await self._accounting_runs(req, who)
-        return self.jobs_json.runs(runs, mask)
+        return self.jobs_json.runs(runs, mask, req.with_events)
 
     async def _accounting_runs(self, req: pb.QueryAccountingRequest, who: Identity) -> list[pb.Job]:
         """The runs QueryAccounting answers, as ``who`` may see them, earlier runs of a
@@ -196,6 +197,7 @@ class ControllerApi:
             end_before=req.end_before,
             limit=req.limit,
             after_job_id=req.after_job_id,
+            with_events=req.with_events,
         )
         earlier: dict[int, list[pb.Job]] = {}
         if req.duplicates and jobs:
@@ -213,6 +215,8 @@ class ControllerApi:
                 # what a pass writes (the reason) lives in memory, stored only with a
                 # change: a pending job's record is ctld's, so sacct says what squeue says
                 job = live
+            if req.with_events and not policy.may_see(who, job):
+                continue  # a story is for those who may list the job (squeue -j)
             for run in (*earlier.get(job.job_id, ()), job):  # earlier runs, then this one
                 out.append(policy.shown(who, run))
         return out
@@ -220,7 +224,9 @@ class ControllerApi:
     async def get_nodes(self, req: pb.GetNodesRequest, who: Identity) -> pb.GetNodesResponse:
         only = fieldmask.top_level(req.fields)  # checked by the transport before this
         return pb.GetNodesResponse(
-            nodes=self.cluster.node_list(req.names, only, with_hidden=req.with_hidden),
+            nodes=self.cluster.node_list(
+                req.names, only, with_hidden=req.with_hidden, with_history=req.with_history
+            ),
             now=self.cluster.clock(),
         )
 

@@ -179,6 +179,7 @@ class StoreQueries:
         end_before: float,
         limit: int,
         after_job_id: int = 0,
+        with_events: bool = False,
     ) -> list[pb.Job]:
         stmt = sa.select(jobs.c.data).order_by(jobs.c.job_id)
         if after_job_id:
@@ -208,7 +209,7 @@ class StoreQueries:
                 if low is None:
                     return []
                 stmt = stmt.where(jobs.c.job_id >= low)
-            return self._jobs_with_events(conn, stmt, with_events=False)
+            return self._jobs_with_events(conn, stmt, with_events=with_events)
 
     def purge_jobs(
         self,

@@ -169,6 +169,8 @@ def test_the_commands_show_another_user_no_secret(
         ("scontrol", "show", "job", str(running)),
         ("corral_cmd", "why", str(held)),
         ("corral_cmd", "why", str(running)),
+        ("corral_cmd", "history", str(held)),
+        ("corral_cmd", "history", str(running)),
     ):
         code, out, err = command(lab, users.bob, *argv, cwd=users.home(users.bob))
         assert code == 0, (argv, err)

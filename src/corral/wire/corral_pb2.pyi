@@ -1974,6 +1974,7 @@ class Node(_message.Message):
     ALLOC_SHARDS_FIELD_NUMBER: _builtins.int
     LAST_CHANGE_FIELD_NUMBER: _builtins.int
     REASON_CHANGE_FIELD_NUMBER: _builtins.int
+    HISTORY_FIELD_NUMBER: _builtins.int
     SPARE_FIELD_NUMBER: _builtins.int
     POWER_FIELD_NUMBER: _builtins.int
     POWER_DOWN_PENDING_FIELD_NUMBER: _builtins.int
@@ -2051,6 +2052,12 @@ class Node(_message.Message):
     def reason_change(self) -> Global___NodeChange:
         """the change that set its reason (a drain, a DOWN)"""
 
+    @_builtins.property
+    def history(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeChange]:
+        """its recent changes, oldest first (bounded per node, kept in ctld's memory: a restart
+        begins them again with its kept drains and DOWNs); only when asked (with_history)
+        """
+
     def __init__(
         self,
         *,
@@ -2079,6 +2086,7 @@ class Node(_message.Message):
         alloc_shards: _builtins.int = ...,
         last_change: Global___NodeChange | None = ...,
         reason_change: Global___NodeChange | None = ...,
+        history: _abc.Iterable[Global___NodeChange] | None = ...,
         spare: _builtins.bool = ...,
         power: Global___NodePower.ValueType = ...,
         power_down_pending: _builtins.bool = ...,
@@ -2089,7 +2097,7 @@ class Node(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_change", b"last_change", "reason_change", b"reason_change", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "alloc_shards", b"alloc_shards", "boot_time", b"boot_time", "cloud", b"cloud", "dynamic", b"dynamic", "energy_saved_j", b"energy_saved_j", "gpu_type", b"gpu_type", "job_ids", b"job_ids", "last_change", b"last_change", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "not_responding", b"not_responding", "os", b"os", "partitions", b"partitions", "power", b"power", "power_down_pending", b"power_down_pending", "powered_down_s", b"powered_down_s", "reason", b"reason", "reason_change", b"reason_change", "reason_time", b"reason_time", "reason_uid", b"reason_uid", "reason_user", b"reason_user", "reservation", b"reservation", "resources", b"resources", "shards_per_gpu", b"shards_per_gpu", "spare", b"spare", "state", b"state", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_cpus", b"alloc_cpus", "alloc_gpus", b"alloc_gpus", "alloc_mem_mb", b"alloc_mem_mb", "alloc_shards", b"alloc_shards", "boot_time", b"boot_time", "cloud", b"cloud", "dynamic", b"dynamic", "energy_saved_j", b"energy_saved_j", "gpu_type", b"gpu_type", "history", b"history", "job_ids", b"job_ids", "last_change", b"last_change", "last_heartbeat", b"last_heartbeat", "maint", b"maint", "name", b"name", "not_responding", b"not_responding", "os", b"os", "partitions", b"partitions", "power", b"power", "power_down_pending", b"power_down_pending", "powered_down_s", b"powered_down_s", "reason", b"reason", "reason_change", b"reason_change", "reason_time", b"reason_time", "reason_uid", b"reason_uid", "reason_user", b"reason_user", "reservation", b"reservation", "resources", b"resources", "shards_per_gpu", b"shards_per_gpu", "spare", b"spare", "state", b"state", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2513,6 +2521,7 @@ class QueryAccountingRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     DUPLICATES_FIELD_NUMBER: _builtins.int
     AFTER_JOB_ID_FIELD_NUMBER: _builtins.int
+    WITH_EVENTS_FIELD_NUMBER: _builtins.int
     FIELDS_FIELD_NUMBER: _builtins.int
     start_after: _builtins.float
     """-S: jobs that were eligible/running after this"""
@@ -2525,6 +2534,10 @@ class QueryAccountingRequest(_message.Message):
     """
     after_job_id: _builtins.int
     """paging: only jobs with a larger id (sacct reads a big history page by page)"""
+    with_events: _builtins.bool
+    """each job's story (its events, every run's) on its current record; only the jobs
+    the reader may also list (GetJobs' rule, controller.private_data): corral history
+    """
     @_builtins.property
     def filter(self) -> Global___JobFilter: ...
     @_builtins.property
@@ -2542,11 +2555,12 @@ class QueryAccountingRequest(_message.Message):
         limit: _builtins.int = ...,
         duplicates: _builtins.bool = ...,
         after_job_id: _builtins.int = ...,
+        with_events: _builtins.bool = ...,
         fields: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_job_id", b"after_job_id", "duplicates", b"duplicates", "end_before", b"end_before", "fields", b"fields", "filter", b"filter", "limit", b"limit", "start_after", b"start_after"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_job_id", b"after_job_id", "duplicates", b"duplicates", "end_before", b"end_before", "fields", b"fields", "filter", b"filter", "limit", b"limit", "start_after", b"start_after", "with_events", b"with_events"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2581,11 +2595,14 @@ class GetNodesRequest(_message.Message):
 
     NAMES_FIELD_NUMBER: _builtins.int
     WITH_HIDDEN_FIELD_NUMBER: _builtins.int
+    WITH_HISTORY_FIELD_NUMBER: _builtins.int
     FIELDS_FIELD_NUMBER: _builtins.int
     with_hidden: _builtins.bool
     """also the powered-down cloud nodes a listing leaves out, as Slurm's sinfo does
     unless PrivateData=cloud (a node named in `names` is always answered)
     """
+    with_history: _builtins.bool
+    """each node's recent changes (corral history NODE)"""
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -2599,11 +2616,12 @@ class GetNodesRequest(_message.Message):
         *,
         names: _abc.Iterable[_builtins.str] | None = ...,
         with_hidden: _builtins.bool = ...,
+        with_history: _builtins.bool = ...,
         fields: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "names", b"names", "with_hidden", b"with_hidden"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "names", b"names", "with_hidden", b"with_hidden", "with_history", b"with_history"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

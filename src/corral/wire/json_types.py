@@ -429,6 +429,7 @@ class Node(TypedDict, total=False):
     allocShards: int
     lastChange: NodeChange
     reasonChange: NodeChange
+    history: list[NodeChange]
     spare: bool
     power: NodePower
     powerDownPending: bool
@@ -534,6 +535,7 @@ class QueryAccountingRequest(TypedDict, total=False):
     limit: int
     duplicates: bool
     afterJobId: int | str
+    withEvents: bool
     fields: list[str]
 
 
@@ -545,6 +547,7 @@ class QueryAccountingResponse(TypedDict, total=False):
 class GetNodesRequest(TypedDict, total=False):
     names: list[str]
     withHidden: bool
+    withHistory: bool
     fields: list[str]
 
 
