@@ -32,8 +32,9 @@ def memory(run: JobRun, rss_kb: int) -> list[Action]:
 
 
 def gpus(config: MachineConfig, run: JobRun, utils: tuple[float, ...], now: float) -> list[Action]:
-    """The idle-GPU policy's window: reported once it passed, cleared when they work."""
-    if run.phase != "running":
+    """The idle-GPU policy's window: reported once it passed, cleared when they work;
+    nothing of a fenced run (ctld gave the job to others: it must not hear of it)."""
+    if run.phase != "running" or run.fenced:
         return []
     run.gpu_utils = utils
     window, threshold = config.idle_window_s, config.idle_threshold_pct

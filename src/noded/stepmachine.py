@@ -33,6 +33,8 @@ class StepState:
     stall_timeout_s: float = 0.0  # the job's progress timeout (0: not watched)
     stall: str = ""  # set once a task here was found stalled (reported once)
     kill_armed: bool = False  # its SIGKILL is due after a grace
+    over: bool = False  # its end began: its timers cancelled, all of it killed and reaped
+    gone: bool = False  # every process of it is gone: nothing of it is signalled again
     exits: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (code, signal)
 
     def takes(self, job_id: int, step_id: int | None, run: int | None) -> bool:
@@ -151,15 +153,23 @@ class StepMachine:
         self.node = node
 
     def handle(self, step: StepState, event: StepEvent, now: float) -> list[StepAction]:
+        if step.gone:
+            return []  # a late timer: whatever held its pids is not the step's any more
         match event:
             case TaskExited(rank, rc):
                 step.exits[rank] = exit_of(rc)
                 return []
             case Silent(tasks):
-                return self._stalled(step, tasks, now)
+                # once its end began, a silence is the end's: no stall to report
+                return [] if step.over else self._stalled(step, tasks, now)
             case Terminate(kill_wait_s):
-                return self._terminate(step, kill_wait_s)
-            case StepKillDue() | StepOver():
+                # its end kills and reaps all of it: a kill timer armed now would
+                # outlive the step (the end cancelled its timers already)
+                return [] if step.over else self._terminate(step, kill_wait_s)
+            case StepOver():
+                step.over = True
+                return [SignalStep((signal.SIGKILL,))]
+            case StepKillDue():
                 return [SignalStep((signal.SIGKILL,))]
             case StepWarnDue(sig):
                 fields = {"job_id": step.job_id}
@@ -168,6 +178,7 @@ class StepMachine:
                     SignalStep((sig,)),
                 ]
             case StepGone(tasks):
+                step.gone = True
                 return [Report(self._ended(step, tasks, now))]
         raise TypeError(f"not a step event: {event!r}")
 

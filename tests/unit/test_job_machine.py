@@ -310,6 +310,15 @@ def test_idle_gpus_are_reported_after_the_window_and_cleared_when_they_work() ->
     assert m.handle(GpuUse(7, 0, (0.0, 50.0)), now=302.0) == []
 
 
+def test_a_fenced_runs_idle_gpus_are_not_reported() -> None:
+    """The job is another node's now: ctld must hear nothing of this copy."""
+    m = machine(idle_window_s=60.0, idle_threshold_pct=5.0)
+    running(m, request(gpus=[0, 1]))
+    assert m.handle(GpuUse(7, 0, (1.0, 2.0)), now=100.0) == []
+    m.handle(Fence(frozenset()), now=101.0)
+    assert reports(m.handle(GpuUse(7, 0, (1.0, 2.0)), now=200.0)) == []
+
+
 def test_signals_cancel_and_shutdown() -> None:
     m = machine()
     running(m, request(run=0))

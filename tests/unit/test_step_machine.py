@@ -66,6 +66,20 @@ def test_the_job_ending_terminates_once_and_kills_after_the_grace() -> None:
     assert m.handle(step, StepOver(), 31.0) == [KILL]  # nothing of it may stay
 
 
+def test_nothing_outlives_the_steps_end() -> None:
+    """ctld's terminate while the end reaps the step (the runner still holds it) arms
+    no kill timer: the end cancelled the step's timers, and a new one would fire once
+    the step is gone; its silence is no stall; once gone, nothing is signalled."""
+    m, step = StepMachine("n2"), StepState(7, 0, stall_timeout_s=5.0)
+    assert m.handle(step, StepOver(), 1.0) == [KILL]
+    assert m.handle(step, Terminate(30.0), 2.0) == []
+    assert m.handle(step, Silent((Silence(0, 60.0),)), 3.0) == []
+    (report,) = m.handle(step, StepGone(1), 4.0)
+    assert isinstance(report, Report) and report.update.kind == Update.KIND_STEP_ENDED
+    assert m.handle(step, StepKillDue(), 40.0) == []  # a timer of before: the pids are not its
+    assert m.handle(step, Terminate(0.0), 41.0) == []
+
+
 def test_the_most_silent_idle_rank_is_named_once() -> None:
     m, step = StepMachine("node02"), StepState(7, 0, run=2, stall_timeout_s=5.0)
     assert step.watched() and not step.could_stall(4.0) and step.could_stall(5.0)
