@@ -227,7 +227,7 @@ class Queries:
         """GetNodes' nodes (of ``names``' hostlists, or all but the powered-down cloud
         nodes unless ``with_hidden``); ``only``: just these top-level fields (a field
         mask's), the rest neither made nor computed; each node's recent changes only
-        ``with_history`` (or when the mask names them)."""
+        ``with_history`` (as GetJobs' events only ``with_events``)."""
         st = self.state
         wanted = list(names)
         if wanted:
@@ -261,7 +261,7 @@ class Queries:
                 wire.reservation, wire.maint = holder.name, "MAINT" in holder.flags
             if record.name in spares:
                 wire.spare = True
-        if with_history or (only is not None and "history" in only):
+        if with_history and (only is None or "history" in only):
             for i, record in enumerate(records):
                 out[i].history.extend(change.to_wire() for change in record.history)
         return out

@@ -97,7 +97,11 @@ def test_a_nodes_changes_are_kept_bounded_and_given_only_when_asked(
     assert history[-2]["cause"].startswith("rpc:UpdateNode")
     assert all(c["cause"] for c in history)
     masked = root.get_nodes({"names": ["node01"], "fields": ["name", "history"]})["nodes"][0]
-    assert len(masked["history"]) == NODE_HISTORY  # a mask that names them asks too
+    assert "history" not in masked  # asked by with_history only, as GetJobs' events
+    masked = root.get_nodes(
+        {"names": ["node01"], "fields": ["name", "history"], "withHistory": True}
+    )["nodes"][0]
+    assert len(masked["history"]) == NODE_HISTORY
     text = node_history(node)
     assert text.startswith(f"Node node01 is IDLE: {NODE_HISTORY} change(s), oldest first")
     assert f"ctld keeps the last {NODE_HISTORY}" in text
