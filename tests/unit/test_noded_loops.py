@@ -29,7 +29,7 @@ from ctld.cluster import Cluster
 from ctld.grpc_service import service_handler
 from ctld.rpc import NodeControllerApi
 from noded import monitor, progress, witness
-from noded.agent import ControllerLink, NodeAgentServicer
+from noded.agent import RECONNECT_S, ControllerLink, NodeAgentServicer
 from noded.gpu.fake import FakeGpus
 from noded.launcher import Launcher
 from noded.live import LiveSampler
@@ -222,10 +222,27 @@ async def test_jobs_are_kept_while_the_witnesses_hold(
     asked = peer.asked
     await advance(cut_off.clock, 3 * INTERVAL_S)
     assert asked < peer.asked <= asked + 4  # asked again about each interval
-    peer.deaf_s = 0.0  # ctld is back for the others: this node is the one cut off
-    await advance(cut_off.clock, 2 * INTERVAL_S)
-    assert signal.SIGTERM in cut_off.step.got
-    assert not held.holding
+    peer.deaf_s = 0.0  # ctld is back for the others: is this node the one cut off?
+    await advance(cut_off.clock, 1.25 * INTERVAL_S)
+    assert cut_off.link._beat_now.is_set()  # it beats at once, and waits for an answer
+    assert cut_off.step.got == [] and not held.holding
+    await advance(cut_off.clock, RECONNECT_S + INTERVAL_S)
+    assert signal.SIGTERM in cut_off.step.got  # no answer within the reconnect wait
+
+
+async def test_an_answer_within_the_reconnect_wait_keeps_the_jobs(
+    cut_off: Node, peer: Peer
+) -> None:
+    with_witness(cut_off, peer)
+    peer.deaf_s = 3600.0
+    cut_off.start(cut_off.link.run_self_fence)
+    await advance(cut_off.clock, 2 * FENCE_AFTER_S)  # held
+    peer.deaf_s = 0.0
+    await advance(cut_off.clock, 1.25 * INTERVAL_S)
+    assert cut_off.link._beat_now.is_set()
+    cut_off.link._contacted()  # what the heartbeat loop does with ctld's answer
+    await advance(cut_off.clock, FENCE_AFTER_S - 1)
+    assert cut_off.step.got == []
 
 
 # ------------------------------------------------------------ heartbeats and the outbox
@@ -234,12 +251,12 @@ async def test_jobs_are_kept_while_the_witnesses_hold(
 class Ctld:
     """ctld's real NodeController service over real gRPC, on the test's clock."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, port: int = 0) -> None:
         self.cluster = cluster
         self.server = aio.server()
         api = NodeControllerApi(cluster, verify_nodes=False)
         self.server.add_generic_rpc_handlers((service_handler(NODE_CONTROLLER, api.call),))
-        self.address = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
+        self.address = f"127.0.0.1:{self.server.add_insecure_port(f'127.0.0.1:{port}')}"
 
 
 @pytest.fixture
@@ -275,14 +292,17 @@ async def test_heartbeats_go_each_interval_of_the_clock_and_at_once_for_a_fault(
 async def test_the_outbox_retries_on_the_clock(
     tmp_path: pathlib.Path, clock: ManualClock, ctld: Ctld
 ) -> None:
-    node = Node(tmp_path / "spool", clock, ctld.address)  # ctld not started yet
+    port = closed_port()
+    node = Node(tmp_path / "spool", clock, f"127.0.0.1:{port}")  # no ctld there yet
+    later: Ctld | None = None
     try:
         node.start(node.link.run_outbox)
         update = pb.JobStatusUpdate(job_id=99, kind=pb.JobStatusUpdate.KIND_EXITED)
         node.link.report(update)
         await eventually(lambda: clock.sleepers == 1, "the retry to wait on the clock")
         assert list(node.link.outbox) == [update]  # kept until ctld acknowledges it
-        await ctld.server.start()
+        later = Ctld(ctld.cluster, port)  # bound only now: a bound port takes connections
+        await later.server.start()
         deadline = time.monotonic() + 30
         while node.link.outbox:  # the backoff doubles to MAX_BACKOFF_S: move past it
             assert time.monotonic() < deadline, "the report was never delivered"
@@ -290,6 +310,8 @@ async def test_the_outbox_retries_on_the_clock(
             await eventually(lambda: clock.sleepers == 1 or not node.link.outbox, "a retry")
     finally:
         await node.stop()
+        if later is not None:
+            await later.server.stop(None)
 
 
 # ------------------------------------------------------------ the samplers
