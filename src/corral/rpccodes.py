@@ -1,12 +1,16 @@
 """gRPC status codes: how the daemons' retry loops read them, and how a CorralError
-leaves a servicer (ctld's and noded's alike: its class's status, its name in the
-trailing metadata, so the caller rebuilds the same class, corral/errors.py)."""
+leaves a servicer (ctld's and noded's alike, ``abort``: its class's status, its name in
+the trailing metadata, so the caller rebuilds the same class with ``sent_error`` or
+corral/api.py; corral/errors.py). ``answers_errors`` wraps noded's NodeAgent methods."""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import grpc
+import structlog
 from grpc import aio
 
 from corral.errors import ERROR_METADATA_KEY, CorralError, from_wire
@@ -34,6 +38,37 @@ async def abort(context: aio.ServicerContext[Any, Any], exc: CorralError) -> Non
     metadata (raises, as ``context.abort`` does)."""
     context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
     await context.abort(status_of(exc), exc.message)
+
+
+Servicer = TypeVar("Servicer")
+Reply = TypeVar("Reply")
+Method = Callable[[Servicer, Any, aio.ServicerContext[Any, Any]], Awaitable[Reply]]
+
+
+def answers_errors(daemon: str) -> Callable[[Method[Servicer, Reply]], Method[Servicer, Reply]]:
+    """A servicer method (noded's NodeAgent) whose CorralError leaves through ``abort``,
+    as ctld's handlers' do (ctld/grpc_service.py); anything else is a bug of
+    ``daemon``'s, logged and answered as an internal error."""
+    log = structlog.get_logger(daemon)
+
+    def decorate(method: Method[Servicer, Reply]) -> Method[Servicer, Reply]:
+        @functools.wraps(method)
+        async def answering(
+            self: Servicer, request: Any, context: aio.ServicerContext[Any, Any]
+        ) -> Reply:
+            try:
+                return await method(self, request, context)
+            except CorralError as exc:
+                await abort(context, exc)
+                raise  # unreachable: abort raises
+            except Exception:
+                log.exception("call failed", call=method.__name__)
+                await abort(context, CorralError(f"internal error in {daemon} (see its log)"))
+                raise
+
+        return answering
+
+    return decorate
 
 
 def sent_error(exc: grpc.RpcError, message: str) -> CorralError | None:

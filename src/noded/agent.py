@@ -8,12 +8,11 @@ ctld has acknowledged them (ctld makes them durable before it answers).
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import platform
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import structlog
@@ -30,7 +29,7 @@ from corral.errors import (
     Unauthenticated,
 )
 from corral.limits import GRPC_RECONNECT_OPTIONS
-from corral.rpccodes import TRANSIENT, abort
+from corral.rpccodes import TRANSIENT, abort, answers_errors
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from noded import spool
@@ -42,32 +41,6 @@ log = structlog.get_logger("noded")
 RPC_TIMEOUT_S = 10.0
 RECONNECT_S = 2.0  # gRPC reconnects within a second (corral/limits.py), with a margin
 MAX_BACKOFF_S = 5.0
-
-Servicer = TypeVar("Servicer")
-Reply = TypeVar("Reply")
-Method = Callable[[Servicer, Any, aio.ServicerContext[Any, Any]], Awaitable[Reply]]
-
-
-def answers_errors(method: Method[Servicer, Reply]) -> Method[Servicer, Reply]:
-    """A NodeAgent method whose CorralError leaves as its class's status, named in the
-    trailing metadata (as ctld's do: ctld rebuilds the class); anything else is a bug
-    of noded's, logged and answered as an internal error."""
-
-    @functools.wraps(method)
-    async def answering(
-        self: Servicer, request: Any, context: aio.ServicerContext[Any, Any]
-    ) -> Reply:
-        try:
-            return await method(self, request, context)
-        except CorralError as exc:
-            await abort(context, exc)
-            raise  # unreachable: abort raises
-        except Exception:
-            log.exception("NodeAgent call failed", call=method.__name__)
-            await abort(context, CorralError("internal error in noded (see its log)"))
-            raise
-
-    return answering
 
 
 class NodeAgentServicer(pbg.NodeAgentServicer):
@@ -96,7 +69,7 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
         refusal = PermissionDenied if name else Unauthenticated
         raise refusal(f"Access/permission denied: {what} is taken from the controller only")
 
-    @answers_errors
+    @answers_errors("noded")
     async def LaunchJob(
         self, request: pb.LaunchJobRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.LaunchJobResponse:
@@ -104,7 +77,7 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
         await self.launcher.launch(request)
         return pb.LaunchJobResponse()
 
-    @answers_errors
+    @answers_errors("noded")
     async def Reconfigure(
         self, request: pb.ReconfigureRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.Reconfigured:
@@ -113,7 +86,7 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
             raise NodeUnreachable("noded is starting")
         return await self.reconfigure("ctld")
 
-    @answers_errors
+    @answers_errors("noded")
     async def SignalJob(
         self, request: pb.SignalJobRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.SignalJobResponse:
@@ -143,7 +116,7 @@ class NodeAgentServicer(pbg.NodeAgentServicer):
                 found = self.steps.signal(request.job_id, None, request.signal, run) or found
         return pb.SignalJobResponse(found=found)
 
-    @answers_errors
+    @answers_errors("noded")
     async def Witness(
         self, request: pb.WitnessRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.WitnessResponse:
