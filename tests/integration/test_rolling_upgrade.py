@@ -277,7 +277,9 @@ def _whole(tail: Tail) -> None:
     for key, lines in tasks.items():
         numbers = sorted(i for _, i, _, _ in lines)
         assert numbers == list(range(1, len(numbers) + 1)), f"{key}: lines lost or doubled"
-        assert 20 <= len(numbers) < MAX_LINES, f"{key}: {len(numbers)} lines"
+        # the test waited for lines after each step (1, +2 past ctld, +3 past each noded):
+        # the stream went on through every restart; how many more came is the machine's
+        assert 12 <= len(numbers) < MAX_LINES, f"{key}: {len(numbers)} lines"
         pids = {pid for _, _, pid, _ in lines}
         assert len(pids) == 1, f"{key}: written by {pids}: its process changed"
         late = max(arrived - written for arrived, _, _, written in lines)
