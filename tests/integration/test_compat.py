@@ -431,7 +431,7 @@ def test_pending_on_drained_nodes_shows_slurms_reasons(two: Commands) -> None:
     shown = two("scontrol", "show", "job", job_id).stdout
     assert "Reason=Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in" in shown
     why = two("corral", "why", named).stdout
-    assert "down or drained (node[01-02])" in why and unavailable in why
+    assert "node[01-02] down or drained" in why and unavailable in why
     why = two("corral", "why", job_id).stdout
     assert "the others are down or drained" in why and down in why
     two("scontrol", "update", "NodeName=node[01-02]", "State=RESUME")

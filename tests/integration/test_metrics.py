@@ -151,7 +151,8 @@ def test_every_metric_from_a_real_ctld(
     assert value(f, "corral_jobs", state="RUNNING") == 1
     assert value(f, "corral_jobs", state="PENDING") == 1
     assert value(f, "corral_jobs", state="COMPLETED") is None  # ends are counted, not held
-    assert value(f, "corral_user_jobs", user="root", account="", state="PENDING") == 1
+    # a job submitted without -A is charged to the user's default account (root here)
+    assert value(f, "corral_user_jobs", user="root", account="root", state="PENDING") == 1
     assert value(f, "corral_node_gpus_allocated", node="node01") == 2
     assert value(f, "corral_node_gpus", node="node01") == 4
     assert value(f, "corral_node_cpus", node="node01") == 16
@@ -172,7 +173,7 @@ def test_every_metric_from_a_real_ctld(
     assert value(f, "corral_gpus", partition="debug", use="allocated") == 2
     assert value(f, "corral_store_up") == 1
     assert (value(f, "corral_store_free_bytes") or 0) > 0  # SQLite: its filesystem's space
-    first = value(f, "corral_user_gpu_seconds_total", user="root", account="")
+    first = value(f, "corral_user_gpu_seconds_total", user="root", account="root")
     assert first is not None and first > 0
 
     c.wait_state(gpu, "COMPLETED")
@@ -186,7 +187,7 @@ def test_every_metric_from_a_real_ctld(
     assert value(f, "corral_job_wait_seconds_count", partition="debug") == 2
     assert value(f, "corral_job_run_seconds_count", partition="debug") == 2
     assert value(f, "corral_job_run_seconds_bucket", partition="debug", le="+Inf") == 2
-    gpu_seconds = value(f, "corral_user_gpu_seconds_total", user="root", account="")
+    gpu_seconds = value(f, "corral_user_gpu_seconds_total", user="root", account="root")
     assert gpu_seconds is not None and 5.0 <= gpu_seconds <= 2 * 3 + 4.0  # 2 GPUs x ~3 s
     commits = value(f, "corral_store_commits_total")
 
@@ -194,7 +195,7 @@ def test_every_metric_from_a_real_ctld(
     wait_for(lambda: not cmd("squeue", "-h", "-t", "all").stdout.strip(), 60, "the purge")
     f = scrape(c)
     assert value(f, "corral_jobs_ended_total", partition="debug", state="COMPLETED") == 1
-    assert value(f, "corral_user_gpu_seconds_total", user="root", account="") == gpu_seconds
+    assert value(f, "corral_user_gpu_seconds_total", user="root", account="root") == gpu_seconds
     assert (value(f, "corral_store_commits_total") or 0) >= (commits or 0)
 
     # the dashboard charts only what ctld exports
