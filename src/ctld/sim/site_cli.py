@@ -10,9 +10,12 @@ user (docs/simulator.md, "What-if on the site's own history").
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from corral.errors import ConfigError, CorralError, InvalidOption
 from corral.slurmfmt import format_timestamp, parse_timestamp
@@ -20,7 +23,16 @@ from ctld.sim import history as hist
 from ctld.sim import site as sitemod
 from ctld.sim.site_engine import SiteReplay
 from ctld.sim.site_jobs import replay_jobs
-from ctld.sim.site_report import GROUPS, Run, fidelity, real_rows, replay_rows, summarize, table
+from ctld.sim.site_report import (
+    GROUPS,
+    Fidelity,
+    Run,
+    fidelity,
+    real_rows,
+    replay_rows,
+    summarize,
+    table,
+)
 
 PROG = "corral sim"
 
@@ -76,6 +88,7 @@ def parser() -> argparse.ArgumentParser:
         help="tables to print: partition,account,user (default all)",
     )
     ap.add_argument("--plot", metavar="OUT.png", help="draw the report into this file")
+    ap.add_argument("--json", action="store_true", help="the report as one JSON document")
     ap.add_argument(
         "--export-swf",
         metavar="OUT.swf",
@@ -158,13 +171,18 @@ def run(args: argparse.Namespace) -> int:
     by_node = {s.name: s.gpus for s in sizes}
     for r in runs:
         summarize(r, history, lambda part: sum(by_node.get(n, 0) for n in gpus_in.get(part, ())))
-    print(heading(history, sizes, len(real.rows), timings))
-    if len(sites) > 1:
-        print("candidate: " + ("; ".join(sites[1].changes) or "the same as the running config"))
-    print(fidelity(real.rows, runs[1].rows, args.tolerance, args.tolerance_pct).line())
-    for group in args.by.split(","):
-        print()
-        print(table(group, runs))
+    fid = fidelity(real.rows, runs[1].rows, args.tolerance, args.tolerance_pct)
+    changes = list(sites[1].changes) if len(sites) > 1 else []
+    if args.json:
+        print(json.dumps(report_document(history, runs, fid, changes, timings), indent=1))
+    else:
+        print(heading(history, sizes, len(real.rows), timings))
+        if len(sites) > 1:
+            print("candidate: " + ("; ".join(changes) or "the same as the running config"))
+        print(fid.line())
+        for group in args.by.split(","):
+            print()
+            print(table(group, runs))
     if args.plot:
         from ctld.sim.site_plot import plot
 
@@ -173,9 +191,41 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def report_document(
+    history: hist.History,
+    runs: Sequence[Run],
+    fid: Fidelity,
+    changes: list[str],
+    timings: Sequence[tuple[str, float, int]],
+) -> dict[str, Any]:
+    """The report as plain data (``--json``): every run's totals and groups."""
+    return {
+        "window": {"start": history.start, "end": history.end, "jobs": len(runs[0].rows)},
+        "changes": changes,
+        "fidelity": {**dataclasses.asdict(fid), "line": fid.line()},
+        "replays": [{"name": n, "cpu_s": cpu, "passes": p} for n, cpu, p in timings],
+        "runs": {
+            r.name: {
+                "total": dataclasses.asdict(r.total),
+                **{
+                    g: {name: dataclasses.asdict(s) for name, s in stats.items()}
+                    for g, stats in r.groups.items()
+                },
+            }
+            for r in runs
+        },
+    }
+
+
 def window_text(history: hist.History) -> str:
-    days = (history.end - history.start) / 86400
-    return f"{format_timestamp(history.start)} .. {format_timestamp(history.end)} ({days:.1f} days)"
+    span = history.end - history.start
+    if span >= 2 * 86400:
+        length = f"{span / 86400:.1f} days"
+    elif span >= 7200:
+        length = f"{span / 3600:.1f} h"
+    else:
+        length = f"{span / 60:.1f} min"
+    return f"{format_timestamp(history.start)} .. {format_timestamp(history.end)} ({length})"
 
 
 def heading(

@@ -28,7 +28,7 @@ from corral.jobspec import array_throttle
 from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
 from ctld import deps, pending
-from ctld.priorities import Priorities, apply_factors
+from ctld.priorities import RECALC_S, Priorities, apply_factors
 from ctld.qos import QosTable
 from ctld.sched import (
     INFINITY,
@@ -43,7 +43,7 @@ from ctld.sched import (
     schedule,
 )
 from ctld.sched.frag import pending_demands
-from ctld.sched.predict import RunTimePredictor
+from ctld.sched.predict import STEPS_S, RunTimePredictor
 from ctld.sched.quick import priority_order
 from ctld.sim.history import History
 from ctld.sim.site import Site
@@ -53,8 +53,12 @@ from ctld.usage import UsageLedger
 from ctld.validate import node_lists, request_from_spec
 from ctld.victims import ClaimRecord, Preemptions, Victim
 
-# event kinds, in the order they are taken at one instant: what frees nodes first
-END, GRACE, WITHDRAW, RELEASE, HOLD, SUBMIT, WAKE = range(7)
+# event kinds, in the order they are taken at one instant: what frees nodes first.
+# TICK: something that changes with time alone (a --begin time come, a reservation's
+# bound, a running job outliving its prediction, priorities due again). ctld sees it at
+# its next periodic pass (within controller.sched_interval_s); the replay at once, so
+# its starts may lead the real ones by up to that interval there
+EVENT_KINDS = (END, GRACE, WITHDRAW, RELEASE, HOLD, SUBMIT, TICK) = range(7)
 
 
 @dataclass
@@ -140,6 +144,7 @@ class SiteReplay:
         self.events: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self.passes = 0
+        self._recalc_tick = 0.0
         self._resv: tuple[float, tuple[ReservationView, ...]] = (-math.inf, ())
         self._resv_bounds = sorted(
             {
@@ -171,16 +176,22 @@ class SiteReplay:
             if rj.withdraw_at < math.inf:
                 self.push(max(rj.withdraw_at, start), WITHDRAW, job.job_id)
             if job.eligible_time > job.submit_time:
-                self.push(job.eligible_time, WAKE)
+                self.push(job.eligible_time, TICK)
         for t in self._resv_bounds:
             if t >= start:
-                self.push(t, WAKE)
+                self.push(t, TICK)
         while self.events:
             now = self.events[0][0]
             while self.events and self.events[0][0] <= now:
                 _at, kind, _seq, job_id, token = heapq.heappop(self.events)
                 self._handle(kind, job_id, token, now)
             self._pass(now)
+            due = self.priorities.last_calc + RECALC_S
+            # (while anything else is still to happen: a queue nothing will ever move
+            # again is not replayed for ever)
+            if self.pending and self.events and due > now and due != self._recalc_tick:
+                self._recalc_tick = due
+                self.push(due, TICK)  # priorities due again
         return self.outcomes
 
     def _handle(self, kind: int, job_id: int, token: int, now: float) -> None:
@@ -199,6 +210,7 @@ class SiteReplay:
             if job_id in self.pending:
                 del self.pending[job_id]
                 job.state, job.end_time = pb.JOB_STATE_CANCELLED, now
+                self.outcomes[job_id].end = now
             elif job_id in self.running:
                 self._stop(job_id, now, pb.JOB_STATE_CANCELLED)
         elif kind == HOLD and job is not None:
@@ -264,6 +276,7 @@ class SiteReplay:
             run = self.run_no.setdefault(st.job_id, 0)
             length = rj.runs_s[min(run, len(rj.runs_s) - 1)]
             self.push(now + length, END, st.job_id, self.started[st.job_id])
+            self._outlived(st.job_id, now, length)
         for p in plan.preemptions:
             self._preempt(p.job_id, p.partition, p.placements, p.victims, now)
         if self.site.config.scheduler.kill_invalid_depend:
@@ -271,6 +284,17 @@ class SiteReplay:
                 if reason == Reason.DEPENDENCY_NEVER_SATISFIED and job_id in self.pending:
                     job = self.pending.pop(job_id)
                     job.state, job.end_time = pb.JOB_STATE_CANCELLED, now
+
+    def _outlived(self, job_id: int, now: float, length: float) -> None:
+        """Passes when the job outlives its prediction and each later step of it: the
+        plan changes then (ctld's periodic pass sees it), though no event happens."""
+        predicted = self.predicted.get(job_id, 0)
+        if not self.settings.predict or predicted <= 0:
+            return
+        for at in (predicted, *(s for s in STEPS_S if s > predicted)):
+            if at >= length:
+                break
+            self.push(now + at, TICK)
 
     def _request(self, job: pb.Job, now: float) -> JobRequest:
         blocked = pending.blocked_reason(job, now, self._dependency, self._throttled)
@@ -464,7 +488,7 @@ class SiteReplay:
         del job.allocations[:]
         if self.requeue_delay > 0:
             job.eligible_time = now + self.requeue_delay
-            self.push(job.eligible_time, WAKE)
+            self.push(job.eligible_time, TICK)
         self.pending[job.job_id] = job
         if count:
             self.outcomes[job.job_id].preempted += 1

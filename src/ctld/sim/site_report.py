@@ -43,7 +43,7 @@ class JobRow:
 @dataclass
 class Stats:
     jobs: int = 0
-    never_started: int = 0
+    never_started: int = 0  # still waiting at the end (not cancelled while waiting)
     mean_wait: float = 0.0
     p95_wait: float = 0.0
     max_wait: float = 0.0
@@ -169,11 +169,12 @@ def _gpu_hours(r: JobRow, lo: float, hi: float) -> float:
 
 def _stats(rows: Sequence[JobRow], lo: float, hi: float) -> Stats:
     started = [r for r in rows if r.start > 0]
+    waiting = [r for r in rows if not r.start and not r.end]  # not cancelled: still waiting
     waits = sorted(r.wait for r in started)
     bslds = [bounded_slowdown(r.wait, max(r.end - r.start, 0.0)) for r in started if r.end > 0]
     return Stats(
         jobs=len(rows),
-        never_started=len(rows) - len(started),
+        never_started=len(waiting),
         mean_wait=statistics.fmean(waits) if waits else 0.0,
         p95_wait=waits[min(len(waits) - 1, int(len(waits) * 0.95))] if waits else 0.0,
         max_wait=waits[-1] if waits else 0.0,
@@ -249,7 +250,11 @@ def _util(s: Stats) -> str:
 
 
 def _target(s: Stats) -> str:
-    return f"{s.target_gpu_hours:,.1f}" if s.target_gpu_hours is not None else "-"
+    return _hours(s.target_gpu_hours) if s.target_gpu_hours is not None else "-"
+
+
+def _hours(value: float) -> str:
+    return f"{value:,.1f}" if value >= 10 else f"{value:.3f}"
 
 
 HEADER: dict[str, tuple[str, Callable[[Stats], str]]] = {
@@ -290,7 +295,7 @@ def table(group: str, runs: Sequence[Run]) -> str:
                     _d(s.p95_wait),
                     _d(s.max_wait),
                     f"{s.bsld:.2f}",
-                    f"{s.gpu_hours:,.1f}",
+                    _hours(s.gpu_hours),
                     cell(s),
                     str(s.preempted),
                     str(s.never_started),
