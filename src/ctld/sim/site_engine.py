@@ -95,6 +95,8 @@ class SiteReplay:
         self.now = 0.0
         self.throttles: dict[int, int] = {}  # arrays' %N room, counted down in a pass
         self.outcomes = {rj.job.job_id: Outcome(rj.job.job_id) for rj in jobs}
+        self.by_id = {rj.job.job_id: rj.job for rj in jobs}
+        self.views: dict[int, RunningView] = {}  # running jobs' views, made at their start
         self.qos = QosTable(config)
         self.qos.replace(acct.qos_table())
         self.ledger = UsageLedger(config.priority, lambda q: self.qos.get(q).usage_factor)
@@ -243,7 +245,8 @@ class SiteReplay:
             for job in self.pending.values():
                 if not job.hold:
                     self._set_priority(job, now)
-        self.preemptions.prune({j: rj.job for j, rj in self.jobs.items()})
+        if self.preemptions.victims or self.preemptions.claims:
+            self.preemptions.prune(self.by_id)
         queue = sorted(
             (self._request(job, now) for job in self.pending.values()), key=priority_order
         )
@@ -367,6 +370,14 @@ class SiteReplay:
         return False
 
     def _running_view(self, job_id: int) -> RunningView:
+        view = self.views.get(job_id)
+        if view is None:
+            view = self.views[job_id] = self._make_view(job_id)
+        if self.preemptions.victims and job_id in self.preemptions.victims:
+            return self._make_view(job_id)
+        return view
+
+    def _make_view(self, job_id: int) -> RunningView:
         job = self.jobs[job_id].job
         end = job.start_time + job.time_limit_s if job.time_limit_s >= 0 else INFINITY
         preemptable = not job.spec.allocation_only
@@ -449,6 +460,7 @@ class SiteReplay:
 
     def _release(self, job: pb.Job, now: float) -> None:
         placements = self.running.pop(job.job_id)
+        self.views.pop(job.job_id, None)
         self.nodes.give_back(job.job_id, placements)
         if job.array_job_id:
             self.array_running[job.array_job_id] -= 1
