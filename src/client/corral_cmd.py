@@ -13,6 +13,7 @@ corral certs [--dir DIR]                                      the cluster CA and
 corral certs --revoke NAME [--dir DIR]                        revoke a daemon's certificate
 corral token --user U [--lifetime 7d]                         a JWT for a user (admins)
 corral sim TRACE [--policy P] [--jobs N] [--procs N]          replay an SWF trace
+corral sim --from-store [CONFIG|URL] [--set KEY=VALUE]        what-if on the site's own history
 corral db upgrade|current [-f CONFIG] [--url URL]            migrate the store's schema
 corral db backup|restore FILE [-f CONFIG] [--url URL]        back the store up, restore it
 corral db verify FILE | corral db check                      a backup's, the store's soundness

@@ -3,7 +3,9 @@
 Operators create, update and delete them (``scontrol create|update|delete
 reservation``); the scheduler sees each as whole-node holds that only the jobs naming
 it (``--reservation``) may use, and that other jobs may use only if they end before it
-starts. Reservations are durable in the store and dropped once they have ended.
+starts. Reservations are durable in the store and dropped once they have ended; every
+change is also logged with its time (the store's ``reservation_log``), so a replay of
+the site's history (``corral sim --from-store``) sees the ones that ended.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ class Reservations:
         self._check_overlap(resv)
         resv.created_by = who.user
         self.by_name[resv.name] = resv
-        return resv, Op(reservations_put=[resv])
+        return resv, Op(reservations_put=[resv], reservations_at=self.clock())
 
     def update(self, req: pb.UpdateReservationRequest) -> Op:
         current = self._get(req.name)
@@ -129,19 +131,19 @@ class Reservations:
             resv.flags[:] = list(req.flags)
         self._check_overlap(resv)
         self.by_name[resv.name] = resv
-        return Op(reservations_put=[resv])
+        return Op(reservations_put=[resv], reservations_at=self.clock())
 
     def delete(self, name: str) -> Op:
         self._get(name)
         del self.by_name[name]
-        return Op(reservations_delete=[name])
+        return Op(reservations_delete=[name], reservations_at=self.clock())
 
     def expired(self) -> Op | None:
         now = self.clock()
         gone = [n for n, r in self.by_name.items() if r.end_time <= now]
         for name in gone:
             del self.by_name[name]
-        return Op(reservations_delete=gone) if gone else None
+        return Op(reservations_delete=gone, reservations_at=now) if gone else None
 
     # ------------------------------------------------------------ checks
 

@@ -123,6 +123,20 @@ accounting = sa.Table(
     sa.Column("data", sa.Text, nullable=False),
 )
 
+# Every version of every reservation as it was put, and its deletion (``data`` empty),
+# with when: the reservations table keeps only the live ones, and a replay of the
+# site's history (corral sim --from-store) needs the ones that ended too. A few rows
+# per reservation; kept (migration 0008).
+reservation_log = sa.Table(
+    "reservation_log",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(64), nullable=False),
+    sa.Column("time", sa.Float, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.Index("ix_reservation_log_time", "time"),
+)
+
 meta = sa.Table(
     "meta",
     metadata,
@@ -140,6 +154,8 @@ class Op:
     events: list[dict[str, Any]] = field(default_factory=list)
     reservations_put: list[pb.Reservation] = field(default_factory=list)
     reservations_delete: list[str] = field(default_factory=list)
+    # when the reservation change was made (the reservation log's time; 0: not logged)
+    reservations_at: float = 0.0
     drains_put: list[NodeDrain] = field(default_factory=list)
     drains_delete: list[str] = field(default_factory=list)
     downs_put: list[NodeDrain] = field(default_factory=list)  # an operator's State=DOWN
@@ -278,6 +294,19 @@ def apply_ops(conn: Connection, ops: Iterable[Op]) -> None:
                 reservations.insert(),
                 {"name": resv.name, "end_time": resv.end_time, "data": resv.SerializeToString()},
             )
+        if op.reservations_at:
+            logged = [
+                *(
+                    {"name": r.name, "time": op.reservations_at, "data": r.SerializeToString()}
+                    for r in op.reservations_put
+                ),
+                *(
+                    {"name": n, "time": op.reservations_at, "data": b""}
+                    for n in op.reservations_delete
+                ),
+            ]
+            if logged:
+                conn.execute(reservation_log.insert(), logged)
         for name in [*op.drains_delete, *(d.name for d in op.drains_put)]:
             conn.execute(node_drains.delete().where(node_drains.c.name == name))
         for name in [*op.downs_delete, *(d.name for d in op.downs_put)]:

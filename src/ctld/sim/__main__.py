@@ -1,4 +1,6 @@
-"""corral sim TRACE: replay an SWF trace with each policy and print a table."""
+"""corral sim TRACE: replay an SWF trace with each policy and print a table.
+
+(``corral sim --from-store``, the site's own history, is site_cli.py.)"""
 
 from __future__ import annotations
 
@@ -14,7 +16,16 @@ from ctld.sim.power import PowerSettings
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="corral sim", description=__doc__)
+    if any(a == "--from-store" or a.startswith("--from-store=") for a in argv):
+        from ctld.sim.site_cli import main as from_store
+
+        return from_store(argv)  # the site's own history (docs/simulator.md)
+    ap = argparse.ArgumentParser(
+        prog="corral sim",
+        description=__doc__,
+        epilog="corral sim --from-store [CONFIG|URL] ... replays the site's own history "
+        "(corral sim --from-store -h)",
+    )
     ap.add_argument("trace", type=Path)
     ap.add_argument(
         "--policy",
