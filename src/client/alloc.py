@@ -16,7 +16,6 @@ from client.jobopts import JOB_OPTIONS, ignored_warnings, submit_line, to_spec
 from client.options import Option
 from corral import signals
 from corral.errors import AllocationRevoked, CorralError
-from corral.slurmfmt import compress_counts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -140,34 +139,12 @@ def say(prog: str, message: str) -> None:
 
 
 def allocation_environment(raw: t.Job, cluster: str) -> dict[str, str]:
-    """What salloc puts in its command's environment (Slurm's SLURM_* for an allocation)."""
-    from client.views.job import Job
+    """What salloc puts in its command's environment: the allocation's SLURM_*, built by
+    the same code as the batch script's and each task's (corral/jobenv.py)."""
+    from google.protobuf import json_format
 
-    job = Job(raw)
-    allocs = job.allocations
-    cpus = [a.cpus for a in allocs]
-    env = {
-        "SLURM_JOB_ID": str(job.job_id),
-        "SLURM_JOBID": str(job.job_id),
-        "SLURM_JOB_NAME": job.spec.name,
-        "SLURM_JOB_NODELIST": job.nodelist,
-        "SLURM_NODELIST": job.nodelist,
-        "SLURM_JOB_NUM_NODES": str(len(allocs)),
-        "SLURM_NNODES": str(len(allocs)),
-        "SLURM_JOB_PARTITION": job.partition,
-        "SLURM_JOB_CPUS_PER_NODE": compress_counts(cpus),
-        "SLURM_CLUSTER_NAME": cluster or job.cluster,
-        "SLURM_SUBMIT_DIR": os.getcwd(),
-        "SLURM_SUBMIT_HOST": os.uname().nodename,
-    }
-    spec = job.spec
-    ntasks = job.num_tasks or spec.ntasks
-    if ntasks:
-        env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = str(ntasks)
-    if spec.ntasks_per_node:
-        env["SLURM_NTASKS_PER_NODE"] = str(spec.ntasks_per_node)
-    if spec.cpus_per_task:
-        env["SLURM_CPUS_PER_TASK"] = str(spec.cpus_per_task)
-    if spec.mem_per_node_mb:
-        env["SLURM_MEM_PER_NODE"] = str(spec.mem_per_node_mb)
-    return env
+    from corral.jobenv import allocation_variables
+    from corral.wire import corral_pb2 as pb
+
+    job = json_format.ParseDict(dict(raw), pb.Job(), ignore_unknown_fields=True)
+    return allocation_variables(job, cluster)

@@ -11,8 +11,7 @@ import pwd
 from collections.abc import Mapping
 
 from corral.checkpoints import checkpoint_name
-from corral.jobspec import array_tasks, tasks_per_node
-from corral.jobsyntax import array_environment
+from corral.jobenv import allocation_variables
 from corral.slurmfmt import compress_counts
 from corral.wire import corral_pb2 as pb
 
@@ -73,59 +72,20 @@ def batch_environment(
     env.update(spec.environment)
     alloc = next((a for a in job.allocations if a.node == node_name), None)
     gpus = ",".join(str(i) for i in alloc.gpu_indices) if alloc else ""
-    tpn = tasks_per_node(job)
-    ntasks = sum(tpn)
-    slurm: dict[str, str] = {
-        "SLURM_JOB_ID": str(job.job_id),
-        "SLURM_JOBID": str(job.job_id),
-        "SLURM_JOB_NAME": spec.name,
-        "SLURM_JOB_USER": job.user,
-        "SLURM_JOB_UID": str(job.uid),
-        "SLURM_JOB_GID": str(job.gid),
-        "SLURM_SUBMIT_DIR": spec.submit_dir or spec.work_dir,
-        "SLURM_SUBMIT_HOST": spec.submit_host,
-        "SLURM_JOB_NODELIST": job.nodelist,
-        "SLURM_NODELIST": job.nodelist,
-        "SLURM_JOB_NUM_NODES": str(len(job.allocations)),
-        "SLURM_NNODES": str(len(job.allocations)),
-        "SLURM_NTASKS": str(ntasks),
-        "SLURM_NPROCS": str(ntasks),
-        "SLURM_TASKS_PER_NODE": compress_counts(tpn),
-        "SLURM_JOB_CPUS_PER_NODE": compress_counts([a.cpus for a in job.allocations]),
-        "SLURM_CPUS_ON_NODE": str(alloc.cpus if alloc else 0),
-        "SLURM_JOB_PARTITION": job.partition,
-        "SLURM_CLUSTER_NAME": cluster,
-        "SLURMD_NODENAME": node_name,
-        "SLURM_NODEID": "0",
-        "SLURM_PROCID": "0",
-        "SLURM_LOCALID": "0",
-        "SLURM_GTIDS": "0",
-        "SLURM_JOB_START_TIME": str(int(job.start_time)),
-        "SLURM_RESTART_COUNT": str(job.restart_count),
-        "SLURM_PRIO_PROCESS": "0",
-        "SLURM_EXPORT_ENV": spec.export or "ALL",
-        "ENVIRONMENT": "BATCH",
-    }
-    array = array_tasks(spec) if job.HasField("array_task_id") else None
-    if array is not None:
-        slurm.update(array_environment(array, job.array_job_id, job.array_task_id))
-    if job.time_limit_s > 0:
-        slurm["SLURM_JOB_END_TIME"] = str(int(job.start_time + job.time_limit_s))
-    if job.account:
-        slurm["SLURM_JOB_ACCOUNT"] = job.account
-    slurm["SLURM_JOB_QOS"] = job.qos or spec.qos or "normal"  # ctld resolved DefaultQOS
-    if spec.gpus:
-        slurm["SLURM_GPUS"] = str(spec.gpus)
-    if spec.gpus_per_node:
-        slurm["SLURM_GPUS_PER_NODE"] = str(spec.gpus_per_node)
-    if spec.cpus_per_task:
-        slurm["SLURM_CPUS_PER_TASK"] = str(spec.cpus_per_task)
-    if spec.ntasks_per_node:
-        slurm["SLURM_NTASKS_PER_NODE"] = str(spec.ntasks_per_node)
-    if spec.mem_per_node_mb:
-        slurm["SLURM_MEM_PER_NODE"] = str(spec.mem_per_node_mb)
-    if spec.mem_per_cpu_mb:
-        slurm["SLURM_MEM_PER_CPU"] = str(spec.mem_per_cpu_mb)
+    slurm = allocation_variables(job, cluster)
+    slurm.update(
+        {
+            "SLURM_CPUS_ON_NODE": str(alloc.cpus if alloc else 0),
+            "SLURMD_NODENAME": node_name,
+            "SLURM_NODEID": "0",
+            "SLURM_PROCID": "0",
+            "SLURM_LOCALID": "0",
+            "SLURM_GTIDS": "0",
+            "SLURM_PRIO_PROCESS": "0",
+            "SLURM_EXPORT_ENV": spec.export or "ALL",
+            "ENVIRONMENT": "BATCH",
+        }
+    )
     if alloc is not None and alloc.gpu_indices:
         slurm["SLURM_JOB_GPUS"] = gpus
         slurm["SLURM_GPUS_ON_NODE"] = str(len(alloc.gpu_indices))
@@ -134,9 +94,6 @@ def batch_environment(
     if alloc is not None and alloc.shards:
         # gres/shard: the shared GPU (CUDA_VISIBLE_DEVICES above) and the job's shards of it
         slurm["SLURM_SHARDS_ON_NODE"] = str(alloc.shards)
-    if job.previous_num_nodes:  # a requeued job's earlier run (an elastic one rescales)
-        slurm["SLURM_JOB_PREVIOUS_NUM_NODES"] = str(job.previous_num_nodes)
-        slurm["SLURM_JOB_PREVIOUS_NTASKS"] = str(job.previous_num_tasks)
     env.update(slurm)
     env["CORRAL_CHECKPOINT_DIR"] = checkpoint_dir(job, checkpoint_root)
     return env
@@ -161,24 +118,13 @@ def step_environment(
     torch.distributed's env:// init reads; SLURM_* are what Slurm's slurmstepd sets.
     """
     env = dict(base)
+    env.update(allocation_variables(job, cluster))
     per_node = [len(n.ranks) for n in step.nodes]
     alloc = next((a for a in job.allocations if a.node == here.node), None)
     visible = ",".join(str(g) for g in gpus)
     env.update(
         {
-            "SLURM_JOB_ID": str(job.job_id),
-            "SLURM_JOBID": str(job.job_id),
-            "SLURM_JOB_NAME": job.spec.name,
-            "SLURM_JOB_USER": job.user,
-            "SLURM_JOB_UID": str(job.uid),
-            "SLURM_JOB_GID": str(job.gid),
-            "SLURM_JOB_PARTITION": job.partition,
-            "SLURM_JOB_NODELIST": job.nodelist,
-            "SLURM_NODELIST": job.nodelist,
-            "SLURM_JOB_NUM_NODES": str(len(job.allocations)),
             "SLURM_NNODES": str(len(step.nodes)),
-            "SLURM_JOB_CPUS_PER_NODE": compress_counts([a.cpus for a in job.allocations]),
-            "SLURM_CLUSTER_NAME": cluster,
             "SLURM_STEP_ID": str(step.step_id),
             "SLURM_STEPID": str(step.step_id),
             "SLURM_STEP_NODELIST": step.nodelist,
