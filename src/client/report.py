@@ -15,6 +15,7 @@ from client.common import client
 from client.sreport import TRES_NAMES, tres_list
 from client.views.accounting import UsageRecord
 from corral.errors import CorralError, InvalidOption
+from corral.slurmfmt import day_bounds
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -24,21 +25,6 @@ if TYPE_CHECKING:
 
 PROG = "corral report"
 PLOT_EXTRA = "plot"
-
-
-def day_bounds(start: float, end: float) -> list[float]:
-    """Local midnights from the day of ``start`` on, then ``end``."""
-    t = time.localtime(start)
-    bounds = [time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))]
-    day = 1
-    while True:
-        nxt = time.mktime((t.tm_year, t.tm_mon, t.tm_mday + day, 0, 0, 0, 0, 0, -1))
-        if nxt >= end:
-            break
-        bounds.append(nxt)
-        day += 1
-    bounds.append(end)
-    return bounds
 
 
 def per_day(

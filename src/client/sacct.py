@@ -32,7 +32,7 @@ from client.sacct_values import (
 )
 from client.views.job import Job
 from corral.errors import InvalidOption
-from corral.slurmfmt import format_timestamp, parse_timestamp
+from corral.slurmfmt import format_timestamp, local_midnight, parse_timestamp
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -96,11 +96,6 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DATE = r"(\d\d)[/.]?(\d\d)(?:[/.]?(\d\d))?(?:-(\d{1,2}):(\d\d)(?::(\d\d))?)?"
 
 
-def midnight(now: float) -> float:
-    t = time.localtime(now)
-    return time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))
-
-
 def parse_when(value: str, now: float) -> float:
     """-S/-E times, meant in the past as sacct means them: ``now-2hours``, ``HH:MM``
     (today), ``MM/DD[/YY]``, ``MMDD[YY]``, ``YYYY-MM-DD[THH:MM[:SS]]``, ``midnight``."""
@@ -112,7 +107,7 @@ def parse_when(value: str, now: float) -> float:
         step = int(rel.group(2)) * _UNIT_S[(rel.group(3) or "s")[0].lower()]
         return now + step if rel.group(1) == "+" else now - step
     if s.lower() in ("today", "midnight"):
-        return midnight(now)
+        return local_midnight(now)
     date = re.fullmatch(_DATE, s)
     if date and not re.fullmatch(r"\d{1,2}:\d\d(:\d\d)?", s):
         return _month_day(date.groups(), now, value)
@@ -145,7 +140,7 @@ def window(opts: dict[str, Any], now: float) -> tuple[float, float]:
         if start and not end:
             end = start
     elif not opts.get("jobs") and not start:
-        start = midnight(now)
+        start = local_midnight(now)
     if end and start > end:
         raise InvalidOption(
             f"Start time ({format_timestamp(start)}) requested is after end time "

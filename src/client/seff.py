@@ -14,7 +14,7 @@ from client.fmt import group_name
 from client.views.job import Job
 from client.views.step import StepStat
 from client.views.usage import Usage
-from corral.efficiency import efficiency, lines
+from corral.efficiency import job_efficiency, lines
 from corral.errors import CorralError
 
 TYPE_CHECKING = False
@@ -39,31 +39,8 @@ def report(raw: t.Job, now: float, live: t.JobUsage | None = None) -> list[str]:
     batch figures so far (a GetStepStats step's node usage)."""
     job = Job(raw)
     state = job.state_name
-    spec = job.spec
     usage = Usage(live) if live else job.usage
-    start, end = job.start_time, job.end_time
-    started = bool(start) and state != "PENDING"
-    elapsed = (
-        ((end if end and state not in ("RUNNING", "COMPLETING") else now) - start)
-        if started
-        else 0.0
-    )
-    eff = efficiency(
-        elapsed_s=elapsed,
-        cpus=job.num_cpus or 1,
-        nodes=job.num_nodes or len(job.allocations) or 1,
-        cpu_used_s=usage.user_cpu_s + usage.system_cpu_s,
-        max_rss_kb=usage.max_rss_kb,
-        mem_per_node_mb=spec.mem_per_node_mb,
-        mem_per_cpu_mb=spec.mem_per_cpu_mb,
-        mem_total_mb=job.mem_mb,
-        gpus=job.num_gpus,
-        gpu_util_mean=usage.gpu_util_mean,
-        gpu_util_max=usage.gpu_util_max,
-        gpu_mem_max_mb=usage.gpu_mem_max_mb,
-        samples=usage.samples,
-        running=state == "RUNNING",
-    )
+    eff = job_efficiency(job, state, now=now, usage=usage)
     out = [f"Job ID: {job.job_id}"]
     if job.is_array_task:
         out.append(f"Array Job ID: {job.array_job_id}_{job.array_task_id}")

@@ -21,7 +21,7 @@ from client.options import COUNT, FLAG, LIST, Option, OptionParser, answered
 from client.sreport_tree import Usage, account_rows, add, user_rows
 from client.views.accounting import UsageRecord
 from corral.errors import InvalidOption
-from corral.slurmfmt import format_timestamp
+from corral.slurmfmt import format_timestamp, local_midnight
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -198,18 +198,13 @@ def _rounded(epoch: float) -> float:
     return time.mktime((t.tm_year, t.tm_mon, t.tm_mday, hour, 0, 0, 0, 0, -1))
 
 
-def _day_start(epoch: float, days_back: int = 0) -> float:
-    t = time.localtime(epoch)
-    return time.mktime((t.tm_year, t.tm_mon, t.tm_mday - days_back, 0, 0, 0, 0, 0, -1))
-
-
 def report_window(start: str | None, end: str | None, now: float) -> tuple[float, float]:
     """start=/end= as Slurm reads them: by default yesterday, midnight to midnight; an
     end after now is now; both rounded to the hour; at least an hour long."""
     from client.sacct import parse_when
 
-    until = _rounded(min(parse_when(end, now), now)) if end else _day_start(now)
-    since = _rounded(parse_when(start, now)) if start else _day_start(now, 1)
+    until = _rounded(min(parse_when(end, now), now)) if end else local_midnight(now)
+    since = _rounded(parse_when(start, now)) if start else local_midnight(now, 1)
     if until - since < 3600:
         until = since + 3600
     return since, until

@@ -24,10 +24,52 @@ from corral.slurmfmt import SACCT, format_duration
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from corral.wire import corral_pb2 as pb
+    from collections.abc import Sized
+    from typing import Protocol
 
-_PENDING = 1  # JOB_STATE_PENDING (corral.proto), without importing protobuf
-_RUNNING = 2
+    # what job_efficiency reads: a corral_pb2.Job (ctld) and client/views' Job (seff,
+    # from JSON) both have it, under the proto's own names
+    class UsageFigures(Protocol):
+        @property
+        def user_cpu_s(self) -> float: ...
+        @property
+        def system_cpu_s(self) -> float: ...
+        @property
+        def max_rss_kb(self) -> int: ...
+        @property
+        def gpu_util_mean(self) -> float: ...
+        @property
+        def gpu_util_max(self) -> float: ...
+        @property
+        def gpu_mem_max_mb(self) -> float: ...
+        @property
+        def samples(self) -> int: ...
+
+    class SpecFigures(Protocol):
+        @property
+        def mem_per_node_mb(self) -> int: ...
+        @property
+        def mem_per_cpu_mb(self) -> int: ...
+
+    class JobFigures(Protocol):
+        @property
+        def start_time(self) -> float: ...
+        @property
+        def end_time(self) -> float: ...
+        @property
+        def num_cpus(self) -> int: ...
+        @property
+        def num_nodes(self) -> int: ...
+        @property
+        def mem_mb(self) -> int: ...
+        @property
+        def num_gpus(self) -> int: ...
+        @property
+        def allocations(self) -> Sized: ...
+        @property
+        def spec(self) -> SpecFigures: ...
+        @property
+        def usage(self) -> UsageFigures: ...
 
 
 @dataclass(frozen=True)
@@ -110,30 +152,40 @@ def efficiency(
     )
 
 
-def job_efficiency(job: pb.Job, *, now: float = 0.0, gpu_memory_mb: float = 0.0) -> Efficiency:
-    """seff's figures for ``job``: its elapsed time runs to its end, or to ``now``
-    while it runs (a running job's usage is what noded last reported)."""
-    started = job.start_time > 0 and job.state != _PENDING
-    end = job.end_time if job.end_time > 0 else now
+def job_efficiency(
+    job: JobFigures,
+    state: str,
+    *,
+    now: float = 0.0,
+    usage: UsageFigures | None = None,
+    gpu_memory_mb: float = 0.0,
+) -> Efficiency:
+    """seff's figures for ``job`` in ``state`` (Slurm's name: PENDING, RUNNING...): its
+    elapsed time runs to its end, or to ``now`` while it runs; ``usage``: a running
+    job's figures so far, when the caller has fresher ones than the job's record.
+    seff and the web page both call this, so they read the same inputs the same way."""
+    started = job.start_time > 0 and state != "PENDING"
+    still_on = state in ("RUNNING", "COMPLETING")
+    end = job.end_time if job.end_time > 0 and not still_on else now
     elapsed = end - job.start_time if started and end > 0 else 0.0
-    usage = job.usage
+    used = usage if usage is not None else job.usage
     spec = job.spec
     return efficiency(
         elapsed_s=elapsed,
-        cpus=job.num_cpus,
-        nodes=job.num_nodes or len(job.allocations),
-        cpu_used_s=usage.user_cpu_s + usage.system_cpu_s,
-        max_rss_kb=usage.max_rss_kb,
+        cpus=job.num_cpus or 1,
+        nodes=job.num_nodes or len(job.allocations) or 1,
+        cpu_used_s=used.user_cpu_s + used.system_cpu_s,
+        max_rss_kb=used.max_rss_kb,
         mem_per_node_mb=spec.mem_per_node_mb,
         mem_per_cpu_mb=spec.mem_per_cpu_mb,
         mem_total_mb=job.mem_mb,
         gpus=job.num_gpus,
-        gpu_util_mean=usage.gpu_util_mean,
-        gpu_util_max=usage.gpu_util_max,
-        gpu_mem_max_mb=usage.gpu_mem_max_mb,
+        gpu_util_mean=used.gpu_util_mean,
+        gpu_util_max=used.gpu_util_max,
+        gpu_mem_max_mb=used.gpu_mem_max_mb,
         gpu_memory_mb=gpu_memory_mb,
-        samples=usage.samples,
-        running=job.state == _RUNNING,
+        samples=used.samples,
+        running=state == "RUNNING",
     )
 
 

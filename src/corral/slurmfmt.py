@@ -184,8 +184,7 @@ def parse_timestamp(text: str, *, now: float, what: str = "begin time") -> float
     if relative:
         count, unit = relative
         return now + count * _REL_UNIT[unit]
-    lt = _time.localtime(now)
-    day_start = _time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1))
+    day_start = local_midnight(now)
     if low in ("today", "midnight", "noon", "teatime", "tomorrow"):
         offset = {
             "today": 0,
@@ -283,3 +282,27 @@ def parse_nodes(value: str) -> tuple[int, int]:
     if hi and hi < lo:
         raise InvalidOption(f"Invalid node count specification: {value}")
     return lo, hi
+
+
+def local_midnight(epoch: float, days_back: int = 0) -> float:
+    """The local midnight that begins the day of ``epoch``, ``days_back`` days earlier
+    (mktime normalizes the day and the DST change: sacct's, sreport's and corral
+    report's days all begin here)."""
+    t = _time.localtime(epoch)
+    return _time.mktime((t.tm_year, t.tm_mon, t.tm_mday - days_back, 0, 0, 0, 0, 0, -1))
+
+
+def day_bounds(start: float, end: float) -> list[float]:
+    """Local midnights from the day of ``start`` on, then ``end``: the days of corral
+    report and of the web page's usage view."""
+    t = _time.localtime(start)
+    bounds = [local_midnight(start)]
+    day = 1
+    while True:
+        nxt = _time.mktime((t.tm_year, t.tm_mon, t.tm_mday + day, 0, 0, 0, 0, 0, -1))
+        if nxt >= end:
+            break
+        bounds.append(nxt)
+        day += 1
+    bounds.append(end)
+    return bounds

@@ -41,7 +41,7 @@ def test_memory_per_cpu_counts_every_cpu() -> None:
 
 def test_a_job_that_never_ran_has_no_efficiency() -> None:
     job = pb.Job(job_id=1, state=pb.JOB_STATE_PENDING, num_cpus=1, num_nodes=1)
-    eff = job_efficiency(job, now=1000.0)
+    eff = job_efficiency(job, "PENDING", now=1000.0)
     assert eff.elapsed_s == 0 and eff.cpu_pct is None
     assert lines(eff, pending=True) == ["Cores: 1"]
 
@@ -59,7 +59,7 @@ def test_a_running_job_counts_to_now_and_warns() -> None:
             user_cpu_s=50, gpu_util_mean=40.0, gpu_util_max=90.0, gpu_mem_max_mb=20480, samples=3
         ),
     )
-    eff = job_efficiency(job, now=200.0, gpu_memory_mb=81920)
+    eff = job_efficiency(job, "RUNNING", now=200.0, gpu_memory_mb=81920)
     assert eff.elapsed_s == 100 and eff.cpu_pct == pytest.approx(25.0)
     assert eff.mem_requested_mb == 2048  # the allocation stands in for an absent --mem
     assert eff.gpu_util_mean_pct == 40.0 and eff.gpu_mem_pct == pytest.approx(25.0)
@@ -73,3 +73,31 @@ def test_seff_units() -> None:
     assert kbytes(0) == "0.00 MB"
     assert kbytes(512) == "512.00 KB"
     assert kbytes(1536 * 1024) == "1.50 GB"
+
+
+def test_seff_and_the_web_page_read_the_same_inputs_the_same_way() -> None:
+    # one reading of a job's inputs (corral/efficiency.job_efficiency) for both: seff's
+    # JSON view and ctld's record; a running job counts to now even where its record
+    # holds an end time (the expected one), and its live usage replaces the record's
+    from google.protobuf import json_format
+
+    from client.views.job import Job
+    from client.views.usage import Usage
+
+    job = pb.Job(
+        job_id=5, state=pb.JOB_STATE_RUNNING, start_time=100.0, end_time=900.0,
+        num_cpus=0, num_nodes=0, mem_mb=1024,
+        usage=pb.JobUsage(user_cpu_s=10, system_cpu_s=10, max_rss_kb=512 * 1024),
+    )  # fmt: skip
+    live = pb.JobUsage(user_cpu_s=30, system_cpu_s=10, max_rss_kb=256 * 1024)
+    view = Job(json_format.MessageToDict(job))  # type: ignore[arg-type]
+    from_view = job_efficiency(
+        view,
+        view.state_name,
+        now=200.0,
+        usage=Usage(json_format.MessageToDict(live)),  # type: ignore[arg-type]
+    )
+    from_record = job_efficiency(job, "RUNNING", now=200.0, usage=live)
+    assert from_view == from_record
+    assert from_record.elapsed_s == 100 and from_record.cpus == 1 and from_record.nodes == 1
+    assert from_record.cpu_pct == pytest.approx(40.0) and from_record.mem_pct == 25.0

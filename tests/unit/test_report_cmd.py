@@ -12,8 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from client.report import day_bounds, format_table, per_day, plot
+from client.report import format_table, per_day, plot
 from corral.errors import CorralError
+from corral.slurmfmt import day_bounds
 
 DAY0 = 1796083200.0  # 2026-12-01T00:00:00Z
 H = 3600.0

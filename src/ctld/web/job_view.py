@@ -226,7 +226,7 @@ def _efficiency(ctx: Ctx, job: pb.Job) -> Html:
                 ),
                 0,
             )
-    eff = job_efficiency(job, now=ctx.now, gpu_memory_mb=gpu_mem)
+    eff = job_efficiency(job, job_state(job.state), now=ctx.now, gpu_memory_mb=gpu_mem)
     text = lines(eff, pending=job.state == pb.JOB_STATE_PENDING or job.start_time <= 0)
     note = "The same figures as seff (corral/efficiency.py); noded reports usage when the job ends."
     return el(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from corral.slurmfmt import day_bounds
 from corral.wire import corral_pb2 as pb
 from ctld.web.charts import stacked_bars
 from ctld.web.html import Html, el
@@ -19,21 +20,6 @@ TRES = {
     "billing": "billing-hours",
 }
 MAX_DAYS = 366
-
-
-def day_bounds(start: float, end: float) -> list[float]:
-    """Local midnights from the day of ``start`` on, then ``end`` (corral report's days)."""
-    t = time.localtime(start)
-    bounds = [time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))]
-    day = 1
-    while True:
-        nxt = time.mktime((t.tm_year, t.tm_mon, t.tm_mday + day, 0, 0, 0, 0, 0, -1))
-        if nxt >= end:
-            break
-        bounds.append(nxt)
-        day += 1
-    bounds.append(end)
-    return bounds
 
 
 def _hours(h: float) -> str:
