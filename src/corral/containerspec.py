@@ -171,7 +171,16 @@ def parse_mount(entry: str, cwd: str = "") -> str:
     if "ro" in names and "rw" in names:
         raise InvalidOption(f"{what}: both ro and rw")
     dst = "/" + "/".join(p for p in dst.split("/") if p and p != ".")
+    if dst in ("/", "/proc", "/sys", "/dev") or dst.startswith(("/proc/", "/sys/")):
+        raise InvalidOption(f"{what}: cannot mount over {dst}")
     return f"{src}:{dst}:{'+'.join(names)}" if names else f"{src}:{dst}"
+
+
+def mount_fields(entry: str) -> tuple[str, str, frozenset[str]]:
+    """A stored entry (what parse_mount returns) as (SRC, DST, FLAGS): its one reading,
+    which ctld turns into the job's parsed mounts."""
+    src, dst, *rest = entry.split(":")
+    return src, dst, frozenset(rest[0].split("+")) if rest else frozenset()
 
 
 def parse_mounts(value: str | Iterable[str], cwd: str = "") -> list[str]:

@@ -298,7 +298,8 @@ def validate_spec(
 
 def check_container(container: pb.ContainerSpec, config: ClusterConfig) -> None:
     """--container-*: bounded and well formed (the client's checks, again), and a
-    registry image only where [containers] allowed_sources has "registry"."""
+    registry image only where [containers] allowed_sources has "registry". Fills
+    ``parsed_mounts``: the mounts parsed here, once, are what noded mounts."""
     containerspec.check(
         image=container.image,
         mounts=container.mounts,
@@ -308,6 +309,12 @@ def check_container(container: pb.ContainerSpec, config: ClusterConfig) -> None:
         env=container.env,
         allowed_sources=config.containers.allowed_sources,
     )
+    del container.parsed_mounts[:]  # a client's own parse is not trusted
+    for entry in containerspec.parse_mounts(container.mounts) if container.mounts else ():
+        src, dst, flags = containerspec.mount_fields(entry)
+        container.parsed_mounts.add(
+            source=src, target=dst, read_only="ro" in flags, no_exec="noexec" in flags
+        )
 
 
 def _partition_can_ever_run(

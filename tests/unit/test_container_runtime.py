@@ -53,6 +53,17 @@ def test_mounts_are_checked_again_on_the_node() -> None:
             mounts.parse([bad], "")
 
 
+def test_noded_mounts_what_ctld_parsed_and_parses_only_a_1_0_ctlds_strings() -> None:
+    from corral.wire import corral_pb2 as pb
+
+    spec = pb.ContainerSpec(mounts=["/ignored:/x"])
+    spec.parsed_mounts.add(source="/data", target="/in", read_only=True, no_exec=True)
+    assert mounts.of_job(spec, "/w") == [mounts.Mount("/data", "/in", True, True)]
+    from_1_0 = pb.ContainerSpec(mounts=["./d:/in:noexec"])  # a 1.0 ctld sends strings only
+    assert mounts.of_job(from_1_0, "/w") == [mounts.Mount("/w/d", "/in", noexec=True)]
+    assert mounts.of_job(pb.ContainerSpec(), "/w") == []
+
+
 def test_the_config_maps_one_id_and_grants_no_privilege() -> None:
     task = bundle.TaskSpec(
         rootfs="/r",

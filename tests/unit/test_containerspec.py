@@ -69,6 +69,9 @@ def test_mounts_are_stored_absolute_with_their_flags() -> None:
         ("tmpfs", "needs a target"),
         (",".join(["/a:/b"] * 65), "more than 64"),
         ("/a:/" + "b" * 5000, "longer than 4096"),
+        ("/a:/proc/self", "cannot mount over /proc/self"),  # refused at submit, not on the node
+        ("/a:/sys", "cannot mount over /sys"),
+        ("/a:/./", "cannot mount over /$"),
     ],
 )
 def test_bad_mounts_are_refused(mounts: str, words: str) -> None:
@@ -165,3 +168,16 @@ def test_sizes() -> None:
     assert parse_size_bytes("500M", "k") == 500 * 1024**2
     assert parse_size_bytes("2TiB", "k") == 2 * 1024**4
     assert parse_size_bytes("1 GB", "k") == 1024**3
+
+
+def test_ctld_parses_the_mounts_once_into_the_spec_and_ignores_a_clients_own() -> None:
+    # what noded mounts is what ctld parsed at submit (ContainerSpec.parsed_mounts)
+    from corral.config import ClusterConfig
+    from corral.wire import corral_pb2 as pb
+    from ctld.validate import check_container
+
+    spec = pb.ContainerSpec(image="/i.sqsh", mounts=["/data:/in:ro+rprivate", "tmpfs:/fast"])
+    spec.parsed_mounts.add(source="/etc/shadow", target="/x")  # forged by a client
+    check_container(spec, ClusterConfig())
+    got = [(m.source, m.target, m.read_only, m.no_exec) for m in spec.parsed_mounts]
+    assert got == [("/data", "/in", True, False), ("tmpfs", "/fast", False, False)]

@@ -516,6 +516,7 @@ class ContainerSpec(_message.Message):
     WRITABLE_FIELD_NUMBER: _builtins.int
     ENV_FIELD_NUMBER: _builtins.int
     ENTRYPOINT_FIELD_NUMBER: _builtins.int
+    PARSED_MOUNTS_FIELD_NUMBER: _builtins.int
     image: _builtins.str
     """--container-image: a .sqsh path, an OCI layout dir, an OCI/docker archive, or [USER@][REGISTRY#]IMAGE[:TAG]"""
     workdir: _builtins.str
@@ -540,6 +541,12 @@ class ContainerSpec(_message.Message):
     def env(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """--container-env: names whose host value wins over the image's"""
 
+    @_builtins.property
+    def parsed_mounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerMount]:
+        """`mounts` as ctld parsed them at submit (corral/containerspec.py's grammar, once):
+        what noded mounts. Empty with mounts set: a job from a 1.0 ctld (noded parses them)
+        """
+
     def __init__(
         self,
         *,
@@ -553,14 +560,47 @@ class ContainerSpec(_message.Message):
         writable: _builtins.bool = ...,
         env: _abc.Iterable[_builtins.str] | None = ...,
         entrypoint: _builtins.bool = ...,
+        parsed_mounts: _abc.Iterable[Global___ContainerMount] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entrypoint", b"entrypoint", "env", b"env", "image", b"image", "mounts", b"mounts", "name", b"name", "no_mount_home", b"no_mount_home", "remap_root", b"remap_root", "save", b"save", "workdir", b"workdir", "writable", b"writable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entrypoint", b"entrypoint", "env", b"env", "image", b"image", "mounts", b"mounts", "name", b"name", "no_mount_home", b"no_mount_home", "parsed_mounts", b"parsed_mounts", "remap_root", b"remap_root", "save", b"save", "workdir", b"workdir", "writable", b"writable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ContainerSpec: _TypeAlias = ContainerSpec  # noqa: Y015
+
+@_typing.final
+class ContainerMount(_message.Message):
+    """One --container-mounts entry, parsed: SRC (an absolute path, or "tmpfs") on TARGET."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    READ_ONLY_FIELD_NUMBER: _builtins.int
+    NO_EXEC_FIELD_NUMBER: _builtins.int
+    source: _builtins.str
+    target: _builtins.str
+    read_only: _builtins.bool
+    """ro"""
+    no_exec: _builtins.bool
+    """noexec"""
+    def __init__(
+        self,
+        *,
+        source: _builtins.str = ...,
+        target: _builtins.str = ...,
+        read_only: _builtins.bool = ...,
+        no_exec: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["no_exec", b"no_exec", "read_only", b"read_only", "source", b"source", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContainerMount: _TypeAlias = ContainerMount  # noqa: Y015
 
 @_typing.final
 class WarnSignal(_message.Message):

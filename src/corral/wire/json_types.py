@@ -96,6 +96,14 @@ class ContainerSpec(TypedDict, total=False):
     writable: bool
     env: list[str]
     entrypoint: bool
+    parsedMounts: list[ContainerMount]
+
+
+class ContainerMount(TypedDict, total=False):
+    source: str
+    target: str
+    readOnly: bool
+    noExec: bool
 
 
 class WarnSignal(TypedDict, total=False):

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corral.containerspec import parse_mount
+from corral.containerspec import mount_fields, parse_mount
 from corral.errors import CorralError
 from noded.containers import asuser
 from noded.containers.errors import container_error
 from noded.spawn import Identity
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from corral.wire import corral_pb2 as pb
 
 _CHECK = (
     'for p; do [ -e "$p" ] || { echo "$p: no such file or directory" >&2; exit 1; }; '
@@ -50,8 +54,9 @@ class Mount:
 
 
 def parse(specs: list[str], cwd: str) -> list[Mount]:
-    """Pyxis's ``SRC[:DST[:FLAGS]]`` (FLAGS ``+``-separated), checked again here with
-    the client's own grammar (corral.containerspec): a request may come from anyone."""
+    """Pyxis's ``SRC[:DST[:FLAGS]]`` (FLAGS ``+``-separated), with the one grammar
+    (corral.containerspec): the config's default_mounts, and a job from a 1.0 ctld,
+    which sends no parsed mounts."""
     found: list[Mount] = []
     for spec in specs:
         if not spec.strip():
@@ -60,12 +65,17 @@ def parse(specs: list[str], cwd: str) -> list[Mount]:
             entry = parse_mount(spec.strip(), cwd)
         except CorralError as exc:
             raise container_error(exc.message) from None
-        src, dst, *rest = entry.split(":")
-        flags = set(rest[0].split("+")) if rest else set()
-        if dst in ("/", "/proc", "/sys", "/dev") or dst.startswith(("/proc/", "/sys/")):
-            raise container_error(f"--container-mounts: {spec!r}: cannot mount over {dst}")
+        src, dst, flags = mount_fields(entry)
         found.append(Mount(src, dst, readonly="ro" in flags, noexec="noexec" in flags))
     return found
+
+
+def of_job(spec: pb.ContainerSpec, cwd: str) -> list[Mount]:
+    """The job's --container-mounts: as ctld parsed them at submit (``parsed_mounts``),
+    or parsed here when its ctld was 1.0 and sent only the strings."""
+    if spec.parsed_mounts or not spec.mounts:
+        return [Mount(m.source, m.target, m.read_only, m.no_exec) for m in spec.parsed_mounts]
+    return parse(list(spec.mounts), cwd)
 
 
 async def check(mounts: list[Mount], who: Identity) -> None:

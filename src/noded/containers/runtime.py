@@ -159,7 +159,10 @@ class Containers:
         self, job: pb.Job, spec: pb.ContainerSpec, who: Identity, name: str, cwd: str
     ) -> Container:
         image = await Importer(self.cache, self.settings).get(spec.image, who, cwd)
-        wanted = mounts.parse([*self.settings.default_mounts, *spec.mounts], cwd)
+        # the config's default_mounts were checked when it was read; a reconfigure may
+        # change them, so they are read here, per container
+        defaults = mounts.parse(list(self.settings.default_mounts), cwd)
+        wanted = [*defaults, *mounts.of_job(spec, cwd)]
         home = who.pw.pw_dir if who.pw is not None else os.environ.get("HOME", "")
         await mounts.check(wanted, who)
         # Pyxis mounts the home by default (a home the node lacks is left out)
