@@ -123,7 +123,12 @@ class ControllerApi:
         self, req: pb.GetJobsRequest, who: Identity, mask: fieldmask.FieldMask | None = None
     ) -> bytes:
         """GetJobs as JSON (``ctld/jobs_json.py``: each job encoded once per revision)."""
-        return self.jobs_json.answer(req, who, mask, self._visible(req, who))
+        return self.jobs_json.answer(
+            req,
+            who,
+            mask,
+            self.visible_jobs(req.filter, who, after=req.after_job_id, limit=req.limit),
+        )
 
     async def submit_job(self, req: pb.SubmitJobRequest, who: Identity) -> pb.SubmitJobResponse:
         if not req.HasField("spec"):
@@ -139,17 +144,19 @@ class ControllerApi:
     async def cancel_jobs(self, req: pb.CancelJobsRequest, who: Identity) -> pb.CancelJobsResponse:
         return pb.CancelJobsResponse(outcomes=await self.cluster.cancel(who, req))
 
-    def _visible(self, req: pb.GetJobsRequest, who: Identity) -> list[pb.Job]:
-        """The jobs ``who`` may see, by id: past ``after_job_id``, at most ``limit``."""
+    def visible_jobs(
+        self, flt: pb.JobFilter, who: Identity, *, after: int = 0, limit: int = 0
+    ) -> list[pb.Job]:
+        """The live jobs matching ``flt`` that ``who`` may see, by id: past ``after``, at
+        most ``limit`` (0: all). ctld's own records, to read and never change; a reply
+        shows each through ``policy.shown``. GetJobs and the web page both select here."""
         may_see = self.cluster.policy.may_see
-        return self.cluster.page_jobs(
-            req.filter, req.after_job_id, req.limit, lambda job: may_see(who, job)
-        )
+        return self.cluster.page_jobs(flt, after, limit, lambda job: may_see(who, job))
 
     async def get_jobs(self, req: pb.GetJobsRequest, who: Identity) -> pb.GetJobsResponse:
         resp = pb.GetJobsResponse(now=self.cluster.clock())
         policy = self.cluster.policy
-        for job in self._visible(req, who):
+        for job in self.visible_jobs(req.filter, who, after=req.after_job_id, limit=req.limit):
             out = resp.jobs.add()
             out.CopyFrom(policy.shown(who, self.cluster.whole(job) if req.with_spec else job))
             if not req.with_events:

@@ -6,6 +6,7 @@ SPARE: corral/nodewords.py), not as idle."""
 from __future__ import annotations
 
 from corral import nodewords
+from corral.errors import InvalidJobId
 from corral.wire import corral_pb2 as pb
 from ctld.web.html import Html, el
 from ctld.web.page import Ctx, badge, gib, job_link, node_state, pager, when
@@ -18,14 +19,22 @@ STATES = (
 TROUBLE = frozenset({"DOWN", "DRAIN", "DRAINING", "FAIL"})
 
 
-def _holders(ctx: Ctx, node: pb.Node) -> dict[int, list[pb.Job]]:
-    """GPU index -> the jobs on it (only jobs this viewer may see are named)."""
+def _jobs_on(ctx: Ctx, node: pb.Node) -> list[pb.Job]:
+    """The node's jobs this viewer may see at all, through the API's selection
+    (GetJobs's, squeue -w's), as GetJobs would show them."""
+    if not node.job_ids:
+        return []
+    try:
+        found = ctx.api.visible_jobs(pb.JobFilter(job_ids=node.job_ids), ctx.who)
+    except InvalidJobId:  # they all ended since the node's record was read
+        return []
+    return [ctx.policy.shown(ctx.who, j) for j in found]
+
+
+def _holders(jobs: list[pb.Job], node: pb.Node) -> dict[int, list[pb.Job]]:
+    """GPU index -> the jobs on it."""
     out: dict[int, list[pb.Job]] = {}
-    jobs = ctx.cluster.jobs
-    for job_id in node.job_ids:
-        job = jobs.get(job_id)
-        if job is None or not ctx.policy.may_see(ctx.who, job):
-            continue
+    for job in jobs:
         for alloc in job.allocations:
             if alloc.node == node.name:
                 for i in alloc.gpu_indices:
@@ -66,7 +75,8 @@ def shown_state(node: pb.Node) -> str:
 def _node(ctx: Ctx, node: pb.Node, max_age: float) -> Html:
     state = shown_state(node)
     fresh = ctx.cluster.state.gpu_samples.now(node.name, max_age, ctx.now)
-    holders = _holders(ctx, node)
+    jobs = _jobs_on(ctx, node)
+    holders = _holders(jobs, node)
     res = node.resources
     title = [el("h3", node.name), badge(state)]
     if node.not_responding:
@@ -99,11 +109,7 @@ def _node(ctx: Ctx, node: pb.Node, max_age: float) -> Html:
         _gpu(g, fresh.get(g.index), holders.get(g.index, []), g.index in allocated)
         for g in res.gpus
     ]
-    cpu_jobs = [
-        j
-        for j in (ctx.cluster.jobs.get(i) for i in node.job_ids)
-        if j is not None and not j.num_gpus and ctx.policy.may_see(ctx.who, j)
-    ]
+    cpu_jobs = [j for j in jobs if not j.num_gpus]
     if cpu_jobs:
         lines.append(el("p", "Jobs: ", [[job_link(j.job_id), f" {j.user} "] for j in cpu_jobs]))
     return el(

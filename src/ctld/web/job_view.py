@@ -27,14 +27,22 @@ ACTIVE = (pb.JOB_STATE_PENDING, pb.JOB_STATE_RUNNING, pb.JOB_STATE_COMPLETING)
 
 
 async def find(ctx: Ctx, job_id: int) -> pb.Job:
-    """The job as this viewer may see it (InvalidJobId when not at all)."""
-    job = ctx.cluster.jobs.get(job_id)
-    if job is None:
+    """The job as this viewer may see it (InvalidJobId when not at all): a live one
+    through the API's selection (GetJobs's, squeue -j's), a finished one from the
+    store as sacct's rule allows."""
+    try:
+        live = ctx.api.visible_jobs(pb.JobFilter(job_ids=[job_id]), ctx.who)
+    except InvalidJobId:
+        live = []
+    job = next((j for j in live if j.job_id == job_id), None)  # not an array's other tasks
+    if job is None and job_id not in ctx.cluster.jobs:
         job = await asyncio.to_thread(ctx.cluster.store.job_story, job_id)
-    if job is None or not ctx.policy.may_see(ctx.who, job):
+        if job is not None and not (
+            ctx.policy.may_see(ctx.who, job) and ctx.policy.may_see_accounting(ctx.who, job.uid)
+        ):
+            job = None  # private_data = accounting: sacct would not show it either
+    if job is None:
         raise InvalidJobId()
-    if not ctx.policy.may_see_accounting(ctx.who, job.uid) and job.job_id not in ctx.cluster.jobs:
-        raise InvalidJobId()  # private_data = accounting: sacct would not show it either
     return ctx.policy.shown(ctx.who, ctx.cluster.whole(job))
 
 

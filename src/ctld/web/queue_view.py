@@ -85,7 +85,8 @@ def select_jobs(ctx: Ctx, jobs: list[pb.Job], mine: bool) -> list[pb.Job]:
         wanted = (pb.JobState.Value(f"JOB_STATE_{state}"),)
     user = ctx.who.user if mine else ctx.arg("user")
     account, part, name = ctx.arg("account"), ctx.arg("partition"), ctx.arg("name")
-    policy, who = ctx.policy, ctx.who
+    # who may see which job was decided where they were read (ControllerApi.visible_jobs,
+    # GetJobs's own selection; sacct's query for the finished ones)
     out = [
         j
         for j in jobs
@@ -94,7 +95,6 @@ def select_jobs(ctx: Ctx, jobs: list[pb.Job], mine: bool) -> list[pb.Job]:
         and (not account or j.account == account)
         and (not part or j.partition == part)
         and (not name or name in j.spec.name)
-        and policy.may_see(who, j)
     ]
     sort = ctx.arg("sort", "-priority" if not mine else "-id")
     key = SORTS.get(sort.lstrip("-"), SORTS["id"])
@@ -104,6 +104,8 @@ def select_jobs(ctx: Ctx, jobs: list[pb.Job], mine: bool) -> list[pb.Job]:
 
 
 def _rows(ctx: Ctx, jobs: list[pb.Job]) -> list[list[object]]:
+    """One page's rows, each job as GetJobs would show it to this viewer."""
+    jobs = [ctx.policy.shown(ctx.who, j) for j in jobs]
     return [
         [
             job_link(j.job_id),
@@ -131,7 +133,8 @@ async def _finished(ctx: Ctx) -> list[pb.Job]:
 
 
 async def render(ctx: Ctx, *, mine: bool = False) -> tuple[str, Html]:
-    jobs = list(ctx.cluster.jobs.values())
+    # the live jobs through the API's own selection (same authorization as squeue)
+    jobs = ctx.api.visible_jobs(pb.JobFilter(users=[ctx.who.user] if mine else []), ctx.who)
     if mine and ctx.arg("state").upper() == "ALL":
         seen = {j.job_id for j in jobs}
         jobs += [j for j in await _finished(ctx) if j.job_id not in seen]
