@@ -6,7 +6,10 @@
                 by name, 64-bit integers as strings), for the commands' requests and
                 replies (imported only under TYPE_CHECKING: no runtime cost);
 ``controller``  ``ControllerCalls``: one typed method per Controller RPC over an
-                abstract ``call(method, request)`` that each transport implements.
+                abstract ``call(method, request)`` that each transport implements;
+``views``       ``<Message>Fields``: a typed property per scalar field of the messages
+                the commands' reply views read (client/views/ subclasses them, adding
+                only what is computed or nested).
 
 Called by scripts/genproto.py; ``make proto-check`` covers its output like protoc's.
 """
@@ -195,6 +198,89 @@ def _controller(service: descriptor_pb2.ServiceDescriptorProto) -> str:
     return "\n".join(out) + "\n"
 
 
+#: the messages the commands read through client/views/ (each one's scalar fields)
+VIEW_MESSAGES = (
+    *("AccountParent", "CancelOutcome", "Gpu", "Interruption", "Job", "JobSpec"),
+    *("JobUsage", "LiveUsage", "Node", "NodeAllocation", "NodeResources", "NodeUsage"),
+    *("Partition", "PriorityFactors", "Reservation", "ShareRow", "Step", "StepNode"),
+    *("StepSpec", "StepStat", "UsageRecord"),
+)
+_VIEW_READERS = {"int": "as_int", "int | str": "as_int", "float": "as_float", "str": "as_str"}
+
+
+def _view_property(f: descriptor_pb2.FieldDescriptorProto, types: _Types) -> list[str]:
+    """One field's typed property: proto3 JSON's value, or its default when absent."""
+    key = f'self.raw.get("{f.json_name}")'
+    if f.type == FD.TYPE_ENUM:
+        enum = next(v for n, v in types.enums if n == _py_name(f.type_name))
+        typ, default = "str", enum[0]
+    else:
+        typ, default = _SCALAR[f.type], ""
+    if f.label == FD.LABEL_REPEATED:
+        reader = _VIEW_READERS.get(typ)
+        if typ in ("bool", "int", "float") or f.type == FD.TYPE_ENUM or reader == "as_str":
+            typ, body = f"list[{typ}]", f"list({key} or ())"  # JSON's own types
+        else:
+            typ = "int" if typ == "int | str" else typ
+            body = f"[{reader}(v) for v in {key} or ()]"
+            typ = f"list[{typ}]"
+    elif f.type == FD.TYPE_ENUM:
+        body = f"as_str({key}) or {default!r}"
+    elif typ == "bool":
+        body = f"bool({key})"
+    else:
+        body = f"{_VIEW_READERS[typ]}({key})"
+        typ = "int" if typ == "int | str" else typ
+    name = f.name + ("_" if keyword.iskeyword(f.name) else "")
+    return ["", "    @property", f"    def {name}(self) -> {typ}:", f"        return {body}"]
+
+
+def _views(types: _Types) -> str:
+    out = [
+        '"""Typed reading of the commands' + "'" + " replies: a class per message, a property per",
+        "scalar field, over proto3 JSON (a dict). Absent fields read as proto3's defaults,",
+        "64-bit integers (strings on the wire) as ints, enums by name; a value of the wrong",
+        "kind reads as the default, never as an exception in the middle of a listing.",
+        "client/views/ subclasses these, adding what is computed or nested.",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "TYPE_CHECKING = False",
+        "if TYPE_CHECKING:",
+        "    from corral.wire import json_types as t",
+        "",
+        "",
+        "def as_int(value: object) -> int:",
+        "    try:",
+        "        return int(value)  # type: ignore[call-overload,no-any-return]",
+        "    except (TypeError, ValueError):",
+        "        return 0",
+        "",
+        "",
+        "def as_float(value: object) -> float:",
+        "    try:",
+        "        return float(value)  # type: ignore[arg-type]",
+        "    except (TypeError, ValueError):",
+        "        return 0.0",
+        "",
+        "",
+        "def as_str(value: object) -> str:",
+        '    return value if isinstance(value, str) else ""',
+    ]
+    messages = dict(types.messages)
+    for name in VIEW_MESSAGES:
+        m = messages[name]
+        out += ["", "", f"class {name}Fields:", f'    """{name}\'s scalar fields."""', ""]
+        out += ['    __slots__ = ("raw",)', ""]
+        out += [f"    def __init__(self, raw: t.{name}) -> None:", "        self.raw = raw"]
+        for f in m.field:
+            if f.type == FD.TYPE_MESSAGE:
+                continue  # nested: the hand-written view wraps it in its own view
+            out += _view_property(f, types)
+    return "\n".join(out) + "\n"
+
+
 def render(descriptor_set: bytes) -> dict[str, str]:
     """File name -> source text of the light wire modules."""
     fds = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set)
@@ -205,4 +291,5 @@ def render(descriptor_set: bytes) -> dict[str, str]:
         "methods.py": _methods(services),
         "json_types.py": _json_types(_Types(files)),
         "controller.py": _controller(controller),
+        "views.py": _views(_Types(files)),
     }

@@ -33,7 +33,7 @@ def elapsed(job: Job, now: float) -> int:
 
 def cancelled_by(job: Job) -> int:
     """The uid that cancelled the job (older records: its owner)."""
-    who = job.cancelled_by_uid
+    who = job.cancelled_by
     return who if who is not None and who >= 0 else job.uid
 
 

@@ -103,8 +103,8 @@ def _send(spec: t.JobSpec, opts: dict[str, Any]) -> int:
 
 def _test_only(spec: t.JobSpec) -> int:
     """Slurm's --test-only line (on stderr): the expected start, CPUs, nodes, partition."""
-    from client.views.values import as_float, as_int, as_str
     from corral.slurmfmt import format_timestamp
+    from corral.wire.views import as_float, as_int, as_str
 
     try:
         reply = client().submit_job({"spec": spec, "testOnly": True})

@@ -153,7 +153,7 @@ def report(reply: t.CancelJobsResponse, quiet: bool, verbose: int = 0, sig: int 
     for outcome in map(Outcome, reply.get("outcomes", [])):
         if verbose:  # -v: what it does to each job first, as Slurm's
             what = f"Signal {sig} to job" if sig else "Terminating job"
-            sys.stderr.write(f"{PROG}: {what} {outcome.job_id}\n")
+            sys.stderr.write(f"{PROG}: {what} {outcome.job_ref}\n")
         if outcome.ok:
             continue
         gone = _already_gone(outcome_error(outcome.raw))
@@ -161,7 +161,7 @@ def report(reply: t.CancelJobsResponse, quiet: bool, verbose: int = 0, sig: int 
             rc = 1
         if (not gone and not quiet) or (gone and verbose):
             sys.stderr.write(
-                f"{PROG}: error: Kill job error on job id {outcome.job_id}: {outcome.message}\n"
+                f"{PROG}: error: Kill job error on job id {outcome.job_ref}: {outcome.message}\n"
             )
     return rc
 

@@ -28,11 +28,11 @@ COMMON = {
     "corral.wire.controller",
     "pwd",
 }
-# the typed views of replies (client/views/: a few small pure modules, read on access)
+# the typed views of replies (client/views/: a few small pure modules, read on access,
+# over corral.wire.views, their scalar fields generated from the proto)
 VIEWS = {
-    f"client.views{m}"
-    for m in ("", ".accounting", ".job", ".node", ".spec", ".step", ".usage", ".values")
-}
+    f"client.views{m}" for m in ("", ".accounting", ".job", ".node", ".spec", ".step", ".usage")
+} | {"corral.wire.views"}
 QUERY = {"client.fmt", "client.options", "corral.slurmfmt"} | VIEWS
 # enum, with what it brings: the signal and socket modules build enums at import
 ENUM = {"collections", "enum", "functools", "itertools", "keyword", "operator", "reprlib", "types"}
@@ -78,7 +78,7 @@ BUDGET["srun"] = ALLOCATING | {
     "client.views.spec",
     "client.views.step",
     "client.views.usage",
-    "client.views.values",
+    "corral.wire.views",
     "client.poller",
     "client.taskstream",
     "corral.patterns",

@@ -31,8 +31,8 @@ def test_absent_fields_keep_their_meaning() -> None:
     res = Node({"resources": {"cpus": 8}}).resources
     assert (res.sockets, res.cores_per_socket, res.threads_per_core) == (1, 8, 1)
     assert Node({}).state_name == "UNKNOWN"
-    assert Job({"uid": 5}).cancelled_by_uid is None
-    assert Job({"cancelledByUid": "0"}).cancelled_by_uid == 0
+    assert Job({"uid": 5}).cancelled_by is None
+    assert Job({"cancelledByUid": "0"}).cancelled_by == 0
 
 
 def test_nested_views_and_outcomes() -> None:
@@ -40,5 +40,20 @@ def test_nested_views_and_outcomes() -> None:
     assert [(n.node, n.live.max_vmem_kb, n.live.usage.max_rss_kb) for n in stat.nodes] == [
         ("n1", 9, 0)
     ]
-    assert Outcome({"jobId": "5_9", "message": "Invalid job id specified"}).job_id == "5_9"
-    assert Outcome({"jobId": 7, "ok": True}).job_id == "7" and Outcome({}).job_id == ""
+    assert Outcome({"jobId": "5_9", "message": "Invalid job id specified"}).job_ref == "5_9"
+    assert Outcome({"jobId": 7, "ok": True}).job_ref == "7" and Outcome({}).job_ref == ""
+
+
+def test_every_scalar_field_of_a_viewed_message_has_its_generated_property() -> None:
+    # client/views' scalar properties come from the proto (corral/wire/views.py, made by
+    # scripts/genwire.py): a field added to a message is readable without a hand edit
+    from corral.wire import corral_pb2 as pb
+    from corral.wire import views as generated
+
+    for name in ("Job", "JobSpec", "Node", "Step", "StepSpec", "JobUsage", "Partition"):
+        base = getattr(generated, f"{name}Fields")
+        for field in pb.DESCRIPTOR.message_types_by_name[name].fields:
+            if field.message_type is None:
+                assert hasattr(base, field.name), f"{name}.{field.name}"
+    assert Job({"arrayTaskId": 3, "state": "JOB_STATE_RUNNING"}).array_task_id == 3
+    assert Job({}).state_name == "PENDING"  # the hand-written reading stays where it differs

@@ -23,7 +23,6 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from corral import hostlist
 from corral.jobspec import array_throttle
 from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
@@ -31,20 +30,18 @@ from ctld import deps, pending
 from ctld.priorities import RECALC_S, Priorities, apply_factors
 from ctld.qos import QosTable
 from ctld.sched import (
-    INFINITY,
     JobRequest,
-    PartitionView,
     Placement,
     Plan,
     ReservationView,
     RunningView,
-    Settings,
     Snapshot,
     schedule,
 )
 from ctld.sched.frag import pending_demands
 from ctld.sched.predict import STEPS_S, RunTimePredictor
 from ctld.sched.quick import priority_order
+from ctld.sim import site_views
 from ctld.sim.history import History
 from ctld.sim.site import Site
 from ctld.sim.site_jobs import ReplayJob
@@ -112,27 +109,9 @@ class SiteReplay:
                 self.predictor.observe(
                     done.user, done.end_time - done.start_time, done.time_limit_s
                 )
-        sc = config.scheduler
-        self.settings = Settings(
-            backfill=sc.backfill,
-            reserve_depth=sc.reserve_depth,
-            forecast_depth=0,  # forecasts change no start: not made
-            placement=sc.placement,
-            predict=sc.predict,
-            backfill_order=sc.backfill_order,
-            max_job_test=sc.max_job_test,
-            starve_after_s=sc.starvation_guard_s,
-            qos_max_jobs_per_user=tuple(
-                (q.name, q.max_jobs_per_user) for q in acct.qos_table() if q.max_jobs_per_user
-            ),
-        )
+        self.settings = site_views.settings_of(site)
         self.limits = acct.limit_set()
-        self.partitions = tuple(
-            PartitionView(
-                p.name, p.nodes, p.state, p.max_nodes, p.max_time_s, p.priority_tier, p.spare_nodes
-            )
-            for p in config.partitions
-        )
+        self.partitions = site_views.partitions_of(site)
         self.requeue_delay = config.controller.requeue_delay_s
         self.kill_wait = config.controller.kill_wait_s
         self.preemptions = Preemptions()
@@ -378,43 +357,15 @@ class SiteReplay:
         return view
 
     def _make_view(self, job_id: int) -> RunningView:
-        job = self.jobs[job_id].job
-        end = job.start_time + job.time_limit_s if job.time_limit_s >= 0 else INFINITY
-        preemptable = not job.spec.allocation_only
         victim = self.preemptions.victims.get(job_id)
-        if victim is not None:
-            end, preemptable = min(end, victim.deadline), False
-        return RunningView(
-            job_id=job_id,
-            end_time=end,
-            placements=self.running[job_id],
-            user=job.user,
-            qos=job.qos,
-            start_time=job.start_time,
-            predicted_s=self.predicted.get(job_id, 0),
-            account=job.account,
-            priority=job.priority,
-            preemptable=preemptable,
-        )
+        placements, predicted = self.running[job_id], self.predicted.get(job_id, 0)
+        return site_views.running_view(self.jobs[job_id].job, placements, predicted, victim)
 
     def _reservations(self, now: float) -> tuple[ReservationView, ...]:
         at, views = self._resv
-        if at == now:
-            return views
-        views = tuple(
-            ReservationView(
-                name=v.resv.name,
-                start=v.resv.start_time,
-                end=v.resv.end_time,
-                nodes=tuple(hostlist.expand(v.resv.nodes)) if v.resv.nodes else (),
-                users=tuple(v.resv.users),
-                accounts=tuple(v.resv.accounts),
-                flags=tuple(v.resv.flags),
-            )
-            for v in self.history.reservations
-            if v.since <= now < v.until and v.resv.end_time > now
-        )
-        self._resv = (now, views)
+        if at != now:
+            views = site_views.reservation_views(self.history, now)
+            self._resv = (now, views)
         return views
 
     # ------------------------------------------------------------ priorities
