@@ -63,7 +63,7 @@ def verify_cost(jwt_key: bytes, munge_socket: str, n: int) -> dict[str, list[flo
 
     from corral.auth import munge, tokens
     from corral.config import AuthConfig
-    from ctld.auth import Caller, ClusterAuthenticator
+    from ctld.api.auth import Caller, ClusterAuthenticator
 
     auth = ClusterAuthenticator(AuthConfig(type="munge", munge_socket=munge_socket), jwt_key)
     user = pwd.getpwuid(os.getuid()).pw_name

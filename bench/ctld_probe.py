@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ctld import cluster as cluster_mod
-from ctld import scheduling as scheduling_mod
-from ctld import store as store_mod
 from ctld.__main__ import main
+from ctld.control import cluster as cluster_mod
+from ctld.planning import scheduling as scheduling_mod
+from ctld.storage import store as store_mod
 
 _stores: list[store_mod.Store] = []
 _clusters: list[cluster_mod.Cluster] = []

@@ -143,11 +143,11 @@ def leaf_category(frames: tuple[Frame, ...]) -> str:
         if func.endswith(("do_execute", "do_executemany")):
             return "SQLite statement execution (C)"
         return "SQLAlchemy Python layer (compile, bind, result)"
-    if file.startswith("ctld/store.py") and func in ("_job_row", "_event_row"):
+    if file.startswith("ctld/storage/store.py") and func in ("_job_row", "_event_row"):
         return "store row building (protobuf CopyFrom/Serialize)"
     if file.startswith("ctld/sched") or func in ("Cluster.snapshot", "Cluster.apply_plan"):
         return "scheduler (snapshot, plan, apply)"
-    if file.startswith(("ctld/validate.py", "corral/hostlist.py")):
+    if file.startswith(("ctld/model/validate.py", "corral/hostlist.py")):
         return "submit validation"
     if file.startswith(("ctld/", "corral/")):
         return f"ctld/corral: {func}"
@@ -170,7 +170,7 @@ def leaf_category(frames: tuple[Frame, ...]) -> str:
 
 INCLUSIVE: list[tuple[str, Callable[[str, str], bool]]] = [
     ("rpc behavior (gRPC handlers)", lambda fn, f: fn.endswith("behavior") and "rpc.py" in f),
-    ("gateway handle (HTTP handlers)", lambda fn, f: f.startswith("ctld/gateway.py")),
+    ("gateway handle (HTTP handlers)", lambda fn, f: f.startswith("ctld/api/gateway.py")),
     ("Cluster.submit", lambda fn, f: fn == "Cluster.submit"),
     ("validate_spec", lambda fn, f: fn == "validate_spec"),
     ("Cluster.schedule_pass", lambda fn, f: fn == "Cluster.schedule_pass"),

@@ -27,7 +27,7 @@ from typing import Any
 from bench.common import VENV_BIN, PhaseResult, Table, bench_cluster, log, ms, save_result
 from bench.store_bench import _job, _timed
 from corral.wire import corral_pb2 as pb
-from ctld.store import Store, insert_job
+from ctld.storage.store import Store, insert_job
 
 NO_MASK_ENV = "CORRAL_NO_FIELD_MASK"  # client/fieldmasks.py (a literal: runs on older trees)
 DAYS = 10

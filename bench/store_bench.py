@@ -36,7 +36,7 @@ from bench.common import (
 )
 from corral.testing.postgres import TempPostgres
 from corral.wire import corral_pb2 as pb
-from ctld.store import Store, insert_job
+from ctld.storage.store import Store, insert_job
 
 
 def _job(job_id: int, now: float, *, finished: bool) -> pb.Job:
@@ -250,7 +250,7 @@ def _pg_database(admin: str, name: str) -> str:
     """A fresh database ``bench_<name>`` on the server of ``admin``."""
     import sqlalchemy as sa
 
-    from ctld.store import normalize_url
+    from ctld.storage.store import normalize_url
 
     engine = sa.create_engine(normalize_url(admin), isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:

@@ -86,7 +86,7 @@ fi
 echo "build-image.sh: rootfs (mmdebstrap $SUITE minbase + $PACKAGES)" >&2
 # /run/corral, ctld's socket directory, is corral's and 0755 in the image itself: a ctld
 # started as corral (Kubernetes' runAsUser) cannot make it, and ctld binds only in a
-# directory of its own that no one else may write (src/ctld/sockdir.py), which no
+# directory of its own that no one else may write (src/ctld/daemon/sockdir.py), which no
 # Kubernetes volume is (an emptyDir is 0777)
 mmdebstrap --quiet --variant=minbase --include="$PACKAGES" \
     --customize-hook="chroot \"\$1\" useradd --system --uid $CORRAL_UID --user-group --home-dir /var/lib/corral --create-home --shell /usr/sbin/nologin corral" \

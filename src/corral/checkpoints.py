@@ -7,7 +7,7 @@ kept across requeues and controller restarts (``Job.unique_id``):
 ``corral-17-9f2c1a7e4b3d2a10``. A marker file inside (``.corral-job``) holds that same
 name; a directory whose marker names another one is another job's, and a job never
 resumes from it (noded/checkpoints.py refuses the launch). ctld names the directory
-the same way when it asks for it to be removed (ctld/commit.py).
+the same way when it asks for it to be removed (ctld/core/commit.py).
 """
 
 from __future__ import annotations

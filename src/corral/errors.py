@@ -193,7 +193,7 @@ class ContainerError(LaunchError):
 
 class VersionMismatch(CorralError):
     """A noded or a command of a newer major version than ctld's: the wire contract may
-    have changed between majors, so ctld refuses it (ctld/versions.py)."""
+    have changed between majors, so ctld refuses it (ctld/control/versions.py)."""
 
     grpc_code = "FAILED_PRECONDITION"
 

@@ -1,7 +1,7 @@
 """Who is calling: the identity ctld works with.
 
 Never sent by a client: ctld derives it from the kernel (its Unix socket), a MUNGE
-credential or a JWT (ctld/auth.py, docs/security.md). The commands use
+credential or a JWT (ctld/api/auth.py, docs/security.md). The commands use
 ``current_identity`` only to fill their own filters (squeue --me, scancel's default).
 """
 

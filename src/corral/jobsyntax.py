@@ -1,6 +1,6 @@
 """Slurm's syntax of --signal, --dependency and --array: the one parser of each.
 
-sbatch calls them for early errors, ctld once at submit (``ctld/validate.py``), whose
+sbatch calls them for early errors, ctld once at submit (``ctld/model/validate.py``), whose
 result is stored in the job's typed fields (``corral/jobspec.py``); nothing after
 submit parses these strings again. Each returns a frozen value (``Frozen`` below, not
 a dataclass: sbatch imports this module, and ``dataclasses`` with ``inspect`` costs a

@@ -1,6 +1,6 @@
 """How many silent nodes make ctld take the silence for its own problem (and declare
 none DOWN): one rule for ctld and for the nodes that weigh fencing against it
-(ctld/liveness.py, noded/witness.py; docs/reliability.md)."""
+(ctld/fleet/liveness.py, noded/witness.py; docs/reliability.md)."""
 
 from __future__ import annotations
 

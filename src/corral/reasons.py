@@ -34,7 +34,7 @@ class Reason(StrEnum):
     MAY_BE_RESERVED = "ReqNodeNotAvail, May be reserved for other job"
     # no node of its partitions offers a feature it needs (a container runtime)
     BAD_CONSTRAINTS = "BadConstraints"
-    # power saving (ctld/pending.py): the nodes it will run on are being powered up
+    # power saving (ctld/core/pending.py): the nodes it will run on are being powered up
     POWERING_UP = "PoweringUp"
     QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
     # accounting limits (sacctmgr), decided by the core from the limits in the snapshot

@@ -10,7 +10,7 @@ Who calls is never stated: over ctld's Unix socket the kernel tells ctld
 (``credential_headers``): a token from ``SLURM_JWT`` (or the owner-only file
 ``CORRAL_TOKEN_FILE``), else a MUNGE credential when the cluster uses munge
 (docs/security.md). Every request says which corral sent it (``VERSION_KEY``): ctld
-judges it against its compatibility window (ctld/versions.py, docs/upgrading.md).
+judges it against its compatibility window (ctld/control/versions.py, docs/upgrading.md).
 """
 
 from __future__ import annotations

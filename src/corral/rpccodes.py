@@ -47,7 +47,7 @@ Method = Callable[[Servicer, Any, aio.ServicerContext[Any, Any]], Awaitable[Repl
 
 def answers_errors(daemon: str) -> Callable[[Method[Servicer, Reply]], Method[Servicer, Reply]]:
     """A servicer method (noded's NodeAgent) whose CorralError leaves through ``abort``,
-    as ctld's handlers' do (ctld/grpc_service.py); anything else is a bug of
+    as ctld's handlers' do (ctld/api/grpc_service.py); anything else is a bug of
     ``daemon``'s, logged and answered as an internal error."""
     log = structlog.get_logger(daemon)
 

@@ -1,10 +1,10 @@
 """A job's story and a node's recent changes as plain text: ``corral history``'s words.
 
-A job's story is every transition ctld's job state machine made (ctld/jobstate.py), in
+A job's story is every transition ctld's job state machine made (ctld/model/jobstate.py), in
 order, each with its time, the state it moved from and to, the cause (the RPC, pass,
 report or timer that made it) and its detail, as the web page's Story table shows it;
 then its earlier runs, if it was requeued. A node's history is its recent changes
-(ctld/nodestate.py: the event, its cause and detail), oldest first. Each field is one
+(ctld/model/nodestate.py: the event, its cause and detail), oldest first. Each field is one
 line whatever it holds (a detail can carry a path or a message with control
 characters: none reaches the terminal).
 
@@ -21,7 +21,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from corral.whytext import Json
 
-# a node's recent changes ctld keeps (in memory, per node: ctld/nodes.py): a flapping
+# a node's recent changes ctld keeps (in memory, per node: ctld/model/nodes.py): a flapping
 # node's late/heard pairs push its older changes out, so many nodes cost little each
 NODE_HISTORY = 24
 JOB_COLUMNS = ("TIME", "EVENT", "STATE", "CAUSE", "DETAIL")

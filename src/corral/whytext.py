@@ -181,7 +181,7 @@ def _interrupted(job: Json, now: float) -> str:
     )
 
 
-# what each event of ctld's node state machine (ctld/nodestate.py) means, in words
+# what each event of ctld's node state machine (ctld/model/nodestate.py) means, in words
 NODE_EVENTS = {
     "registered": "its noded registered",
     "late": "a heartbeat is late",

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         json=args.log_json or config.controller.log_json,
         level=args.log_level or config.controller.log_level,
     )
-    from ctld.server import serve  # grpc and the store load only once the config is good
+    from ctld.daemon.server import serve  # grpc and the store load only once the config is good
 
     try:
         asyncio.run(serve(config, ready_file=args.ready_file, controller=index))

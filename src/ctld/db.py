@@ -5,7 +5,7 @@ schema this corral needs, keeping its data; ``corral db current`` prints its rev
 ``corral db backup FILE`` copies the store while ctld runs; ``corral db restore FILE``
 puts a backup back, ctld stopped; ``corral db verify FILE`` checks a backup file and
 ``corral db check`` the store itself (docs/operations.md). Upgrade and restore refuse
-while a ctld holds the store (ctld.storelock).
+while a ctld holds the store (ctld.storage.storelock).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from sqlalchemy.engine import Engine
 
 from corral.config import load_config
 from corral.errors import CorralError, StoreError
-from ctld import backup_file, migrate, storelock
-from ctld.store import normalize_url
+from ctld.storage import backup_file, migrate, storelock
+from ctld.storage.store import normalize_url
 
 USAGE = """corral db upgrade|current|head [-f CONFIG] [--url URL]
        corral db backup FILE [-f CONFIG] [--url URL]
@@ -104,7 +104,7 @@ def _act(args: argparse.Namespace, engine: Engine) -> int:
         else:
             print(f"{shown}: upgraded from {before or 'nothing'} to {after}")
         return 0
-    from ctld import backup
+    from ctld.storage import backup
 
     if args.action == "check":
         damage = backup.check(engine)
@@ -120,7 +120,7 @@ def _act(args: argparse.Namespace, engine: Engine) -> int:
             f"{header.payload_bytes} bytes, sha256 {header.payload_sha256})"
         )
         return 0
-    from ctld.restore import restore
+    from ctld.storage.restore import restore
 
     done = restore(engine, args.file)
     h = done.header

@@ -38,7 +38,7 @@ from noded.batch import REAP_TIMEOUT_S, BatchStarter, LaunchPath
 from noded.cgroups import CgroupManager
 from noded.containers import sweep
 from noded.containers.runtime import Containers
-from noded.events import (
+from noded.core.events import (
     Action,
     Adopt,
     AwaitExit,
@@ -73,10 +73,10 @@ from noded.events import (
     TakenOver,
     TakeOn,
 )
+from noded.core.jobrun import MachineConfig
+from noded.core.machine import JobMachine
 from noded.gpu import GpuBackend, GpuDevice
-from noded.jobrun import MachineConfig
 from noded.limits import CoreAllocator
-from noded.machine import JobMachine
 from noded.running import RunningJob
 from noded.scripts import run_script, script_environment
 from noded.spawn import batch_key

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from noded import progress
-from noded.events import GpuUse, Heartbeat, MemoryUsed
+from noded.core.events import GpuUse, Heartbeat, MemoryUsed
 from noded.running import RunningJob
 
 if TYPE_CHECKING:

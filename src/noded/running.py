@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from corral.clock import Timer
 from corral.wire import corral_pb2 as pb
 from noded.cgroups import JobCgroup
-from noded.jobrun import JobRun
+from noded.core.jobrun import JobRun
 from noded.limits import GpuStats
 from noded.supervisor import SupervisedProcess, Supervisor
 from noded.tracking import JobProcesses, Usage

@@ -29,11 +29,11 @@ from corral.clock import Clock, SystemClock, Timer
 from corral.config import IdleGpuConfig, NodedConfig
 from corral.errors import LaunchError
 from corral.wire import corral_pb2 as pb
-from noded import progress, records, stall, taskio
+from noded import progress, records, taskio
 from noded.containers.runtime import Containers
-from noded.events import Log, Report
-from noded.gpu import GpuBackend
-from noded.stepmachine import (
+from noded.core import stall
+from noded.core.events import Log, Report
+from noded.core.stepmachine import (
     STALL_KILL_S,
     KillAfter,
     SignalStep,
@@ -50,6 +50,7 @@ from noded.stepmachine import (
     Terminate,
     warning_for,
 )
+from noded.gpu import GpuBackend
 from noded.supervisor import JobSupervisors
 from noded.taskio import DRAIN_S, QUEUE_DEPTH, Chunk, RunningStep, Started, Task, to_event
 from noded.taskstart import TaskStarter

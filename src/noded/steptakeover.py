@@ -16,7 +16,7 @@ import os
 
 import structlog
 
-from noded import stall
+from noded.core import stall
 from noded.records import STEP_MARKER_VAR
 from noded.steps import StepRunner, step_holder
 from noded.takeover import StepTakeover

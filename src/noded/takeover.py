@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 from corral.wire import corral_pb2 as pb
 from noded import records, supproto
 from noded.cgroups import JobCgroup
-from noded.jobrun import JobRun
+from noded.core.jobrun import JobRun
 from noded.limits import CoreAllocator
 from noded.running import RunningJob
 from noded.spawn import batch_key

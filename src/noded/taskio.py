@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from corral.clock import Timer
 from corral.wire import corral_pb2 as pb
 from noded.attach import Listeners
-from noded.stepmachine import StepState
+from noded.core.stepmachine import StepState
 from noded.supervisor import SupervisedProcess, Supervisor
 from noded.tracking import JobProcesses
 

@@ -8,7 +8,7 @@ silent then. The two cases differ in what the other nodes see, and ctld decides 
 the same evidence:
 
 - ctld declares silent nodes DOWN only while fewer than ``heartbeat.hold_fraction``
-  of the nodes it expects to hear are silent (ctld/liveness.py; Kubernetes' node
+  of the nodes it expects to hear are silent (ctld/fleet/liveness.py; Kubernetes' node
   lifecycle controller does the same for a zone); it tells each node how many that
   is (``hold_needed``) in every answer. A node counts as silent to ctld when its
   beats stop or when they say it has not heard ctld (``HeartbeatRequest.deaf_s``).

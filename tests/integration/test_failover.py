@@ -28,8 +28,8 @@ from corral.testing import LocalCluster
 from corral.testing.cluster import ClusterFactory
 from corral.testing.postgres import TempPostgres
 from corral.wire import corral_pb2 as pb
-from ctld.lease import Lease
-from ctld.store import Store, insert_job, jobs, normalize_url
+from ctld.storage.lease import Lease
+from ctld.storage.store import Store, insert_job, jobs, normalize_url
 from tests.conftest import Commands, pg_admin_url, pg_schema, wait_for
 
 LEASE_S = 3.0

@@ -1,4 +1,4 @@
-"""Server-side field masks (``fields``, ctld/fieldmask.py) on GetJobs, QueryAccounting
+"""Server-side field masks (``fields``, ctld/codec/fieldmask.py) on GetJobs, QueryAccounting
 and GetNodes, over real gRPC and the JSON gateway: an answer carries only the fields
 named, a message's own field by a dotted path, and an unknown name is refused."""
 

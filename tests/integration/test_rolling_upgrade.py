@@ -29,7 +29,7 @@ from corral import __version__
 from corral.localcluster.layout import ctld_name
 from corral.testing.cluster import ISOLATION_ENV, ClusterFactory, LocalCluster
 from corral.testing.harness import wait_for
-from ctld import versions
+from ctld.control import versions
 from tests.conftest import BIN
 from tests.integration.oldrelease import Installed, last_release
 from tests.integration.test_daemon_operations import Tail

@@ -1,4 +1,4 @@
-"""ctld's compatibility window through real daemons (ctld/versions.py, docs/upgrading.md).
+"""ctld's compatibility window through real daemons (ctld/control/versions.py, docs/upgrading.md).
 
 A noded or a command of a newer major version than ctld's is refused with a message
 that names both versions and the fix (the node stays out, the command exits 1); an
@@ -23,7 +23,7 @@ import corral.rest
 from corral import __version__
 from corral.errors import InvalidRequest, VersionMismatch
 from corral.testing.cluster import ClusterFactory
-from ctld import versions
+from ctld.control import versions
 from tests.conftest import Commands, wait_for
 from tests.integration.realusers import Users, as_user, command
 

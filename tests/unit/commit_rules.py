@@ -5,7 +5,7 @@ fails a test naming the line.
 What counts as a job's, a step's or a node's write: an assignment, augmented
 assignment or ``del`` whose target reaches a field of a ``pb.Job``, ``pb.JobSpec`` or
 ``pb.Step`` (the names come from the proto descriptors, so a new field is covered),
-or one of the fields ``ctld/nodestate.py`` owns on a ``NodeRecord``; a mutating call
+or one of the fields ``ctld/model/nodestate.py`` owns on a ``NodeRecord``; a mutating call
 on such a field (``job.usage.CopyFrom``, ``job.steps.append``, ``job.ClearField``...);
 a ``setattr`` on such an object. Whose field it is comes from a small reading of each
 function (no imports, no type checker):
@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from corral.wire import corral_pb2 as pb
-from ctld import nodestate
+from ctld.model import nodestate
 
 JOB_FIELDS = frozenset(f.name for m in (pb.Job, pb.JobSpec, pb.Step) for f in m.DESCRIPTOR.fields)
 NODE_FIELDS = nodestate.FIELDS

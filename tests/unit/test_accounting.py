@@ -13,8 +13,8 @@ import pytest
 from corral.errors import AccountingPolicy, InvalidAccount, InvalidRequest, PermissionDenied
 from corral.identity import Identity
 from corral.testing.inprocess import InProcessCluster
-from ctld.accounting import Accounting
-from ctld.sacctmgr_ops import format_tres, parse_tres
+from ctld.accounts.sacctmgr_ops import format_tres, parse_tres
+from ctld.model.accounting import Accounting
 
 ALICE = Identity("alice", 5001, 5001)
 BOB = Identity("bob", 5002, 5002)
@@ -359,8 +359,8 @@ def test_upgrade_from_the_previous_schema_keeps_jobs_and_adds_accounting(
     from alembic import command
 
     from corral.wire import corral_pb2 as pb
-    from ctld import migrate
-    from ctld.store import Op, Store, insert_job, normalize_url
+    from ctld.storage import migrate
+    from ctld.storage.store import Op, Store, insert_job, normalize_url
 
     engine = sa.create_engine(normalize_url(store_url))
     with engine.begin() as conn:  # a store as the previous corral (revision 0002) left it

@@ -19,8 +19,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from corral.testing.inprocess import InProcessCluster
-from ctld.metrics import ClusterCollector
-from ctld.metrics_text import exposition
+from ctld.telemetry.metrics import ClusterCollector
+from ctld.telemetry.metrics_text import exposition
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "corral-alerts.yml"

@@ -15,8 +15,8 @@ from corral.config import AuthConfig, parse_config
 from corral.errors import ConfigError, PermissionDenied, TooLarge, Unauthenticated
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
-from ctld.auth import Caller, ClusterAuthenticator
-from ctld.authz import Policy, Role, scrub_submit_line
+from ctld.api.auth import Caller, ClusterAuthenticator
+from ctld.model.authz import Policy, Role, scrub_submit_line
 
 KEY = b"k" * 32
 ROOT = pwd.getpwuid(0)

@@ -19,11 +19,11 @@ import sqlalchemy as sa
 from alembic import command
 
 from corral.wire import corral_pb2 as pb
-from ctld import migrate
-from ctld.backup_file import HEADER_BYTES
-from ctld.lease import Lease
-from ctld.store import Store, insert_job, normalize_url
-from ctld.storelock import FileHold
+from ctld.storage import migrate
+from ctld.storage.backup_file import HEADER_BYTES
+from ctld.storage.lease import Lease
+from ctld.storage.store import Store, insert_job, normalize_url
+from ctld.storage.storelock import FileHold
 
 pytestmark = pytest.mark.timeout(120)
 CORRAL = pathlib.Path(sys.executable).parent / "corral"

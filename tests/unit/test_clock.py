@@ -16,7 +16,7 @@ from corral.config import parse_config
 from corral.identity import Identity
 from corral.testing.inprocess import RecordingDispatcher, make_cluster, register_all
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
+from ctld.model import jobstate as js
 
 ALICE = Identity("alice", 1000, 1000)
 CONFIG = parse_config(

@@ -22,8 +22,8 @@ from corral.testing.inprocess import (
     registration,
 )
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.cluster import Cluster
+from ctld.control.cluster import Cluster
+from ctld.model import jobstate as js
 
 CONFIG = parse_config(
     {
@@ -306,8 +306,8 @@ async def test_cached_job_json_follows_every_change(env) -> None:  # type: ignor
     from google.protobuf import json_format
 
     from corral.config import AuthConfig
-    from ctld.auth import ClusterAuthenticator
-    from ctld.rpc import ControllerApi
+    from ctld.api.auth import ClusterAuthenticator
+    from ctld.api.rpc import ControllerApi
 
     cluster, clock, *_ = env
     api = ControllerApi(cluster, ClusterAuthenticator(AuthConfig()))
@@ -403,7 +403,7 @@ async def test_registration_finishes_a_cancelled_job_the_node_no_longer_runs(env
 def test_allow_groups_limits_who_may_submit() -> None:
     from corral.config import parse_config
     from corral.errors import InvalidPartition
-    from ctld.validate import NodeCapacity, validate_spec
+    from ctld.model.validate import NodeCapacity, validate_spec
 
     cfg = parse_config(
         {
@@ -431,8 +431,8 @@ async def test_uneven_tasks_count_as_asked(env) -> None:  # type: ignore[no-unty
 
 async def test_each_run_of_a_requeued_job_is_kept_for_sacct_duplicates(env) -> None:  # type: ignore[no-untyped-def]
     from corral.config import AuthConfig
-    from ctld.auth import ClusterAuthenticator
-    from ctld.rpc import ControllerApi
+    from ctld.api.auth import ClusterAuthenticator
+    from ctld.api.rpc import ControllerApi
 
     cluster, clock, *_ = env
     job = await cluster.submit(ALICE, spec(gpus_per_node=2))
@@ -570,7 +570,7 @@ async def test_get_jobs_pages_follow_filters_visibility_and_the_purge(env) -> No
 
 
 def test_the_sorted_ids_follow_adds_in_any_order_and_the_forgotten() -> None:
-    from ctld.state_parts import JobIndex
+    from ctld.core.state_parts import JobIndex
 
     index, jobs = JobIndex(), {}
     for job_id in (3, 1, 2):  # a load in any order
@@ -597,9 +597,9 @@ async def test_sacct_json_is_the_grpc_answer_mapped(env) -> None:  # type: ignor
     from client.fieldmasks import sacct_fields
     from client.sacct import DEFAULT_FIELDS
     from corral.config import AuthConfig
-    from ctld import fieldmask
-    from ctld.auth import ClusterAuthenticator
-    from ctld.rpc import ControllerApi
+    from ctld.api.auth import ClusterAuthenticator
+    from ctld.api.rpc import ControllerApi
+    from ctld.codec import fieldmask
 
     cluster, clock, *_ = env
     requeued = await cluster.submit(ALICE, spec(gpus_per_node=2))

@@ -1,4 +1,4 @@
-"""Jobs are kept compact (ctld/records.py): no script or environment in the record in
+"""Jobs are kept compact (ctld/model/records.py): no script or environment in the record in
 memory from submit to purge, yet the launch, GetJobs with the spec, the job's row (also
 when it is written again after the job ended) and a reload all still have them."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from corral.testing.inprocess import InProcessCluster, make_cluster
 from corral.wire import corral_pb2 as pb
-from ctld.commit import _save
+from ctld.core.commit import _save
 
 SCRIPT = "#!/bin/sh\necho compact\n"
 ENV = {"PATH": "/usr/bin:/bin", "PROJECT": "physics", "HUGE": "x" * 500}

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
-from ctld import validate
+from ctld.model import validate
 from ctld.sched import JobRequest, NodeView, PartitionView, Snapshot, schedule
 
 CONTAINER = ("container",)

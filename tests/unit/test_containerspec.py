@@ -174,7 +174,7 @@ def test_ctld_parses_the_mounts_once_into_the_spec_and_ignores_a_clients_own() -
     # what noded mounts is what ctld parsed at submit (ContainerSpec.parsed_mounts)
     from corral.config import ClusterConfig
     from corral.wire import corral_pb2 as pb
-    from ctld.validate import check_container
+    from ctld.model.validate import check_container
 
     spec = pb.ContainerSpec(image="/i.sqsh", mounts=["/data:/in:ro+rprivate", "tmpfs:/fast"])
     spec.parsed_mounts.add(source="/etc/shadow", target="/x")  # forged by a client

@@ -32,7 +32,7 @@ from corral.errors import CorralError, InvalidTransition
 from corral.identity import Identity
 from corral.testing.inprocess import InProcessCluster
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
+from ctld.model import jobstate as js
 
 USERS = [Identity("alice", 1000, 1000), Identity("bob", 1001, 1001)]
 NODES = 2

@@ -272,7 +272,7 @@ def _ctld_checks(root: pathlib.Path, config: dict[str, Any], uid: int, groups: l
     import grpc  # noqa: F401  (imported before the child drops to ctld's user)
 
     from corral.auth import tls, tokens
-    from ctld import sockdir
+    from ctld.daemon import sockdir
 
     def under(path: str) -> str:
         return str(root / path.lstrip("/"))

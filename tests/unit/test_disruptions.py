@@ -1,4 +1,4 @@
-"""Planned disruptions on virtual time (ctld/disruptions.py): a drain or a maintenance
+"""Planned disruptions on virtual time (ctld/jobs/disruptions.py): a drain or a maintenance
 reservation warns a checkpointing job with its signal and requeues it once it exits,
 or stops it at the deadline and requeues it then; other jobs finish as Slurm lets them."""
 
@@ -23,8 +23,8 @@ from corral.testing.inprocess import (
 )
 from corral.whytext import explain_text
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.cluster import Cluster
+from ctld.control.cluster import Cluster
+from ctld.model import jobstate as js
 
 Update = pb.JobStatusUpdate
 ALICE = Identity("alice", 1000, 1000)

@@ -16,8 +16,8 @@ from corral.errors import ConfigError, InvalidNodeName, PermissionDenied
 from corral.identity import Identity
 from corral.testing.inprocess import ManualClock, make_cluster
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.cluster import Cluster
+from ctld.control.cluster import Cluster
+from ctld.model import jobstate as js
 
 ALICE = Identity("alice", 1000, 1000)
 

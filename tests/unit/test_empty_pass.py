@@ -12,8 +12,8 @@ import pytest
 
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.cluster import Cluster
+from ctld.control.cluster import Cluster
+from ctld.model import jobstate as js
 from ctld.sched import INFINITY, Snapshot
 from tests.unit.test_start_on_submit import close, config, new_cluster, spec
 

@@ -30,9 +30,9 @@ from corral.errors import (
 )
 from corral.wire import corral_pb2 as pb
 from corral.wire.methods import CONTROLLER, SERVICES
-from ctld.auth import Caller
-from ctld.gateway import make_app
-from ctld.grpc_service import service_handler
+from ctld.api.auth import Caller
+from ctld.api.gateway import make_app
+from ctld.api.grpc_service import service_handler
 
 RAISE_KEY = "x-test-raise"
 

@@ -15,7 +15,7 @@ from corral.identity import Identity
 from corral.testing.inprocess import RecordingDispatcher, make_cluster
 from corral.whytext import explain_text
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
+from ctld.model import jobstate as js
 from tests.unit.test_elastic import ALICE, config, elastic, make, settle, silence
 
 

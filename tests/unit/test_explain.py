@@ -9,7 +9,7 @@ import pytest
 from client.why import explain_text
 from client.why import main_args as why_main
 from corral.errors import InvalidOption
-from ctld.explain import explain, history_ratios
+from ctld.planning.explain import explain, history_ratios
 from ctld.sched import (
     JobRequest,
     NodeView,

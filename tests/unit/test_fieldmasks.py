@@ -29,8 +29,8 @@ from client.sinfo import VIEWS, format_sinfo
 from client.squeue import DEFAULT_SORT, LONG_FORMAT, START_FORMAT, format_jobs, long_format
 from client.squeue_columns import COLUMNS, LONG_COLUMNS, sort_keys
 from corral.wire import corral_pb2 as pb
-from ctld.fieldmask import FieldMask
-from ctld.jsonmap import message_to_json
+from ctld.codec.fieldmask import FieldMask
+from ctld.codec.jsonmap import message_to_json
 
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "CANCELLED", "TIMEOUT", "FAILED")
 NODE_STATES = ("IDLE", "MIXED", "ALLOCATED", "DRAIN", "DOWN")
@@ -245,8 +245,8 @@ _ALIVE: list[object] = []  # jsonmap caches plans by a Skip's identity: none may
 def test_gateway_encoding_of_each_mask_is_the_masked_copys(state: str) -> None:
     """The gateway's JSON (fields outside the mask skipped, a few read one by one) is
     what protobuf's own mask and MessageToDict give, for every mask the tables make."""
-    from ctld import fieldmask
-    from ctld.jsonmap import message_to_json
+    from ctld.codec import fieldmask
+    from ctld.codec.jsonmap import message_to_json
 
     masks = [squeue_fields([k], "") for k in SQUEUE]
     masks += [sacct_fields([n], steps=s, arrays=True) for n, _, _ in ACCT_FIELDS for s in (0, 1)]

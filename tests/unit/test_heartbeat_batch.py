@@ -9,8 +9,8 @@ import pytest
 from corral.errors import PermissionDenied
 from corral.testing.inprocess import InProcessCluster
 from corral.wire import corral_pb2 as pb
-from ctld.auth import Caller
-from ctld.rpc import NodeControllerApi
+from ctld.api.auth import Caller
+from ctld.api.rpc import NodeControllerApi
 
 
 @pytest.mark.timeout(60)

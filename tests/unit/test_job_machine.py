@@ -15,7 +15,7 @@ import pytest
 
 from corral.errors import InvalidTransition
 from corral.wire import corral_pb2 as pb
-from noded.events import (
+from noded.core.events import (
     Action,
     Broke,
     Cancel,
@@ -52,8 +52,8 @@ from noded.events import (
     TimeLimit,
     WarnDue,
 )
-from noded.jobrun import MachineConfig
-from noded.machine import JobMachine
+from noded.core.jobrun import MachineConfig
+from noded.core.machine import JobMachine
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -387,15 +387,20 @@ def test_an_epilog_failure_drains_the_node_and_still_reports() -> None:
 def test_the_machines_are_pure() -> None:
     """They decide; they never do: no process, file, socket or clock (dask's rule)."""
     allowed = {"__future__", "collections", "dataclasses", "signal", "typing", "corral", "noded"}
-    pure = {"noded.events", "noded.jobrun", "noded.machine", "noded.samplerules"}
-    pure |= {"noded.stall", "noded.stepmachine"}
+    pure = {
+        "noded.core.events",
+        "noded.core.jobrun",
+        "noded.core.machine",
+        "noded.core.samplerules",
+    }
+    pure |= {"noded.core.stall", "noded.core.stepmachine"}
     for name in pure:
-        tree = ast.parse((SRC / f"{name.split('.')[1]}.py").read_text())
+        tree = ast.parse((SRC / "core" / f"{name.rpartition('.')[2]}.py").read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module == "noded":
-                names = [f"noded.{a.name}" for a in node.names]  # from noded import stall
+            elif isinstance(node, ast.ImportFrom) and node.module == "noded.core":
+                names = [f"noded.core.{a.name}" for a in node.names]  # import stall
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             else:

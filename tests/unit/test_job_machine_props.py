@@ -1,4 +1,4 @@
-"""noded's job machine (noded/machine.py) as a Hypothesis state machine: random
+"""noded's job machine (noded/core/machine.py) as a Hypothesis state machine: random
 interleavings of what ctld asks (launches, newer runs of a requeued job, retries,
 cancels, signals, fences, shutdown), what the launcher's tasks answer (each phase's
 script, the spawn, the exit, the reap, the cleanup, or noded's own failure instead),
@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from corral.wire import corral_pb2 as pb
-from noded.events import (
+from noded.core.events import (
     Action,
     Adopt,
     AwaitExit,
@@ -67,8 +67,8 @@ from noded.events import (
     TakeOn,
     TimeLimit,
 )
-from noded.jobrun import MachineConfig
-from noded.machine import JobMachine
+from noded.core.jobrun import MachineConfig
+from noded.core.machine import JobMachine
 
 Update = pb.JobStatusUpdate
 JOBS = (1, 2, 3)

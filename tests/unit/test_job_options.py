@@ -17,7 +17,7 @@ from client.containeropts import DESTS as CONTAINER_DESTS
 from client.jobopts import JOB_OPTIONS, SBATCH_ENV, build_parser, merge, to_spec
 from client.options import FLAG
 from corral.wire import corral_pb2 as pb
-from ctld import validate
+from ctld.model import validate
 from ctld.sched import JobRequest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@ import pytest
 
 from corral.errors import InvalidTransition
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
+from ctld.model import jobstate as js
 
 
 def new_job() -> pb.Job:

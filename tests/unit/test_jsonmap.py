@@ -5,7 +5,7 @@ from __future__ import annotations
 from google.protobuf import json_format
 
 from corral.wire import corral_pb2 as pb
-from ctld.jsonmap import message_to_json
+from ctld.codec.jsonmap import message_to_json
 
 
 def rich_job() -> pb.Job:

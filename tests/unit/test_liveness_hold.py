@@ -1,4 +1,4 @@
-"""ctld's side of a controller away (ctld/liveness.py, issue 35), on virtual time: most
+"""ctld's side of a controller away (ctld/fleet/liveness.py, issue 35), on virtual time: most
 nodes silent at once is ctld's outage, not theirs; one node silent alone is that node's."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from corral.config import parse_config
 from corral.quorum import hold_needed
 from corral.testing.inprocess import make_cluster, register_all
 from corral.wire import corral_pb2 as pb
-from ctld.cluster import Cluster
+from ctld.control.cluster import Cluster
 
 CONFIG = parse_config(
     {

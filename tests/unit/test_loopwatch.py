@@ -1,4 +1,4 @@
-"""ctld.loopwatch: a stalled event loop is not the nodes' silence."""
+"""ctld.fleet.loopwatch: a stalled event loop is not the nodes' silence."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import asyncio
 import time
 
 from corral.config import HeartbeatConfig, NodeConfig
-from ctld import failures
-from ctld.loopwatch import STALL_S, LoopWatch
-from ctld.nodes import NodeRecord
+from ctld.fleet.loopwatch import STALL_S, LoopWatch
+from ctld.model import failures
+from ctld.model.nodes import NodeRecord
 
 
 async def test_a_stall_of_the_loop_is_counted_and_a_busy_loop_is_not() -> None:

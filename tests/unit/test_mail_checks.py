@@ -18,7 +18,7 @@ from corral.errors import ConfigError, InvalidOption
 from corral.mailaddress import addresses, check_mail_user, mail_user_problem
 from corral.mailconfig import MailConfig, parse_mail
 from corral.textcheck import check_one_line, first_control, is_control, one_line
-from ctld.mail import Mail, Mailer
+from ctld.mailing.mail import Mail, Mailer
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,9 +14,9 @@ from corral.gpuprobe import probe_nvml
 from corral.mailconfig import MailConfig
 from corral.mailtypes import ALL, parse_mail_types
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.mail_events import job_time, term_info
-from ctld.metrics_ledger import MetricsLedger
+from ctld.mailing.mail_events import job_time, term_info
+from ctld.model import jobstate as js
+from ctld.telemetry.metrics_ledger import MetricsLedger
 from noded.attach import LISTENER_DEPTH, Listeners
 from noded.steps import Chunk
 
@@ -158,7 +158,7 @@ class Sent:
 
 
 def events_for(jobs: dict[int, pb.Job], arrays: dict[int, set[int]]) -> tuple[Any, Sent]:
-    from ctld.mail_events import MailEvents
+    from ctld.mailing.mail_events import MailEvents
 
     state = SimpleNamespace(
         jobs=jobs,

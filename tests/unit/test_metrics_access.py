@@ -1,6 +1,6 @@
-"""Who may scrape /metrics (ctld/metrics_access.py): the token file's checks, as the
+"""Who may scrape /metrics (ctld/telemetry/metrics_access.py): the token file's checks, as the
 JWT key's, the header a scrape must carry, a token rotated without a restart, and
-ctld refusing to start on a token file it could not use (ctld/preflight.py)."""
+ctld refusing to start on a token file it could not use (ctld/daemon/preflight.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from corral.config import parse_config
 from corral.errors import ConfigError
-from ctld.metrics_access import MetricsAccess, read_token
-from ctld.preflight import check_metrics
+from ctld.daemon.preflight import check_metrics
+from ctld.telemetry.metrics_access import MetricsAccess, read_token
 
 TOKEN = "0123456789abcdef" * 4
 

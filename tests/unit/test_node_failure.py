@@ -18,8 +18,8 @@ from corral.testing.inprocess import (
     registration,
 )
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.cluster import Cluster
+from ctld.control.cluster import Cluster
+from ctld.model import jobstate as js
 
 Update = pb.JobStatusUpdate
 ALICE = Identity("alice", 1000, 1000)

@@ -1,4 +1,4 @@
-"""GetNodes under a field mask makes only the asked fields (ctld/queries.py, nodes.py):
+"""GetNodes under a field mask makes only the asked fields (ctld/planning/queries.py, nodes.py):
 each one, alone, is what the whole answer masked to it carries (reservation and maint
 are made together: the transport masks the answer after)."""
 
@@ -8,7 +8,7 @@ import pathlib
 
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
-from ctld.fieldmask import FieldMask
+from ctld.codec.fieldmask import FieldMask
 from tests.unit.test_elastic import ALICE, make, settle, spec
 
 ROOT = Identity("root", 0, 0)

@@ -51,7 +51,7 @@ def test_the_views_kept_are_those_a_fresh_build_makes(
 ) -> None:
     """Only the nodes that named themselves changed are looked at again (node_views.py):
     after each kind of change the views equal a build that looks at every node."""
-    from ctld.node_views import NodeViews
+    from ctld.planning.node_views import NodeViews
 
     c = inprocess_cluster
     st = c.cluster.state

@@ -21,8 +21,8 @@ from corral.errors import (
 )
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
-from ctld.dispatch import GrpcDispatcher
-from ctld.nodes import NodeRecord
+from ctld.daemon.dispatch import GrpcDispatcher
+from ctld.model.nodes import NodeRecord
 from noded.agent import NodeAgentServicer
 from noded.launcher import Launcher
 from noded.steps import StepRunner

@@ -25,9 +25,9 @@ from corral.testing.inprocess import make_cluster
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from corral.wire.methods import NODE_CONTROLLER
-from ctld.cluster import Cluster
-from ctld.grpc_service import service_handler
-from ctld.rpc import NodeControllerApi
+from ctld.api.grpc_service import service_handler
+from ctld.api.rpc import NodeControllerApi
+from ctld.control.cluster import Cluster
 from noded import monitor, progress, witness
 from noded.agent import RECONNECT_S, ControllerLink, NodeAgentServicer
 from noded.gpu.fake import FakeGpus

@@ -19,7 +19,7 @@ from corral.config import IdleGpuConfig
 from corral.testing import wait_for
 from corral.wire import corral_pb2 as pb
 from noded import cgroups, records, spool
-from noded.events import GpuUse, Launch, Spawn, Spawned
+from noded.core.events import GpuUse, Launch, Spawn, Spawned
 from noded.launcher import Launcher
 from noded.tracking import MARKER_VAR, STEP_MARKER_VAR
 

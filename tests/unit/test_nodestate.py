@@ -1,4 +1,4 @@
-"""The node state machine (ctld/nodestate.py): each event's effect, impossible events
+"""The node state machine (ctld/model/nodestate.py): each event's effect, impossible events
 refused without a change, every change with its cause, and the drains' and DOWNs'
 causes kept in the store through a restart."""
 
@@ -12,8 +12,8 @@ from corral.errors import InvalidTransition
 from corral.identity import Identity
 from corral.testing.inprocess import make_cluster, register_all
 from corral.wire import corral_pb2 as pb
-from ctld import nodestate as ns
-from ctld.nodes import NodeRecord
+from ctld.model import nodestate as ns
+from ctld.model.nodes import NodeRecord
 
 NS = pb.NodeState
 ROOT = Identity("root", 0, 0)

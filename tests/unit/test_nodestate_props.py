@@ -1,4 +1,4 @@
-"""ctld's node state machine (ctld/nodestate.py) as a Hypothesis state machine: random
+"""ctld's node state machine (ctld/model/nodestate.py) as a Hypothesis state machine: random
 events (each of its table, possible or not, with a cause, a reason, a user), jobs
 placed and gone, checked at every step:
 
@@ -25,8 +25,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from corral.config import NodeConfig
 from corral.errors import InvalidTransition
-from ctld import nodestate as ns
-from ctld.nodes import HISTORY, POWER_ON, NodeEvent, NodeRecord
+from ctld.model import nodestate as ns
+from ctld.model.nodes import HISTORY, POWER_ON, NodeEvent, NodeRecord
 
 # flag -> (how it reads on the node, the events that may raise it)
 FLAGS: dict[str, tuple[Any, frozenset[str]]] = {

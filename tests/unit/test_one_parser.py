@@ -21,16 +21,16 @@ BIN = pathlib.Path(sys.executable).parent
 #: who may call each parser: jobsyntax itself, sbatch (its early errors), ctld's submit
 #: (validate.py), and corral/jobspec.py for a job that came without its typed values
 PARSERS = {
-    "parse_warn_signal": {"corral/jobsyntax.py", "ctld/validate.py", "corral/jobspec.py"},
+    "parse_warn_signal": {"corral/jobsyntax.py", "ctld/model/validate.py", "corral/jobspec.py"},
     "parse_array": {
         "corral/jobsyntax.py",
-        "ctld/validate.py",
+        "ctld/model/validate.py",
         "corral/jobspec.py",
         "client/jobopts.py",
     },
     "parse_dependency": {
         "corral/jobsyntax.py",
-        "ctld/validate.py",
+        "ctld/model/validate.py",
         "corral/jobspec.py",
         "client/jobopts.py",
     },

@@ -11,7 +11,7 @@ from corral.config import parse_config
 from corral.identity import Identity
 from corral.testing.inprocess import ManualClock, make_cluster, register_all
 from corral.wire import corral_pb2 as pb
-from ctld import scheduling
+from ctld.planning import scheduling
 
 ALICE = Identity("alice", 1000, 1000)
 CONFIG = parse_config(

@@ -17,10 +17,10 @@ from corral.identity import Identity
 from corral.reasons import Reason
 from corral.testing.inprocess import ManualClock, make_cluster, registration
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld import nodestate as ns
-from ctld.cluster import Cluster
-from ctld.nodes import POWER_ON, POWERED_DOWN, POWERING_DOWN, POWERING_UP, NodeRecord
+from ctld.control.cluster import Cluster
+from ctld.model import jobstate as js
+from ctld.model import nodestate as ns
+from ctld.model.nodes import POWER_ON, POWERED_DOWN, POWERING_DOWN, POWERING_UP, NodeRecord
 
 CLOUD: dict[bool, dict[str, str]] = {True: {"state": "cloud"}, False: {}}
 ALICE = Identity("alice", 1000, 1000)
@@ -256,8 +256,8 @@ async def test_hours_and_energy_saved_in_getnodes_metrics_and_report(
 
     from client.report_power import format_power
     from client.views.node import Node
-    from ctld.metrics import ClusterCollector
-    from ctld.metrics_text import exposition
+    from ctld.telemetry.metrics import ClusterCollector
+    from ctld.telemetry.metrics_text import exposition
 
     cluster, clock = await make(tmp_path, idle_watts=300, powered_down_watts=10)
     clock.advance(3600)  # the cloud nodes have been off for an hour since ctld started

@@ -1,4 +1,4 @@
-"""Running the power programs (ctld/power_programs.py, issue 27): one argument, a Slurm
+"""Running the power programs (ctld/powersave/power_programs.py, issue 27): one argument, a Slurm
 hostlist; exit status and output reported; killed past the timeout; a missing program
 or an unknown user a failure that says why."""
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from ctld.power_programs import run_program
+from ctld.powersave.power_programs import run_program
 
 
 def script(tmp_path: pathlib.Path, body: str) -> str:

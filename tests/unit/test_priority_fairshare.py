@@ -8,11 +8,11 @@ import pytest
 
 from corral.config import PriorityConfig
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.deps import DepState, evaluate
+from ctld.model import jobstate as js
+from ctld.model.deps import DepState, evaluate
+from ctld.model.usage import UsageLedger
 from ctld.sched.fairshare import AccountShare, factor_of, share_rows
 from ctld.sched.priority import Weights, factors
-from ctld.usage import UsageLedger
 
 
 def test_priority_is_the_weighted_sum_less_nice() -> None:

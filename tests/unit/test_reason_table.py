@@ -223,8 +223,8 @@ def test_the_class_mates_of_a_job_held_off_by_maintenance_get_its_reason() -> No
 def test_a_dependency_is_named_before_a_begin_time() -> None:
     # Slurm 22.05 (on this machine): --dependency and --begin both unmet: Dependency
     from corral.wire import corral_pb2 as pb
-    from ctld.deps import DepState
-    from ctld.pending import blocked_reason
+    from ctld.core.pending import blocked_reason
+    from ctld.model.deps import DepState
 
     job = pb.Job(eligible_time=1000.0, spec=pb.JobSpec(dependency="afterok:1"))
     assert blocked_reason(job, 0.0, lambda j: DepState.WAITING) == Reason.DEPENDENCY

@@ -30,8 +30,8 @@ from corral.reasons import Reason, reason_words
 from corral.testing.inprocess import ManualClock, RecordingDispatcher, make_cluster, register_all
 from corral.whytext import explain_text, node_text
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.cluster import Cluster
+from ctld.control.cluster import Cluster
+from ctld.model import jobstate as js
 from ctld.web.cluster_view import shown_state
 from tests.unit.test_elastic import settle
 

@@ -12,7 +12,7 @@ from corral.errors import AccountingPolicy, ConfigError, InvalidNodeName, Permis
 from corral.identity import Identity
 from corral.testing.inprocess import InProcessCluster
 from corral.wire import corral_pb2 as pb
-from ctld.usage import UsageLedger
+from ctld.model.usage import UsageLedger
 
 pytestmark = pytest.mark.timeout(60)
 ALICE = Identity("alice", 1000, 1000)

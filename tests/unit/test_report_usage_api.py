@@ -12,9 +12,9 @@ from corral.errors import InvalidRequest
 from corral.identity import Identity
 from corral.testing.inprocess import ManualClock, RecordingDispatcher, make_cluster, register_all
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.auth import ClusterAuthenticator
-from ctld.rpc import ControllerApi
+from ctld.api.auth import ClusterAuthenticator
+from ctld.api.rpc import ControllerApi
+from ctld.model import jobstate as js
 
 CONFIG = parse_config(
     {

@@ -24,7 +24,7 @@ from ctld.sim import synthetic as syn
 from ctld.sim.site_engine import SiteReplay
 from ctld.sim.site_jobs import replay_jobs
 from ctld.sim.site_report import Run, fidelity, real_rows, replay_rows, summarize
-from ctld.store_rows import Op, apply_ops
+from ctld.storage.store_rows import Op, apply_ops
 
 T0 = 1_700_000_000.0
 CORRAL = pathlib.Path(sys.executable).parent / "corral"
@@ -402,8 +402,8 @@ async def test_the_store_logs_every_reservation_change_with_its_time(
     tmp_path: pathlib.Path,
 ) -> None:
     from corral.identity import Identity
-    from ctld.reservations import Reservations
-    from ctld.store import Store
+    from ctld.model.reservations import Reservations
+    from ctld.storage.store import Store
 
     url = f"sqlite:///{tmp_path}/store.db"
     config = parse_config(tomllib.loads(config_text(url)))

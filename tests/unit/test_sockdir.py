@@ -1,4 +1,4 @@
-"""ctld.sockdir: ctld binds its socket only in a directory no one else can write."""
+"""ctld.daemon.sockdir: ctld binds its socket only in a directory no one else can write."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 from corral.errors import ConfigError
-from ctld.sockdir import prepare, unsafe
+from ctld.daemon.sockdir import prepare, unsafe
 
 OTHER = 65534  # nobody
 

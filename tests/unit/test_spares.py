@@ -1,4 +1,4 @@
-"""Hot spares (ctld/spares.py, the core's Placer): a partition's last N idle nodes go
+"""Hot spares (ctld/jobs/spares.py, the core's Placer): a partition's last N idle nodes go
 only to jobs requeued after a node failure, which get one within one pass."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from client.views.node import Node
 from corral.identity import Identity
 from corral.testing.inprocess import ManualClock
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.cluster import Cluster
+from ctld.control.cluster import Cluster
+from ctld.model import jobstate as js
 from ctld.sched import JobRequest, PartitionView, Snapshot, schedule
 from tests.unit.test_backfill import busy, node
 from tests.unit.test_elastic import ALICE, make, settle, silence, spec

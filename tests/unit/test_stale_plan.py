@@ -12,8 +12,8 @@ from corral.config import parse_config
 from corral.identity import Identity
 from corral.testing.inprocess import ManualClock, RecordingDispatcher, make_cluster, register_all
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.cluster import Cluster
+from ctld.control.cluster import Cluster
+from ctld.model import jobstate as js
 from ctld.sched import schedule
 
 ALICE = Identity("alice", 1000, 1000)

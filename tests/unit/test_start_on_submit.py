@@ -1,6 +1,6 @@
 """A new job that fits is started at submit, without a pass, exactly when a pass would.
 
-ctld's ``scheduler.start_on_submit`` (ctld/scheduling.py, ctld/sched/quick.py): when
+ctld's ``scheduler.start_on_submit`` (ctld/planning/scheduling.py, ctld/sched/quick.py): when
 only submits came since the last pass, the core decides new jobs on a short queue of
 the last plan's reserved jobs and the new ones. The simulator takes the same path.
 """
@@ -18,8 +18,8 @@ from corral.config import ClusterConfig, parse_config
 from corral.identity import Identity
 from corral.testing.inprocess import ManualClock, RecordingDispatcher, make_cluster, register_all
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.cluster import Cluster
+from ctld.control.cluster import Cluster
+from ctld.model import jobstate as js
 from ctld.sched import schedule
 from ctld.sim import swf
 from ctld.sim.engine import replay

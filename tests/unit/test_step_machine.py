@@ -7,8 +7,8 @@ import signal
 import pytest
 
 from corral.wire import corral_pb2 as pb
-from noded.events import Log, Report
-from noded.stepmachine import (
+from noded.core.events import Log, Report
+from noded.core.stepmachine import (
     STALL_KILL_S,
     KillAfter,
     SignalStep,

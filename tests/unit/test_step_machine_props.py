@@ -1,4 +1,4 @@
-"""noded's step machine (noded/stepmachine.py) as a Hypothesis state machine: a step's
+"""noded's step machine (noded/core/stepmachine.py) as a Hypothesis state machine: a step's
 events in the orders the step runner (steps.py) can deliver them (task exits while its
 pipes are watched, the monitor's silences, ctld's terminate until the step is gone,
 the --signal warning and the kill timer until the end cancels them, the end, every
@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from corral.wire import corral_pb2 as pb
-from noded.events import Report
-from noded.stepmachine import (
+from noded.core.events import Report
+from noded.core.stepmachine import (
     KillAfter,
     SignalStep,
     Silence,

@@ -1,5 +1,5 @@
 """srun lost a node's noded mid-step: the job's end waits for the node's verdict
-(ctld/suspects.py), on virtual time. The real-process version of each case is in
+(ctld/jobs/suspects.py), on virtual time. The real-process version of each case is in
 tests/integration/test_step_node_loss.py."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from corral.errors import JobStateConflict, PermissionDenied
 from corral.identity import Identity
 from corral.testing.inprocess import registration
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.cluster import Cluster
+from ctld.control.cluster import Cluster
+from ctld.model import jobstate as js
 from tests.unit.test_node_failure import ALICE, make, restart, settle, silence, spec
 
 Update = pb.JobStatusUpdate

@@ -7,7 +7,7 @@ import pytest
 from corral.errors import InvalidOption, StepLayoutError
 from corral.tasks import task_gpus, validate_gpu_bind
 from corral.wire import corral_pb2 as pb
-from ctld.steps import plan_step
+from ctld.jobs.steps import plan_step
 
 
 def job(nodes: int = 2, gpus: int = 4, cpus: int = 8, tasks: int = 0) -> pb.Job:
@@ -75,7 +75,7 @@ def test_each_task_sees_its_gpus() -> None:
 
 def test_steps_hold_the_allocation_unless_exact_or_overlap() -> None:
     from corral.errors import StepBusy
-    from ctld.steps import holdings
+    from ctld.jobs.steps import holdings
 
     j = job(nodes=1, gpus=4, cpus=4)
     whole = pb.Step(spec=pb.StepSpec(), nodes=plan_step(j, pb.StepSpec(), {}))

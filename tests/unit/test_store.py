@@ -15,8 +15,17 @@ import sqlalchemy as sa
 
 from corral.errors import StoreError, StoreUnavailable
 from corral.wire import corral_pb2 as pb
-from ctld import migrate
-from ctld.store import NodeDrain, Op, Store, insert_job, jobs, metadata, normalize_url, update_job
+from ctld.storage import migrate
+from ctld.storage.store import (
+    NodeDrain,
+    Op,
+    Store,
+    insert_job,
+    jobs,
+    metadata,
+    normalize_url,
+    update_job,
+)
 from tests.unit.legacy import store_v1
 
 
@@ -146,7 +155,8 @@ def test_a_store_at_head_is_opened_without_importing_alembic(tmp_path: pathlib.P
     url = f"sqlite:///{tmp_path / 'c.db'}"
     opened(url)  # made at head (alembic runs once, in that process)
     code = (
-        "import sys; from ctld.store import Store; s = Store(sys.argv[1]); s.open(); s.close();"
+        "import sys; from ctld.storage.store import Store\n"
+        "s = Store(sys.argv[1]); s.open(); s.close()\n"
         "print(any(m == 'alembic' or m.startswith('alembic.') for m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True)

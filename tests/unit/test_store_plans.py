@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from corral.wire import corral_pb2 as pb
-from ctld.store import Store, insert_job
+from ctld.storage.store import Store, insert_job
 
 NOW = 10_000_000.0
 N = 400

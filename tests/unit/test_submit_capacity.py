@@ -11,7 +11,7 @@ import pytest
 from corral.config import parse_config
 from corral.errors import NodeConfigUnavailable
 from corral.wire import corral_pb2 as pb
-from ctld.validate import NodeCapacity, validate_spec
+from ctld.model.validate import NodeCapacity, validate_spec
 
 NODES = 2000
 

@@ -15,9 +15,9 @@ from corral.config import NodeConfig
 from corral.errors import CorralError, NodeUnreachable
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
-from ctld.dispatch import GrpcDispatcher
-from ctld.nodes import NodeRecord
-from ctld.outbox import Outbox
+from ctld.core.outbox import Outbox
+from ctld.daemon.dispatch import GrpcDispatcher
+from ctld.model.nodes import NodeRecord
 from noded.agent import _details
 
 

@@ -1,4 +1,4 @@
-"""sreport's sums (ctld/usage_report.py) from runs the store returns, on both stores:
+"""sreport's sums (ctld/api/usage_report.py) from runs the store returns, on both stores:
 each run of a requeued job counts its own time, a running job counts up to now, each
 run is clipped to each bucket, runs outside the window are not read."""
 
@@ -10,8 +10,8 @@ import pytest
 
 from corral.errors import InvalidRequest
 from corral.wire import corral_pb2 as pb
-from ctld.store import Store, insert_job, update_job
-from ctld.usage_report import check_bounds, usage_records
+from ctld.api.usage_report import check_bounds, usage_records
+from ctld.storage.store import Store, insert_job, update_job
 
 T0 = 1_000_000.0
 H = 3600.0

@@ -18,8 +18,8 @@ from corral.testing.inprocess import (
     registration,
 )
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.usage import billing_rate
+from ctld.model import jobstate as js
+from ctld.model.usage import billing_rate
 
 CONFIG = parse_config(
     {

@@ -1,4 +1,4 @@
-"""ctld's compatibility window (ctld/versions.py, docs/upgrading.md): ctld M.m serves
+"""ctld's compatibility window (ctld/control/versions.py, docs/upgrading.md): ctld M.m serves
 nodeds and commands of M.m and M.(m-1) silently, warns about any other of its major or
 an older one, and refuses a newer major, naming both versions and the fix."""
 
@@ -14,8 +14,8 @@ from corral.config import parse_config
 from corral.errors import VersionMismatch
 from corral.testing.inprocess import ManualClock, make_cluster
 from corral.wire import corral_pb2 as pb
-from ctld import versions
-from ctld.versions import CommandVersions
+from ctld.control import versions
+from ctld.control.versions import CommandVersions
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ import pytest
 
 from corral.errors import ConfigError
 from corral.wire import corral_pb2 as pb
-from ctld.gpu_samples import MAX_POINTS, GpuSamples, Series, holders
+from ctld.model.gpu_samples import MAX_POINTS, GpuSamples, Series, holders
 from ctld.web import output
 from ctld.web.html import Html, el
 from ctld.web.live import Renders, sse

@@ -133,7 +133,7 @@ class HeartbeatConfig:
     interval_s: float = 10.0
     timeout_s: float = 60.0
     # this share of the nodes silent at once is ctld's own outage, not theirs: no node is
-    # declared DOWN, and nodes keep their jobs (ctld/liveness.py; 0: off, as before)
+    # declared DOWN, and nodes keep their jobs (ctld/fleet/liveness.py; 0: off, as before)
     hold_fraction: float = 0.55
 
 

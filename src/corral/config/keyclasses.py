@@ -54,7 +54,7 @@ CLASSES: tuple[tuple[str, tuple[str, str]], ...] = (
     ("noded.cgroup_root", (_U, _R)),
     ("noded.self_fence", (_U, _R)),
     ("noded.", (_U, _L)),
-    # the start-at-submit path is wired when ctld starts (ctld/cluster.py)
+    # the start-at-submit path is wired when ctld starts (ctld/control/cluster.py)
     ("scheduler.start_on_submit", (_R, _U)),
     ("scheduler.", (_L, _U)),
     ("priority.", (_L, _U)),

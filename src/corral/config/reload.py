@@ -4,7 +4,7 @@ to run with from now on: the new file's, with every restart-only key kept at the
 the daemon runs with (so the next reconfigure reports it again until a restart).
 
 Pure: reading the file, refusing it and applying the plan are the daemons' own
-(ctld/reconfig.py, noded/reconfig.py).
+(ctld/control/reconfig.py, noded/reconfig.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A directory of /tmp (a socket path has at most 107 bytes; a state dir may be lon
 private) with a name no one can guess or take first: ``mkdtemp`` makes it with a random
 name, failing over to another name if one exists, so no other user can have made it
 beforehand. It is the cluster's user's, mode 0755: anyone may reach the sockets, no one
-else may remove or replace them (ctld checks the same when it starts: ctld/sockdir.py).
+else may remove or replace them (ctld checks the same when it starts: ctld/daemon/sockdir.py).
 Its path is kept in ``<state_dir>/run/socket-dir`` for the cluster's life, so a
 restarted ctld, `corral down` and the commands' env.sh find it again.
 

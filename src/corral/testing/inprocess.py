@@ -44,11 +44,11 @@ from corral.identity import Identity, current_identity
 from corral.localcluster.layout import DEFAULT_GPU_MODEL, Layout
 from corral.testing.harness import Harness
 from corral.wire import corral_pb2 as pb
-from ctld.auth import Caller
-from ctld.cluster import Cluster
-from ctld.nodes import NodeRecord
-from ctld.rpc import ControllerApi
-from ctld.store import Store
+from ctld.api.auth import Caller
+from ctld.api.rpc import ControllerApi
+from ctld.control.cluster import Cluster
+from ctld.model.nodes import NodeRecord
+from ctld.storage.store import Store
 
 T = TypeVar("T")
 

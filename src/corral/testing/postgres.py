@@ -44,7 +44,7 @@ def pg_url_or_skip() -> str:
 
 
 def _psycopg(url: str) -> str:
-    """psycopg 3, as ctld's store means by postgres:// (ctld/store.py's normalize_url;
+    """psycopg 3, as ctld's store means by postgres:// (ctld/storage/store.py's normalize_url;
     corral does not import ctld)."""
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):

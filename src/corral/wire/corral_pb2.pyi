@@ -2085,7 +2085,7 @@ class Node(_message.Message):
     @_builtins.property
     def last_change(self) -> Global___NodeChange:
         """-- the node state machine (field numbers 700+) --
-        its last change and its cause (ctld/nodestate.py)
+        its last change and its cause (ctld/model/nodestate.py)
         """
 
     @_builtins.property
@@ -2505,7 +2505,7 @@ class GetJobsRequest(_message.Message):
     @_builtins.property
     def fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the fields each answer carries, by proto name, a message's field as "spec.name"
-        (ctld/fieldmask.py); empty: every field. An unknown name is refused.
+        (ctld/codec/fieldmask.py); empty: every field. An unknown name is refused.
         """
 
     def __init__(
@@ -2583,7 +2583,7 @@ class QueryAccountingRequest(_message.Message):
     @_builtins.property
     def fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the fields each answer carries, by proto name, a message's field as "spec.name"
-        (ctld/fieldmask.py); empty: every field. An unknown name is refused.
+        (ctld/codec/fieldmask.py); empty: every field. An unknown name is refused.
         """
 
     def __init__(
@@ -2648,7 +2648,7 @@ class GetNodesRequest(_message.Message):
     @_builtins.property
     def fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the fields each answer carries, by proto name, a message's field as "spec.name"
-        (ctld/fieldmask.py); empty: every field. An unknown name is refused.
+        (ctld/codec/fieldmask.py); empty: every field. An unknown name is refused.
         """
 
     def __init__(

@@ -19,10 +19,10 @@ from sqlalchemy.engine import Connection, Engine
 
 from corral.errors import StoreError
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
-from ctld.store import normalize_url
-from ctld.store_queries import describe, job_from_row
-from ctld.store_rows import (
+from ctld.model import jobstate as js
+from ctld.storage.store import normalize_url
+from ctld.storage.store_queries import describe, job_from_row
+from ctld.storage.store_rows import (
     accounting,
     job_events,
     job_runs,

@@ -1,5 +1,5 @@
 """Power saving in the replays (``corral sim --suspend-time``): each of the trace's
-processors is a node that can be powered down, as ctld/power.py does with real ones.
+processors is a node that can be powered down, as ctld/powersave/power.py does with real ones.
 
 A node idle for ``suspend_time`` is powered down (off after ``suspend_timeout``). The
 core plans on the nodes that are off as ctld's snapshot shows them: busy until a

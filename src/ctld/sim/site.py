@@ -26,7 +26,7 @@ from corral.config.paths import config_path
 from corral.errors import ConfigError
 from corral.gres import gpu_type_from_model
 from corral.wire import corral_pb2 as pb
-from ctld.accounting import Accounting, assoc_key
+from ctld.model.accounting import Accounting, assoc_key
 
 # the lists of tables whose entries an override names by their ``name``
 NAMED_LISTS = ("partitions", "accounts", "qos")

@@ -26,9 +26,13 @@ from dataclasses import dataclass
 from corral.jobspec import array_throttle
 from corral.reasons import Reason
 from corral.wire import corral_pb2 as pb
-from ctld import deps, pending
-from ctld.priorities import RECALC_S, Priorities, apply_factors
-from ctld.qos import QosTable
+from ctld.core import pending
+from ctld.model import deps
+from ctld.model.priorities import RECALC_S, Priorities, apply_factors
+from ctld.model.qos import QosTable
+from ctld.model.usage import UsageLedger
+from ctld.model.validate import node_lists, request_from_spec
+from ctld.model.victims import ClaimRecord, Preemptions, Victim
 from ctld.sched import (
     JobRequest,
     Placement,
@@ -46,9 +50,6 @@ from ctld.sim.history import History
 from ctld.sim.site import Site
 from ctld.sim.site_jobs import ReplayJob
 from ctld.sim.site_nodes import Nodes
-from ctld.usage import UsageLedger
-from ctld.validate import node_lists, request_from_spec
-from ctld.victims import ClaimRecord, Preemptions, Victim
 
 # event kinds, in the order they are taken at one instant: what frees nodes first.
 # TICK: something that changes with time alone (a --begin time come, a reservation's

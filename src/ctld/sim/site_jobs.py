@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from corral.errors import CorralError
 from corral.jobspec import dependencies
 from corral.wire import corral_pb2 as pb
-from ctld import jobstate as js
+from ctld.model import jobstate as js
 from ctld.sched import Placement
 from ctld.sim.history import History
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from corral import hostlist
 from corral.wire import corral_pb2 as pb
+from ctld.model.victims import Victim
 from ctld.sched import INFINITY, PartitionView, Placement, ReservationView, RunningView, Settings
 from ctld.sim.history import History
 from ctld.sim.site import Site
-from ctld.victims import Victim
 
 
 def settings_of(site: Site) -> Settings:

@@ -24,8 +24,8 @@ from ctld.sim.history import History
 from ctld.sim.site import Site
 from ctld.sim.site_engine import SiteReplay
 from ctld.sim.site_jobs import ReplayJob
-from ctld.store import Store
-from ctld.store_rows import Op, apply_ops, insert_job
+from ctld.storage.store import Store
+from ctld.storage.store_rows import Op, apply_ops, insert_job
 
 
 @dataclass(frozen=True)

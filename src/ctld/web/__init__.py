@@ -9,8 +9,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from corral.config import ClusterConfig
-from ctld.standby import Switch
-from ctld.unproven import Guard
+from ctld.api.standby import Switch
+from ctld.api.unproven import Guard
 from ctld.web.site import Site
 
 __all__ = ["Site", "mount"]

@@ -14,8 +14,8 @@ from corral.reasons import reason_words
 from corral.slurmfmt import format_duration, format_timestamp
 from corral.whytext import explain_text
 from corral.wire import corral_pb2 as pb
-from ctld.gpu_samples import Series
-from ctld.jsonmap import message_to_json
+from ctld.codec.jsonmap import message_to_json
+from ctld.model.gpu_samples import Series
 from ctld.web import output
 from ctld.web.charts import line_chart
 from ctld.web.html import Html, el

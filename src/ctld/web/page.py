@@ -13,9 +13,9 @@ from corral.wire import corral_pb2 as pb
 from ctld.web.html import Html, el
 
 if TYPE_CHECKING:
-    from ctld.authz import Policy
-    from ctld.cluster import Cluster
-    from ctld.rpc import ControllerApi
+    from ctld.api.rpc import ControllerApi
+    from ctld.control.cluster import Cluster
+    from ctld.model.authz import Policy
 
 NAV = (
     ("/", "Cluster"),

@@ -23,7 +23,7 @@ from corral.auth.users import identity_of
 from corral.config import ClusterConfig
 from corral.errors import CorralError
 from corral.identity import Identity
-from ctld.unproven import Guard
+from ctld.api.unproven import Guard
 from ctld.web.responses import Responder
 from ctld.web.session import Logins, Session, Sessions, load_key
 from ctld.web.signouts import SIGNOUTS_FILE, SignOuts

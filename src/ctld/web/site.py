@@ -25,9 +25,9 @@ from corral.config import ClusterConfig
 from corral.errors import CorralError, InvalidJobId
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
-from ctld.rpc import ControllerApi
-from ctld.standby import Switch
-from ctld.unproven import Guard
+from ctld.api.rpc import ControllerApi
+from ctld.api.standby import Switch
+from ctld.api.unproven import Guard
 from ctld.web import cluster_view, job_view, queue_view, resv_view, usage_view
 from ctld.web.html import Html, el
 from ctld.web.live import PING_S, TICK_S, Generation, Rendering, Renders, sse

@@ -1,0 +1,5 @@
+"""The controller wired from its parts (Cluster), and reconfiguring it live.
+
+Its place among ctld's layers, and what it may import: docs/architecture.md,
+"ctld's folders" (held by tests/unit/test_ctld_layers.py).
+"""
