@@ -38,6 +38,7 @@ from ctld.control import versions
 from ctld.control.reconfig import Reconfigurer
 from ctld.core.commit import Change
 from ctld.core.outbox import Dispatcher, Outbox
+from ctld.core.selection import page, select
 from ctld.core.state import State, user_name
 from ctld.fleet.dynamic import admit
 from ctld.fleet.node_reports import NodeReports
@@ -53,7 +54,7 @@ from ctld.model.priorities import Priorities
 from ctld.model.reservations import Reservations
 from ctld.model.usage import UsageLedger
 from ctld.planning.preemption import Preempter
-from ctld.planning.queries import Queries, page, select
+from ctld.planning.queries import Queries
 from ctld.planning.scheduling import MIN_PASS_GAP_S, Scheduler
 from ctld.planning.snapshot import SnapshotBuilder, settings_from
 from ctld.powersave.power import PowerManager

@@ -28,6 +28,7 @@ from corral.slurmfmt import UNLIMITED
 from corral.wire import corral_pb2 as pb
 from ctld.core.commit import Change
 from ctld.core.outbox import Outbox
+from ctld.core.selection import select
 from ctld.core.state import State
 from ctld.jobs.endings import Endings, requeue_when_gone
 from ctld.model import jobstate as js
@@ -42,7 +43,6 @@ from ctld.model.validate import (
     user_groups,
     validate_spec,
 )
-from ctld.planning.queries import select
 
 log = structlog.get_logger("ctld")
 
