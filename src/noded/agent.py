@@ -35,7 +35,7 @@ from corral.wire import corral_pb2_grpc as pbg
 from noded import spool
 from noded.launcher import Launcher, LaunchError
 from noded.steps import StepRunner
-from noded.witness import Witness
+from noded.witness import ASK_TIMEOUT_S, Witness
 
 log = structlog.get_logger("noded")
 RPC_TIMEOUT_S = 10.0
@@ -395,7 +395,7 @@ class ControllerLink:
                 if self.deaf_s() >= ask_after:
                     await self.clock.sleep(self.interval)  # asked again each interval
                 continue
-            if holding and await self._reached_within(max(self.interval, RECONNECT_S)):
+            if holding and await self._reached_within(self.reconnect_grace()):
                 continue  # ctld is back (the peers hear it) and answered this node too
             if self.deaf_s() < self.fence_after_s:
                 await self.clock.sleep(min(0.5, self.interval / 2))  # ask again before fencing
@@ -408,6 +408,19 @@ class ControllerLink:
                     silent_s=round(silent, 1),
                     jobs=fenced,
                 )
+                # ctld may not have given this node up (it times a node afresh after a
+                # hold): registering again tells it these jobs are gone, so it requeues
+                # them instead of holding them RUNNING on a node that runs nothing
+                self.registered.clear()
+
+    def reconnect_grace(self) -> float:
+        """How long a node whose peers hear ctld again waits for ctld to answer it too
+        before it fences. ctld times each node still silent a whole timeout_s
+        (fence_after_s + interval) from hearing most nodes again; this node learns of it
+        at most an interval and a round of questions later, so it may wait the rest of
+        its fence time less those, and never less than gRPC's reconnect takes."""
+        rest = self.fence_after_s - self.interval - ASK_TIMEOUT_S
+        return max(self.interval, RECONNECT_S, rest)
 
     async def _reached_within(self, seconds: float) -> bool:
         """The peers hear ctld again: beat now (no backoff left to wait) and say whether

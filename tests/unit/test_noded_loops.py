@@ -35,7 +35,7 @@ from noded.launcher import Launcher
 from noded.live import LiveSampler
 from noded.server import _watch_gpus
 from noded.steps import RunningStep, StepRunner, Task
-from noded.witness import Quorum, Witness
+from noded.witness import ASK_TIMEOUT_S, Quorum, Witness
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -226,8 +226,19 @@ async def test_jobs_are_kept_while_the_witnesses_hold(
     await advance(cut_off.clock, 1.25 * INTERVAL_S)
     assert cut_off.link._beat_now.is_set()  # it beats at once, and waits for an answer
     assert cut_off.step.got == [] and not held.holding
-    await advance(cut_off.clock, RECONNECT_S + INTERVAL_S)
-    assert signal.SIGTERM in cut_off.step.got  # no answer within the reconnect wait
+    # ctld times this node afresh (a whole timeout, fence_after_s + interval) from its
+    # hold's end: the node waits the rest of its fence time less an interval and a
+    # round of questions, not just a reconnect (a loaded ctld took 2.04 s to answer)
+    grace = cut_off.link.reconnect_grace()
+    assert grace == FENCE_AFTER_S - INTERVAL_S - ASK_TIMEOUT_S > RECONNECT_S
+    await advance(cut_off.clock, grace - 1.25 - 0.25)  # the wait began within 1.25 s
+    assert cut_off.step.got == []  # past a reconnect's 2 s: the jobs still run
+    cut_off.link.registered.set()
+    await advance(cut_off.clock, 1.25 + 0.25 + INTERVAL_S)
+    assert signal.SIGTERM in cut_off.step.got  # no answer within the wait
+    # it registers again: ctld, which may still hold its jobs RUNNING, learns they are
+    # gone and requeues them
+    assert not cut_off.link.registered.is_set()
 
 
 async def test_an_answer_within_the_reconnect_wait_keeps_the_jobs(
