@@ -139,7 +139,7 @@ async def play(sc: Scenario, args: argparse.Namespace, seed: int, db: str) -> Ou
             if cluster.heartbeat(beat):
                 cluster.state.live.record(beat)
         await cluster.check_heartbeats()
-        await cluster.node_reports.disruptions.check()
+        await cluster.node_ops.disruptions.check()
         for _, req in disp.signalled[warned_seen:]:  # growth's warning: save and exit
             if req.job_id == job.job_id and req.signal and not req.terminate:
                 saving_until = saving_until or now + args.save_s

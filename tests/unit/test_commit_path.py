@@ -107,7 +107,7 @@ def test_only_the_commit_module_changes_job_state() -> None:
 # a pending job's reason is written by pending.py; these two set the reasons of jobs
 # that leave the queue or run (TimeLimit, IdleGPUs, "launch failed: ...")
 # (nodes.py: a node's own drain reason)
-REASON_WRITERS = {"pending.py", "endings.py", "node_reports.py", "nodes.py"}
+REASON_WRITERS = {"pending.py", "endings.py", "job_reports.py", "nodes.py"}
 
 
 def test_only_the_applier_side_writes_reasons() -> None:

@@ -126,15 +126,15 @@ async def test_a_job_that_ignores_the_warning_is_stopped_at_the_deadline_and_req
     (warned,) = sent(disp, job)
     assert warned[1].signal == signal.SIGUSR2 and warned[1].batch_only
     clock.advance(59)  # its own @60 is its lead time
-    await cluster.node_reports.disruptions.check()
+    await cluster.node_ops.disruptions.check()
     await drain_tasks(cluster)
     assert len(sent(disp, job)) == 1
     clock.advance(2)
-    await cluster.node_reports.disruptions.check()
+    await cluster.node_ops.disruptions.check()
     await drain_tasks(cluster)
     kills = [r for _, r in sent(disp, job) if r.terminate]
     assert len(kills) == 1 and job.state == js.RUNNING and job.disruption_deadline == 0
-    await cluster.node_reports.disruptions.check()  # stopped once
+    await cluster.node_ops.disruptions.check()  # stopped once
     assert len([r for _, r in sent(disp, job) if r.terminate]) == 1
     await exit_report(cluster, job, exit_signal=15)
     assert job.state == js.PENDING and job.restart_count == 1
@@ -153,10 +153,10 @@ async def test_a_maintenance_reservation_warns_at_the_lead_time(tmp_path: pathli
         flags=["MAINT"],
     )
     await cluster.create_reservation(ADMIN, resv)
-    await cluster.node_reports.disruptions.check()
+    await cluster.node_ops.disruptions.check()
     assert not sent(disp, job)
     clock.advance(71)  # within 30 s of its start
-    await cluster.node_reports.disruptions.check()
+    await cluster.node_ops.disruptions.check()
     await drain_tasks(cluster)
     warned = sent(disp, job)  # on each of its nodes (n3 and the one it grew onto)
     assert {r.signal for _, r in warned} == {signal.SIGUSR1} and len(warned) == len(job.allocations)
@@ -187,10 +187,10 @@ async def test_a_shrunk_elastic_job_grows_back_when_its_node_returns(
     await cluster.schedule_pass()
     await drain_tasks(cluster)
     assert job.state == js.RUNNING and [a.node for a in job.allocations] == ["n1", "n2"]
-    await cluster.node_reports.disruptions.check()
+    await cluster.node_ops.disruptions.check()
     assert not job.disruption  # no node free: nothing offered
     await cluster.register_node(registration(cluster, "n3"))  # back, idle
-    await cluster.node_reports.disruptions.check()
+    await cluster.node_ops.disruptions.check()
     await drain_tasks(cluster)
     assert job.disruption == "grow to 3 nodes: nodes are free"
     assert [r.signal for _, r in sent(disp, job) if r.run == 1] == [signal.SIGUSR1] * 2

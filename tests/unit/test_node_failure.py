@@ -351,11 +351,11 @@ async def test_signal_before_a_maintenance_reservation(tmp_path: pathlib.Path) -
         flags=["MAINT"],
     )
     await cluster.create_reservation(ADMIN, maint)
-    await cluster.node_reports.warn_maintenance()
+    await cluster.monitor.warn_maintenance()
     assert not [r for _, r in disp.signalled if r.signal == 10]  # two minutes away
     clock.advance(70)
     for _ in range(2):  # once only
-        await cluster.node_reports.warn_maintenance()
+        await cluster.monitor.warn_maintenance()
         while cluster._tasks:
             await asyncio.gather(*list(cluster._tasks))
     sent = [(n, r) for n, r in disp.signalled if r.signal == 10]

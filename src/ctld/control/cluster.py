@@ -5,7 +5,9 @@ Each part does one job (docs/architecture.md draws the map):
     state         the job and node maps and their parts (indexes, versions, accounting)
     commit        the one commit step: every change to a job, a step or a node
     intake        submit, cancel/signal, hold/release, update, top (client writes)
-    node_reports  register, heartbeat, job reports, faults, drains (node writes)
+    node_ops      drain, DOWN, resume: the operations on a node (UpdateNode, faults)
+    node_reports  registration and heartbeats; job_reports: what nodes say of jobs
+    monitor       silence judged each interval (NOT_RESPONDING, DOWN, the hold)
     step_ops      srun/salloc steps and allocations
     suspects      a node srun lost mid-step: the job's end waits for its verdict
     endings       how a job ends or is requeued (shared by the three above)
@@ -41,7 +43,11 @@ from ctld.core.outbox import Dispatcher, Outbox
 from ctld.core.selection import page, select
 from ctld.core.state import State, user_name
 from ctld.fleet.dynamic import admit
+from ctld.fleet.job_reports import JobReports
+from ctld.fleet.monitor import HeartbeatMonitor
+from ctld.fleet.node_ops import NodeOps
 from ctld.fleet.node_reports import NodeReports
+from ctld.jobs.disruptions import Disruptions
 from ctld.jobs.endings import Endings
 from ctld.jobs.intake import Intake
 from ctld.jobs.step_ops import StepOps
@@ -93,10 +99,28 @@ class Cluster:
         self.intake = Intake(st, self.policy, self.endings, self.outbox)
         self.steps = StepOps(st, self.policy, self.endings, self.outbox)
         self.suspects = Suspects(st, self.policy, self.endings, self.outbox, self.steps)
-        self.node_reports = NodeReports(
-            st, self.policy, self.endings, self.outbox, self.steps, self.suspects
+        # the operations on a node (drain, DOWN, resume), which the monitor, the job
+        # reports, power saving and UpdateNode call; the reports and the monitor each
+        # do one job and call no other handler
+        disruptions = Disruptions(st, self.outbox)  # drains and maintenance warn first
+        self.node_ops = NodeOps(st, self.policy, self.endings, self.outbox, disruptions)
+        self.job_reports = JobReports(
+            st, self.endings, self.outbox, self.steps, self.suspects, self.node_ops.drain
         )
-        self.power = PowerManager(st, self.policy, self.node_reports)
+        self.node_reports = NodeReports(
+            st, self.endings, self.outbox, self.suspects, self.job_reports, self.node_ops
+        )
+        self.monitor = HeartbeatMonitor(
+            st,
+            self.outbox,
+            self.steps,
+            self.suspects,
+            disruptions,
+            self.node_reports.verdicts,
+            self.node_reports.watch,
+            self.node_ops.node_down,
+        )
+        self.power = PowerManager(st, self.policy, self.node_ops)
         self.settings = settings_from(st)
         self.preempter = Preempter(st, self.outbox)
         self.snapshots = SnapshotBuilder(st, self.settings)
@@ -235,7 +259,7 @@ class Cluster:
         await self._while(lambda: self.config.mail.enabled, self.mail.run)
 
     async def run_heartbeat_monitor(self) -> None:
-        await self.node_reports.run_monitor()
+        await self.monitor.run_monitor()
 
     async def run_power(self) -> None:
         """Power saving's loop (while [power] is set): suspends, resumes, timeouts."""
@@ -334,22 +358,22 @@ class Cluster:
         return self.node_reports.heartbeat(req)
 
     async def check_heartbeats(self) -> None:
-        await self.node_reports.check_heartbeats()
+        await self.monitor.check_heartbeats()
 
     def jobs_kept_by(self, name: str) -> list[int]:
         return self.node_reports.jobs_kept_by(name)
 
     async def report_status(self, req: pb.ReportJobStatusRequest) -> None:
-        await self.node_reports.report_status(req)
+        await self.job_reports.report_status(req)
 
     async def node_faults(self, node: NodeRecord, events: Iterable[pb.NodeHealthEvent]) -> None:
-        await self.node_reports.node_faults(node, events)
+        await self.node_ops.node_faults(node, events)
 
     async def update_node(self, who: Identity, req: pb.UpdateNodeRequest) -> None:
         if req.state.upper().startswith("POWER_"):
             await self.power.update(who, req.names, req.state.upper())
         else:
-            await self.node_reports.update_node(who, req)
+            await self.node_ops.update_node(who, req)
 
     @staticmethod
     def user_name(uid: int) -> str:

@@ -18,7 +18,7 @@ from corral.errors import InvalidNodeName, InvalidRequest
 from corral.identity import Identity
 from ctld.core.commit import Change
 from ctld.core.state import State
-from ctld.fleet.node_reports import NodeReports
+from ctld.fleet.node_ops import NodeOps
 from ctld.model.authz import Policy
 from ctld.model.nodes import POWER_ON, POWERED_DOWN, POWERING_DOWN, POWERING_UP, NodeRecord
 from ctld.model.nodestate import IDLE_ON_SUSPEND, may
@@ -49,7 +49,7 @@ class _Rate:
 
 
 class PowerManager:
-    def __init__(self, state: State, policy: Policy, reports: NodeReports) -> None:
+    def __init__(self, state: State, policy: Policy, reports: NodeOps) -> None:
         self.state = state
         self.policy = policy
         self.reports = reports
