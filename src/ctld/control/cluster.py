@@ -96,7 +96,6 @@ class Cluster:
         )
         self.outbox = Outbox(st, dispatcher)
         self.endings = Endings(st, self.outbox)
-        self.intake = Intake(st, self.policy, self.endings, self.outbox)
         self.steps = StepOps(st, self.policy, self.endings, self.outbox)
         self.suspects = Suspects(st, self.policy, self.endings, self.outbox, self.steps)
         # the operations on a node (drain, DOWN, resume), which the monitor, the job
@@ -131,11 +130,17 @@ class Cluster:
             lambda: self.snapshot(),
             self.preempter,
             quick=self.snapshots if config.scheduler.start_on_submit else None,
+            empty_queue=self.snapshots.empty_queue,
+            after_plan=self.power.after_plan,
         )
-        self.scheduler.after_plan = self.power.after_plan
-        self.scheduler.empty_queue = self.snapshots.empty_queue
-        self.intake.quick_ready = self.scheduler.quick_ready
-        self.intake.start_on_submit = self.scheduler.start_on_submit
+        self.intake = Intake(
+            st,
+            self.policy,
+            self.endings,
+            self.outbox,
+            quick_ready=self.scheduler.quick_ready,
+            start_on_submit=self.scheduler.start_on_submit,
+        )
         if config.scheduler.start_on_submit:
             st.versions.check_release = self.scheduler.check_release
         self.queries = Queries(st, lambda: self.snapshot())

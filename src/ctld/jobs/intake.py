@@ -53,15 +53,24 @@ def failure(job_id: int, exc: CorralError) -> pb.CancelOutcome:
 
 
 class Intake:
-    def __init__(self, state: State, policy: Policy, endings: Endings, outbox: Outbox) -> None:
+    def __init__(
+        self,
+        state: State,
+        policy: Policy,
+        endings: Endings,
+        outbox: Outbox,
+        *,
+        quick_ready: Callable[[], bool] = lambda: False,
+        start_on_submit: Callable[[list[pb.Job]], Awaitable[None]] | None = None,
+    ) -> None:
         self.state = state
         self.policy = policy
         self.endings = endings
         self.outbox = outbox
-        # starts at submit (the Scheduler's, set by the Cluster): whether a new job may
+        # starts at submit (the Scheduler's, given by the Cluster): whether a new job may
         # be decided now, without a pass, and that decision
-        self.quick_ready: Callable[[], bool] = lambda: False
-        self.start_on_submit: Callable[[list[pb.Job]], Awaitable[None]] | None = None
+        self.quick_ready = quick_ready
+        self.start_on_submit = start_on_submit
 
     def trial_job(self, who: Identity, spec: pb.JobSpec) -> pb.Job:
         """The job ``spec`` would be, checked as submit checks it, but neither stored

@@ -51,6 +51,9 @@ class Scheduler:
         snapshot: Callable[[], Snapshot],
         preempter: Preempter,
         quick: SnapshotBuilder | None = None,
+        *,
+        empty_queue: Callable[[], None] | None = None,
+        after_plan: Callable[[Plan], set[int]] = lambda plan: set(),
     ) -> None:
         self.state = state
         self.endings = endings
@@ -79,9 +82,9 @@ class Scheduler:
         self.quick_starts_total = 0
         # what an empty queue leaves the snapshot builder (SnapshotBuilder.empty_queue):
         # set, a pass with nothing pending builds no snapshot; None: every pass does
-        self.empty_queue: Callable[[], None] | None = None
+        self.empty_queue = empty_queue
         # power saving's look at each plan (ctld/powersave/power.py): the jobs waiting for power-ups
-        self.after_plan: Callable[[Plan], set[int]] = lambda plan: set()
+        self.after_plan = after_plan
 
     async def run(self) -> None:
         st = self.state
