@@ -14,6 +14,10 @@ work submitted (a fraction of a GPU counts as that fraction, as in the paper) re
 plus shards as their fraction of a GPU: the paper's GPU allocation ratio) and the share
 of GPU work placed (what the tasks asked).
 
+``--mode own``: the same cluster and placement at the trace's own load: its 8,152 tasks
+each once, in the order they were created (98% of the cluster's GPUs as GPU work), none
+leaving; reported: the share of GPU capacity allocated once all have arrived.
+
 ``--mode lab``: 64 nodes x 8 GPUs (64 CPUs, 512 GiB), a synthetic mixed load of 1/2/4/8-GPU
 jobs (by count 40/20/20/20%) arriving as a Poisson stream at ``--load`` of the GPUs,
 run times log-normal (median 1 h), limits 1-4x the run time; ctld's default scheduling
@@ -21,6 +25,7 @@ run times log-normal (median 1 h), limits 1-4x the run time; ctld's default sche
 8-GPU jobs and of all jobs.
 
     nice -n 19 .venv/bin/python bench/gpu_frag.py --mode fgd --seeds 3
+    nice -n 19 .venv/bin/python bench/gpu_frag.py --mode own
     .venv/bin/python bench/gpu_frag.py --mode lab --jobs 6000 --load 0.95
 """
 
@@ -129,17 +134,21 @@ def load_nodes(path: Path) -> list[Node]:
         ]
 
 
-def load_tasks(path: Path) -> list[Task]:
+def load_tasks(path: Path, in_order: bool = False) -> list[Task]:
+    """The pod list's tasks (``in_order``: by creation time, as they arrived)."""
     with path.open() as fh:
-        return [
-            Task(
-                int(r["num_gpu"]),
-                max(1, math.ceil(int(r["cpu_milli"]) / CPU_UNIT)),
-                int(r["memory_mib"]),
-                int(r["gpu_milli"]) if int(r["num_gpu"]) == 1 else 1000 * int(r["num_gpu"]),
-            )
-            for r in csv.DictReader(fh)
-        ]
+        rows = list(csv.DictReader(fh))
+    if in_order:
+        rows.sort(key=lambda r: int(r["creation_time"]))
+    return [
+        Task(
+            int(r["num_gpu"]),
+            max(1, math.ceil(int(r["cpu_milli"]) / CPU_UNIT)),
+            int(r["memory_mib"]),
+            int(r["gpu_milli"]) if int(r["num_gpu"]) == 1 else 1000 * int(r["num_gpu"]),
+        )
+        for r in rows
+    ]
 
 
 def shards_of(task: Task, per_gpu: int) -> int:
@@ -161,10 +170,17 @@ def demands_of(tasks: list[Task], per_gpu: int) -> tuple[Demand, ...]:
 
 
 def fgd(
-    nodes_t: list[Node], tasks: list[Task], placement: str, seed: int, per_gpu: int
+    nodes_t: list[Node],
+    tasks: list[Task],
+    placement: str,
+    seed: int,
+    per_gpu: int,
+    own: bool = False,
 ) -> tuple[float, float, float, float]:
     """At 100% and at 130% of the cluster's GPUs submitted (as GPU work, the paper's
-    measure): the share of GPU capacity allocated, and the share of GPU work placed."""
+    measure): the share of GPU capacity allocated, and the share of GPU work placed.
+    ``own``: the trace's own tasks instead, each once in the order they arrived (98%
+    of the GPUs); the figures at its end, twice."""
     nodes = {
         n.name: dataclasses.replace(n, free_gpus=set(n.free_gpus), shards=per_gpu, shared={})
         for n in nodes_t
@@ -180,7 +196,14 @@ def fgd(
     # arrivals go through the core in batches: a pass places its queue one job after
     # the other in order, so this is the same as one pass per arrival, only cheaper
     while len(at) < 2:
-        batch = {job_id + k + 1: rng.choice(tasks) for k in range(BATCH)}
+        if own:
+            if job_id >= len(tasks):
+                at = {1.0: (allocated / (1000 * capacity), placed / (1000 * capacity))}
+                at[1.3] = at[1.0]
+                break
+            batch = {job_id + k + 1: t for k, t in enumerate(tasks[job_id : job_id + BATCH])}
+        else:
+            batch = {job_id + k + 1: rng.choice(tasks) for k in range(BATCH)}
         job_id += BATCH
         reqs = tuple(
             JobRequest(
@@ -330,7 +353,7 @@ def lab(jobs: list[LabJob], placement: str) -> dict[str, float]:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=("fgd", "lab"), default="fgd")
+    ap.add_argument("--mode", choices=("fgd", "own", "lab"), default="fgd")
     ap.add_argument("--trace", type=Path, default=TRACE)
     ap.add_argument("--seeds", type=int, default=3, help="fgd: repetitions (random task orders)")
     ap.add_argument("--first-seed", type=int, default=0, help="fgd: seeds from this one on")
@@ -341,7 +364,22 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--nodes", type=int, default=0, help="fgd: N nodes of the mix (0: all)")
     args = ap.parse_args(argv)
     placements = args.placement or list(PLACEMENTS)
-    if args.mode == "fgd":
+    if args.mode == "own":  # the trace's own tasks, each once, as they arrived
+        nodes = load_nodes(args.trace / "openb_node_list_all_node.csv")
+        tasks = load_tasks(args.trace / "openb_pod_list_default.csv", in_order=True)
+        print(
+            f"{len(nodes)} nodes, {sum(n.gpus for n in nodes)} GPUs; the trace's "
+            f"{len(tasks)} tasks in creation order; {args.shards} shards per GPU\n"
+        )
+        print("| placement | GPU capacity allocated | GPU work placed | tasks of the trace |")
+        print("|---|---:|---:|---:|")
+        for placement in placements:
+            r = fgd(nodes, tasks, placement, 0, args.shards, own=True)
+            print(
+                f"| {placement} | {100 * r[0]:.2f}% | {100 * r[1]:.2f}% | {len(tasks)} |",
+                flush=True,
+            )
+    elif args.mode == "fgd":
         nodes = load_nodes(args.trace / "openb_node_list_all_node.csv")
         if args.nodes:  # a smaller cluster of the same mix: every k-th node
             nodes = nodes[:: max(1, len(nodes) // args.nodes)][: args.nodes]

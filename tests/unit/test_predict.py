@@ -153,3 +153,47 @@ def test_frag_placement_keeps_nodes_about_to_drain_free_for_whole_node_jobs() ->
         )
     )
     assert plan.starts[0].placements[0].node == "c"
+
+
+def test_fgd_judges_a_node_as_it_will_be_when_the_job_ends() -> None:
+    # the same two nodes, 8-GPU jobs expected: ATC'23's static score sees a and b alike
+    # (4 free -> 3) and takes a, which would be whole at t=100; judged at the job's
+    # expected end (t=1000) a is whole then and b still half busy, so it goes to b
+    nodes = (gpu_node("a", 4), gpu_node("b", 4))
+    running = tuple(
+        RunningView(
+            10 + i,
+            end,
+            (Placement(name, 0, 0, (0, 1, 2, 3)),),
+            start_time=0.0,
+            predicted_s=int(end),
+        )
+        for i, (name, end) in enumerate((("a", 100.0), ("b", 5000.0)))
+    )
+    part = (PartitionView("p", ("a", "b")),)
+
+    def node_of(job: JobRequest, runs: tuple[RunningView, ...]) -> str:
+        snap = Snapshot(
+            1,
+            0.0,
+            nodes,
+            part,
+            (job,),
+            runs,
+            settings=Settings(placement="fgd", predict=True),
+            demands=(Demand(8),),
+        )
+        return schedule(snap).starts[0].placements[0].node
+
+    job = JobRequest(1, ("p",), gpus_per_node=1, time_limit_s=4000, predicted_s=1000)
+    assert node_of(job, running) == "b"
+    # a job expected to outlast both: a is no better kept, the static rule's tie stands
+    assert (
+        node_of(
+            JobRequest(2, ("p",), gpus_per_node=1, time_limit_s=9000, predicted_s=6000), running
+        )
+        == "a"
+    )
+    # nothing ends (ATC'23's inflation experiment): the static rule, name order
+    busy = tuple(RunningView(r.job_id, float("inf"), r.placements) for r in running)
+    assert node_of(job, busy) == "a"

@@ -172,10 +172,15 @@ class Placer:
         if shape.shards_per_node and policy != "firstfit":
             others.sort(key=lambda f: self._shard_key(f[0], f[1], shape, at, job_end))
         elif policy == "fgd":
-            # FGD: the node where the job raises the expected fragmentation least,
+            # FGD (ATC'23): the node where the job raises the expected fragmentation
+            # least, judged on the node as it will be when this job is expected to end:
+            # a node whose jobs all end before then is (nearly) whole again, and
+            # breaking it costs what breaking a whole node costs. With nothing ending
+            # (or no prediction) that is ATC'23's static rule. Then fragmentation now,
             # then best fit
             others.sort(
                 key=lambda f: (
+                    self.frag.delta(self.horizon_state(f[0], f[1], at, job_end), shape),
                     self.frag.delta(self.frag_state(f[0], f[1]), shape),
                     len(f[1].gpus),
                     f[1].cpus,
@@ -220,6 +225,17 @@ class Placer:
         # the shared GPUs a job may join then (at a later instant: none)
         shared = tuple(sorted(n for _, n in avail.room))
         return (avail.cpus, avail.mem, len(avail.gpus), shared, node.shards_per_gpu)
+
+    def horizon_state(self, node: NodeProfile, avail: Avail, at: float, job_end: float) -> State:
+        """``node`` as fragmentation sees it when a job placed at ``at`` is expected to
+        end (``job_end``): what is free then, besides the job; shared GPUs still shared
+        keep their shards left now (a shared GPU whose sharers all end by then is
+        whole again)."""
+        if job_end <= at or job_end == INFINITY or not node.releases:
+            return self.frag_state(node, avail)
+        then = node.window(job_end, job_end + 1.0)
+        shared = tuple(sorted(n for g, n in avail.room if g not in then.gpus))
+        return (then.cpus, then.mem, len(then.gpus), shared, node.shards_per_gpu)
 
     def shard_choice(
         self, node: NodeProfile, avail: Avail, shape: Shape
