@@ -32,7 +32,7 @@ def hold_messages(outcomes: Sequence[t.CancelOutcome]) -> list[str]:
     """What scontrol prints for failed holds/releases: a line per job, then Slurm's
     ``slurm_suspend error`` line with the last error."""
     failed = [o for o in map(Outcome, outcomes) if not o.ok]
-    lines = [f"{o.message} for job {o.job_id}" for o in failed]
+    lines = [f"{o.message} for job {o.job_ref}" for o in failed]
     if failed:
         lines.append(f"slurm_suspend error: {failed[-1].message}")
     return lines

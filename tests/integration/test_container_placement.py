@@ -87,7 +87,12 @@ def test_a_container_job_is_placed_where_the_runtime_is(able: Commands) -> None:
     ).stdout.strip()
     wait_for(lambda: able.job(job_id)["state"] != "JOB_STATE_PENDING", timeout=30)
     container = able.job(job_id)["spec"]["container"]
-    assert container == {"image": "ubuntu:24.04", "mounts": [f"{able.cwd}/data:/data:ro"]}
+    # the mounts as given (made absolute), and as ctld parsed them at submit for noded
+    assert container == {
+        "image": "ubuntu:24.04",
+        "mounts": [f"{able.cwd}/data:/data:ro"],
+        "parsedMounts": [{"source": f"{able.cwd}/data", "target": "/data", "readOnly": True}],
+    }
 
 
 def test_a_container_step_on_nodes_without_the_runtime_is_refused(bare: Commands) -> None:

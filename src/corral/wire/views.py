@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 
 def as_int(value: object) -> int:
+    if isinstance(value, str) and not value.lstrip('-').isdigit():
+        return 0  # int() would read '5_9' as 59: a wire integer is digits
     try:
         return int(value)  # type: ignore[call-overload,no-any-return]
     except (TypeError, ValueError):
