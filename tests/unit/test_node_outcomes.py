@@ -274,3 +274,30 @@ async def test_a_step_ends_once_every_node_says_its_tasks_are_gone(
         assert job.steps[0].state == state
     assert job.steps[0].exit_code == 3 and job.state == js.RUNNING
     cluster.store.close()
+
+
+async def test_a_requeued_runs_steps_end_with_it_and_free_the_next_run(store_url: str) -> None:
+    # submitit's checkpoint path: `scontrol requeue` from inside the job; the batch
+    # script's exit is reported before its step's tasks are said gone. The step must
+    # not stay RUNNING into the next run, where srun's new step would find the nodes
+    # busy until the time limit (seen in CI, about 1 run in 8)
+    cluster, job, _, _ = await started(store_url)
+    await cluster.create_step(ALICE, pb.StepSpec(job_id=job.job_id))
+    ran_on = job.batch_host
+    await cluster.update_hold(
+        ALICE,
+        pb.UpdateJobRequest(job_ids=[job.job_id], action=pb.JOB_UPDATE_REQUEUE),
+    )
+    await report(cluster, job, kind=Update.KIND_EXITED, exit_signal=15)
+    assert job.state == js.PENDING and job.restart_count == 1
+    assert [s.state for s in job.steps] == [js.CANCELLED]
+    late = Update(job_id=job.job_id, kind=Update.KIND_STEP_ENDED, step_id=0, exit_signal=9)
+    await cluster.report_status(pb.ReportJobStatusRequest(node=ran_on, updates=[late]))
+    assert [s.state for s in job.steps] == [js.CANCELLED]  # the late report changes nothing
+    await cluster.schedule_pass()
+    while cluster._tasks:
+        await asyncio.gather(*list(cluster._tasks))
+    assert job.state == js.RUNNING
+    step = await cluster.create_step(ALICE, pb.StepSpec(job_id=job.job_id))
+    assert step.state == js.RUNNING  # the next run's step gets the nodes
+    cluster.store.close()

@@ -286,6 +286,9 @@ class Endings:
         js.check(job, "requeued", cause)  # before anything changes: never half a requeue
         st = self.state
         now = st.clock()
+        # the run's steps end with it (Slurm's rule): a step whose nodes had not yet said
+        # so must not hold the next run's CPUs and GPUs (its later report changes nothing)
+        self.end_running_steps(ch, job, js.CANCELLED)
         ended = {**fields, **failures.no_suspects()}
         if run_state != pb.JOB_STATE_REQUEUED:
             ended["reason"] = detail[:200]  # sacct -D shows why that run ended
