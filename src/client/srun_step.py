@@ -350,7 +350,7 @@ class JobStep:
     def _node_failure(self, node: str, why: str) -> None:
         """A node's noded gone mid-step (not a refusal): said as Slurm's srun says it,
         and told to ctld before srun exits, so the job's end waits for the node's
-        verdict instead of ending with the batch script's exit (ctld/jobs/suspects.py)."""
+        verdict instead of ending with the batch script's exit (ctld/ops/suspects.py)."""
         if node in self.reported:
             return
         self.reported.add(node)

@@ -20,11 +20,10 @@ LAYERS: list[set[str]] = [
     {"web", "telemetry"},  # the HTTP pages: the web UI, /metrics
     {"api"},  # transports and handlers
     {"control"},  # the Cluster, wired from the operations below; reconfigure
-    # the operations, each subsystem over the ones below it
-    {"mailing", "accounts", "planning"},
-    {"powersave"},
-    {"fleet"},
-    {"jobs"},
+    # the handlers, one flat layer: each subsystem handles its requests and events by
+    # calling the operations below, never another subsystem
+    {"mailing", "accounts", "planning", "powersave", "fleet", "jobs"},
+    {"ops"},  # the operations: end, cancel, requeue, drain, DOWN, resume, verdicts
     {"core"},  # State and the commit step
     {"model"},  # records, tables, rules and state machines, without State
     {"storage"},  # the durable store
@@ -38,6 +37,45 @@ KNOWN: dict[tuple[str, str], str] = {
     # scrape (telemetry/metrics.py) reads it off the Cluster
     ("control/cluster.py", "telemetry.metrics_ledger"): "the ledger is wired as an observer",
 }
+
+
+# The modules of the handlers' layer that handle nothing themselves: their package's
+# handlers use them. Every other module there is a handler, and no handler imports
+# another (nor does a helper import a handler): handlers call the operations (ctld/ops).
+HELPERS: set[str] = {
+    "jobs/steps.py",  # where a step's tasks go (pure)
+    "fleet/liveness.py",  # whether ctld may judge silent nodes now
+    "fleet/loopwatch.py",  # ctld's own stalls
+    "planning/snapshot.py",  # the scheduler's input
+    "planning/node_views.py",  # the snapshot's nodes
+    "planning/starts.py",  # the fields a start sets
+    "planning/preemption.py",  # carrying out the plan's preemptions
+    "planning/explain.py",  # corral why, against the snapshot
+    "powersave/power_programs.py",  # running the suspend and resume programs
+    "accounts/sacctmgr_list.py",  # sacctmgr's lists
+    "accounts/sacctmgr_words.py",  # sacctmgr's words
+    "mailing/mail.py",  # sending the mail
+}
+HANDLER_LAYER = next(layer for layer in LAYERS if "jobs" in layer)
+
+
+def handlers() -> set[str]:
+    """The handler modules: the handler layer's modules, less helpers and packages' inits."""
+    return {
+        str(p.relative_to(CTLD))
+        for pkg in HANDLER_LAYER
+        for p in (CTLD / pkg).glob("*.py")
+        if p.name != "__init__.py"
+    } - HELPERS
+
+
+def handler_breaches(rel: str, source: str) -> list[str]:
+    """The handler modules that the module at ``rel`` imports, if it is in the handlers'
+    layer (a handler or a helper)."""
+    if rel.split("/")[0] not in HANDLER_LAYER:
+        return []
+    named = {n.replace(".", "/") + ".py" for n in imported(source)}
+    return [f"{rel} imports the handler {h}" for h in sorted(named & handlers() - {rel})]
 
 
 def _rank() -> dict[str, int]:
@@ -100,6 +138,28 @@ def test_no_package_imports_a_peer_or_one_above() -> None:
     assert violations() == []
 
 
+def test_no_handler_imports_another_handler() -> None:
+    found = [
+        b
+        for pkg in HANDLER_LAYER
+        for path in sorted((CTLD / pkg).glob("*.py"))
+        for b in handler_breaches(str(path.relative_to(CTLD)), path.read_text())
+    ]
+    assert found == []
+
+
+def test_every_helper_is_a_module_of_the_handlers_layer() -> None:
+    assert all((CTLD / h).is_file() and h.split("/")[0] in HANDLER_LAYER for h in HELPERS)
+
+
+def test_the_checker_sees_a_handler_importing_a_handler() -> None:
+    assert handler_breaches("fleet/monitor.py", "from ctld.jobs.step_ops import StepOps\n")
+    assert handler_breaches("jobs/suspects.py", "from ctld.jobs.intake import failure\n")
+    assert handler_breaches("planning/snapshot.py", "from ctld.planning import scheduling\n")
+    ok = "from ctld.ops.endings import Endings\nfrom ctld.planning.snapshot import Snap\n"
+    assert handler_breaches("planning/queries.py", ok) == []
+
+
 def test_each_known_exception_is_still_in_the_code() -> None:
     for rel, name in KNOWN:
         still = name in imported((CTLD / rel).read_text())
@@ -109,7 +169,7 @@ def test_each_known_exception_is_still_in_the_code() -> None:
 @pytest.mark.parametrize(
     ("where", "code"),
     [
-        ("core/planted.py", "from ctld.jobs.endings import Endings\n"),  # one above
+        ("core/planted.py", "from ctld.ops.endings import Endings\n"),  # one above
         ("jobs/planted.py", "from ctld.fleet import node_reports\n"),  # from ctld.X import mod
         ("storage/planted.py", "def f():\n    import ctld.model.nodes\n"),  # in a function
         ("web/planted.py", "from ctld.telemetry.metrics import Metrics\n"),  # a peer
@@ -123,4 +183,4 @@ def test_the_checker_sees_an_import_up_or_sideways(where: str, code: str) -> Non
 def test_the_checker_lets_an_import_down_be() -> None:
     code = "from ctld.core.commit import Change\nfrom ctld.sched import Plan\n"
     assert breaches("jobs/planted.py", code) == []
-    assert breaches("jobs/planted.py", "from ctld.jobs.endings import Endings\n") == []
+    assert breaches("jobs/planted.py", "from ctld.ops.endings import Endings\n") == []

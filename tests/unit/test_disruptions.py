@@ -1,4 +1,4 @@
-"""Planned disruptions on virtual time (ctld/jobs/disruptions.py): a drain or a maintenance
+"""Planned disruptions on virtual time (ctld/ops/disruptions.py): a drain or a maintenance
 reservation warns a checkpointing job with its signal and requeues it once it exits,
 or stops it at the deadline and requeues it then; other jobs finish as Slurm lets them."""
 

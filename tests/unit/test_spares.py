@@ -1,4 +1,4 @@
-"""Hot spares (ctld/jobs/spares.py, the core's Placer): a partition's last N idle nodes go
+"""Hot spares (ctld/ops/spares.py, the core's Placer): a partition's last N idle nodes go
 only to jobs requeued after a node failure, which get one within one pass."""
 
 from __future__ import annotations

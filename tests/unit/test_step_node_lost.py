@@ -1,5 +1,5 @@
 """srun lost a node's noded mid-step: the job's end waits for the node's verdict
-(ctld/jobs/suspects.py), on virtual time. The real-process version of each case is in
+(ctld/ops/suspects.py), on virtual time. The real-process version of each case is in
 tests/integration/test_step_node_loss.py."""
 
 from __future__ import annotations

@@ -38,20 +38,15 @@ from corral.wire import corral_pb2 as pb
 from ctld.accounts.sacctmgr_ops import SacctmgrOps
 from ctld.control import versions
 from ctld.control.reconfig import Reconfigurer
-from ctld.core.commit import Change
 from ctld.core.outbox import Dispatcher, Outbox
 from ctld.core.selection import page, select
 from ctld.core.state import State, user_name
 from ctld.fleet.dynamic import admit
 from ctld.fleet.job_reports import JobReports
 from ctld.fleet.monitor import HeartbeatMonitor
-from ctld.fleet.node_ops import NodeOps
 from ctld.fleet.node_reports import NodeReports
-from ctld.jobs.disruptions import Disruptions
-from ctld.jobs.endings import Endings
 from ctld.jobs.intake import Intake
 from ctld.jobs.step_ops import StepOps
-from ctld.jobs.suspects import Suspects
 from ctld.mailing.mail import Mailer
 from ctld.mailing.mail_events import MailEvents
 from ctld.model.authz import Policy
@@ -59,13 +54,20 @@ from ctld.model.nodes import NodeRecord
 from ctld.model.priorities import Priorities
 from ctld.model.reservations import Reservations
 from ctld.model.usage import UsageLedger
+from ctld.ops.disruptions import Disruptions
+from ctld.ops.endings import Endings
+from ctld.ops.node_ops import NodeOps
+from ctld.ops.step_ends import StepEnds
+from ctld.ops.suspects import Suspects
+from ctld.ops.time_limits import enforce_allocation_limits
 from ctld.planning.preemption import Preempter
 from ctld.planning.queries import Queries
+from ctld.planning.reservation_ops import ReservationOps
 from ctld.planning.scheduling import MIN_PASS_GAP_S, Scheduler
 from ctld.planning.snapshot import SnapshotBuilder, settings_from
 from ctld.powersave.power import PowerManager
 from ctld.sched import Plan, Snapshot
-from ctld.storage.store import Op, Store
+from ctld.storage.store import Store
 from ctld.telemetry.metrics_ledger import MetricsLedger
 
 __all__ = ["MIN_PASS_GAP_S", "Clock", "Cluster", "Dispatcher"]
@@ -96,23 +98,29 @@ class Cluster:
         )
         self.outbox = Outbox(st, dispatcher)
         self.endings = Endings(st, self.outbox)
-        self.steps = StepOps(st, self.policy, self.endings, self.outbox)
-        self.suspects = Suspects(st, self.policy, self.endings, self.outbox, self.steps)
+        step_ends = StepEnds(st)  # the steps' handlers and the nodes' reports end steps
+        self.steps = StepOps(st, self.policy, self.endings, step_ends, self.outbox)
+        self.suspects = Suspects(st, self.policy, self.endings, self.outbox, step_ends)
         # the operations on a node (drain, DOWN, resume), which the monitor, the job
         # reports, power saving and UpdateNode call; the reports and the monitor each
         # do one job and call no other handler
         disruptions = Disruptions(st, self.outbox)  # drains and maintenance warn first
         self.node_ops = NodeOps(st, self.policy, self.endings, self.outbox, disruptions)
         self.job_reports = JobReports(
-            st, self.endings, self.outbox, self.steps, self.suspects, self.node_ops.drain
+            st, self.endings, self.outbox, step_ends, self.suspects, self.node_ops.drain
         )
         self.node_reports = NodeReports(
-            st, self.endings, self.outbox, self.suspects, self.job_reports, self.node_ops
+            st,
+            self.endings,
+            self.outbox,
+            self.suspects,
+            self.job_reports.apply_updates,
+            self.node_ops,
         )
         self.monitor = HeartbeatMonitor(
             st,
             self.outbox,
-            self.steps,
+            self.endings,
             self.suspects,
             disruptions,
             self.node_reports.verdicts,
@@ -144,6 +152,7 @@ class Cluster:
         if config.scheduler.start_on_submit:
             st.versions.check_release = self.scheduler.check_release
         self.queries = Queries(st, lambda: self.snapshot())
+        self.reservation_ops = ReservationOps(st, self.policy, self.queries.free_nodes)
         self.accounting_ops = SacctmgrOps(st, self.policy)
         # observers of every durable change: the metrics' counters, and mail
         self.metrics = MetricsLedger(st.start_time)
@@ -248,13 +257,7 @@ class Cluster:
 
     def purge_finished(self) -> None:
         self.state.forget_finished()
-        expired = self.reservations.expired()
-        if expired is not None:
-            self.state.spawn(self._commit(expired))
-
-    async def _commit(self, op: Op) -> None:
-        async with Change(self.state) as ch:
-            ch.put(op)
+        self.reservation_ops.expire()
 
     async def run_scheduler(self) -> None:
         await self.scheduler.run()
@@ -308,19 +311,13 @@ class Cluster:
     # ------------------------------------------------------------ reservations
 
     async def create_reservation(self, who: Identity, spec: pb.Reservation) -> pb.Reservation:
-        self.policy.check_admin(who, "creating a reservation")
-        resv, op = self.reservations.create(who, spec, self.queries.free_nodes)
-        await self._commit(op)
-        log.info("reservation created", reservation=resv.name, nodes=resv.nodes, user=who.user)
-        return resv
+        return await self.reservation_ops.create(who, spec)
 
     async def update_reservation(self, who: Identity, req: pb.UpdateReservationRequest) -> None:
-        self.policy.check_admin(who, "updating a reservation")
-        await self._commit(self.reservations.update(req))
+        await self.reservation_ops.update(who, req)
 
     async def delete_reservation(self, who: Identity, name: str) -> None:
-        self.policy.check_admin(who, "deleting a reservation")
-        await self._commit(self.reservations.delete(name))
+        await self.reservation_ops.delete(who, name)
 
     def reservation_list(self, names: Iterable[str]) -> list[pb.Reservation]:
         return self.queries.reservation_list(names)
@@ -407,7 +404,7 @@ class Cluster:
         await self.suspects.node_lost(who, req)
 
     async def enforce_allocation_limits(self) -> None:
-        await self.steps.enforce_allocation_limits()
+        await enforce_allocation_limits(self.state, self.outbox, self.endings)
 
     # ------------------------------------------------------------ scheduling
 

@@ -14,12 +14,12 @@ from corral.wire import corral_pb2 as pb
 from ctld.core.commit import Change
 from ctld.core.outbox import Outbox
 from ctld.core.state import State
-from ctld.jobs.endings import NO_REQUEUE, Endings, requeue_when_gone
-from ctld.jobs.step_ops import StepOps
-from ctld.jobs.suspects import Suspects
 from ctld.model import failures
 from ctld.model import jobstate as js
 from ctld.model.nodes import NodeRecord
+from ctld.ops.endings import NO_REQUEUE, Endings, requeue_when_gone
+from ctld.ops.step_ends import StepEnds
+from ctld.ops.suspects import Suspects
 
 Update = pb.JobStatusUpdate
 END_PROLOG_FAILED = Update.END_PROLOG_FAILED
@@ -34,7 +34,7 @@ class JobReports:
         state: State,
         endings: Endings,
         outbox: Outbox,
-        steps: StepOps,
+        steps: StepEnds,
         suspects: Suspects,
         drain: Drain,
     ) -> None:

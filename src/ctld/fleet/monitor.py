@@ -18,11 +18,12 @@ from ctld.core.outbox import Outbox
 from ctld.core.state import State
 from ctld.fleet.liveness import Verdicts
 from ctld.fleet.loopwatch import LoopWatch
-from ctld.jobs.disruptions import Disruptions
-from ctld.jobs.step_ops import StepOps
-from ctld.jobs.suspects import Suspects
 from ctld.model import failures
 from ctld.model.nodes import POWER_ON
+from ctld.ops.disruptions import Disruptions
+from ctld.ops.endings import Endings
+from ctld.ops.suspects import Suspects
+from ctld.ops.time_limits import enforce_allocation_limits
 
 log = structlog.get_logger("ctld")
 #: NodeOps.node_down
@@ -34,7 +35,7 @@ class HeartbeatMonitor:
         self,
         state: State,
         outbox: Outbox,
-        steps: StepOps,
+        endings: Endings,
         suspects: Suspects,
         disruptions: Disruptions,
         verdicts: Verdicts,
@@ -43,7 +44,7 @@ class HeartbeatMonitor:
     ) -> None:
         self.state = state
         self.outbox = outbox
-        self.steps = steps
+        self.endings = endings
         self.suspects = suspects
         self.disruptions = disruptions
         self.verdicts = verdicts
@@ -56,7 +57,7 @@ class HeartbeatMonitor:
         watching = asyncio.create_task(self.watch.run()) if _real(self.state.clock) else None
         try:
             while True:  # check first: a clock already past a deadline is acted on at once
-                await self.steps.enforce_allocation_limits()
+                await enforce_allocation_limits(self.state, self.outbox, self.endings)
                 await self.check_heartbeats()
                 await self.warn_maintenance()
                 await self.disruptions.check()

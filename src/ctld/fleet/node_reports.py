@@ -1,10 +1,12 @@
 """What nodes tell ctld of themselves: registration (with what they run, reconciled
 with what ctld places there, and the fencing of what they may not keep) and
-heartbeats. Their job reports are JobReports' (job_reports.py), their faults
-NodeOps' (node_ops.py).
+heartbeats. What a node held back of its jobs goes to JobReports (injected:
+``apply_updates``), its faults to NodeOps (ctld/ops/node_ops.py).
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
 
 import structlog
 
@@ -13,18 +15,19 @@ from corral.wire import corral_pb2 as pb
 from ctld.core.commit import Change, liveness
 from ctld.core.outbox import Outbox
 from ctld.core.state import State
-from ctld.fleet.job_reports import JobReports
 from ctld.fleet.liveness import Verdicts
 from ctld.fleet.loopwatch import LoopWatch
-from ctld.fleet.node_ops import NodeOps
-from ctld.jobs.endings import Endings
-from ctld.jobs.suspects import Suspects
 from ctld.model import failures
 from ctld.model import jobstate as js
 from ctld.model.gpu_samples import holders
 from ctld.model.nodes import POWERING_DOWN, NodeRecord
+from ctld.ops.endings import Endings
+from ctld.ops.node_ops import NodeOps
+from ctld.ops.suspects import Suspects
 
 log = structlog.get_logger("ctld")
+#: JobReports.apply_updates
+ApplyUpdates = Callable[[NodeRecord, Iterable[pb.JobStatusUpdate]], Awaitable[None]]
 
 
 class NodeReports:
@@ -34,14 +37,14 @@ class NodeReports:
         endings: Endings,
         outbox: Outbox,
         suspects: Suspects,
-        jobs: JobReports,
+        apply_updates: ApplyUpdates,
         ops: NodeOps,
     ) -> None:
         self.state = state
         self.endings = endings
         self.outbox = outbox
         self.suspects = suspects
-        self.jobs = jobs
+        self.apply_updates = apply_updates  # JobReports': what a node held back
         self.ops = ops
         self.watch = LoopWatch()  # ctld's own stalls are not the nodes' silence
         self.verdicts = Verdicts(state)  # most nodes silent at once: ctld holds
@@ -86,7 +89,7 @@ class NodeReports:
             gpus=len(node.resources.gpus),
             running=len(req.running_job_ids),
         )
-        await self.jobs.apply_updates(node, req.unreported)
+        await self.apply_updates(node, req.unreported)
         await self.ops.node_faults(node, req.health)
         async with Change(st, self.outbox) as ch:  # a restart srun saw coming
             self.suspects.registered(ch, node, req.instance, set(req.running_job_ids))

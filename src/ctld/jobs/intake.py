@@ -30,7 +30,6 @@ from ctld.core.commit import Change
 from ctld.core.outbox import Outbox
 from ctld.core.selection import select
 from ctld.core.state import State
-from ctld.jobs.endings import Endings, requeue_when_gone
 from ctld.model import jobstate as js
 from ctld.model import records
 from ctld.model.authz import Policy
@@ -43,13 +42,10 @@ from ctld.model.validate import (
     user_groups,
     validate_spec,
 )
+from ctld.ops.endings import Endings, requeue_when_gone
+from ctld.ops.outcomes import failure
 
 log = structlog.get_logger("ctld")
-
-
-def failure(job_id: int, exc: CorralError) -> pb.CancelOutcome:
-    """A per-job failure in a multi-job request (scancel, scontrol hold/update/top)."""
-    return pb.CancelOutcome(job_id=job_id, ok=False, error=type(exc).__name__, message=exc.message)
 
 
 class Intake:

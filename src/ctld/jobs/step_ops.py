@@ -11,38 +11,33 @@ import signal as signal_mod
 import structlog
 
 from corral import hostlist
-from corral.errors import CorralError, InvalidJobId, InvalidOption, JobStateConflict
+from corral.errors import CorralError, InvalidOption, JobStateConflict
 from corral.identity import Identity
 from corral.tasks import validate_gpu_bind
 from corral.wire import corral_pb2 as pb
 from ctld.core.commit import Change
 from ctld.core.outbox import Outbox
 from ctld.core.state import State
-from ctld.jobs.endings import Endings
-from ctld.jobs.intake import failure
 from ctld.jobs.steps import holdings, plan_step
 from ctld.model import jobstate as js
 from ctld.model.authz import Policy
-from ctld.model.nodes import NodeRecord
 from ctld.model.validate import check_container, container_features
+from ctld.ops.endings import Endings
+from ctld.ops.outcomes import failure
+from ctld.ops.step_ends import StepEnds, find_step, printable
 
 log = structlog.get_logger("ctld")
 
 
-def find_step(job: pb.Job, step_id: int) -> pb.Step:
-    for step in job.steps:
-        if step.step_id == step_id:
-            return step
-    raise InvalidJobId(f"Invalid job id specified: step {job.job_id}.{step_id} does not exist")
-
-
 class StepOps:
-    def __init__(self, state: State, policy: Policy, endings: Endings, outbox: Outbox) -> None:
+    def __init__(
+        self, state: State, policy: Policy, endings: Endings, ends: StepEnds, outbox: Outbox
+    ) -> None:
         self.state = state
         self.policy = policy
         self.endings = endings
         self.outbox = outbox
-        self._nodes_done: dict[tuple[int, int], set[str]] = {}  # nodes whose part ended
+        self.ends = ends
 
     async def create_step(self, who: Identity, spec: pb.StepSpec) -> pb.Step:
         """srun inside an allocation: lay the step out on the job's nodes and record it."""
@@ -122,7 +117,9 @@ class StepOps:
         if step.state != js.RUNNING:
             return  # a repeat, or ended with its job
         async with Change(st, wake=False) as ch:
-            self._end_step(ch, job, step, req.exit_code, req.exit_signal, req.cancelled, req.reason)
+            self.ends.end_step(
+                ch, job, step, req.exit_code, req.exit_signal, req.cancelled, req.reason
+            )
             ch.transition(
                 job,
                 "updated",
@@ -130,68 +127,6 @@ class StepOps:
                 detail=f"step {step.step_id} {js.state_name(step.state)} "
                 f"exit {step.exit_code}:{step.exit_signal}",
             )
-
-    def part_ended(
-        self, ch: Change, job: pb.Job, node: NodeRecord, upd: pb.JobStatusUpdate
-    ) -> bool:
-        """A node's tasks of a step are gone. Once every node of the step said so, the step
-        has ended even if srun never reports (it was killed): it must not hold the job's
-        CPUs and GPUs for ever."""
-        try:
-            step = find_step(job, upd.step_id)
-        except CorralError:
-            return False
-        if step.state != js.RUNNING or node.name not in {n.node for n in step.nodes}:
-            return False
-        key = (job.job_id, step.step_id)
-        done = self._nodes_done.setdefault(key, set())
-        done.add(node.name)
-        # the step's exit: the worst code its parts reported, the first signal
-        code = max(step.exit_code, max(0, min(upd.exit_code, 255)))
-        sig = step.exit_signal or max(0, min(upd.exit_signal, 64))
-        if done < {n.node for n in step.nodes}:
-            ch.step_part(job, step, exit_code=code, exit_signal=sig)
-            return False
-        del self._nodes_done[key]
-        self._end_step(ch, job, step, code, sig, cancelled=False)
-        ch.transition(
-            job,
-            "updated",
-            cause=f"node:{node.name} report",
-            detail=f"step {step.step_id} ended on every node",
-        )
-        return True
-
-    def part_done(self, job: pb.Job, step: pb.Step, node: str) -> bool:
-        """``node`` reported its part of the running ``step`` ended."""
-        return node in self._nodes_done.get((job.job_id, step.step_id), ())
-
-    def _end_step(
-        self,
-        ch: Change,
-        job: pb.Job,
-        step: pb.Step,
-        exit_code: int,
-        exit_signal: int,
-        cancelled: bool,
-        reason: str = "",
-    ) -> None:
-        if cancelled or job.state == js.COMPLETING:
-            # a step the job's cancel killed is CANCELLED, however its tasks died (Slurm)
-            final = js.CANCELLED
-        elif max(0, min(exit_code, 255)) or max(0, min(exit_signal, 64)):
-            final = js.FAILED
-        else:
-            final = js.COMPLETED
-        ch.end_step(
-            job,
-            step,
-            final,
-            self.state.clock(),
-            exit_code=exit_code,
-            exit_signal=exit_signal,
-            reason=_printable(reason, 512) if final == js.FAILED else "",
-        )
 
     async def cancel_steps(
         self, who: Identity, req: pb.CancelJobsRequest
@@ -221,7 +156,7 @@ class StepOps:
                 raise JobStateConflict()
             sig = req.signal or int(signal_mod.SIGKILL)
             if not req.signal:  # scancel N.S: the step ends CANCELLED whatever srun says
-                self._end_step(ch, job, step, 0, sig, cancelled=True)
+                self.ends.end_step(ch, job, step, 0, sig, cancelled=True)
             for sn in step.nodes:
                 node = st.nodes.get(sn.node)
                 if node is not None:
@@ -261,30 +196,8 @@ class StepOps:
             exit_code=req.exit_code,
             exit_signal=req.exit_signal,
             restart_count=job.restart_count,
-            detail=_printable(req.reason, 1024),  # its step's launch failure, if any
+            detail=printable(req.reason, 1024),  # its step's launch failure, if any
         )
         async with Change(st, self.outbox) as ch:
             if not self.endings.hold_end(ch, job, ended, cause):  # a node is suspect
                 self.endings.exited(ch, job, ended, cause)
-
-    async def enforce_allocation_limits(self) -> None:
-        """salloc/srun allocations have no noded process to time them: ctld does."""
-        st = self.state
-        now = st.clock()
-        async with Change(st, self.outbox) as ch:
-            for job in st.on_node():
-                if (
-                    job.spec.allocation_only
-                    and job.state == js.RUNNING
-                    and job.time_limit_s > 0
-                    and now >= job.start_time + job.time_limit_s
-                ):
-                    log.info("allocation reached its time limit", job_id=job.job_id)
-                    self.endings.end_allocation(
-                        ch, job, js.TIMEOUT, cause="ctld:time limit", exit_code=0, exit_signal=0
-                    )
-
-
-def _printable(text: str, limit: int) -> str:
-    """A client's reason string, bounded, one line of printable characters."""
-    return "".join(c if c.isprintable() else " " for c in text[:limit]).strip()

@@ -13,7 +13,7 @@ functions, so the rules live in one place and are tested without daemons:
 - fencing: on re-registration a node is told which jobs it may keep (those ctld still
   places on it); it kills every other before ctld places anything there again.
 - suspects: a node whose noded srun lost mid-step holds the job's end until it is
-  judged (ctld/jobs/suspects.py).
+  judged (ctld/ops/suspects.py).
 - checkpoint warning: a job's --signal also comes before a maintenance reservation
   starts on its nodes.
 """

@@ -17,8 +17,8 @@ from __future__ import annotations
 import operator
 
 from corral.config import ClusterConfig
+from ctld.model import power_plan
 from ctld.model.nodes import POWER_ON, VIEW_CHANGES, NodeRecord
-from ctld.powersave import power_plan
 from ctld.sched import NodeView
 
 

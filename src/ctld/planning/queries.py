@@ -15,13 +15,13 @@ from corral.errors import InvalidRequest
 from corral.identity import Identity
 from corral.wire import corral_pb2 as pb
 from ctld.core.state import State
-from ctld.jobs.spares import spare_nodes
 from ctld.model import jobstate as js
+from ctld.model import power_energy
 from ctld.model.nodes import POWERED_DOWN, NodeRecord
+from ctld.ops.spares import spare_nodes
 from ctld.planning.explain import explain as explain_job
 from ctld.planning.explain import history_ratios
 from ctld.planning.snapshot import SnapshotBuilder
-from ctld.powersave import power_energy
 from ctld.sched import INFINITY, Snapshot, schedule
 
 
@@ -162,7 +162,7 @@ class Queries:
 
         now = st.clock()
         if asked("powered_down_s", "energy_saved_j"):
-            for i, record in enumerate(records):  # what it saved (ctld/powersave/power_energy.py)
+            for i, record in enumerate(records):  # what it saved (ctld/model/power_energy.py)
                 wire = out[i]  # the new message made from it
                 figures = power_energy.node_figures(record, st.config.power, now)
                 wire.powered_down_s, wire.energy_saved_j = figures

@@ -25,10 +25,10 @@ from ctld.core import pending
 from ctld.core.commit import Change, liveness
 from ctld.core.outbox import Dispatcher
 from ctld.core.state import State
-from ctld.jobs.endings import Endings
 from ctld.model import jobstate as js
 from ctld.model import nodestate
 from ctld.model.priorities import apply_factors
+from ctld.ops.endings import Endings
 from ctld.planning.preemption import Preempter
 from ctld.planning.snapshot import SnapshotBuilder
 from ctld.planning.starts import started_fields

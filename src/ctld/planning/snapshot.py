@@ -23,11 +23,11 @@ from corral.jobspec import array_throttle
 from corral.wire import corral_pb2 as pb
 from ctld.core import pending
 from ctld.core.state import State
-from ctld.jobs.spares import reclaim, spares_ok
 from ctld.model import deps
 from ctld.model import jobstate as js
 from ctld.model.validate import node_lists, request_from_spec
 from ctld.model.victims import Preemptions
+from ctld.ops.spares import reclaim, spares_ok
 from ctld.planning.node_views import NodeViews
 from ctld.sched import (
     INFINITY,

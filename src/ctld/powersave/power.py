@@ -18,11 +18,11 @@ from corral.errors import InvalidNodeName, InvalidRequest
 from corral.identity import Identity
 from ctld.core.commit import Change
 from ctld.core.state import State
-from ctld.fleet.node_ops import NodeOps
+from ctld.model import power_plan
 from ctld.model.authz import Policy
 from ctld.model.nodes import POWER_ON, POWERED_DOWN, POWERING_DOWN, POWERING_UP, NodeRecord
 from ctld.model.nodestate import IDLE_ON_SUSPEND, may
-from ctld.powersave import power_plan
+from ctld.ops.node_ops import NodeOps
 from ctld.powersave.power_programs import run_program
 from ctld.sched import Plan
 

@@ -1,5 +1,5 @@
 """Power saving's metrics (issue 27): each node's power state, the seconds powered down
-and the energy saved per node and per partition (ctld/powersave/power_energy.py), and the power
+and the energy saved per node and per partition (ctld/model/power_energy.py), and the power
 manager's counts of power-ups, power-downs and failed resumes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from corral.wire import corral_pb2 as pb
-from ctld.powersave import power_energy
+from ctld.model import power_energy
 
 if TYPE_CHECKING:
     from ctld.control.cluster import Cluster

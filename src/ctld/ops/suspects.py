@@ -31,19 +31,19 @@ from corral.wire import corral_pb2 as pb
 from ctld.core.commit import Change
 from ctld.core.outbox import Outbox
 from ctld.core.state import State
-from ctld.jobs.endings import Endings
-from ctld.jobs.step_ops import StepOps, find_step
 from ctld.model import failures
 from ctld.model import jobstate as js
 from ctld.model.authz import Policy
 from ctld.model.nodes import NodeRecord
+from ctld.ops.endings import Endings
+from ctld.ops.step_ends import StepEnds, find_step
 
 log = structlog.get_logger("ctld")
 
 
 class Suspects:
     def __init__(
-        self, state: State, policy: Policy, endings: Endings, outbox: Outbox, steps: StepOps
+        self, state: State, policy: Policy, endings: Endings, outbox: Outbox, steps: StepEnds
     ) -> None:
         self.state = state
         self.policy = policy

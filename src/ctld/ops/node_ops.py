@@ -16,11 +16,11 @@ from corral.wire import corral_pb2 as pb
 from ctld.core.commit import Change
 from ctld.core.outbox import Outbox
 from ctld.core.state import State, user_name
-from ctld.jobs.disruptions import Disruptions
-from ctld.jobs.endings import Endings
 from ctld.model import failures
 from ctld.model.authz import Policy
 from ctld.model.nodes import NodeRecord
+from ctld.ops.disruptions import Disruptions
+from ctld.ops.endings import Endings
 
 log = structlog.get_logger("ctld")
 

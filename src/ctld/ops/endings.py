@@ -104,7 +104,7 @@ class Endings:
     def hold_end(self, ch: Change, job: pb.Job, upd: pb.JobStatusUpdate, cause: str) -> bool:
         """While srun's lost node awaits its verdict, the end reported is kept in the job
         (durable), not applied: if the node failed, the job failed with it, whatever its
-        script's exit (ctld/jobs/suspects.py). False: nothing is suspect, apply it now."""
+        script's exit (ctld/ops/suspects.py). False: nothing is suspect, apply it now."""
         if not job.suspect_nodes or job.state != js.RUNNING:
             return False
         nodes = ",".join(s.node for s in job.suspect_nodes)

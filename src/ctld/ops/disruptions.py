@@ -26,11 +26,11 @@ from corral.wire import corral_pb2 as pb
 from ctld.core.commit import Change
 from ctld.core.outbox import Outbox
 from ctld.core.state import State
-from ctld.jobs.endings import requeue_when_gone
-from ctld.jobs.spares import spare_nodes
 from ctld.model import failures
 from ctld.model import jobstate as js
 from ctld.model.nodes import NodeRecord
+from ctld.ops.endings import requeue_when_gone
+from ctld.ops.spares import spare_nodes
 
 log = structlog.get_logger("ctld")
 
