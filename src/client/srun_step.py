@@ -11,13 +11,14 @@ from client import srun_terminal
 from client.alloc import say
 from client.jobopts import export_environment, with_umask
 from client.poller import EVENT_READ, EVENT_WRITE, Poller
+from client.srun_exits import TaskExits
 from client.srun_output import Output
 from client.taskstream import NodeStream
 from client.views.job import Job
 from client.views.step import Step, StepNode
 from corral import cjson, signals
 from corral import stepstream as ss
-from corral.errors import CorralError, InvalidOption, NodeUnreachable, StepBusy
+from corral.errors import CorralError, NodeUnreachable, StepBusy
 
 TYPE_CHECKING = False  # typing costs start-up time; srun is about start-up
 if TYPE_CHECKING:
@@ -47,13 +48,9 @@ class JobStep:
         cli: dict[str, Any],
     ) -> None:
         self.api, self.job_id, self.spec, self.cli = api, job_id, spec, cli
-        self.exits: dict[int, tuple[int, int]] = {}
         self.streams: dict[str, NodeStream] = {}
         self.failures: list[str] = []
         self.interrupted_at = 0.0
-        self.killed = False
-        self.first_exit_at = 0.0
-        self.wait_deadline = 0.0
         self.stdin_conns: list[NodeStream] = []
         self.stdin_open = False
         self.reported: set[str] = set()  # nodes whose failure ctld was told of
@@ -73,6 +70,7 @@ class JobStep:
             self.cli.pop("label", None)
         self.job_ref = str(job.job_id) if "jobId" in raw_job else self.job_id
         self.name = f"StepId={self.job_ref}.{step.step_id}"
+        self.tasks = TaskExits(self.ntasks, self.cli, self.name, self._kill_all)
         code, sig = 1, 0
         output = None
         try:  # from here on the step exists: whatever fails, it is completed below
@@ -83,13 +81,12 @@ class JobStep:
                 conn.close()
             if output is not None:
                 output.close()
-            codes = [c for c, killed in self.exits.values() if not killed]
             try:  # noqa: SIM105 (contextlib costs srun's start-up)
                 self.api.complete_step(
                     {
                         "jobId": self.job_ref,
                         "stepId": step.step_id,
-                        "exitCode": max(codes, default=code),
+                        "exitCode": self.tasks.completed_code(code),
                         "exitSignal": sig,
                         "reason": self.refused[:1024],
                     },
@@ -186,7 +183,7 @@ class JobStep:
         self._loop(bool(self.stdin_conns))
         for failure in self.failures:
             say(PROG, f"error: {failure}")
-        return self._result()
+        return self.tasks.result()
 
     def _loop(self, with_stdin: bool) -> None:
         sel = Poller()  # poll, not epoll: stdin may be a regular file
@@ -216,8 +213,8 @@ class JobStep:
                 not c.closed and not (c.done and not c.wbuf) for c in self.streams.values()
             ):
                 timeout = self.resumer.due_in() if self.resumer else None
-                if self.wait_deadline:
-                    left = max(0.0, self.wait_deadline - time.monotonic())
+                if self.tasks.wait_deadline:
+                    left = max(0.0, self.tasks.wait_deadline - time.monotonic())
                     timeout = left if timeout is None else min(timeout, left)
                 for what, mask in sel.select(timeout):
                     if what is None:
@@ -226,9 +223,8 @@ class JobStep:
                         self._read_stdin(sel)
                     else:
                         self._ready(what, mask, sel)
-                if self.wait_deadline and time.monotonic() >= self.wait_deadline:
-                    self.wait_deadline = 0.0
-                    self._wait_expired()
+                if self.tasks.wait_deadline and time.monotonic() >= self.tasks.wait_deadline:
+                    self.tasks.wait_expired()
                 if self.resumer and self.resumer.pending:
                     self._resume_due(sel)
                 self._update(sel)
@@ -280,15 +276,14 @@ class JobStep:
                 self.output.write(rank, kind == ss.STDERR, payload[4:])
             elif kind == ss.EXIT:
                 rank, code, sig = ss.EXIT_FIELDS.unpack(payload)
-                if rank in self.exits:  # said again by a noded that resumed the stream
-                    if all(r in self.exits for r in conn.ranks):
+                if rank in self.tasks.exits:  # said again by a noded that resumed the stream
+                    if self.tasks.all_in(conn.ranks):
                         self._node_done(conn)
                     continue
-                self.exits[rank] = (code, sig)
-                if all(r in self.exits for r in conn.ranks):
+                self.tasks.record(rank, code, sig)
+                if self.tasks.all_in(conn.ranks):
                     self._node_done(conn)
-                self._report_exit(conn.name, rank, code, sig)
-                self._after_exit(code, sig)
+                self.tasks.judge(conn.name, rank, code, sig)
             elif kind == ss.STARTED:
                 conn.started = True
             elif kind == ss.REFUSED:
@@ -302,7 +297,7 @@ class JobStep:
             return
         _unregister(sel, conn.sock)
         conn.close()
-        if quiet or all(r in self.exits for r in conn.ranks):
+        if quiet or self.tasks.all_in(conn.ranks):
             return
         raw = next(n.raw for n in self.nodes if n.node == conn.name)
         if conn.started and not conn.tampered and self._resumer().broke(conn.name, raw, conn.ranks):
@@ -341,9 +336,8 @@ class JobStep:
     def _lost(self, node: str, ranks: list[int], why: object, node_failure: bool = False) -> None:
         self.failures.append(f"{node}: {why}")
         self.refused = self.refused or ("" if node_failure else self.failures[-1])
-        for rank in ranks:
-            self.exits.setdefault(rank, (1, 0))
-        self._kill_all()  # Slurm's default: the step dies with a node (no --no-kill)
+        self.tasks.lost(ranks)
+        self.tasks.kill_all()  # Slurm's default: the step dies with a node (no --no-kill)
         if node_failure:
             self._node_failure(node, str(why))
 
@@ -410,35 +404,6 @@ class JobStep:
             if 0 in conn.ranks and not conn.done:
                 conn.send(ss.WINDOW, ss.WINDOW_FIELDS.pack(*srun_terminal.window()))
 
-    def _report_exit(self, node: str, rank: int, code: int, sig: int) -> None:
-        if sig:
-            how = signals.name(sig).removeprefix("SIG").capitalize()
-            how = {"Kill": "Killed", "Term": "Terminated", "Int": "Interrupt"}.get(how, how)
-            if not self.killed:
-                say(PROG, f"error: {node}: task {rank}: {how}")
-        elif code:
-            say(PROG, f"error: {node}: task {rank}: Exited with exit code {code}")
-
-    def _after_exit(self, code: int, sig: int) -> None:
-        bad = code or sig
-        if bad and self.cli.get("kill_on_bad_exit") not in (None, "0") and not self.killed:
-            say(PROG, f"Terminating {self.name}")
-            self._kill_all()
-        wait = self.cli.get("wait")
-        if wait and not self.first_exit_at and len(self.exits) < self.ntasks:
-            self.first_exit_at = time.monotonic()
-            try:
-                seconds = float(wait)
-            except ValueError:
-                raise InvalidOption(f"Invalid --wait value: {wait}") from None
-            if seconds > 0:
-                self.wait_deadline = self.first_exit_at + seconds
-
-    def _wait_expired(self) -> None:
-        if len(self.exits) < self.ntasks:
-            say(PROG, "error: Timed out waiting for job step to complete")
-            self._kill_all()
-
     def _send_signal(self, sig: int) -> None:
         for conn in self.streams.values():
             if not conn.done:  # a finished stream takes no more messages
@@ -450,7 +415,6 @@ class JobStep:
             conn.done = True
 
     def _kill_all(self) -> None:
-        self.killed = True
         self._send_signal(signals.SIGKILL)
 
     def _on_interrupt(self) -> None:
@@ -458,29 +422,11 @@ class JobStep:
         if now - self.interrupted_at <= 1.0:
             say(PROG, f"sending Ctrl-C to {self.name}")
             say(PROG, "forcing job termination")
-            self._kill_all()
+            self.tasks.kill_all()
             return
         self.interrupted_at = now
         say(PROG, "interrupt (one more within 1 sec to abort)")
-        ranks = [r for n in self.nodes for r in n.ranks]
-        running = sorted(r for r in ranks if r not in self.exits)
-        done = sorted(self.exits)
-        if running:
-            say(PROG, f"{self.name} tasks {srun_terminal.ranges(running)}: running")
-        if done:
-            say(PROG, f"{self.name} tasks {srun_terminal.ranges(done)}: exited")
-
-    def _result(self) -> tuple[int, int]:
-        code, first_signal = 0, 0
-        for exit_code, exit_signal in self.exits.values():
-            if exit_signal:
-                first_signal = first_signal or exit_signal
-                code = max(code, 128 + exit_signal)
-            else:
-                code = max(code, exit_code)
-        if len(self.exits) < self.ntasks:
-            code = max(code, 1)
-        return code, first_signal
+        self.tasks.status(r for n in self.nodes for r in n.ranks)
 
 
 def _unregister(sel: Poller, what: Any) -> None:

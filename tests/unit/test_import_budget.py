@@ -70,6 +70,7 @@ BUDGET: dict[str, set[str]] = {
 SOCKET = {"array", "errno", "math", "select", "selectors", "socket"}
 ALLOCATING = BUDGET["sbatch"] | {"client.alloc", "corral.signals"}
 BUDGET["srun"] = ALLOCATING | {
+    "client.srun_exits",
     "client.srun_output",
     "client.srun_step",
     "client.srun_terminal",
