@@ -1,9 +1,11 @@
 """ctld's HTTP port against a second real user (issue 34; docs/security.md, "The local
 attacker"): what bob's job name may do to another viewer's live page, who may scrape
-/metrics and what it shows under private_data, and what root opens when bob views his
-own job page whose -o names a FIFO, a device or a file of root's.
+/metrics and what it shows under private_data, what root opens when bob views his
+own job page whose -o names a FIFO, a device or a file of root's, and what alice's page
+of bob's requeued job shows under private_data = ["accounting"] (issue 37).
 
-One cluster, with private_data = ["jobs", "accounting"] and op its operator. Views are
+One cluster, with private_data = ["jobs", "accounting"] and op its operator (the
+earlier-runs test starts its own, with "accounting" alone). Views are
 read over plain HTTP with the session a real ``corral web-login`` (run as the user)
 starts, as the page's script reads them: no browser needed for what a stream or a view
 carries.
@@ -152,6 +154,43 @@ def test_a_job_name_forges_no_event_on_another_viewers_live_page(
     kinds = [kind for kind, _ in got]
     assert set(kinds) == {"view"}, f"a job name made events of its own: {kinds}"
     assert names_shown(got)
+
+
+# ---------------------------------------------------------------- a job page's earlier runs
+
+
+def test_a_requeued_jobs_earlier_runs_follow_private_data_accounting(
+    users: Users, cluster_factory: ClusterFactory
+) -> None:
+    """Under private_data = ["accounting"] alice may list bob's job (squeue) but not
+    its accounting: sacct -D and ``corral history`` show her none of its runs, and
+    neither does its page (issue 37: the page read the earlier runs from the store
+    with no check); bob and the operator see them."""
+    lab = cluster_factory(
+        nodes=1,
+        gpus_per_node=0,
+        controller_config=f'operators = ["{users.op.pw_name}"]\nprivate_data = ["accounting"]',
+    )
+    job = submit_as(lab, users, users.bob, "--requeue", "-J", "rerun", "--wrap", "sleep 300")
+    lab.wait_state(job, "RUNNING")
+    code, _, err = command(lab, users.bob, "scontrol", "requeue", str(job))
+    assert code == 0, err
+    wait_for(
+        lambda: lab.job(job).get("restartCount") == 1 and lab.state(job) == "RUNNING", 60, "run 1"
+    )
+    pages = {
+        pw.pw_name: view(lab, f"/job/{job}", session(lab, pw))
+        for pw in (users.alice, users.bob, users.op)
+    }
+    for pw in (users.bob, users.op):
+        status, page = pages[pw.pw_name]
+        assert status == 200 and "Earlier runs" in page, (pw.pw_name, page[-800:])
+    status, page = pages[users.alice.pw_name]
+    assert status == 200 and "rerun" in page, page[-800:]  # the job itself: squeue's rule
+    assert "Earlier runs" not in page, page[page.index("Earlier runs") - 200 :][:800]
+    code, _, err = command(lab, users.alice, "corral_cmd", "history", str(job))
+    assert code == 1 and "Invalid job id specified" in err, err  # the same rule
+    command(lab, users.bob, "scancel", str(job))
 
 
 # ---------------------------------------------------------------- /metrics

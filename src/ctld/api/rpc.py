@@ -31,6 +31,7 @@ from corral.wire.methods import CONTROLLER, NODE_CONTROLLER, PYTHON_NAMES, SERVI
 from ctld.api import batch_scripts, step_views, usage_report
 from ctld.api.auth import Authenticator, Caller, StepCredentials
 from ctld.api.jobs_json import JobsJson, dumps
+from ctld.api.reads import Reads
 from ctld.codec import fieldmask
 from ctld.codec.jsonmap import Skip, message_to_json
 from ctld.control.cluster import Cluster
@@ -72,6 +73,7 @@ class ControllerApi:
         self.auth = auth
         self.step_credentials = steps or StepCredentials()
         self.jobs_json = JobsJson(cluster)
+        self.reads = Reads(cluster)  # the selections the web page reads through too
         self.versions = CommandVersions()  # a newer major refused, others judged
         # the web page's one-time logins (ctld/web); None: ctld serves no web page
         self.web_login: Callable[[Identity], pb.CreateWebLoginResponse] | None = None
@@ -128,7 +130,7 @@ class ControllerApi:
             req,
             who,
             mask,
-            self.visible_jobs(req.filter, who, after=req.after_job_id, limit=req.limit),
+            self.reads.visible_jobs(req.filter, who, after=req.after_job_id, limit=req.limit),
         )
 
     async def submit_job(self, req: pb.SubmitJobRequest, who: Identity) -> pb.SubmitJobResponse:
@@ -145,21 +147,14 @@ class ControllerApi:
     async def cancel_jobs(self, req: pb.CancelJobsRequest, who: Identity) -> pb.CancelJobsResponse:
         return pb.CancelJobsResponse(outcomes=await self.cluster.cancel(who, req))
 
-    def visible_jobs(
-        self, flt: pb.JobFilter, who: Identity, *, after: int = 0, limit: int = 0
-    ) -> list[pb.Job]:
-        """The live jobs matching ``flt`` that ``who`` may see, by id: past ``after``, at
-        most ``limit`` (0: all). ctld's own records, to read and never change; a reply
-        shows each through ``policy.shown``. GetJobs and the web page both select here."""
-        may_see = self.cluster.policy.may_see
-        return self.cluster.page_jobs(flt, after, limit, lambda job: may_see(who, job))
-
     async def get_jobs(self, req: pb.GetJobsRequest, who: Identity) -> pb.GetJobsResponse:
         resp = pb.GetJobsResponse(now=self.cluster.clock())
-        policy = self.cluster.policy
-        for job in self.visible_jobs(req.filter, who, after=req.after_job_id, limit=req.limit):
+        shown = self.reads.shown_jobs(
+            req.filter, who, after=req.after_job_id, limit=req.limit, with_spec=req.with_spec
+        )
+        for job in shown:
             out = resp.jobs.add()
-            out.CopyFrom(policy.shown(who, self.cluster.whole(job) if req.with_spec else job))
+            out.CopyFrom(job)  # a copy: the owner's is ctld's own record
             if not req.with_events:
                 del out.events[:]
             if not req.with_spec:
@@ -171,7 +166,7 @@ class ControllerApi:
         self, req: pb.QueryAccountingRequest, who: Identity
     ) -> pb.QueryAccountingResponse:
         resp = pb.QueryAccountingResponse(now=self.cluster.clock())
-        for run in await self._accounting_runs(req, who):
+        for run in await self.reads.accounting_runs(req, who):
             shown = resp.jobs.add()
             shown.CopyFrom(run)  # a copy: a pending job's record is ctld's own
             if not req.with_events:
@@ -185,54 +180,13 @@ class ControllerApi:
     ) -> bytes:
         """QueryAccounting as JSON: each run encoded as it is read, the fields the answer
         leaves out skipped, not copied and cleared (sacct over 100,000 jobs)."""
-        runs = await self._accounting_runs(req, who)
+        runs = await self.reads.accounting_runs(req, who)
         return self.jobs_json.runs(runs, mask, req.with_events)
-
-    async def _accounting_runs(self, req: pb.QueryAccountingRequest, who: Identity) -> list[pb.Job]:
-        """The runs QueryAccounting answers, as ``who`` may see them, earlier runs of a
-        requeued job before it: records to read, never to change (a pending job's is
-        ctld's live one)."""
-        flt = req.filter
-        jobs = await asyncio.to_thread(
-            self.cluster.store.query_jobs,
-            job_ids=list(flt.job_ids),
-            users=list(flt.users),
-            states=[int(s) for s in flt.states],
-            names=list(flt.names),
-            partitions=list(flt.partitions),
-            accounts=list(flt.accounts),
-            start_after=req.start_after,
-            end_before=req.end_before,
-            limit=req.limit,
-            after_job_id=req.after_job_id,
-            with_events=req.with_events,
-        )
-        earlier: dict[int, list[pb.Job]] = {}
-        if req.duplicates and jobs:
-            for run in await asyncio.to_thread(
-                self.cluster.store.earlier_runs, [j.job_id for j in jobs]
-            ):
-                earlier.setdefault(run.job_id, []).append(run)
-        policy = self.cluster.policy
-        out: list[pb.Job] = []
-        for job in jobs:
-            if not policy.may_see_accounting(who, job.uid):
-                continue
-            live = self.cluster.jobs.get(job.job_id)
-            if live is not None and live.state == job.state == pb.JOB_STATE_PENDING:
-                # what a pass writes (the reason) lives in memory, stored only with a
-                # change: a pending job's record is ctld's, so sacct says what squeue says
-                job = live
-            if req.with_events and not policy.may_see(who, job):
-                continue  # a story is for those who may list the job (squeue -j)
-            for run in (*earlier.get(job.job_id, ()), job):  # earlier runs, then this one
-                out.append(policy.shown(who, run))
-        return out
 
     async def get_nodes(self, req: pb.GetNodesRequest, who: Identity) -> pb.GetNodesResponse:
         only = fieldmask.top_level(req.fields)  # checked by the transport before this
         return pb.GetNodesResponse(
-            nodes=self.cluster.node_list(
+            nodes=self.reads.nodes(
                 req.names, only, with_hidden=req.with_hidden, with_history=req.with_history
             ),
             now=self.cluster.clock(),

@@ -25,10 +25,9 @@ def _jobs_on(ctx: Ctx, node: pb.Node) -> list[pb.Job]:
     if not node.job_ids:
         return []
     try:
-        found = ctx.api.visible_jobs(pb.JobFilter(job_ids=node.job_ids), ctx.who)
+        return ctx.reads.shown_jobs(pb.JobFilter(job_ids=node.job_ids), ctx.who)
     except InvalidJobId:  # they all ended since the node's record was read
         return []
-    return [ctx.policy.shown(ctx.who, j) for j in found]
 
 
 def _holders(jobs: list[pb.Job], node: pb.Node) -> dict[int, list[pb.Job]]:
@@ -61,20 +60,15 @@ def _gpu(gpu: pb.Gpu, sample: pb.GpuStatus | None, jobs: list[pb.Job], busy: boo
     return el("div", *parts, class_="gpu busy" if busy else "gpu")
 
 
-def _allocated(ctx: Ctx, node: pb.Node) -> set[int]:
-    record = ctx.cluster.nodes.get(node.name)
-    return set(record.alloc_gpus) | set(record.alloc_shards) if record is not None else set()
-
-
 def shown_state(node: pb.Node) -> str:
     """The state a node is shown and counted under: sinfo's (MAINT for an idle node in
     a maintenance reservation, RESERVED in another, SPARE; else its state)."""
     return nodewords.summary_state(node_state(node.state), node.reservation, node.maint, node.spare)
 
 
-def _node(ctx: Ctx, node: pb.Node, max_age: float) -> Html:
+def _node(ctx: Ctx, node: pb.Node) -> Html:
     state = shown_state(node)
-    fresh = ctx.cluster.state.gpu_samples.now(node.name, max_age, ctx.now)
+    fresh = ctx.reads.gpus_now(node.name, ctx.now)
     jobs = _jobs_on(ctx, node)
     holders = _holders(jobs, node)
     res = node.resources
@@ -104,7 +98,7 @@ def _node(ctx: Ctx, node: pb.Node, max_age: float) -> Html:
                 class_="reason",
             )
         )
-    allocated = _allocated(ctx, node)
+    allocated = ctx.reads.gpus_in_use(node.name)
     gpus = [
         _gpu(g, fresh.get(g.index), holders.get(g.index, []), g.index in allocated)
         for g in res.gpus
@@ -122,15 +116,14 @@ def _node(ctx: Ctx, node: pb.Node, max_age: float) -> Html:
     )
 
 
-def _summary(nodes: list[pb.Node], ctx: Ctx, max_age: float) -> Html:
+def _summary(nodes: list[pb.Node], ctx: Ctx) -> Html:
     counts: dict[str, int] = {}
     for n in nodes:
         s = shown_state(n)
         counts[s] = counts.get(s, 0) + 1
     total = sum(len(n.resources.gpus) for n in nodes)
     used = sum(n.alloc_gpus for n in nodes)
-    samples = ctx.cluster.state.gpu_samples
-    utils = [g.util_pct for n in nodes for g in samples.now(n.name, max_age, ctx.now).values()]
+    utils = [g.util_pct for n in nodes for g in ctx.reads.gpus_now(n.name, ctx.now).values()]
     mean = f"{sum(utils) / len(utils):.0f}%" if utils else "no samples"
     items = [el("li", badge(s), f" {c}") for s, c in sorted(counts.items())]
     return el(
@@ -164,9 +157,7 @@ def _filters(ctx: Ctx, partitions: list[str]) -> Html:
 
 
 async def render(ctx: Ctx) -> tuple[str, Html]:
-    nodes = ctx.cluster.node_list([], with_hidden=True)  # every node: the operators' view
-    hb = ctx.cluster.config.heartbeat
-    max_age = max(3 * hb.interval_s, 30.0)  # an older sample says nothing about now
+    nodes = ctx.reads.nodes([], with_hidden=True)  # every node: the operators' view
     state, part, name = ctx.arg("state").upper(), ctx.arg("partition"), ctx.arg("q")
     shown = [
         n
@@ -180,12 +171,12 @@ async def render(ctx: Ctx) -> tuple[str, Html]:
         and (not name or name in n.name)
     ]
     page = ctx.int_arg("page", 1, 1, max(1, (len(shown) + PER_PAGE - 1) // PER_PAGE))
-    cards = [_node(ctx, n, max_age) for n in shown[(page - 1) * PER_PAGE : page * PER_PAGE]]
+    cards = [_node(ctx, n) for n in shown[(page - 1) * PER_PAGE : page * PER_PAGE]]
     partitions = sorted({p for n in nodes for p in n.partitions})
     body = el(
         "div",
         el("h1", "Cluster"),
-        _summary(nodes, ctx, max_age),
+        _summary(nodes, ctx),
         _filters(ctx, partitions),
         pager(ctx, len(shown), page, PER_PAGE),
         el("div", *cards, class_="nodes") if cards else el("p", "No node matches.", class_="muted"),

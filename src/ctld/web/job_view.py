@@ -6,6 +6,7 @@ and output (everyone else gets ``Policy.shown``'s scrubbed copy, which has none)
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from corral.efficiency import job_efficiency, lines
 from corral.errors import InvalidJobId
@@ -26,24 +27,41 @@ OUTPUT_WAIT_S = 2.0  # an output file's tail, at most, before the page goes with
 ACTIVE = (pb.JOB_STATE_PENDING, pb.JOB_STATE_RUNNING, pb.JOB_STATE_COMPLETING)
 
 
-async def find(ctx: Ctx, job_id: int) -> pb.Job:
+@dataclass
+class Found:
+    """A job as this viewer may see it, its earlier runs (a requeued job's), and
+    whether it is in ctld's memory (else: its stored record)."""
+
+    job: pb.Job
+    earlier: list[pb.Job]
+    live: bool
+
+
+async def find(ctx: Ctx, job_id: int) -> Found:
     """The job as this viewer may see it (InvalidJobId when not at all): a live one
-    through the API's selection (GetJobs's, squeue -j's), a finished one from the
-    store as sacct's rule allows."""
+    through GetJobs's selection (squeue -j's), with its spec; else its stored story as
+    ``corral history`` gets it (QueryAccounting's, with sacct's rule). Earlier runs are
+    QueryAccounting's (sacct -D's) either way."""
+    story = pb.QueryAccountingRequest(
+        filter=pb.JobFilter(job_ids=[job_id]), duplicates=True, with_events=True
+    )
     try:
-        live = ctx.api.visible_jobs(pb.JobFilter(job_ids=[job_id]), ctx.who)
+        live = ctx.reads.visible_jobs(pb.JobFilter(job_ids=[job_id]), ctx.who)
     except InvalidJobId:
         live = []
     job = next((j for j in live if j.job_id == job_id), None)  # not an array's other tasks
-    if job is None and job_id not in ctx.cluster.jobs:
-        job = await asyncio.to_thread(ctx.cluster.store.job_story, job_id)
-        if job is not None and not (
-            ctx.policy.may_see(ctx.who, job) and ctx.policy.may_see_accounting(ctx.who, job.uid)
-        ):
-            job = None  # private_data = accounting: sacct would not show it either
-    if job is None:
+    if job is not None:
+        shown = ctx.reads.shown(ctx.who, job, with_spec=True)
+        if not job.restart_count:
+            return Found(shown, [], live=True)
+        story.with_events = False  # the live record has them
+        runs = await ctx.reads.accounting_runs(story, ctx.who)
+        return Found(shown, runs[:-1], live=True)  # the last is this run's stored row
+    # a job that left memory (or one this viewer may not see: then none)
+    runs = [r for r in await ctx.reads.accounting_runs(story, ctx.who) if r.job_id == job_id]
+    if not runs:
         raise InvalidJobId()
-    return ctx.policy.shown(ctx.who, ctx.cluster.whole(job))
+    return Found(runs[-1], runs[:-1], live=False)
 
 
 def _reason(job: pb.Job) -> str:
@@ -100,8 +118,9 @@ def _ettr(job: pb.Job, now: float) -> str:
     )
 
 
-async def _why(ctx: Ctx, job: pb.Job) -> Html | None:
-    if job.state != pb.JOB_STATE_PENDING or job.job_id not in ctx.cluster.jobs:
+async def _why(ctx: Ctx, found: Found) -> Html | None:
+    job = found.job
+    if job.state != pb.JOB_STATE_PENDING or not found.live:
         return None
     reply = await ctx.api.explain_job(pb.ExplainJobRequest(job_id=job.job_id), ctx.who)
     return el(
@@ -173,7 +192,7 @@ def _steps(job: pb.Job) -> Html | None:
 
 
 def _gpu_charts(ctx: Ctx, job: pb.Job) -> Html | None:
-    series = ctx.cluster.state.gpu_samples.of_job(job.job_id)
+    series = ctx.reads.gpu_series(ctx.who, job)
     if not job.num_gpus and not series:
         return None
     named = sorted(series.items())
@@ -182,8 +201,7 @@ def _gpu_charts(ctx: Ctx, job: pb.Job) -> Html | None:
         mem = [(f"{n}:{i}", [(t, m / 1024) for t, _, m in s.points]) for (n, i), s in named]
     else:  # many GPUs: their mean and their peak at each time
         util, mem = _spread(named)
-    nodes = ctx.cluster.nodes
-    held = [nodes[a.node] for a in job.allocations if a.node in nodes]
+    held = ctx.reads.known_nodes([a.node for a in job.allocations], ("resources",))
     top_mem = max((g.memory_mb for n in held for g in n.resources.gpus), default=0) / 1024
     top_mem = max(top_mem, max((v for _, s in mem for _, v in s), default=1.0))
     return el(
@@ -224,15 +242,10 @@ def _spread(named: list[tuple[tuple[str, int], Series]]) -> tuple[list[Line], li
 def _efficiency(ctx: Ctx, job: pb.Job) -> Html:
     gpu_mem = 0.0
     if job.allocations and job.allocations[0].gpu_indices:
-        node = ctx.cluster.nodes.get(job.allocations[0].node)
-        if node is not None:
+        first = job.allocations[0]
+        for node in ctx.reads.known_nodes([first.node], ("resources",)):
             gpu_mem = next(
-                (
-                    g.memory_mb
-                    for g in node.resources.gpus
-                    if g.index == job.allocations[0].gpu_indices[0]
-                ),
-                0,
+                (g.memory_mb for g in node.resources.gpus if g.index == first.gpu_indices[0]), 0
             )
     eff = job_efficiency(job, job_state(job.state), now=ctx.now, gpu_memory_mb=gpu_mem)
     text = lines(eff, pending=job.state == pb.JOB_STATE_PENDING or job.start_time <= 0)
@@ -298,21 +311,16 @@ def _actions(ctx: Ctx, job: pb.Job) -> Html | None:
 
 
 async def render(ctx: Ctx, job_id: int) -> tuple[str, Html]:
-    job = await find(ctx, job_id)
-    runs: list[pb.Job] = []
-    if job.restart_count:
-        runs = [
-            ctx.policy.shown(ctx.who, r)
-            for r in await asyncio.to_thread(ctx.cluster.store.earlier_runs, [job_id])
-        ]
+    found = await find(ctx, job_id)
+    job = found.job
     title = f"Job {job_id}"
     body = el(
         "div",
         el("h1", title, " ", el("span", job.spec.name, class_="jobname")),
         _actions(ctx, job),
         _summary(ctx, job),
-        await _why(ctx, job),
-        _story(ctx, job, runs),
+        await _why(ctx, found),
+        _story(ctx, job, found.earlier),
         _steps(job),
         _gpu_charts(ctx, job),
         _efficiency(ctx, job),

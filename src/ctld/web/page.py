@@ -13,8 +13,8 @@ from corral.wire import corral_pb2 as pb
 from ctld.web.html import Html, el
 
 if TYPE_CHECKING:
+    from ctld.api.reads import Reads
     from ctld.api.rpc import ControllerApi
-    from ctld.control.cluster import Cluster
     from ctld.model.authz import Policy
 
 NAV = (
@@ -37,8 +37,10 @@ class Ctx:
     path: str = "/"
 
     @property
-    def cluster(self) -> Cluster:
-        return self.api.cluster
+    def reads(self) -> Reads:
+        """What a view reads: the API's reads, with the caller's authorization (never
+        ctld's records, state or store: tests/unit/test_web_reads.py)."""
+        return self.api.reads
 
     @property
     def policy(self) -> Policy:

@@ -134,7 +134,7 @@ async def _finished(ctx: Ctx) -> list[pb.Job]:
 
 async def render(ctx: Ctx, *, mine: bool = False) -> tuple[str, Html]:
     # the live jobs through the API's own selection (same authorization as squeue)
-    jobs = ctx.api.visible_jobs(pb.JobFilter(users=[ctx.who.user] if mine else []), ctx.who)
+    jobs = ctx.reads.visible_jobs(pb.JobFilter(users=[ctx.who.user] if mine else []), ctx.who)
     if mine and ctx.arg("state").upper() == "ALL":
         seen = {j.job_id for j in jobs}
         jobs += [j for j in await _finished(ctx) if j.job_id not in seen]
