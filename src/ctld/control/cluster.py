@@ -1,24 +1,32 @@
-"""The controller, wired from its parts; the one object rpc, gateway and server see.
+"""The controller, wired from its parts; the one object the API's handlers and reads,
+the web page, the metrics and the server see.
 
-Each part does one job (docs/architecture.md draws the map):
+Each part does one job (docs/architecture.md draws the map). The handlers, which never
+call one another:
 
-    state         the job and node maps and their parts (indexes, versions, accounting)
-    commit        the one commit step: every change to a job, a step or a node
     intake        submit, cancel/signal, hold/release, update, top (client writes)
-    node_ops      drain, DOWN, resume: the operations on a node (UpdateNode, faults)
+    step_ops      srun/salloc steps and allocations
     node_reports  registration and heartbeats; job_reports: what nodes say of jobs
     monitor       silence judged each interval (NOT_RESPONDING, DOWN, the hold)
-    step_ops      srun/salloc steps and allocations
-    suspects      a node srun lost mid-step: the job's end waits for its verdict
-    endings       how a job ends or is requeued (shared by the three above)
-    outbox        signals to nodes, sent after the change that asked for them commits
-    snapshot      the scheduler's input
-    scheduling    the loop, applying a plan, launching
+    power         power saving's loop and scontrol power
+    scheduling    the loop, applying a plan, launching (snapshot: its input)
     queries       reads: selections, nodes, partitions, reservations, shares, why,
                   sbatch --test-only's estimate
+    reservation_ops  scontrol's reservations; accounting_ops: sacctmgr; mail
 
-``Cluster`` only wires the parts and delegates to them; it keeps the API the
-servicers, tests and bench use.
+and the operations they call (ctld/ops), over the state and its one commit step:
+
+    endings       how a job ends or is requeued, and a node's failure for its jobs
+    node_ops      drain, DOWN, resume: the operations on a node (UpdateNode, faults)
+    suspects      a node srun lost mid-step: the job's end waits for its verdict
+    state         the job and node maps and their parts (indexes, versions, accounting)
+    commit        the one commit step: every change to a job, a step or a node
+    outbox        signals to nodes, sent after the change that asked for them commits
+
+``Cluster`` wires the parts, injecting the callables one hands another, and routes each
+call: mostly to one handler; a few choose (a cancel naming steps goes to step_ops, an
+UpdateNode to POWER_* to power saving) or check first (a registration's version, a
+dynamic node's admission). It commits nothing itself.
 """
 
 from __future__ import annotations
