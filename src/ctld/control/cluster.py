@@ -96,7 +96,14 @@ class Cluster:
         self.dispatcher = dispatcher
         self.clock = clock
         ctl = config.controller
-        self.state = st = State(config, store, clock=self.clock)
+        # an end is first checked by the scheduler's short pass (made below: a closure)
+        quick = config.scheduler.start_on_submit
+        self.state = st = State(
+            config,
+            store,
+            clock=self.clock,
+            check_release=(lambda: self.scheduler.check_release()) if quick else None,
+        )
         # AdminLevel from the accounting database counts besides the config's lists
         self.policy = Policy(
             ctl.operators,
@@ -157,8 +164,6 @@ class Cluster:
             quick_ready=self.scheduler.quick_ready,
             start_on_submit=self.scheduler.start_on_submit,
         )
-        if config.scheduler.start_on_submit:
-            st.versions.check_release = self.scheduler.check_release
         self.queries = Queries(st, lambda: self.snapshot())
         self.reservation_ops = ReservationOps(st, self.policy, self.queries.free_nodes)
         self.accounting_ops = SacctmgrOps(st, self.policy)

@@ -44,7 +44,14 @@ class State:
     what ctld derives from it), ``runs`` (how finished jobs ran), and the reservations
     and preemptions under way."""
 
-    def __init__(self, config: ClusterConfig, store: Store, *, clock: Clock) -> None:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        store: Store,
+        *,
+        clock: Clock,
+        check_release: Callable[[], bool] | None = None,
+    ) -> None:
         self.config = config
         self.store = store
         self.clock = clock
@@ -57,7 +64,7 @@ class State:
                 self.nodes[name] = self._new_node(name, entry, config)
         self._capacity: dict[str, tuple[pb.NodeResources, NodeCapacity]] = {}
         self.index = JobIndex()
-        self.versions = Versions()
+        self.versions = Versions(check_release)
         self.acct = AccountingView(config, self._usage_factor)
         self.runs = RunHistory()
         self.reservations = Reservations(config, clock)

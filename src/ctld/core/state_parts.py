@@ -134,7 +134,7 @@ class JobIndex:
 class Versions:
     """What a plan is checked against, and the scheduler's wake-up."""
 
-    def __init__(self) -> None:
+    def __init__(self, check_release: Callable[[], bool] | None = None) -> None:
         self.version = 0  # bumped on every change a scheduling pass depends on
         # the bumps of ``version`` by submits and starts at submit: when nothing else
         # moved it since a pass, that pass's waiting jobs still cannot start
@@ -143,7 +143,7 @@ class Versions:
         # last pass left waiting may start; a start at submit then weighs them too
         self.releases = 0
         # the scheduler's check of an end (True: it decides whether a pass is needed)
-        self.check_release: Callable[[], bool] | None = None
+        self.check_release = check_release
         self.wake_event = asyncio.Event()
 
     def wake(self) -> None:
