@@ -11,6 +11,8 @@ estimate as the limit, a job killed at it, the first 1% of finished jobs left ou
 
     nice -n 19 .venv/bin/python -m bench.heldout --jobs 5000
     nice -n 19 .venv/bin/python -m bench.heldout --trace KTH-SP2 --jobs 0
+    nice -n 19 .venv/bin/python -m bench.heldout --half 1 --policy corral \\
+        --set starve_after_s=43200     # a variant of the default, to tune on first halves
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import fields, replace
 from pathlib import Path
+from typing import Any
 
+from ctld.sched import Settings
 from ctld.sim import swf
-from ctld.sim.engine import POLICIES, replay
+from ctld.sim.engine import POLICIES, Policy, replay
 from ctld.sim.metrics import summarize
 
 SWF = Path(__file__).resolve().parents[2] / "shared/traces/swf"
@@ -44,6 +49,30 @@ def halves(jobs: tuple[swf.TraceJob, ...]) -> tuple[tuple[swf.TraceJob, ...], ..
     return first, jobs[len(first) :]
 
 
+def with_settings(pol: Policy, assignments: list[str]) -> Policy:
+    """``pol`` with the ``NAME=VALUE`` assignments made to its scheduler Settings (a
+    bench-only way to try a variant of ctld's default; ctld's config is untouched)."""
+    # the declared types (strings: the model module uses postponed annotations)
+    scalars: dict[object, type] = {"bool": bool, "int": int, "float": float, "str": str}
+    kinds = {f.name: scalars.get(f.type) for f in fields(Settings)}
+    changed: dict[str, Any] = {}
+    for item in assignments:
+        name, sep, value = item.partition("=")
+        kind = kinds.get(name)
+        if not sep or kind is None:
+            raise SystemExit(f"heldout: --set {item!r}: not NAME=VALUE of a Settings field")
+        if kind is bool:
+            if value.lower() not in ("true", "false"):
+                raise SystemExit(f"heldout: --set {item!r}: {name} is true or false")
+            changed[name] = value.lower() == "true"
+            continue
+        try:
+            changed[name] = kind(value)
+        except ValueError:
+            raise SystemExit(f"heldout: --set {item!r}: {name} is a {kind.__name__}") from None
+    return replace(pol, settings=replace(pol.settings, **changed))
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", action="append", choices=sorted(TRACES), help="repeatable")
@@ -52,9 +81,17 @@ def main(argv: list[str]) -> int:
     ap.add_argument(
         "--policy", action="append", choices=sorted(POLICIES), help="default: easy, easy++, corral"
     )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="repeatable: a Settings field of the corral policies (e.g. starve_after_s=43200)",
+    )
     ap.add_argument("--dir", type=Path, default=SWF)
     args = ap.parse_args(argv)
     policies = args.policy or ["easy", "easy++", "corral"]
+    with_settings(POLICIES["corral"], args.set)  # bad --set: said before any replay
     print(
         "| trace | half | jobs | policy | utilization | mean bsld | mean wait min "
         "| max wait h | CPU s |"
@@ -71,15 +108,27 @@ def main(argv: list[str]) -> int:
             jobs = tuple(j for j in jobs if j.procs <= procs)
             for policy in policies:
                 t0 = time.process_time()
-                s = summarize(replay(jobs, procs, policy))
+                pol = POLICIES[policy]
+                if policy.startswith("corral"):
+                    pol = with_settings(pol, args.set)
+                s = summarize(replay(jobs, procs, pol))
                 spent = time.process_time() - t0
                 print(
-                    f"| {name} | {half} | {len(jobs)} | {policy} | {s.utilization:.3f} | "
+                    f"| {name} | {half} | {len(jobs)} | {label(policy, args.set)} | "
+                    f"{s.utilization:.3f} | "
                     f"{s.bsld_mean:.2f} | {s.wait_mean_s / 60:.1f} | "
                     f"{s.wait_max_s / 3600:.1f} | {spent:.0f} |",
                     flush=True,
                 )
     return 0
+
+
+def label(policy: str, assignments: list[str]) -> str:
+    return (
+        f"{policy} {' '.join(assignments)}"
+        if assignments and policy.startswith("corral")
+        else policy
+    )
 
 
 if __name__ == "__main__":
