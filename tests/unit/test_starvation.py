@@ -19,7 +19,7 @@ from ctld.sched import (
     job_shape,
     schedule,
 )
-from ctld.sched.backfill import starving_first
+from ctld.sched.backfill import aged_first, starving_first
 from ctld.sched.shape import Shape
 
 
@@ -194,3 +194,28 @@ def test_no_backfill_decision_delays_a_starving_jobs_reservation(s: Snapshot) ->
     without = first_fit_time(s, top.nodes, shape, base)
     assert first_fit_time(s, top.nodes, shape, base + behind) <= without
     assert top.start <= without  # what it is told: the likely start, never later
+
+
+def test_aged_backfill_candidates_go_before_shorter_younger_ones() -> None:
+    # job 1 holds the reservation (all 4 CPUs); jobs 2 and 3 both fit the 2 free CPUs
+    # before it, but not together: shortest-first takes the younger, shorter job 3,
+    # unless job 2 has waited past ``backfill_aged_s`` (a bench variant, off by default)
+    pending = (
+        JobRequest(1, ("p",), ntasks=4, time_limit_s=100, priority=900, submit_time=4900.0),
+        JobRequest(2, ("p",), ntasks=2, time_limit_s=500, priority=10, submit_time=0.0),
+        JobRequest(3, ("p",), ntasks=2, time_limit_s=50, priority=10, submit_time=4950.0),
+    )
+    shortest = plan_at(5000.0, pending, 0.0, backfill_order="shortest")
+    assert [s.job_id for s in shortest.starts] == [3]
+    aged = plan_at(5000.0, pending, 0.0, backfill_order="shortest", backfill_aged_s=3600.0)
+    assert [s.job_id for s in aged.starts] == [2]
+    young = plan_at(5000.0, pending, 0.0, backfill_order="shortest", backfill_aged_s=6000.0)
+    assert [s.job_id for s in young.starts] == [3]
+
+
+def test_aged_first_keeps_the_order_of_the_young() -> None:
+    rest = tuple(
+        JobRequest(i, ("p",), submit_time=t) for i, t in enumerate((50.0, 0.0, 90.0, 10.0))
+    )
+    assert aged_first(rest, [2, 0, 1, 3], 20.0) == [1, 3, 2, 0]
+    assert aged_first(rest, [2, 0, 1, 3], -1.0) == [2, 0, 1, 3]

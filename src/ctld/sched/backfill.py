@@ -152,6 +152,8 @@ class _Pass:
             keys.append(expected)
         # a stable sort: equal predictions keep their priority order
         order = sorted(range(len(rest)), key=keys.__getitem__)
+        if self.settings.backfill_aged_s > 0:
+            order = aged_first(rest, order, self.now - self.settings.backfill_aged_s)
         # what blocked() needs for each job left waiting, by its place in priority order
         waiting: list[Ask | None] = [None] * len(rest)
         for i in order:
@@ -316,6 +318,21 @@ def starving_first(
     if oldest is None or (oldest.eligible_time or oldest.submit_time) > cutoff:
         return pending, frozenset()
     return (oldest, *(r for r in pending if r is not oldest)), frozenset((oldest.job_id,))
+
+
+def aged_first(rest: tuple[JobRequest, ...], order: list[int], cutoff: float) -> list[int]:
+    """``order`` (indexes into ``rest``) with the jobs eligible since ``cutoff`` or
+    earlier moved ahead, oldest first: shortest-first backfill passes an old job that
+    could fit over for younger shorter ones, leaving it to wait for the head."""
+
+    def since(i: int) -> float:
+        return rest[i].eligible_time or rest[i].submit_time
+
+    aged = sorted((i for i in order if since(i) <= cutoff), key=lambda i: (since(i), i))
+    if not aged:
+        return order
+    taken = set(aged)
+    return aged + [i for i in order if i not in taken]
 
 
 def schedule(snapshot: Snapshot) -> Plan:

@@ -229,6 +229,9 @@ class Settings:
     predicted run first, as EASY-SJBF). ``starve_after_s``: the job eligible longest
     goes ahead of all others once that is longer than this, whatever its priority, and
     its reservation is planned and kept by limits (a starvation guard; 0: off).
+    ``backfill_aged_s``: with shortest-first backfill, candidates eligible longer than
+    this are tried first, oldest first (0: off; no config key, a variant bench.heldout
+    measures with ``--set``, docs/scheduling.md "Not done").
     ``max_job_test``: how many pending jobs that cannot start one pass tries in full (Slurm's
     ``bf_max_job_test``); a job that starts, or whose class (``klass``) already failed
     in this pass, is not a try. Jobs past the limit are left out of the plan: they
@@ -247,6 +250,7 @@ class Settings:
     backfill_order: str = "priority"
     max_job_test: int = 0  # fruitless full tries per pass (bf_max_job_test); 0: no limit
     starve_after_s: float = 0.0
+    backfill_aged_s: float = 0.0
     qos_max_jobs_per_user: tuple[tuple[str, int], ...] = ()
     stack_forecasts: int = 0
 
