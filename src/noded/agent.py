@@ -28,11 +28,11 @@ from corral.errors import (
     PermissionDenied,
     Unauthenticated,
 )
-from corral.limits import GRPC_RECONNECT_OPTIONS
 from corral.rpccodes import TRANSIENT, abort, answers_errors
 from corral.wire import corral_pb2 as pb
 from corral.wire import corral_pb2_grpc as pbg
 from noded import spool
+from noded.ctldlink import CtldLink
 from noded.launcher import Launcher, LaunchError
 from noded.steps import StepRunner
 from noded.witness import ASK_TIMEOUT_S, Witness
@@ -182,20 +182,7 @@ class ControllerLink:
         self.agent_address = agent_address
         self.stream_address = stream_address
         self.addresses = [ctld_address] if isinstance(ctld_address, str) else list(ctld_address)
-        self.channels: list[aio.Channel] = []
-        for target in self.addresses:
-            if tls_dir:  # this node's certificate proves which node calls; every
-                # controller shows the one controller certificate
-                channel = aio.secure_channel(
-                    target,
-                    tls.channel_credentials(tls_dir, name),
-                    options=[*tls.channel_options(CONTROLLER_CN), *GRPC_RECONNECT_OPTIONS],
-                )
-            else:
-                channel = aio.insecure_channel(target, options=GRPC_RECONNECT_OPTIONS)
-            self.channels.append(channel)
-        self.stubs = [pbg.NodeControllerStub(c) for c in self.channels]
-        self.current = 0  # the controller the link talks to
+        self.ctld = CtldLink(self.addresses, name, tls_dir, RPC_TIMEOUT_S)
         # undelivered reports live in the spool too: a restarted noded delivers them
         self.reports_file = reports_file
         self.outbox: list[pb.JobStatusUpdate] = (
@@ -216,16 +203,7 @@ class ControllerLink:
 
     @property
     def stub(self) -> pbg.NodeControllerAsyncStub:
-        return self.stubs[self.current]
-
-    @property
-    def channel(self) -> aio.Channel:
-        return self.channels[self.current]
-
-    def _move_on(self) -> bool:
-        """The next controller of the list; True once a whole round has failed."""
-        self.current = (self.current + 1) % len(self.stubs)
-        return self.current == 0
+        return self.ctld.stub
 
     def running_job_ids(self) -> list[int]:
         """Jobs with anything here: batch scripts and step tasks (fenced ones until gone)."""
@@ -304,7 +282,7 @@ class ControllerLink:
             "registered with ctld",
             node=self.name,
             cluster=reply.cluster,
-            controller=self.addresses[self.current],
+            controller=self.ctld.address,
         )
 
     async def run_heartbeats(self) -> None:
@@ -314,22 +292,9 @@ class ControllerLink:
                 if not self.registered.is_set():
                     await self.register()
                 self._beat_now.clear()
-                usage, gpus = self.live()
-                beat = pb.HeartbeatRequest(
-                    name=self.name,
-                    running_job_ids=self.running_job_ids(),
-                    health=list(self.health),
-                    usage=usage,
-                    gpus=gpus,
-                    deaf_s=self.deaf_s(),
-                )
+                beat = self._beat()
                 reply = await self.stub.Heartbeat(beat, timeout=RPC_TIMEOUT_S)
-                self._contacted()
-                if self.witness is not None:
-                    self.witness.heard(reply)
-                self._unreachable = False
-                if reply.reregister:
-                    self.registered.clear()
+                if not self._answered(reply):
                     continue
                 del self.health[: len(beat.health)]
                 backoff = 0.2
@@ -340,7 +305,7 @@ class ControllerLink:
                         # refused: its message says why (a version ctld does not serve)
                         "ctld unreachable" if exc.code() in TRANSIENT else "ctld refused",
                         node=self.name,
-                        controller=self.addresses[self.current],
+                        controller=self.ctld.address,
                         error=_details(exc),
                     )
                 self._unreachable = True
@@ -350,14 +315,36 @@ class ControllerLink:
                 # declared it DOWN) says so in its answer to the next beat. Registering
                 # again after every failed beat made an overloaded ctld's load feed itself:
                 # a registration costs it far more than the beat that timed out.
-                if self._move_on():  # every controller tried: wait before the next round
+                if self.ctld.move_on():  # every controller tried: wait before the next round
                     self._beat_now.clear()
                     # a wake-up (ctld is back, say the peers) cuts the wait short
                     if await wait_event(self.clock, self._beat_now, backoff):
                         backoff = 0.2
                     else:
-                        limit = MAX_BACKOFF_S if len(self.stubs) == 1 else self.interval
+                        limit = MAX_BACKOFF_S if len(self.addresses) == 1 else self.interval
                         backoff = min(backoff * 2, limit)
+
+    def _beat(self) -> pb.HeartbeatRequest:
+        usage, gpus = self.live()
+        return pb.HeartbeatRequest(
+            name=self.name,
+            running_job_ids=self.running_job_ids(),
+            health=list(self.health),
+            usage=usage,
+            gpus=gpus,
+            deaf_s=self.deaf_s(),
+        )
+
+    def _answered(self, reply: pb.HeartbeatResponse) -> bool:
+        """ctld answered a beat; False if it asks this node to register again."""
+        self._contacted()
+        if self.witness is not None:
+            self.witness.heard(reply)
+        self._unreachable = False
+        if reply.reregister:
+            self.registered.clear()
+            return False
+        return True
 
     def deaf_s(self) -> float:
         """How long since ctld last answered (on the clock's monotonic time)."""
@@ -428,12 +415,26 @@ class ControllerLink:
         hearing most nodes again, so this node still fences well before that if not."""
         heard = self.contacts
         self._beat_now.set()
-        deadline = self.clock.monotonic() + seconds
-        while self.clock.monotonic() < deadline:
-            if self.contacts != heard:
-                return True
-            await self.clock.sleep(0.05)
-        return self.contacts != heard
+        # the heartbeat loop may be waiting on a connection the cut left stuck: one beat
+        # over a fresh connection beside it
+        self.ctld.reconnect()
+        probe = asyncio.ensure_future(self._probe(seconds))
+        try:
+            deadline = self.clock.monotonic() + seconds
+            while self.clock.monotonic() < deadline:
+                if self.contacts != heard:
+                    return True
+                await self.clock.sleep(0.05)
+            return self.contacts != heard
+        finally:
+            probe.cancel()
+
+    async def _probe(self, seconds: float) -> None:
+        try:
+            reply = await self.stub.Heartbeat(self._beat(), timeout=max(seconds, 1.0))
+        except grpc.RpcError:
+            return  # the loop's own beats go on
+        self._answered(reply)
 
     async def run_outbox(self) -> None:
         backoff = 0.2
@@ -461,8 +462,7 @@ class ControllerLink:
                 self._outbox_ready.clear()
 
     async def close(self) -> None:
-        for channel in self.channels:
-            await channel.close(None)
+        await self.ctld.close()
 
 
 def _details(exc: grpc.RpcError) -> str:

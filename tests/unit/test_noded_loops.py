@@ -256,6 +256,93 @@ async def test_an_answer_within_the_reconnect_wait_keeps_the_jobs(
     assert cut_off.step.got == []
 
 
+class Freezer:
+    """A TCP proxy to ctld whose connections made before ``freeze()`` stop carrying
+    bytes, as a cut link leaves a connection: not closed, TCP retransmitting with a
+    backoff of seconds. Connections made after it carry on."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.frozen: set[asyncio.StreamWriter] = set()
+        self.open: set[asyncio.StreamWriter] = set()
+        self.writers: list[asyncio.StreamWriter] = []  # both ends of every connection
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.server: asyncio.AbstractServer | None = None
+        self.address = ""
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.address = f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    def freeze(self) -> None:
+        self.frozen |= self.open
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        host, port = self.target.rsplit(":", 1)
+        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        self.open.add(writer)
+        self.writers += [writer, up_writer]
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(65536):
+                if writer in self.frozen:
+                    await asyncio.Event().wait()  # stuck for good
+                dst.write(data)
+                await dst.drain()
+
+        await asyncio.gather(
+            pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True
+        )
+
+    async def close(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for w in self.writers:
+            w.close()
+        await asyncio.gather(*(w.wait_closed() for w in self.writers), return_exceptions=True)
+        await self.server.wait_closed()
+
+
+async def test_a_node_whose_peers_hear_ctld_again_reaches_it_over_a_fresh_connection(
+    tmp_path: pathlib.Path, clock: ManualClock, ctld: Ctld, peer: Peer
+) -> None:
+    """After a whole-cluster cut the node's connection to ctld may stay stuck, and its
+    heartbeat waits there for its whole deadline (10 s): longer than its reconnect wait,
+    so it fenced although ctld answered (a CI run: 10 ms too late). Its peers hearing
+    ctld, it beats over a fresh connection at once."""
+    await ctld.server.start()
+    proxy = Freezer(ctld.address)
+    await proxy.start()
+    node = Node(tmp_path / "spool", clock, proxy.address, fence_after_s=FENCE_AFTER_S)
+    fences: list[set[int]] = []  # ctld does not know the node's fake step: no kills
+    node.link.fence = lambda keep: fences.append(keep) or []  # type: ignore[method-assign]
+    try:
+        node.start(node.link.run_heartbeats)
+        node.start(node.link.run_self_fence)
+        await eventually(lambda: node.link.contacts >= 2, "registered and heard")
+        proxy.freeze()  # the cut: the connection stays, and carries nothing
+        held = with_witness(node, peer)  # (ctld's answers name the peers: none here)
+        peer.deaf_s = 3600.0  # the whole cluster does not hear ctld: hold
+        fences.clear()
+        await advance(node.clock, 2 * FENCE_AFTER_S)
+        assert held.holding and fences == []
+        heard = node.link.contacts
+        peer.deaf_s = 0.0  # ctld is back for the peers
+        await advance(node.clock, 1.25 * INTERVAL_S)
+        await eventually(lambda: node.link.contacts > heard, "an answer over a fresh connection")
+        await advance(node.clock, node.link.reconnect_grace() + INTERVAL_S)
+        assert fences == [] and not held.holding  # its jobs run on
+    finally:
+        await node.stop()
+        await proxy.close()
+
+
 # ------------------------------------------------------------ heartbeats and the outbox
 
 
